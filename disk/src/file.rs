@@ -1,0 +1,173 @@
+//! The storage interface every backend implements.
+
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::{Completion, IoBuf};
+
+/// Which backend serves a [`Disk`]; logged at start-up and exported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// Storage threads each owning an io_uring ring.
+    IoUring,
+    /// `pwrite`/`pread`/`fdatasync` on a small thread pool.
+    Portable,
+    /// The in-memory simulated disk used by tests.
+    Simulated,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::IoUring => "io_uring",
+            Self::Portable => "portable",
+            Self::Simulated => "simulated",
+        })
+    }
+}
+
+/// How to open a file. Files are always opened for reading and writing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Create the file if it does not exist (mode 0600).
+    pub create: bool,
+    /// Bypass the page cache (`O_DIRECT`): offsets, lengths and buffers must
+    /// then be multiples of 4 KiB.
+    pub direct_io: bool,
+}
+
+impl OpenOptions {
+    /// Open an existing file.
+    pub const EXISTING: Self = Self {
+        create: false,
+        direct_io: false,
+    };
+    /// Open a file, creating it if needed.
+    pub const CREATE: Self = Self {
+        create: true,
+        direct_io: false,
+    };
+}
+
+/// A file system as Narad's storage sees it.
+///
+/// Namespace operations (open, rename, remove, list, directory sync) are
+/// rare and synchronous; data operations live on [`DiskFile`] and are
+/// asynchronous.
+pub trait Disk: Send + Sync + fmt::Debug + 'static {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Opens `path` for reading and writing.
+    ///
+    /// # Errors
+    /// `NotFound` when it does not exist and `options.create` is false, or
+    /// any error of the file system.
+    fn open(&self, path: &Path, options: OpenOptions) -> io::Result<FileHandle>;
+
+    /// Creates a directory and its parents (mode 0700).
+    ///
+    /// # Errors
+    /// Any error of the file system.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+
+    /// Names of the entries of a directory, sorted.
+    ///
+    /// # Errors
+    /// Any error of the file system.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+
+    /// Whether `path` exists.
+    ///
+    /// # Errors
+    /// Any error other than "not found".
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+
+    /// Removes a file.
+    ///
+    /// # Errors
+    /// Any error of the file system.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Renames a file, replacing the destination.
+    ///
+    /// # Errors
+    /// Any error of the file system.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Makes the directory's entries (creates, renames, removes) durable.
+    ///
+    /// # Errors
+    /// Any error of the file system.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+
+    /// Registers buffers with the kernel for zero-copy writes, setting each
+    /// buffer's slot index. Backends without the notion do nothing, and a
+    /// buffer works the same registered or not.
+    ///
+    /// # Errors
+    /// When registration fails; the buffers are then left unregistered.
+    fn register_buffers(&self, buffers: &mut [IoBuf]) -> io::Result<()> {
+        let _ = buffers;
+        Ok(())
+    }
+}
+
+/// One open file. Every method returns at once; its [`Completion`] resolves
+/// when the operation finished.
+pub trait DiskFile: Send + Sync + fmt::Debug {
+    /// The path the file was opened at.
+    fn path(&self) -> &Path;
+
+    /// The file's current size in bytes.
+    ///
+    /// # Errors
+    /// Any error of the file system.
+    fn size(&self) -> io::Result<u64>;
+
+    /// Writes all of `buf` at `offset` and hands the buffer back. Short
+    /// writes are continued until every byte is written or an error occurs.
+    fn write_at(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf>;
+
+    /// Reads up to `len` bytes at `offset`. Fewer bytes come back only when
+    /// the file ends first.
+    fn read_at(&self, offset: u64, len: usize) -> Completion<Vec<u8>>;
+
+    /// Makes every completed write to this file durable (`fdatasync`).
+    fn fdatasync(&self) -> Completion<()>;
+
+    /// Allocates `[offset, offset + len)` without writing it
+    /// (`fallocate`, mode 0).
+    fn fallocate(&self, offset: u64, len: u64) -> Completion<()>;
+
+    /// Sets the file's size; does not sync.
+    fn truncate(&self, len: u64) -> Completion<()>;
+}
+
+/// A shared handle to an open file; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct FileHandle(Arc<dyn DiskFile>);
+
+impl FileHandle {
+    /// Wraps a backend's file.
+    pub fn new(file: Arc<dyn DiskFile>) -> Self {
+        Self(file)
+    }
+
+    /// The path the file was opened at, owned.
+    pub fn path_buf(&self) -> PathBuf {
+        self.0.path().to_path_buf()
+    }
+}
+
+impl Deref for FileHandle {
+    type Target = dyn DiskFile;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}

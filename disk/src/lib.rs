@@ -1,0 +1,33 @@
+//! The Narad disk engine.
+//!
+//! Every byte Narad stores goes through the [`Disk`] trait, which has three
+//! backends:
+//!
+//! - an io_uring backend: storage threads, each owning one ring, served over
+//!   bounded channels, with registered buffers for the WAL's staging buffers;
+//! - [`portable::PortableDisk`]: `pwrite`/`pread`/`fdatasync` on a small
+//!   thread pool, for kernels or sandboxes where io_uring cannot be set up;
+//! - a simulated disk for tests, which keeps only synced bytes on a crash and
+//!   can tear the last write or fail the Nth operation.
+//!
+//! What it guarantees: a write completes only with the kernel's result for
+//! all of its bytes (short writes are continued, never ignored); an
+//! [`DiskFile::fdatasync`] completes `Ok` only when the kernel said the data
+//! is durable. Errors are returned to the caller as they are: this crate never
+//! retries an fdatasync, because after a failed one the page cache may already
+//! have dropped the dirty pages (the caller latches; see `narad-wal`).
+//!
+//! What it does not do: it has no idea of frames, records or checksums, and it
+//! does no caching of its own beyond the kernel's page cache.
+//!
+//! Operations are asynchronous: each returns a [`Completion`] that can be
+//! awaited from async code or waited on from a plain thread.
+
+mod buf;
+mod completion;
+mod file;
+pub mod portable;
+
+pub use buf::{IO_ALIGN, IoBuf};
+pub use completion::{Completion, CompletionSender};
+pub use file::{BackendKind, Disk, DiskFile, FileHandle, OpenOptions};

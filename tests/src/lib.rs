@@ -1,0 +1,8 @@
+//! Test harnesses shared by Narad's multi-process tests, and the workspace's
+//! architecture checks.
+//!
+//! Integration tests that start real `narad` processes live in `tests/`
+//! beside this file; crash and fault tests of a single crate live in that
+//! crate.
+
+pub mod dependency_rules;
