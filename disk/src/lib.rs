@@ -7,7 +7,7 @@
 //!   bounded channels, with registered buffers for the WAL's staging buffers;
 //! - [`portable::PortableDisk`]: `pwrite`/`pread`/`fdatasync` on a small
 //!   thread pool, for kernels or sandboxes where io_uring cannot be set up;
-//! - a simulated disk for tests, which keeps only synced bytes on a crash and
+//! - [`sim::SimDisk`], a simulated disk for tests, which keeps only synced bytes on a crash and
 //!   can tear the last write or fail the Nth operation.
 //!
 //! What it guarantees: a write completes only with the kernel's result for
@@ -27,6 +27,7 @@ mod buf;
 mod completion;
 mod file;
 pub mod portable;
+pub mod sim;
 
 pub use buf::{IO_ALIGN, IoBuf};
 pub use completion::{Completion, CompletionSender};
