@@ -12,3 +12,5 @@
 //! reads them back and commits them to partition owners.
 //!
 //! Status: not yet built (see the disk-engine and WAL issue).
+
+pub mod record;
