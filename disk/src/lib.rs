@@ -23,12 +23,15 @@
 //! Operations are asynchronous: each returns a [`Completion`] that can be
 //! awaited from async code or waited on from a plain thread.
 
+mod backend;
 mod buf;
 mod completion;
 mod file;
 pub mod portable;
 pub mod sim;
+pub mod uring;
 
+pub use backend::{BackendChoice, open_backend};
 pub use buf::{IO_ALIGN, IoBuf};
 pub use completion::{Completion, CompletionSender};
 pub use file::{BackendKind, Disk, DiskFile, FileHandle, OpenOptions};

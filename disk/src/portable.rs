@@ -75,6 +75,7 @@ impl Disk for PortableDisk {
             disk: self.clone(),
             file: Arc::new(file),
             path: path.to_path_buf(),
+            direct_io: options.direct_io,
         })))
     }
 
@@ -160,6 +161,7 @@ struct PortableFile {
     disk: PortableDisk,
     file: Arc<fs::File>,
     path: PathBuf,
+    direct_io: bool,
 }
 
 impl DiskFile for PortableFile {
@@ -183,7 +185,9 @@ impl DiskFile for PortableFile {
 
     fn read_at(&self, offset: u64, len: usize) -> Completion<Vec<u8>> {
         let file = Arc::clone(&self.file);
-        self.disk.run(move || read_full_at(&file, offset, len))
+        let direct_io = self.direct_io;
+        self.disk
+            .run(move || read_full_at(&file, offset, len, direct_io))
     }
 
     fn fdatasync(&self) -> Completion<()> {
@@ -203,10 +207,29 @@ impl DiskFile for PortableFile {
 }
 
 /// Reads up to `len` bytes, continuing short reads until end of file.
-pub(crate) fn read_full_at(file: &fs::File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+/// `O_DIRECT` files read into an aligned buffer first, as they must.
+pub(crate) fn read_full_at(
+    file: &fs::File,
+    offset: u64,
+    len: usize,
+    direct_io: bool,
+) -> io::Result<Vec<u8>> {
+    if direct_io {
+        let mut aligned = IoBuf::with_capacity(len);
+        let filled = read_into(file, offset, &mut aligned.spare_capacity_mut()[..len])?;
+        return Ok(aligned.spare_capacity_mut()[..filled].to_vec());
+    }
     let mut data = vec![0u8; len];
+    let filled = read_into(file, offset, &mut data)?;
+    data.truncate(filled);
+    Ok(data)
+}
+
+/// Fills `data` from `offset` until it is full or the file ends; returns the
+/// bytes read.
+fn read_into(file: &fs::File, offset: u64, data: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
-    while filled < len {
+    while filled < data.len() {
         match file.read_at(&mut data[filled..], offset + filled as u64) {
             Ok(0) => break,
             Ok(n) => filled += n,
@@ -214,8 +237,7 @@ pub(crate) fn read_full_at(file: &fs::File, offset: u64, len: usize) -> io::Resu
             Err(error) => return Err(error),
         }
     }
-    data.truncate(filled);
-    Ok(data)
+    Ok(filled)
 }
 
 #[cfg(test)]

@@ -1,0 +1,1112 @@
+//! The io_uring backend: storage threads, each owning one ring.
+//!
+//! Callers hand requests to a storage thread over a bounded channel and get a
+//! [`Completion`] back. The thread keeps one `Read` of an eventfd in flight on
+//! its ring at all times; submitters signal that eventfd after queueing a
+//! request, so the thread wakes from `io_uring_enter` and submits new work
+//! while earlier operations (a slow fdatasync) are still running in the
+//! kernel. Nothing on the thread ever blocks on one operation.
+//!
+//! Every operation completes with the kernel's own result. Short writes are
+//! continued with the remainder and a write that makes no progress is an
+//! error; short reads are continued until end of file. Buffers move into the
+//! request and come back with its completion, so the kernel never sees memory
+//! that the caller could touch or free meanwhile.
+//!
+//! Registered (fixed) buffers: each ring starts with a sparse table of
+//! [`REGISTERED_BUFFERS_MAX`] slots, and [`Disk::register_buffers`] fills
+//! slots with `IORING_REGISTER_BUFFERS_UPDATE`. Writes from a registered
+//! buffer use `WriteFixed`, which skips pinning the pages on every write.
+//! Kernels without sparse registration (before 5.13) or that refuse the
+//! registration (locked-memory limit) leave buffers unregistered, with a
+//! warning; they still work, through plain `Write`.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use io_uring::{IoUring, opcode, squeue, types};
+
+use crate::OpenOptions;
+use crate::portable::{list_dir_std, open_std};
+use crate::{BackendKind, Completion, CompletionSender, Disk, DiskFile, FileHandle, IoBuf};
+
+/// Submission-queue entries per ring. Each operation in flight holds one
+/// entry, so this bounds a ring's concurrency; 256 is far beyond what one
+/// NVMe queue or a group-committing WAL keeps busy.
+pub const RING_ENTRIES: u32 = 256;
+
+/// Operations one ring has in flight at most: one entry each, plus one for
+/// the eventfd read, so pushing an entry can never find the queue full (and
+/// the completion queue, twice as deep, can never overflow).
+const OPS_IN_FLIGHT_MAX: usize = RING_ENTRIES as usize - 1;
+const _: () = assert!(OPS_IN_FLIGHT_MAX < RING_ENTRIES as usize);
+
+/// Requests queued ahead of one storage thread before submitters block: a
+/// bound on memory, not a tuning knob; a full queue is backpressure.
+pub const URING_QUEUE_CAPACITY: usize = 1024;
+
+/// Storage threads by default. One ring already overlaps any number of
+/// operations (the kernel runs blocking ones such as fdatasync on its own
+/// workers), and a second thread only competes for a core on small machines.
+pub const URING_THREADS_DEFAULT: usize = 1;
+
+/// Fixed-buffer slots per ring. The WAL registers two staging buffers each
+/// time it opens; slots are reused round-robin, so reopening never runs out
+/// (a stale slot only stops being used: see `fixed_slot`).
+pub const REGISTERED_BUFFERS_MAX: u16 = 64;
+
+/// Largest transfer one read or write entry asks for. Linux moves at most
+/// 0x7fff_f000 bytes per call anyway; longer operations continue as short
+/// ones do.
+const IO_CHUNK_BYTES_MAX: usize = 1 << 30;
+const _: () = assert!(IO_CHUNK_BYTES_MAX <= u32::MAX as usize);
+
+/// `user_data` of the eventfd read; operation slots use their index.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// The io_uring backend. Clones share the same storage threads; they stop
+/// once the last clone and the last file opened through it are dropped and
+/// every operation in flight has completed.
+#[derive(Debug, Clone)]
+pub struct UringDisk {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    workers: Vec<WorkerLink>,
+    next_worker: AtomicUsize,
+    /// Whether every ring accepted a sparse buffer table.
+    buffers_supported: bool,
+    /// The next fixed-buffer slot to hand out (round-robin).
+    next_slot: Mutex<u16>,
+    /// Write entries submitted from registered buffers, on every ring.
+    fixed_writes: Arc<AtomicU64>,
+}
+
+/// The submitting side of one storage thread.
+#[derive(Debug)]
+struct WorkerLink {
+    /// `None` only while dropping, so the thread sees the channel close.
+    requests: Option<Sender<Request>>,
+    wake: Arc<Wake>,
+}
+
+impl Drop for WorkerLink {
+    fn drop(&mut self) {
+        drop(self.requests.take());
+        // The thread may be asleep in io_uring_enter; it only notices the
+        // closed channel once woken.
+        self.wake.signal();
+    }
+}
+
+/// An eventfd that submitters signal and a storage thread reads through its
+/// ring. `pending` saves a syscall per request under load: only the first
+/// submitter after the thread last woke writes to the eventfd.
+#[derive(Debug)]
+struct Wake {
+    fd: OwnedFd,
+    pending: AtomicBool,
+}
+
+impl Wake {
+    fn new() -> io::Result<Self> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new
+        // descriptor that nothing else owns.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            // SAFETY: `fd` is a freshly created descriptor owned by no one
+            // else, so `OwnedFd` may take ownership and close it once.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            pending: AtomicBool::new(false),
+        })
+    }
+
+    /// Wakes the thread after a request was queued. The swap pairs with the
+    /// thread's `swap(false)`: either the thread clears the flag after our
+    /// request was queued (and then drains it), or we see it cleared and
+    /// write to the eventfd.
+    fn wake(&self) {
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            self.signal();
+        }
+    }
+
+    fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live local to a descriptor this
+        // struct owns. The only failure is EAGAIN when the counter is near
+        // u64::MAX, impossible since the thread resets it on every read.
+        let written = unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                std::ptr::from_ref(&one).cast::<libc::c_void>(),
+                size_of::<u64>(),
+            )
+        };
+        if written != size_of::<u64>() as isize {
+            tracing::error!(
+                error = %io::Error::last_os_error(),
+                "signalling a storage thread's eventfd failed"
+            );
+        }
+    }
+}
+
+enum Request {
+    Op(Op),
+    Register {
+        /// (slot, address, length) of each buffer.
+        buffers: Vec<(u16, usize, usize)>,
+        done: CompletionSender<()>,
+    },
+}
+
+/// One data operation, owned by the storage thread while it runs.
+struct Op {
+    file: Arc<fs::File>,
+    kind: OpKind,
+}
+
+enum OpKind {
+    Write {
+        offset: u64,
+        buf: IoBuf,
+        written: usize,
+        done: CompletionSender<IoBuf>,
+    },
+    Read {
+        offset: u64,
+        target: ReadTarget,
+        len: usize,
+        filled: usize,
+        done: CompletionSender<Vec<u8>>,
+    },
+    Sync {
+        done: CompletionSender<()>,
+    },
+    Fallocate {
+        offset: u64,
+        len: u64,
+        done: CompletionSender<()>,
+    },
+    Truncate {
+        len: u64,
+        done: CompletionSender<()>,
+    },
+}
+
+/// Where a read lands: a plain vector, or (for `O_DIRECT` files, which need
+/// an aligned address) an aligned buffer copied out at the end.
+enum ReadTarget {
+    Plain(Vec<u8>),
+    Aligned(IoBuf),
+}
+
+impl ReadTarget {
+    fn new(len: usize, direct_io: bool) -> Self {
+        if direct_io {
+            Self::Aligned(IoBuf::with_capacity(len))
+        } else {
+            Self::Plain(vec![0; len])
+        }
+    }
+
+    /// The initialised bytes the kernel may fill: at least the read's length.
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Self::Plain(data) => data,
+            Self::Aligned(buf) => buf.spare_capacity_mut(),
+        }
+    }
+
+    fn into_vec(self, filled: usize) -> Vec<u8> {
+        match self {
+            Self::Plain(mut data) => {
+                data.truncate(filled);
+                data
+            }
+            Self::Aligned(mut buf) => buf.spare_capacity_mut()[..filled].to_vec(),
+        }
+    }
+}
+
+impl UringDisk {
+    /// Starts `threads` storage threads (at least one), each with its own
+    /// ring.
+    ///
+    /// # Errors
+    /// When a ring cannot be set up (no io_uring in the kernel, a seccomp
+    /// profile or `kernel.io_uring_disabled` refusing it, or an opcode Narad
+    /// needs missing), or a thread cannot be spawned.
+    pub fn new(threads: usize) -> io::Result<Self> {
+        let mut workers = Vec::new();
+        let mut buffers_supported = true;
+        let fixed_writes = Arc::new(AtomicU64::new(0));
+        for index in 0..threads.max(1) {
+            let (ring, features) = setup_ring()?;
+            buffers_supported &= features.fixed_buffers;
+            let wake = Arc::new(Wake::new()?);
+            let (requests, queue) = crossbeam_channel::bounded(URING_QUEUE_CAPACITY);
+            let thread_wake = Arc::clone(&wake);
+            let counter = Arc::clone(&fixed_writes);
+            thread::Builder::new()
+                .name(format!("narad-uring-{index}"))
+                .spawn(move || Worker::new(ring, queue, thread_wake, features, counter).run())?;
+            workers.push(WorkerLink {
+                requests: Some(requests),
+                wake,
+            });
+        }
+        Ok(Self {
+            shared: Arc::new(Shared {
+                workers,
+                next_worker: AtomicUsize::new(0),
+                buffers_supported,
+                next_slot: Mutex::new(0),
+                fixed_writes,
+            }),
+        })
+    }
+
+    /// Write entries submitted from registered buffers (`WriteFixed`) so far,
+    /// on every ring: shows whether registration is paying off.
+    pub fn fixed_writes(&self) -> u64 {
+        self.shared.fixed_writes.load(Ordering::Relaxed)
+    }
+
+    /// Hands a request to a storage thread. If the thread is gone the request
+    /// is dropped, and with it the sender of its completion, which then
+    /// resolves to "storage thread stopped".
+    fn send(&self, worker: usize, request: Request) {
+        let link = &self.shared.workers[worker];
+        let Some(requests) = &link.requests else {
+            return;
+        };
+        if requests.send(request).is_err() {
+            tracing::error!(worker, "io_uring storage thread has stopped");
+            return;
+        }
+        link.wake.wake();
+    }
+
+    /// Reserves `count` fixed-buffer slots, round-robin.
+    fn reserve_slots(&self, count: usize) -> Vec<u16> {
+        let mut next = self
+            .shared
+            .next_slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (0..count)
+            .map(|_| {
+                let slot = *next;
+                *next = (slot + 1) % REGISTERED_BUFFERS_MAX;
+                slot
+            })
+            .collect()
+    }
+}
+
+/// What a ring can do beyond the operations Narad requires.
+#[derive(Clone, Copy, Debug)]
+struct RingFeatures {
+    fixed_buffers: bool,
+    ftruncate: bool,
+}
+
+/// Creates a ring and checks that the kernel supports what the backend uses.
+fn setup_ring() -> io::Result<(IoUring, RingFeatures)> {
+    let ring = IoUring::new(RING_ENTRIES)?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    let required = [
+        ("read", opcode::Read::CODE),
+        ("write", opcode::Write::CODE),
+        ("write_fixed", opcode::WriteFixed::CODE),
+        ("fsync", opcode::Fsync::CODE),
+        ("fallocate", opcode::Fallocate::CODE),
+    ];
+    for (name, code) in required {
+        if !probe.is_supported(code) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("io_uring lacks the {name} operation"),
+            ));
+        }
+    }
+    let ftruncate = probe.is_supported(opcode::Ftruncate::CODE);
+    if !ftruncate {
+        tracing::info!(
+            "io_uring has no ftruncate (Linux < 6.9): truncates run synchronously \
+             on the storage thread"
+        );
+    }
+    let fixed_buffers = match ring
+        .submitter()
+        .register_buffers_sparse(u32::from(REGISTERED_BUFFERS_MAX))
+    {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                "io_uring refused a sparse fixed-buffer table (needs Linux 5.13): \
+                 writes use unregistered buffers"
+            );
+            false
+        }
+    };
+    Ok((
+        ring,
+        RingFeatures {
+            fixed_buffers,
+            ftruncate,
+        },
+    ))
+}
+
+/// One storage thread's state: its ring and the operations in flight on it.
+struct Worker {
+    ring: IoUring,
+    requests: Receiver<Request>,
+    wake: Arc<Wake>,
+    /// Target of the eventfd read. Leaked on purpose (8 bytes per thread),
+    /// so it stays valid even if the thread unwinds with the read in flight.
+    wake_target: *mut u64,
+    wake_armed: bool,
+    /// Operations in flight, indexed by their `user_data`.
+    slots: Vec<Option<Op>>,
+    free_slots: Vec<usize>,
+    in_flight: usize,
+    closing: bool,
+    features: RingFeatures,
+    /// What each fixed-buffer slot holds as far as this ring knows:
+    /// (address, length).
+    registered: Vec<Option<(usize, usize)>>,
+    /// Completions reaped but not yet handled (reused between rounds).
+    reaped: Vec<(u64, i32)>,
+    fixed_writes: Arc<AtomicU64>,
+}
+
+impl Worker {
+    fn new(
+        ring: IoUring,
+        requests: Receiver<Request>,
+        wake: Arc<Wake>,
+        features: RingFeatures,
+        fixed_writes: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            ring,
+            requests,
+            wake,
+            wake_target: Box::into_raw(Box::new(0u64)),
+            wake_armed: false,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            in_flight: 0,
+            closing: false,
+            features,
+            registered: vec![None; usize::from(REGISTERED_BUFFERS_MAX)],
+            reaped: Vec::with_capacity(RING_ENTRIES as usize * 2),
+            fixed_writes,
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            if !self.closing && !self.wake_armed {
+                self.arm_wake();
+            }
+            self.take_requests();
+            if self.closing && self.in_flight == 0 && !self.wake_armed {
+                return;
+            }
+            self.submit_and_wait();
+            self.reap();
+        }
+    }
+
+    /// Keeps one read of the eventfd in flight, so a submitter's signal
+    /// completes it and wakes the thread.
+    fn arm_wake(&mut self) {
+        let entry = opcode::Read::new(
+            types::Fd(self.wake.fd.as_raw_fd()),
+            self.wake_target.cast::<u8>(),
+            size_of::<u64>() as u32,
+        )
+        .build()
+        .user_data(WAKE_TOKEN);
+        // The read targets `wake_target`, a leaked 8-byte allocation that is
+        // never freed and that we never read or write; the eventfd stays open
+        // because `self.wake` holds it until the thread exits, which it does
+        // only once this read has completed.
+        self.push(&entry);
+        self.wake_armed = true;
+    }
+
+    /// Starts queued requests while the ring has room.
+    fn take_requests(&mut self) {
+        while self.in_flight < OPS_IN_FLIGHT_MAX {
+            match self.requests.try_recv() {
+                Ok(Request::Op(op)) => self.start(op),
+                Ok(Request::Register { buffers, done }) => done.complete(self.register(&buffers)),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    if !self.closing {
+                        self.closing = true;
+                        // Completes our own eventfd read so we can exit.
+                        self.wake.signal();
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn submit_and_wait(&mut self) {
+        match self.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            // Interrupted, or completions must be reaped before more can be
+            // submitted: both are handled by reaping and coming round again.
+            Err(error) if matches!(error.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+            Err(error) => panic!("io_uring_enter failed on a storage thread: {error}"),
+        }
+    }
+
+    fn reap(&mut self) {
+        let mut reaped = std::mem::take(&mut self.reaped);
+        reaped.extend(
+            self.ring
+                .completion()
+                .map(|cqe| (cqe.user_data(), cqe.result())),
+        );
+        for &(token, result) in &reaped {
+            if token == WAKE_TOKEN {
+                self.wake_armed = false;
+                // Pairs with `Wake::wake`: requests queued before a submitter
+                // set the flag are visible to the drain that follows.
+                self.wake.pending.swap(false, Ordering::AcqRel);
+            } else {
+                self.finish(token, result);
+            }
+        }
+        reaped.clear();
+        self.reaped = reaped;
+    }
+
+    /// Queues an entry on the submission queue; it is sent to the kernel by
+    /// the next `submit_and_wait`.
+    fn push(&mut self, entry: &squeue::Entry) {
+        // SAFETY: the kernel reads or writes the memory an entry points at
+        // until its completion is reaped, and uses its descriptor. Every
+        // entry is built by `entry` or `arm_wake`: the memory is the heap
+        // allocation of the `IoBuf` or `Vec` owned by the operation parked in
+        // `self.slots` (it does not move when the struct holding it moves, and
+        // nothing touches it until `finish` takes the operation back after the
+        // completion), or the leaked wake target. A read entry covers only
+        // `target[filled..len]`, inside the initialised allocation; a write
+        // entry only `buf[written..]`. Descriptors are kept open by the
+        // operation's `Arc<File>` or by `self.wake`. If the thread unwinds
+        // with entries in flight, `Drop for Worker` leaks their memory.
+        let pushed = unsafe { self.ring.submission().push(entry) };
+        // `OPS_IN_FLIGHT_MAX` plus the eventfd read never exceed the queue,
+        // and the queue is flushed to the kernel on every round.
+        assert!(pushed.is_ok(), "io_uring submission queue overflow");
+    }
+
+    /// Starts an operation: completes at once what needs no kernel call,
+    /// otherwise takes a slot and queues its first entry.
+    fn start(&mut self, op: Op) {
+        match &op.kind {
+            OpKind::Write { buf, .. } if buf.is_empty() => return complete(op, 0),
+            OpKind::Read { len: 0, .. } => return complete(op, 0),
+            &OpKind::Truncate { len, .. } if !self.features.ftruncate => {
+                let result = op.file.set_len(len);
+                let errno = result
+                    .err()
+                    .map_or(0, |error| -error.raw_os_error().unwrap_or(libc::EIO));
+                return complete(op, errno);
+            }
+            _ => {}
+        }
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let mut op = op;
+        let entry = self.entry(&mut op, slot);
+        self.slots[slot] = Some(op);
+        self.in_flight += 1;
+        self.push(&entry);
+    }
+
+    /// The fixed-buffer slot `buf` may use: only if this ring's slot holds
+    /// exactly this buffer's memory. A buffer whose slot was since given to
+    /// another buffer falls back to a plain write.
+    fn fixed_slot(&self, buf: &IoBuf) -> Option<u16> {
+        let slot = buf.registered_index()?;
+        let held = *self.registered.get(usize::from(slot))?;
+        (held == Some((buf.as_ptr() as usize, buf.capacity()))).then_some(slot)
+    }
+
+    /// The next entry for an operation, from where it has got to.
+    fn entry(&self, op: &mut Op, slot: usize) -> squeue::Entry {
+        let fd = types::Fd(op.file.as_raw_fd());
+        let entry = match &mut op.kind {
+            OpKind::Write {
+                offset,
+                buf,
+                written,
+                ..
+            } => {
+                let rest = &buf[*written..];
+                let len = rest.len().min(IO_CHUNK_BYTES_MAX) as u32;
+                let at = *offset + *written as u64;
+                match self.fixed_slot(buf) {
+                    Some(index) => {
+                        self.fixed_writes.fetch_add(1, Ordering::Relaxed);
+                        opcode::WriteFixed::new(fd, rest.as_ptr(), len, index)
+                            .offset(at)
+                            .build()
+                    }
+                    None => opcode::Write::new(fd, rest.as_ptr(), len)
+                        .offset(at)
+                        .build(),
+                }
+            }
+            OpKind::Read {
+                offset,
+                target,
+                len,
+                filled,
+                ..
+            } => {
+                let rest = &mut target.as_mut_slice()[*filled..*len];
+                let chunk = rest.len().min(IO_CHUNK_BYTES_MAX) as u32;
+                opcode::Read::new(fd, rest.as_mut_ptr(), chunk)
+                    .offset(*offset + *filled as u64)
+                    .build()
+            }
+            OpKind::Sync { .. } => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            OpKind::Fallocate { offset, len, .. } => {
+                opcode::Fallocate::new(fd, *len).offset(*offset).build()
+            }
+            OpKind::Truncate { len, .. } => opcode::Ftruncate::new(fd, *len).build(),
+        };
+        entry.user_data(slot as u64)
+    }
+
+    /// Handles a completion: continues a short transfer, or completes the
+    /// operation with the kernel's result and frees its slot.
+    fn finish(&mut self, token: u64, result: i32) {
+        let slot = usize::try_from(token).unwrap_or(usize::MAX);
+        let Some(mut op) = self.slots.get_mut(slot).and_then(Option::take) else {
+            panic!("io_uring completion for unknown operation {token}");
+        };
+        if advance(&mut op, result) {
+            let entry = self.entry(&mut op, slot);
+            self.slots[slot] = Some(op);
+            self.push(&entry);
+            return;
+        }
+        self.free_slots.push(slot);
+        self.in_flight -= 1;
+        complete(op, result);
+    }
+
+    /// Fills fixed-buffer slots on this ring.
+    fn register(&mut self, buffers: &[(u16, usize, usize)]) -> io::Result<()> {
+        if !self.features.fixed_buffers {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this ring has no fixed-buffer table",
+            ));
+        }
+        for &(slot, address, len) in buffers {
+            // Forget the old occupant first: if the update fails, the slot
+            // must not be trusted for either buffer.
+            self.registered[usize::from(slot)] = None;
+            let iovec = libc::iovec {
+                iov_base: address as *mut libc::c_void,
+                iov_len: len,
+            };
+            // SAFETY: the kernel pins the pages behind [address, address +
+            // len), taking its own references, so they stay valid for it
+            // however long the slot lives, even after the caller frees the
+            // `IoBuf`. We only ever *write from* fixed buffers (never
+            // ReadFixed), so the kernel never stores into that memory; and
+            // `fixed_slot` uses a slot only for a buffer at exactly this
+            // address and length, so a freed buffer's slot is not used by
+            // another one by accident.
+            unsafe {
+                self.ring
+                    .submitter()
+                    .register_buffers_update(u32::from(slot), &[iovec], None)?;
+            }
+            self.registered[usize::from(slot)] = Some((address, len));
+        }
+        Ok(())
+    }
+}
+
+/// Moves an operation on after a completion. Returns whether it needs another
+/// entry (a short transfer, or an interrupted one).
+fn advance(op: &mut Op, result: i32) -> bool {
+    let retry = matches!(-result, libc::EINTR | libc::EAGAIN);
+    match &mut op.kind {
+        OpKind::Write { buf, written, .. } => match usize::try_from(result) {
+            Ok(0) => false,
+            Ok(count) => {
+                *written += count;
+                assert!(*written <= buf.len(), "kernel wrote past the buffer");
+                *written < buf.len()
+            }
+            Err(_) => retry,
+        },
+        OpKind::Read { len, filled, .. } => match usize::try_from(result) {
+            Ok(0) => false,
+            Ok(count) => {
+                *filled += count;
+                assert!(*filled <= *len, "kernel read past the buffer");
+                *filled < *len
+            }
+            Err(_) => retry,
+        },
+        // A failed fdatasync is never retried: the kernel may already have
+        // dropped the dirty pages, so a later success would prove nothing.
+        OpKind::Sync { .. } | OpKind::Fallocate { .. } | OpKind::Truncate { .. } => false,
+    }
+}
+
+/// Completes a finished operation with the kernel's result.
+fn complete(op: Op, result: i32) {
+    let error = (result < 0).then(|| io::Error::from_raw_os_error(-result));
+    match op.kind {
+        OpKind::Write {
+            buf, written, done, ..
+        } => done.complete(match error {
+            Some(error) => Err(error),
+            None if written < buf.len() => Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!(
+                    "write made no progress after {written} of {} bytes",
+                    buf.len()
+                ),
+            )),
+            None => Ok(buf),
+        }),
+        OpKind::Read {
+            target,
+            filled,
+            done,
+            ..
+        } => done.complete(match error {
+            Some(error) => Err(error),
+            None => Ok(target.into_vec(filled)),
+        }),
+        OpKind::Sync { done } | OpKind::Fallocate { done, .. } | OpKind::Truncate { done, .. } => {
+            done.complete(error.map_or(Ok(()), Err));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Only reached with operations in flight if the thread is unwinding.
+        // The kernel may still write into their buffers, so leak the memory
+        // rather than free it; drop the senders so callers get an error.
+        for op in self.slots.drain(..).flatten() {
+            match op.kind {
+                OpKind::Write { buf, done, .. } => {
+                    std::mem::forget(buf);
+                    drop(done);
+                }
+                OpKind::Read { target, done, .. } => {
+                    std::mem::forget(target);
+                    drop(done);
+                }
+                OpKind::Sync { .. } | OpKind::Fallocate { .. } | OpKind::Truncate { .. } => {}
+            }
+        }
+    }
+}
+
+impl Disk for UringDisk {
+    fn kind(&self) -> BackendKind {
+        BackendKind::IoUring
+    }
+
+    fn open(&self, path: &Path, options: OpenOptions) -> io::Result<FileHandle> {
+        let file = open_std(path, options)?;
+        let worker =
+            self.shared.next_worker.fetch_add(1, Ordering::Relaxed) % self.shared.workers.len();
+        Ok(FileHandle::new(Arc::new(UringFile {
+            disk: self.clone(),
+            worker,
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            direct_io: options.direct_io,
+        })))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        list_dir_std(path)
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        fs::File::open(path)?.sync_all()
+    }
+
+    /// Registers the buffers on every ring. When the kernel cannot or will
+    /// not (no sparse tables, locked-memory limit), the buffers stay
+    /// unregistered, a warning says why, and this still returns `Ok`: writes
+    /// from them work the same, only without the fixed-buffer saving.
+    ///
+    /// # Errors
+    /// `InvalidInput` for more buffers than [`REGISTERED_BUFFERS_MAX`].
+    fn register_buffers(&self, buffers: &mut [IoBuf]) -> io::Result<()> {
+        if buffers.len() > usize::from(REGISTERED_BUFFERS_MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} buffers exceed the {REGISTERED_BUFFERS_MAX} fixed-buffer slots",
+                    buffers.len()
+                ),
+            ));
+        }
+        for buf in buffers.iter_mut() {
+            buf.set_registered_index(None);
+        }
+        if !self.shared.buffers_supported || buffers.is_empty() {
+            return Ok(());
+        }
+        let slots = self.reserve_slots(buffers.len());
+        let table: Vec<(u16, usize, usize)> = slots
+            .iter()
+            .zip(buffers.iter())
+            .map(|(&slot, buf)| (slot, buf.as_ptr() as usize, buf.capacity()))
+            .collect();
+        let pending: Vec<Completion<()>> = (0..self.shared.workers.len())
+            .map(|worker| {
+                let (done, completion) = Completion::channel();
+                let buffers = table.clone();
+                self.send(worker, Request::Register { buffers, done });
+                completion
+            })
+            .collect();
+        let mut outcome = Ok(());
+        for completion in pending {
+            if let Err(error) = completion.wait() {
+                outcome = Err(error);
+            }
+        }
+        match outcome {
+            Ok(()) => {
+                for (buf, slot) in buffers.iter_mut().zip(slots) {
+                    buf.set_registered_index(Some(slot));
+                }
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                "registering I/O buffers with io_uring failed: writes use unregistered buffers"
+            ),
+        }
+        Ok(())
+    }
+}
+
+/// An open file served by one storage thread, so its operations reach the
+/// kernel in the order they were issued.
+#[derive(Debug)]
+struct UringFile {
+    disk: UringDisk,
+    worker: usize,
+    file: Arc<fs::File>,
+    path: PathBuf,
+    direct_io: bool,
+}
+
+impl UringFile {
+    fn submit<T>(&self, kind: OpKind, completion: Completion<T>) -> Completion<T> {
+        let op = Op {
+            file: Arc::clone(&self.file),
+            kind,
+        };
+        self.disk.send(self.worker, Request::Op(op));
+        completion
+    }
+}
+
+impl DiskFile for UringFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn write_at(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf> {
+        let (done, completion) = Completion::channel();
+        let kind = OpKind::Write {
+            offset,
+            buf,
+            written: 0,
+            done,
+        };
+        self.submit(kind, completion)
+    }
+
+    fn read_at(&self, offset: u64, len: usize) -> Completion<Vec<u8>> {
+        let (done, completion) = Completion::channel();
+        let kind = OpKind::Read {
+            offset,
+            // O_DIRECT needs an aligned destination address.
+            target: ReadTarget::new(len, self.direct_io),
+            len,
+            filled: 0,
+            done,
+        };
+        self.submit(kind, completion)
+    }
+
+    fn fdatasync(&self) -> Completion<()> {
+        let (done, completion) = Completion::channel();
+        self.submit(OpKind::Sync { done }, completion)
+    }
+
+    fn fallocate(&self, offset: u64, len: u64) -> Completion<()> {
+        let (done, completion) = Completion::channel();
+        self.submit(OpKind::Fallocate { offset, len, done }, completion)
+    }
+
+    fn truncate(&self, len: u64) -> Completion<()> {
+        let (done, completion) = Completion::channel();
+        self.submit(OpKind::Truncate { len, done }, completion)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-ring disk with fixed buffers, or `None` (the test is skipped)
+    /// where the kernel refuses io_uring or sparse buffer tables.
+    fn uring_disk(threads: usize) -> Option<UringDisk> {
+        match UringDisk::new(threads) {
+            Ok(disk) if disk.shared.buffers_supported => Some(disk),
+            Ok(_) => {
+                eprintln!("SKIPPED: no sparse fixed-buffer tables on this kernel");
+                None
+            }
+            Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+                eprintln!("SKIPPED: io_uring is unavailable here: {error}");
+                None
+            }
+            Err(error) => panic!("io_uring setup failed: {error}"),
+        }
+    }
+
+    fn temp_file() -> (tempfile::TempDir, Arc<fs::File>) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = open_std(&dir.path().join("f"), crate::OpenOptions::CREATE).unwrap();
+        (dir, Arc::new(file))
+    }
+
+    fn write_op(file: &Arc<fs::File>, len: usize) -> (Op, Completion<IoBuf>) {
+        let (done, completion) = Completion::channel();
+        let op = Op {
+            file: Arc::clone(file),
+            kind: OpKind::Write {
+                offset: 0,
+                buf: IoBuf::from_slice(&vec![1; len]),
+                written: 0,
+                done,
+            },
+        };
+        (op, completion)
+    }
+
+    fn read_op(file: &Arc<fs::File>, len: usize) -> (Op, Completion<Vec<u8>>) {
+        let (done, completion) = Completion::channel();
+        let op = Op {
+            file: Arc::clone(file),
+            kind: OpKind::Read {
+                offset: 0,
+                target: ReadTarget::new(len, false),
+                len,
+                filled: 0,
+                done,
+            },
+        };
+        (op, completion)
+    }
+
+    #[test]
+    fn short_write_continues_with_the_remainder() {
+        let (_dir, file) = temp_file();
+        let (mut op, completion) = write_op(&file, 10);
+        assert!(advance(&mut op, 4));
+        assert!(matches!(op.kind, OpKind::Write { written: 4, .. }));
+        assert!(!advance(&mut op, 6));
+        complete(op, 6);
+        assert_eq!(completion.wait().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn write_that_makes_no_progress_is_an_error() {
+        let (_dir, file) = temp_file();
+        let (mut op, completion) = write_op(&file, 10);
+        assert!(advance(&mut op, 3));
+        assert!(!advance(&mut op, 0));
+        complete(op, 0);
+        let error = completion.wait().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WriteZero);
+    }
+
+    #[test]
+    fn interrupted_write_is_resubmitted() {
+        let (_dir, file) = temp_file();
+        let (mut op, _completion) = write_op(&file, 10);
+        assert!(advance(&mut op, -libc::EINTR));
+    }
+
+    #[test]
+    fn failed_write_completes_with_the_kernel_error() {
+        let (_dir, file) = temp_file();
+        let (mut op, completion) = write_op(&file, 10);
+        assert!(!advance(&mut op, -libc::ENOSPC));
+        complete(op, -libc::ENOSPC);
+        let error = completion.wait().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC));
+    }
+
+    #[test]
+    fn short_read_continues_until_end_of_file() {
+        let (_dir, file) = temp_file();
+        let (mut op, completion) = read_op(&file, 10);
+        assert!(advance(&mut op, 4));
+        assert!(!advance(&mut op, 0));
+        complete(op, 0);
+        assert_eq!(completion.wait().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn failed_fdatasync_is_never_retried() {
+        let (_dir, file) = temp_file();
+        let (done, completion) = Completion::channel();
+        let mut op = Op {
+            file,
+            kind: OpKind::Sync { done },
+        };
+        assert!(!advance(&mut op, -libc::EINTR));
+        complete(op, -libc::EIO);
+        assert_eq!(
+            completion.wait().unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
+    }
+
+    #[test]
+    fn registered_buffers_are_written_with_write_fixed() {
+        let Some(disk) = uring_disk(1) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let file = disk
+            .open(&dir.path().join("f"), crate::OpenOptions::CREATE)
+            .unwrap();
+        let mut buffers = [IoBuf::with_capacity(8192)];
+        disk.register_buffers(&mut buffers).unwrap();
+        let [mut buf] = buffers;
+        buf.extend_from_slice(b"fixed");
+        file.write_at(0, buf).wait().unwrap();
+        assert_eq!(disk.fixed_writes(), 1);
+        file.write_at(5, IoBuf::from_slice(b"plain"))
+            .wait()
+            .unwrap();
+        assert_eq!(disk.fixed_writes(), 1);
+        assert_eq!(file.read_at(0, 10).wait().unwrap(), b"fixedplain");
+    }
+
+    #[test]
+    fn a_buffer_whose_slot_was_reused_falls_back_to_a_plain_write() {
+        let Some(disk) = uring_disk(1) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let file = disk
+            .open(&dir.path().join("f"), crate::OpenOptions::CREATE)
+            .unwrap();
+        let mut first = [IoBuf::with_capacity(4096)];
+        disk.register_buffers(&mut first).unwrap();
+        let mut filler: Vec<IoBuf> = (0..REGISTERED_BUFFERS_MAX)
+            .map(|_| IoBuf::with_capacity(4096))
+            .collect();
+        disk.register_buffers(&mut filler).unwrap();
+        let [mut stale] = first;
+        stale.extend_from_slice(b"stale");
+        file.write_at(0, stale).wait().unwrap();
+        assert_eq!(disk.fixed_writes(), 0);
+        assert_eq!(file.read_at(0, 5).wait().unwrap(), b"stale");
+    }
+
+    #[test]
+    fn too_many_buffers_are_refused() {
+        let Some(disk) = uring_disk(1) else { return };
+        let mut buffers: Vec<IoBuf> = (0..=REGISTERED_BUFFERS_MAX)
+            .map(|_| IoBuf::with_capacity(4096))
+            .collect();
+        let error = disk.register_buffers(&mut buffers).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn several_rings_serve_files_round_robin() {
+        let Some(disk) = uring_disk(2) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let mut buffers = [IoBuf::with_capacity(4096), IoBuf::with_capacity(4096)];
+        disk.register_buffers(&mut buffers).unwrap();
+        for (index, mut buf) in buffers.into_iter().enumerate() {
+            let file = disk
+                .open(
+                    &dir.path().join(format!("f{index}")),
+                    crate::OpenOptions::CREATE,
+                )
+                .unwrap();
+            buf.extend_from_slice(b"ring");
+            file.write_at(0, buf).wait().unwrap();
+            file.fdatasync().wait().unwrap();
+            assert_eq!(file.read_at(0, 4).wait().unwrap(), b"ring");
+        }
+        assert_eq!(disk.fixed_writes(), 2);
+    }
+}
