@@ -1,0 +1,377 @@
+//! The behaviour every backend owes its callers, checked on all three:
+//! portable and io_uring on real temporary files, the simulated disk in
+//! memory. Each behaviour is one function; the macro at the bottom runs it
+//! once per backend.
+
+// The helpers below sit outside `#[test]` functions, where clippy's
+// allow-unwrap-in-tests does not reach; a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread;
+
+use narad_disk::portable::PortableDisk;
+use narad_disk::sim::SimDisk;
+use narad_disk::uring::UringDisk;
+use narad_disk::{BackendKind, Completion, Disk, FileHandle, IO_ALIGN, IoBuf, OpenOptions};
+use tempfile::TempDir;
+
+/// A backend and a directory to work in.
+struct Env {
+    disk: Arc<dyn Disk>,
+    root: PathBuf,
+    _dir: Option<TempDir>,
+}
+
+impl Env {
+    fn portable() -> Option<Self> {
+        Some(Self::on_real_files(Arc::new(PortableDisk::new(2).unwrap())))
+    }
+
+    /// `None` only where the kernel refuses io_uring outright (a seccomp
+    /// profile, `io_uring_disabled`); any other setup failure fails the test.
+    fn io_uring() -> Option<Self> {
+        match UringDisk::new(1) {
+            Ok(disk) => Some(Self::on_real_files(Arc::new(disk))),
+            Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+                eprintln!("SKIPPED: io_uring is unavailable here: {error}");
+                None
+            }
+            Err(error) => panic!("io_uring setup failed: {error}"),
+        }
+    }
+
+    fn sim() -> Option<Self> {
+        let disk = SimDisk::new(7);
+        let root = PathBuf::from("/contract");
+        disk.create_dir_all(&root).unwrap();
+        Some(Self {
+            disk: Arc::new(disk),
+            root,
+            _dir: None,
+        })
+    }
+
+    fn on_real_files(disk: Arc<dyn Disk>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            disk,
+            root: dir.path().to_path_buf(),
+            _dir: Some(dir),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    fn create(&self, name: &str) -> FileHandle {
+        self.disk
+            .open(&self.path(name), OpenOptions::CREATE)
+            .unwrap()
+    }
+}
+
+fn write(file: &FileHandle, offset: u64, bytes: &[u8]) {
+    let buf = file
+        .write_at(offset, IoBuf::from_slice(bytes))
+        .wait()
+        .unwrap();
+    assert_eq!(&buf[..], bytes);
+}
+
+fn read(file: &FileHandle, offset: u64, len: usize) -> Vec<u8> {
+    file.read_at(offset, len).wait().unwrap()
+}
+
+/// Bytes that differ with every (seed, index), so misplaced data shows.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+fn write_read_round_trips_at_offsets(env: &Env) {
+    let file = env.create("a");
+    write(&file, 0, b"first");
+    write(&file, 100, b"second");
+    write(&file, 2, b"XY");
+    assert_eq!(read(&file, 0, 5), b"fiXYt");
+    assert_eq!(read(&file, 100, 6), b"second");
+    assert_eq!(file.size().unwrap(), 106);
+}
+
+fn write_past_the_end_leaves_zeros_before_it(env: &Env) {
+    let file = env.create("a");
+    write(&file, 10, b"x");
+    assert_eq!(read(&file, 0, 11), [&[0u8; 10][..], b"x"].concat());
+}
+
+fn read_past_the_end_of_file_is_short(env: &Env) {
+    let file = env.create("a");
+    write(&file, 0, b"abcdef");
+    assert_eq!(read(&file, 4, 100), b"ef");
+    assert!(read(&file, 6, 10).is_empty());
+    assert!(read(&file, 1000, 10).is_empty());
+    assert!(read(&file, 0, 0).is_empty());
+}
+
+fn fdatasync_succeeds_and_keeps_the_data_readable(env: &Env) {
+    let file = env.create("a");
+    write(&file, 0, b"durable");
+    file.fdatasync().wait().unwrap();
+    file.fdatasync().wait().unwrap();
+    assert_eq!(read(&file, 0, 7), b"durable");
+}
+
+fn truncate_shrinks_and_extends_with_zeros(env: &Env) {
+    let file = env.create("a");
+    write(&file, 0, b"abcdef");
+    file.truncate(2).wait().unwrap();
+    assert_eq!(file.size().unwrap(), 2);
+    file.truncate(4).wait().unwrap();
+    assert_eq!(read(&file, 0, 10), b"ab\0\0");
+}
+
+fn fallocate_extends_with_zeros_and_keeps_existing_bytes(env: &Env) {
+    let file = env.create("a");
+    write(&file, 0, b"keep");
+    file.fallocate(0, 1 << 16).wait().unwrap();
+    assert_eq!(file.size().unwrap(), 1 << 16);
+    let data = read(&file, 0, 1 << 16);
+    assert_eq!(&data[..4], b"keep");
+    assert!(data[4..].iter().all(|&b| b == 0));
+    file.fallocate(0, 10).wait().unwrap();
+    assert_eq!(file.size().unwrap(), 1 << 16, "fallocate never shrinks");
+}
+
+fn opening_a_missing_file_without_create_is_not_found(env: &Env) {
+    let error = env
+        .disk
+        .open(&env.path("missing"), OpenOptions::EXISTING)
+        .unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::NotFound);
+}
+
+fn namespace_operations_behave_like_posix(env: &Env) {
+    let sub = env.path("x/y");
+    env.disk.create_dir_all(&sub).unwrap();
+    let old = env.disk.open(&sub.join("b"), OpenOptions::CREATE).unwrap();
+    write(&old, 0, b"new");
+    let target = env.disk.open(&sub.join("a"), OpenOptions::CREATE).unwrap();
+    write(&target, 0, b"old");
+    env.disk.rename(&sub.join("b"), &sub.join("a")).unwrap();
+    env.disk.sync_dir(&sub).unwrap();
+    assert_eq!(env.disk.list_dir(&sub).unwrap(), vec!["a".to_string()]);
+    let renamed = env
+        .disk
+        .open(&sub.join("a"), OpenOptions::EXISTING)
+        .unwrap();
+    assert_eq!(read(&renamed, 0, 3), b"new");
+    assert_eq!(
+        env.disk.list_dir(&env.path("x")).unwrap(),
+        vec!["y".to_string()]
+    );
+    env.disk.remove_file(&sub.join("a")).unwrap();
+    assert!(!env.disk.exists(&sub.join("a")).unwrap());
+    assert!(env.disk.exists(&sub).unwrap());
+    let missing = env.disk.list_dir(&env.path("nope")).unwrap_err();
+    assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+}
+
+/// Threads in the interleaved test, and rounds each; every round issues
+/// four writes and an fdatasync before waiting on any of them.
+const THREADS: u64 = 8;
+const ROUNDS: u64 = 25;
+const WRITES_PER_ROUND: u64 = 4;
+const BLOCK: usize = 512;
+const _: () = assert!(THREADS * ROUNDS * (WRITES_PER_ROUND + 1) == 1000);
+
+fn block_offset(thread: u64, round: u64, index: u64) -> u64 {
+    ((thread * ROUNDS + round) * WRITES_PER_ROUND + index) * BLOCK as u64
+}
+
+fn block_seed(thread: u64, round: u64, index: u64) -> u64 {
+    block_offset(thread, round, index) + 1
+}
+
+fn interleaved_ops_from_eight_threads_all_complete_correctly(env: &Env) {
+    let file = env.create("shared");
+    thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let file = file.clone();
+            scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let writes: Vec<Completion<IoBuf>> = (0..WRITES_PER_ROUND)
+                        .map(|index| {
+                            let bytes = pattern(block_seed(thread, round, index), BLOCK);
+                            file.write_at(
+                                block_offset(thread, round, index),
+                                IoBuf::from_slice(&bytes),
+                            )
+                        })
+                        .collect();
+                    let sync = file.fdatasync();
+                    for write in writes {
+                        write.wait().unwrap();
+                    }
+                    sync.wait().unwrap();
+                    let first = read(&file, block_offset(thread, round, 0), BLOCK);
+                    assert_eq!(first, pattern(block_seed(thread, round, 0), BLOCK));
+                }
+            });
+        }
+    });
+    let all = read(
+        &file,
+        0,
+        (THREADS * ROUNDS * WRITES_PER_ROUND) as usize * BLOCK,
+    );
+    for thread in 0..THREADS {
+        for round in 0..ROUNDS {
+            for index in 0..WRITES_PER_ROUND {
+                let at = block_offset(thread, round, index) as usize;
+                assert_eq!(
+                    &all[at..at + BLOCK],
+                    &pattern(block_seed(thread, round, index), BLOCK)[..],
+                    "block of thread {thread}, round {round}, write {index}"
+                );
+            }
+        }
+    }
+}
+
+fn registered_buffers_write_and_stay_registered(env: &Env) {
+    let mut buffers = vec![IoBuf::with_capacity(1 << 16), IoBuf::with_capacity(1 << 16)];
+    env.disk.register_buffers(&mut buffers).unwrap();
+    if env.disk.kind() == BackendKind::IoUring {
+        assert!(buffers.iter().all(|buf| buf.registered_index().is_some()));
+    }
+    let file = env.create("wal");
+    let mut offset = 0;
+    for round in 0..4u64 {
+        for buf in &mut buffers {
+            buf.clear();
+            buf.extend_from_slice(&pattern(round * 2 + offset, 3000));
+            let index = buf.registered_index();
+            let written = std::mem::replace(buf, IoBuf::with_capacity(1));
+            *buf = file.write_at(offset * 3000, written).wait().unwrap();
+            assert_eq!(
+                buf.registered_index(),
+                index,
+                "the buffer comes back as it went"
+            );
+            offset += 1;
+        }
+    }
+    let data = read(&file, 0, 8 * 3000);
+    for (block, chunk) in data.chunks(3000).enumerate() {
+        let block = block as u64;
+        let round = block / 2;
+        assert_eq!(
+            chunk,
+            &pattern(round * 2 + block, 3000)[..],
+            "block {block}"
+        );
+    }
+}
+
+fn eight_mib_write_round_trips(env: &Env) {
+    const LEN: usize = 8 << 20;
+    let file = env.create("big");
+    let bytes = pattern(99, LEN);
+    write(&file, 4096, &bytes);
+    file.fdatasync().wait().unwrap();
+    assert_eq!(read(&file, 4096, LEN), bytes);
+}
+
+fn direct_io_aligned_writes_round_trip(env: &Env) {
+    let options = OpenOptions {
+        create: true,
+        direct_io: true,
+    };
+    let file = match env.disk.open(&env.path("direct"), options) {
+        Ok(file) => file,
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!("SKIPPED: this file system refuses O_DIRECT");
+            return;
+        }
+        Err(error) => panic!("opening with O_DIRECT: {error}"),
+    };
+    let bytes = pattern(5, 3 * IO_ALIGN);
+    write(&file, IO_ALIGN as u64, &bytes);
+    file.fdatasync().wait().unwrap();
+    assert_eq!(read(&file, IO_ALIGN as u64, 3 * IO_ALIGN), bytes);
+    assert_eq!(read(&file, 0, IO_ALIGN), vec![0; IO_ALIGN]);
+}
+
+fn operations_on_many_files_at_once_stay_separate(env: &Env) {
+    let files: Vec<FileHandle> = (0..16).map(|i| env.create(&format!("f{i}"))).collect();
+    let pending: Vec<Completion<IoBuf>> = files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| file.write_at(0, IoBuf::from_slice(&pattern(i as u64, 777))))
+        .collect();
+    for completion in pending {
+        completion.wait().unwrap();
+    }
+    let syncs: Vec<Completion<()>> = files.iter().map(|file| file.fdatasync()).collect();
+    for sync in syncs {
+        sync.wait().unwrap();
+    }
+    for (i, file) in files.iter().enumerate() {
+        assert_eq!(read(file, 0, 1000), pattern(i as u64, 777));
+    }
+}
+
+fn a_dropped_disk_still_completes_operations_in_flight(env: &Env) {
+    let file = env.create("a");
+    let pending = file.write_at(0, IoBuf::from_slice(b"late"));
+    let disk_path = env.path("a");
+    drop(file);
+    pending.wait().unwrap();
+    let reopened = env
+        .disk
+        .open(Path::new(&disk_path), OpenOptions::EXISTING)
+        .unwrap();
+    assert_eq!(read(&reopened, 0, 4), b"late");
+}
+
+macro_rules! contract {
+    ($($behaviour:ident),* $(,)?) => {
+        mod portable {
+            $(#[test] fn $behaviour() { if let Some(env) = super::Env::portable() { super::$behaviour(&env) } })*
+        }
+        mod io_uring {
+            $(#[test] fn $behaviour() { if let Some(env) = super::Env::io_uring() { super::$behaviour(&env) } })*
+        }
+        mod sim {
+            $(#[test] fn $behaviour() { if let Some(env) = super::Env::sim() { super::$behaviour(&env) } })*
+        }
+    };
+}
+
+contract!(
+    write_read_round_trips_at_offsets,
+    write_past_the_end_leaves_zeros_before_it,
+    read_past_the_end_of_file_is_short,
+    fdatasync_succeeds_and_keeps_the_data_readable,
+    truncate_shrinks_and_extends_with_zeros,
+    fallocate_extends_with_zeros_and_keeps_existing_bytes,
+    opening_a_missing_file_without_create_is_not_found,
+    namespace_operations_behave_like_posix,
+    interleaved_ops_from_eight_threads_all_complete_correctly,
+    registered_buffers_write_and_stay_registered,
+    eight_mib_write_round_trips,
+    direct_io_aligned_writes_round_trip,
+    operations_on_many_files_at_once_stay_separate,
+    a_dropped_disk_still_completes_operations_in_flight,
+);
