@@ -118,9 +118,13 @@ struct Wake {
 
 impl Wake {
     fn new() -> io::Result<Self> {
+        // Blocking on purpose: on kernels where io_uring returns EAGAIN for a
+        // read of a non-blocking file instead of waiting, the storage thread
+        // would spin. A blocking eventfd is polled (or read by a kernel
+        // worker) until a submitter signals it.
         // SAFETY: eventfd takes no pointers; a non-negative result is a new
         // descriptor that nothing else owns.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -145,7 +149,7 @@ impl Wake {
     fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live local to a descriptor this
-        // struct owns. The only failure is EAGAIN when the counter is near
+        // struct owns. It could only block (or fail) with the counter near
         // u64::MAX, impossible since the thread resets it on every read.
         let written = unsafe {
             libc::write(
