@@ -3,12 +3,17 @@
 //! Every byte Narad stores goes through the [`Disk`] trait, which has three
 //! backends:
 //!
-//! - an io_uring backend: storage threads, each owning one ring, served over
-//!   bounded channels, with registered buffers for the WAL's staging buffers;
+//! - [`uring::UringDisk`]: storage threads, each owning one io_uring ring,
+//!   served over bounded channels, with registered buffers for the WAL's
+//!   staging buffers;
 //! - [`portable::PortableDisk`]: `pwrite`/`pread`/`fdatasync` on a small
 //!   thread pool, for kernels or sandboxes where io_uring cannot be set up;
-//! - [`sim::SimDisk`], a simulated disk for tests, which keeps only synced bytes on a crash and
-//!   can tear the last write or fail the Nth operation.
+//! - [`sim::SimDisk`], a simulated disk for tests, which keeps only synced
+//!   bytes on a crash, can tear the last write and fails the Nth operation
+//!   on demand.
+//!
+//! [`open_backend`] picks io_uring where the kernel allows it and the
+//! portable backend otherwise, and logs which and why.
 //!
 //! What it guarantees: a write completes only with the kernel's result for
 //! all of its bytes (short writes are continued, never ignored); an
