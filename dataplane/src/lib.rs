@@ -14,4 +14,7 @@
 //! It does not run Raft: it follows the control plane through the metadata
 //! stream and asks it for leader confirmation before anything destructive.
 //!
-//! Status: not yet built (see the produce-path issue).
+//! Status: only the dispatcher's decision logic ([`dispatch`]) exists; the HTTP
+//! API, accept stage, commit stage and consume path are not built yet.
+
+pub mod dispatch;
