@@ -1,18 +1,53 @@
 //! Cluster wire types, their codecs, and the QUIC transport between Narad nodes.
 //!
-//! This crate will own everything two Narad processes say to each other: the
-//! versioned binary codecs of every cluster message (control-plane RPCs, Raft
-//! traffic, `CommitProduceBatch`, forwarded consume and ack), the frame format
-//! (opcode, request id, length-prefixed fields, a 16 MiB frame limit refused
-//! before sending and on receipt), and the QUIC transport built on quinn and
-//! rustls with the `ring` provider, where every stream proves the cluster
-//! secret with an HMAC bound to the TLS session.
+//! What it is:
+//! - a small binary codec ([`codec`]: [`Encode`], [`Decode`], [`Message`]
+//!   with a version byte) for cluster messages;
+//! - the frame ([`frame`]): opcode, request id, length-prefixed fields, at
+//!   most [`limits::FRAME_BYTES_MAX`] (16 MiB);
+//! - the transport ([`Node`]): quinn + rustls with the `ring` provider, one
+//!   connection per peer, streams pooled per [`Lane`], request ids,
+//!   cancellation, timeouts, and per-operation concurrency limits on the
+//!   serving side ([`Router`], [`OperationLimit`]);
+//! - cluster authentication ([`ClusterAuth`]): every stream proves the shared
+//!   secret, both ways, with an HMAC bound to the TLS session's exporter.
 //!
-//! Guarantees it is built to give: a decoder never panics on arbitrary bytes,
-//! unknown opcodes and trailing fields are refused with a clear error, and no
-//! frame larger than the limit is ever sent or accepted.
+//! What it guarantees:
+//! - no frame over the limit is sent (refused with
+//!   [`CallError::RequestTooLarge`], nothing written) or read (the stream is
+//!   refused before the claimed size is read or allocated);
+//! - a decoder never panics on arbitrary bytes; unknown versions, unknown
+//!   tags and trailing bytes are refused with an error that names them; an
+//!   opcode without a handler is answered `400 unsupported rpc operation`;
+//! - under a secret, no request is served on a stream, and none is sent,
+//!   before both sides proved the secret on this TLS session.
 //!
-//! It does not know about topics, logs or Raft state: it moves typed messages
-//! and nothing else. Neither plane depends on the other; both depend on this.
-//!
-//! Status: not yet built (see the control-plane issue).
+//! What it does not do: it knows nothing of topics, logs or Raft; it moves
+//! requests and answers. It never retries a request (the caller knows whether
+//! it is idempotent). Layout and protocol: `docs/internals/transport.md`.
+
+pub mod auth;
+mod client;
+pub mod codec;
+pub mod frame;
+mod lane;
+pub mod limits;
+mod node;
+mod opcode;
+mod server;
+mod stream;
+pub mod tls;
+pub mod wire;
+
+pub use auth::{ClusterAuth, ClusterSecret, SecretTooShort};
+pub use client::CallError;
+pub use codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
+pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
+pub use lane::Lane;
+pub use node::{Node, NodeConfig, NodeError};
+pub use opcode::Opcode;
+pub use server::{Handler, HandlerFuture, Inbound, OperationLimit, Router};
+pub use stream::codes;
+
+#[cfg(test)]
+mod transport_tests;

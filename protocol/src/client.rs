@@ -1,0 +1,619 @@
+//! The calling side: one connection per peer, a pool of authenticated
+//! streams per lane on it, request ids, timeouts and cancellation.
+//!
+//! A call encodes its frame first (so an oversize request is refused with
+//! nothing written), takes a stream of its lane round-robin, registers its
+//! request id, queues the frame for the stream's writer and waits for the
+//! stream's reader to hand it the matching response. If the call's future is
+//! dropped (a timeout, a caller that gave up), a guard unregisters it and
+//! queues a cancel frame behind the request, so the peer stops the handler.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use quinn::{RecvStream, VarInt};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tracing::{debug, warn};
+
+use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, client_handshake};
+use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
+use crate::lane::Lane;
+use crate::limits::{
+    FRAME_BYTES_MAX, PEERS_MAX, STREAM_OUTGOING_FRAMES_MAX, STREAM_REQUESTS_IN_FLIGHT_MAX,
+};
+use crate::opcode::Opcode;
+use crate::server::exporter;
+use crate::stream::{Outgoing, codes, write_loop};
+use crate::tls::SERVER_NAME;
+use crate::wire::{WireError, read_frame};
+
+/// Why a call did not get a successful answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The request is over the frame limit; nothing was sent.
+    #[error("request refused before sending: {0}")]
+    RequestTooLarge(FrameError),
+    /// The peer answered with a typed error.
+    #[error("peer answered {0}")]
+    Rejected(RpcError),
+    /// No answer within the call's timeout; the request was cancelled.
+    #[error("no answer within {after:?}")]
+    Timeout {
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// The peer could not be reached.
+    #[error("could not connect to {peer}: {reason}")]
+    Dial {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The peer and this node did not prove the cluster secret to each other.
+    #[error("cluster authentication with {peer} failed: {reason}")]
+    Auth {
+        /// The peer.
+        peer: SocketAddr,
+        /// Which side refused and why.
+        reason: String,
+    },
+    /// The connection or stream failed after the request may have been sent:
+    /// the peer may or may not have applied it.
+    #[error("connection to {peer} lost: {reason}")]
+    ConnectionLost {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// A stream was closed for breaking a protocol rule (a frame over the
+    /// limit, a malformed frame), by this node or by the peer.
+    #[error("stream to {peer} refused: {reason}")]
+    StreamRefused {
+        /// The peer.
+        peer: SocketAddr,
+        /// Which rule.
+        reason: String,
+    },
+    /// This node already talks to [`PEERS_MAX`] peers.
+    #[error("peer table full ({PEERS_MAX} peers)")]
+    TooManyPeers,
+}
+
+type Answer = Result<Result<Response, RpcError>, CallError>;
+
+/// Everything the calling side of a node holds.
+#[derive(Debug)]
+pub(crate) struct ClientContext {
+    pub(crate) endpoint: quinn::Endpoint,
+    pub(crate) client_config: quinn::ClientConfig,
+    pub(crate) auth: ClusterAuth,
+    pub(crate) dial_timeout: Duration,
+    pub(crate) auth_timeout: Duration,
+    peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
+    next_request_id: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every structure behind these locks stays consistent between statements.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ClientContext {
+    pub(crate) fn new(
+        endpoint: quinn::Endpoint,
+        client_config: quinn::ClientConfig,
+        auth: ClusterAuth,
+        dial_timeout: Duration,
+        auth_timeout: Duration,
+    ) -> Self {
+        Self {
+            endpoint,
+            client_config,
+            auth,
+            dial_timeout,
+            auth_timeout,
+            peers: Mutex::new(HashMap::new()),
+            next_request_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Sends `request` to `peer` on `lane` and waits up to `timeout` for the answer.
+    pub(crate) async fn call(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, CallError> {
+        let request_id = RequestId(self.next_request_id.fetch_add(1, Ordering::Relaxed));
+        let opcode = request.opcode;
+        let frame = Frame::Request {
+            request_id,
+            request,
+        }
+        .encode()
+        .map_err(CallError::RequestTooLarge)?;
+        let exchange = self.exchange(peer, lane, request_id, opcode, frame);
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(CallError::Timeout { after: timeout }),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        request_id: RequestId,
+        opcode: Opcode,
+        frame: Bytes,
+    ) -> Result<Response, CallError> {
+        let stream = self.stream(peer, lane).await?;
+        let _permit = stream
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| stream.lost("stream closed"))?;
+        let (answer_tx, answer_rx) = oneshot::channel();
+        stream.register(request_id, answer_tx)?;
+        let mut guard = PendingGuard {
+            stream: &stream,
+            request_id,
+            opcode,
+            answered: false,
+        };
+        if stream.outgoing.send(Outgoing::Frame(frame)).await.is_err() {
+            return Err(stream
+                .failure()
+                .unwrap_or_else(|| stream.lost("stream writer stopped")));
+        }
+        let answer = answer_rx.await;
+        guard.answered = true;
+        match answer {
+            Ok(Ok(Ok(response))) => Ok(response),
+            Ok(Ok(Err(error))) => Err(CallError::Rejected(error)),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(stream
+                .failure()
+                .unwrap_or_else(|| stream.lost("stream dropped the request"))),
+        }
+    }
+
+    fn peer(&self, addr: SocketAddr) -> Result<Arc<Peer>, CallError> {
+        let mut peers = lock(&self.peers);
+        if let Some(peer) = peers.get(&addr) {
+            return Ok(peer.clone());
+        }
+        if peers.len() >= PEERS_MAX {
+            return Err(CallError::TooManyPeers);
+        }
+        let peer = Arc::new(Peer {
+            addr,
+            connection: tokio::sync::Mutex::new(None),
+        });
+        peers.insert(addr, peer.clone());
+        Ok(peer)
+    }
+
+    /// A live, authenticated stream of `lane` to `addr`. A cached connection
+    /// found dead is re-dialled once: no request was sent on it yet.
+    async fn stream(&self, addr: SocketAddr, lane: Lane) -> Result<Arc<ClientStream>, CallError> {
+        let peer = self.peer(addr)?;
+        let connection = peer.connection(self).await?;
+        match connection.stream(self, lane).await {
+            Err(CallError::ConnectionLost { .. }) => {
+                peer.forget(&connection).await;
+                peer.connection(self).await?.stream(self, lane).await
+            }
+            other => other,
+        }
+    }
+
+    async fn dial(&self, addr: SocketAddr) -> Result<Arc<PeerConnection>, CallError> {
+        let dial_error = |reason: String| CallError::Dial { peer: addr, reason };
+        let connecting = self
+            .endpoint
+            .connect_with(self.client_config.clone(), addr, SERVER_NAME)
+            .map_err(|error| dial_error(error.to_string()))?;
+        let connection = match tokio::time::timeout(self.dial_timeout, connecting).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => return Err(dial_error(error.to_string())),
+            Err(_) => {
+                return Err(dial_error(format!(
+                    "no handshake within {:?}",
+                    self.dial_timeout
+                )));
+            }
+        };
+        let ekm = exporter(&connection).map_err(|error| CallError::Auth {
+            peer: addr,
+            reason: error.to_string(),
+        })?;
+        debug!(peer = %addr, "cluster connection established");
+        Ok(Arc::new(PeerConnection {
+            addr,
+            connection,
+            ekm,
+            lanes: Lane::ALL.map(LanePool::new),
+        }))
+    }
+}
+
+/// One peer's connection slot; the async lock makes concurrent callers share
+/// one dial.
+#[derive(Debug)]
+struct Peer {
+    addr: SocketAddr,
+    connection: tokio::sync::Mutex<Option<Arc<PeerConnection>>>,
+}
+
+impl Peer {
+    async fn connection(&self, context: &ClientContext) -> Result<Arc<PeerConnection>, CallError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            match connection.connection.close_reason() {
+                None => return Ok(connection.clone()),
+                Some(reason) => {
+                    debug!(peer = %self.addr, %reason, "cluster connection lost; re-dialling")
+                }
+            }
+        }
+        let connection = context.dial(self.addr).await?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    async fn forget(&self, stale: &Arc<PeerConnection>) {
+        let mut slot = self.connection.lock().await;
+        if slot
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, stale))
+        {
+            *slot = None;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PeerConnection {
+    addr: SocketAddr,
+    connection: quinn::Connection,
+    ekm: [u8; EXPORTER_BYTES],
+    lanes: [LanePool; 4],
+}
+
+#[derive(Debug)]
+struct LanePool {
+    next: AtomicUsize,
+    slots: Box<[tokio::sync::Mutex<Option<Arc<ClientStream>>>]>,
+}
+
+impl LanePool {
+    fn new(lane: Lane) -> Self {
+        let slots = (0..lane.streams())
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
+        Self {
+            next: AtomicUsize::new(0),
+            slots,
+        }
+    }
+}
+
+impl PeerConnection {
+    /// The next stream of `lane`, round-robin, opened (and authenticated) on
+    /// first use and replaced once it has failed.
+    async fn stream(
+        &self,
+        context: &ClientContext,
+        lane: Lane,
+    ) -> Result<Arc<ClientStream>, CallError> {
+        let pool = &self.lanes[lane.index()];
+        let index = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
+        let mut slot = pool.slots[index].lock().await;
+        if let Some(stream) = slot.as_ref()
+            && stream.failure().is_none()
+        {
+            return Ok(stream.clone());
+        }
+        let stream = self.open_stream(context, lane).await?;
+        *slot = Some(stream.clone());
+        Ok(stream)
+    }
+
+    async fn open_stream(
+        &self,
+        context: &ClientContext,
+        lane: Lane,
+    ) -> Result<Arc<ClientStream>, CallError> {
+        let peer = self.addr;
+        let (mut send, mut recv) =
+            self.connection
+                .open_bi()
+                .await
+                .map_err(|error| CallError::ConnectionLost {
+                    peer,
+                    reason: error.to_string(),
+                })?;
+        let handshake = client_handshake(
+            &context.auth,
+            &self.ekm,
+            &mut send,
+            &mut recv,
+            context.auth_timeout,
+        );
+        if let Err(error) = handshake.await {
+            let error = refine_auth_error(error);
+            warn!(%peer, %lane, %error, "cluster stream refused: authentication failed");
+            let _ = send.reset(codes::AUTH_FAILED);
+            let _ = recv.stop(codes::AUTH_FAILED);
+            return Err(match error {
+                AuthError::Wire(WireError::Io(error))
+                    if self.connection.close_reason().is_some() =>
+                {
+                    CallError::ConnectionLost {
+                        peer,
+                        reason: error.to_string(),
+                    }
+                }
+                error => CallError::Auth {
+                    peer,
+                    reason: error.to_string(),
+                },
+            });
+        }
+        let (outgoing, queue) = mpsc::channel(STREAM_OUTGOING_FRAMES_MAX);
+        let stream = Arc::new(ClientStream {
+            peer,
+            outgoing: outgoing.clone(),
+            permits: Semaphore::new(STREAM_REQUESTS_IN_FLIGHT_MAX),
+            state: Mutex::new(StreamState::default()),
+        });
+        let writer_stream = stream.clone();
+        tokio::spawn(async move {
+            if let Some(reason) = write_loop(send, queue).await {
+                writer_stream.fail(CallError::ConnectionLost { peer, reason });
+            }
+        });
+        tokio::spawn(read_answers(stream.clone(), recv, outgoing));
+        Ok(stream)
+    }
+}
+
+/// A server that refuses our proof resets the stream with the auth code;
+/// say so instead of reporting a bare stream reset.
+fn refine_auth_error(error: AuthError) -> AuthError {
+    match error {
+        AuthError::Wire(WireError::Io(ref io_error))
+            if reset_code(io_error) == Some(codes::AUTH_FAILED) =>
+        {
+            AuthError::RefusedByPeer
+        }
+        other => other,
+    }
+}
+
+/// The code a peer reset a stream with, when that is what failed.
+fn reset_code(error: &io::Error) -> Option<VarInt> {
+    match error.get_ref()?.downcast_ref::<quinn::ReadError>()? {
+        quinn::ReadError::Reset(code) => Some(*code),
+        _ => None,
+    }
+}
+
+fn describe_reset(code: VarInt) -> &'static str {
+    match code {
+        codes::AUTH_FAILED => "peer refused the stream's authentication",
+        codes::FRAME_TOO_LARGE => "peer refused a frame over the size limit",
+        codes::PROTOCOL_VIOLATION => "peer refused a malformed frame",
+        codes::SHUTDOWN => "peer closed the stream",
+        _ => "peer reset the stream with an unknown code",
+    }
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    pending: HashMap<RequestId, oneshot::Sender<Answer>>,
+    failure: Option<CallError>,
+}
+
+/// One authenticated stream of a lane.
+#[derive(Debug)]
+struct ClientStream {
+    peer: SocketAddr,
+    outgoing: mpsc::Sender<Outgoing>,
+    permits: Semaphore,
+    state: Mutex<StreamState>,
+}
+
+impl ClientStream {
+    fn lost(&self, reason: &str) -> CallError {
+        CallError::ConnectionLost {
+            peer: self.peer,
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn failure(&self) -> Option<CallError> {
+        lock(&self.state).failure.clone()
+    }
+
+    fn register(
+        &self,
+        request_id: RequestId,
+        answer: oneshot::Sender<Answer>,
+    ) -> Result<(), CallError> {
+        let mut state = lock(&self.state);
+        if let Some(failure) = &state.failure {
+            return Err(failure.clone());
+        }
+        let previous = state.pending.insert(request_id, answer);
+        assert!(previous.is_none(), "request id {request_id} issued twice");
+        Ok(())
+    }
+
+    fn complete(&self, request_id: RequestId, outcome: Result<Response, RpcError>) {
+        // Absent when the caller gave up first: the answer has nobody to go to.
+        if let Some(answer) = lock(&self.state).pending.remove(&request_id) {
+            let _ = answer.send(Ok(outcome));
+        }
+    }
+
+    /// Marks the stream failed (the first failure wins) and fails every
+    /// waiting call with it.
+    fn fail(&self, failure: CallError) {
+        let waiting: Vec<_> = {
+            let mut state = lock(&self.state);
+            state.failure.get_or_insert(failure);
+            state.pending.drain().map(|(_, answer)| answer).collect()
+        };
+        let failure = self.failure();
+        for answer in waiting {
+            if let Some(failure) = &failure {
+                let _ = answer.send(Err(failure.clone()));
+            }
+        }
+    }
+}
+
+/// Unregisters a call whose future was dropped, and tells the peer.
+struct PendingGuard<'a> {
+    stream: &'a ClientStream,
+    request_id: RequestId,
+    opcode: Opcode,
+    answered: bool,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let waiting = lock(&self.stream.state)
+            .pending
+            .remove(&self.request_id)
+            .is_some();
+        if !waiting {
+            return;
+        }
+        let Ok(cancel) = (Frame::Cancel {
+            request_id: self.request_id,
+            opcode: self.opcode,
+        })
+        .encode() else {
+            return;
+        };
+        // Queued behind the request on the same stream, so the peer sees
+        // them in that order. A full queue hands the cancel to a task.
+        match self.stream.outgoing.try_send(Outgoing::Frame(cancel)) {
+            Err(mpsc::error::TrySendError::Full(item)) => {
+                let outgoing = self.stream.outgoing.clone();
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move { outgoing.send(item).await });
+                }
+            }
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+}
+
+/// Hands each answer on `recv` to its waiting call until the stream ends.
+async fn read_answers(
+    stream: Arc<ClientStream>,
+    mut recv: RecvStream,
+    outgoing: mpsc::Sender<Outgoing>,
+) {
+    let peer = stream.peer;
+    let failure = loop {
+        let refuse =
+            |code: VarInt, reason: String| (code, CallError::StreamRefused { peer, reason });
+        match read_frame(&mut recv, FRAME_BYTES_MAX).await {
+            Ok(Some(bytes)) => match Frame::decode(bytes) {
+                Ok(Frame::Response {
+                    request_id,
+                    outcome,
+                    ..
+                }) => stream.complete(request_id, outcome),
+                Ok(other) => {
+                    break Some(refuse(
+                        codes::PROTOCOL_VIOLATION,
+                        format!(
+                            "peer sent a {:?} frame on a client stream",
+                            other.header().kind
+                        ),
+                    ));
+                }
+                Err(error) => break Some(refuse(codes::PROTOCOL_VIOLATION, error.to_string())),
+            },
+            Ok(None) => break None,
+            Err(WireError::Frame(error)) => {
+                break Some(refuse(codes::FRAME_TOO_LARGE, error.to_string()));
+            }
+            Err(WireError::Io(error)) => {
+                let failure = match reset_code(&error) {
+                    Some(code) if code != codes::SHUTDOWN => CallError::StreamRefused {
+                        peer,
+                        reason: describe_reset(code).to_owned(),
+                    },
+                    _ => CallError::ConnectionLost {
+                        peer,
+                        reason: error.to_string(),
+                    },
+                };
+                stream.fail(failure);
+                return;
+            }
+            Err(error) => {
+                stream.fail(CallError::ConnectionLost {
+                    peer,
+                    reason: error.to_string(),
+                });
+                return;
+            }
+        }
+    };
+    match failure {
+        Some((code, failure)) => {
+            warn!(%peer, error = %failure, "cluster stream refused");
+            let _ = recv.stop(code);
+            let _ = outgoing.send(Outgoing::Reset(code)).await;
+            stream.fail(failure);
+        }
+        None => stream.fail(stream.lost("peer finished the stream")),
+    }
+}
+
+#[cfg(test)]
+impl ClientContext {
+    /// Dials `addr` on a fresh connection and authenticates one stream, for
+    /// tests that write raw bytes. The connection lives as long as the streams.
+    pub(crate) async fn open_raw_stream(
+        &self,
+        addr: SocketAddr,
+    ) -> (quinn::SendStream, RecvStream) {
+        let connection = self.dial(addr).await.expect("dial");
+        let (mut send, mut recv) = connection
+            .connection
+            .open_bi()
+            .await
+            .expect("open a stream");
+        client_handshake(
+            &self.auth,
+            &connection.ekm,
+            &mut send,
+            &mut recv,
+            self.auth_timeout,
+        )
+        .await
+        .expect("authenticate");
+        (send, recv)
+    }
+}

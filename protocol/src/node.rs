@@ -1,0 +1,211 @@
+//! A node's cluster endpoint: one UDP socket, serving and calling.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TransportConfig, VarInt};
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use crate::auth::ClusterAuth;
+use crate::client::{CallError, ClientContext};
+use crate::frame::{Request, Response};
+use crate::lane::Lane;
+use crate::limits::{
+    AUTH_TIMEOUT_DEFAULT, CALL_TIMEOUT_DEFAULT, CONNECTION_STREAMS_MAX, CONNECTIONS_INCOMING_MAX,
+    DIAL_TIMEOUT_DEFAULT, IDLE_TIMEOUT, KEEP_ALIVE_INTERVAL,
+};
+use crate::server::{Router, ServerContext, serve_connection};
+use crate::stream::codes;
+use crate::tls::{TlsSetupError, client_crypto, install_ring_provider, reset_key, server_crypto};
+
+/// How a node's endpoint is set up.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// UDP address to listen on (port 0 picks a free one).
+    pub bind_addr: SocketAddr,
+    /// How streams authenticate. No default: the caller chooses.
+    pub auth: ClusterAuth,
+    /// Timeout of [`Node::call`].
+    pub call_timeout: Duration,
+    /// Longest a QUIC dial may take.
+    pub dial_timeout: Duration,
+    /// Longest a stream's hello exchange may take.
+    pub auth_timeout: Duration,
+}
+
+impl NodeConfig {
+    /// A configuration with the spec's default timeouts.
+    pub fn new(bind_addr: SocketAddr, auth: ClusterAuth) -> Self {
+        Self {
+            bind_addr,
+            auth,
+            call_timeout: CALL_TIMEOUT_DEFAULT,
+            dial_timeout: DIAL_TIMEOUT_DEFAULT,
+            auth_timeout: AUTH_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+/// Why a node's endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The TLS or QUIC configuration could not be built.
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
+    /// The UDP socket could not be bound.
+    #[error("cannot bind the cluster socket: {0}")]
+    Bind(#[from] std::io::Error),
+}
+
+/// A node's cluster endpoint: serves its [`Router`] and calls peers.
+///
+/// Dropping it closes the endpoint; [`Node::shutdown`] also waits until the
+/// peers were told.
+#[derive(Debug)]
+pub struct Node {
+    endpoint: Endpoint,
+    client: ClientContext,
+    accept_task: JoinHandle<()>,
+    local_addr: SocketAddr,
+    call_timeout: Duration,
+}
+
+fn transport_config() -> Arc<TransportConfig> {
+    let mut transport = TransportConfig::default();
+    transport.max_concurrent_bidi_streams(VarInt::from_u32(CONNECTION_STREAMS_MAX));
+    transport.max_concurrent_uni_streams(VarInt::from_u32(0));
+    transport.keep_alive_interval(Some(KEEP_ALIVE_INTERVAL));
+    // IDLE_TIMEOUT is 10 s, far inside the VarInt range: the conversion holds.
+    transport.max_idle_timeout(IDLE_TIMEOUT.try_into().ok());
+    Arc::new(transport)
+}
+
+impl Node {
+    /// Binds the endpoint and starts serving `router`.
+    ///
+    /// Installs the `ring` rustls provider if the process has none. Must be
+    /// called inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`NodeError`] if the socket cannot be bound or TLS cannot be set up.
+    pub fn bind(config: NodeConfig, router: Router) -> Result<Node, NodeError> {
+        install_ring_provider();
+        let transport = transport_config();
+        let mut server_config = ServerConfig::with_crypto(Arc::new(server_crypto()?));
+        server_config.transport_config(transport.clone());
+        let mut client_config = ClientConfig::new(Arc::new(client_crypto()?));
+        client_config.transport_config(transport);
+        let socket = std::net::UdpSocket::bind(config.bind_addr)?;
+        let endpoint = Endpoint::new(
+            EndpointConfig::new(reset_key(&config.auth)),
+            Some(server_config),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )?;
+        let local_addr = endpoint.local_addr()?;
+        let server = Arc::new(ServerContext {
+            router,
+            auth: config.auth.clone(),
+            auth_timeout: config.auth_timeout,
+        });
+        let accept_task = tokio::spawn(accept_loop(endpoint.clone(), server));
+        let client = ClientContext::new(
+            endpoint.clone(),
+            client_config,
+            config.auth,
+            config.dial_timeout,
+            config.auth_timeout,
+        );
+        debug!(%local_addr, "cluster endpoint listening");
+        Ok(Node {
+            endpoint,
+            client,
+            accept_task,
+            local_addr,
+            call_timeout: config.call_timeout,
+        })
+    }
+
+    /// The address peers reach this node at.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Sends `request` to `peer` on `lane` and waits for the answer, up to the
+    /// configured call timeout.
+    ///
+    /// # Errors
+    /// [`CallError`]: the peer's typed error answer, or why no answer came.
+    pub async fn call(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        request: Request,
+    ) -> Result<Response, CallError> {
+        self.client
+            .call(peer, lane, request, self.call_timeout)
+            .await
+    }
+
+    /// [`Node::call`] with its own timeout (dial and handshake included).
+    ///
+    /// # Errors
+    /// As [`Node::call`].
+    pub async fn call_with_timeout(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, CallError> {
+        self.client.call(peer, lane, request, timeout).await
+    }
+
+    /// Connections open on this endpoint, dialled and accepted.
+    pub fn open_connections(&self) -> usize {
+        self.endpoint.open_connections()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn client(&self) -> &ClientContext {
+        &self.client
+    }
+
+    /// Closes every connection and waits until peers were told.
+    pub async fn shutdown(self) {
+        self.close();
+        self.endpoint.wait_idle().await;
+    }
+
+    fn close(&self) {
+        self.accept_task.abort();
+        self.endpoint.close(codes::SHUTDOWN, b"node shutting down");
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+async fn accept_loop(endpoint: Endpoint, server: Arc<ServerContext>) {
+    while let Some(incoming) = endpoint.accept().await {
+        if endpoint.open_connections() >= CONNECTIONS_INCOMING_MAX {
+            debug!(peer = %incoming.remote_address(), "cluster connection refused: too many connections");
+            incoming.refuse();
+            continue;
+        }
+        let server = server.clone();
+        tokio::spawn(async move {
+            let peer = incoming.remote_address();
+            match incoming.await {
+                Ok(connection) => serve_connection(server, connection).await,
+                Err(error) => debug!(%peer, %error, "cluster handshake failed"),
+            }
+        });
+    }
+}

@@ -1,0 +1,182 @@
+//! TLS and QUIC configuration: the `ring` provider, a self-signed certificate
+//! per node, a certificate verifier that defers authentication to the HMAC
+//! proof, and the stateless-reset key.
+//!
+//! Why the peer's certificate is not verified: nodes share a secret, not a
+//! PKI. Each process makes a fresh P-256 certificate at start, so there is
+//! nothing to pin and no CA to trust. Authentication happens on every stream
+//! in `auth`, bound to this TLS session by its exporter. The verifier still
+//! checks the handshake signature, so the peer holds the key of the
+//! certificate it shows and the session's keys are its own.
+
+use std::sync::Arc;
+
+use hmac::{Hmac, Mac};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::DigitallySignedStruct;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use sha2::Sha256;
+
+use crate::auth::ClusterAuth;
+
+/// ALPN of the cluster plane; a peer speaking anything else fails the
+/// TLS handshake.
+pub const ALPN: &[u8] = b"narad-cluster-quic-v2";
+
+/// Server name sent when dialling. Certificates are not checked against it.
+pub const SERVER_NAME: &str = "narad-node";
+
+const RESET_KEY_LABEL: &[u8] = b"narad-quic-stateless-reset-v1";
+
+/// Why the TLS or QUIC configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsSetupError {
+    /// The certificate could not be generated.
+    #[error("self-signed certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    /// rustls refused the configuration.
+    #[error("rustls configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// quinn refused the rustls configuration (no TLS 1.3 suite it can use).
+    #[error("QUIC crypto configuration: {0}")]
+    Quic(String),
+}
+
+/// Installs `ring` as the process's rustls provider, if no provider is
+/// installed yet. The transport never relies on it (it passes the `ring`
+/// provider to every configuration it builds); installing it keeps any other
+/// rustls user in the process off a provider chosen by feature accident.
+pub fn install_ring_provider() {
+    // Err means a provider was already installed; that is not this crate's
+    // business, since its own configurations name `ring` explicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The server side of the QUIC crypto: a fresh self-signed certificate.
+pub(crate) fn server_crypto() -> Result<QuicServerConfig, TlsSetupError> {
+    let certified = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_owned()])?;
+    let cert = certified.cert.der().clone();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    QuicServerConfig::try_from(config).map_err(|error| TlsSetupError::Quic(error.to_string()))
+}
+
+/// The client side of the QUIC crypto: any certificate, signature checked.
+pub(crate) fn client_crypto() -> Result<QuicClientConfig, TlsSetupError> {
+    let provider = provider();
+    let verifier = Arc::new(ProofDeferredVerifier {
+        algorithms: provider.signature_verification_algorithms,
+    });
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    QuicClientConfig::try_from(config).map_err(|error| TlsSetupError::Quic(error.to_string()))
+}
+
+/// Accepts any server certificate; the HMAC proof on each stream is what
+/// authenticates the peer (module docs).
+#[derive(Debug)]
+struct ProofDeferredVerifier {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for ProofDeferredVerifier {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// The key QUIC signs stateless-reset tokens with.
+///
+/// Derived from the cluster secret, so a node restarted on the same address
+/// issues the same tokens as before and its peers' stale connections are
+/// reset at their next packet instead of waiting out the idle timeout. In
+/// insecure dev mode it is derived from a fixed label: there is nothing to
+/// protect there.
+pub(crate) fn reset_key(auth: &ClusterAuth) -> Arc<dyn quinn::crypto::HmacKey> {
+    let key = match auth {
+        ClusterAuth::Secret(secret) => secret.derive(RESET_KEY_LABEL),
+        ClusterAuth::InsecureDevOnly => sha256(RESET_KEY_LABEL),
+    };
+    Arc::new(ResetKey(key))
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    Sha256::digest(data).into()
+}
+
+/// HMAC-SHA256 under a 32-byte key, in the shape quinn wants.
+struct ResetKey([u8; 32]);
+
+impl ResetKey {
+    fn mac(&self, data: &[u8]) -> Hmac<Sha256> {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        mac.update(data);
+        mac
+    }
+}
+
+impl quinn::crypto::HmacKey for ResetKey {
+    fn sign(&self, data: &[u8], signature_out: &mut [u8]) {
+        let tag = self.mac(data).finalize().into_bytes();
+        let len = signature_out.len().min(tag.len());
+        signature_out[..len].copy_from_slice(&tag[..len]);
+    }
+
+    fn signature_len(&self) -> usize {
+        32
+    }
+
+    fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), quinn::crypto::CryptoError> {
+        self.mac(data)
+            .verify_slice(signature)
+            .map_err(|_| quinn::crypto::CryptoError)
+    }
+}

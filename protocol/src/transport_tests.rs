@@ -1,0 +1,515 @@
+//! The transport end to end, over loopback QUIC.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::frame::Frame;
+use crate::limits::FRAME_BYTES_MAX;
+use crate::wire::read_frame;
+use crate::{
+    CallError, ClusterAuth, ClusterSecret, Inbound, Lane, Node, NodeConfig, Opcode, OperationLimit,
+    Request, Response, Router, RpcError, Status, codes,
+};
+
+/// Generous bound on waits for a signal that must come; never a performance claim.
+const SIGNAL_WAIT: Duration = Duration::from_secs(10);
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn secret(byte: u8) -> ClusterAuth {
+    ClusterAuth::Secret(ClusterSecret::new(vec![byte; 32]).expect("32 bytes"))
+}
+
+fn node(auth: ClusterAuth, router: Router) -> Node {
+    Node::bind(NodeConfig::new(loopback(), auth), router).expect("bind")
+}
+
+async fn echo(inbound: Inbound) -> Result<Response, RpcError> {
+    Ok(Response::ok(inbound.request.body))
+}
+
+fn echo_router() -> Router {
+    Router::new().route(Opcode::GET_TOPIC, OperationLimit::messaging(), echo)
+}
+
+/// A router whose handler counts its calls, to prove none was served.
+fn counting_router(served: Arc<AtomicUsize>) -> Router {
+    Router::new().route(
+        Opcode::GET_TOPIC,
+        OperationLimit::messaging(),
+        move |inbound: Inbound| {
+            served.fetch_add(1, Ordering::SeqCst);
+            echo(inbound)
+        },
+    )
+}
+
+fn request(body: &'static [u8]) -> Request {
+    Request::new(Opcode::GET_TOPIC, body)
+}
+
+#[tokio::test]
+async fn request_and_response_round_trip_on_every_lane() {
+    let server = node(secret(1), echo_router());
+    let client = node(secret(1), Router::new());
+    for lane in Lane::ALL {
+        let body = Bytes::from(format!("on the {lane} lane"));
+        let response = client
+            .call(
+                server.local_addr(),
+                lane,
+                Request::new(Opcode::GET_TOPIC, body.clone()),
+            )
+            .await
+            .expect("answered");
+        assert_eq!(response.status, Status::OK);
+        assert_eq!(response.body, body);
+    }
+}
+
+#[tokio::test]
+async fn many_concurrent_requests_share_one_connection() {
+    let server = node(secret(1), echo_router());
+    let client = Arc::new(node(secret(1), Router::new()));
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..300_u32 {
+        let client = client.clone();
+        let peer = server.local_addr();
+        let lane = Lane::ALL[i as usize % Lane::ALL.len()];
+        calls.spawn(async move {
+            let body = Bytes::from(i.to_be_bytes().to_vec());
+            let response = client
+                .call(peer, lane, Request::new(Opcode::GET_TOPIC, body.clone()))
+                .await;
+            (body, response)
+        });
+    }
+    while let Some(outcome) = calls.join_next().await {
+        let (body, response) = outcome.expect("call task");
+        assert_eq!(
+            response.expect("answered").body,
+            body,
+            "each answer matches its own request"
+        );
+    }
+    assert_eq!(client.open_connections(), 1);
+}
+
+#[tokio::test]
+async fn oversize_request_is_refused_before_sending() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(secret(1), counting_router(served.clone()));
+    let client = node(secret(1), Router::new());
+    let body = Bytes::from(vec![0_u8; FRAME_BYTES_MAX]);
+    let error = client
+        .call(
+            server.local_addr(),
+            Lane::Produce,
+            Request::new(Opcode::GET_TOPIC, body),
+        )
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, CallError::RequestTooLarge(_)), "{error}");
+    assert_eq!(
+        client.open_connections(),
+        0,
+        "nothing was dialled, so nothing was written"
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn request_just_under_the_limit_is_served() {
+    let server = node(secret(1), echo_router());
+    let client = node(secret(1), Router::new());
+    // Request frame overhead is 19 bytes; its echo answer's is 22.
+    let body = Bytes::from(vec![7_u8; FRAME_BYTES_MAX - 22]);
+    let response = client
+        .call_with_timeout(
+            server.local_addr(),
+            Lane::Produce,
+            Request::new(Opcode::GET_TOPIC, body.clone()),
+            SIGNAL_WAIT,
+        )
+        .await
+        .expect("served");
+    assert_eq!(response.body.len(), body.len());
+}
+
+#[tokio::test]
+async fn oversize_claimed_length_on_receipt_refuses_the_stream() {
+    let server = node(secret(1), echo_router());
+    let client = node(secret(1), Router::new());
+    let (mut send, mut recv) = client.client().open_raw_stream(server.local_addr()).await;
+    send.write_all(&u32::MAX.to_be_bytes())
+        .await
+        .expect("write prefix");
+    let error = read_frame(&mut recv, FRAME_BYTES_MAX)
+        .await
+        .expect_err("stream refused");
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("error {}", codes::FRAME_TOO_LARGE)),
+        "{error}"
+    );
+    // The node keeps serving other streams.
+    client
+        .call(server.local_addr(), Lane::Control, request(b"still here"))
+        .await
+        .expect("served");
+}
+
+#[tokio::test]
+async fn oversize_response_is_replaced_by_an_error_answer() {
+    let router = Router::new().route(
+        Opcode::GET_TOPIC,
+        OperationLimit::messaging(),
+        |_: Inbound| async { Ok(Response::ok(vec![0_u8; FRAME_BYTES_MAX])) },
+    );
+    let server = node(secret(1), router);
+    let client = node(secret(1), Router::new());
+    let error = client
+        .call(server.local_addr(), Lane::Consume, request(b""))
+        .await
+        .expect_err("refused");
+    let CallError::Rejected(error) = error else {
+        panic!("expected an error answer, got {error}")
+    };
+    assert_eq!(error.status, Status::INTERNAL_ERROR);
+    assert!(
+        error.message.contains("response refused"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn malformed_request_frame_is_answered_with_bad_request() {
+    let server = node(secret(1), echo_router());
+    let client = node(secret(1), Router::new());
+    let (mut send, mut recv) = client.client().open_raw_stream(server.local_addr()).await;
+    let frame = Frame::Request {
+        request_id: crate::RequestId(5),
+        request: request(b"x"),
+    }
+    .encode()
+    .expect("fits");
+    // One trailing byte after the body, counted in the length prefix.
+    let mut bytes = frame.to_vec();
+    let len = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) + 1;
+    bytes[..4].copy_from_slice(&len.to_be_bytes());
+    bytes.push(0);
+    send.write_all(&bytes).await.expect("write");
+    let answer = read_frame(&mut recv, FRAME_BYTES_MAX)
+        .await
+        .expect("read")
+        .expect("a frame");
+    let Frame::Response {
+        request_id,
+        outcome: Err(error),
+        ..
+    } = Frame::decode(answer).expect("decodes")
+    else {
+        panic!("expected an error answer");
+    };
+    assert_eq!(request_id, crate::RequestId(5));
+    assert_eq!(error.status, Status::BAD_REQUEST);
+    assert!(
+        error.message.contains("trailing bytes"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn wrong_secret_gets_nothing_served() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(secret(1), counting_router(served.clone()));
+    let client = node(secret(2), Router::new());
+    let error = client
+        .call(server.local_addr(), Lane::Control, request(b"let me in"))
+        .await
+        .expect_err("refused");
+    let CallError::Auth { reason, .. } = &error else {
+        panic!("expected an auth error, got {error}")
+    };
+    assert!(reason.contains("refused this node's proof"), "{reason}");
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn secured_node_refuses_an_insecure_peer() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(secret(1), counting_router(served.clone()));
+    let client = node(ClusterAuth::InsecureDevOnly, Router::new());
+    let error = client
+        .call(server.local_addr(), Lane::Control, request(b"hello"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, CallError::Auth { .. }), "{error}");
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn insecure_dev_nodes_talk_to_each_other() {
+    let server = node(ClusterAuth::InsecureDevOnly, echo_router());
+    let client = node(ClusterAuth::InsecureDevOnly, Router::new());
+    let response = client
+        .call(server.local_addr(), Lane::Control, request(b"dev"))
+        .await
+        .expect("served");
+    assert_eq!(response.body, Bytes::from_static(b"dev"));
+}
+
+#[tokio::test]
+async fn reconnects_after_the_server_endpoint_restarts() {
+    let first = node(secret(1), echo_router());
+    let addr = first.local_addr();
+    let client = node(secret(1), Router::new());
+    client
+        .call(addr, Lane::Ack, request(b"before"))
+        .await
+        .expect("served");
+    first.shutdown().await;
+
+    let second = rebind(addr).await;
+    let mut attempts = 0;
+    let response = loop {
+        attempts += 1;
+        match client.call(addr, Lane::Ack, request(b"after")).await {
+            Ok(response) => break response,
+            Err(error @ (CallError::ConnectionLost { .. } | CallError::Dial { .. }))
+                if attempts < 5 =>
+            {
+                tracing::debug!(%error, "retrying after restart");
+            }
+            Err(error) => panic!("no answer after the restart: {error}"),
+        }
+    };
+    assert_eq!(response.body, Bytes::from_static(b"after"));
+    assert_eq!(
+        client.open_connections(),
+        1,
+        "the stale connection was replaced, not kept beside"
+    );
+    drop(second);
+}
+
+/// Binds a new server on `addr`, waiting for the old socket to be released.
+async fn rebind(addr: SocketAddr) -> Node {
+    for _ in 0..200 {
+        match Node::bind(NodeConfig::new(addr, secret(1)), echo_router()) {
+            Ok(node) => return node,
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    panic!("could not bind {addr} again");
+}
+
+/// A router whose handler reports that it started and when its future is
+/// dropped, and otherwise never finishes.
+fn hanging_router(started: mpsc::Sender<()>, dropped: mpsc::Sender<()>) -> Router {
+    Router::new().route(
+        Opcode::CONSUME,
+        OperationLimit::exempt("long_poll_consume"),
+        move |_: Inbound| {
+            let started = started.clone();
+            let dropped = dropped.clone();
+            async move {
+                let _signal = SignalOnDrop(Some(dropped));
+                let _ = started.send(()).await;
+                std::future::pending::<Result<Response, RpcError>>().await
+            }
+        },
+    )
+}
+
+struct SignalOnDrop(Option<mpsc::Sender<()>>);
+
+impl Drop for SignalOnDrop {
+    fn drop(&mut self) {
+        if let Some(sender) = self.0.take() {
+            let _ = sender.try_send(());
+        }
+    }
+}
+
+#[tokio::test]
+async fn dropping_a_call_cancels_the_handler_on_the_peer() {
+    let (started_tx, mut started) = mpsc::channel(1);
+    let (dropped_tx, mut dropped) = mpsc::channel(1);
+    let server = node(secret(1), hanging_router(started_tx, dropped_tx));
+    let client = Arc::new(node(secret(1), Router::new()));
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let caller = {
+        let client = client.clone();
+        let peer = server.local_addr();
+        tokio::spawn(async move {
+            let _done = done_tx;
+            client
+                .call_with_timeout(
+                    peer,
+                    Lane::Consume,
+                    Request::new(Opcode::CONSUME, &b""[..]),
+                    SIGNAL_WAIT * 6,
+                )
+                .await
+        })
+    };
+    tokio::time::timeout(SIGNAL_WAIT, started.recv())
+        .await
+        .expect("handler started");
+    caller.abort();
+    assert!(done_rx.await.is_err(), "the call was dropped, not answered");
+    tokio::time::timeout(SIGNAL_WAIT, dropped.recv())
+        .await
+        .expect("handler dropped after the cancel");
+}
+
+#[tokio::test]
+async fn timed_out_call_reports_timeout_and_cancels_the_handler() {
+    let (started_tx, _started) = mpsc::channel(1);
+    let (dropped_tx, mut dropped) = mpsc::channel(1);
+    let server = node(secret(1), hanging_router(started_tx, dropped_tx));
+    let client = node(secret(1), Router::new());
+    let timeout = Duration::from_millis(300);
+    let error = client
+        .call_with_timeout(
+            server.local_addr(),
+            Lane::Consume,
+            Request::new(Opcode::CONSUME, &b""[..]),
+            timeout,
+        )
+        .await
+        .expect_err("no answer");
+    assert_eq!(error, CallError::Timeout { after: timeout });
+    tokio::time::timeout(SIGNAL_WAIT, dropped.recv())
+        .await
+        .expect("handler dropped after the cancel");
+}
+
+#[tokio::test]
+async fn unknown_opcode_is_answered_with_unsupported_operation() {
+    let server = node(secret(1), echo_router());
+    let client = node(secret(1), Router::new());
+    for opcode in [Opcode(200), Opcode::PRODUCE] {
+        let error = client
+            .call(
+                server.local_addr(),
+                Lane::Control,
+                Request::new(opcode, &b""[..]),
+            )
+            .await
+            .expect_err("unsupported");
+        let CallError::Rejected(error) = error else {
+            panic!("expected an error answer, got {error}")
+        };
+        assert_eq!(error.status, Status::BAD_REQUEST);
+        assert!(
+            error.message.starts_with("unsupported rpc operation"),
+            "{}",
+            error.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn handler_error_reaches_the_caller_typed() {
+    let router = Router::new().route(
+        Opcode::CREATE_TOPIC,
+        OperationLimit::new("admin", 4),
+        |_: Inbound| async { Err(RpcError::new(Status::CONFLICT, "topic exists")) },
+    );
+    let server = node(secret(1), router);
+    let client = node(secret(1), Router::new());
+    let error = client
+        .call(
+            server.local_addr(),
+            Lane::Control,
+            Request::new(Opcode::CREATE_TOPIC, &b"t"[..]),
+        )
+        .await
+        .expect_err("conflict");
+    assert_eq!(
+        error,
+        CallError::Rejected(RpcError::new(Status::CONFLICT, "topic exists"))
+    );
+}
+
+#[tokio::test]
+async fn operation_limit_bounds_concurrent_handlers() {
+    let active = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let router = {
+        let (active, most) = (active.clone(), most.clone());
+        Router::new().route(
+            Opcode::FETCH_SEGMENT_CHUNK,
+            OperationLimit::new("transfer", 2),
+            move |_: Inbound| {
+                let (active, most) = (active.clone(), most.clone());
+                async move {
+                    let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    Ok(Response::no_content())
+                }
+            },
+        )
+    };
+    let server = node(secret(1), router);
+    let client = Arc::new(node(secret(1), Router::new()));
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (client, peer) = (client.clone(), server.local_addr());
+        calls.spawn(async move {
+            client
+                .call(
+                    peer,
+                    Lane::Control,
+                    Request::new(Opcode::FETCH_SEGMENT_CHUNK, &b""[..]),
+                )
+                .await
+        });
+    }
+    while let Some(outcome) = calls.join_next().await {
+        assert_eq!(
+            outcome.expect("task").expect("answered").status,
+            Status::NO_CONTENT
+        );
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "at most 2 ran at once, saw {}",
+        most.load(Ordering::SeqCst)
+    );
+}
+
+#[tokio::test]
+async fn panicking_handler_is_answered_with_internal_error() {
+    let router = Router::new().route(
+        Opcode::GET_TOPIC,
+        OperationLimit::messaging(),
+        |_: Inbound| async {
+            panic!("handler bug");
+        },
+    );
+    let server = node(secret(1), router);
+    let client = node(secret(1), Router::new());
+    let error = client
+        .call(server.local_addr(), Lane::Control, request(b""))
+        .await
+        .expect_err("failed");
+    let CallError::Rejected(error) = error else {
+        panic!("expected an error answer, got {error}")
+    };
+    assert_eq!(error.status, Status::INTERNAL_ERROR);
+}
