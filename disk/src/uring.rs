@@ -187,6 +187,9 @@ enum OpKind {
         offset: u64,
         buf: IoBuf,
         written: usize,
+        /// The fixed-buffer slot this write uses, decided when it starts and
+        /// kept for its continuations.
+        fixed: Option<u16>,
         done: CompletionSender<IoBuf>,
     },
     Read {
@@ -396,9 +399,22 @@ struct Worker {
     /// What each fixed-buffer slot holds as far as this ring knows:
     /// (address, length).
     registered: Vec<Option<(usize, usize)>>,
+    /// Writes in flight per fixed-buffer slot. A slot is re-registered only
+    /// when none uses it: the kernel resolves a write's slot when it issues
+    /// the write, which may be after we pushed it, so updating a busy slot
+    /// could point a queued write at another buffer (and fail it).
+    fixed_busy: Vec<u32>,
+    /// A registration waiting for its slots to fall idle; no request queued
+    /// behind it starts before it is done.
+    parked: Option<ParkedRegistration>,
     /// Completions reaped but not yet handled (reused between rounds).
     reaped: Vec<(u64, i32)>,
     fixed_writes: Arc<AtomicU64>,
+}
+
+struct ParkedRegistration {
+    buffers: Vec<(u16, usize, usize)>,
+    done: CompletionSender<()>,
 }
 
 impl Worker {
@@ -421,6 +437,8 @@ impl Worker {
             closing: false,
             features,
             registered: vec![None; usize::from(REGISTERED_BUFFERS_MAX)],
+            fixed_busy: vec![0; usize::from(REGISTERED_BUFFERS_MAX)],
+            parked: None,
             reaped: Vec::with_capacity(RING_ENTRIES as usize * 2),
             fixed_writes,
         }
@@ -458,12 +476,20 @@ impl Worker {
         self.wake_armed = true;
     }
 
-    /// Starts queued requests while the ring has room.
+    /// Starts queued requests, in order, while the ring has room.
     fn take_requests(&mut self) {
+        if !self.register_parked() {
+            return;
+        }
         while self.in_flight < OPS_IN_FLIGHT_MAX {
             match self.requests.try_recv() {
                 Ok(Request::Op(op)) => self.start(op),
-                Ok(Request::Register { buffers, done }) => done.complete(self.register(&buffers)),
+                Ok(Request::Register { buffers, done }) => {
+                    self.parked = Some(ParkedRegistration { buffers, done });
+                    if !self.register_parked() {
+                        return;
+                    }
+                }
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => {
                     if !self.closing {
@@ -475,6 +501,24 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Carries out the parked registration if no write in flight uses its
+    /// slots. Returns whether nothing is left parked.
+    fn register_parked(&mut self) -> bool {
+        let Some(parked) = self.parked.take() else {
+            return true;
+        };
+        let busy = parked
+            .buffers
+            .iter()
+            .any(|&(slot, ..)| self.fixed_busy[usize::from(slot)] > 0);
+        if busy {
+            self.parked = Some(parked);
+            return false;
+        }
+        parked.done.complete(self.register(&parked.buffers));
+        true
     }
 
     fn submit_and_wait(&mut self) {
@@ -548,6 +592,12 @@ impl Worker {
             self.slots.len() - 1
         });
         let mut op = op;
+        if let OpKind::Write { buf, fixed, .. } = &mut op.kind {
+            *fixed = self.fixed_slot(buf);
+            if let Some(index) = *fixed {
+                self.fixed_busy[usize::from(index)] += 1;
+            }
+        }
         let entry = self.entry(&mut op, slot);
         self.slots[slot] = Some(op);
         self.in_flight += 1;
@@ -556,7 +606,7 @@ impl Worker {
 
     /// The fixed-buffer slot `buf` may use: only if this ring's slot holds
     /// exactly this buffer's memory. A buffer whose slot was since given to
-    /// another buffer falls back to a plain write.
+    /// another buffer falls back to a plain write. Decided once per write.
     fn fixed_slot(&self, buf: &IoBuf) -> Option<u16> {
         let slot = buf.registered_index()?;
         let held = *self.registered.get(usize::from(slot))?;
@@ -571,12 +621,13 @@ impl Worker {
                 offset,
                 buf,
                 written,
+                fixed,
                 ..
             } => {
                 let rest = &buf[*written..];
                 let len = rest.len().min(IO_CHUNK_BYTES_MAX) as u32;
                 let at = *offset + *written as u64;
-                match self.fixed_slot(buf) {
+                match *fixed {
                     Some(index) => {
                         self.fixed_writes.fetch_add(1, Ordering::Relaxed);
                         opcode::WriteFixed::new(fd, rest.as_ptr(), len, index)
@@ -627,6 +678,12 @@ impl Worker {
         }
         self.free_slots.push(slot);
         self.in_flight -= 1;
+        if let OpKind::Write {
+            fixed: Some(index), ..
+        } = op.kind
+        {
+            self.fixed_busy[usize::from(index)] -= 1;
+        }
         complete(op, result);
     }
 
@@ -653,7 +710,8 @@ impl Worker {
             // ReadFixed), so the kernel never stores into that memory; and
             // `fixed_slot` uses a slot only for a buffer at exactly this
             // address and length, so a freed buffer's slot is not used by
-            // another one by accident.
+            // another one by accident. No write in flight uses this slot
+            // (`register_parked` waits for that), so none can be redirected.
             unsafe {
                 self.ring
                     .submitter()
@@ -888,6 +946,7 @@ impl DiskFile for UringFile {
             offset,
             buf,
             written: 0,
+            fixed: None,
             done,
         };
         self.submit(kind, completion)
@@ -957,6 +1016,7 @@ mod tests {
                 offset: 0,
                 buf: IoBuf::from_slice(&vec![1; len]),
                 written: 0,
+                fixed: None,
                 done,
             },
         };
@@ -1081,6 +1141,45 @@ mod tests {
         file.write_at(0, stale).wait().unwrap();
         assert_eq!(disk.fixed_writes(), 0);
         assert_eq!(file.read_at(0, 5).wait().unwrap(), b"stale");
+    }
+
+    #[test]
+    fn registration_waits_for_writes_using_its_slot_and_holds_back_later_requests() {
+        let Some(_) = uring_disk(1) else { return };
+        let (ring, features) = setup_ring().unwrap();
+        let (requests, queue) = crossbeam_channel::bounded(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let mut worker = Worker::new(ring, queue, wake, features, Arc::default());
+        let buf = IoBuf::with_capacity(4096);
+        worker.fixed_busy[3] = 1;
+        let (done, registered) = Completion::channel();
+        let buffers = vec![(3, buf.as_ptr() as usize, buf.capacity())];
+        requests.send(Request::Register { buffers, done }).unwrap();
+        let (_dir, file) = temp_file();
+        let (sync_done, _synced) = Completion::channel();
+        let sync = Op {
+            file,
+            kind: OpKind::Sync { done: sync_done },
+        };
+        requests.send(Request::Op(sync)).unwrap();
+        worker.take_requests();
+        assert!(worker.parked.is_some());
+        assert_eq!(
+            worker.in_flight, 0,
+            "a request behind the registration started"
+        );
+        worker.fixed_busy[3] = 0;
+        worker.take_requests();
+        assert!(worker.parked.is_none());
+        registered.wait().unwrap();
+        assert_eq!(worker.in_flight, 1);
+        assert_eq!(
+            worker.registered[3],
+            Some((buf.as_ptr() as usize, buf.capacity()))
+        );
+        worker.ring.submit_and_wait(1).unwrap();
+        worker.reap();
+        assert_eq!(worker.in_flight, 0);
     }
 
     #[test]
