@@ -5,7 +5,9 @@
 //! its ring at all times; submitters signal that eventfd after queueing a
 //! request, so the thread wakes from `io_uring_enter` and submits new work
 //! while earlier operations (a slow fdatasync) are still running in the
-//! kernel. Nothing on the thread ever blocks on one operation.
+//! kernel. Nothing on the thread ever blocks on one operation (except a
+//! truncate on kernels without `IORING_OP_FTRUNCATE`, which the thread runs
+//! itself).
 //!
 //! Every operation completes with the kernel's own result. Short writes are
 //! continued with the remainder and a write that makes no progress is an
@@ -37,8 +39,8 @@ use crate::portable::{list_dir_std, open_std};
 use crate::{BackendKind, Completion, CompletionSender, Disk, DiskFile, FileHandle, IoBuf};
 
 /// Submission-queue entries per ring. Each operation in flight holds one
-/// entry, so this bounds a ring's concurrency; 256 is far beyond what one
-/// NVMe queue or a group-committing WAL keeps busy.
+/// entry, so this bounds a ring's concurrency; 256 is far beyond what a
+/// group-committing WAL and a node's partition logs keep in flight at once.
 pub const RING_ENTRIES: u32 = 256;
 
 /// Operations one ring has in flight at most: one entry each, plus one for
@@ -1180,6 +1182,30 @@ mod tests {
         worker.ring.submit_and_wait(1).unwrap();
         worker.reap();
         assert_eq!(worker.in_flight, 0);
+    }
+
+    #[test]
+    fn truncate_runs_on_the_thread_when_the_ring_cannot() {
+        let Some(_) = uring_disk(1) else { return };
+        let (ring, features) = setup_ring().unwrap();
+        let features = RingFeatures {
+            ftruncate: false,
+            ..features
+        };
+        let (requests, queue) = crossbeam_channel::bounded(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let mut worker = Worker::new(ring, queue, wake, features, Arc::default());
+        let (_dir, file) = temp_file();
+        let (done, truncated) = Completion::channel();
+        let truncate = Op {
+            file: Arc::clone(&file),
+            kind: OpKind::Truncate { len: 12345, done },
+        };
+        requests.send(Request::Op(truncate)).unwrap();
+        worker.take_requests();
+        assert_eq!(worker.in_flight, 0, "the truncate went to the ring");
+        truncated.wait().unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 12345);
     }
 
     #[test]
