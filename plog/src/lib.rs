@@ -1,11 +1,54 @@
 //! The Narad partition log: the only place a message becomes visible.
 //!
-//! This crate will own the segments and frames of one partition, its sparse
-//! offset index, `commit_durable` (append, fdatasync, read back and CRC-check,
-//! then advance the high watermark), recovery at open and retention.
+//! One [`PartitionLog`] owns one partition's directory: segment files of up
+//! to 64 MiB named by their first offset, each a sequence of CRC-protected
+//! frames of keyed-envelope records (layout in `docs/internals/plog.md`),
+//! a sparse in-memory offset index per segment, and the `hwm` file written
+//! at close.
 //!
-//! Guarantee it is built to give: a record below the high watermark was
-//! fsynced and verified; nothing above it is ever served; a failed commit
-//! leaves no trace.
+//! What it guarantees:
+//! - a commit that returned `Ok` was written with one fdatasync, read back
+//!   and checked frame by frame, and survives any crash with identical bytes;
+//! - reads return only records below the high watermark, and never a record
+//!   from a frame whose CRC failed: damaged records come back as
+//!   [`ReadEntry::Unreadable`] offsets for the consumer to skip and count;
+//! - a commit that returned an error left nothing: not visible now, not
+//!   after a restart, and a retry lands on the same offsets;
+//! - after a failed fdatasync the log is poisoned: commits fail until it is
+//!   reopened, reads of committed records keep working;
+//! - commit times never go backwards along a partition within a process.
 //!
-//! Status: not yet built (see the partition-log issue).
+//! What it does not do: combining commit batches from many callers (the
+//! data plane's combiner drains them into one [`PartitionLog::commit_durable`]
+//! call), consumer state, and deciding retention policy per topic (callers
+//! pass `retention_ms`). All I/O goes through [`narad_disk::Disk`].
+
+mod commit;
+mod config;
+mod error;
+pub mod frame;
+mod hwm;
+mod log;
+mod read;
+mod record;
+mod recovery;
+pub mod retention;
+mod scan;
+pub mod segment;
+mod watch;
+
+pub use commit::CommitOutcome;
+pub use config::{
+    COMMIT_BYTES_MAX_DEFAULT, FRAME_PAYLOAD_BYTES_TARGET_DEFAULT, FRAME_RECORDS_MAX_DEFAULT,
+    INDEX_INTERVAL_BYTES_DEFAULT, LogConfig, SEGMENT_BYTES_DEFAULT,
+};
+pub use error::LogError;
+pub use frame::{Codec, CompressionLevel, FrameError};
+pub use hwm::HWM_FILE_NAME;
+pub use log::{PartitionLog, PartitionStats};
+pub use read::{
+    READ_BYTES_MAX_DEFAULT, READ_RECORDS_MAX_DEFAULT, ReadBatch, ReadEntry, ReadLimits,
+};
+pub use record::{CommitRecord, ENVELOPE_VERSION, Record};
+pub use retention::{RetentionWorker, SweepReport};
+pub use watch::HwmWatch;

@@ -1,0 +1,448 @@
+//! `commit_durable`: the only place a record becomes visible.
+//!
+//! Under the writer lock: stamp and frame the run, empty the `hwm` file if
+//! this is the first commit since open, roll the active segment if it is
+//! full or too old, write every frame with one write, fdatasync once, read
+//! the frames back and check each against what was written, then publish
+//! index entries, size and the high watermark together and wake waiters.
+//! Any failure truncates the segment back to where the commit started and
+//! syncs that; a failed fdatasync (or a failed undo) poisons the log.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+
+use narad_disk::{FileHandle, IoBuf, OpenOptions};
+
+use crate::error::LogError;
+use crate::frame::{self, FrameError};
+use crate::hwm;
+use crate::log::{ActiveSegment, PartitionLog, SealedSegment, Writer};
+use crate::record::CommitRecord;
+use crate::retention;
+use crate::segment::{self, SparseIndex};
+
+/// What a successful commit did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// Offsets of the whole run, contiguous.
+    pub offsets: Range<u64>,
+    /// Offsets of each batch, in the order given.
+    pub batch_offsets: Vec<Range<u64>>,
+    /// Commit time of the run's last record (after raising).
+    pub newest_commit_ms: u64,
+    /// The high watermark after the commit.
+    pub high_watermark: u64,
+}
+
+/// One frame of a planned commit.
+#[derive(Debug)]
+struct PlannedFrame {
+    base_offset: u64,
+    record_count: u32,
+    bytes: Vec<u8>,
+}
+
+/// A commit, stamped and encoded, before any I/O.
+#[derive(Debug)]
+struct Plan {
+    frames: Vec<PlannedFrame>,
+    offsets: Range<u64>,
+    batch_offsets: Vec<Range<u64>>,
+    oldest_ms: u64,
+    newest_ms: u64,
+    total_bytes: usize,
+}
+
+impl PartitionLog {
+    /// Appends `batches` as one run of contiguous offsets and makes them
+    /// durable and visible with one fdatasync.
+    ///
+    /// Each record's commit time is raised to the partition's newest, so
+    /// times never go backwards along the partition. An empty run commits
+    /// nothing and does no I/O.
+    ///
+    /// # Errors
+    /// On any error nothing of the run is visible now or after a restart,
+    /// and a retry lands on the same offsets. [`LogError::SyncFailed`]
+    /// poisons the log; later commits then fail with [`LogError::Poisoned`].
+    pub fn commit_durable(
+        &self,
+        batches: &[&[CommitRecord<'_>]],
+    ) -> Result<CommitOutcome, LogError> {
+        let mut writer = self.writer.lock();
+        if writer.closed {
+            return Err(LogError::Closed);
+        }
+        if self.is_poisoned() {
+            return Err(LogError::Poisoned);
+        }
+        let high_watermark = self.high_watermark();
+        assert_eq!(
+            writer.next_offset, high_watermark,
+            "a commit starts at the high watermark"
+        );
+        let plan = self.plan(&writer, batches)?;
+        if plan.frames.is_empty() {
+            return Ok(CommitOutcome {
+                offsets: plan.offsets,
+                batch_offsets: plan.batch_offsets,
+                newest_commit_ms: writer.newest_commit_ms,
+                high_watermark,
+            });
+        }
+        self.empty_hwm_file_once(&mut writer)?;
+        self.roll_if_due(&writer, plan.newest_ms)?;
+        let (file, position) = {
+            let table = self.table.read();
+            (table.active.file.clone(), table.active.committed_bytes)
+        };
+        if let Err(error) = self.write_sync_verify(&file, position, &plan) {
+            self.undo(&file, position);
+            return Err(error);
+        }
+        self.publish(&mut writer, position, &plan);
+        Ok(CommitOutcome {
+            offsets: plan.offsets,
+            batch_offsets: plan.batch_offsets,
+            newest_commit_ms: plan.newest_ms,
+            high_watermark: self.high_watermark(),
+        })
+    }
+
+    /// Stamps, splits into frames and encodes the run. No I/O.
+    fn plan(&self, writer: &Writer, batches: &[&[CommitRecord<'_>]]) -> Result<Plan, LogError> {
+        let config = &self.config;
+        let first = writer.next_offset;
+        let mut newest = writer.newest_commit_ms;
+        let mut stamped = Vec::with_capacity(batches.iter().map(|b| b.len()).sum());
+        let mut batch_offsets = Vec::with_capacity(batches.len());
+        let mut payload_bytes: u64 = 0;
+        for batch in batches {
+            let start = first + stamped.len() as u64;
+            for record in *batch {
+                let record_bytes = frame::record_payload_bytes(record) as u64;
+                if record_bytes > u64::from(config.frame_bytes_max) {
+                    return Err(LogError::RecordTooLarge {
+                        bytes: record_bytes,
+                        limit: config.frame_bytes_max,
+                    });
+                }
+                payload_bytes += record_bytes;
+                newest = newest.max(record.committed_at_ms);
+                stamped.push(CommitRecord {
+                    committed_at_ms: newest,
+                    ..*record
+                });
+            }
+            batch_offsets.push(start..first + stamped.len() as u64);
+        }
+        if payload_bytes > config.commit_bytes_max {
+            return Err(LogError::CommitTooLarge {
+                bytes: payload_bytes,
+                limit: config.commit_bytes_max,
+            });
+        }
+        let mut frames = Vec::new();
+        let mut base_offset = first;
+        for chunk in split_into_frames(
+            &stamped,
+            config.frame_records_max,
+            config.frame_payload_bytes_target,
+        ) {
+            let bytes = frame::encode_frame(
+                chunk,
+                base_offset,
+                config.codec,
+                config.compression_level,
+                config.frame_bytes_max,
+            )
+            .map_err(|error| match error {
+                FrameError::TooLarge { bytes, limit } => LogError::RecordTooLarge { bytes, limit },
+                other => LogError::ReadBack {
+                    position: 0,
+                    reason: format!("encoding failed: {other}"),
+                },
+            })?;
+            frames.push(PlannedFrame {
+                base_offset,
+                record_count: chunk.len() as u32,
+                bytes,
+            });
+            base_offset += chunk.len() as u64;
+        }
+        let total_bytes = frames.iter().map(|f| f.bytes.len()).sum();
+        Ok(Plan {
+            frames,
+            offsets: first..base_offset,
+            batch_offsets,
+            oldest_ms: stamped.first().map_or(newest, |r| r.committed_at_ms),
+            newest_ms: newest,
+            total_bytes,
+        })
+    }
+
+    /// The first commit after an open empties the `hwm` file, so a value
+    /// written at an earlier close can never hide what this session commits.
+    fn empty_hwm_file_once(&self, writer: &mut Writer) -> Result<(), LogError> {
+        if writer.hwm_file_emptied {
+            return Ok(());
+        }
+        if let Err(error) = hwm::empty(&*self.disk, &self.dir) {
+            // The file's durable content is unknown now; a stale value could
+            // hide commits after a restart, so commit nothing more.
+            self.poison("emptying the hwm file failed");
+            return Err(LogError::SyncFailed(error));
+        }
+        writer.hwm_file_emptied = true;
+        Ok(())
+    }
+
+    /// Rolls lazily, before the first frame of a commit, so a commit's
+    /// frames all land in one segment and none is sealed before it returns.
+    fn roll_if_due(&self, writer: &Writer, now_ms: u64) -> Result<(), LogError> {
+        let (committed_bytes, oldest_ms) = {
+            let table = self.table.read();
+            (table.active.committed_bytes, table.active.oldest_ms)
+        };
+        if committed_bytes == 0 {
+            return Ok(());
+        }
+        let by_size = committed_bytes >= self.config.segment_bytes;
+        let by_age = retention::must_roll_by_age(
+            oldest_ms,
+            now_ms,
+            self.roll_age_ms.load(Ordering::Relaxed),
+        );
+        if by_size || by_age {
+            self.roll(writer)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at the next offset.
+    /// The sealed segment's frames were all synced by their commits.
+    pub(crate) fn roll(&self, writer: &Writer) -> Result<(), LogError> {
+        let base_offset = writer.next_offset;
+        let path = segment::segment_path(&self.dir, base_offset);
+        let file = self
+            .disk
+            .open(&path, OpenOptions::CREATE)
+            .map_err(LogError::io("create a segment"))?;
+        // Only a roll that failed after creating the file can have left one
+        // here, and it wrote nothing into it.
+        let existing = file.size().map_err(LogError::io("stat a new segment"))?;
+        if existing != 0 {
+            return Err(LogError::Inconsistent {
+                dir: self.dir.display().to_string(),
+                reason: format!("segment {} already holds {existing} bytes", path.display()),
+            });
+        }
+        self.disk
+            .sync_dir(&self.dir)
+            .map_err(LogError::io("sync the partition directory after a roll"))?;
+        let new_active = ActiveSegment {
+            base_offset,
+            path,
+            file,
+            index: SparseIndex::new(self.config.index_interval_bytes),
+            committed_bytes: 0,
+            oldest_ms: None,
+            newest_ms: None,
+        };
+        let mut table = self.table.write();
+        assert!(
+            base_offset > table.active.base_offset,
+            "a roll moves to a higher base offset"
+        );
+        let old = std::mem::replace(&mut table.active, new_active);
+        let sealed = SealedSegment {
+            base_offset: old.base_offset,
+            end_offset: base_offset,
+            size_bytes: old.committed_bytes,
+            path: old.path,
+            file: old.file,
+            index: OnceLock::from(old.index),
+            last_write_ms: OnceLock::from(old.newest_ms),
+        };
+        table.sealed.push(Arc::new(sealed));
+        tracing::debug!(dir = %self.dir.display(), base_offset, "partition log segment rolled");
+        Ok(())
+    }
+
+    fn write_sync_verify(
+        &self,
+        file: &FileHandle,
+        position: u64,
+        plan: &Plan,
+    ) -> Result<(), LogError> {
+        let mut buf = IoBuf::with_capacity(plan.total_bytes);
+        for planned in &plan.frames {
+            buf.extend_from_slice(&planned.bytes);
+        }
+        file.write_at(position, buf)
+            .wait()
+            .map_err(LogError::io("write a commit"))?;
+        if let Err(error) = file.fdatasync().wait() {
+            // After a failed fdatasync the kernel may have dropped the dirty
+            // pages; a retry that succeeds would prove nothing. Latch.
+            self.poison("fdatasync of a commit failed");
+            return Err(LogError::SyncFailed(error));
+        }
+        let read_back = file
+            .read_at(position, plan.total_bytes)
+            .wait()
+            .map_err(LogError::io("read back a commit"))?;
+        self.verify(&read_back, position, plan)
+    }
+
+    /// Checks every frame read back: its CRC, its header against the plan,
+    /// and its bytes against what was written.
+    fn verify(&self, read_back: &[u8], position: u64, plan: &Plan) -> Result<(), LogError> {
+        let mut at = 0usize;
+        for planned in &plan.frames {
+            let frame_position = position + at as u64;
+            let fail = |reason: String| LogError::ReadBack {
+                position: frame_position,
+                reason,
+            };
+            let header = frame::check_frame(
+                &read_back[at.min(read_back.len())..],
+                self.config.frame_bytes_max,
+            )
+            .map_err(|error| fail(error.to_string()))?;
+            if header.base_offset != planned.base_offset
+                || header.record_count != planned.record_count
+            {
+                return Err(fail(format!(
+                    "header names {}+{}",
+                    header.base_offset, header.record_count
+                )));
+            }
+            let end = at + planned.bytes.len();
+            if read_back.get(at..end) != Some(&planned.bytes[..]) {
+                return Err(fail("bytes differ from those written".to_string()));
+            }
+            at = end;
+        }
+        if at != read_back.len() {
+            return Err(LogError::ReadBack {
+                position,
+                reason: format!("read back {} bytes, wrote {at}", read_back.len()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes a failed commit back out: truncate to where it started and
+    /// sync the truncate. If that fails too the file no longer matches what
+    /// the log believes, so the log is poisoned.
+    fn undo(&self, file: &FileHandle, position: u64) {
+        let result = file
+            .truncate(position)
+            .wait()
+            .and_then(|()| file.fdatasync().wait());
+        if let Err(error) = result {
+            tracing::error!(dir = %self.dir.display(), position, %error, "undoing a failed commit failed");
+            self.poison("undoing a failed commit failed");
+        }
+    }
+
+    /// Makes a verified commit visible: index entries, size and high
+    /// watermark in one step under the table lock, then wakes waiters.
+    fn publish(&self, writer: &mut Writer, position: u64, plan: &Plan) {
+        {
+            let mut table = self.table.write();
+            assert_eq!(
+                table.active.committed_bytes, position,
+                "nothing else wrote the active segment"
+            );
+            assert_eq!(
+                table.high_watermark, plan.offsets.start,
+                "the run starts at the high watermark"
+            );
+            let mut at = position;
+            for planned in &plan.frames {
+                table.active.index.note_frame(planned.base_offset, at);
+                at += planned.bytes.len() as u64;
+            }
+            table.active.committed_bytes = at;
+            table.active.oldest_ms.get_or_insert(plan.oldest_ms);
+            table.active.newest_ms = Some(plan.newest_ms);
+            table.high_watermark = plan.offsets.end;
+        }
+        writer.next_offset = plan.offsets.end;
+        writer.newest_commit_ms = plan.newest_ms;
+        self.hwm_sender
+            .send_modify(|state| state.high_watermark = plan.offsets.end);
+    }
+}
+
+/// Splits a run into frames of at most `records_max` records and about
+/// `payload_target` payload bytes; a record larger than the target gets a
+/// frame of its own.
+fn split_into_frames<'r, 'a>(
+    records: &'r [CommitRecord<'a>],
+    records_max: usize,
+    payload_target: usize,
+) -> Vec<&'r [CommitRecord<'a>]> {
+    let mut frames = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (index, record) in records.iter().enumerate() {
+        let record_bytes = frame::record_payload_bytes(record);
+        let count = index - start;
+        if count > 0 && (count >= records_max || bytes + record_bytes > payload_target) {
+            frames.push(&records[start..index]);
+            start = index;
+            bytes = 0;
+        }
+        bytes += record_bytes;
+    }
+    if start < records.len() {
+        frames.push(&records[start..]);
+    }
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(payload: &[u8]) -> CommitRecord<'_> {
+        CommitRecord {
+            key: b"",
+            payload,
+            committed_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn frames_split_at_the_record_limit() {
+        let payload = [0u8; 10];
+        let records = vec![record(&payload); 25];
+        let sizes: Vec<usize> = split_into_frames(&records, 10, 1 << 20)
+            .iter()
+            .map(|f| f.len())
+            .collect();
+        assert_eq!(sizes, vec![10, 10, 5]);
+    }
+
+    #[test]
+    fn frames_split_at_the_payload_target_and_large_records_stand_alone() {
+        let small = [0u8; 10];
+        let large = [0u8; 500];
+        let records = vec![
+            record(&small),
+            record(&small),
+            record(&large),
+            record(&small),
+        ];
+        let sizes: Vec<usize> = split_into_frames(&records, 100, 100)
+            .iter()
+            .map(|f| f.len())
+            .collect();
+        assert_eq!(sizes, vec![2, 1, 1]);
+    }
+}

@@ -1,0 +1,90 @@
+//! How a partition log is configured, with the named limits.
+
+use crate::frame::{Codec, CompressionLevel, FRAME_BYTES_MAX};
+
+/// Size at which the active segment rolls (lazily, before the next commit).
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// Uncompressed payload a frame aims for; a single larger record gets a
+/// frame of its own.
+pub const FRAME_PAYLOAD_BYTES_TARGET_DEFAULT: usize = 1 << 20;
+
+/// Records per frame at most.
+pub const FRAME_RECORDS_MAX_DEFAULT: usize = 1_000;
+
+/// Payload bytes one commit may carry.
+pub const COMMIT_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+
+/// Bytes of frames between two sparse index entries.
+pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 4 << 10;
+
+const _: () = assert!(FRAME_PAYLOAD_BYTES_TARGET_DEFAULT as u64 <= FRAME_BYTES_MAX as u64);
+const _: () = assert!(FRAME_RECORDS_MAX_DEFAULT as u64 <= i32::MAX as u64);
+
+/// Settings of one partition log. [`LogConfig::default`] is production's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Segment size that triggers a roll (64 MiB; smaller in tests).
+    pub segment_bytes: u64,
+    /// `maxFrameBytes`: bound on a frame's stored and uncompressed sizes,
+    /// on write and on read. At most [`FRAME_BYTES_MAX`].
+    pub frame_bytes_max: u32,
+    /// Uncompressed payload bytes a frame aims for.
+    pub frame_payload_bytes_target: usize,
+    /// Records per frame at most.
+    pub frame_records_max: usize,
+    /// Payload bytes per commit at most.
+    pub commit_bytes_max: u64,
+    /// Bytes between sparse index entries.
+    pub index_interval_bytes: u64,
+    /// How new frames are stored.
+    pub codec: Codec,
+    /// zstd effort when `codec` is zstd.
+    pub compression_level: CompressionLevel,
+    /// The active segment rolls before a commit that finds its oldest
+    /// record older than this (the topic's retention); 0 never rolls by age.
+    pub roll_age_ms: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            frame_bytes_max: FRAME_BYTES_MAX,
+            frame_payload_bytes_target: FRAME_PAYLOAD_BYTES_TARGET_DEFAULT,
+            frame_records_max: FRAME_RECORDS_MAX_DEFAULT,
+            commit_bytes_max: COMMIT_BYTES_MAX_DEFAULT,
+            index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
+            codec: Codec::None,
+            compression_level: CompressionLevel::Default,
+            roll_age_ms: 0,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks the relations between the settings.
+    ///
+    /// # Panics
+    /// When a setting is zero or above its hard bound: configuration is
+    /// validated before it reaches a log, so this is a programming error.
+    pub(crate) fn assert_valid(&self) {
+        assert!(self.segment_bytes > 0, "segment_bytes must be positive");
+        assert!(
+            self.frame_bytes_max > 0 && self.frame_bytes_max <= FRAME_BYTES_MAX,
+            "frame_bytes_max must be in 1..={FRAME_BYTES_MAX}"
+        );
+        assert!(
+            self.frame_records_max > 0 && self.frame_records_max as u64 <= i32::MAX as u64,
+            "frame_records_max out of range"
+        );
+        assert!(
+            self.frame_payload_bytes_target > 0,
+            "frame_payload_bytes_target must be positive"
+        );
+        assert!(
+            self.commit_bytes_max > 0,
+            "commit_bytes_max must be positive"
+        );
+    }
+}

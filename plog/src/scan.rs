@@ -1,0 +1,163 @@
+//! Walking the frames of a segment, resyncing past damage.
+//!
+//! Recovery, index rebuilds and reads all walk a segment the same way: read
+//! ahead in chunks, accept a frame only if its header is in range, its CRC
+//! passes and its base offset does not go backwards, and otherwise search
+//! forward for the next `0xCAFE` that starts such a frame. Bytes skipped that
+//! way are reported as damaged; the caller decides whether they are a torn
+//! tail (nothing valid after them) or a gap.
+
+use std::io;
+
+use narad_disk::FileHandle;
+
+use crate::frame::{self, FRAME_HEADER_BYTES, FRAME_MAGIC, FrameHeader};
+
+/// Bytes read from the file at a time when a scan needs more.
+pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+/// One step of a scan.
+#[derive(Debug)]
+pub(crate) enum ScanItem {
+    /// A frame that passed its CRC; `bytes` is the whole frame.
+    Frame {
+        position: u64,
+        header: FrameHeader,
+        bytes: Vec<u8>,
+    },
+    /// Bytes `[position, end_position)` hold no valid frame. `end_position`
+    /// is where the next valid frame starts, or the end of the scan.
+    Damaged { position: u64, end_position: u64 },
+}
+
+/// A forward walk over the frames in `[start, end)` of one file.
+#[derive(Debug)]
+pub(crate) struct FrameScanner<'f> {
+    file: &'f FileHandle,
+    end: u64,
+    position: u64,
+    expected_offset: u64,
+    frame_bytes_max: u32,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+impl<'f> FrameScanner<'f> {
+    /// A scan of `[start, end)`, where the frame at `start` (if valid) has a
+    /// base offset of at least `expected_offset`.
+    pub(crate) fn new(
+        file: &'f FileHandle,
+        start: u64,
+        end: u64,
+        expected_offset: u64,
+        frame_bytes_max: u32,
+    ) -> Self {
+        Self {
+            file,
+            end,
+            position: start,
+            expected_offset,
+            frame_bytes_max,
+            buf: Vec::new(),
+            buf_start: start,
+        }
+    }
+
+    /// The next frame or damaged stretch, or `None` at the end.
+    ///
+    /// # Errors
+    /// A read error of the disk; the scan cannot go on past it.
+    pub(crate) fn next_item(&mut self) -> io::Result<Option<ScanItem>> {
+        if self.position >= self.end {
+            return Ok(None);
+        }
+        let position = self.position;
+        if let Some((header, bytes)) = self.frame_at(position)? {
+            self.position = position + header.frame_bytes();
+            self.expected_offset = header.end_offset();
+            return Ok(Some(ScanItem::Frame {
+                position,
+                header,
+                bytes,
+            }));
+        }
+        let end_position = self.resync(position + 1)?;
+        self.position = end_position;
+        Ok(Some(ScanItem::Damaged {
+            position,
+            end_position,
+        }))
+    }
+
+    /// The valid frame starting exactly at `position`, if there is one.
+    fn frame_at(&mut self, position: u64) -> io::Result<Option<(FrameHeader, Vec<u8>)>> {
+        let frame_bytes_max = self.frame_bytes_max;
+        let head = self.window(position, FRAME_HEADER_BYTES)?;
+        let Ok(header) = FrameHeader::parse(head, frame_bytes_max) else {
+            return Ok(None);
+        };
+        if header.base_offset < self.expected_offset || position + header.frame_bytes() > self.end {
+            return Ok(None);
+        }
+        let bytes = self.window(position, header.frame_bytes() as usize)?;
+        if frame::check_frame(bytes, frame_bytes_max).is_err() {
+            return Ok(None);
+        }
+        Ok(Some((header, bytes.to_vec())))
+    }
+
+    /// The position of the next valid frame at or after `from`, or the end.
+    fn resync(&mut self, mut from: u64) -> io::Result<u64> {
+        while from + FRAME_HEADER_BYTES as u64 <= self.end {
+            let window = self.window(from, SCAN_CHUNK_BYTES)?;
+            let found = window.windows(2).position(|pair| pair == FRAME_MAGIC);
+            let Some(at) = found else {
+                // Keep the last byte: it may be the first half of a magic.
+                from += window.len().saturating_sub(1).max(1) as u64;
+                continue;
+            };
+            let candidate = from + at as u64;
+            if self.frame_at(candidate)?.is_some() {
+                return Ok(candidate);
+            }
+            from = candidate + 1;
+        }
+        Ok(self.end)
+    }
+
+    /// Up to `len` bytes at `position`, fewer only at the end of the scan.
+    fn window(&mut self, position: u64, len: usize) -> io::Result<&[u8]> {
+        let want_end = (position + len as u64).min(self.end);
+        let buf_end = self.buf_start + self.buf.len() as u64;
+        if position < self.buf_start || position > buf_end {
+            self.buf.clear();
+            self.buf_start = position;
+        } else if want_end > buf_end {
+            // Keep only what is still ahead of us before reading more.
+            let consumed = (position - self.buf_start) as usize;
+            self.buf.drain(..consumed);
+            self.buf_start = position;
+        }
+        let buf_end = self.buf_start + self.buf.len() as u64;
+        if want_end > buf_end {
+            let read_len = (want_end - buf_end)
+                .max(SCAN_CHUNK_BYTES as u64)
+                .min(self.end - buf_end);
+            let bytes = self.file.read_at(buf_end, read_len as usize).wait()?;
+            if (bytes.len() as u64) < read_len.min(want_end - buf_end) {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{} ended at {} inside the range being scanned",
+                        self.file.path().display(),
+                        buf_end + bytes.len() as u64
+                    ),
+                ));
+            }
+            self.buf.extend_from_slice(&bytes);
+        }
+        let from = (position - self.buf_start) as usize;
+        let to = (want_end - self.buf_start) as usize;
+        Ok(&self.buf[from..to])
+    }
+}
