@@ -352,3 +352,169 @@ pub fn decode_message<M: Message>(bytes: Bytes) -> Result<M, DecodeError> {
     reader.finish()?;
     Ok(message)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A message using every field kind, as a plane's message would.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Sample {
+        flag: u8,
+        small: u16,
+        count: u32,
+        offset: u64,
+        max: i32,
+        delta: i64,
+        topic: String,
+        payload: Bytes,
+    }
+
+    impl Encode for Sample {
+        fn encode(&self, writer: &mut Writer) {
+            writer.u8(self.flag);
+            writer.u16(self.small);
+            writer.u32(self.count);
+            writer.u64(self.offset);
+            writer.i32(self.max);
+            writer.i64(self.delta);
+            writer.str(&self.topic);
+            writer.bytes(&self.payload);
+        }
+    }
+
+    impl Decode for Sample {
+        fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+            Ok(Self {
+                flag: reader.u8("flag")?,
+                small: reader.u16("small")?,
+                count: reader.u32("count")?,
+                offset: reader.u64("offset")?,
+                max: reader.i32("max")?,
+                delta: reader.i64("delta")?,
+                topic: reader.str("topic")?,
+                payload: reader.bytes("payload")?,
+            })
+        }
+    }
+
+    impl Message for Sample {
+        const NAME: &'static str = "Sample";
+        const VERSION: u8 = 3;
+    }
+
+    fn sample_strategy() -> impl Strategy<Value = Sample> {
+        (
+            any::<u8>(),
+            any::<u16>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<i32>(),
+            any::<i64>(),
+            ".{0,32}",
+            proptest::collection::vec(any::<u8>(), 0..64),
+        )
+            .prop_map(
+                |(flag, small, count, offset, max, delta, topic, payload)| Sample {
+                    flag,
+                    small,
+                    count,
+                    offset,
+                    max,
+                    delta,
+                    topic,
+                    payload: Bytes::from(payload),
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn message_round_trips(sample in sample_strategy()) {
+            let encoded = encode_message(&sample);
+            prop_assert_eq!(decode_message::<Sample>(encoded).expect("decodes"), sample.clone());
+            prop_assert_eq!(decode::<Sample>(encode(&sample)).expect("decodes"), sample);
+        }
+
+        #[test]
+        fn message_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let _ = decode_message::<Sample>(Bytes::from(bytes.clone()));
+            let _ = decode::<Sample>(Bytes::from(bytes));
+        }
+
+        #[test]
+        fn truncated_message_is_an_error_not_a_panic(sample in sample_strategy(), cut in 0_usize..200) {
+            let encoded = encode_message(&sample);
+            let cut = cut % encoded.len();
+            prop_assert!(decode_message::<Sample>(encoded.slice(..cut)).is_err());
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused_and_counted() {
+        let sample = Sample {
+            flag: 1,
+            small: 2,
+            count: 3,
+            offset: 4,
+            max: -5,
+            delta: -6,
+            topic: "t".into(),
+            payload: Bytes::new(),
+        };
+        let mut bytes = encode_message(&sample).to_vec();
+        bytes.extend([0, 0, 0]);
+        assert_eq!(
+            decode_message::<Sample>(Bytes::from(bytes)),
+            Err(DecodeError::TrailingBytes { count: 3 })
+        );
+    }
+
+    #[test]
+    fn other_message_version_is_refused_by_name() {
+        let sample = Sample {
+            flag: 0,
+            small: 0,
+            count: 0,
+            offset: 0,
+            max: 0,
+            delta: 0,
+            topic: String::new(),
+            payload: Bytes::new(),
+        };
+        let mut bytes = encode_message(&sample).to_vec();
+        bytes[0] = 4;
+        assert_eq!(
+            decode_message::<Sample>(Bytes::from(bytes)),
+            Err(DecodeError::UnsupportedVersion {
+                what: "Sample",
+                found: 4,
+                supported: 3
+            })
+        );
+    }
+
+    #[test]
+    fn length_prefix_beyond_the_input_is_refused_without_reading() {
+        let mut reader = Reader::new(Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 1, 2]));
+        assert_eq!(
+            reader.bytes("payload"),
+            Err(DecodeError::LengthExceedsInput {
+                field: "payload",
+                claimed: u64::from(u32::MAX),
+                remaining: 2
+            })
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_named() {
+        let mut writer = Writer::new();
+        writer.bytes(&[0xff, 0xfe]);
+        assert_eq!(
+            Reader::new(writer.finish()).str("topic"),
+            Err(DecodeError::InvalidUtf8 { field: "topic" })
+        );
+    }
+}

@@ -534,3 +534,199 @@ fn decode_outcome(
     })?;
     Ok(Err(RpcError { status, message }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn status_strategy() -> impl Strategy<Value = Status> {
+        prop_oneof![
+            (200_u16..300).prop_map(Status),
+            (400_u16..600).prop_map(Status)
+        ]
+    }
+
+    fn frame_strategy() -> impl Strategy<Value = Frame> {
+        let body = proptest::collection::vec(any::<u8>(), 0..256).prop_map(Bytes::from);
+        let content = prop_oneof![
+            Just(ContentType::Binary),
+            Just(ContentType::Text),
+            Just(ContentType::Json)
+        ];
+        prop_oneof![
+            (any::<u64>(), any::<u8>(), body.clone()).prop_map(|(id, op, body)| Frame::Request {
+                request_id: RequestId(id),
+                request: Request {
+                    opcode: Opcode(op),
+                    body
+                },
+            }),
+            (
+                any::<u64>(),
+                any::<u8>(),
+                status_strategy(),
+                content,
+                body,
+                ".{0,64}"
+            )
+                .prop_map(|(id, op, status, content_type, body, message)| {
+                    Frame::Response {
+                        request_id: RequestId(id),
+                        opcode: Opcode(op),
+                        outcome: if status.is_success() {
+                            Ok(Response {
+                                status,
+                                content_type,
+                                body,
+                            })
+                        } else {
+                            Err(RpcError { status, message })
+                        },
+                    }
+                }),
+            (any::<u64>(), any::<u8>()).prop_map(|(id, op)| Frame::Cancel {
+                request_id: RequestId(id),
+                opcode: Opcode(op)
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn frame_round_trips(frame in frame_strategy()) {
+            let encoded = frame.encode().expect("small frames fit");
+            prop_assert_eq!(encoded.len() as u64, frame.encoded_len());
+            let len = u32::from_be_bytes([encoded[0], encoded[1], encoded[2], encoded[3]]);
+            prop_assert_eq!(check_length_prefix(len, FRAME_BYTES_MAX).expect("within limit"), encoded.len() - 4);
+            prop_assert_eq!(Frame::decode(encoded.slice(4..)).expect("decodes"), frame);
+        }
+
+        #[test]
+        fn frame_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let _ = Frame::decode(Bytes::from(bytes));
+        }
+
+        #[test]
+        fn frame_decoder_refuses_any_trailing_byte(frame in frame_strategy(), extra in 1_usize..8) {
+            let mut bytes = frame.encode().expect("fits").slice(4..).to_vec();
+            bytes.extend(std::iter::repeat_n(0_u8, extra));
+            let error = Frame::decode(Bytes::from(bytes)).expect_err("trailing bytes");
+            prop_assert_eq!(error.error, DecodeError::TrailingBytes { count: extra });
+            prop_assert_eq!(error.header, Some(frame.header()));
+        }
+
+        #[test]
+        fn length_prefix_check_never_panics(claimed in any::<u32>(), limit in 0_usize..=FRAME_BYTES_MAX) {
+            if let Ok(len) = check_length_prefix(claimed, limit) {
+                prop_assert!(len + LENGTH_PREFIX_BYTES <= limit);
+                prop_assert!(len >= HEADER_BYTES);
+            }
+        }
+    }
+
+    #[test]
+    fn frame_over_the_limit_is_refused_before_encoding() {
+        let body = Bytes::from(vec![
+            0_u8;
+            FRAME_BYTES_MAX - LENGTH_PREFIX_BYTES - HEADER_BYTES - 4
+                + 1
+        ]);
+        let frame = Frame::Request {
+            request_id: RequestId(1),
+            request: Request::new(Opcode::PRODUCE, body),
+        };
+        assert_eq!(
+            frame.encode(),
+            Err(FrameError::TooLarge {
+                bytes: FRAME_BYTES_MAX as u64 + 1,
+                limit: FRAME_BYTES_MAX
+            })
+        );
+    }
+
+    #[test]
+    fn frame_exactly_at_the_limit_is_encoded() {
+        let body = Bytes::from(vec![
+            0_u8;
+            FRAME_BYTES_MAX - LENGTH_PREFIX_BYTES - HEADER_BYTES - 4
+        ]);
+        let frame = Frame::Request {
+            request_id: RequestId(1),
+            request: Request::new(Opcode::PRODUCE, body),
+        };
+        assert_eq!(frame.encode().expect("fits").len(), FRAME_BYTES_MAX);
+    }
+
+    #[test]
+    fn unknown_frame_version_kind_and_content_type_are_named() {
+        let frame = Frame::Response {
+            request_id: RequestId(9),
+            opcode: Opcode::ACK,
+            outcome: Ok(Response::ok(&b"x"[..])),
+        };
+        let good = frame.encode().expect("fits").slice(4..).to_vec();
+
+        let mut bad_version = good.clone();
+        bad_version[0] = 2;
+        let error = Frame::decode(Bytes::from(bad_version)).expect_err("version");
+        assert_eq!(
+            error.error,
+            DecodeError::UnsupportedVersion {
+                what: "frame",
+                found: 2,
+                supported: 1
+            }
+        );
+
+        let mut bad_kind = good.clone();
+        bad_kind[1] = 9;
+        let error = Frame::decode(Bytes::from(bad_kind)).expect_err("kind");
+        assert_eq!(
+            error.error,
+            DecodeError::InvalidValue {
+                field: "frame kind",
+                value: 9
+            }
+        );
+
+        let mut bad_content = good;
+        bad_content[HEADER_BYTES + 2] = 7;
+        let error = Frame::decode(Bytes::from(bad_content)).expect_err("content type");
+        assert_eq!(
+            error.error,
+            DecodeError::InvalidValue {
+                field: "content type",
+                value: 7
+            }
+        );
+    }
+
+    #[test]
+    fn informational_and_redirect_statuses_are_refused() {
+        for status in [100_u16, 304] {
+            let mut writer = Writer::new();
+            writer.u8(FRAME_VERSION);
+            writer.u8(2);
+            writer.u64(1);
+            writer.u8(1);
+            writer.u16(status);
+            writer.u8(0);
+            writer.bytes(b"");
+            let error = Frame::decode(writer.finish()).expect_err("status");
+            assert_eq!(
+                error.error,
+                DecodeError::InvalidValue {
+                    field: "status",
+                    value: u64::from(status)
+                }
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "needs a failure status")]
+    fn rpc_error_with_a_success_status_is_a_programmer_error() {
+        let _ = RpcError::new(Status::OK, "not an error");
+    }
+}

@@ -291,11 +291,6 @@ impl StreamServer {
     async fn read_requests(&self, recv: &mut RecvStream) -> Result<(), quinn::VarInt> {
         let permits = Arc::new(Semaphore::new(STREAM_REQUESTS_IN_FLIGHT_MAX));
         loop {
-            let permit = permits
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| codes::SHUTDOWN)?;
             let bytes = match read_frame(recv, FRAME_BYTES_MAX).await {
                 Ok(Some(bytes)) => bytes,
                 Ok(None) => return Ok(()),
@@ -308,22 +303,34 @@ impl StreamServer {
                     return Err(codes::SHUTDOWN);
                 }
             };
-            self.on_frame(Frame::decode(bytes), permit).await?;
+            self.on_frame(Frame::decode(bytes), &permits).await?;
         }
     }
 
     async fn on_frame(
         &self,
         frame: Result<Frame, MalformedFrame>,
-        permit: OwnedSemaphorePermit,
+        permits: &Arc<Semaphore>,
     ) -> Result<(), quinn::VarInt> {
         match frame {
             Ok(Frame::Request {
                 request_id,
                 request,
-            }) => self.start(request_id, request, permit),
+            }) => {
+                // Only requests take a permit: a cancel must always be read,
+                // or a stream full of hung requests could never be unblocked.
+                // The client holds the same limit, so this wait is short: it
+                // covers handlers whose cancel was read but not yet dropped.
+                let permit = permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| codes::SHUTDOWN)?;
+                self.start(request_id, request, permit)
+            }
             Ok(Frame::Cancel { request_id, opcode }) => {
-                if let Some(handle) = in_flight_lock(&self.in_flight).remove(&request_id) {
+                let handle = in_flight_lock(&self.in_flight).remove(&request_id);
+                if let Some(handle) = handle {
                     debug!(peer = %self.peer, %request_id, %opcode, "request cancelled by its sender");
                     handle.abort();
                 }
