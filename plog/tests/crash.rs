@@ -1,0 +1,457 @@
+//! Crash and fault tests on the simulated disk.
+//!
+//! A power cut is modelled as a sticky fault on every operation from a
+//! seeded point on (the process can no longer reach the disk), followed by
+//! `SimDisk::crash`, which keeps only synced bytes and may tear the last
+//! unsynced write. After each cut the log is reopened and checked against a
+//! model of what was acknowledged.
+
+// Helpers outside `#[test]` functions panic on failure like the tests do.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{Owned, commit, numbered, read_all, read_records, same_content};
+use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
+use narad_disk::{Disk, IoBuf, OpenOptions};
+use narad_plog::frame::{self, FRAME_BYTES_MAX};
+use narad_plog::segment::segment_file_name;
+use narad_plog::{
+    Codec, CommitRecord, CompressionLevel, HWM_FILE_NAME, LogConfig, LogError, PartitionLog,
+    ReadEntry,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Seeds of the crash loop: enough to hit every step of a commit, a roll,
+/// the hwm file and close many times, within the test-time budget.
+const CRASH_SEEDS: u64 = 200;
+
+/// Crash-and-reopen cycles per seed.
+const CYCLES_PER_SEED: usize = 4;
+
+const DIR: &str = "/data/topics/orders/p00000";
+
+fn dir() -> &'static Path {
+    Path::new(DIR)
+}
+
+fn open(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
+    PartitionLog::open(Arc::new(sim.clone()), dir(), config.clone()).unwrap()
+}
+
+fn crash_config(rng: &mut StdRng) -> LogConfig {
+    LogConfig {
+        segment_bytes: rng.random_range(512..4_096),
+        frame_payload_bytes_target: rng.random_range(64..1_024),
+        frame_records_max: rng.random_range(1..12),
+        index_interval_bytes: rng.random_range(1..512),
+        codec: if rng.random_bool(0.3) {
+            Codec::Zstd
+        } else {
+            Codec::None
+        },
+        ..LogConfig::default()
+    }
+}
+
+fn random_batch(rng: &mut StdRng, time_ms: u64) -> Vec<Owned> {
+    (0..rng.random_range(1..10))
+        .map(|_| {
+            let mut key = vec![0u8; rng.random_range(0..12)];
+            rng.fill(&mut key[..]);
+            // Repetitive payloads so zstd frames are really compressed.
+            let unit = rng.random_range(b'a'..=b'z');
+            let payload = vec![unit; rng.random_range(0..200)];
+            Owned {
+                key,
+                payload,
+                committed_at_ms: time_ms,
+            }
+        })
+        .collect()
+}
+
+/// Checks a reopened log against the acknowledged records, and adopts the
+/// prefix of the cut commit that recovery found durable.
+fn check_recovered(log: &PartitionLog, acked: &mut Vec<Owned>, in_flight: &[Owned], seed: u64) {
+    let high_watermark = log.high_watermark();
+    assert!(
+        high_watermark >= acked.len() as u64,
+        "seed {seed}: acknowledged commits lost: hwm {high_watermark} < {}",
+        acked.len()
+    );
+    let extra = (high_watermark - acked.len() as u64) as usize;
+    assert!(
+        extra <= in_flight.len(),
+        "seed {seed}: {extra} records above the acknowledged ones, but only {} were in flight",
+        in_flight.len()
+    );
+    let records = read_records(log, 0);
+    assert_eq!(
+        records.len() as u64,
+        high_watermark,
+        "seed {seed}: offsets are contiguous"
+    );
+    let mut last_time = 0;
+    for (offset, record) in records.iter().enumerate() {
+        assert_eq!(record.offset, offset as u64, "seed {seed}");
+        let expected = acked
+            .get(offset)
+            .unwrap_or_else(|| &in_flight[offset - acked.len()]);
+        assert!(
+            same_content(record, expected),
+            "seed {seed}: offset {offset} differs"
+        );
+        assert!(
+            record.committed_at_ms >= last_time,
+            "seed {seed}: commit time went backwards"
+        );
+        last_time = record.committed_at_ms;
+    }
+    assert_eq!(
+        log.read(high_watermark, u64::MAX, Default::default())
+            .unwrap()
+            .entries,
+        vec![]
+    );
+    // A commit that was cut may have become durable in part; it is now
+    // committed, as recovery from the tail promises.
+    acked.extend_from_slice(&in_flight[..extra]);
+}
+
+fn run_crash_seed(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let sim = SimDisk::new(seed);
+    let config = crash_config(&mut rng);
+    let mut acked: Vec<Owned> = Vec::new();
+    let mut in_flight: Vec<Owned> = Vec::new();
+    let mut time_ms = 1_000;
+    for _ in 0..CYCLES_PER_SEED {
+        let log = open(&sim, &config);
+        check_recovered(&log, &mut acked, &in_flight, seed);
+        in_flight.clear();
+        let clean_close = rng.random_bool(0.25);
+        if !clean_close {
+            sim.inject(Fault {
+                op: FaultOp::Any,
+                nth: rng.random_range(0..80),
+                error: if rng.random_bool(0.8) {
+                    FaultError::Eio
+                } else {
+                    FaultError::Enospc
+                },
+                sticky: true,
+            });
+        }
+        for _ in 0..rng.random_range(1..25) {
+            time_ms += rng.random_range(0..3);
+            let batch = random_batch(&mut rng, time_ms);
+            match commit(&log, &batch) {
+                Ok(offsets) => {
+                    assert_eq!(
+                        offsets.start,
+                        acked.len() as u64,
+                        "seed {seed}: offsets contiguous"
+                    );
+                    acked.extend(batch);
+                }
+                Err(_) => {
+                    assert_eq!(
+                        log.high_watermark(),
+                        acked.len() as u64,
+                        "seed {seed}: a failed commit is not visible"
+                    );
+                    in_flight = batch;
+                    break;
+                }
+            }
+        }
+        if clean_close {
+            log.close().unwrap();
+        } else {
+            // Close may fail too; either way the crash decides.
+            let _ = log.close();
+        }
+        drop(log);
+        sim.clear_faults();
+        sim.crash(if rng.random_bool(0.5) {
+            Tear::LastWrite
+        } else {
+            Tear::None
+        });
+    }
+    let log = open(&sim, &config);
+    check_recovered(&log, &mut acked, &in_flight, seed);
+}
+
+#[test]
+fn every_acknowledged_commit_survives_crashes_at_seeded_points() {
+    for seed in 0..CRASH_SEEDS {
+        run_crash_seed(seed);
+    }
+}
+
+/// A log with `count` records committed and synced, on a fresh disk.
+fn log_with(sim: &SimDisk, count: u64) -> PartitionLog {
+    let log = open(sim, &LogConfig::default());
+    commit(&log, &numbered(0, count, 1)).unwrap();
+    log
+}
+
+fn segment_bytes(sim: &SimDisk) -> usize {
+    sim.read_file(&dir().join(segment_file_name(0)))
+        .unwrap()
+        .len()
+}
+
+/// Checks that after a crash the log holds exactly `count` numbered records
+/// and takes the next commit at `count`.
+fn assert_exactly_after_crash(sim: &SimDisk, count: u64) {
+    sim.clear_faults();
+    sim.crash(Tear::LastWrite);
+    let log = open(sim, &LogConfig::default());
+    assert_eq!(log.high_watermark(), count);
+    let records = read_records(&log, 0);
+    assert!(
+        records
+            .iter()
+            .zip(numbered(0, count, 1))
+            .all(|(r, o)| same_content(r, &o))
+    );
+    assert_eq!(
+        commit(&log, &numbered(count, 1, 1)).unwrap(),
+        count..count + 1
+    );
+}
+
+fn fail_next(sim: &SimDisk, op: FaultOp, error: FaultError) {
+    sim.inject(Fault {
+        op,
+        nth: 0,
+        error,
+        sticky: false,
+    });
+}
+
+#[test]
+fn a_failed_write_leaves_no_trace_and_the_retry_takes_the_same_offsets() {
+    for error in [FaultError::Eio, FaultError::Enospc] {
+        let sim = SimDisk::new(7);
+        let log = log_with(&sim, 3);
+        let size = segment_bytes(&sim);
+        fail_next(&sim, FaultOp::Write, error);
+        assert!(matches!(
+            commit(&log, &numbered(100, 4, 1)),
+            Err(LogError::Io { .. })
+        ));
+        assert_eq!(log.high_watermark(), 3);
+        assert_eq!(
+            segment_bytes(&sim),
+            size,
+            "the partial write was truncated away"
+        );
+        assert!(!log.is_poisoned());
+        assert_eq!(commit(&log, &numbered(3, 2, 1)).unwrap(), 3..5);
+        drop(log);
+        assert_exactly_after_crash(&sim, 5);
+    }
+}
+
+#[test]
+fn a_failed_read_back_leaves_no_trace_and_the_retry_takes_the_same_offsets() {
+    let sim = SimDisk::new(8);
+    let log = log_with(&sim, 3);
+    let size = segment_bytes(&sim);
+    fail_next(&sim, FaultOp::Read, FaultError::Eio);
+    assert!(commit(&log, &numbered(100, 4, 1)).is_err());
+    assert_eq!(log.high_watermark(), 3);
+    assert_eq!(read_records(&log, 0).len(), 3);
+    assert_eq!(
+        segment_bytes(&sim),
+        size,
+        "the synced frames were truncated away"
+    );
+    assert_eq!(commit(&log, &numbered(3, 1, 1)).unwrap(), 3..4);
+    drop(log);
+    assert_exactly_after_crash(&sim, 4);
+}
+
+#[test]
+fn a_commit_that_failed_after_its_fdatasync_is_gone_after_a_crash() {
+    let sim = SimDisk::new(17);
+    let log = log_with(&sim, 3);
+    // The frames are durable when the read-back fails; the undo must
+    // truncate them durably too.
+    fail_next(&sim, FaultOp::Read, FaultError::Eio);
+    assert!(commit(&log, &numbered(100, 4, 1)).is_err());
+    drop(log);
+    assert_exactly_after_crash(&sim, 3);
+}
+
+#[test]
+fn a_failed_fdatasync_poisons_the_log_until_reopen() {
+    let sim = SimDisk::new(9);
+    let log = log_with(&sim, 3);
+    fail_next(&sim, FaultOp::Sync, FaultError::Eio);
+    assert!(matches!(
+        commit(&log, &numbered(100, 2, 1)),
+        Err(LogError::SyncFailed(_))
+    ));
+    assert!(log.is_poisoned());
+    // The latch holds even though the disk works again.
+    assert!(matches!(
+        commit(&log, &numbered(3, 1, 1)),
+        Err(LogError::Poisoned)
+    ));
+    assert!(matches!(
+        commit(&log, &numbered(3, 1, 1)),
+        Err(LogError::Poisoned)
+    ));
+    // Committed records stay readable; the failed ones never show.
+    assert_eq!(read_records(&log, 0).len(), 3);
+    assert_eq!(log.high_watermark(), 3);
+    drop(log);
+    assert_exactly_after_crash(&sim, 3);
+}
+
+#[test]
+fn reopening_a_poisoned_log_without_a_crash_clears_the_latch() {
+    let sim = SimDisk::new(10);
+    let log = log_with(&sim, 2);
+    fail_next(&sim, FaultOp::Sync, FaultError::Eio);
+    assert!(commit(&log, &numbered(2, 1, 1)).is_err());
+    log.close().unwrap();
+    drop(log);
+    let log = open(&sim, &LogConfig::default());
+    assert!(!log.is_poisoned());
+    assert_eq!(commit(&log, &numbered(2, 1, 1)).unwrap(), 2..3);
+}
+
+#[test]
+fn a_failed_undo_poisons_the_log() {
+    let sim = SimDisk::new(11);
+    let log = log_with(&sim, 2);
+    fail_next(&sim, FaultOp::Read, FaultError::Eio);
+    fail_next(&sim, FaultOp::Truncate, FaultError::Eio);
+    assert!(commit(&log, &numbered(2, 1, 1)).is_err());
+    assert!(log.is_poisoned());
+    assert_eq!(log.high_watermark(), 2);
+    assert_eq!(
+        read_records(&log, 0).len(),
+        2,
+        "the hidden tail is never served"
+    );
+}
+
+#[test]
+fn a_crash_during_close_recovers_the_boundary_from_the_tail() {
+    let sim = SimDisk::new(12);
+    let log = log_with(&sim, 5);
+    fail_next(&sim, FaultOp::Sync, FaultError::Eio);
+    assert!(log.close().is_err());
+    drop(log);
+    assert_exactly_after_crash(&sim, 5);
+}
+
+#[test]
+fn the_first_commit_after_open_empties_the_hwm_file_durably() {
+    let sim = SimDisk::new(13);
+    let log = log_with(&sim, 2);
+    log.close().unwrap();
+    drop(log);
+    let log = open(&sim, &LogConfig::default());
+    commit(&log, &numbered(2, 3, 1)).unwrap();
+    drop(log);
+    // A stale hwm of 2 must not hide the three records committed after it.
+    sim.crash(Tear::LastWrite);
+    assert_eq!(sim.read_file(&dir().join(HWM_FILE_NAME)).unwrap().len(), 0);
+    assert_eq!(open(&sim, &LogConfig::default()).high_watermark(), 5);
+}
+
+#[test]
+fn an_open_without_a_stored_boundary_makes_what_it_serves_durable() {
+    let sim = SimDisk::new(14);
+    let log = log_with(&sim, 2);
+    drop(log);
+    // Frames a crashed process wrote but never synced sit in the page cache.
+    let extra = numbered(2, 2, 1);
+    let extra: Vec<CommitRecord<'_>> = extra.iter().map(Owned::as_commit).collect();
+    let frame = frame::encode_frame(
+        &extra,
+        2,
+        Codec::None,
+        CompressionLevel::Default,
+        FRAME_BYTES_MAX,
+    )
+    .unwrap();
+    let file = sim
+        .open(&dir().join(segment_file_name(0)), OpenOptions::EXISTING)
+        .unwrap();
+    let end = file.size().unwrap();
+    file.write_at(end, IoBuf::from_slice(&frame))
+        .wait()
+        .unwrap();
+    drop(file);
+    let log = open(&sim, &LogConfig::default());
+    assert_eq!(log.high_watermark(), 4);
+    drop(log);
+    // What it served survives a power cut.
+    sim.crash(Tear::None);
+    assert_eq!(open(&sim, &LogConfig::default()).high_watermark(), 4);
+}
+
+#[test]
+fn a_crash_after_a_roll_before_any_write_keeps_the_empty_segment_consistent() {
+    let sim = SimDisk::new(15);
+    let config = LogConfig {
+        segment_bytes: 256,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    commit(&log, &numbered(0, 10, 1)).unwrap();
+    // The roll happens, then the write fails and the process dies.
+    sim.inject(Fault {
+        op: FaultOp::Write,
+        nth: 0,
+        error: FaultError::Eio,
+        sticky: true,
+    });
+    assert!(commit(&log, &numbered(10, 1, 1)).is_err());
+    drop(log);
+    sim.clear_faults();
+    sim.crash(Tear::LastWrite);
+    let log = open(&sim, &config);
+    assert_eq!(log.high_watermark(), 10);
+    assert_eq!(commit(&log, &numbered(10, 2, 1)).unwrap(), 10..12);
+    assert_eq!(read_records(&log, 0).len(), 12);
+}
+
+#[test]
+fn retention_deletions_survive_a_crash() {
+    let sim = SimDisk::new(16);
+    let config = LogConfig {
+        segment_bytes: 256,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    for n in 0..10 {
+        commit(&log, &numbered(n * 4, 4, 1_000)).unwrap();
+    }
+    let report = log.sweep_retention(1_000 + 7_200_000, 3_600_000).unwrap();
+    assert!(!report.deleted.is_empty());
+    let oldest = log.stats().unwrap().oldest_offset;
+    drop(log);
+    sim.crash(Tear::None);
+    let log = open(&sim, &config);
+    assert_eq!(log.stats().unwrap().oldest_offset, oldest);
+    assert_eq!(log.high_watermark(), 40);
+    assert!(
+        read_all(&log, oldest)
+            .iter()
+            .all(|e| matches!(e, ReadEntry::Record(_)))
+    );
+}
