@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TransportConfig, VarInt};
 use tokio::task::JoinHandle;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::auth::ClusterAuth;
 use crate::client::{CallError, ClientContext};
@@ -93,6 +93,12 @@ impl Node {
     /// [`NodeError`] if the socket cannot be bound or TLS cannot be set up.
     pub fn bind(config: NodeConfig, router: Router) -> Result<Node, NodeError> {
         install_ring_provider();
+        if matches!(config.auth, ClusterAuth::InsecureDevOnly) {
+            warn!(
+                bind_addr = %config.bind_addr,
+                "cluster plane runs WITHOUT authentication (insecure dev mode): anyone who reaches this port is served"
+            );
+        }
         let transport = transport_config();
         let mut server_config = ServerConfig::with_crypto(Arc::new(server_crypto()?));
         server_config.transport_config(transport.clone());
