@@ -513,3 +513,128 @@ async fn panicking_handler_is_answered_with_internal_error() {
     };
     assert_eq!(error.status, Status::INTERNAL_ERROR);
 }
+
+/// Waits until `counter` reaches `target`; the bound only stops a broken
+/// build from hanging the suite.
+async fn wait_for_count(counter: &AtomicUsize, target: usize) {
+    let reached = async {
+        while counter.load(Ordering::SeqCst) < target {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    tokio::time::timeout(SIGNAL_WAIT, reached)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "count stuck at {} of {target}",
+                counter.load(Ordering::SeqCst)
+            )
+        });
+}
+
+struct CountOnDrop(Arc<AtomicUsize>);
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn cancels_reach_a_stream_whose_request_permits_are_all_taken() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let router = {
+        let (started, dropped) = (started.clone(), dropped.clone());
+        Router::new().route(
+            Opcode::CONSUME,
+            OperationLimit::exempt("long_poll_consume"),
+            move |_: Inbound| {
+                let (started, dropped) = (started.clone(), dropped.clone());
+                async move {
+                    let _count = CountOnDrop(dropped);
+                    started.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending::<Result<Response, RpcError>>().await
+                }
+            },
+        )
+    };
+    let server = node(secret(1), router);
+    let client = Arc::new(node(secret(1), Router::new()));
+    // Every stream of the control lane gets its full share of hung requests.
+    let hung = Lane::Control.streams() * crate::limits::STREAM_REQUESTS_IN_FLIGHT_MAX;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..hung {
+        let (client, peer) = (client.clone(), server.local_addr());
+        calls.spawn(async move {
+            client
+                .call_with_timeout(
+                    peer,
+                    Lane::Control,
+                    Request::new(Opcode::CONSUME, &b""[..]),
+                    SIGNAL_WAIT * 6,
+                )
+                .await
+        });
+    }
+    wait_for_count(&started, hung).await;
+    calls.abort_all();
+    wait_for_count(&dropped, hung).await;
+    // The lane is usable again.
+    let error = client
+        .call(
+            server.local_addr(),
+            Lane::Control,
+            Request::new(Opcode::GET_TOPIC, &b""[..]),
+        )
+        .await
+        .expect_err("no route");
+    assert!(matches!(error, CallError::Rejected(_)), "{error}");
+}
+
+#[tokio::test]
+async fn oversize_answer_claimed_by_a_rogue_server_refuses_the_stream() {
+    // A server with the secret that claims a 4 GiB answer.
+    crate::tls::install_ring_provider();
+    let crypto = crate::tls::server_crypto().expect("crypto");
+    let config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let rogue = quinn::Endpoint::server(config, loopback()).expect("bind");
+    let rogue_addr = rogue.local_addr().expect("addr");
+    let rogue_task = tokio::spawn(async move {
+        let connection = rogue
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("connected");
+        let ekm = crate::server::exporter(&connection).expect("ekm");
+        let (mut send, mut recv) = connection.accept_bi().await.expect("stream");
+        let auth = secret(1);
+        crate::auth::server_handshake(&auth, &ekm, &mut send, &mut recv, SIGNAL_WAIT)
+            .await
+            .expect("auth");
+        let _request = read_frame(&mut recv, FRAME_BYTES_MAX)
+            .await
+            .expect("request");
+        send.write_all(&u32::MAX.to_be_bytes())
+            .await
+            .expect("write");
+        // Hold the connection until the client has refused the stream.
+        let _ = recv.read_to_end(64).await;
+        connection
+    });
+    let client = node(secret(1), Router::new());
+    let error = client
+        .call(rogue_addr, Lane::Consume, request(b""))
+        .await
+        .expect_err("refused");
+    let CallError::StreamRefused { reason, .. } = &error else {
+        panic!("expected a refused stream, got {error}")
+    };
+    assert!(
+        reason.contains("exceeds the 16777216-byte limit"),
+        "{reason}"
+    );
+    drop(client);
+    let _ = rogue_task.await;
+}
