@@ -18,9 +18,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use quinn::{RecvStream, VarInt};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, client_handshake};
+use crate::backoff::DialBackoff;
 use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
 use crate::lane::Lane;
 use crate::limits::{
@@ -197,7 +199,7 @@ impl ClientContext {
         }
         let peer = Arc::new(Peer {
             addr,
-            connection: tokio::sync::Mutex::new(None),
+            slot: tokio::sync::Mutex::new(PeerSlot::default()),
         });
         peers.insert(addr, peer.clone());
         Ok(peer)
@@ -252,32 +254,58 @@ impl ClientContext {
 #[derive(Debug)]
 struct Peer {
     addr: SocketAddr,
-    connection: tokio::sync::Mutex<Option<Arc<PeerConnection>>>,
+    slot: tokio::sync::Mutex<PeerSlot>,
+}
+
+#[derive(Debug, Default)]
+struct PeerSlot {
+    connection: Option<Arc<PeerConnection>>,
+    backoff: DialBackoff,
 }
 
 impl Peer {
     async fn connection(&self, context: &ClientContext) -> Result<Arc<PeerConnection>, CallError> {
-        let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
+        let mut slot = self.slot.lock().await;
+        if let Some(connection) = slot.connection.as_ref() {
             match connection.connection.close_reason() {
                 None => return Ok(connection.clone()),
                 Some(reason) => {
-                    debug!(peer = %self.addr, %reason, "cluster connection lost; re-dialling")
+                    debug!(peer = %self.addr, %reason, "cluster connection lost; re-dialling");
                 }
             }
         }
-        let connection = context.dial(self.addr).await?;
-        *slot = Some(connection.clone());
-        Ok(connection)
+        if let Err(wait) = slot.backoff.admit(Instant::now()) {
+            let reason = format!(
+                "the last dial failed; next attempt in {} ms",
+                wait.as_millis()
+            );
+            return Err(CallError::Dial {
+                peer: self.addr,
+                reason,
+            });
+        }
+        match context.dial(self.addr).await {
+            Ok(connection) => {
+                slot.backoff.succeeded();
+                slot.connection = Some(connection.clone());
+                Ok(connection)
+            }
+            Err(error) => {
+                slot.backoff.failed(Instant::now());
+                slot.connection = None;
+                Err(error)
+            }
+        }
     }
 
     async fn forget(&self, stale: &Arc<PeerConnection>) {
-        let mut slot = self.connection.lock().await;
+        let mut slot = self.slot.lock().await;
         if slot
+            .connection
             .as_ref()
             .is_some_and(|current| Arc::ptr_eq(current, stale))
         {
-            *slot = None;
+            slot.connection = None;
         }
     }
 }

@@ -27,6 +27,7 @@
 //! it is idempotent). Layout and protocol: `docs/internals/transport.md`.
 
 pub mod auth;
+mod backoff;
 mod client;
 pub mod codec;
 pub mod frame;

@@ -53,6 +53,14 @@ pub const CALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 /// Time a QUIC dial may take before the call fails (spec: peer dial 1 s).
 pub const DIAL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
 
+/// First wait before dialling a peer again after a dial failed (spec: peer
+/// dial failure backoff from 250 ms), doubling per failure.
+pub const DIAL_BACKOFF_MIN: Duration = Duration::from_millis(250);
+
+/// Longest wait between dials of a failing peer (spec: up to 2 s): short
+/// enough that a restarted peer is found again within a couple of seconds.
+pub const DIAL_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
 /// Time an accepted stream has to prove the secret before it is dropped, so
 /// silent streams do not pin server tasks.
 pub const AUTH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
@@ -65,6 +73,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// be lost without closing a healthy connection.
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(3_300);
 
+const _: () = assert!(DIAL_BACKOFF_MIN.as_millis() < DIAL_BACKOFF_MAX.as_millis());
 const _: () = assert!(PRE_AUTH_FRAME_BYTES_MAX < FRAME_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(KEEP_ALIVE_INTERVAL.as_millis() * 3 <= IDLE_TIMEOUT.as_millis());

@@ -638,3 +638,31 @@ async fn oversize_answer_claimed_by_a_rogue_server_refuses_the_stream() {
     drop(client);
     let _ = rogue_task.await;
 }
+
+#[tokio::test]
+async fn failed_dial_is_not_repeated_until_the_backoff_passes() {
+    // A UDP socket that never answers: the QUIC handshake cannot finish.
+    let silent = std::net::UdpSocket::bind(loopback()).expect("bind");
+    let peer = silent.local_addr().expect("addr");
+    let mut config = NodeConfig::new(loopback(), secret(1));
+    config.dial_timeout = Duration::from_millis(200);
+    let client = Node::bind(config, Router::new()).expect("bind");
+
+    let first = client
+        .call(peer, Lane::Control, request(b""))
+        .await
+        .expect_err("no peer");
+    let CallError::Dial { reason, .. } = &first else {
+        panic!("expected a dial error, got {first}")
+    };
+    assert!(reason.contains("no handshake within"), "{reason}");
+
+    let second = client
+        .call(peer, Lane::Control, request(b""))
+        .await
+        .expect_err("backing off");
+    let CallError::Dial { reason, .. } = &second else {
+        panic!("expected a dial error, got {second}")
+    };
+    assert!(reason.contains("the last dial failed"), "{reason}");
+}
