@@ -1,0 +1,242 @@
+//! `plog-bench`: the partition log's commit and read costs, next to the raw
+//! disk measured in the same run.
+//!
+//! - commit latency (p50/p99) for batches of 1, 64 and 1,000 records of
+//!   256 B, against a raw 4 KiB write + fdatasync on an appended file;
+//! - records per second with concurrent committers to one partition (they
+//!   serialize on the log's writer lock; combining them is the data plane's
+//!   job) and to 16 partitions;
+//! - sequential read MB/s of one full segment through the log, against a raw
+//!   sequential read of the same file, both with its pages dropped first.
+//!
+//! Writes `target/bench/plog.json` and `.png`.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use narad_bench::baseline::{self, FileMode};
+use narad_bench::report::Report;
+use narad_bench::stats::Latencies;
+use narad_disk::{BackendChoice, Disk, open_backend};
+use narad_plog::segment::segment_file_name;
+use narad_plog::{CommitRecord, LogConfig, PartitionLog, ReadLimits};
+
+/// Payload bytes of every record.
+const RECORD_BYTES: usize = 256;
+/// Samples of the raw fdatasync baseline.
+const BASELINE_SAMPLES: usize = 500;
+/// Commits measured per batch size.
+const COMMITS_PER_SIZE: usize = 300;
+/// How long each concurrency run lasts.
+const CONCURRENT_RUN: Duration = Duration::from_secs(3);
+/// Committer threads in the concurrency runs.
+const COMMITTERS: usize = 16;
+/// Records per commit in the concurrency runs.
+const CONCURRENT_BATCH: usize = 64;
+
+fn main() -> io::Result<()> {
+    let scratch = narad_bench::bench_dir()?.join("plog");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let disk = open_backend(BackendChoice::Auto)?;
+    let mut report = Report::new("plog");
+    report.note("backend", &disk.kind().to_string());
+
+    let mut fdatasync = baseline::fdatasync_4k(&scratch, FileMode::Appended, BASELINE_SAMPLES)?;
+    report
+        .set("baseline_fdatasync_p50_us", fdatasync.p50_us())
+        .set("baseline_fdatasync_p99_us", fdatasync.p99_us());
+
+    let payload = payload();
+    let mut latency_bars = vec![("raw fdatasync p50".to_string(), fdatasync.p50_us())];
+    for batch in [1usize, 64, 1_000] {
+        let (mut latencies, records_per_s) = commit_latency(
+            &disk,
+            &scratch.join(format!("latency-{batch}")),
+            batch,
+            &payload,
+        )?;
+        report
+            .set(&format!("commit_{batch}_p50_us"), latencies.p50_us())
+            .set(&format!("commit_{batch}_p99_us"), latencies.p99_us())
+            .set(&format!("commit_{batch}x256_records_per_s"), records_per_s);
+        latency_bars.push((format!("{batch} rec p50"), latencies.p50_us()));
+        latency_bars.push((format!("{batch} rec p99"), latencies.p99_us()));
+    }
+
+    let one = concurrent(&disk, &scratch.join("one"), 1, &payload)?;
+    let sixteen = concurrent(&disk, &scratch.join("sixteen"), 16, &payload)?;
+    report
+        .set("concurrent_1_partition_records_per_s", one)
+        .set("concurrent_16_partitions_records_per_s", sixteen);
+
+    let (read_mb_per_s, baseline_read_mb_per_s) =
+        sequential_read(&disk, &scratch.join("read"), &payload)?;
+    report
+        .set("read_mb_per_s", read_mb_per_s)
+        .set("baseline_read_mb_per_s", baseline_read_mb_per_s);
+
+    let latency_bars: Vec<(&str, f64)> = latency_bars
+        .iter()
+        .map(|(label, value)| (label.as_str(), *value))
+        .collect();
+    report.bars("commit latency (256 B records)", "µs", &latency_bars);
+    report.bars(
+        "records per second, 16 committers",
+        "records/s",
+        &[("1 partition", one), ("16 partitions", sixteen)],
+    );
+    report.bars(
+        "sequential read of one segment",
+        "MB/s",
+        &[
+            ("through the log", read_mb_per_s),
+            ("raw file", baseline_read_mb_per_s),
+        ],
+    );
+    let path = report.write()?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
+    );
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// A JSON-like payload of `RECORD_BYTES`.
+fn payload() -> Vec<u8> {
+    let mut payload = br#"{"order":"ord_123","status":"paid","amount":4200,"note":""#.to_vec();
+    payload.resize(RECORD_BYTES - 2, b'x');
+    payload.extend_from_slice(b"\"}");
+    payload
+}
+
+fn batch_of(payload: &[u8], count: usize) -> Vec<CommitRecord<'_>> {
+    (0..count)
+        .map(|_| CommitRecord {
+            key: b"customer-42",
+            payload,
+            committed_at_ms: 0,
+        })
+        .collect()
+}
+
+fn to_io(error: narad_plog::LogError) -> io::Error {
+    io::Error::other(error)
+}
+
+/// Latency of `COMMITS_PER_SIZE` commits of `batch` records, and the
+/// records per second they sustained.
+fn commit_latency(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+    batch: usize,
+    payload: &[u8],
+) -> io::Result<(Latencies, f64)> {
+    let log = PartitionLog::open(Arc::clone(disk), dir, LogConfig::default()).map_err(to_io)?;
+    let records = batch_of(payload, batch);
+    let mut latencies = Latencies::new();
+    let started = Instant::now();
+    for _ in 0..COMMITS_PER_SIZE {
+        let commit_started = Instant::now();
+        log.commit_durable(&[&records]).map_err(to_io)?;
+        latencies.record(commit_started.elapsed());
+    }
+    let records_per_s = (COMMITS_PER_SIZE * batch) as f64 / started.elapsed().as_secs_f64();
+    log.close().map_err(to_io)?;
+    Ok((latencies, records_per_s))
+}
+
+/// Records per second with `COMMITTERS` threads spread over `partitions`
+/// logs, each committing batches of `CONCURRENT_BATCH`.
+fn concurrent(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+    partitions: usize,
+    payload: &[u8],
+) -> io::Result<f64> {
+    let mut logs = Vec::with_capacity(partitions);
+    for partition in 0..partitions {
+        let log = PartitionLog::open(
+            Arc::clone(disk),
+            &dir.join(format!("p{partition:05}")),
+            LogConfig::default(),
+        )
+        .map_err(to_io)?;
+        logs.push(Arc::new(log));
+    }
+    let payload = Arc::new(payload.to_vec());
+    let started = Instant::now();
+    let committers: Vec<_> = (0..COMMITTERS)
+        .map(|index| {
+            let log = Arc::clone(&logs[index % partitions]);
+            let payload = Arc::clone(&payload);
+            thread::spawn(move || -> io::Result<u64> {
+                let records = batch_of(&payload, CONCURRENT_BATCH);
+                let mut committed = 0u64;
+                while started.elapsed() < CONCURRENT_RUN {
+                    log.commit_durable(&[&records]).map_err(to_io)?;
+                    committed += CONCURRENT_BATCH as u64;
+                }
+                Ok(committed)
+            })
+        })
+        .collect();
+    let mut total = 0u64;
+    for committer in committers {
+        total += committer
+            .join()
+            .map_err(|_| io::Error::other("committer panicked"))??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    for log in &logs {
+        log.close().map_err(to_io)?;
+    }
+    Ok(total as f64 / elapsed)
+}
+
+/// Fills one segment, then reads it through the log and raw, each after
+/// dropping the file's cached pages. Returns (log MB/s, raw MB/s).
+fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Result<(f64, f64)> {
+    let log = PartitionLog::open(Arc::clone(disk), dir, LogConfig::default()).map_err(to_io)?;
+    let records = batch_of(payload, 1_000);
+    // Commit until the first segment rolls, so it is full and sealed.
+    while log.stats().map_err(to_io)?.segments < 2 {
+        log.commit_durable(&[&records]).map_err(to_io)?;
+    }
+    let first = dir.join(segment_file_name(0));
+    let segment_bytes = std::fs::metadata(&first)?.len();
+    // The same log keeps reading: its sealed segment's index came over at
+    // the roll, as in a running node.
+    baseline::drop_cached_pages(&std::fs::File::open(&first)?)?;
+    let end = {
+        let names = disk.list_dir(dir)?;
+        names
+            .iter()
+            .filter_map(|name| narad_plog::segment::parse_segment_file_name(name))
+            .find(|&base| base > 0)
+            .ok_or_else(|| io::Error::other("no second segment"))?
+    };
+    let limits = ReadLimits {
+        records_max: 10_000,
+        bytes_max: 16 << 20,
+    };
+    let started = Instant::now();
+    let mut next = 0;
+    let mut records_read = 0u64;
+    while next < end {
+        let batch = log.read(next, end, limits).map_err(to_io)?;
+        records_read += batch.entries.len() as u64;
+        next = batch.next_offset;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(records_read, end, "every record of the segment was read");
+    log.close().map_err(to_io)?;
+    let read_mb_per_s = segment_bytes as f64 / 1e6 / elapsed;
+    let baseline_read_mb_per_s = baseline::seq_read_mb_per_s(&first)?;
+    Ok((read_mb_per_s, baseline_read_mb_per_s))
+}
