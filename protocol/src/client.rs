@@ -621,6 +621,15 @@ async fn read_answers(
 
 #[cfg(test)]
 impl ClientContext {
+    /// The stable id of the connection cached for `addr`, if one is.
+    pub(crate) async fn cached_connection_id(&self, addr: SocketAddr) -> Option<usize> {
+        let peer = lock(&self.peers).get(&addr).cloned()?;
+        let slot = peer.slot.lock().await;
+        slot.connection
+            .as_ref()
+            .map(|connection| connection.connection.stable_id())
+    }
+
     /// Dials `addr` on a fresh connection and authenticates one stream, for
     /// tests that write raw bytes. The connection lives as long as the streams.
     pub(crate) async fn open_raw_stream(

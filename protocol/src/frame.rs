@@ -14,7 +14,7 @@
 //! ```
 //!
 //! The whole frame, length prefix included, is at most
-//! [`FRAME_BYTES_MAX`](crate::limits::FRAME_BYTES_MAX). [`Frame::encode`]
+//! [`FRAME_BYTES_MAX`]. [`Frame::encode`]
 //! refuses a larger frame before allocating anything; the reader refuses a
 //! larger claimed length before reading the payload.
 
