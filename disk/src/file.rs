@@ -140,6 +140,29 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     /// Makes every completed write to this file durable (`fdatasync`).
     fn fdatasync(&self) -> Completion<()>;
 
+    /// Writes all of `buf` at `offset`, then makes the file durable
+    /// (`fdatasync`), and hands the buffer back: the group-commit step of a
+    /// log in one call.
+    ///
+    /// Completes `Ok` only when every byte was written and the fdatasync that
+    /// followed succeeded. Otherwise it completes with the error of the part
+    /// that failed: the write's (no fdatasync then runs), or the
+    /// fdatasync's, which is never retried. Short writes are continued, and
+    /// the fdatasync always runs after the last byte was written.
+    ///
+    /// The default waits for the write and then for the fdatasync on the
+    /// calling thread, so it returns only when both finished: right for a
+    /// backend whose operations complete in the call (the simulated disk).
+    /// Backends with storage threads override it so that the call returns at
+    /// once and both parts run back to back on their side.
+    fn write_and_sync(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf> {
+        let result = self
+            .write_at(offset, buf)
+            .wait()
+            .and_then(|buf| self.fdatasync().wait().map(|()| buf));
+        Completion::ready(result)
+    }
+
     /// Allocates `[offset, offset + len)` without writing it
     /// (`fallocate`, mode 0).
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()>;

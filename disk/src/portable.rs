@@ -195,6 +195,18 @@ impl DiskFile for PortableFile {
         self.disk.run(move || file.sync_data())
     }
 
+    /// One job on the pool: the same thread writes and then syncs, so the
+    /// caller is woken once.
+    fn write_and_sync(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf> {
+        let file = Arc::clone(&self.file);
+        self.disk.run(move || {
+            file.write_all_at(&buf, offset)?;
+            // Never retried: see the crate documentation.
+            file.sync_data()?;
+            Ok(buf)
+        })
+    }
+
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()> {
         let file = Arc::clone(&self.file);
         self.disk.run(move || fallocate_std(&file, offset, len))

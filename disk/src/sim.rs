@@ -54,6 +54,11 @@
 //! here, which is kinder than ext4, where the pages may already be marked
 //! clean: callers must not retry, and tests should check that they latch.)
 //!
+//! **Write and sync.** [`DiskFile::write_and_sync`] is a write followed by
+//! an fdatasync, two data operations, each taking faults as it would alone:
+//! a failed write runs no sync; a failed sync leaves the write live but not
+//! durable.
+//!
 //! **Direct I/O.** A file opened with `direct_io` refuses, with `EINVAL`,
 //! reads and writes whose offset or length is not a multiple of
 //! [`IO_ALIGN`], like `O_DIRECT`.
@@ -102,11 +107,11 @@ pub struct Fault {
 pub enum FaultOp {
     /// Every data operation.
     Any,
-    /// `write_at`.
+    /// `write_at`, and the write part of `write_and_sync`.
     Write,
     /// `read_at`.
     Read,
-    /// `fdatasync`.
+    /// `fdatasync`, and the sync part of `write_and_sync`.
     Sync,
     /// `fallocate`.
     Fallocate,

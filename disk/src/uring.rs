@@ -39,15 +39,20 @@ use crate::portable::{list_dir_std, open_std};
 use crate::{BackendKind, Completion, CompletionSender, Disk, DiskFile, FileHandle, IoBuf};
 
 /// Submission-queue entries per ring. Each operation in flight holds one
-/// entry, so this bounds a ring's concurrency; 256 is far beyond what a
-/// group-committing WAL and a node's partition logs keep in flight at once.
+/// entry (a write-and-sync two), so this bounds a ring's concurrency; 256 is
+/// far beyond what a group-committing WAL and a node's partition logs keep in
+/// flight at once.
 pub const RING_ENTRIES: u32 = 256;
 
-/// Operations one ring has in flight at most: one entry each, plus one for
-/// the eventfd read, so pushing an entry can never find the queue full (and
-/// the completion queue, twice as deep, can never overflow).
-const OPS_IN_FLIGHT_MAX: usize = RING_ENTRIES as usize - 1;
-const _: () = assert!(OPS_IN_FLIGHT_MAX < RING_ENTRIES as usize);
+/// Entries one ring has in flight at most, plus one for the eventfd read, so
+/// pushing an entry can never find the queue full (and the completion queue,
+/// twice as deep, can never overflow).
+const ENTRIES_IN_FLIGHT_MAX: usize = RING_ENTRIES as usize - 1;
+const _: () = assert!(ENTRIES_IN_FLIGHT_MAX < RING_ENTRIES as usize);
+
+/// Entries one operation holds at once: a write linked to its fdatasync.
+const ENTRIES_PER_OP_MAX: usize = 2;
+const _: () = assert!(ENTRIES_PER_OP_MAX <= ENTRIES_IN_FLIGHT_MAX);
 
 /// Requests queued ahead of one storage thread before submitters block: a
 /// bound on memory, not a tuning knob; a full queue is backpressure.
@@ -71,6 +76,10 @@ const _: () = assert!(IO_CHUNK_BYTES_MAX <= u32::MAX as usize);
 
 /// `user_data` of the eventfd read; operation slots use their index.
 const WAKE_TOKEN: u64 = u64::MAX;
+
+/// Set in the `user_data` of the fdatasync entry of a write-and-sync, beside
+/// its slot index, to tell its completion from the write's.
+const SYNC_PART_BIT: u64 = 1 << 62;
 
 /// The io_uring backend. Clones share the same storage threads; they stop
 /// once the last clone and the last file opened through it are dropped and
@@ -204,6 +213,17 @@ enum OpKind {
     Sync {
         done: CompletionSender<()>,
     },
+    /// A write followed by an fdatasync: each round submits the rest of the
+    /// write linked (`IO_LINK`) to an fdatasync, so the kernel starts the
+    /// sync only once the write completed in full.
+    WriteSync {
+        offset: u64,
+        buf: IoBuf,
+        written: usize,
+        fixed: Option<u16>,
+        round: SyncRound,
+        done: CompletionSender<IoBuf>,
+    },
     Fallocate {
         offset: u64,
         len: u64,
@@ -213,6 +233,67 @@ enum OpKind {
         len: u64,
         done: CompletionSender<()>,
     },
+}
+
+/// The entries of one write-and-sync round and what the kernel returned for
+/// them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct SyncRound {
+    /// Entries of this round not yet completed.
+    awaiting: u8,
+    /// The write entry's result, if the round had one.
+    write: Option<i32>,
+    /// The fdatasync entry's result, if the round had one.
+    sync: Option<i32>,
+    /// The kernel took the write without its linked fdatasync in the same
+    /// submission (it stops early only when out of memory), so the sync
+    /// started unordered and its success proves nothing about the write.
+    split: bool,
+}
+
+/// What a write-and-sync does once its round's completions are all in.
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    /// Submit another round: the rest of the write and its fdatasync, or an
+    /// fdatasync alone.
+    Again,
+    /// Complete with this result (0 or a negative errno); a result of 0 with
+    /// bytes left unwritten is reported as `WriteZero`.
+    Done(i32),
+}
+
+/// Decides a write-and-sync's next step from its finished round and counts
+/// the bytes its write moved.
+///
+/// - A failed write is the outcome (`EINTR` and `EAGAIN` try again); the
+///   kernel cancelled the linked fdatasync.
+/// - A write of zero bytes is `WriteZero`.
+/// - A short write cancels the linked fdatasync (`ECANCELED`): the rest is
+///   written and synced next round. Success is reported only after a sync
+///   that was ordered after the last byte.
+/// - A failed fdatasync is the outcome and never retried; a cancelled one
+///   never ran, so it is submitted again.
+fn settle(round: SyncRound, len: usize, written: &mut usize) -> Settled {
+    assert_eq!(
+        round.awaiting, 0,
+        "a round settles once all its entries completed"
+    );
+    if let Some(result) = round.write {
+        match usize::try_from(result) {
+            Ok(0) => return Settled::Done(0),
+            Ok(count) => {
+                *written += count;
+                assert!(*written <= len, "kernel wrote past the buffer");
+            }
+            Err(_) if matches!(-result, libc::EINTR | libc::EAGAIN) => return Settled::Again,
+            Err(_) => return Settled::Done(result),
+        }
+    }
+    match round.sync {
+        Some(0) if !round.split && *written == len => Settled::Done(0),
+        Some(result) if result < 0 && result != -libc::ECANCELED => Settled::Done(result),
+        _ => Settled::Again,
+    }
 }
 
 /// Where a read lands: a plain vector, or (for `O_DIRECT` files, which need
@@ -395,6 +476,8 @@ struct Worker {
     /// Operations in flight, indexed by their `user_data`.
     slots: Vec<Option<Op>>,
     free_slots: Vec<usize>,
+    /// Entries of operations pushed and not yet completed (the eventfd read
+    /// aside).
     in_flight: usize,
     closing: bool,
     features: RingFeatures,
@@ -411,6 +494,9 @@ struct Worker {
     parked: Option<ParkedRegistration>,
     /// Completions reaped but not yet handled (reused between rounds).
     reaped: Vec<(u64, i32)>,
+    /// `user_data` of the entries pushed since the last submission, in
+    /// order, to notice a linked pair the kernel took only half of.
+    unsubmitted: Vec<u64>,
     fixed_writes: Arc<AtomicU64>,
 }
 
@@ -442,6 +528,7 @@ impl Worker {
             fixed_busy: vec![0; usize::from(REGISTERED_BUFFERS_MAX)],
             parked: None,
             reaped: Vec::with_capacity(RING_ENTRIES as usize * 2),
+            unsubmitted: Vec::with_capacity(RING_ENTRIES as usize),
             fixed_writes,
         }
     }
@@ -483,7 +570,7 @@ impl Worker {
         if !self.register_parked() {
             return;
         }
-        while self.in_flight < OPS_IN_FLIGHT_MAX {
+        while self.in_flight + ENTRIES_PER_OP_MAX <= ENTRIES_IN_FLIGHT_MAX {
             match self.requests.try_recv() {
                 Ok(Request::Op(op)) => self.start(op),
                 Ok(Request::Register { buffers, done }) => {
@@ -525,12 +612,35 @@ impl Worker {
 
     fn submit_and_wait(&mut self) {
         match self.ring.submit_and_wait(1) {
-            Ok(_) => {}
+            Ok(submitted) => self.submitted(submitted),
             // Interrupted, or completions must be reaped before more can be
             // submitted: both are handled by reaping and coming round again.
             Err(error) if matches!(error.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
             Err(error) => panic!("io_uring_enter failed on a storage thread: {error}"),
         }
+    }
+
+    /// Notes that the kernel took the first `count` pushed entries. The rest
+    /// stay queued for the next submission; if the first of them is the
+    /// fdatasync linked behind a write the kernel already took, the pair was
+    /// split and the sync will start unordered.
+    fn submitted(&mut self, count: usize) {
+        let count = count.min(self.unsubmitted.len());
+        if let Some(&next) = self.unsubmitted.get(count)
+            && next != WAKE_TOKEN
+            && next & SYNC_PART_BIT != 0
+            && count > 0
+        {
+            let slot = usize::try_from(next & !SYNC_PART_BIT).unwrap_or(usize::MAX);
+            if let Some(Some(Op {
+                kind: OpKind::WriteSync { round, .. },
+                ..
+            })) = self.slots.get_mut(slot)
+            {
+                round.split = true;
+            }
+        }
+        self.unsubmitted.drain(..count);
     }
 
     fn reap(&mut self) {
@@ -557,6 +667,7 @@ impl Worker {
     /// Queues an entry on the submission queue; it is sent to the kernel by
     /// the next `submit_and_wait`.
     fn push(&mut self, entry: &squeue::Entry) {
+        self.unsubmitted.push(entry.get_user_data());
         // SAFETY: the kernel reads or writes the memory an entry points at
         // until its completion is reaped, and uses its descriptor. Every
         // entry is built by `entry` or `arm_wake`: the memory is the heap
@@ -594,16 +705,71 @@ impl Worker {
             self.slots.len() - 1
         });
         let mut op = op;
-        if let OpKind::Write { buf, fixed, .. } = &mut op.kind {
+        if let OpKind::Write { buf, fixed, .. } | OpKind::WriteSync { buf, fixed, .. } =
+            &mut op.kind
+        {
             *fixed = self.fixed_slot(buf);
             if let Some(index) = *fixed {
                 self.fixed_busy[usize::from(index)] += 1;
             }
         }
-        let entry = self.entry(&mut op, slot);
+        self.queue(&mut op, slot);
         self.slots[slot] = Some(op);
+    }
+
+    /// Pushes an operation's next entries, from where it has got to.
+    fn queue(&mut self, op: &mut Op, slot: usize) {
+        if let OpKind::WriteSync { .. } = op.kind {
+            return self.queue_write_sync(op, slot);
+        }
+        let entry = self.entry(op, slot);
+        self.push_op_entry(&entry);
+    }
+
+    /// Pushes a write-and-sync round: the rest of the write linked to an
+    /// fdatasync, or the fdatasync alone once every byte is written. A rest
+    /// longer than one entry may carry goes first without a sync, as a short
+    /// write would.
+    fn queue_write_sync(&mut self, op: &mut Op, slot: usize) {
+        let fd = types::Fd(op.file.as_raw_fd());
+        let OpKind::WriteSync {
+            offset,
+            buf,
+            written,
+            fixed,
+            round,
+            ..
+        } = &mut op.kind
+        else {
+            unreachable!("queue_write_sync is called for write-and-sync operations only");
+        };
+        *round = SyncRound::default();
+        if *written < buf.len() {
+            let linked = buf.len() - *written <= IO_CHUNK_BYTES_MAX;
+            let mut entry = self.write_entry(fd, *offset, buf, *written, *fixed);
+            if linked {
+                entry = entry.flags(squeue::Flags::IO_LINK);
+            }
+            // The linked pair is pushed back to back, so no other entry can
+            // slip between the write and its sync.
+            self.push_op_entry(&entry.user_data(slot as u64));
+            round.awaiting += 1;
+            if !linked {
+                return;
+            }
+        }
+        let sync = opcode::Fsync::new(fd)
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(slot as u64 | SYNC_PART_BIT);
+        self.push_op_entry(&sync);
+        round.awaiting += 1;
+    }
+
+    /// Pushes one entry of an operation, counting it in flight.
+    fn push_op_entry(&mut self, entry: &squeue::Entry) {
         self.in_flight += 1;
-        self.push(&entry);
+        self.push(entry);
     }
 
     /// The fixed-buffer slot `buf` may use: only if this ring's slot holds
@@ -625,22 +791,7 @@ impl Worker {
                 written,
                 fixed,
                 ..
-            } => {
-                let rest = &buf[*written..];
-                let len = rest.len().min(IO_CHUNK_BYTES_MAX) as u32;
-                let at = *offset + *written as u64;
-                match *fixed {
-                    Some(index) => {
-                        self.fixed_writes.fetch_add(1, Ordering::Relaxed);
-                        opcode::WriteFixed::new(fd, rest.as_ptr(), len, index)
-                            .offset(at)
-                            .build()
-                    }
-                    None => opcode::Write::new(fd, rest.as_ptr(), len)
-                        .offset(at)
-                        .build(),
-                }
-            }
+            } => self.write_entry(fd, *offset, buf, *written, *fixed),
             OpKind::Read {
                 offset,
                 target,
@@ -661,32 +812,91 @@ impl Worker {
                 opcode::Fallocate::new(fd, *len).offset(*offset).build()
             }
             OpKind::Truncate { len, .. } => opcode::Ftruncate::new(fd, *len).build(),
+            OpKind::WriteSync { .. } => {
+                unreachable!("write-and-sync entries are built by queue_write_sync")
+            }
         };
         entry.user_data(slot as u64)
+    }
+
+    /// A write entry for `buf[written..]` (at most one chunk), from the
+    /// fixed-buffer slot when the write has one.
+    fn write_entry(
+        &self,
+        fd: types::Fd,
+        offset: u64,
+        buf: &IoBuf,
+        written: usize,
+        fixed: Option<u16>,
+    ) -> squeue::Entry {
+        let rest = &buf[written..];
+        let len = rest.len().min(IO_CHUNK_BYTES_MAX) as u32;
+        let at = offset + written as u64;
+        match fixed {
+            Some(index) => {
+                self.fixed_writes.fetch_add(1, Ordering::Relaxed);
+                opcode::WriteFixed::new(fd, rest.as_ptr(), len, index)
+                    .offset(at)
+                    .build()
+            }
+            None => opcode::Write::new(fd, rest.as_ptr(), len)
+                .offset(at)
+                .build(),
+        }
     }
 
     /// Handles a completion: continues a short transfer, or completes the
     /// operation with the kernel's result and frees its slot.
     fn finish(&mut self, token: u64, result: i32) {
-        let slot = usize::try_from(token).unwrap_or(usize::MAX);
+        let sync_part = token & SYNC_PART_BIT != 0;
+        let slot = usize::try_from(token & !SYNC_PART_BIT).unwrap_or(usize::MAX);
         let Some(mut op) = self.slots.get_mut(slot).and_then(Option::take) else {
             panic!("io_uring completion for unknown operation {token}");
         };
-        if advance(&mut op, result) {
-            let entry = self.entry(&mut op, slot);
-            self.slots[slot] = Some(op);
-            self.push(&entry);
-            return;
-        }
-        self.free_slots.push(slot);
         self.in_flight -= 1;
-        if let OpKind::Write {
-            fixed: Some(index), ..
-        } = op.kind
+        let outcome = if let OpKind::WriteSync {
+            buf,
+            written,
+            round,
+            ..
+        } = &mut op.kind
         {
-            self.fixed_busy[usize::from(index)] -= 1;
+            assert!(round.awaiting > 0, "completion for a settled round");
+            round.awaiting -= 1;
+            if sync_part {
+                round.sync = Some(result);
+            } else {
+                round.write = Some(result);
+            }
+            if round.awaiting > 0 {
+                self.slots[slot] = Some(op);
+                return;
+            }
+            settle(*round, buf.len(), written)
+        } else if advance(&mut op, result) {
+            Settled::Again
+        } else {
+            Settled::Done(result)
+        };
+        match outcome {
+            Settled::Again => {
+                self.queue(&mut op, slot);
+                self.slots[slot] = Some(op);
+            }
+            Settled::Done(result) => {
+                self.free_slots.push(slot);
+                if let OpKind::Write {
+                    fixed: Some(index), ..
+                }
+                | OpKind::WriteSync {
+                    fixed: Some(index), ..
+                } = op.kind
+                {
+                    self.fixed_busy[usize::from(index)] -= 1;
+                }
+                complete(op, result);
+            }
         }
-        complete(op, result);
     }
 
     /// Fills fixed-buffer slots on this ring.
@@ -751,6 +961,7 @@ fn advance(op: &mut Op, result: i32) -> bool {
         // A failed fdatasync is never retried: the kernel may already have
         // dropped the dirty pages, so a later success would prove nothing.
         OpKind::Sync { .. } | OpKind::Fallocate { .. } | OpKind::Truncate { .. } => false,
+        OpKind::WriteSync { .. } => unreachable!("write-and-sync rounds are settled by `settle`"),
     }
 }
 
@@ -759,6 +970,9 @@ fn complete(op: Op, result: i32) {
     let error = (result < 0).then(|| io::Error::from_raw_os_error(-result));
     match op.kind {
         OpKind::Write {
+            buf, written, done, ..
+        }
+        | OpKind::WriteSync {
             buf, written, done, ..
         } => done.complete(match error {
             Some(error) => Err(error),
@@ -793,7 +1007,7 @@ impl Drop for Worker {
         // rather than free it; drop the senders so callers get an error.
         for op in self.slots.drain(..).flatten() {
             match op.kind {
-                OpKind::Write { buf, done, .. } => {
+                OpKind::Write { buf, done, .. } | OpKind::WriteSync { buf, done, .. } => {
                     std::mem::forget(buf);
                     drop(done);
                 }
@@ -972,6 +1186,21 @@ impl DiskFile for UringFile {
         self.submit(OpKind::Sync { done }, completion)
     }
 
+    /// One request to the storage thread, which submits the write linked
+    /// (`IO_LINK`) to an fdatasync in one `io_uring_enter`.
+    fn write_and_sync(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf> {
+        let (done, completion) = Completion::channel();
+        let kind = OpKind::WriteSync {
+            offset,
+            buf,
+            written: 0,
+            fixed: None,
+            round: SyncRound::default(),
+            done,
+        };
+        self.submit(kind, completion)
+    }
+
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()> {
         let (done, completion) = Completion::channel();
         self.submit(OpKind::Fallocate { offset, len, done }, completion)
@@ -1103,6 +1332,188 @@ mod tests {
             completion.wait().unwrap_err().raw_os_error(),
             Some(libc::EIO)
         );
+    }
+
+    fn write_sync_op(file: &Arc<fs::File>, bytes: &[u8]) -> (Op, Completion<IoBuf>) {
+        let (done, completion) = Completion::channel();
+        let op = Op {
+            file: Arc::clone(file),
+            kind: OpKind::WriteSync {
+                offset: 0,
+                buf: IoBuf::from_slice(bytes),
+                written: 0,
+                fixed: None,
+                round: SyncRound::default(),
+                done,
+            },
+        };
+        (op, completion)
+    }
+
+    fn round(write: Option<i32>, sync: Option<i32>) -> SyncRound {
+        SyncRound {
+            awaiting: 0,
+            write,
+            sync,
+            split: false,
+        }
+    }
+
+    #[test]
+    fn linked_write_and_sync_is_done_when_both_succeed() {
+        let mut written = 0;
+        assert_eq!(
+            settle(round(Some(10), Some(0)), 10, &mut written),
+            Settled::Done(0)
+        );
+        assert_eq!(written, 10);
+    }
+
+    #[test]
+    fn short_linked_write_continues_and_syncs_after_the_last_byte() {
+        let mut written = 0;
+        let cancelled = round(Some(4), Some(-libc::ECANCELED));
+        assert_eq!(settle(cancelled, 10, &mut written), Settled::Again);
+        assert_eq!(written, 4);
+        assert_eq!(
+            settle(round(Some(6), Some(0)), 10, &mut written),
+            Settled::Done(0)
+        );
+    }
+
+    #[test]
+    fn short_write_is_never_reported_as_success_even_if_its_sync_succeeded() {
+        let mut written = 0;
+        assert_eq!(
+            settle(round(Some(4), Some(0)), 10, &mut written),
+            Settled::Again
+        );
+    }
+
+    #[test]
+    fn failed_sync_of_a_write_and_sync_is_never_retried() {
+        let mut written = 0;
+        assert_eq!(
+            settle(round(Some(10), Some(-libc::EIO)), 10, &mut written),
+            Settled::Done(-libc::EIO)
+        );
+    }
+
+    #[test]
+    fn failed_write_of_a_write_and_sync_is_the_outcome() {
+        let mut written = 0;
+        let failed = round(Some(-libc::ENOSPC), Some(-libc::ECANCELED));
+        assert_eq!(
+            settle(failed, 10, &mut written),
+            Settled::Done(-libc::ENOSPC)
+        );
+    }
+
+    #[test]
+    fn interrupted_write_of_a_write_and_sync_is_resubmitted() {
+        let mut written = 0;
+        let interrupted = round(Some(-libc::EINTR), Some(-libc::ECANCELED));
+        assert_eq!(settle(interrupted, 10, &mut written), Settled::Again);
+        assert_eq!(written, 0);
+    }
+
+    #[test]
+    fn cancelled_sync_after_a_full_write_runs_again() {
+        let mut written = 0;
+        let cancelled = round(Some(10), Some(-libc::ECANCELED));
+        assert_eq!(settle(cancelled, 10, &mut written), Settled::Again);
+        assert_eq!(
+            settle(round(None, Some(0)), 10, &mut written),
+            Settled::Done(0)
+        );
+    }
+
+    #[test]
+    fn sync_of_a_split_pair_proves_nothing_and_runs_again() {
+        let mut written = 0;
+        let split = SyncRound {
+            split: true,
+            ..round(Some(10), Some(0))
+        };
+        assert_eq!(settle(split, 10, &mut written), Settled::Again);
+    }
+
+    #[test]
+    fn write_and_sync_that_makes_no_progress_is_write_zero() {
+        let (_dir, file) = temp_file();
+        let (mut op, completion) = write_sync_op(&file, b"0123456789");
+        let OpKind::WriteSync { written, .. } = &mut op.kind else {
+            unreachable!()
+        };
+        assert_eq!(
+            settle(round(Some(0), Some(-libc::ECANCELED)), 10, written),
+            Settled::Done(0)
+        );
+        complete(op, 0);
+        let error = completion.wait().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WriteZero);
+    }
+
+    fn round_of(worker: &Worker, slot: usize) -> SyncRound {
+        match &worker.slots[slot] {
+            Some(Op {
+                kind: OpKind::WriteSync { round, .. },
+                ..
+            }) => *round,
+            _ => panic!("slot {slot} holds no write-and-sync"),
+        }
+    }
+
+    /// Submits and reaps until nothing of `worker` is in flight.
+    fn drive(worker: &mut Worker) {
+        while worker.in_flight > 0 {
+            worker.submit_and_wait();
+            worker.reap();
+        }
+    }
+
+    #[test]
+    fn write_and_sync_pushes_a_linked_pair_and_completes_once_both_finish() {
+        let Some(_) = uring_disk(1) else { return };
+        let (ring, features) = setup_ring().unwrap();
+        let (requests, queue) = crossbeam_channel::bounded(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let mut worker = Worker::new(ring, queue, wake, features, Arc::default());
+        let (_dir, file) = temp_file();
+        let (op, completion) = write_sync_op(&file, b"linked");
+        requests.send(Request::Op(op)).unwrap();
+        worker.take_requests();
+        assert_eq!(worker.in_flight, 2, "a write and its fdatasync");
+        assert_eq!(worker.unsubmitted, [0, SYNC_PART_BIT]);
+        drive(&mut worker);
+        assert_eq!(&completion.wait().unwrap()[..], b"linked");
+        assert_eq!(file.metadata().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn linked_pair_the_kernel_took_half_of_is_synced_again() {
+        let Some(_) = uring_disk(1) else { return };
+        let (ring, features) = setup_ring().unwrap();
+        let (requests, queue) = crossbeam_channel::bounded(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let mut worker = Worker::new(ring, queue, wake, features, Arc::default());
+        let (_dir, file) = temp_file();
+        let (op, completion) = write_sync_op(&file, b"split");
+        requests.send(Request::Op(op)).unwrap();
+        worker.take_requests();
+        // As if io_uring_enter had taken only the write.
+        worker.submitted(1);
+        assert!(round_of(&worker, 0).split);
+        // Both entries really reach the kernel now; once both are back the
+        // round settles and a fresh one (a lone fdatasync) starts.
+        while round_of(&worker, 0).split {
+            worker.submit_and_wait();
+            worker.reap();
+        }
+        assert_eq!(worker.in_flight, 1, "one more fdatasync was queued");
+        assert_eq!(round_of(&worker, 0).awaiting, 1);
+        drive(&mut worker);
+        assert_eq!(&completion.wait().unwrap()[..], b"split");
     }
 
     #[test]

@@ -345,6 +345,121 @@ fn a_dropped_disk_still_completes_operations_in_flight(env: &Env) {
     assert_eq!(read(&reopened, 0, 4), b"late");
 }
 
+fn write_and_sync(file: &FileHandle, offset: u64, bytes: &[u8]) {
+    let buf = file
+        .write_and_sync(offset, IoBuf::from_slice(bytes))
+        .wait()
+        .unwrap();
+    assert_eq!(&buf[..], bytes, "the buffer comes back as it went");
+}
+
+fn write_and_sync_writes_every_byte_and_hands_the_buffer_back(env: &Env) {
+    let file = env.create("a");
+    let bytes = pattern(11, 3000);
+    write_and_sync(&file, 4096, &bytes);
+    assert_eq!(file.size().unwrap(), 4096 + 3000);
+    assert_eq!(read(&file, 4096, 3000), bytes);
+    assert_eq!(read(&file, 0, 4096), vec![0; 4096]);
+}
+
+fn write_and_sync_appends_in_order(env: &Env) {
+    const BLOCKS: u64 = 64;
+    let file = env.create("log");
+    for block in 0..BLOCKS {
+        write_and_sync(&file, block * 4096, &pattern(block, 4096));
+    }
+    let all = read(&file, 0, BLOCKS as usize * 4096);
+    for (block, chunk) in all.chunks(4096).enumerate() {
+        assert_eq!(chunk, &pattern(block as u64, 4096)[..], "block {block}");
+    }
+}
+
+fn write_and_sync_of_an_empty_buffer_only_syncs(env: &Env) {
+    let file = env.create("a");
+    write(&file, 0, b"before");
+    let buf = file
+        .write_and_sync(6, IoBuf::with_capacity(4096))
+        .wait()
+        .unwrap();
+    assert!(buf.is_empty());
+    assert_eq!(file.size().unwrap(), 6);
+    assert_eq!(read(&file, 0, 10), b"before");
+}
+
+fn write_and_sync_from_registered_buffers_keeps_them_registered(env: &Env) {
+    let mut buffers = vec![IoBuf::with_capacity(1 << 16), IoBuf::with_capacity(1 << 16)];
+    env.disk.register_buffers(&mut buffers).unwrap();
+    let file = env.create("wal");
+    for (index, buf) in buffers.iter_mut().enumerate() {
+        buf.extend_from_slice(&pattern(index as u64, 5000));
+        let slot = buf.registered_index();
+        let staged = std::mem::replace(buf, IoBuf::with_capacity(1));
+        *buf = file
+            .write_and_sync(index as u64 * 5000, staged)
+            .wait()
+            .unwrap();
+        assert_eq!(buf.registered_index(), slot);
+    }
+    let data = read(&file, 0, 10_000);
+    assert_eq!(&data[..5000], &pattern(0, 5000)[..]);
+    assert_eq!(&data[5000..], &pattern(1, 5000)[..]);
+}
+
+fn write_and_sync_from_many_threads_at_once_all_land(env: &Env) {
+    const WRITERS: u64 = 8;
+    const EACH: u64 = 10;
+    let file = env.create("shared");
+    thread::scope(|scope| {
+        for writer in 0..WRITERS {
+            let file = file.clone();
+            scope.spawn(move || {
+                let pending: Vec<Completion<IoBuf>> = (0..EACH)
+                    .map(|index| {
+                        let block = writer * EACH + index;
+                        file.write_and_sync(
+                            block * BLOCK as u64,
+                            IoBuf::from_slice(&pattern(block, BLOCK)),
+                        )
+                    })
+                    .collect();
+                for completion in pending {
+                    completion.wait().unwrap();
+                }
+            });
+        }
+    });
+    let all = read(&file, 0, (WRITERS * EACH) as usize * BLOCK);
+    for (block, chunk) in all.chunks(BLOCK).enumerate() {
+        assert_eq!(chunk, &pattern(block as u64, BLOCK)[..], "block {block}");
+    }
+}
+
+fn eight_mib_write_and_sync_round_trips(env: &Env) {
+    const LEN: usize = 8 << 20;
+    let file = env.create("big");
+    let bytes = pattern(77, LEN);
+    write_and_sync(&file, 512, &bytes);
+    assert_eq!(read(&file, 512, LEN), bytes);
+}
+
+fn write_and_sync_on_a_direct_io_file_round_trips(env: &Env) {
+    let options = OpenOptions {
+        create: true,
+        direct_io: true,
+    };
+    let file = match env.disk.open(&env.path("direct"), options) {
+        Ok(file) => file,
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!("SKIPPED: this file system refuses O_DIRECT");
+            return;
+        }
+        Err(error) => panic!("opening with O_DIRECT: {error}"),
+    };
+    let bytes = pattern(6, 2 * IO_ALIGN);
+    write_and_sync(&file, 0, &bytes);
+    assert_eq!(read(&file, 0, 2 * IO_ALIGN), bytes);
+}
+
 macro_rules! contract {
     ($($behaviour:ident),* $(,)?) => {
         mod portable {
@@ -374,4 +489,102 @@ contract!(
     direct_io_aligned_writes_round_trip,
     operations_on_many_files_at_once_stay_separate,
     a_dropped_disk_still_completes_operations_in_flight,
+    write_and_sync_writes_every_byte_and_hands_the_buffer_back,
+    write_and_sync_appends_in_order,
+    write_and_sync_of_an_empty_buffer_only_syncs,
+    write_and_sync_from_registered_buffers_keeps_them_registered,
+    write_and_sync_from_many_threads_at_once_all_land,
+    eight_mib_write_and_sync_round_trips,
+    write_and_sync_on_a_direct_io_file_round_trips,
 );
+
+/// Faults on the simulated disk: a write-and-sync is a write and then an
+/// fdatasync, and each part takes faults as the plain operations do.
+mod sim_faults {
+    use std::path::Path;
+
+    use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
+    use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
+
+    const PATH: &str = "/faults/log";
+
+    /// A file whose name is durable and whose first 7 bytes are synced.
+    fn synced_file(disk: &SimDisk) -> FileHandle {
+        disk.create_dir_all(Path::new("/faults")).unwrap();
+        let file = disk.open(Path::new(PATH), OpenOptions::CREATE).unwrap();
+        disk.sync_dir(Path::new("/faults")).unwrap();
+        file.write_and_sync(0, IoBuf::from_slice(b"durable"))
+            .wait()
+            .unwrap();
+        file
+    }
+
+    fn eio(op: FaultOp) -> Fault {
+        Fault {
+            op,
+            nth: 0,
+            error: FaultError::Eio,
+            sticky: false,
+        }
+    }
+
+    #[test]
+    fn failed_sync_part_is_an_error_and_makes_nothing_newly_durable() {
+        let disk = SimDisk::new(21);
+        let file = synced_file(&disk);
+        disk.inject(eio(FaultOp::Sync));
+        let error = file
+            .write_and_sync(7, IoBuf::from_slice(b"+lost"))
+            .wait()
+            .unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        assert_eq!(
+            disk.read_file(Path::new(PATH)).unwrap(),
+            b"durable+lost",
+            "the write itself went through"
+        );
+        disk.crash(Tear::None);
+        assert_eq!(disk.read_file(Path::new(PATH)).unwrap(), b"durable");
+    }
+
+    #[test]
+    fn failed_write_part_is_an_error_and_runs_no_sync() {
+        let disk = SimDisk::new(22);
+        let file = synced_file(&disk);
+        file.write_at(7, IoBuf::from_slice(b"+unsynced"))
+            .wait()
+            .unwrap();
+        let before = disk.op_count();
+        disk.inject(eio(FaultOp::Write));
+        let error = file
+            .write_and_sync(16, IoBuf::from_slice(b"+failed"))
+            .wait()
+            .unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        assert_eq!(disk.op_count(), before + 1, "only the write ran");
+        disk.crash(Tear::None);
+        assert_eq!(disk.read_file(Path::new(PATH)).unwrap(), b"durable");
+    }
+
+    #[test]
+    fn successful_write_and_sync_survives_a_crash_whole() {
+        let disk = SimDisk::new(23);
+        let file = synced_file(&disk);
+        file.write_and_sync(7, IoBuf::from_slice(b"+kept"))
+            .wait()
+            .unwrap();
+        disk.crash(Tear::LastWrite);
+        assert_eq!(disk.read_file(Path::new(PATH)).unwrap(), b"durable+kept");
+    }
+
+    #[test]
+    fn each_part_counts_as_one_data_operation() {
+        let disk = SimDisk::new(24);
+        let file = synced_file(&disk);
+        let before = disk.op_count();
+        file.write_and_sync(7, IoBuf::from_slice(b"x"))
+            .wait()
+            .unwrap();
+        assert_eq!(disk.op_count(), before + 2);
+    }
+}
