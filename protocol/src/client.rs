@@ -30,7 +30,7 @@ use crate::limits::{
 };
 use crate::opcode::Opcode;
 use crate::server::exporter;
-use crate::stream::{Outgoing, codes, write_loop};
+use crate::stream::{Outgoing, WriteBudget, codes, write_loop};
 use crate::tls::SERVER_NAME;
 use crate::wire::{WireError, read_frame};
 
@@ -99,6 +99,7 @@ pub(crate) struct ClientContext {
     pub(crate) auth: ClusterAuth,
     pub(crate) dial_timeout: Duration,
     pub(crate) auth_timeout: Duration,
+    pub(crate) write_budget: WriteBudget,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     next_request_id: AtomicU64,
 }
@@ -115,6 +116,7 @@ impl ClientContext {
         auth: ClusterAuth,
         dial_timeout: Duration,
         auth_timeout: Duration,
+        write_budget: WriteBudget,
     ) -> Self {
         Self {
             endpoint,
@@ -122,6 +124,7 @@ impl ClientContext {
             auth,
             dial_timeout,
             auth_timeout,
+            write_budget,
             peers: Mutex::new(HashMap::new()),
             next_request_id: AtomicU64::new(1),
         }
@@ -406,8 +409,9 @@ impl PeerConnection {
             state: Mutex::new(StreamState::default()),
         });
         let writer_stream = stream.clone();
+        let budget = context.write_budget;
         tokio::spawn(async move {
-            if let Some(reason) = write_loop(send, queue).await {
+            if let Some(reason) = write_loop(send, queue, budget).await {
                 writer_stream.fail(CallError::ConnectionLost { peer, reason });
             }
         });
@@ -442,6 +446,7 @@ fn describe_reset(code: VarInt) -> &'static str {
         codes::AUTH_FAILED => "peer refused the stream's authentication",
         codes::FRAME_TOO_LARGE => "peer refused a frame over the size limit",
         codes::PROTOCOL_VIOLATION => "peer refused a malformed frame",
+        codes::WRITE_TIMEOUT => "peer gave up writing a frame this node did not take in time",
         codes::SHUTDOWN => "peer closed the stream",
         _ => "peer reset the stream with an unknown code",
     }

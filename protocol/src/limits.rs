@@ -65,6 +65,18 @@ pub const DIAL_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// silent streams do not pin server tasks.
 pub const AUTH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
+/// Time a stream's writer has for one frame, before the per-size allowance
+/// below (spec: server reply write 5 s + 1 s per 256 KiB). A peer that stops
+/// reading would otherwise pin the writer, and behind it every handler with
+/// an answer queued for that stream.
+pub const WRITE_TIMEOUT_BASE: Duration = Duration::from_secs(5);
+
+/// Extra write time per [`WRITE_TIMEOUT_CHUNK_BYTES`] of frame.
+pub const WRITE_TIMEOUT_PER_CHUNK: Duration = Duration::from_secs(1);
+
+/// Frame bytes that earn one [`WRITE_TIMEOUT_PER_CHUNK`].
+pub const WRITE_TIMEOUT_CHUNK_BYTES: usize = 256 * 1024;
+
 /// A connection with no packets for this long is closed. Keep-alives (below)
 /// keep healthy idle connections open; a vanished peer is noticed in time.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -14,10 +14,11 @@ use crate::frame::{Request, Response};
 use crate::lane::Lane;
 use crate::limits::{
     AUTH_TIMEOUT_DEFAULT, CALL_TIMEOUT_DEFAULT, CONNECTION_STREAMS_MAX, CONNECTIONS_INCOMING_MAX,
-    DIAL_TIMEOUT_DEFAULT, IDLE_TIMEOUT, KEEP_ALIVE_INTERVAL,
+    DIAL_TIMEOUT_DEFAULT, IDLE_TIMEOUT, KEEP_ALIVE_INTERVAL, WRITE_TIMEOUT_BASE,
+    WRITE_TIMEOUT_PER_CHUNK,
 };
 use crate::server::{Router, ServerContext, serve_connection};
-use crate::stream::codes;
+use crate::stream::{WriteBudget, codes};
 use crate::tls::{TlsSetupError, client_crypto, install_ring_provider, reset_key, server_crypto};
 
 /// How a node's endpoint is set up.
@@ -33,6 +34,10 @@ pub struct NodeConfig {
     pub dial_timeout: Duration,
     /// Longest a stream's hello exchange may take.
     pub auth_timeout: Duration,
+    /// Time a stream's writer has for any frame, before the size allowance.
+    pub write_timeout_base: Duration,
+    /// Extra write time per 256 KiB of frame.
+    pub write_timeout_per_chunk: Duration,
 }
 
 impl NodeConfig {
@@ -44,6 +49,8 @@ impl NodeConfig {
             call_timeout: CALL_TIMEOUT_DEFAULT,
             dial_timeout: DIAL_TIMEOUT_DEFAULT,
             auth_timeout: AUTH_TIMEOUT_DEFAULT,
+            write_timeout_base: WRITE_TIMEOUT_BASE,
+            write_timeout_per_chunk: WRITE_TIMEOUT_PER_CHUNK,
         }
     }
 }
@@ -112,10 +119,15 @@ impl Node {
             Arc::new(quinn::TokioRuntime),
         )?;
         let local_addr = endpoint.local_addr()?;
+        let write_budget = WriteBudget {
+            base: config.write_timeout_base,
+            per_chunk: config.write_timeout_per_chunk,
+        };
         let server = Arc::new(ServerContext {
             router,
             auth: config.auth.clone(),
             auth_timeout: config.auth_timeout,
+            write_budget,
         });
         let accept_task = tokio::spawn(accept_loop(endpoint.clone(), server));
         let client = ClientContext::new(
@@ -124,6 +136,7 @@ impl Node {
             config.auth,
             config.dial_timeout,
             config.auth_timeout,
+            write_budget,
         );
         debug!(%local_addr, "cluster endpoint listening");
         Ok(Node {

@@ -24,7 +24,7 @@ use crate::limits::{
     messaging_permits,
 };
 use crate::opcode::Opcode;
-use crate::stream::{Outgoing, codes, write_loop};
+use crate::stream::{Outgoing, WriteBudget, codes, write_loop};
 use crate::wire::{WireError, read_frame};
 
 /// A request as a handler sees it.
@@ -188,6 +188,7 @@ pub(crate) struct ServerContext {
     pub(crate) router: Router,
     pub(crate) auth: ClusterAuth,
     pub(crate) auth_timeout: Duration,
+    pub(crate) write_budget: WriteBudget,
 }
 
 /// Exports the keying material both ends bind their proofs to.
@@ -253,7 +254,7 @@ async fn serve_stream(
         return;
     }
     let (outgoing, queue) = mpsc::channel(STREAM_OUTGOING_FRAMES_MAX);
-    let writer = tokio::spawn(write_loop(send, queue));
+    let writer = tokio::spawn(write_loop(send, queue, context.write_budget));
     let in_flight = InFlight::default();
     let stream = StreamServer {
         context,

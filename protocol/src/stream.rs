@@ -6,8 +6,12 @@
 //! up (a dropped future, an aborted handler) can never leave half a frame on
 //! the stream.
 
+use std::time::Duration;
+
 use quinn::{SendStream, VarInt};
 use tokio::sync::mpsc;
+
+use crate::limits::WRITE_TIMEOUT_CHUNK_BYTES;
 
 use bytes::Bytes;
 
@@ -23,6 +27,8 @@ pub mod codes {
     pub const FRAME_TOO_LARGE: VarInt = VarInt::from_u32(2);
     /// The peer broke the protocol (a frame of the wrong kind, a reused id).
     pub const PROTOCOL_VIOLATION: VarInt = VarInt::from_u32(3);
+    /// The peer did not take a frame within the write timeout.
+    pub const WRITE_TIMEOUT: VarInt = VarInt::from_u32(4);
 }
 
 /// An item for a stream's writer task.
@@ -34,17 +40,45 @@ pub(crate) enum Outgoing {
     Reset(VarInt),
 }
 
+/// How long a writer may take for one frame: a base, plus an allowance per
+/// chunk of frame size so a 16 MiB frame on a slow link is not cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteBudget {
+    pub(crate) base: Duration,
+    pub(crate) per_chunk: Duration,
+}
+
+impl WriteBudget {
+    /// Time allowed for a frame of `len` bytes.
+    pub(crate) fn for_frame(self, len: usize) -> Duration {
+        let chunks = u32::try_from(len / WRITE_TIMEOUT_CHUNK_BYTES).unwrap_or(u32::MAX);
+        self.base
+            .saturating_add(self.per_chunk.saturating_mul(chunks))
+    }
+}
+
 /// Writes queued frames until the queue closes (then finishes the stream) or
-/// a reset is asked for. Returns the error text if the stream failed.
+/// a reset is asked for. A frame not taken by the peer within its budget
+/// resets the stream. Returns the error text if the stream failed.
 pub(crate) async fn write_loop(
     mut send: SendStream,
     mut queue: mpsc::Receiver<Outgoing>,
+    budget: WriteBudget,
 ) -> Option<String> {
     while let Some(item) = queue.recv().await {
         match item {
             Outgoing::Frame(frame) => {
-                if let Err(error) = send.write_all(&frame).await {
-                    return Some(error.to_string());
+                let allowed = budget.for_frame(frame.len());
+                match tokio::time::timeout(allowed, send.write_all(&frame)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => return Some(error.to_string()),
+                    Err(_) => {
+                        let _ = send.reset(codes::WRITE_TIMEOUT);
+                        return Some(format!(
+                            "peer did not take a {}-byte frame within {allowed:?}",
+                            frame.len()
+                        ));
+                    }
                 }
             }
             Outgoing::Reset(code) => {
@@ -57,4 +91,30 @@ pub(crate) async fn write_loop(
     // reset or stopped by the peer has nothing to finish.
     let _ = send.finish();
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_grows_by_one_allowance_per_full_chunk() {
+        let budget = WriteBudget {
+            base: Duration::from_secs(5),
+            per_chunk: Duration::from_secs(1),
+        };
+        assert_eq!(budget.for_frame(0), Duration::from_secs(5));
+        assert_eq!(
+            budget.for_frame(WRITE_TIMEOUT_CHUNK_BYTES - 1),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            budget.for_frame(WRITE_TIMEOUT_CHUNK_BYTES),
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            budget.for_frame(crate::limits::FRAME_BYTES_MAX),
+            Duration::from_secs(5 + 64)
+        );
+    }
 }

@@ -674,3 +674,31 @@ async fn failed_dial_is_not_repeated_until_the_backoff_passes() {
     };
     assert!(reason.contains("the last dial failed"), "{reason}");
 }
+
+#[tokio::test]
+async fn answer_not_taken_by_the_peer_in_time_resets_the_stream() {
+    // 8 MiB cannot fit in the peer's 1.25 MB stream window while it reads nothing.
+    let router = Router::new().route(
+        Opcode::FETCH_SEGMENT_CHUNK,
+        OperationLimit::transfer(),
+        |_: Inbound| async { Ok(Response::ok(vec![1_u8; 8 * 1024 * 1024])) },
+    );
+    let mut config = NodeConfig::new(loopback(), secret(1));
+    config.write_timeout_base = Duration::from_millis(100);
+    config.write_timeout_per_chunk = Duration::from_millis(1);
+    let server = Node::bind(config, router).expect("bind");
+    let client = node(secret(1), Router::new());
+    let (mut send, mut recv) = client.client().open_raw_stream(server.local_addr()).await;
+    let frame = Frame::Request {
+        request_id: crate::RequestId(1),
+        request: Request::new(Opcode::FETCH_SEGMENT_CHUNK, &b""[..]),
+    };
+    send.write_all(&frame.encode().expect("fits"))
+        .await
+        .expect("write");
+    // Never read: wait for the server to give up on the answer.
+    let reset = tokio::time::timeout(SIGNAL_WAIT, recv.received_reset())
+        .await
+        .expect("reset in time");
+    assert_eq!(reset.expect("stream state"), Some(codes::WRITE_TIMEOUT));
+}
