@@ -23,6 +23,7 @@ use tracing::{debug, warn};
 
 use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, client_handshake};
 use crate::backoff::DialBackoff;
+use crate::codec::DecodeError;
 use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
 use crate::lane::Lane;
 use crate::limits::{
@@ -83,6 +84,14 @@ pub enum CallError {
         peer: SocketAddr,
         /// Which rule.
         reason: String,
+    },
+    /// The peer's successful answer is not the message expected.
+    #[error("answer from {peer} unreadable: {error}")]
+    MalformedAnswer {
+        /// The peer.
+        peer: SocketAddr,
+        /// What was wrong.
+        error: DecodeError,
     },
     /// This node already talks to [`PEERS_MAX`] peers.
     #[error("peer table full ({PEERS_MAX} peers)")]

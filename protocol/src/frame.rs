@@ -155,6 +155,11 @@ impl Response {
         }
     }
 
+    /// `200` carrying `message`, version byte first.
+    pub fn message<M: crate::codec::Message>(message: &M) -> Self {
+        Self::ok(crate::codec::encode_message(message))
+    }
+
     /// `204` without a body.
     pub fn no_content() -> Self {
         Self {

@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use crate::auth::ClusterAuth;
 use crate::client::{CallError, ClientContext};
+use crate::codec::{Message, decode_message, encode_message};
 use crate::frame::{Request, Response};
 use crate::lane::Lane;
 use crate::limits::{
@@ -17,6 +18,7 @@ use crate::limits::{
     DIAL_TIMEOUT_DEFAULT, IDLE_TIMEOUT, KEEP_ALIVE_INTERVAL, WRITE_TIMEOUT_BASE,
     WRITE_TIMEOUT_PER_CHUNK,
 };
+use crate::opcode::Opcode;
 use crate::server::{Router, ServerContext, serve_connection};
 use crate::stream::{WriteBudget, codes};
 use crate::tls::{TlsSetupError, client_crypto, install_ring_provider, reset_key, server_crypto};
@@ -167,6 +169,24 @@ impl Node {
         self.client
             .call(peer, lane, request, self.call_timeout)
             .await
+    }
+
+    /// Sends message `Q` as `opcode` and decodes the answer as message `A`,
+    /// within the configured call timeout.
+    ///
+    /// # Errors
+    /// As [`Node::call`], and [`CallError::MalformedAnswer`] if the answer
+    /// is not an `A` this build can read.
+    pub async fn call_message<Q: Message, A: Message>(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        opcode: Opcode,
+        message: &Q,
+    ) -> Result<A, CallError> {
+        let request = Request::new(opcode, encode_message(message));
+        let response = self.call(peer, lane, request).await?;
+        decode_message(response.body).map_err(|error| CallError::MalformedAnswer { peer, error })
     }
 
     /// [`Node::call`] with its own timeout (dial and handshake included).

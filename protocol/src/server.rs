@@ -18,6 +18,7 @@ use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
 use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, EXPORTER_LABEL, server_handshake};
+use crate::codec::{Message, decode_message};
 use crate::frame::{Frame, FrameKind, MalformedFrame, Request, RequestId, Response, RpcError};
 use crate::limits::{
     FRAME_BYTES_MAX, STREAM_OUTGOING_FRAMES_MAX, STREAM_REQUESTS_IN_FLIGHT_MAX, TRANSFER_PERMITS,
@@ -36,6 +37,16 @@ pub struct Inbound {
     pub request_id: RequestId,
     /// The request.
     pub request: Request,
+}
+
+impl Inbound {
+    /// Decodes the request body as message `M`.
+    ///
+    /// # Errors
+    /// `400 malformed request: …` naming what was wrong, ready to return.
+    pub fn message<M: Message>(&self) -> Result<M, RpcError> {
+        Ok(decode_message(self.request.body.clone())?)
+    }
 }
 
 /// What a handler returns.

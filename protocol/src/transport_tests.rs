@@ -702,3 +702,94 @@ async fn answer_not_taken_by_the_peer_in_time_resets_the_stream() {
         .expect("reset in time");
     assert_eq!(reset.expect("stream state"), Some(codes::WRITE_TIMEOUT));
 }
+
+/// A small typed message, as a plane would define one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Offsets {
+    partition: u32,
+    high_watermark: u64,
+}
+
+impl crate::Encode for Offsets {
+    fn encode(&self, writer: &mut crate::Writer) {
+        writer.u32(self.partition);
+        writer.u64(self.high_watermark);
+    }
+}
+
+impl crate::Decode for Offsets {
+    fn decode(reader: &mut crate::Reader) -> Result<Self, crate::DecodeError> {
+        Ok(Self {
+            partition: reader.u32("partition")?,
+            high_watermark: reader.u64("high watermark")?,
+        })
+    }
+}
+
+impl crate::Message for Offsets {
+    const NAME: &'static str = "Offsets";
+    const VERSION: u8 = 1;
+}
+
+fn offsets_router() -> Router {
+    Router::new().route(
+        Opcode::TOPIC_PARTITION_STATS,
+        OperationLimit::messaging(),
+        |inbound: Inbound| async move {
+            let mut offsets: Offsets = inbound.message()?;
+            offsets.high_watermark += 1;
+            Ok(Response::message(&offsets))
+        },
+    )
+}
+
+#[tokio::test]
+async fn typed_messages_round_trip_through_call_message() {
+    let server = node(secret(1), offsets_router());
+    let client = node(secret(1), Router::new());
+    let asked = Offsets {
+        partition: 3,
+        high_watermark: 41,
+    };
+    let answer: Offsets = client
+        .call_message(
+            server.local_addr(),
+            Lane::Control,
+            Opcode::TOPIC_PARTITION_STATS,
+            &asked,
+        )
+        .await
+        .expect("answered");
+    assert_eq!(
+        answer,
+        Offsets {
+            partition: 3,
+            high_watermark: 42
+        }
+    );
+}
+
+#[tokio::test]
+async fn malformed_message_body_is_answered_with_a_clear_error() {
+    let server = node(secret(1), offsets_router());
+    let client = node(secret(1), Router::new());
+    // Version 1, then a partition with nothing after it.
+    let body = Bytes::from_static(&[1, 0, 0, 0, 3]);
+    let error = client
+        .call(
+            server.local_addr(),
+            Lane::Control,
+            Request::new(Opcode::TOPIC_PARTITION_STATS, body),
+        )
+        .await
+        .expect_err("malformed");
+    let CallError::Rejected(error) = error else {
+        panic!("expected an error answer, got {error}")
+    };
+    assert_eq!(error.status, Status::BAD_REQUEST);
+    assert!(
+        error.message.contains("high watermark"),
+        "{}",
+        error.message
+    );
+}
