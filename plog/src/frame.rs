@@ -282,6 +282,16 @@ pub fn decode_frame(
     frame_bytes_max: u32,
 ) -> Result<(FrameHeader, Vec<Record>), FrameError> {
     let header = check_frame(bytes, frame_bytes_max)?;
+    let records = decode_checked_frame(bytes, &header)?;
+    Ok((header, records))
+}
+
+/// Decodes a frame `check_frame` already accepted with `header` (a scan
+/// checks each frame once; decoding does not repeat the CRC).
+pub(crate) fn decode_checked_frame(
+    bytes: &[u8],
+    header: &FrameHeader,
+) -> Result<Vec<Record>, FrameError> {
     if bytes.len() as u64 != header.frame_bytes() {
         return Err(FrameError::RecordStream("bytes after the frame"));
     }
@@ -299,8 +309,7 @@ pub fn decode_frame(
     if payload.len() != header.uncompressed_bytes as usize {
         return Err(FrameError::Codec("payload size differs from the header"));
     }
-    let records = decode_record_stream(payload, &header)?;
-    Ok((header, records))
+    decode_record_stream(payload, header)
 }
 
 fn decode_record_stream(

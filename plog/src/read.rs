@@ -277,8 +277,9 @@ impl Reader {
             if expected <= self.next_offset || self.full() {
                 continue;
             }
-            match frame::decode_frame(&bytes, frame_bytes_max) {
-                Ok((_, records)) => self.take_records(records, bound),
+            // The scan checked this frame's CRC over exactly these bytes.
+            match frame::decode_checked_frame(&bytes, &header) {
+                Ok(records) => self.take_records(records, bound),
                 Err(error) => {
                     tracing::error!(segment = %view.file.path().display(), base_offset = header.base_offset, %error, "frame passed its CRC but does not decode");
                     self.unreadable(header.base_offset..expected, bound);

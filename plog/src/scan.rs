@@ -9,7 +9,7 @@
 
 use std::io;
 
-use narad_disk::FileHandle;
+use narad_disk::{Completion, FileHandle};
 
 use crate::frame::{self, FRAME_HEADER_BYTES, FRAME_MAGIC, FrameHeader};
 
@@ -40,6 +40,15 @@ pub(crate) struct FrameScanner<'f> {
     frame_bytes_max: u32,
     buf: Vec<u8>,
     buf_start: u64,
+    /// The next chunk, already asked of the disk, so it reads while the
+    /// caller decodes.
+    ahead: Option<ReadAhead>,
+}
+
+#[derive(Debug)]
+struct ReadAhead {
+    position: u64,
+    completion: Completion<Vec<u8>>,
 }
 
 impl<'f> FrameScanner<'f> {
@@ -60,6 +69,7 @@ impl<'f> FrameScanner<'f> {
             frame_bytes_max,
             buf: Vec::new(),
             buf_start: start,
+            ahead: None,
         }
     }
 
@@ -138,23 +148,37 @@ impl<'f> FrameScanner<'f> {
             self.buf.drain(..consumed);
             self.buf_start = position;
         }
-        let buf_end = self.buf_start + self.buf.len() as u64;
+        let mut buf_end = self.buf_start + self.buf.len() as u64;
         if want_end > buf_end {
-            let read_len = (want_end - buf_end)
-                .max(SCAN_CHUNK_BYTES as u64)
-                .min(self.end - buf_end);
-            let bytes = self.file.read_at(buf_end, read_len as usize).wait()?;
-            if (bytes.len() as u64) < read_len.min(want_end - buf_end) {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "{} ended at {} inside the range being scanned",
-                        self.file.path().display(),
-                        buf_end + bytes.len() as u64
-                    ),
-                ));
+            while buf_end < want_end {
+                let bytes = match self.ahead.take() {
+                    Some(ahead) if ahead.position == buf_end => ahead.completion.wait()?,
+                    _ => {
+                        let read_len = (want_end - buf_end)
+                            .max(SCAN_CHUNK_BYTES as u64)
+                            .min(self.end - buf_end);
+                        self.file.read_at(buf_end, read_len as usize).wait()?
+                    }
+                };
+                if bytes.is_empty() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "{} ended at {buf_end} inside the range being scanned",
+                            self.file.path().display(),
+                        ),
+                    ));
+                }
+                self.buf.extend_from_slice(&bytes);
+                buf_end += bytes.len() as u64;
             }
-            self.buf.extend_from_slice(&bytes);
+            if buf_end < self.end && self.ahead.is_none() {
+                let read_len = (self.end - buf_end).min(SCAN_CHUNK_BYTES as u64);
+                self.ahead = Some(ReadAhead {
+                    position: buf_end,
+                    completion: self.file.read_at(buf_end, read_len as usize),
+                });
+            }
         }
         let from = (position - self.buf_start) as usize;
         let to = (want_end - self.buf_start) as usize;

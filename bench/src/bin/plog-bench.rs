@@ -41,7 +41,12 @@ fn main() -> io::Result<()> {
     let scratch = narad_bench::bench_dir()?.join("plog");
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
-    let disk = open_backend(BackendChoice::Auto)?;
+    // `NARAD_DISK_BACKEND` = auto | io_uring | portable; auto by default.
+    let choice = match std::env::var("NARAD_DISK_BACKEND") {
+        Ok(text) => text.parse::<BackendChoice>()?,
+        Err(_) => BackendChoice::Auto,
+    };
+    let disk = open_backend(choice)?;
     let mut report = Report::new("plog");
     report.note("backend", &disk.kind().to_string());
 
