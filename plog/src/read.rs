@@ -323,3 +323,45 @@ impl Reader {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use narad_disk::portable::PortableDisk;
+
+    use crate::{CommitRecord, LogConfig, PartitionLog};
+
+    #[test]
+    fn a_sealed_segment_index_rebuilt_from_the_file_equals_the_one_built_by_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 4_096,
+            frame_records_max: 3,
+            index_interval_bytes: 200,
+            ..LogConfig::default()
+        };
+        let log = PartitionLog::open(Arc::new(PortableDisk::new(1).unwrap()), dir.path(), config)
+            .unwrap();
+        let payload = [b'p'; 40];
+        let records = vec![
+            CommitRecord {
+                key: b"k",
+                payload: &payload,
+                committed_at_ms: 1,
+            };
+            7
+        ];
+        while log.table.read().sealed.is_empty() {
+            log.commit_durable(&[&records]).unwrap();
+        }
+        let sealed = Arc::clone(&log.table.read().sealed[0]);
+        let built_by_commits = sealed.index.get().unwrap().clone();
+        assert!(
+            built_by_commits.entries().len() > 2,
+            "the segment must have several entries"
+        );
+        let rebuilt = log.build_sealed_index(&sealed).unwrap();
+        assert_eq!(rebuilt, built_by_commits);
+    }
+}

@@ -13,4 +13,5 @@
 //!
 //! Status: not yet built (see the disk-engine and WAL issue).
 
+pub mod checkpoint;
 pub mod record;
