@@ -27,7 +27,8 @@ use crate::codec::DecodeError;
 use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
 use crate::lane::Lane;
 use crate::limits::{
-    FRAME_BYTES_MAX, PEERS_MAX, STREAM_OUTGOING_FRAMES_MAX, STREAM_REQUESTS_IN_FLIGHT_MAX,
+    FRAME_BYTES_MAX, LIVENESS_PING_INTERVAL, LIVENESS_PING_TIMEOUT, PEERS_MAX,
+    STREAM_OUTGOING_FRAMES_MAX, STREAM_REQUESTS_IN_FLIGHT_MAX,
 };
 use crate::opcode::Opcode;
 use crate::server::exporter;
@@ -111,6 +112,7 @@ pub(crate) struct ClientContext {
     pub(crate) write_budget: WriteBudget,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     next_request_id: AtomicU64,
+    liveness_checks: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -136,11 +138,69 @@ impl ClientContext {
             write_budget,
             peers: Mutex::new(HashMap::new()),
             next_request_id: AtomicU64::new(1),
+            liveness_checks: AtomicU64::new(0),
         }
     }
 
-    /// Sends `request` to `peer` on `lane` and waits up to `timeout` for the answer.
+    /// Sends `request` to `peer` on `lane` and waits up to `timeout` for the
+    /// answer. A call that runs out its deadline starts a liveness check.
     pub(crate) async fn call(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        lane: Lane,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, CallError> {
+        let outcome = self.call_once(peer, lane, request, timeout).await;
+        if matches!(outcome, Err(CallError::Timeout { .. })) {
+            self.check_liveness(peer);
+        }
+        outcome
+    }
+
+    /// Liveness checks finished so far (answered or not).
+    #[cfg(test)]
+    pub(crate) fn liveness_checks(&self) -> u64 {
+        self.liveness_checks.load(Ordering::SeqCst)
+    }
+
+    /// Pings `addr` on the connection the timed-out call used. If the ping
+    /// gets no answer in time and not one datagram arrived from the peer
+    /// meanwhile, the peer is gone: close the connection so the next call
+    /// dials afresh instead of waiting out the idle timeout. A peer that is
+    /// merely slow still acknowledges packets, so it keeps its connection.
+    fn check_liveness(self: &Arc<Self>, addr: SocketAddr) {
+        let Some(peer) = lock(&self.peers).get(&addr).cloned() else {
+            return;
+        };
+        let context = self.clone();
+        tokio::spawn(async move {
+            let connection = peer.slot.lock().await.connection.clone();
+            let Some(connection) = connection else {
+                return;
+            };
+            if connection.connection.close_reason().is_some()
+                || !connection.claim_ping(Instant::now())
+            {
+                return;
+            }
+            let heard_before = connection.connection.stats().udp_rx.datagrams;
+            let ping = Request::new(Opcode::PING, Bytes::new());
+            let outcome = context
+                .call_once(addr, Lane::Control, ping, LIVENESS_PING_TIMEOUT)
+                .await;
+            let heard_after = connection.connection.stats().udp_rx.datagrams;
+            if matches!(outcome, Err(CallError::Timeout { .. })) && heard_after == heard_before {
+                warn!(peer = %addr, "liveness ping unanswered and nothing heard from the peer; closing the connection");
+                connection
+                    .connection
+                    .close(codes::LIVENESS_LOST, b"liveness ping unanswered");
+            }
+            context.liveness_checks.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+
+    async fn call_once(
         &self,
         peer: SocketAddr,
         lane: Lane,
@@ -257,6 +317,7 @@ impl ClientContext {
             connection,
             ekm,
             lanes: Lane::ALL.map(LanePool::new),
+            last_ping: Mutex::new(None),
         }))
     }
 }
@@ -328,6 +389,7 @@ struct PeerConnection {
     connection: quinn::Connection,
     ekm: [u8; EXPORTER_BYTES],
     lanes: [LanePool; 4],
+    last_ping: Mutex<Option<Instant>>,
 }
 
 #[derive(Debug)]
@@ -349,6 +411,17 @@ impl LanePool {
 }
 
 impl PeerConnection {
+    /// Whether a liveness ping may start at `now` (at most one per
+    /// [`LIVENESS_PING_INTERVAL`]); if so, records it.
+    fn claim_ping(&self, now: Instant) -> bool {
+        let mut last = lock(&self.last_ping);
+        if last.is_some_and(|at| now.duration_since(at) < LIVENESS_PING_INTERVAL) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
     /// The next stream of `lane`, round-robin, opened (and authenticated) on
     /// first use and replaced once it has failed.
     async fn stream(
@@ -635,6 +708,15 @@ async fn read_answers(
 
 #[cfg(test)]
 impl ClientContext {
+    /// The connection cached for `addr`, if one is.
+    pub(crate) async fn cached_connection(&self, addr: SocketAddr) -> Option<quinn::Connection> {
+        let peer = lock(&self.peers).get(&addr).cloned()?;
+        let slot = peer.slot.lock().await;
+        slot.connection
+            .as_ref()
+            .map(|connection| connection.connection.clone())
+    }
+
     /// The stable id of the connection cached for `addr`, if one is.
     pub(crate) async fn cached_connection_id(&self, addr: SocketAddr) -> Option<usize> {
         let peer = lock(&self.peers).get(&addr).cloned()?;

@@ -77,6 +77,16 @@ pub const WRITE_TIMEOUT_PER_CHUNK: Duration = Duration::from_secs(1);
 /// Frame bytes that earn one [`WRITE_TIMEOUT_PER_CHUNK`].
 pub const WRITE_TIMEOUT_CHUNK_BYTES: usize = 256 * 1024;
 
+/// A call that ran out its deadline makes the client ping the peer, at most
+/// once per this interval per connection (spec: ≤1/s), so a storm of timeouts
+/// does not become a storm of pings.
+pub const LIVENESS_PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Time the liveness ping has. If it expires and not one datagram arrived
+/// from the peer meanwhile, the connection is closed and the next call
+/// re-dials (spec: drop only if no pong within 1 s and nothing else arrived).
+pub const LIVENESS_PING_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A connection with no packets for this long is closed. Keep-alives (below)
 /// keep healthy idle connections open; a vanished peer is noticed in time.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -76,7 +76,7 @@ pub enum NodeError {
 #[derive(Debug)]
 pub struct Node {
     endpoint: Endpoint,
-    client: ClientContext,
+    client: Arc<ClientContext>,
     accept_task: JoinHandle<()>,
     local_addr: SocketAddr,
     call_timeout: Duration,
@@ -132,14 +132,14 @@ impl Node {
             write_budget,
         });
         let accept_task = tokio::spawn(accept_loop(endpoint.clone(), server));
-        let client = ClientContext::new(
+        let client = Arc::new(ClientContext::new(
             endpoint.clone(),
             client_config,
             config.auth,
             config.dial_timeout,
             config.auth_timeout,
             write_budget,
-        );
+        ));
         debug!(%local_addr, "cluster endpoint listening");
         Ok(Node {
             endpoint,

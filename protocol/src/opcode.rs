@@ -4,6 +4,9 @@
 //! peer may send one this build does not know. The frame layer carries it
 //! through; the server's router answers an opcode without a handler with
 //! `400 unsupported rpc operation`, which tells the sender to fall back.
+//!
+//! Opcode 0 (`PING`) belongs to the transport: every server answers it with
+//! `204` itself, before any route, and a router cannot claim it.
 
 use std::fmt;
 
@@ -31,6 +34,7 @@ macro_rules! opcodes {
 }
 
 opcodes! {
+    PING = 0, "Ping";
     PRODUCE = 1, "Produce";
     CONSUME = 2, "Consume";
     ACK = 3, "Ack";

@@ -163,6 +163,11 @@ impl Router {
             limit,
             permits,
         };
+        assert_ne!(
+            opcode,
+            Opcode::PING,
+            "opcode 0 (Ping) is answered by the transport itself"
+        );
         let previous = self.routes.insert(opcode, route);
         assert!(previous.is_none(), "opcode {opcode} routed twice");
         self
@@ -170,6 +175,9 @@ impl Router {
 
     async fn dispatch(&self, inbound: Inbound) -> Result<Response, RpcError> {
         let opcode = inbound.request.opcode;
+        if opcode == Opcode::PING {
+            return Ok(Response::no_content());
+        }
         let Some(route) = self.routes.get(&opcode) else {
             return Err(RpcError::unsupported_operation(opcode));
         };

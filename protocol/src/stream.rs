@@ -15,7 +15,8 @@ use crate::limits::WRITE_TIMEOUT_CHUNK_BYTES;
 
 use bytes::Bytes;
 
-/// Codes a stream is reset or stopped with; the peer sees them in its error.
+/// Codes a stream is reset or stopped with (and a connection closed with);
+/// the peer sees them in its error.
 pub mod codes {
     use quinn::VarInt;
 
@@ -29,6 +30,9 @@ pub mod codes {
     pub const PROTOCOL_VIOLATION: VarInt = VarInt::from_u32(3);
     /// The peer did not take a frame within the write timeout.
     pub const WRITE_TIMEOUT: VarInt = VarInt::from_u32(4);
+    /// Connection closed: after a call's deadline, a liveness ping got no
+    /// answer and nothing at all arrived from the peer.
+    pub const LIVENESS_LOST: VarInt = VarInt::from_u32(5);
 }
 
 /// An item for a stream's writer task.

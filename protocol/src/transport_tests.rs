@@ -793,3 +793,171 @@ async fn malformed_message_body_is_answered_with_a_clear_error() {
         error.message
     );
 }
+
+/// A UDP relay between one client and `target` that can be made to drop
+/// every packet, as a peer that vanished without a word would.
+struct Blackhole {
+    addr: SocketAddr,
+    dropping: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Blackhole {
+    async fn in_front_of(target: SocketAddr) -> Self {
+        let socket = tokio::net::UdpSocket::bind(loopback())
+            .await
+            .expect("bind relay");
+        let addr = socket.local_addr().expect("relay addr");
+        let dropping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let dropping = dropping.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0_u8; 65_536];
+                let mut client = None;
+                while let Ok((len, from)) = socket.recv_from(&mut buf).await {
+                    if dropping.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let to = if from == target {
+                        let Some(client) = client else { continue };
+                        client
+                    } else {
+                        client = Some(from);
+                        target
+                    };
+                    let _ = socket.send_to(&buf[..len], to).await;
+                }
+            })
+        };
+        Self {
+            addr,
+            dropping,
+            task,
+        }
+    }
+
+    fn swallow_everything(&self) {
+        self.dropping.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn hanging_and_echo_router() -> Router {
+    let (started, _) = mpsc::channel(1);
+    let (dropped, _) = mpsc::channel(1);
+    hanging_router(started, dropped).route(Opcode::GET_TOPIC, OperationLimit::messaging(), echo)
+}
+
+#[tokio::test]
+async fn vanished_peer_loses_its_connection_after_a_deadline_and_an_unanswered_ping() {
+    let server = node(secret(1), hanging_and_echo_router());
+    let relay = Blackhole::in_front_of(server.local_addr()).await;
+    let client = node(secret(1), Router::new());
+    client
+        .call(relay.addr, Lane::Control, request(b"hello"))
+        .await
+        .expect("served");
+    let connection = client
+        .client()
+        .cached_connection(relay.addr)
+        .await
+        .expect("cached");
+
+    relay.swallow_everything();
+    let deadline = Duration::from_millis(200);
+    let error = client
+        .call_with_timeout(
+            relay.addr,
+            Lane::Consume,
+            Request::new(Opcode::CONSUME, &b""[..]),
+            deadline,
+        )
+        .await
+        .expect_err("no answer");
+    assert_eq!(error, CallError::Timeout { after: deadline });
+
+    let closed = tokio::time::timeout(SIGNAL_WAIT, connection.closed())
+        .await
+        .expect("closed");
+    assert_eq!(
+        closed,
+        quinn::ConnectionError::LocallyClosed,
+        "closed by the liveness check, not the idle timeout"
+    );
+}
+
+#[tokio::test]
+async fn slow_but_present_peer_keeps_its_connection_after_a_deadline() {
+    let server = node(secret(1), hanging_and_echo_router());
+    let client = node(secret(1), Router::new());
+    client
+        .call(server.local_addr(), Lane::Control, request(b"hello"))
+        .await
+        .expect("served");
+    let before = client
+        .client()
+        .cached_connection_id(server.local_addr())
+        .await
+        .expect("cached");
+
+    let deadline = Duration::from_millis(200);
+    let error = client
+        .call_with_timeout(
+            server.local_addr(),
+            Lane::Consume,
+            Request::new(Opcode::CONSUME, &b""[..]),
+            deadline,
+        )
+        .await
+        .expect_err("no answer");
+    assert_eq!(error, CallError::Timeout { after: deadline });
+    let checked = async {
+        while client.client().liveness_checks() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(SIGNAL_WAIT, checked)
+        .await
+        .expect("liveness check finished");
+
+    let connection = client
+        .client()
+        .cached_connection(server.local_addr())
+        .await
+        .expect("cached");
+    assert!(
+        connection.close_reason().is_none(),
+        "the connection is still open"
+    );
+    assert_eq!(connection.stable_id(), before);
+    client
+        .call(server.local_addr(), Lane::Control, request(b"again"))
+        .await
+        .expect("served");
+}
+
+#[tokio::test]
+async fn ping_is_answered_by_the_transport_itself() {
+    let server = node(secret(1), Router::new());
+    let client = node(secret(1), Router::new());
+    let response = client
+        .call(
+            server.local_addr(),
+            Lane::Control,
+            Request::new(Opcode::PING, Bytes::new()),
+        )
+        .await
+        .expect("pong");
+    assert_eq!(response.status, Status::NO_CONTENT);
+}
+
+#[test]
+#[should_panic(expected = "answered by the transport itself")]
+fn routing_the_ping_opcode_is_a_programmer_error() {
+    let _ = Router::new().route(Opcode::PING, OperationLimit::messaging(), echo);
+}
