@@ -159,11 +159,11 @@ impl PartitionLog {
                 config.frame_bytes_max,
             )
             .map_err(|error| match error {
+                // Not expected: each record fits (checked above) and frames
+                // are cut at a payload target no larger than the frame
+                // limit. Still a size the caller can act on, so typed.
                 FrameError::TooLarge { bytes, limit } => LogError::RecordTooLarge { bytes, limit },
-                other => LogError::ReadBack {
-                    position: 0,
-                    reason: format!("encoding failed: {other}"),
-                },
+                other => panic!("encoding a frame fails only on its size, not with {other}"),
             })?;
             frames.push(PlannedFrame {
                 base_offset,

@@ -79,6 +79,10 @@ impl LogConfig {
             "frame_records_max out of range"
         );
         assert!(
+            self.frame_payload_bytes_target as u64 <= u64::from(self.frame_bytes_max),
+            "frame_payload_bytes_target must not exceed frame_bytes_max"
+        );
+        assert!(
             self.frame_payload_bytes_target > 0,
             "frame_payload_bytes_target must be positive"
         );

@@ -431,6 +431,7 @@ fn oversized_records_and_commits_are_refused_with_nothing_written() {
     let dir = tempfile::tempdir().unwrap();
     let config = LogConfig {
         frame_bytes_max: 1_024,
+        frame_payload_bytes_target: 1_024,
         commit_bytes_max: 4_096,
         ..LogConfig::default()
     };
