@@ -488,3 +488,30 @@ fn a_read_error_in_a_sealed_segment_fails_only_the_reads_that_need_it() {
     assert_eq!(read_records(&log, 36).len(), 4);
     assert_eq!(read_records(&log, 0).len(), 40);
 }
+
+#[test]
+fn a_commit_of_many_batches_and_frames_costs_one_write_one_fdatasync_and_one_read() {
+    let sim = SimDisk::new(19);
+    let config = LogConfig {
+        frame_records_max: 2,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    commit(&log, &numbered(0, 1, 1)).unwrap();
+    let a = numbered(1, 5, 1);
+    let b = numbered(6, 4, 1);
+    let a: Vec<CommitRecord<'_>> = a.iter().map(Owned::as_commit).collect();
+    let b: Vec<CommitRecord<'_>> = b.iter().map(Owned::as_commit).collect();
+    // Arm a failure for a second fdatasync: the commit must not reach it.
+    sim.inject(Fault {
+        op: FaultOp::Sync,
+        nth: 1,
+        error: FaultError::Eio,
+        sticky: false,
+    });
+    let before = sim.op_count();
+    let outcome = log.commit_durable(&[&a, &b]).unwrap();
+    assert_eq!(outcome.offsets, 1..10);
+    assert_eq!(sim.op_count() - before, 3, "write, fdatasync, read back");
+    sim.clear_faults();
+}
