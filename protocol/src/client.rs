@@ -7,34 +7,38 @@
 //! stream's reader to hand it the matching response. If the call's future is
 //! dropped (a timeout, a caller that gave up), a guard unregisters it and
 //! queues a cancel frame behind the request, so the peer stops the handler.
+//!
+//! A failed dial makes the next dials of that peer wait (`backoff`); a call
+//! that runs out its deadline starts a liveness check of its connection.
 
 use std::collections::HashMap;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use quinn::{RecvStream, VarInt};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, client_handshake};
 use crate::backoff::DialBackoff;
+use crate::client_stream::{
+    ClientStream, PendingGuard, StreamState, lock, read_answers, refine_auth_error,
+};
 use crate::codec::DecodeError;
 use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
 use crate::lane::Lane;
 use crate::limits::{
-    FRAME_BYTES_MAX, LIVENESS_PING_INTERVAL, LIVENESS_PING_TIMEOUT, PEERS_MAX,
-    STREAM_OUTGOING_FRAMES_MAX, STREAM_REQUESTS_IN_FLIGHT_MAX,
+    LIVENESS_PING_INTERVAL, LIVENESS_PING_TIMEOUT, PEERS_MAX, STREAM_OUTGOING_FRAMES_MAX,
+    STREAM_REQUESTS_IN_FLIGHT_MAX,
 };
 use crate::opcode::Opcode;
 use crate::server::exporter;
 use crate::stream::{Outgoing, WriteBudget, codes, write_loop};
 use crate::tls::SERVER_NAME;
-use crate::wire::{WireError, read_frame};
+use crate::wire::WireError;
 
 /// Why a call did not get a successful answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,8 +103,6 @@ pub enum CallError {
     TooManyPeers,
 }
 
-type Answer = Result<Result<Response, RpcError>, CallError>;
-
 /// Everything the calling side of a node holds.
 #[derive(Debug)]
 pub(crate) struct ClientContext {
@@ -113,11 +115,6 @@ pub(crate) struct ClientContext {
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     next_request_id: AtomicU64,
     liveness_checks: AtomicU64,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every structure behind these locks stays consistent between statements.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl ClientContext {
@@ -502,210 +499,6 @@ impl PeerConnection {
     }
 }
 
-/// A server that refuses our proof resets the stream with the auth code;
-/// say so instead of reporting a bare stream reset.
-fn refine_auth_error(error: AuthError) -> AuthError {
-    match error {
-        AuthError::Wire(WireError::Io(ref io_error))
-            if reset_code(io_error) == Some(codes::AUTH_FAILED) =>
-        {
-            AuthError::RefusedByPeer
-        }
-        other => other,
-    }
-}
-
-/// The code a peer reset a stream with, when that is what failed.
-fn reset_code(error: &io::Error) -> Option<VarInt> {
-    match error.get_ref()?.downcast_ref::<quinn::ReadError>()? {
-        quinn::ReadError::Reset(code) => Some(*code),
-        _ => None,
-    }
-}
-
-fn describe_reset(code: VarInt) -> &'static str {
-    match code {
-        codes::AUTH_FAILED => "peer refused the stream's authentication",
-        codes::FRAME_TOO_LARGE => "peer refused a frame over the size limit",
-        codes::PROTOCOL_VIOLATION => "peer refused a malformed frame",
-        codes::WRITE_TIMEOUT => "peer gave up writing a frame this node did not take in time",
-        codes::SHUTDOWN => "peer closed the stream",
-        _ => "peer reset the stream with an unknown code",
-    }
-}
-
-#[derive(Debug, Default)]
-struct StreamState {
-    pending: HashMap<RequestId, oneshot::Sender<Answer>>,
-    failure: Option<CallError>,
-}
-
-/// One authenticated stream of a lane.
-#[derive(Debug)]
-struct ClientStream {
-    peer: SocketAddr,
-    outgoing: mpsc::Sender<Outgoing>,
-    permits: Semaphore,
-    state: Mutex<StreamState>,
-}
-
-impl ClientStream {
-    fn lost(&self, reason: &str) -> CallError {
-        CallError::ConnectionLost {
-            peer: self.peer,
-            reason: reason.to_owned(),
-        }
-    }
-
-    fn failure(&self) -> Option<CallError> {
-        lock(&self.state).failure.clone()
-    }
-
-    fn register(
-        &self,
-        request_id: RequestId,
-        answer: oneshot::Sender<Answer>,
-    ) -> Result<(), CallError> {
-        let mut state = lock(&self.state);
-        if let Some(failure) = &state.failure {
-            return Err(failure.clone());
-        }
-        let previous = state.pending.insert(request_id, answer);
-        assert!(previous.is_none(), "request id {request_id} issued twice");
-        Ok(())
-    }
-
-    fn complete(&self, request_id: RequestId, outcome: Result<Response, RpcError>) {
-        // Absent when the caller gave up first: the answer has nobody to go to.
-        if let Some(answer) = lock(&self.state).pending.remove(&request_id) {
-            let _ = answer.send(Ok(outcome));
-        }
-    }
-
-    /// Marks the stream failed (the first failure wins) and fails every
-    /// waiting call with it.
-    fn fail(&self, failure: CallError) {
-        let waiting: Vec<_> = {
-            let mut state = lock(&self.state);
-            state.failure.get_or_insert(failure);
-            state.pending.drain().map(|(_, answer)| answer).collect()
-        };
-        let failure = self.failure();
-        for answer in waiting {
-            if let Some(failure) = &failure {
-                let _ = answer.send(Err(failure.clone()));
-            }
-        }
-    }
-}
-
-/// Unregisters a call whose future was dropped, and tells the peer.
-struct PendingGuard<'a> {
-    stream: &'a ClientStream,
-    request_id: RequestId,
-    opcode: Opcode,
-    answered: bool,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        if self.answered {
-            return;
-        }
-        let waiting = lock(&self.stream.state)
-            .pending
-            .remove(&self.request_id)
-            .is_some();
-        if !waiting {
-            return;
-        }
-        let Ok(cancel) = (Frame::Cancel {
-            request_id: self.request_id,
-            opcode: self.opcode,
-        })
-        .encode() else {
-            return;
-        };
-        // Queued behind the request on the same stream, so the peer sees
-        // them in that order. A full queue hands the cancel to a task.
-        match self.stream.outgoing.try_send(Outgoing::Frame(cancel)) {
-            Err(mpsc::error::TrySendError::Full(item)) => {
-                let outgoing = self.stream.outgoing.clone();
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move { outgoing.send(item).await });
-                }
-            }
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-        }
-    }
-}
-
-/// Hands each answer on `recv` to its waiting call until the stream ends.
-async fn read_answers(
-    stream: Arc<ClientStream>,
-    mut recv: RecvStream,
-    outgoing: mpsc::Sender<Outgoing>,
-) {
-    let peer = stream.peer;
-    let failure = loop {
-        let refuse =
-            |code: VarInt, reason: String| (code, CallError::StreamRefused { peer, reason });
-        match read_frame(&mut recv, FRAME_BYTES_MAX).await {
-            Ok(Some(bytes)) => match Frame::decode(bytes) {
-                Ok(Frame::Response {
-                    request_id,
-                    outcome,
-                    ..
-                }) => stream.complete(request_id, outcome),
-                Ok(other) => {
-                    break Some(refuse(
-                        codes::PROTOCOL_VIOLATION,
-                        format!(
-                            "peer sent a {:?} frame on a client stream",
-                            other.header().kind
-                        ),
-                    ));
-                }
-                Err(error) => break Some(refuse(codes::PROTOCOL_VIOLATION, error.to_string())),
-            },
-            Ok(None) => break None,
-            Err(WireError::Frame(error)) => {
-                break Some(refuse(codes::FRAME_TOO_LARGE, error.to_string()));
-            }
-            Err(WireError::Io(error)) => {
-                let failure = match reset_code(&error) {
-                    Some(code) if code != codes::SHUTDOWN => CallError::StreamRefused {
-                        peer,
-                        reason: describe_reset(code).to_owned(),
-                    },
-                    _ => CallError::ConnectionLost {
-                        peer,
-                        reason: error.to_string(),
-                    },
-                };
-                stream.fail(failure);
-                return;
-            }
-            Err(error) => {
-                stream.fail(CallError::ConnectionLost {
-                    peer,
-                    reason: error.to_string(),
-                });
-                return;
-            }
-        }
-    };
-    match failure {
-        Some((code, failure)) => {
-            warn!(%peer, error = %failure, "cluster stream refused");
-            let _ = recv.stop(code);
-            let _ = outgoing.send(Outgoing::Reset(code)).await;
-            stream.fail(failure);
-        }
-        None => stream.fail(stream.lost("peer finished the stream")),
-    }
-}
-
 #[cfg(test)]
 impl ClientContext {
     /// The connection cached for `addr`, if one is.
@@ -731,7 +524,7 @@ impl ClientContext {
     pub(crate) async fn open_raw_stream(
         &self,
         addr: SocketAddr,
-    ) -> (quinn::SendStream, RecvStream) {
+    ) -> (quinn::SendStream, quinn::RecvStream) {
         let connection = self.dial(addr).await.expect("dial");
         let (mut send, mut recv) = connection
             .connection

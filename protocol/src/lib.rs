@@ -7,8 +7,9 @@
 //!   most [`limits::FRAME_BYTES_MAX`] (16 MiB);
 //! - the transport ([`Node`]): quinn + rustls with the `ring` provider, one
 //!   connection per peer, streams pooled per [`Lane`], request ids,
-//!   cancellation, timeouts, and per-operation concurrency limits on the
-//!   serving side ([`Router`], [`OperationLimit`]);
+//!   cancellation, timeouts, dial backoff, a liveness check after a
+//!   deadline, a write timeout per frame, and per-operation concurrency
+//!   limits on the serving side ([`Router`], [`OperationLimit`]);
 //! - cluster authentication ([`ClusterAuth`]): every stream proves the shared
 //!   secret, both ways, with an HMAC bound to the TLS session's exporter.
 //!
@@ -29,6 +30,7 @@
 pub mod auth;
 mod backoff;
 mod client;
+mod client_stream;
 pub mod codec;
 pub mod frame;
 mod lane;
