@@ -463,5 +463,13 @@ mod tests {
         fn hello_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
             let _ = Hello::decode(Bytes::from(bytes));
         }
+
+        #[test]
+        fn any_hello_round_trips(role_tag in any::<u8>(), scheme_tag in any::<u8>(), proof in any::<[u8; 32]>()) {
+            let hello = Hello { role_tag, scheme_tag, proof };
+            let encoded = hello.encode();
+            prop_assert_eq!(encoded.len(), 4 + HELLO_BODY_BYTES);
+            prop_assert_eq!(Hello::decode(encoded.slice(4..)).expect("decodes"), hello);
+        }
     }
 }

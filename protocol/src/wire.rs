@@ -82,6 +82,24 @@ mod tests {
     use crate::limits::{FRAME_BYTES_MAX, PRE_AUTH_FRAME_BYTES_MAX};
     use crate::opcode::Opcode;
 
+    proptest::proptest! {
+        #[test]
+        fn frame_reader_never_panics_on_arbitrary_bytes(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96),
+            limit in 0_usize..128,
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            runtime.block_on(async {
+                let mut input = &bytes[..];
+                // Read until the input is exhausted or refused; each frame
+                // returned must respect the limit.
+                while let Ok(Some(frame)) = read_frame(&mut input, limit).await {
+                    assert!(frame.len() + 4 <= limit);
+                }
+            });
+        }
+    }
+
     #[tokio::test]
     async fn reads_back_a_written_frame() {
         let frame = Frame::Request {
