@@ -423,13 +423,21 @@ impl CheckpointStore {
     /// value can no longer advance to `at_least`.
     pub fn wait_synced(&self, at_least: u64, timeout: Duration) -> Result<u64, CheckpointError> {
         let shared = &self.shared;
-        let deadline = Instant::now() + timeout;
+        // A timeout too long to add to now (`Duration::MAX`) waits forever.
+        let deadline = Instant::now().checked_add(timeout);
         let mut state = lock(&shared.state);
         loop {
             if state.synced >= at_least {
                 return Ok(state.synced);
             }
             shared.check_usable(&state)?;
+            let Some(deadline) = deadline else {
+                state = shared
+                    .synced_advanced
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
             let now = Instant::now();
             if now >= deadline {
                 return Ok(state.synced);

@@ -191,6 +191,31 @@ fn wait_synced_returns_the_lower_value_when_the_timeout_passes() {
 }
 
 #[test]
+fn wait_synced_without_a_deadline_returns_once_the_flusher_synced() {
+    let disk = sim();
+    let store = open(&disk, SOON).unwrap();
+    store.store(6).unwrap();
+    assert_eq!(store.wait_synced(6, Duration::MAX).unwrap(), 6);
+}
+
+#[test]
+fn wait_synced_ends_with_the_latch_instead_of_waiting_forever() {
+    let disk = sim();
+    let store = open(&disk, SOON).unwrap();
+    disk.inject(Fault {
+        op: FaultOp::Sync,
+        nth: 0,
+        error: FaultError::Eio,
+        sticky: false,
+    });
+    store.store(6).unwrap();
+    assert!(matches!(
+        store.wait_synced(6, Duration::MAX),
+        Err(CheckpointError::Latched { .. })
+    ));
+}
+
+#[test]
 fn storing_the_current_value_again_writes_nothing() {
     let disk = sim();
     let store = open(&disk, NEVER).unwrap();
