@@ -1,17 +1,52 @@
 //! The ingress write-ahead log of a Narad data node.
 //!
-//! This crate will own the segmented, append-only log that every accepted
-//! produce is written to before its `202`: frames with dense sequence numbers,
-//! group commit, segment preparation, the dispatch checkpoint, compaction, and
-//! recovery at open.
+//! Every accepted produce is appended here, and fdatasynced, before its
+//! `202`. The log is a directory of segments (`<base seq>.wal`) holding
+//! checksummed frames with dense sequence numbers; appenders stage frames
+//! into a shared buffer and a dedicated sync loop makes them durable with
+//! one write and one fdatasync for everyone staged meanwhile (group commit).
 //!
-//! Guarantee it is built to give: an append that returned `Ok` survives any
-//! crash, and recovery never yields a torn or invented record.
+//! What it guarantees:
+//! - an append that returned `Ok` survives any crash: it was acknowledged
+//!   only after the fdatasync covering it completed;
+//! - recovery never yields a torn or invented record: a torn tail of the
+//!   last segment is cut, and any other damage fails the open loudly;
+//! - sequence numbers are dense and strictly increasing across segments, and
+//!   a batch keeps a prefix through a crash, never a gap;
+//! - after a write or fdatasync error the log refuses every append with the
+//!   same error until it is reopened ([`Wal::is_failed`]).
 //!
-//! It does not decide where records go: the dispatcher in `narad-dataplane`
-//! reads them back and commits them to partition owners.
+//! What it does not do: it does not know what a record means (frame
+//! payloads are opaque; [`record`] encodes produces), and it does not decide
+//! where records go: the dispatcher in `narad-dataplane` reads them back
+//! ([`WalReader`]), commits them, stores the checkpoint and calls
+//! [`Wal::compact`] behind the synced checkpoint.
 //!
-//! Status: not yet built (see the disk-engine and WAL issue).
+//! The byte layout, the commit protocol and why each crash case is safe are
+//! in `docs/internals/wal.md`.
+
+pub mod compaction;
+mod error;
+pub mod frame;
+mod log;
+mod notify;
+mod options;
+mod prep;
+mod reader;
+mod recovery;
+pub mod segment;
+mod staging;
+mod sync_loop;
 
 pub mod checkpoint;
 pub mod record;
+
+pub use compaction::{Choice, Compaction};
+pub use error::{FailedOp, FillError, IoFailure, WalError};
+pub use log::Wal;
+pub use notify::{DurableWatch, FrontierChange, FrontierChanged, Pending};
+pub use options::{
+    COMPACT_ROTATE_BYTES_DEFAULT, PREP_RUN_BYTES_MAX, SEGMENT_BYTES_DEFAULT,
+    STAGED_BYTES_MAX_DEFAULT, STAGING_BUFFER_BYTES_DEFAULT, SYNC_BACKSTOP_DEFAULT, WalOptions,
+};
+pub use reader::{Frame, WalReader};

@@ -1,0 +1,174 @@
+//! Segment preparation: a background thread zero-fills the next segment so
+//! that appends overwrite allocated blocks and an fdatasync on the append
+//! path never changes a file's size.
+//!
+//! The spare is `next-segment.prep`: zeros to the full segment size, then
+//! the 16-byte trailer, then one fdatasync. It is only ever used once
+//! [`PrepStatus::Ready`]; a roll that finds none ready creates an empty
+//! segment instead. A spare left by a crash is removed at open.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+use narad_disk::{Disk, IoBuf, OpenOptions};
+use parking_lot::{Condvar, Mutex};
+
+use crate::options::WalOptions;
+use crate::segment::{PREP_FILE_NAME, PREP_TRAILER_BYTES, prep_trailer};
+
+/// Zero-fill writes are this large: big enough to stream, small enough to
+/// check for shutdown often.
+const ZERO_WRITE_BYTES: usize = 1024 * 1024;
+
+/// Where the spare stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrepStatus {
+    /// No spare, none asked for.
+    Idle,
+    /// Asked for, not started.
+    Requested,
+    /// Being zero-filled.
+    Preparing,
+    /// Complete and synced; the next roll renames it.
+    Ready,
+}
+
+#[derive(Debug)]
+struct PrepState {
+    status: PrepStatus,
+    /// The active segment a spare was last asked for: one attempt per
+    /// segment, so a full disk does not turn every flush into a retry.
+    asked_for: Option<u64>,
+    stop: bool,
+}
+
+/// Shared between the sync loop (which asks and consumes) and the
+/// preparation thread.
+#[derive(Debug)]
+pub(crate) struct Prep {
+    state: Mutex<PrepState>,
+    wake: Condvar,
+}
+
+impl Prep {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(PrepState {
+                status: PrepStatus::Idle,
+                asked_for: None,
+                stop: false,
+            }),
+            wake: Condvar::new(),
+        })
+    }
+
+    /// Asks for a spare while `active_base` is the active segment, unless
+    /// one exists, is under way, or was already asked for it.
+    pub(crate) fn request(&self, active_base: u64) {
+        let mut state = self.state.lock();
+        if state.status != PrepStatus::Idle || state.asked_for == Some(active_base) {
+            return;
+        }
+        state.status = PrepStatus::Requested;
+        state.asked_for = Some(active_base);
+        self.wake.notify_all();
+    }
+
+    /// Takes the ready spare, if there is one: the caller renames it.
+    pub(crate) fn take_ready(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.status == PrepStatus::Ready {
+            state.status = PrepStatus::Idle;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn status(&self) -> PrepStatus {
+        self.state.lock().status
+    }
+
+    pub(crate) fn stop(&self) {
+        self.state.lock().stop = true;
+        self.wake.notify_all();
+    }
+
+    fn stopped(&self) -> bool {
+        self.state.lock().stop
+    }
+}
+
+/// Starts the preparation thread.
+///
+/// # Errors
+/// When the thread cannot be spawned.
+pub(crate) fn spawn(
+    prep: Arc<Prep>,
+    disk: Arc<dyn Disk>,
+    dir: PathBuf,
+    options: WalOptions,
+) -> std::io::Result<JoinHandle<()>> {
+    thread::Builder::new()
+        .name("narad-wal-prep".to_string())
+        .spawn(move || run(&prep, &*disk, &dir, &options))
+}
+
+fn run(prep: &Prep, disk: &dyn Disk, dir: &Path, options: &WalOptions) {
+    loop {
+        {
+            let mut state = prep.state.lock();
+            while state.status != PrepStatus::Requested && !state.stop {
+                prep.wake.wait(&mut state);
+            }
+            if state.stop {
+                return;
+            }
+            state.status = PrepStatus::Preparing;
+        }
+        let outcome = prepare(prep, disk, dir, options);
+        let mut state = prep.state.lock();
+        state.status = match outcome {
+            Ok(true) => PrepStatus::Ready,
+            Ok(false) => PrepStatus::Idle,
+            Err(error) => {
+                tracing::warn!(
+                    error = %error,
+                    "preparing the next ingress WAL segment failed; the next roll creates an empty one"
+                );
+                let _ = disk.remove_file(&dir.join(PREP_FILE_NAME));
+                PrepStatus::Idle
+            }
+        };
+    }
+}
+
+/// Writes the spare. Returns `Ok(false)` when stopped before finishing.
+fn prepare(
+    prep: &Prep,
+    disk: &dyn Disk,
+    dir: &Path,
+    options: &WalOptions,
+) -> std::io::Result<bool> {
+    let path = dir.join(PREP_FILE_NAME);
+    let file = disk.open(&path, OpenOptions::CREATE)?;
+    file.truncate(0).wait()?;
+    let data_end = options.segment_bytes - PREP_TRAILER_BYTES as u64;
+    let mut zeros = IoBuf::with_capacity(ZERO_WRITE_BYTES);
+    let mut offset = 0u64;
+    while offset < data_end {
+        if prep.stopped() {
+            return Ok(false);
+        }
+        let len = (data_end - offset).min(ZERO_WRITE_BYTES as u64) as usize;
+        zeros.clear();
+        zeros.extend_zeros(len);
+        zeros = file.write_at(offset, zeros).wait()?;
+        offset += len as u64;
+    }
+    let trailer = IoBuf::from_slice(&prep_trailer(options.prep_run_bytes_max));
+    file.write_at(data_end, trailer).wait()?;
+    file.fdatasync().wait()?;
+    Ok(true)
+}

@@ -1,0 +1,242 @@
+//! Group commit's doing half: the sync loop.
+//!
+//! One dedicated thread owns the active segment. It wakes on every append
+//! (with a backstop for a missed wakeup), takes every staged chunk at once,
+//! and for each: rolls to the chunk's segment if it differs, writes the
+//! chunk, fdatasyncs, advances the durable frontier and completes the
+//! chunk's waiters with the true outcome. Each write is synced before the
+//! next one is issued, so a file never has more than one unsynced write: a
+//! crash can tear only the last write of the last segment.
+//!
+//! A write, fdatasync or roll error latches the log: the failing chunk, the
+//! chunks after it and every later append get the same error. An fdatasync
+//! is never retried, because after a failed one the kernel may already have
+//! dropped the dirty pages.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::{self, JoinHandle};
+
+use narad_disk::{IoBuf, OpenOptions};
+
+use crate::error::{FailedOp, IoFailure};
+use crate::frame::{FRAME_PAYLOAD_BYTES_MAX, parse_header};
+use crate::log::Shared;
+use crate::notify::FlushError;
+use crate::recovery::Active;
+use crate::segment::{PREP_FILE_NAME, segment_path};
+use crate::staging::Chunk;
+
+/// Starts the sync loop on its own thread.
+///
+/// # Errors
+/// When the thread cannot be spawned.
+pub(crate) fn spawn(shared: Arc<Shared>, active: Active) -> io::Result<JoinHandle<()>> {
+    thread::Builder::new()
+        .name("narad-wal-sync".to_string())
+        .spawn(move || SyncLoop { shared, active }.run())
+}
+
+struct SyncLoop {
+    shared: Arc<Shared>,
+    active: Active,
+}
+
+impl SyncLoop {
+    fn run(mut self) {
+        while let Some(chunks) = self.take_staged() {
+            self.flush(chunks);
+        }
+        self.shared.frontier.stop();
+    }
+
+    /// Waits for staged chunks and takes them all; `None` once the log is
+    /// closed and drained.
+    fn take_staged(&self) -> Option<VecDeque<Chunk>> {
+        let mut state = self.shared.append.lock();
+        loop {
+            if !state.chunks.is_empty() {
+                let chunks = std::mem::take(&mut state.chunks);
+                state.staged_bytes = 0;
+                self.shared.room.notify_all();
+                return Some(chunks);
+            }
+            if state.closed {
+                return None;
+            }
+            let _ = self
+                .shared
+                .work
+                .wait_for(&mut state, self.shared.options.sync_backstop);
+        }
+    }
+
+    fn flush(&mut self, chunks: VecDeque<Chunk>) {
+        let mut pooled = Vec::new();
+        let mut failure = self.shared.append.lock().latch.clone();
+        for chunk in chunks {
+            if let Some(failure) = &failure {
+                chunk
+                    .slot
+                    .complete(Err(FlushError::Failed(failure.clone())));
+                if chunk.pooled {
+                    pooled.push(chunk.buf);
+                }
+                continue;
+            }
+            let slot = Arc::clone(&chunk.slot);
+            let was_pooled = chunk.pooled;
+            match self.write_chunk(chunk) {
+                Ok(buf) => {
+                    slot.complete(Ok(()));
+                    if was_pooled {
+                        pooled.push(buf);
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(error = %error, "ingress WAL failed; refusing appends until restart");
+                    self.latch(&error);
+                    slot.complete(Err(FlushError::Failed(error.clone())));
+                    failure = Some(error);
+                }
+            }
+        }
+        let mut state = self.shared.append.lock();
+        for buf in pooled {
+            state.recycle(buf, true);
+        }
+    }
+
+    fn latch(&self, failure: &IoFailure) {
+        {
+            let mut state = self.shared.append.lock();
+            if state.latch.is_none() {
+                state.latch = Some(failure.clone());
+            }
+        }
+        self.shared.failed.store(true, Ordering::Release);
+        self.shared.room.notify_all();
+        self.shared.frontier.stop();
+    }
+
+    /// Rolls if needed, writes and syncs one chunk; hands its buffer back.
+    fn write_chunk(&mut self, chunk: Chunk) -> Result<IoBuf, IoFailure> {
+        if chunk.segment_base != self.active.base {
+            self.roll(&chunk)?;
+        }
+        if chunk.buf.is_empty() {
+            return Ok(chunk.buf);
+        }
+        check_chunk(
+            &chunk,
+            self.active.end,
+            self.shared.options.record_bytes_max,
+        );
+        let end = chunk.offset + chunk.buf.len() as u64;
+        let buf = self
+            .active
+            .file
+            .write_at(chunk.offset, chunk.buf)
+            .wait()
+            .map_err(|e| IoFailure::new(FailedOp::Write, &e))?;
+        self.active
+            .file
+            .fdatasync()
+            .wait()
+            .map_err(|e| IoFailure::new(FailedOp::Sync, &e))?;
+        self.active.end = end;
+        self.shared.segments.lock().insert(self.active.base, end);
+        self.shared.frontier.advance(chunk.end_seq);
+        self.maybe_request_spare();
+        Ok(buf)
+    }
+
+    fn maybe_request_spare(&self) {
+        let options = &self.shared.options;
+        if options.prealloc && self.active.end >= options.segment_bytes / 2 {
+            self.shared.prep.request(self.active.base);
+        }
+    }
+
+    /// Seals the active segment and makes the chunk's segment active: a
+    /// prepared segment is trimmed to its data and synced first, then the
+    /// spare is renamed into place (or an empty file created) and the
+    /// directory synced.
+    fn roll(&mut self, chunk: &Chunk) -> Result<(), IoFailure> {
+        let new_base = chunk.segment_base;
+        assert_eq!(
+            new_base, chunk.first_seq,
+            "a segment must start with the chunk's first record"
+        );
+        assert!(new_base > self.active.base, "segments only roll forward");
+        assert_eq!(chunk.offset, 0, "a new segment is written from its start");
+        let fail = |e: io::Error| IoFailure::new(FailedOp::Roll, &e);
+        if self.active.prepared {
+            self.active
+                .file
+                .truncate(self.active.end)
+                .wait()
+                .map_err(fail)?;
+            self.active.file.fdatasync().wait().map_err(fail)?;
+        }
+        let disk = &*self.shared.disk;
+        let dir = &self.shared.dir;
+        let path = segment_path(dir, new_base);
+        let use_spare = self.shared.options.prealloc && self.shared.prep.take_ready();
+        if use_spare {
+            disk.rename(&dir.join(PREP_FILE_NAME), &path)
+                .map_err(fail)?;
+        }
+        let file = disk.open(&path, OpenOptions::CREATE).map_err(fail)?;
+        if !use_spare && file.size().map_err(fail)? != 0 {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("new segment {} is not empty", path.display()),
+            )));
+        }
+        disk.sync_dir(dir).map_err(fail)?;
+        self.shared.segments.lock().insert(new_base, 0);
+        self.active = Active {
+            base: new_base,
+            file,
+            end: 0,
+            prepared: use_spare,
+        };
+        tracing::debug!(base = new_base, prepared = use_spare, "ingress WAL rolled");
+        Ok(())
+    }
+}
+
+/// Checks a chunk before it is written: it continues the segment's data
+/// exactly, and its frames are whole with dense sequence numbers.
+///
+/// # Panics
+/// On any mismatch: staging produced a bad chunk, and writing it would put
+/// corruption on disk.
+fn check_chunk(chunk: &Chunk, segment_end: u64, record_bytes_max: usize) {
+    assert_eq!(
+        chunk.offset, segment_end,
+        "a chunk must start where the segment's data ends"
+    );
+    let mut at = 0;
+    let mut seq = chunk.first_seq;
+    while at < chunk.buf.len() {
+        let header = match parse_header(
+            &chunk.buf[at..],
+            record_bytes_max.min(FRAME_PAYLOAD_BYTES_MAX),
+        ) {
+            Ok(header) => header,
+            Err(fault) => panic!("staged frame at {at} is malformed: {fault}"),
+        };
+        assert_eq!(header.seq, seq, "staged frames must be numbered densely");
+        at += header.frame_len();
+        seq += 1;
+    }
+    assert_eq!(at, chunk.buf.len(), "a staged frame overruns its chunk");
+    assert_eq!(
+        seq, chunk.end_seq,
+        "a chunk's frames must end at its end_seq"
+    );
+}
