@@ -41,6 +41,7 @@ mod sync_loop;
 pub mod checkpoint;
 pub mod record;
 
+pub use checkpoint::{CheckpointConfig, CheckpointError, CheckpointStore};
 pub use compaction::{Choice, Compaction};
 pub use error::{FailedOp, FillError, IoFailure, WalError};
 pub use log::Wal;
@@ -50,3 +51,4 @@ pub use options::{
     STAGED_BYTES_MAX_DEFAULT, STAGING_BUFFER_BYTES_DEFAULT, SYNC_BACKSTOP_DEFAULT, WalOptions,
 };
 pub use reader::{Frame, WalReader};
+pub use record::{RecordError, WalRecord, WalRecordRef};
