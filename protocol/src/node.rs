@@ -21,7 +21,10 @@ use crate::limits::{
 use crate::opcode::Opcode;
 use crate::server::{Router, ServerContext, serve_connection};
 use crate::stream::{WriteBudget, codes};
-use crate::tls::{TlsSetupError, client_crypto, install_ring_provider, reset_key, server_crypto};
+use crate::tls::{
+    TlsSetupError, client_crypto, connection_id_generator, install_ring_provider, reset_key,
+    server_crypto,
+};
 
 /// How a node's endpoint is set up.
 #[derive(Debug, Clone)]
@@ -114,8 +117,10 @@ impl Node {
         let mut client_config = ClientConfig::new(Arc::new(client_crypto()?));
         client_config.transport_config(transport);
         let socket = std::net::UdpSocket::bind(config.bind_addr)?;
+        let mut endpoint_config = EndpointConfig::new(reset_key(&config.auth));
+        endpoint_config.cid_generator(connection_id_generator(&config.auth));
         let endpoint = Endpoint::new(
-            EndpointConfig::new(reset_key(&config.auth)),
+            endpoint_config,
             Some(server_config),
             socket,
             Arc::new(quinn::TokioRuntime),

@@ -29,6 +29,7 @@ pub const ALPN: &[u8] = b"narad-cluster-quic-v2";
 pub const SERVER_NAME: &str = "narad-node";
 
 const RESET_KEY_LABEL: &[u8] = b"narad-quic-stateless-reset-v1";
+const CID_KEY_LABEL: &[u8] = b"narad-quic-connection-id-v1";
 
 /// Why the TLS or QUIC configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +145,27 @@ pub(crate) fn reset_key(auth: &ClusterAuth) -> Arc<dyn quinn::crypto::HmacKey> {
         ClusterAuth::InsecureDevOnly => sha256(RESET_KEY_LABEL),
     };
     Arc::new(ResetKey(key))
+}
+
+/// Makes the connection IDs this endpoint issues: 8 bytes, with a keyed check
+/// so the endpoint can tell its own IDs from noise.
+///
+/// The key is derived like the reset key, so a restarted node recognises the
+/// IDs its predecessor issued. That matters: quinn answers a packet for an
+/// unknown connection with a stateless reset only when the packet's ID passes
+/// this check; with a fresh random key (quinn's default) the restarted node
+/// would drop the packet and the peer would wait out its idle timeout.
+pub(crate) fn connection_id_generator(
+    auth: &ClusterAuth,
+) -> impl Fn() -> Box<dyn quinn::ConnectionIdGenerator> + Send + Sync + 'static {
+    let material = match auth {
+        ClusterAuth::Secret(secret) => secret.derive(CID_KEY_LABEL),
+        ClusterAuth::InsecureDevOnly => sha256(CID_KEY_LABEL),
+    };
+    let mut key_bytes = [0_u8; 8];
+    key_bytes.copy_from_slice(&material[..8]);
+    let key = u64::from_be_bytes(key_bytes);
+    move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(key))
 }
 
 fn sha256(data: &[u8]) -> [u8; 32] {

@@ -961,3 +961,47 @@ async fn ping_is_answered_by_the_transport_itself() {
 fn routing_the_ping_opcode_is_a_programmer_error() {
     let _ = Router::new().route(Opcode::PING, OperationLimit::messaging(), echo);
 }
+
+#[tokio::test]
+async fn restarted_peer_resets_a_stale_connection_at_its_next_packet() {
+    let first = node(secret(1), echo_router());
+    let addr = first.local_addr();
+    let relay = Blackhole::in_front_of(addr).await;
+    let client = node(secret(1), Router::new());
+    client
+        .call(relay.addr, Lane::Control, request(b"before"))
+        .await
+        .expect("served");
+    let stale = client
+        .client()
+        .cached_connection(relay.addr)
+        .await
+        .expect("cached");
+
+    // The first incarnation goes away without its goodbye reaching the client.
+    relay.swallow_everything();
+    first.shutdown().await;
+    let second = rebind(addr).await;
+    relay.dropping.store(false, Ordering::SeqCst);
+
+    // The new incarnation recognises the old connection IDs and signs resets
+    // with the old key (both come from the secret), so the client's next
+    // packet on the stale connection is answered by a stateless reset. The
+    // call either finds the connection already reset and re-dials, or loses
+    // it mid-call; it never runs into its deadline.
+    match client
+        .call(relay.addr, Lane::Control, request(b"after"))
+        .await
+    {
+        Ok(response) => assert_eq!(response.body, Bytes::from_static(b"after")),
+        Err(CallError::ConnectionLost { .. }) => {
+            client
+                .call(relay.addr, Lane::Control, request(b"again"))
+                .await
+                .expect("re-dialled");
+        }
+        Err(error) => panic!("expected a fast failure or an answer, got {error}"),
+    }
+    assert_eq!(stale.close_reason(), Some(quinn::ConnectionError::Reset));
+    drop(second);
+}
