@@ -236,3 +236,9 @@ pub(super) fn check_schema_document(document: &str) -> Result<(), MetastoreError
     }
     Ok(())
 }
+
+/// Whether `held + added` bytes stay within `budget` (the schema byte
+/// budgets: per topic and per cluster).
+pub(super) fn within_budget(held: u64, added: u64, budget: u64) -> bool {
+    held.saturating_add(added) <= budget
+}

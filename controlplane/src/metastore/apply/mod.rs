@@ -69,6 +69,22 @@ impl Metastore {
         outcome
     }
 
+    /// Records a log entry that carries no command (a blank entry a new
+    /// leader appends, a membership change): the applied index advances and
+    /// nothing else changes.
+    ///
+    /// # Panics
+    /// If `context.index` does not exceed the last applied index.
+    pub fn note_applied(&mut self, context: ApplyContext) {
+        assert!(
+            context.index > self.applied_index,
+            "log index {} applied after {}",
+            context.index,
+            self.applied_index
+        );
+        self.applied_index = context.index;
+    }
+
     /// Counts a change in `domain`.
     fn changed(&mut self, domain: Domain) {
         let counter = match domain {

@@ -249,7 +249,7 @@ impl Metastore {
             return Err(MetastoreError::SchemaVersionsFull);
         }
         let bytes = add.document.len() as u64;
-        if topic.schema_bytes() + bytes > SCHEMA_TOPIC_BYTES_MAX {
+        if !rules::within_budget(topic.schema_bytes(), bytes, SCHEMA_TOPIC_BYTES_MAX) {
             return Err(MetastoreError::SchemaTopicBudget);
         }
         // The parent manages its children's schemas: each gets the version.
@@ -272,7 +272,8 @@ impl Metastore {
     /// Refuses `added` more bytes of schema history if the cluster's budget
     /// would be exceeded.
     pub(super) fn check_cluster_schema_budget(&self, added: u64) -> Result<(), MetastoreError> {
-        if added > 0 && self.schema_bytes() + added > SCHEMA_CLUSTER_BYTES_MAX {
+        if added > 0 && !rules::within_budget(self.schema_bytes(), added, SCHEMA_CLUSTER_BYTES_MAX)
+        {
             return Err(MetastoreError::SchemaClusterBudget);
         }
         Ok(())

@@ -160,3 +160,26 @@ fn a_schema_change_by_a_stale_reader_is_topic_changed() {
     let refused = store.apply(Command::AddSchemaVersion(command));
     assert_eq!(refused, Err(MetastoreError::TopicChanged));
 }
+
+#[test]
+fn the_cluster_schema_budget_is_256_mib_inclusive() {
+    // Filling 256 MiB through apply would cost that much memory in a unit
+    // test, so the budget arithmetic `apply` uses is checked directly.
+    use super::super::limits::SCHEMA_CLUSTER_BYTES_MAX;
+    use super::super::rules::within_budget;
+    assert_eq!(SCHEMA_CLUSTER_BYTES_MAX, 256 * 1024 * 1024);
+    assert!(within_budget(
+        SCHEMA_CLUSTER_BYTES_MAX - 10,
+        10,
+        SCHEMA_CLUSTER_BYTES_MAX
+    ));
+    assert!(!within_budget(
+        SCHEMA_CLUSTER_BYTES_MAX - 10,
+        11,
+        SCHEMA_CLUSTER_BYTES_MAX
+    ));
+    assert!(!within_budget(u64::MAX, 1, SCHEMA_CLUSTER_BYTES_MAX));
+    let error = MetastoreError::SchemaClusterBudget;
+    assert_eq!(error.status(), 409);
+    assert!(error.to_string().starts_with("schema byte budget exceeded"));
+}

@@ -455,3 +455,14 @@ fn create_counts_a_topic_change_and_a_placement_change() {
     let versions = store.meta.versions();
     assert_eq!((versions.topics, versions.assignments), (1, 1));
 }
+
+#[test]
+fn an_entry_without_a_command_advances_only_the_applied_index() {
+    let mut store = Store::new();
+    store.ok(create_cmd("orders"));
+    let before = store.meta.clone();
+    store.meta.note_applied(ApplyContext { index: 10 });
+    assert_eq!(store.meta.applied_index(), 10);
+    assert_eq!(store.meta.versions(), before.versions());
+    assert_eq!(store.meta.topic("orders"), before.topic("orders"));
+}
