@@ -24,55 +24,8 @@ impl Metastore {
                 existing: existing.name.clone(),
             });
         }
-        let parent = match &create.parent {
-            Some(link) => {
-                let parent = self
-                    .topics
-                    .get(&link.parent)
-                    .ok_or(MetastoreError::ParentNotFound)?;
-                if parent.id != link.parent_id {
-                    return Err(MetastoreError::TopicChanged);
-                }
-                self.require_manage(&create.actor, parent)?;
-                Some(parent)
-            }
-            None => None,
-        };
-        let defaults = &create.defaults;
-        let inherited = parent.map(|parent| parent.partitions);
-        let mut topic = Topic {
-            name: create.name.clone(),
-            id: create.id.clone(),
-            partitions: rules::create_partitions(create.partitions, inherited, defaults)?,
-            retention_ms: rules::retention_ms(create.retention_ms, defaults)?,
-            visibility_timeout_ms: rules::visibility_timeout_ms(
-                create.visibility_timeout_ms,
-                defaults,
-            )?,
-            max_in_flight_per_partition: rules::max_in_flight(
-                create.max_in_flight_per_partition,
-                defaults,
-            )?,
-            max_acked_ahead_per_partition: rules::max_acked_ahead(
-                create.max_acked_ahead_per_partition,
-                defaults,
-            )?,
-            created_at_ms: create.created_at_ms,
-            owner: match &create.actor {
-                Actor::SecurityOff => None,
-                Actor::User(name) => Some(name.clone()),
-            },
-            schemas: Vec::new(),
-            parent: None,
-            children: Vec::new(),
-        };
-        if let Some(document) = &create.schema {
-            rules::check_schema_document(document)?;
-            topic.schemas.push(SchemaVersion {
-                version: 1,
-                document: document.clone(),
-            });
-        }
+        let parent = self.create_parent(create)?;
+        let mut topic = new_topic(create, parent.map(|parent| parent.partitions))?;
         if let (Some(link), Some(parent)) = (&create.parent, parent) {
             let delay_ms = rules::fanout_delay_ms(link.fanout_delay_ms)?;
             let (parent_link, schemas) = self.check_link(parent, &topic, delay_ms, link)?;
@@ -82,6 +35,23 @@ impl Metastore {
         self.check_cluster_schema_budget(topic.schema_bytes())?;
         self.insert_topic(topic);
         Ok(Outcome::Applied)
+    }
+
+    /// The parent of a create-as-child: it must exist, be the incarnation
+    /// the proposer read, and be managed by the actor.
+    fn create_parent(&self, create: &CreateTopic) -> Result<Option<&Topic>, MetastoreError> {
+        let Some(link) = &create.parent else {
+            return Ok(None);
+        };
+        let parent = self
+            .topics
+            .get(&link.parent)
+            .ok_or(MetastoreError::ParentNotFound)?;
+        if parent.id != link.parent_id {
+            return Err(MetastoreError::TopicChanged);
+        }
+        self.require_manage(&create.actor, parent)?;
+        Ok(Some(parent))
     }
 
     /// Stores a new topic, its empty placement slots and its parent's link.
@@ -316,4 +286,45 @@ impl Metastore {
         self.changed(Domain::Assignments);
         Ok(Outcome::Applied)
     }
+}
+
+/// The record a create makes, before any fan-out link: settings resolved
+/// against the proposer's defaults (`inherited` is the parent's partition
+/// count), the schema as version 1, the actor as owner.
+fn new_topic(create: &CreateTopic, inherited: Option<u32>) -> Result<Topic, MetastoreError> {
+    let defaults = &create.defaults;
+    let mut schemas = Vec::new();
+    if let Some(document) = &create.schema {
+        rules::check_schema_document(document)?;
+        schemas.push(SchemaVersion {
+            version: 1,
+            document: document.clone(),
+        });
+    }
+    Ok(Topic {
+        name: create.name.clone(),
+        id: create.id.clone(),
+        partitions: rules::create_partitions(create.partitions, inherited, defaults)?,
+        retention_ms: rules::retention_ms(create.retention_ms, defaults)?,
+        visibility_timeout_ms: rules::visibility_timeout_ms(
+            create.visibility_timeout_ms,
+            defaults,
+        )?,
+        max_in_flight_per_partition: rules::max_in_flight(
+            create.max_in_flight_per_partition,
+            defaults,
+        )?,
+        max_acked_ahead_per_partition: rules::max_acked_ahead(
+            create.max_acked_ahead_per_partition,
+            defaults,
+        )?,
+        created_at_ms: create.created_at_ms,
+        owner: match &create.actor {
+            Actor::SecurityOff => None,
+            Actor::User(name) => Some(name.clone()),
+        },
+        schemas,
+        parent: None,
+        children: Vec::new(),
+    })
 }
