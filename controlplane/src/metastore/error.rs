@@ -205,6 +205,13 @@ pub enum MetastoreError {
         /// The member.
         id: String,
     },
+    /// A create while every alive data node is draining: its partitions
+    /// could never be placed. (With no alive data node at all a create
+    /// succeeds, and its partitions wait for one.)
+    #[error(
+        "every live data node is being decommissioned, so no node can take the new topic's partitions; retry later"
+    )]
+    AllNodesDraining,
     /// An assignment of a partition the topic does not have.
     #[error("partition {partition} out of range")]
     PartitionOutOfRange {
@@ -262,6 +269,7 @@ impl MetastoreError {
         match self {
             TopicNotFound | ParentNotFound | NotLinked | MemberNotFound | UserNotFound => 404,
             Forbidden { .. } => 403,
+            AllNodesDraining => 503,
             TopicExists
             | TopicNameCaseClash { .. }
             | TopicChanged

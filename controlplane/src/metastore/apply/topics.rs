@@ -8,7 +8,7 @@ use super::super::command::{
 use super::super::error::MetastoreError;
 use super::super::limits::{SCHEMA_CLUSTER_BYTES_MAX, SCHEMA_TOPIC_BYTES_MAX, SCHEMA_VERSIONS_MAX};
 use super::super::rules;
-use super::super::state::{Assignment, Metastore, SchemaVersion, Topic};
+use super::super::state::{Assignment, MemberStatus, Metastore, SchemaVersion, Topic};
 use super::Domain;
 
 impl Metastore {
@@ -33,6 +33,7 @@ impl Metastore {
             topic.schemas = schemas;
         }
         self.check_cluster_schema_budget(topic.schema_bytes())?;
+        self.check_not_all_draining()?;
         self.insert_topic(topic);
         Ok(Outcome::Applied)
     }
@@ -52,6 +53,20 @@ impl Metastore {
         }
         self.require_manage(&create.actor, parent)?;
         Ok(Some(parent))
+    }
+
+    /// Refuses a create when data nodes are alive but every one of them is
+    /// draining.
+    fn check_not_all_draining(&self) -> Result<(), MetastoreError> {
+        let mut alive = self
+            .members
+            .values()
+            .filter(|member| member.status == MemberStatus::Alive);
+        let any_alive = alive.clone().next().is_some();
+        if any_alive && alive.all(|member| member.draining) {
+            return Err(MetastoreError::AllNodesDraining);
+        }
+        Ok(())
     }
 
     /// Stores a new topic, its empty placement slots and its parent's link.

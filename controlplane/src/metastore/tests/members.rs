@@ -231,9 +231,9 @@ fn an_assignment_to_a_dead_or_draining_member_is_refused() {
     let mut store = Store::new();
     store.member("dead");
     store.member("leaving");
+    store.ok(create_cmd("orders"));
     store.ok(mark_dead("dead", 1_000));
     store.ok(drain("leaving", true));
-    store.ok(create_cmd("orders"));
     for id in ["dead", "leaving"] {
         let refused = store.apply(assign("orders", &[(0, id)]));
         assert!(

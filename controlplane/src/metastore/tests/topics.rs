@@ -466,3 +466,43 @@ fn an_entry_without_a_command_advances_only_the_applied_index() {
     assert_eq!(store.meta.versions(), before.versions());
     assert_eq!(store.meta.topic("orders"), before.topic("orders"));
 }
+
+#[test]
+fn a_create_while_every_alive_node_drains_is_503() {
+    let mut store = Store::new();
+    store.member("n1");
+    let drain = SetDraining {
+        id: "n1".into(),
+        draining: true,
+    };
+    store.ok(Command::SetDraining(drain));
+    let error = store.apply(create_cmd("orders")).unwrap_err();
+    assert_eq!(
+        (error.status(), error),
+        (503, MetastoreError::AllNodesDraining)
+    );
+}
+
+#[test]
+fn a_create_with_no_alive_node_succeeds_and_its_partitions_wait() {
+    let mut store = Store::new();
+    store.member("n1");
+    store.ok(Command::MarkDead(MarkDead {
+        id: "n1".into(),
+        observed_heartbeat_ms: 1_000,
+    }));
+    store.ok(create_cmd("orders"));
+    assert_eq!(store.meta.owner("orders", 0), None);
+}
+
+#[test]
+fn a_create_succeeds_while_one_alive_node_does_not_drain() {
+    let mut store = Store::new();
+    store.member("n1");
+    store.member("n2");
+    store.ok(Command::SetDraining(SetDraining {
+        id: "n1".into(),
+        draining: true,
+    }));
+    store.ok(create_cmd("orders"));
+}
