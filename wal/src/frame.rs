@@ -26,6 +26,9 @@ pub const FRAME_PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 const _: () = assert!(FRAME_HEADER_BYTES == FRAME_MAGIC.len() + 4 + 8 + 4);
 const _: () = assert!(FRAME_PAYLOAD_BYTES_MAX <= u32::MAX as usize);
+// A record that encodes must fit one frame, and no frame may carry more than
+// a record can be: the two limits are one number.
+const _: () = assert!(crate::record::RECORD_BYTES_MAX == FRAME_PAYLOAD_BYTES_MAX);
 
 /// The decoded header of a frame whose magic and length bound checked out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

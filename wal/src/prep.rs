@@ -152,8 +152,11 @@ fn prepare(
     options: &WalOptions,
 ) -> std::io::Result<bool> {
     let path = dir.join(PREP_FILE_NAME);
+    if disk.exists(&path)? {
+        // Left by a preparation that failed half-way; start from nothing.
+        disk.remove_file(&path)?;
+    }
     let file = disk.open(&path, OpenOptions::CREATE)?;
-    file.truncate(0).wait()?;
     let data_end = options.segment_bytes - PREP_TRAILER_BYTES as u64;
     let mut zeros = IoBuf::with_capacity(ZERO_WRITE_BYTES);
     let mut offset = 0u64;

@@ -1,5 +1,8 @@
 //! Behaviour of the log on every backend: the simulated disk and real files.
 
+// Test helpers outside `#[test]` functions unwrap too: a failure is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::sync::Arc;
