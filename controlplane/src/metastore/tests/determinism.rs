@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
-const SEEDS: u64 = 24;
+const SEEDS: u64 = 64;
 const COMMANDS_PER_SEED: usize = 300;
 
 const TOPICS: [&str; 5] = ["t0", "t1", "t2", "T0", "t3"];
