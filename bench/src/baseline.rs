@@ -40,7 +40,12 @@ pub fn fdatasync_4k(dir: &Path, mode: FileMode, writes: usize) -> io::Result<Lat
 }
 
 fn measure_fdatasync(path: &Path, mode: FileMode, writes: usize) -> io::Result<Latencies> {
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
     if mode == FileMode::Preallocated {
         write_zeros(&file, (writes * BASELINE_WRITE_BYTES) as u64)?;
         file.sync_all()?;
@@ -75,7 +80,11 @@ fn write_zeros(file: &File, bytes: u64) -> io::Result<()> {
 pub fn seq_write_mb_per_s(dir: &Path, bytes: u64) -> io::Result<f64> {
     let path = dir.join("baseline-seq-write.dat");
     let result = (|| {
-        let file = OpenOptions::new().write(true).create(true).truncate(true).open(&path)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
         let chunk = vec![0x5Au8; SEQUENTIAL_CHUNK_BYTES];
         let started = Instant::now();
         let mut offset = 0;
@@ -123,7 +132,11 @@ pub fn drop_cached_pages(file: &File) -> io::Result<()> {
 }
 
 fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
-    if seconds <= 0.0 { 0.0 } else { bytes as f64 / 1e6 / seconds }
+    if seconds <= 0.0 {
+        0.0
+    } else {
+        bytes as f64 / 1e6 / seconds
+    }
 }
 
 #[cfg(test)]

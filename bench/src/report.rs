@@ -69,7 +69,10 @@ impl Report {
         self.charts.push(Bars {
             title: title.to_string(),
             unit: unit.to_string(),
-            bars: bars.iter().map(|(label, value)| (label.to_string(), *value)).collect(),
+            bars: bars
+                .iter()
+                .map(|(label, value)| (label.to_string(), *value))
+                .collect(),
         });
         self
     }
@@ -144,23 +147,42 @@ fn draw_panel(
 ) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>> {
     let label_width = 330i32;
     let bar_room = PANEL_WIDTH_PX as i32 - label_width - 150;
-    let max = chart.bars.iter().map(|(_, value)| *value).fold(0.0f64, f64::max);
+    let max = chart
+        .bars
+        .iter()
+        .map(|(_, value)| *value)
+        .fold(0.0f64, f64::max);
     let text = (FONT_FAMILY, 16).into_font().color(&BLACK);
     if has_font {
         let title = format!("{} ({})", chart.title, chart.unit);
-        root.draw(&Text::new(title, (10, top + 20), ("sans-serif", 20).into_font()))?;
+        root.draw(&Text::new(
+            title,
+            (10, top + 20),
+            ("sans-serif", 20).into_font(),
+        ))?;
     }
     for (index, (label, value)) in chart.bars.iter().enumerate() {
         let y = top + PANEL_HEIGHT_PX as i32 + index as i32 * BAR_HEIGHT_PX as i32 - 10;
-        let width = if max > 0.0 { (value / max * f64::from(bar_room)) as i32 } else { 0 };
+        let width = if max > 0.0 {
+            (value / max * f64::from(bar_room)) as i32
+        } else {
+            0
+        };
         root.draw(&Rectangle::new(
-            [(label_width, y), (label_width + width.max(1), y + BAR_HEIGHT_PX as i32 - 6)],
+            [
+                (label_width, y),
+                (label_width + width.max(1), y + BAR_HEIGHT_PX as i32 - 6),
+            ],
             BLUE.mix(0.7).filled(),
         ))?;
         if has_font {
             root.draw(&Text::new(label.clone(), (10, y + 4), text.clone()))?;
             let figure = format!("{value:.1}");
-            root.draw(&Text::new(figure, (label_width + width.max(1) + 8, y + 4), text.clone()))?;
+            root.draw(&Text::new(
+                figure,
+                (label_width + width.max(1) + 8, y + 4),
+                text.clone(),
+            ))?;
         }
     }
     Ok(())
@@ -170,7 +192,9 @@ fn draw_panel(
 fn font_registered() -> bool {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     *REGISTERED.get_or_init(|| {
-        let Ok(bytes) = fs::read(FONT_PATH) else { return false };
+        let Ok(bytes) = fs::read(FONT_PATH) else {
+            return false;
+        };
         // The font must live as long as the process: plotters keeps a
         // reference to it in a global table.
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -185,7 +209,10 @@ mod tests {
     #[test]
     fn json_holds_every_figure_and_note() {
         let mut report = Report::new("unit");
-        report.set("a_per_s", 2.5).set("b_p50_us", 7.0).note("backend", "portable");
+        report
+            .set("a_per_s", 2.5)
+            .set("b_p50_us", 7.0)
+            .note("backend", "portable");
         let json = report.to_json();
         assert_eq!(json["benchmark"], "unit");
         assert_eq!(json["a_per_s"], 2.5);
@@ -197,7 +224,9 @@ mod tests {
     fn write_produces_json_and_png() {
         let dir = tempfile::tempdir().unwrap();
         let mut report = Report::new("unit-write");
-        report.set("x", 1.0).bars("demo", "us", &[("one", 1.0), ("two", 2.0)]);
+        report
+            .set("x", 1.0)
+            .bars("demo", "us", &[("one", 1.0), ("two", 2.0)]);
         let json_path = report.write_to(dir.path()).unwrap();
         let json: serde_json::Value =
             serde_json::from_slice(&fs::read(json_path).unwrap()).unwrap();

@@ -17,7 +17,8 @@ impl Latencies {
 
     /// Adds one sample.
     pub fn record(&mut self, elapsed: Duration) {
-        self.samples_ns.push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        self.samples_ns
+            .push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
         self.sorted = false;
     }
 
@@ -86,7 +87,9 @@ mod tests {
 
     fn from_micros(values: impl IntoIterator<Item = u64>) -> Latencies {
         let mut latencies = Latencies::new();
-        values.into_iter().for_each(|us| latencies.record(Duration::from_micros(us)));
+        values
+            .into_iter()
+            .for_each(|us| latencies.record(Duration::from_micros(us)));
         latencies
     }
 

@@ -51,7 +51,10 @@ fn main() -> io::Result<()> {
         &[("write", write_mb_per_s), ("read", read_mb_per_s)],
     );
     let path = report.write()?;
-    println!("{}", serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
+    );
     println!("wrote {}", path.display());
     Ok(())
 }
