@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use crate::checkpoint::CheckpointStore;
 use crate::error::WalError;
 use crate::log::{Shared, Wal, oldest_base};
 use crate::notify::FlushError;
@@ -97,6 +98,15 @@ impl Wal {
             tracing::debug!(deleted = done.deleted.len(), "ingress WAL compacted");
         }
         Ok(done)
+    }
+
+    /// [`Wal::compact`] behind the store's synced value (never its stored
+    /// one: a power loss may bring back any value above the synced one).
+    ///
+    /// # Errors
+    /// As [`Wal::compact`].
+    pub fn compact_behind(&self, checkpoint: &CheckpointStore) -> Result<Compaction, WalError> {
+        self.compact(checkpoint.synced())
     }
 
     /// Where dispatch starts for a stored checkpoint. A checkpoint below the

@@ -500,3 +500,30 @@ fn a_spare_left_at_open_is_removed() {
         assert_eq!(wal.next_seq(), 0);
     }
 }
+
+#[test]
+fn compaction_only_runs_behind_the_synced_checkpoint() {
+    for backend in backends() {
+        let wal = backend.open(small_options());
+        for i in 0..60u64 {
+            wal.append(&payload(i, 700)).unwrap().wait().unwrap();
+        }
+        let config = narad_wal::CheckpointConfig {
+            sync_delay: std::time::Duration::from_secs(10),
+        };
+        let checkpoint =
+            narad_wal::CheckpointStore::open(&*backend.disk, &backend.dir, config).unwrap();
+        let bases = wal.segment_bases();
+        checkpoint.store(bases[2]).unwrap();
+        let done = wal.compact_behind(&checkpoint).unwrap();
+        assert!(
+            done.deleted.is_empty(),
+            "{}: stored is not synced",
+            backend.name
+        );
+        checkpoint.sync_now().unwrap();
+        let done = wal.compact_behind(&checkpoint).unwrap();
+        assert_eq!(done.deleted, bases[..2].to_vec(), "{}", backend.name);
+        checkpoint.shutdown().unwrap();
+    }
+}
