@@ -17,6 +17,8 @@ pub enum FailedOp {
     Sync,
     /// Sealing the active segment or creating the next one.
     Roll,
+    /// The sync loop itself failed (a broken internal invariant).
+    SyncLoop,
 }
 
 impl fmt::Display for FailedOp {
@@ -25,6 +27,7 @@ impl fmt::Display for FailedOp {
             Self::Write => "write",
             Self::Sync => "fdatasync",
             Self::Roll => "segment roll",
+            Self::SyncLoop => "sync loop",
         })
     }
 }

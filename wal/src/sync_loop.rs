@@ -24,7 +24,7 @@ use narad_disk::{IoBuf, OpenOptions};
 use crate::error::{FailedOp, IoFailure};
 use crate::frame::{FRAME_PAYLOAD_BYTES_MAX, parse_header};
 use crate::log::Shared;
-use crate::notify::FlushError;
+use crate::notify::{FlushError, FlushSlot};
 use crate::recovery::Active;
 use crate::segment::{PREP_FILE_NAME, segment_path};
 use crate::staging::Chunk;
@@ -74,6 +74,16 @@ impl SyncLoop {
     }
 
     fn flush(&mut self, chunks: VecDeque<Chunk>) {
+        let shared = Arc::clone(&self.shared);
+        let guard = FailOnPanic {
+            shared: &shared,
+            slots: chunks.iter().map(|c| Arc::clone(&c.slot)).collect(),
+        };
+        self.flush_chunks(chunks);
+        drop(guard);
+    }
+
+    fn flush_chunks(&mut self, chunks: VecDeque<Chunk>) {
         let mut pooled = Vec::new();
         let mut failure = self.shared.append.lock().latch.clone();
         for chunk in chunks {
@@ -206,6 +216,39 @@ impl SyncLoop {
         };
         tracing::debug!(base = new_base, prepared = use_spare, "ingress WAL rolled");
         Ok(())
+    }
+}
+
+/// If the sync loop panics (a broken invariant), latches the log and fails
+/// every waiter it holds or that is staged, so no appender waits forever.
+struct FailOnPanic<'a> {
+    shared: &'a Shared,
+    slots: Vec<Arc<FlushSlot>>,
+}
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            return;
+        }
+        let failure = IoFailure {
+            op: FailedOp::SyncLoop,
+            kind: io::ErrorKind::Other,
+            raw_os_error: None,
+            message: "the WAL sync loop panicked".to_string(),
+        };
+        let staged = {
+            let mut state = self.shared.append.lock();
+            state.latch.get_or_insert_with(|| failure.clone());
+            std::mem::take(&mut state.chunks)
+        };
+        self.shared.failed.store(true, Ordering::Release);
+        self.shared.room.notify_all();
+        self.shared.frontier.stop();
+        let error = FlushError::Failed(failure);
+        for slot in self.slots.iter().chain(staged.iter().map(|c| &c.slot)) {
+            slot.complete(Err(error.clone()));
+        }
     }
 }
 

@@ -191,3 +191,103 @@ fn last_segment_is_prepared(disk: &SimDisk, wal: &Wal) -> bool {
     disk.read_file(&path)
         .is_some_and(|bytes| bytes.len() as u64 == prealloc_options().segment_bytes)
 }
+
+/// A disk whose writes panic once armed: stands in for a broken invariant
+/// inside the sync loop.
+#[derive(Debug)]
+struct PanickyDisk {
+    inner: SimDisk,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Debug)]
+struct PanickyFile {
+    inner: narad_disk::FileHandle,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl narad_disk::Disk for PanickyDisk {
+    fn kind(&self) -> narad_disk::BackendKind {
+        self.inner.kind()
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        options: narad_disk::OpenOptions,
+    ) -> std::io::Result<narad_disk::FileHandle> {
+        let inner = self.inner.open(path, options)?;
+        Ok(narad_disk::FileHandle::new(Arc::new(PanickyFile {
+            inner,
+            armed: Arc::clone(&self.armed),
+        })))
+    }
+    fn create_dir_all(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &std::path::Path) -> std::io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: &std::path::Path) -> std::io::Result<bool> {
+        self.inner.exists(path)
+    }
+    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.inner.sync_dir(path)
+    }
+}
+
+impl narad_disk::DiskFile for PanickyFile {
+    fn path(&self) -> &std::path::Path {
+        self.inner.path()
+    }
+    fn size(&self) -> std::io::Result<u64> {
+        self.inner.size()
+    }
+    fn write_at(
+        &self,
+        offset: u64,
+        buf: narad_disk::IoBuf,
+    ) -> narad_disk::Completion<narad_disk::IoBuf> {
+        assert!(
+            !self.armed.load(std::sync::atomic::Ordering::SeqCst),
+            "injected panic in write"
+        );
+        self.inner.write_at(offset, buf)
+    }
+    fn read_at(&self, offset: u64, len: usize) -> narad_disk::Completion<Vec<u8>> {
+        self.inner.read_at(offset, len)
+    }
+    fn fdatasync(&self) -> narad_disk::Completion<()> {
+        self.inner.fdatasync()
+    }
+    fn fallocate(&self, offset: u64, len: u64) -> narad_disk::Completion<()> {
+        self.inner.fallocate(offset, len)
+    }
+    fn truncate(&self, len: u64) -> narad_disk::Completion<()> {
+        self.inner.truncate(len)
+    }
+}
+
+#[test]
+fn a_panicking_sync_loop_fails_its_waiters_instead_of_hanging() {
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let disk = PanickyDisk {
+        inner: SimDisk::new(17),
+        armed: Arc::clone(&armed),
+    };
+    let wal = Wal::open(Arc::new(disk), dir(), small_options()).unwrap();
+    wal.append(b"fine").unwrap().wait().unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let failure = match wal.append(b"boom").unwrap().wait() {
+        Err(WalError::Failed(failure)) => failure,
+        other => panic!("expected the latch, got {other:?}"),
+    };
+    assert_eq!(failure.op, FailedOp::SyncLoop);
+    assert!(wal.is_failed());
+    assert!(matches!(wal.append(b"later"), Err(WalError::Failed(_))));
+}
