@@ -257,9 +257,8 @@ fn a_dropped_pending_append_is_still_made_durable() {
         let _ = poll_once(&mut pending);
         drop(pending);
         let watch = wal.durable_watch();
-        while watch.next_durable_seq() < 1 {
-            let _ = watch.wait_changed(0, std::time::Duration::from_millis(50));
-        }
+        let change = watch.wait_changed(0, std::time::Duration::from_secs(60));
+        assert_eq!(change, FrontierChange::Advanced(1), "{}", backend.name);
         drop(wal);
         let wal = backend.open(small_options());
         assert_eq!(
@@ -449,6 +448,7 @@ fn prealloc_prepares_a_spare_and_the_roll_uses_it() {
         while !wal.spare_ready() {
             wal.append(&payload(i, 500)).unwrap().wait().unwrap();
             i += 1;
+            assert!(i < 100_000, "{}: no spare was ever prepared", backend.name);
             if i.is_multiple_of(20) {
                 thread::yield_now();
             }
