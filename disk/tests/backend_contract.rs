@@ -588,3 +588,69 @@ mod sim_faults {
         assert_eq!(disk.op_count(), before + 2);
     }
 }
+
+/// Writes the kernel cuts short, on the real backends: with `RLIMIT_FSIZE`
+/// set, a write crossing the limit lands only up to it (a short write) and
+/// the rest fails with `EFBIG`. The limit holds for the whole process, so the
+/// checks run in a child process: the test binary again, on this test only.
+mod short_writes {
+    use std::process::Command;
+
+    use narad_disk::IoBuf;
+
+    use super::{Env, pattern, read};
+
+    const CHILD_ENV: &str = "NARAD_DISK_SHORT_WRITE_CHILD";
+    const TEST_NAME: &str = "short_writes::writes_cut_short_by_the_kernel_report_its_error";
+    /// The file size limit of the child.
+    const LIMIT: u64 = 1 << 20;
+    /// Bytes of each write that fit under the limit.
+    const LANDED: usize = 100;
+
+    #[test]
+    fn writes_cut_short_by_the_kernel_report_its_error() {
+        if std::env::var_os(CHILD_ENV).is_some() {
+            return in_child();
+        }
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child process failed: {status}");
+    }
+
+    fn in_child() {
+        // SAFETY: plain libc calls on this process with valid arguments;
+        // ignoring SIGXFSZ turns the signal a write past the limit raises
+        // into an EFBIG result.
+        let limited = unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &raw const limit)
+        };
+        assert_eq!(limited, 0, "setrlimit failed");
+        let bytes = pattern(3, 4096);
+        let at = LIMIT - LANDED as u64;
+        for env in [Env::portable(), Env::io_uring()].into_iter().flatten() {
+            let kind = env.disk.kind();
+            let synced = env.create("synced");
+            let error = synced
+                .write_and_sync(at, IoBuf::from_slice(&bytes))
+                .wait()
+                .unwrap_err();
+            assert_eq!(error.raw_os_error(), Some(libc::EFBIG), "{kind}");
+            assert_eq!(read(&synced, at, 4096), &bytes[..LANDED], "{kind}");
+            let plain = env.create("plain");
+            let error = plain
+                .write_at(at, IoBuf::from_slice(&bytes))
+                .wait()
+                .unwrap_err();
+            assert_eq!(error.raw_os_error(), Some(libc::EFBIG), "{kind}");
+            assert_eq!(read(&plain, at, 4096), &bytes[..LANDED], "{kind}");
+        }
+    }
+}

@@ -19,7 +19,8 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use narad_disk::portable::PortableDisk;
@@ -43,6 +44,25 @@ enum Ask {
     WriteThenSync,
     /// `write_and_sync`, wait.
     WriteAndSync,
+    /// `write_and_sync` asked by a relay thread that the measuring thread
+    /// hands the buffer to and waits for: the portable backend with two more
+    /// thread hand-offs, the same count as io_uring's relay through its
+    /// storage thread and the kernel's worker.
+    Relayed,
+}
+
+type RelayJob = (u64, IoBuf, mpsc::Sender<IoBuf>);
+
+/// Starts a thread that runs `write_and_sync` on `file` for each job.
+fn relay(file: FileHandle) -> mpsc::Sender<RelayJob> {
+    let (jobs, queue) = mpsc::channel::<RelayJob>();
+    thread::spawn(move || {
+        for (offset, buf, reply) in queue {
+            let buf = file.write_and_sync(offset, buf).wait().unwrap();
+            reply.send(buf).unwrap();
+        }
+    });
+    jobs
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +81,7 @@ struct Series {
     raw: fs::File,
     path: PathBuf,
     buf: Option<IoBuf>,
+    relay: Option<mpsc::Sender<RelayJob>>,
     latencies: Vec<Duration>,
 }
 
@@ -76,9 +97,11 @@ impl Series {
         let raw = fs::OpenOptions::new().write(true).open(&path).unwrap();
         let mut buf = IoBuf::with_capacity(WRITE_BYTES);
         buf.extend_from_slice(&[0xA5; WRITE_BYTES]);
+        let relay = matches!(ask, Ask::Relayed).then(|| relay(file.clone()));
         Self {
             label: label.to_string(),
             ask,
+            relay,
             file,
             raw,
             path,
@@ -104,6 +127,12 @@ impl Series {
                     buf
                 }
                 Ask::WriteAndSync => self.file.write_and_sync(offset, buf).wait().unwrap(),
+                Ask::Relayed => {
+                    let (reply, answer) = mpsc::channel();
+                    let relay = self.relay.as_ref().unwrap();
+                    relay.send((offset, buf, reply)).unwrap();
+                    answer.recv().unwrap()
+                }
             };
             self.latencies.push(started.elapsed());
             self.buf = Some(buf);
@@ -127,6 +156,7 @@ impl Series {
             figures[1],
             figures[2],
         );
+        drop(self.relay);
         drop(self.file);
         fs::remove_file(&self.path).unwrap();
         figures
@@ -152,6 +182,7 @@ fn durable_4k_write_latency_per_backend() {
         ("thread", Arc::clone(&portable), Ask::Raw),
         ("portable", Arc::clone(&portable), Ask::WriteThenSync),
         ("portable", Arc::clone(&portable), Ask::WriteAndSync),
+        ("portable", Arc::clone(&portable), Ask::Relayed),
         ("io_uring", Arc::clone(&uring), Ask::WriteThenSync),
         ("io_uring", Arc::clone(&uring), Ask::WriteAndSync),
     ];
