@@ -612,12 +612,18 @@ mod short_writes {
         if std::env::var_os(CHILD_ENV).is_some() {
             return in_child();
         }
-        let status = Command::new(std::env::current_exe().unwrap())
+        let child = Command::new(std::env::current_exe().unwrap())
             .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, "1")
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "the child process failed: {status}");
+        assert!(
+            child.status.success(),
+            "the child process failed ({}):\n{}\n{}",
+            child.status,
+            String::from_utf8_lossy(&child.stdout),
+            String::from_utf8_lossy(&child.stderr)
+        );
     }
 
     fn in_child() {
