@@ -13,14 +13,16 @@
 //!
 //! It never touches partition data: it depends on `narad-protocol` only.
 //!
-//! Status: the two pure parts exist. [`metastore`] is the state machine
-//! (`Metastore::apply(command, context) -> outcome`, deterministic, no I/O,
-//! serializable for snapshots); [`controller`] holds the leader's decisions
-//! (placement, dead marking with election grace and breaker) as a pure
-//! function of the state and the time. Not built yet: the openraft node and
-//! its redb storage, the cluster transport binding, the metadata stream,
-//! leader confirmation, the admin services and the `narad control` process.
-//! See `docs/internals/controlplane.md`.
+//! Parts: [`metastore`] is the state machine (`Metastore::apply(command,
+//! context) -> outcome`, deterministic, no I/O, serializable for
+//! snapshots); [`controller`] holds the leader's decisions (placement, dead
+//! marking with election grace and breaker) as a pure function of the state
+//! and the time; [`raft`] is the openraft type configuration (a log entry
+//! carries one metastore command); [`store`] persists the Raft log, the vote
+//! and the state machine's snapshots in redb and passes openraft's storage
+//! suite. See `docs/internals/controlplane.md`.
 
 pub mod controller;
 pub mod metastore;
+pub mod raft;
+pub mod store;

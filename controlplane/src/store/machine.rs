@@ -1,0 +1,272 @@
+//! The state machine: the metastore in memory, its applied log id and
+//! membership, and snapshots persisted in redb.
+
+use std::io::Cursor;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, StorageIOError};
+use parking_lot::RwLock;
+use redb::{Database, ReadableDatabase};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, META};
+use crate::metastore::{ApplyContext, Metastore};
+use crate::raft::{
+    Applied, AppliedOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+
+/// Everything a snapshot holds, and exactly what the state machine is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct MachineState {
+    metastore: Metastore,
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+}
+
+/// What the state machine shares with readers on the same node.
+#[derive(Debug)]
+struct Shared {
+    state: RwLock<MachineState>,
+    /// The last applied log index (0 before anything), for waiters.
+    applied: watch::Sender<u64>,
+    /// Commands refused by `apply` (client errors, not faults).
+    refused: AtomicU64,
+    /// Snapshots built here, for unique snapshot ids.
+    snapshots_built: AtomicU64,
+}
+
+impl Shared {
+    fn publish_applied(&self, last_applied: Option<LogId>) {
+        let index = last_applied.map_or(0, |log_id| log_id.index);
+        self.applied.send_replace(index);
+    }
+}
+
+/// The state machine openraft drives. Clones share the state.
+#[derive(Debug, Clone)]
+pub struct StateMachine {
+    shared: Arc<Shared>,
+    database: Arc<Database>,
+}
+
+/// A read-only view of the state machine for the rest of the node.
+#[derive(Debug, Clone)]
+pub struct MachineView {
+    shared: Arc<Shared>,
+}
+
+impl MachineView {
+    /// Runs `read` on the current metastore under the read lock.
+    pub fn read<T>(&self, read: impl FnOnce(&Metastore) -> T) -> T {
+        read(&self.shared.state.read().metastore)
+    }
+
+    /// The last applied log index (0 before anything was applied).
+    pub fn applied_index(&self) -> u64 {
+        *self.shared.applied.borrow()
+    }
+
+    /// A receiver that sees every change of the applied index.
+    pub fn watch_applied(&self) -> watch::Receiver<u64> {
+        self.shared.applied.subscribe()
+    }
+
+    /// Commands refused by `apply` since start.
+    pub fn refused_total(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
+    }
+}
+
+impl StateMachine {
+    /// Loads the latest stored snapshot, or starts empty.
+    pub(super) fn open(database: Arc<Database>) -> Result<Self, String> {
+        let state = match read_snapshot(&database).map_err(|e| e.to_string())? {
+            Some((_, data)) => decode_state(&data)?,
+            None => MachineState::default(),
+        };
+        let (applied, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            state: RwLock::new(state),
+            applied,
+            refused: AtomicU64::new(0),
+            snapshots_built: AtomicU64::new(0),
+        });
+        shared.publish_applied(shared.state.read().last_applied);
+        Ok(Self { shared, database })
+    }
+
+    /// A read-only view sharing this state machine's state.
+    pub fn view(&self) -> MachineView {
+        MachineView {
+            shared: self.shared.clone(),
+        }
+    }
+
+    fn apply_one(&self, state: &mut MachineState, entry: &Entry) -> Applied {
+        let index = entry.log_id.index;
+        let outcome = match &entry.payload {
+            EntryPayload::Normal(command) => {
+                // Index 0 holds only the initial membership, never a command.
+                assert!(index > 0, "a command at log index 0");
+                let outcome =
+                    AppliedOutcome::of(state.metastore.apply(command, ApplyContext { index }));
+                if matches!(outcome, AppliedOutcome::Refused { .. }) {
+                    self.shared.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                outcome
+            }
+            EntryPayload::Blank => {
+                note_applied(&mut state.metastore, index);
+                AppliedOutcome::NoCommand
+            }
+            EntryPayload::Membership(membership) => {
+                note_applied(&mut state.metastore, index);
+                state.last_membership =
+                    StoredMembership::new(Some(entry.log_id), membership.clone());
+                AppliedOutcome::NoCommand
+            }
+        };
+        state.last_applied = Some(entry.log_id);
+        Applied { index, outcome }
+    }
+}
+
+/// The metastore counts applied indexes from 1 (0 = nothing applied); the
+/// log's index 0 carries only the initial membership.
+fn note_applied(metastore: &mut Metastore, index: u64) {
+    if index > 0 {
+        metastore.note_applied(ApplyContext { index });
+    }
+}
+
+fn decode_state(data: &[u8]) -> Result<MachineState, String> {
+    serde_json::from_slice(data).map_err(|error| format!("metastore snapshot: {error}"))
+}
+
+fn read_snapshot(database: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, redb::Error> {
+    let txn = database.begin_read()?;
+    let table = txn.open_table(META)?;
+    let (Some(meta), Some(data)) = (table.get(KEY_SNAPSHOT_META)?, table.get(KEY_SNAPSHOT_DATA)?)
+    else {
+        return Ok(None);
+    };
+    let meta: SnapshotMeta = serde_json::from_slice(meta.value())
+        .map_err(|e| redb::Error::Corrupted(format!("snapshot meta: {e}")))?;
+    Ok(Some((meta, data.value().to_vec())))
+}
+
+/// Stores a snapshot's meta and data in one durable transaction.
+fn write_snapshot(
+    database: &Database,
+    meta: &SnapshotMeta,
+    data: &[u8],
+) -> Result<(), redb::Error> {
+    let meta = serde_json::to_vec(meta)
+        .map_err(|e| redb::Error::Corrupted(format!("snapshot meta: {e}")))?;
+    let txn = database.begin_write()?;
+    {
+        let mut table = txn.open_table(META)?;
+        table.insert(KEY_SNAPSHOT_META, meta.as_slice())?;
+        table.insert(KEY_SNAPSHOT_DATA, data)?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (data, last_applied, last_membership) = {
+            let state = self.shared.state.read();
+            let data = serde_json::to_vec(&*state)
+                .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+            (data, state.last_applied, state.last_membership.clone())
+        };
+        let built = self.shared.snapshots_built.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match last_applied {
+            Some(log_id) => format!("{}-{}-{built}", log_id.leader_id, log_id.index),
+            None => format!("empty-{built}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership,
+            snapshot_id,
+        };
+        write_snapshot(&self.database, &meta, &data)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let state = self.shared.state.read();
+        Ok((state.last_applied, state.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut answers = Vec::new();
+        let last_applied = {
+            let mut state = self.shared.state.write();
+            for entry in entries {
+                answers.push(self.apply_one(&mut state, &entry));
+            }
+            state.last_applied
+        };
+        self.shared.publish_applied(last_applied);
+        Ok(answers)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let installed = decode_state(&data).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e))
+        })?;
+        // Check the data against the meta it came with before trusting it.
+        if installed.last_applied != meta.last_log_id {
+            let reason = std::io::Error::other(format!(
+                "snapshot data applied up to {:?}, its meta says {:?}",
+                installed.last_applied, meta.last_log_id
+            ));
+            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &reason).into());
+        }
+        write_snapshot(&self.database, meta, &data)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let last_applied = installed.last_applied;
+        *self.shared.state.write() = installed;
+        self.shared.publish_applied(last_applied);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let stored =
+            read_snapshot(&self.database).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(stored.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
