@@ -15,6 +15,12 @@
 //! request and come back with its completion, so the kernel never sees memory
 //! that the caller could touch or free meanwhile.
 //!
+//! A write-and-sync is one request and one `io_uring_enter`: the write
+//! linked (`IOSQE_IO_LINK`) to an `FSYNC(DATASYNC)`, which the kernel starts
+//! only after the write completed in full. A short write cancels the sync;
+//! the rest is then written, again linked to a sync, so success always means
+//! a sync ordered after the last byte.
+//!
 //! Registered (fixed) buffers: each ring starts with a sparse table of
 //! [`REGISTERED_BUFFERS_MAX`] slots, and [`Disk::register_buffers`] fills
 //! slots with `IORING_REGISTER_BUFFERS_UPDATE`. Writes from a registered
@@ -670,18 +676,22 @@ impl Worker {
         self.unsubmitted.push(entry.get_user_data());
         // SAFETY: the kernel reads or writes the memory an entry points at
         // until its completion is reaped, and uses its descriptor. Every
-        // entry is built by `entry` or `arm_wake`: the memory is the heap
-        // allocation of the `IoBuf` or `Vec` owned by the operation parked in
-        // `self.slots` (it does not move when the struct holding it moves, and
-        // nothing touches it until `finish` takes the operation back after the
-        // completion), or the leaked wake target. A read entry covers only
-        // `target[filled..len]`, inside the initialised allocation; a write
-        // entry only `buf[written..]`. Descriptors are kept open by the
-        // operation's `Arc<File>` or by `self.wake`. If the thread unwinds
-        // with entries in flight, `Drop for Worker` leaks their memory.
+        // entry is built by `entry`, `queue_write_sync` (through
+        // `write_entry`, or an fsync, which points at no memory) or
+        // `arm_wake`: the memory is the heap allocation of the `IoBuf` or
+        // `Vec` owned by the operation parked in `self.slots` (it does not
+        // move when the struct holding it moves, and nothing touches it until
+        // `finish` takes the operation back after the completion; a
+        // write-and-sync goes back into its slot until every entry of its
+        // round has completed), or the leaked wake target. A read entry
+        // covers only `target[filled..len]`, inside the initialised
+        // allocation; a write entry only `buf[written..]`. Descriptors are
+        // kept open by the operation's `Arc<File>` or by `self.wake`. If the
+        // thread unwinds with entries in flight, `Drop for Worker` leaks their
+        // memory.
         let pushed = unsafe { self.ring.submission().push(entry) };
-        // `OPS_IN_FLIGHT_MAX` plus the eventfd read never exceed the queue,
-        // and the queue is flushed to the kernel on every round.
+        // `ENTRIES_IN_FLIGHT_MAX` plus the eventfd read never exceed the
+        // queue, and the queue is flushed to the kernel on every round.
         assert!(pushed.is_ok(), "io_uring submission queue overflow");
     }
 
