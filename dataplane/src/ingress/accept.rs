@@ -1,0 +1,267 @@
+//! The accept stage: check a produce against the local replica, choose its
+//! partition, stage it into the ingress WAL and wait for the group commit.
+//! A caller is told `Ok` only once the fdatasync covering its records
+//! completed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use narad_wal::record::KEY_BYTES_MAX;
+use narad_wal::{FillError, Wal, WalError, WalRecordRef};
+
+use super::partition::{RoundRobin, key_partition};
+use super::schema::{SchemaCache, SchemaError};
+use crate::metadata::{MetadataReplica, TopicMeta};
+
+/// Largest message payload (spec §1.1): 1 MiB, exactly that size allowed.
+pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+
+/// Most messages in one batch produce (v3.2).
+pub const BATCH_MESSAGES_MAX: usize = 1_000;
+
+/// Largest batch produce body, as sent or decoded (v3.2).
+pub const BATCH_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+// A whole batch of maximal payloads is still one WAL append of records each
+// under the WAL's record limit.
+const _: () = assert!(MESSAGE_BYTES_MAX + KEY_BYTES_MAX < narad_wal::record::RECORD_BYTES_MAX);
+
+/// One message to accept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProduceMessage {
+    /// The key; empty means none.
+    pub key: Vec<u8>,
+    /// A pinned partition, if any (it wins over the key).
+    pub partition: Option<u32>,
+    /// The payload, stored byte for byte.
+    pub payload: bytes::Bytes,
+}
+
+/// Why a produce was refused. Nothing of a refused produce was staged,
+/// except for [`AcceptError::Wal`], after which records may survive.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcceptError {
+    /// No such topic in the replica.
+    #[error("topic not found")]
+    TopicNotFound,
+    /// The topic is a delay child, fed only by its parent.
+    #[error("direct produce to a delayed child topic is not allowed")]
+    DelayedChild,
+    /// The payload is empty.
+    #[error("message required")]
+    Empty,
+    /// The payload is over [`MESSAGE_BYTES_MAX`].
+    #[error("message too large")]
+    TooLarge,
+    /// The key is over the WAL's key limit.
+    #[error("invalid key: longer than {KEY_BYTES_MAX} bytes")]
+    KeyTooLong,
+    /// A pinned partition the topic does not have.
+    #[error("partition {partition} out of range: topic has {partitions} partitions")]
+    PartitionOutOfRange {
+        /// The partition asked for.
+        partition: u32,
+        /// The topic's partition count.
+        partitions: u32,
+    },
+    /// The topic's schema refused the payload.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The WAL refused or failed the append (`500 produce failed`).
+    #[error("produce failed: {0}")]
+    Wal(#[from] WalError),
+}
+
+/// A refusal of one message of a batch: `message <index>: <error>`.
+#[derive(Debug, thiserror::Error)]
+#[error("message {index}: {error}")]
+pub struct BatchRefusal {
+    /// Zero-based index of the first failing message.
+    pub index: usize,
+    /// Why.
+    pub error: AcceptError,
+}
+
+/// The accept stage of one data node.
+#[derive(Debug)]
+pub struct Acceptor {
+    wal: Arc<Wal>,
+    replica: Arc<MetadataReplica>,
+    round_robin: RoundRobin,
+    schemas: SchemaCache,
+    started: Instant,
+}
+
+/// A message checked and placed, ready to stage.
+#[derive(Debug)]
+struct Placed<'a> {
+    partition: u32,
+    message: &'a ProduceMessage,
+}
+
+impl Acceptor {
+    /// An accept stage appending to `wal`, placing by `replica`, with
+    /// rotation starts drawn from `seed`.
+    pub fn new(wal: Arc<Wal>, replica: Arc<MetadataReplica>, seed: u64) -> Self {
+        Self {
+            wal,
+            replica,
+            round_robin: RoundRobin::new(seed),
+            schemas: SchemaCache::default(),
+            started: Instant::now(),
+        }
+    }
+
+    /// The WAL this stage appends to.
+    pub fn wal(&self) -> &Arc<Wal> {
+        &self.wal
+    }
+
+    /// The topic under `name`, for checks that come before the body.
+    ///
+    /// # Errors
+    /// [`AcceptError::TopicNotFound`], [`AcceptError::DelayedChild`].
+    pub fn producible_topic(&self, name: &str) -> Result<Arc<TopicMeta>, AcceptError> {
+        let topic = self
+            .replica
+            .topic_meta(name)
+            .ok_or(AcceptError::TopicNotFound)?;
+        if topic.fanout_delay_ms > 0 {
+            return Err(AcceptError::DelayedChild);
+        }
+        Ok(topic)
+    }
+
+    /// Accepts one message: checks, places and stages it, and returns its
+    /// WAL sequence number once it is durable.
+    ///
+    /// # Errors
+    /// [`AcceptError`]; nothing is staged unless it is [`AcceptError::Wal`].
+    pub async fn accept(
+        &self,
+        topic: &TopicMeta,
+        message: &ProduceMessage,
+    ) -> Result<u64, AcceptError> {
+        check_format(message)?;
+        let placed = self.place(topic, message)?;
+        let created_at = now_unix_ms();
+        let record = record_of(topic, &placed, created_at);
+        let pending = self.wal.append_with(record.encoded_len(), |dst| {
+            record.encode_into(dst).map_err(FillError::from)
+        })?;
+        let seqs = pending.await?;
+        Ok(seqs.start)
+    }
+
+    /// Accepts a batch all or nothing: every message is checked (format
+    /// first, then partition range and schema) before any is staged; then
+    /// all are staged in one append, with consecutive sequence numbers and
+    /// one accept time, and the call returns once the last is durable.
+    ///
+    /// # Errors
+    /// The first failing message's [`BatchRefusal`] (nothing staged), or a
+    /// WAL failure with index 0 and [`AcceptError::Wal`] (the batch is not
+    /// acknowledged; a synced prefix may survive).
+    pub async fn accept_batch(
+        &self,
+        topic: &TopicMeta,
+        messages: &[ProduceMessage],
+    ) -> Result<usize, BatchRefusal> {
+        assert!(
+            messages.len() <= BATCH_MESSAGES_MAX,
+            "batch of {} messages reached the accept stage",
+            messages.len()
+        );
+        for (index, message) in messages.iter().enumerate() {
+            check_format(message).map_err(|error| BatchRefusal { index, error })?;
+        }
+        let mut placed = Vec::with_capacity(messages.len());
+        for (index, message) in messages.iter().enumerate() {
+            placed.push(
+                self.place(topic, message)
+                    .map_err(|error| BatchRefusal { index, error })?,
+            );
+        }
+        let created_at = now_unix_ms();
+        let records: Vec<WalRecordRef<'_>> = placed
+            .iter()
+            .map(|placed| record_of(topic, placed, created_at))
+            .collect();
+        let lens: Vec<usize> = records.iter().map(WalRecordRef::encoded_len).collect();
+        let wal_refusal = |error: WalError| BatchRefusal {
+            index: 0,
+            error: AcceptError::Wal(error),
+        };
+        let pending = self
+            .wal
+            .append_many(&lens, |index, dst| {
+                records[index].encode_into(dst).map_err(FillError::from)
+            })
+            .map_err(wal_refusal)?;
+        pending.await.map_err(wal_refusal)?;
+        Ok(messages.len())
+    }
+
+    /// Range check, schema check and partition choice.
+    fn place<'a>(
+        &self,
+        topic: &TopicMeta,
+        message: &'a ProduceMessage,
+    ) -> Result<Placed<'a>, AcceptError> {
+        if let Some(partition) = message.partition
+            && partition >= topic.partitions
+        {
+            return Err(AcceptError::PartitionOutOfRange {
+                partition,
+                partitions: topic.partitions,
+            });
+        }
+        self.schemas.check(topic, &message.payload)?;
+        let partition = match message.partition {
+            Some(partition) => partition,
+            None if !message.key.is_empty() => key_partition(&message.key, topic.partitions),
+            None => self
+                .round_robin
+                .next(&topic.name, topic.partitions, self.elapsed()),
+        };
+        Ok(Placed { partition, message })
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+pub(crate) fn check_format(message: &ProduceMessage) -> Result<(), AcceptError> {
+    if message.payload.is_empty() {
+        return Err(AcceptError::Empty);
+    }
+    if message.payload.len() > MESSAGE_BYTES_MAX {
+        return Err(AcceptError::TooLarge);
+    }
+    if message.key.len() > KEY_BYTES_MAX {
+        return Err(AcceptError::KeyTooLong);
+    }
+    Ok(())
+}
+
+fn record_of<'a>(topic: &'a TopicMeta, placed: &Placed<'a>, created_at: u64) -> WalRecordRef<'a> {
+    WalRecordRef {
+        topic: &topic.name,
+        incarnation_id: topic.incarnation_id.as_deref(),
+        key: &placed.message.key,
+        partition: placed.partition,
+        created_at_unix_ms: created_at,
+        payload: &placed.message.payload,
+    }
+}
+
+/// Wall-clock Unix milliseconds (0 before 1970, which no test runs in).
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}

@@ -1,0 +1,350 @@
+//! Decoding a batch produce body: `Content-Encoding`, the strict JSON
+//! shape `{"messages":[...]}`, and each message's payload and key, with
+//! every limit checked as the body is read rather than after.
+
+use std::io::Read;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::accept::{
+    AcceptError, BATCH_BODY_BYTES_MAX, BATCH_MESSAGES_MAX, ProduceMessage, check_format,
+};
+
+const TOO_MANY_MARKER: &str = "too many messages";
+
+/// Why a batch body was refused before any message was checked against the
+/// topic.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchBodyError {
+    /// A `Content-Encoding` other than zstd or gzip (`415`).
+    #[error("unsupported content encoding {0:?}: send zstd, gzip or none")]
+    UnsupportedEncoding(String),
+    /// Over 16 MiB as sent or decoded (`413`).
+    #[error("request body too large")]
+    TooLarge,
+    /// Not the JSON the route takes, or undecodable (`400`).
+    #[error("invalid json: {0}")]
+    InvalidJson(String),
+    /// More than 1,000 messages (`400`).
+    #[error("too many messages: more than {BATCH_MESSAGES_MAX}")]
+    TooMany,
+    /// No messages (`400`).
+    #[error("messages required")]
+    Empty,
+    /// One message is malformed; nothing is stored.
+    #[error("message {index}: {error}")]
+    Message {
+        /// Zero-based index.
+        index: usize,
+        /// Why.
+        error: AcceptError,
+    },
+    /// A message's payload or key encoding is wrong (`400`).
+    #[error("message {index}: {reason}")]
+    Encoding {
+        /// Zero-based index.
+        index: usize,
+        /// Why, e.g. `invalid payload: a base64 payload must be a JSON string`.
+        reason: String,
+    },
+}
+
+/// Undoes `Content-Encoding` (`None`, `identity`, `zstd`, `gzip`), refusing
+/// a decoded body over [`BATCH_BODY_BYTES_MAX`] as soon as it grows past it,
+/// so a compression bomb costs at most that much memory.
+///
+/// # Errors
+/// [`BatchBodyError::UnsupportedEncoding`], [`BatchBodyError::TooLarge`],
+/// [`BatchBodyError::InvalidJson`] when the body does not decompress.
+pub fn decode_content(
+    encoding: Option<&str>,
+    body: bytes::Bytes,
+) -> Result<bytes::Bytes, BatchBodyError> {
+    if body.len() > BATCH_BODY_BYTES_MAX {
+        return Err(BatchBodyError::TooLarge);
+    }
+    let encoding = encoding.map(|e| e.trim().to_ascii_lowercase());
+    match encoding.as_deref() {
+        None | Some("") | Some("identity") => Ok(body),
+        Some("zstd") => {
+            let decoder = zstd::stream::read::Decoder::new(&body[..])
+                .map_err(|error| BatchBodyError::InvalidJson(format!("zstd: {error}")))?;
+            read_capped(decoder, "zstd")
+        }
+        Some("gzip") => read_capped(flate2::read::MultiGzDecoder::new(&body[..]), "gzip"),
+        Some(other) => Err(BatchBodyError::UnsupportedEncoding(other.to_owned())),
+    }
+}
+
+fn read_capped(decoder: impl Read, name: &str) -> Result<bytes::Bytes, BatchBodyError> {
+    let mut out = Vec::new();
+    let limit = u64::try_from(BATCH_BODY_BYTES_MAX).unwrap_or(u64::MAX) + 1;
+    decoder
+        .take(limit)
+        .read_to_end(&mut out)
+        .map_err(|error| BatchBodyError::InvalidJson(format!("{name}: {error}")))?;
+    if out.len() > BATCH_BODY_BYTES_MAX {
+        return Err(BatchBodyError::TooLarge);
+    }
+    Ok(out.into())
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireBody<'a> {
+    #[serde(default, borrow, deserialize_with = "capped_messages")]
+    messages: Vec<WireMessage<'a>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMessage<'a> {
+    #[serde(default, borrow)]
+    payload: Option<&'a RawValue>,
+    #[serde(default)]
+    payload_encoding: Option<String>,
+    #[serde(default, borrow)]
+    key: Option<&'a RawValue>,
+    #[serde(default)]
+    key_encoding: Option<String>,
+    #[serde(default)]
+    partition: Option<i64>,
+}
+
+fn capped_messages<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<WireMessage<'de>>, D::Error> {
+    struct Capped;
+    impl<'de> Visitor<'de> for Capped {
+        type Value = Vec<WireMessage<'de>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut messages = Vec::new();
+            while let Some(message) = seq.next_element()? {
+                // Refused at the first element over the cap, before the
+                // rest of the list is decoded.
+                if messages.len() == BATCH_MESSAGES_MAX {
+                    return Err(de::Error::custom(TOO_MANY_MARKER));
+                }
+                messages.push(message);
+            }
+            Ok(messages)
+        }
+    }
+    deserializer.deserialize_seq(Capped)
+}
+
+/// Decodes a (decompressed) batch body into messages, checking each one's
+/// format (encodings, empty payload, size, negative partition) in order.
+///
+/// # Errors
+/// The first [`BatchBodyError`].
+pub fn parse_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, BatchBodyError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|error| BatchBodyError::InvalidJson(error.to_string()))?;
+    let wire: WireBody<'_> = serde_json::from_str(text).map_err(|error| {
+        if error.to_string().starts_with(TOO_MANY_MARKER) {
+            BatchBodyError::TooMany
+        } else {
+            BatchBodyError::InvalidJson(error.to_string())
+        }
+    })?;
+    if wire.messages.is_empty() {
+        return Err(BatchBodyError::Empty);
+    }
+    wire.messages
+        .into_iter()
+        .enumerate()
+        .map(|(index, message)| decode_message(index, message))
+        .collect()
+}
+
+fn decode_message(index: usize, wire: WireMessage<'_>) -> Result<ProduceMessage, BatchBodyError> {
+    let encoding = |reason: String| BatchBodyError::Encoding { index, reason };
+    let payload = match wire.payload {
+        None => Vec::new(),
+        Some(raw) => decode_payload(raw, wire.payload_encoding.as_deref()).map_err(encoding)?,
+    };
+    let key = match wire.key {
+        None => Vec::new(),
+        Some(raw) => decode_key(raw, wire.key_encoding.as_deref()).map_err(encoding)?,
+    };
+    let partition = match wire.partition {
+        None => None,
+        Some(p) if p < 0 => {
+            return Err(encoding(format!("invalid partition: {p} is negative")));
+        }
+        Some(p) => Some(u32::try_from(p).unwrap_or(u32::MAX)),
+    };
+    let message = ProduceMessage {
+        key,
+        partition,
+        payload: payload.into(),
+    };
+    check_format(&message).map_err(|error| BatchBodyError::Message { index, error })?;
+    Ok(message)
+}
+
+fn decode_payload(raw: &RawValue, encoding: Option<&str>) -> Result<Vec<u8>, String> {
+    match encoding {
+        // Any JSON value, stored exactly as written (a string keeps its
+        // quotes).
+        None | Some("") => Ok(raw.get().as_bytes().to_vec()),
+        Some("base64") => {
+            let text: String = serde_json::from_str(raw.get()).map_err(|_| {
+                "invalid payload: a base64 payload must be a JSON string".to_owned()
+            })?;
+            BASE64
+                .decode(text)
+                .map_err(|error| format!("invalid payload: bad base64: {error}"))
+        }
+        Some(other) => Err(format!(
+            "invalid payload: unknown payload_encoding {other:?}"
+        )),
+    }
+}
+
+fn decode_key(raw: &RawValue, encoding: Option<&str>) -> Result<Vec<u8>, String> {
+    let text: String = serde_json::from_str(raw.get())
+        .map_err(|_| "invalid key: a key must be a JSON string".to_owned())?;
+    match encoding {
+        None | Some("") => Ok(text.into_bytes()),
+        Some("base64") => BASE64
+            .decode(text)
+            .map_err(|error| format!("invalid key: bad base64: {error}")),
+        Some(other) => Err(format!("invalid key: unknown key_encoding {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_json_payload_is_stored_verbatim_with_its_whitespace() {
+        let messages =
+            parse_batch(br#"{"messages":[{"payload":{"id": "o2",  "amount": 7}}]}"#).unwrap();
+        assert_eq!(&messages[0].payload[..], br#"{"id": "o2",  "amount": 7}"#);
+    }
+
+    #[test]
+    fn json_string_payload_keeps_its_quotes() {
+        let messages = parse_batch(br#"{"messages":[{"payload":"hi"}]}"#).unwrap();
+        assert_eq!(&messages[0].payload[..], br#""hi""#);
+    }
+
+    #[test]
+    fn base64_payload_and_key_are_decoded() {
+        let body = br#"{"messages":[{"payload":"AP8=","payload_encoding":"base64","key":"gw==","key_encoding":"base64","partition":2}]}"#;
+        let messages = parse_batch(body).unwrap();
+        assert_eq!(&messages[0].payload[..], &[0x00, 0xff]);
+        assert_eq!(messages[0].key, vec![0x83]);
+        assert_eq!(messages[0].partition, Some(2));
+    }
+
+    #[test]
+    fn base64_payload_that_is_not_a_string_names_the_message() {
+        let body = br#"{"messages":[{"payload":1},{"payload":5,"payload_encoding":"base64"}]}"#;
+        let error = parse_batch(body).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "message 1: invalid payload: a base64 payload must be a JSON string"
+        );
+    }
+
+    #[test]
+    fn missing_payload_is_message_required() {
+        let error = parse_batch(br#"{"messages":[{"key":"k"}]}"#).unwrap_err();
+        assert_eq!(error.to_string(), "message 0: message required");
+    }
+
+    #[test]
+    fn empty_list_is_messages_required() {
+        assert_eq!(
+            parse_batch(br#"{"messages":[]}"#).unwrap_err().to_string(),
+            "messages required"
+        );
+    }
+
+    #[test]
+    fn unknown_field_is_invalid_json() {
+        let error = parse_batch(br#"{"messages":[{"payload":1,"extra":2}]}"#).unwrap_err();
+        assert!(error.to_string().starts_with("invalid json: "), "{error}");
+    }
+
+    #[test]
+    fn second_json_value_after_the_body_is_invalid_json() {
+        let error = parse_batch(br#"{"messages":[{"payload":1}]} {}"#).unwrap_err();
+        assert!(matches!(error, BatchBodyError::InvalidJson(_)));
+    }
+
+    #[test]
+    fn more_than_the_cap_is_refused_as_too_many() {
+        let one = r#"{"payload":1}"#;
+        let body = format!(
+            r#"{{"messages":[{}]}}"#,
+            vec![one; BATCH_MESSAGES_MAX + 1].join(",")
+        );
+        let error = parse_batch(body.as_bytes()).unwrap_err();
+        assert_eq!(error.to_string(), "too many messages: more than 1000");
+    }
+
+    #[test]
+    fn negative_partition_is_refused_per_message() {
+        let error = parse_batch(br#"{"messages":[{"payload":1,"partition":-1}]}"#).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "message 0: invalid partition: -1 is negative"
+        );
+    }
+
+    #[test]
+    fn decoded_payload_over_a_mebibyte_is_too_large() {
+        let big = BASE64.encode(vec![7u8; super::super::MESSAGE_BYTES_MAX + 1]);
+        let body = format!(r#"{{"messages":[{{"payload":"{big}","payload_encoding":"base64"}}]}}"#);
+        let error = parse_batch(body.as_bytes()).unwrap_err();
+        assert_eq!(error.to_string(), "message 0: message too large");
+    }
+
+    #[test]
+    fn zstd_body_is_decoded() {
+        let plain = br#"{"messages":[{"payload":1}]}"#;
+        let packed = zstd::encode_all(&plain[..], 1).unwrap();
+        let body = decode_content(Some("zstd"), packed.into()).unwrap();
+        assert_eq!(&body[..], plain);
+    }
+
+    #[test]
+    fn gzip_body_is_decoded() {
+        use std::io::Write;
+        let plain = br#"{"messages":[{"payload":1}]}"#;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(plain).unwrap();
+        let body = decode_content(Some("gzip"), encoder.finish().unwrap().into()).unwrap();
+        assert_eq!(&body[..], plain);
+    }
+
+    #[test]
+    fn compression_bomb_stops_at_the_decoded_limit() {
+        let zeros = vec![b' '; BATCH_BODY_BYTES_MAX + 1];
+        let packed = zstd::encode_all(&zeros[..], 3).unwrap();
+        assert!(matches!(
+            decode_content(Some("zstd"), packed.into()),
+            Err(BatchBodyError::TooLarge)
+        ));
+    }
+
+    #[test]
+    fn other_encodings_are_unsupported() {
+        assert!(matches!(
+            decode_content(Some("br"), bytes::Bytes::from_static(b"x")),
+            Err(BatchBodyError::UnsupportedEncoding(_))
+        ));
+    }
+}

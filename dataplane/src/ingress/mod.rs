@@ -1,0 +1,14 @@
+//! The accept stage of the produce path (seed, "Accept stage"): validation,
+//! partition choice from the local metadata replica, and staging into the
+//! ingress WAL in record format 2. A produce is answered `202` only after
+//! the group commit covering it.
+
+mod accept;
+pub mod batch;
+pub mod partition;
+pub mod schema;
+
+pub use accept::{
+    AcceptError, Acceptor, BATCH_BODY_BYTES_MAX, BATCH_MESSAGES_MAX, BatchRefusal,
+    MESSAGE_BYTES_MAX, ProduceMessage, now_unix_ms,
+};

@@ -1,0 +1,21 @@
+//! The data node's local replica of the cluster metadata.
+//!
+//! The control plane streams a full snapshot, then ordered deltas, each
+//! stamped with the log index it was applied at; [`MetadataReplica`] keeps
+//! the newest state behind one `Arc` swap, so a reader (a produce, the
+//! dispatcher) takes one consistent view with one lock-free-ish load and
+//! never sees half a delta. It is the dispatcher's [`crate::dispatch::Topology`].
+//!
+//! The types here are the data plane's own: they carry what the data plane
+//! needs (partition owners, incarnation ids, schemas, caps, users and
+//! grants) and nothing of how the control plane stores them, so the data
+//! plane does not depend on `narad-controlplane`. The stream client that
+//! feeds it is not built yet; tests and `narad dev` feed it directly.
+
+mod replica;
+mod types;
+
+pub use replica::MetadataReplica;
+pub use types::{
+    Grant, GrantAction, Member, MetadataDelta, MetadataSnapshot, TopicMeta, TopicSchema, User,
+};
