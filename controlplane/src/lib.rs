@@ -24,5 +24,6 @@
 
 pub mod controller;
 pub mod metastore;
+pub mod network;
 pub mod raft;
 pub mod store;

@@ -1,0 +1,13 @@
+//! Raft between control nodes over the cluster transport (`narad-protocol`):
+//! typed messages with their opcodes ([`messages`]), openraft's network
+//! factory on the calling side ([`client`]), and the routes that serve Raft
+//! RPCs ([`service`]). Every stream is authenticated by the transport (the
+//! cluster secret, or the insecure dev mode); nothing here trusts a peer
+//! beyond that.
+
+pub mod client;
+pub mod messages;
+pub mod service;
+
+pub use client::RaftNetworkClients;
+pub use service::{RaftSlot, raft_routes};
