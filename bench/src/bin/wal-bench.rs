@@ -8,8 +8,10 @@
 //! - `append_many` of 100 and 1,000 records of 256 bytes;
 //! - the io_uring backend against the portable one.
 //!
-//! Writes `target/bench/wal.json` and `wal.png`. Every phase is short (a
-//! second or two) because the machines are shared; read the ratios, not the
+//! Writes `target/bench/wal.json` and `wal.png`. The machines are shared
+//! and noisy, so latency samples are taken in rounds that interleave the
+//! baselines with the WAL (noise hits both alike), and each throughput
+//! figure is the median of three short runs. Read the ratios, not the
 //! absolute figures.
 
 use std::io;
@@ -32,8 +34,15 @@ use narad_wal::{Wal, WalOptions};
 const LATENCY_SAMPLES: usize = 1_000;
 /// Record payload size of every phase.
 const RECORD_BYTES: usize = 256;
-/// How long each throughput phase runs.
-const THROUGHPUT_PHASE: Duration = Duration::from_millis(1_500);
+/// A payload whose frame is exactly one 4 KiB page, to compare like with
+/// like against the 4 KiB baseline writes.
+const PAGE_FRAME_PAYLOAD_BYTES: usize = 4096 - narad_wal::frame::FRAME_HEADER_BYTES;
+/// Rounds the latency samples are split into, interleaving the series.
+const LATENCY_ROUNDS: usize = 5;
+/// How long each throughput run lasts.
+const THROUGHPUT_PHASE: Duration = Duration::from_millis(500);
+/// Runs per throughput figure; the median is reported.
+const THROUGHPUT_ROUNDS: usize = 3;
 /// Segment size of the latency phases: small enough to fill past a roll
 /// quickly (so the active segment is a prepared one), large enough that the
 /// measured appends do not roll.
@@ -46,24 +55,42 @@ fn main() -> io::Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
     let mut report = Report::new("wal");
+    report.note("backend_main", "io_uring");
+    report.note(
+        "method",
+        "latency phases interleave baseline and WAL samples in rounds; throughput figures are the median of rounds",
+    );
+    let uring: Arc<dyn Disk> = Arc::new(UringDisk::new(1)?);
+    let portable: Arc<dyn Disk> = Arc::new(PortableDisk::new(4)?);
 
-    let mut base_append = baseline::fdatasync_4k(&scratch, FileMode::Appended, LATENCY_SAMPLES)?;
-    let mut base_prealloc =
-        baseline::fdatasync_4k(&scratch, FileMode::Preallocated, LATENCY_SAMPLES)?;
+    let mut latency = latency_rounds(&uring, &portable, &scratch)?;
+    let rates: Vec<(usize, f64)> = APPENDER_COUNTS
+        .iter()
+        .map(|&n| {
+            let dir = scratch.join(format!("appenders-{n}"));
+            Ok((n, median_of_rounds(|| appenders_per_s(&uring, &dir, n))?))
+        })
+        .collect::<io::Result<_>>()?;
+    let portable_64 =
+        median_of_rounds(|| appenders_per_s(&portable, &scratch.join("portable-64"), 64))?;
+    let many_100 =
+        median_of_rounds(|| append_many_records_per_s(&uring, &scratch.join("many-100"), 100))?;
+    let many_1000 =
+        median_of_rounds(|| append_many_records_per_s(&uring, &scratch.join("many-1000"), 1000))?;
+
+    let [
+        base_append,
+        base_prealloc,
+        single_plain,
+        single_prealloc,
+        portable_single,
+        prealloc_page,
+    ] = &mut latency;
     report
         .set("baseline_fdatasync_append_p50_us", base_append.p50_us())
         .set("baseline_fdatasync_append_p99_us", base_append.p99_us())
         .set("baseline_fdatasync_prealloc_p50_us", base_prealloc.p50_us())
-        .set("baseline_fdatasync_prealloc_p99_us", base_prealloc.p99_us());
-
-    let uring: Arc<dyn Disk> = Arc::new(UringDisk::new(1)?);
-    let portable: Arc<dyn Disk> = Arc::new(PortableDisk::new(4)?);
-    report.note("backend_main", "io_uring");
-
-    let mut single_prealloc = single_appender(&uring, &scratch.join("single-prealloc"), true)?;
-    let mut single_plain = single_appender(&uring, &scratch.join("single-plain"), false)?;
-    let mut portable_single = single_appender(&portable, &scratch.join("portable-single"), false)?;
-    report
+        .set("baseline_fdatasync_prealloc_p99_us", base_prealloc.p99_us())
         .set("single_prealloc_p50_us", single_prealloc.p50_us())
         .set("single_prealloc_p99_us", single_prealloc.p99_us())
         .set("single_no_prealloc_p50_us", single_plain.p50_us())
@@ -75,39 +102,29 @@ fn main() -> io::Result<()> {
         .set(
             "portable_single_no_prealloc_p99_us",
             portable_single.p99_us(),
-        );
-
-    let mut rates = Vec::new();
-    for appenders in APPENDER_COUNTS {
-        let dir = scratch.join(format!("appenders-{appenders}"));
-        let rate = appenders_per_s(&uring, &dir, appenders)?;
-        report.set(&format!("appenders_{appenders}_per_s"), rate);
-        rates.push((appenders, rate));
+        )
+        .set("single_prealloc_4k_frame_p50_us", prealloc_page.p50_us())
+        .set("single_prealloc_4k_frame_p99_us", prealloc_page.p99_us());
+    for (appenders, rate) in &rates {
+        report.set(&format!("appenders_{appenders}_per_s"), *rate);
     }
-    let portable_64 = appenders_per_s(&portable, &scratch.join("portable-64"), 64)?;
-    report.set("portable_appenders_64_per_s", portable_64);
-
-    let many_100 = append_many_records_per_s(&uring, &scratch.join("many-100"), 100)?;
-    let many_1000 = append_many_records_per_s(&uring, &scratch.join("many-1000"), 1000)?;
     report
+        .set("portable_appenders_64_per_s", portable_64)
         .set("append_many_100x256_records_per_s", many_100)
-        .set("append_many_1000x256_records_per_s", many_1000);
-
-    let single_ratio_plain = single_plain.p50_us() / base_append.p50_us();
-    let single_ratio_prealloc = single_prealloc.p50_us() / base_prealloc.p50_us();
-    let scaling_64 = rates[2].1 / rates[0].1;
-    let prealloc_gain = 1.0 - single_prealloc.p50_us() / single_plain.p50_us();
-    report
+        .set("append_many_1000x256_records_per_s", many_1000)
         .set(
             "ratio_single_no_prealloc_to_baseline_append_p50",
-            single_ratio_plain,
+            single_plain.p50_us() / base_append.p50_us(),
         )
         .set(
             "ratio_single_prealloc_to_baseline_prealloc_p50",
-            single_ratio_prealloc,
+            single_prealloc.p50_us() / base_prealloc.p50_us(),
         )
-        .set("ratio_appenders_64_to_1", scaling_64)
-        .set("prealloc_single_p50_reduction", prealloc_gain);
+        .set("ratio_appenders_64_to_1", rates[2].1 / rates[0].1)
+        .set(
+            "prealloc_single_p50_reduction",
+            1.0 - single_prealloc.p50_us() / single_plain.p50_us(),
+        );
 
     report.bars(
         "p50 latency",
@@ -118,6 +135,7 @@ fn main() -> io::Result<()> {
             ("append, no prealloc", single_plain.p50_us()),
             ("append, prealloc", single_prealloc.p50_us()),
             ("append, portable", portable_single.p50_us()),
+            ("append 4 KiB frame, prealloc", prealloc_page.p50_us()),
         ],
     );
     let rate_bars: Vec<(String, f64)> = rates
@@ -142,6 +160,58 @@ fn main() -> io::Result<()> {
     Ok(())
 }
 
+/// The six latency series, sampled in interleaved rounds so that noise on
+/// the shared machine hits baseline and WAL alike: raw fdatasync appended,
+/// raw fdatasync preallocated, WAL without prealloc, WAL with prealloc (both
+/// io_uring), WAL on the portable backend, and WAL with prealloc writing
+/// one-page frames.
+fn latency_rounds(
+    uring: &Arc<dyn Disk>,
+    portable: &Arc<dyn Disk>,
+    scratch: &Path,
+) -> io::Result<[Latencies; 6]> {
+    let plain_dir = scratch.join("single-plain");
+    let prealloc_dir = scratch.join("single-prealloc");
+    let portable_dir = scratch.join("single-portable");
+    let plain = open_filled(uring, &plain_dir, false)?;
+    let prealloc = open_filled(uring, &prealloc_dir, true)?;
+    let portable_wal = open_filled(portable, &portable_dir, false)?;
+    let page_dir = scratch.join("single-prealloc-page");
+    let page = open_filled(uring, &page_dir, true)?;
+    let mut series: [Latencies; 6] = Default::default();
+    let per_round = LATENCY_SAMPLES / LATENCY_ROUNDS;
+    for _ in 0..LATENCY_ROUNDS {
+        series[0].merge(&baseline::fdatasync_4k(
+            scratch,
+            FileMode::Appended,
+            per_round,
+        )?);
+        series[1].merge(&baseline::fdatasync_4k(
+            scratch,
+            FileMode::Preallocated,
+            per_round,
+        )?);
+        sample_appends(&plain, per_round, &mut series[2])?;
+        sample_appends(&prealloc, per_round, &mut series[3])?;
+        sample_appends(&portable_wal, per_round, &mut series[4])?;
+        sample_sized_appends(&page, PAGE_FRAME_PAYLOAD_BYTES, per_round, &mut series[5])?;
+    }
+    drop((plain, prealloc, portable_wal, page));
+    for dir in [plain_dir, prealloc_dir, portable_dir, page_dir] {
+        std::fs::remove_dir_all(dir)?;
+    }
+    Ok(series)
+}
+
+/// The median of [`THROUGHPUT_ROUNDS`] runs of a rate measurement.
+fn median_of_rounds(mut measure: impl FnMut() -> io::Result<f64>) -> io::Result<f64> {
+    let mut rates = (0..THROUGHPUT_ROUNDS)
+        .map(|_| measure())
+        .collect::<io::Result<Vec<f64>>>()?;
+    rates.sort_by(f64::total_cmp);
+    Ok(rates[rates.len() / 2])
+}
+
 fn open(disk: &Arc<dyn Disk>, dir: &Path, options: WalOptions) -> io::Result<Wal> {
     Wal::open(Arc::clone(disk), dir.to_path_buf(), options).map_err(io::Error::other)
 }
@@ -150,10 +220,10 @@ fn record() -> Vec<u8> {
     (0..RECORD_BYTES).map(|i| i as u8).collect()
 }
 
-/// Single-appender latency: one append at a time, each waited for. The log
-/// is first filled past a roll, so with `prealloc` the measured appends go
-/// into a prepared segment (and without it, into a plain appended one).
-fn single_appender(disk: &Arc<dyn Disk>, dir: &Path, prealloc: bool) -> io::Result<Latencies> {
+/// Opens a log for single-appender latency, filled past a roll so that with
+/// `prealloc` the measured appends go into a prepared segment (and without
+/// it, into a plain appended one).
+fn open_filled(disk: &Arc<dyn Disk>, dir: &Path, prealloc: bool) -> io::Result<Wal> {
     let options = WalOptions {
         segment_bytes: LATENCY_SEGMENT_BYTES,
         prealloc,
@@ -161,16 +231,28 @@ fn single_appender(disk: &Arc<dyn Disk>, dir: &Path, prealloc: bool) -> io::Resu
     };
     let wal = open(disk, dir, options)?;
     fill_past_a_roll(&wal, dir, prealloc)?;
-    let payload = record();
-    let mut latencies = Latencies::new();
-    for _ in 0..LATENCY_SAMPLES {
+    Ok(wal)
+}
+
+/// `count` appends of one record at a time, each waited for.
+fn sample_appends(wal: &Wal, count: usize, into: &mut Latencies) -> io::Result<()> {
+    sample_sized_appends(wal, RECORD_BYTES, count, into)
+}
+
+/// As [`sample_appends`], with payloads of `len` bytes.
+fn sample_sized_appends(
+    wal: &Wal,
+    len: usize,
+    count: usize,
+    into: &mut Latencies,
+) -> io::Result<()> {
+    let payload = vec![0x3Cu8; len];
+    for _ in 0..count {
         let started = Instant::now();
-        append_one(&wal, &payload)?;
-        latencies.record(started.elapsed());
+        append_one(wal, &payload)?;
+        into.record(started.elapsed());
     }
-    drop(wal);
-    std::fs::remove_dir_all(dir)?;
-    Ok(latencies)
+    Ok(())
 }
 
 /// Appends large batches until a second segment is active (and, with
