@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use narad_bench::baseline::{self, FileMode};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
-use narad_disk::Disk;
 use narad_disk::portable::PortableDisk;
 use narad_disk::uring::UringDisk;
+use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
 use narad_wal::segment::segment_path;
 use narad_wal::{Wal, WalOptions};
 
@@ -85,6 +85,8 @@ fn main() -> io::Result<()> {
         single_prealloc,
         portable_single,
         prealloc_page,
+        trait_append,
+        trait_prealloc,
     ] = &mut latency;
     report
         .set("baseline_fdatasync_append_p50_us", base_append.p50_us())
@@ -103,6 +105,8 @@ fn main() -> io::Result<()> {
             "portable_single_no_prealloc_p99_us",
             portable_single.p99_us(),
         )
+        .set("disk_trait_append_p50_us", trait_append.p50_us())
+        .set("disk_trait_prealloc_p50_us", trait_prealloc.p50_us())
         .set("single_prealloc_4k_frame_p50_us", prealloc_page.p50_us())
         .set("single_prealloc_4k_frame_p99_us", prealloc_page.p99_us());
     for (appenders, rate) in &rates {
@@ -169,7 +173,7 @@ fn latency_rounds(
     uring: &Arc<dyn Disk>,
     portable: &Arc<dyn Disk>,
     scratch: &Path,
-) -> io::Result<[Latencies; 6]> {
+) -> io::Result<[Latencies; 8]> {
     let plain_dir = scratch.join("single-plain");
     let prealloc_dir = scratch.join("single-prealloc");
     let portable_dir = scratch.join("single-portable");
@@ -178,7 +182,13 @@ fn latency_rounds(
     let portable_wal = open_filled(portable, &portable_dir, false)?;
     let page_dir = scratch.join("single-prealloc-page");
     let page = open_filled(uring, &page_dir, true)?;
-    let mut series: [Latencies; 6] = Default::default();
+    let mut series: [Latencies; 8] = Default::default();
+    let trait_append = scratch.join("disk-trait-append.dat");
+    let trait_prealloc = scratch.join("disk-trait-prealloc.dat");
+    let appended_file = uring.open(&trait_append, OpenOptions::CREATE)?;
+    let prealloc_file = uring.open(&trait_prealloc, OpenOptions::CREATE)?;
+    zero_fill(&prealloc_file, (LATENCY_SAMPLES * 4096) as u64)?;
+    let mut trait_offsets = [0u64; 2];
     let per_round = LATENCY_SAMPLES / LATENCY_ROUNDS;
     for _ in 0..LATENCY_ROUNDS {
         series[0].merge(&baseline::fdatasync_4k(
@@ -195,7 +205,22 @@ fn latency_rounds(
         sample_appends(&prealloc, per_round, &mut series[3])?;
         sample_appends(&portable_wal, per_round, &mut series[4])?;
         sample_sized_appends(&page, PAGE_FRAME_PAYLOAD_BYTES, per_round, &mut series[5])?;
+        sample_disk_trait(
+            &appended_file,
+            &mut trait_offsets[0],
+            per_round,
+            &mut series[6],
+        )?;
+        sample_disk_trait(
+            &prealloc_file,
+            &mut trait_offsets[1],
+            per_round,
+            &mut series[7],
+        )?;
     }
+    drop((appended_file, prealloc_file));
+    std::fs::remove_file(&trait_append)?;
+    std::fs::remove_file(&trait_prealloc)?;
     drop((plain, prealloc, portable_wal, page));
     for dir in [plain_dir, prealloc_dir, portable_dir, page_dir] {
         std::fs::remove_dir_all(dir)?;
@@ -218,6 +243,38 @@ fn open(disk: &Arc<dyn Disk>, dir: &Path, options: WalOptions) -> io::Result<Wal
 
 fn record() -> Vec<u8> {
     (0..RECORD_BYTES).map(|i| i as u8).collect()
+}
+
+/// Zero-fills and syncs `len` bytes of `file`, as a preallocated baseline.
+fn zero_fill(file: &FileHandle, len: u64) -> io::Result<()> {
+    let mut zeros = IoBuf::with_capacity(1 << 20);
+    zeros.extend_zeros(1 << 20);
+    let mut offset = 0;
+    while offset < len {
+        zeros = file.write_at(offset, zeros).wait()?;
+        offset += 1 << 20;
+    }
+    file.fdatasync().wait()
+}
+
+/// 4 KiB write + fdatasync through the `Disk` trait (io_uring), no WAL: the
+/// backend's own cost, to tell it apart from the WAL's.
+fn sample_disk_trait(
+    file: &FileHandle,
+    offset: &mut u64,
+    count: usize,
+    into: &mut Latencies,
+) -> io::Result<()> {
+    let mut block = IoBuf::with_capacity(4096);
+    block.extend_zeros(4096);
+    for _ in 0..count {
+        let started = Instant::now();
+        block = file.write_at(*offset, block).wait()?;
+        file.fdatasync().wait()?;
+        into.record(started.elapsed());
+        *offset += 4096;
+    }
+    Ok(())
 }
 
 /// Opens a log for single-appender latency, filled past a roll so that with
