@@ -90,6 +90,16 @@ pub enum WalError {
     /// flush that failed). Every append fails until the log is reopened.
     #[error("{0}; the WAL refuses appends until it is reopened")]
     Failed(IoFailure),
+    /// A produce record broke a field limit; nothing of its batch was
+    /// staged.
+    #[error("WAL record {index} of the batch is invalid: {source}")]
+    Record {
+        /// Position of the record in the batch.
+        index: usize,
+        /// What is wrong with it.
+        #[source]
+        source: crate::record::RecordError,
+    },
     /// A fill function refused its record; the call's records were
     /// withdrawn and their sequence numbers given back.
     #[error("WAL fill failed: {0}")]

@@ -15,6 +15,7 @@ use crate::notify::{DurableWatch, Frontier, Pending};
 use crate::options::WalOptions;
 use crate::prep::{self, Prep, PrepStatus};
 use crate::reader::WalReader;
+use crate::record::WalRecordRef;
 use crate::recovery::recover;
 use crate::staging::{AppendState, StageFailure};
 use crate::sync_loop;
@@ -188,6 +189,27 @@ impl Wal {
         self.stage(&lens, |i, dst| {
             dst.copy_from_slice(payloads[i]);
             Ok(())
+        })
+    }
+
+    /// Stages produce records as one batch ([`Wal::append_many`]): every
+    /// record is validated against the record limits before anything is
+    /// staged, then encoded in place into the staging buffer.
+    ///
+    /// # Errors
+    /// [`WalError::Record`] for the first invalid record (nothing staged),
+    /// or as [`Wal::append_many`].
+    pub fn append_records(&self, records: &[WalRecordRef<'_>]) -> Result<Pending, WalError> {
+        for (index, record) in records.iter().enumerate() {
+            record
+                .validate()
+                .map_err(|source| WalError::Record { index, source })?;
+        }
+        let lens: Vec<usize> = records.iter().map(WalRecordRef::encoded_len).collect();
+        self.stage(&lens, |index, dst| {
+            records[index]
+                .encode_into(dst)
+                .map_err(|error| Box::new(error) as FillError)
         })
     }
 

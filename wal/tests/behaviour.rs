@@ -553,3 +553,59 @@ fn the_staging_buffers_go_to_io_uring_as_registered_buffers() {
         disk.fixed_writes()
     );
 }
+
+#[test]
+fn produce_records_are_encoded_in_place_and_decode_back() {
+    use narad_wal::{WalRecord, WalRecordRef};
+    for backend in backends() {
+        let wal = backend.open(small_options());
+        let records = [
+            WalRecordRef {
+                topic: "orders",
+                incarnation_id: Some("9f86d081884c7d65"),
+                key: b"customer-7",
+                partition: 3,
+                created_at_unix_ms: 1_700_000_000_000,
+                payload: b"{\"total\":12}",
+            },
+            WalRecordRef {
+                topic: "legacy",
+                incarnation_id: None,
+                key: b"",
+                partition: 0,
+                created_at_unix_ms: 1,
+                payload: b"x",
+            },
+        ];
+        let seqs = wal.append_records(&records).unwrap().wait().unwrap();
+        assert_eq!(seqs, 0..2);
+        let decoded: Vec<WalRecord> = read_all(&wal, 0)
+            .iter()
+            .map(|(_, bytes)| WalRecord::decode(bytes).unwrap())
+            .collect();
+        let expected: Vec<WalRecord> = records.iter().map(WalRecordRef::to_record).collect();
+        assert_eq!(decoded, expected, "{}", backend.name);
+    }
+}
+
+#[test]
+fn an_invalid_produce_record_stages_nothing_of_its_batch() {
+    for backend in backends() {
+        let wal = backend.open(small_options());
+        let good = narad_wal::WalRecordRef {
+            topic: "orders",
+            incarnation_id: None,
+            key: b"",
+            partition: 0,
+            created_at_unix_ms: 5,
+            payload: b"ok",
+        };
+        let bad = narad_wal::WalRecordRef { topic: "", ..good };
+        let error = wal.append_records(&[good, bad]).unwrap_err();
+        assert!(
+            matches!(error, WalError::Record { index: 1, .. }),
+            "{error}"
+        );
+        assert_eq!(wal.next_seq(), 0, "{}", backend.name);
+    }
+}
