@@ -16,5 +16,10 @@
 //! before anything destructive.
 
 pub mod dispatch;
+pub mod http;
 pub mod ingress;
 pub mod metadata;
+pub mod metrics;
+
+#[cfg(test)]
+mod testing;

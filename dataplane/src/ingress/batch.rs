@@ -53,6 +53,18 @@ pub enum BatchBodyError {
     },
 }
 
+/// Refuses a `Content-Encoding` this route cannot undo, before the body is
+/// read.
+///
+/// # Errors
+/// [`BatchBodyError::UnsupportedEncoding`].
+pub fn check_encoding(encoding: &str) -> Result<(), BatchBodyError> {
+    match encoding.trim().to_ascii_lowercase().as_str() {
+        "" | "identity" | "zstd" | "gzip" => Ok(()),
+        other => Err(BatchBodyError::UnsupportedEncoding(other.to_owned())),
+    }
+}
+
 /// Undoes `Content-Encoding` (`None`, `identity`, `zstd`, `gzip`), refusing
 /// a decoded body over [`BATCH_BODY_BYTES_MAX`] as soon as it grows past it,
 /// so a compression bomb costs at most that much memory.

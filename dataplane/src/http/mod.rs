@@ -1,0 +1,259 @@
+//! The client HTTP API on axum: produce and batch produce, `/healthz`,
+//! `/readyz` and `/metrics`, with the status codes, error bodies and texts
+//! of the spec (§1) and the wire contract (§1–4, §7).
+//!
+//! Every `/v1` route authenticates first (security on), then applies the
+//! cross-site guard to state-changing methods, then checks the grant.
+
+pub mod auth;
+mod body;
+pub mod error;
+mod health;
+mod produce;
+mod query;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use narad_wal::Wal;
+
+use crate::http::auth::Authenticator;
+use crate::http::error::ApiError;
+use crate::ingress::Acceptor;
+use crate::metadata::{GrantAction, MetadataReplica, User};
+use crate::metrics::{self, NodeMetrics};
+
+/// How the API behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// Basic auth and grants on every `/v1` route (the default).
+    pub security: bool,
+    /// Serve `/metrics` without credentials even with security on.
+    pub metrics_unauthenticated: bool,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            security: true,
+            metrics_unauthenticated: false,
+        }
+    }
+}
+
+/// Liveness and readiness flags of the node.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Startup work is done (the dispatcher runs).
+    pub started: AtomicBool,
+    /// Graceful shutdown began: `/healthz` answers `503`.
+    pub shutting_down: AtomicBool,
+}
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct ApiState {
+    /// Behaviour switches.
+    pub config: ApiConfig,
+    /// The accept stage.
+    pub acceptor: Arc<Acceptor>,
+    /// The local metadata replica.
+    pub replica: Arc<MetadataReplica>,
+    /// Basic auth.
+    pub auth: Authenticator,
+    /// The node's metrics.
+    pub metrics: Arc<NodeMetrics>,
+    /// Liveness and readiness.
+    pub health: Arc<Health>,
+    /// The dispatcher's stored checkpoint, for the backlog gauge.
+    pub checkpoint_stored: Arc<AtomicU64>,
+}
+
+impl ApiState {
+    /// State for a node.
+    pub fn new(
+        config: ApiConfig,
+        acceptor: Arc<Acceptor>,
+        replica: Arc<MetadataReplica>,
+        metrics: Arc<NodeMetrics>,
+        health: Arc<Health>,
+        checkpoint_stored: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            config,
+            auth: Authenticator::new(Arc::clone(&replica)),
+            acceptor,
+            replica,
+            metrics,
+            health,
+            checkpoint_stored,
+        }
+    }
+
+    fn wal(&self) -> &Wal {
+        self.acceptor.wal()
+    }
+
+    /// Refreshes the gauges that are read rather than counted.
+    fn refresh_gauges(&self) {
+        let wal = self.wal();
+        self.metrics.set(
+            metrics::INGRESS_WAL_FAILED,
+            &[],
+            if wal.is_failed() { 1.0 } else { 0.0 },
+        );
+        let backlog = wal
+            .next_durable_seq()
+            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire));
+        self.metrics.set(
+            metrics::INGRESS_DISPATCH_BACKLOG_RECORDS,
+            &[],
+            backlog as f64,
+        );
+        self.metrics
+            .set(metrics::AUTH_VERIFY_QUEUED, &[], self.auth.queued() as f64);
+    }
+}
+
+/// The router of the client API.
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new()
+        .route("/v1/topics/{topic}/produce", post(produce::produce))
+        .route(
+            "/v1/topics/{topic}/produce/batch",
+            post(produce::produce_batch),
+        )
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count_request,
+        ))
+        .with_state(state)
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
+/// Counts every answer in `narad_http_requests_total` and its duration.
+async fn count_request(
+    State(state): State<Arc<ApiState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    let status = response.status();
+    let labels = [
+        ("route", route),
+        ("method", method),
+        ("status", status.as_u16().to_string()),
+    ];
+    state
+        .metrics
+        .count(metrics::HTTP_REQUESTS_TOTAL, &labels, 1);
+    state.metrics.observe(
+        metrics::HTTP_REQUEST_DURATION_SECONDS,
+        &labels,
+        started.elapsed(),
+    );
+    if status.is_server_error() {
+        state.metrics.count(
+            metrics::ERRORS_TOTAL,
+            &[("component", "http".to_owned()), ("kind", "5xx".to_owned())],
+            1,
+        );
+    }
+    response
+}
+
+/// Authenticates (security on), then applies the cross-site guard to
+/// state-changing methods. `None` with security off: there is no user.
+///
+/// # Errors
+/// `401`/`429`/`500` from authentication, then `415` from the guard.
+async fn authenticate(
+    state: &ApiState,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Option<Arc<User>>, ApiError> {
+    let user = if state.config.security {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .map(|value| value.as_bytes());
+        Some(state.auth.authenticate(authorization).await?)
+    } else {
+        None
+    };
+    cross_site_guard(method, headers)?;
+    Ok(user)
+}
+
+/// A `POST`, `PUT` or `PATCH` must carry an API content type or an
+/// `X-Narad-Client` header: a browser form cannot send either without a
+/// CORS preflight, so a cross-site page cannot produce with a user's
+/// cookies or cached credentials.
+fn cross_site_guard(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+    if !matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+        return Ok(());
+    }
+    if headers.contains_key("x-narad-client") {
+        return Ok(());
+    }
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(|value| value.trim().to_ascii_lowercase());
+    match media_type.as_deref() {
+        Some("application/json" | "application/octet-stream") => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported content type: send Content-Type application/json or application/octet-stream, or an X-Narad-Client header",
+        )),
+    }
+}
+
+/// Checks that `user` may do `action` on `topic`; security off passes.
+fn authorize(user: Option<&User>, action: GrantAction, topic: &str) -> Result<(), ApiError> {
+    match user {
+        None => Ok(()),
+        Some(user) if user.may(action, topic) => Ok(()),
+        Some(_) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("no {} grant on this topic", action_name(action)),
+        )),
+    }
+}
+
+fn action_name(action: GrantAction) -> &'static str {
+    match action {
+        GrantAction::Produce => "produce",
+        GrantAction::Consume => "consume",
+        GrantAction::Create => "create",
+        GrantAction::Admin => "admin",
+    }
+}
+
+#[cfg(test)]
+mod tests;

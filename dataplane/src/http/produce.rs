@@ -1,0 +1,182 @@
+//! `POST /v1/topics/{topic}/produce` and `.../produce/batch`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::body::read_limited;
+use super::error::ApiError;
+use super::query::params;
+use super::{ApiState, authenticate, authorize};
+use crate::ingress::batch::{check_encoding, decode_content, parse_batch};
+use crate::ingress::{AcceptError, BATCH_BODY_BYTES_MAX, MESSAGE_BYTES_MAX, ProduceMessage};
+use crate::metadata::GrantAction;
+use crate::metrics;
+
+/// A single produce: the body is the message; `key` and `partition` come
+/// from the query. `202` with an empty body once the message is durable in
+/// this node's WAL.
+pub(crate) async fn produce(
+    State(state): State<Arc<ApiState>>,
+    Path(topic): Path<String>,
+    RawQuery(query): RawQuery,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
+    let meta = state
+        .acceptor
+        .producible_topic(&topic)
+        .map_err(|error| refused(&state, &topic, error))?;
+    let payload = read_limited(&headers, body, MESSAGE_BYTES_MAX).await?;
+    let message = ProduceMessage {
+        key,
+        partition,
+        payload,
+    };
+    state
+        .acceptor
+        .accept(&meta, &message)
+        .await
+        .map_err(|error| refused(&state, &topic, error))?;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// A batch produce: `{"messages":[...]}`, all or nothing, `202
+/// {"accepted":N}` once the last record is durable.
+pub(crate) async fn produce_batch(
+    State(state): State<Arc<ApiState>>,
+    Path(topic): Path<String>,
+    RawQuery(query): RawQuery,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    if query.as_deref().is_some_and(|query| !query.is_empty()) {
+        return Err(ApiError::bad_request(
+            "key is set per message in a batch produce, not as a query parameter",
+        ));
+    }
+    let meta = state
+        .acceptor
+        .producible_topic(&topic)
+        .map_err(|error| refused(&state, &topic, error))?;
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|value| value.to_str().unwrap_or("invalid"));
+    if let Some(encoding) = encoding {
+        // Refuse an unknown encoding before reading the body.
+        check_encoding(encoding)?;
+    }
+    let sent = read_limited(&headers, body, BATCH_BODY_BYTES_MAX).await?;
+    let decoded = decode_content(encoding, sent)?;
+    let messages = parse_batch(&decoded)?;
+    let accepted = state
+        .acceptor
+        .accept_batch(&meta, &messages)
+        .await
+        .map_err(|refusal| {
+            if matches!(refusal.error, AcceptError::Wal(_)) {
+                return ApiError::from(refusal.error);
+            }
+            note_rejection(&state, &topic, &refusal.error);
+            ApiError::new(
+                super::error::accept_status(&refusal.error),
+                refusal.to_string(),
+            )
+        })?;
+    let body = format!("{{\"accepted\":{accepted}}}\n");
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+/// `key` and `partition` from the raw query: each at most once, `partition`
+/// a non-negative integer.
+fn produce_query(query: &str) -> Result<(Vec<u8>, Option<u32>), ApiError> {
+    let mut key: Option<Vec<u8>> = None;
+    let mut partition: Option<u32> = None;
+    let mut partition_seen = false;
+    for param in params(query) {
+        match param.name.as_slice() {
+            b"key" => {
+                if key.is_some() {
+                    return Err(ApiError::bad_request("duplicate key query parameter"));
+                }
+                key = Some(param.value);
+            }
+            b"partition" => {
+                if partition_seen {
+                    return Err(ApiError::bad_request("duplicate partition query parameter"));
+                }
+                partition_seen = true;
+                partition = Some(parse_partition(&param.value)?);
+            }
+            _ => {}
+        }
+    }
+    Ok((key.unwrap_or_default(), partition))
+}
+
+fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
+    std::str::from_utf8(value)
+        .ok()
+        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|text| text.parse::<u64>().ok())
+        .map(|p| u32::try_from(p).unwrap_or(u32::MAX))
+        .ok_or_else(|| ApiError::bad_request("invalid partition: want a non-negative integer"))
+}
+
+fn refused(state: &ApiState, topic: &str, error: AcceptError) -> ApiError {
+    note_rejection(state, topic, &error);
+    ApiError::from(error)
+}
+
+fn note_rejection(state: &ApiState, topic: &str, error: &AcceptError) {
+    let reason = match error {
+        AcceptError::Schema(_) => "schema",
+        AcceptError::DelayedChild => "delayed_child",
+        _ => return,
+    };
+    state.metrics.count(
+        metrics::PRODUCE_REJECTIONS_TOTAL,
+        &[("topic", topic.to_owned()), ("reason", reason.to_owned())],
+        1,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_wins_and_key_is_kept() {
+        let (key, partition) = produce_query("key=k&partition=2").unwrap();
+        assert_eq!(key, b"k".to_vec());
+        assert_eq!(partition, Some(2));
+    }
+
+    #[test]
+    fn duplicate_key_is_refused() {
+        let error = produce_query("key=a&key=b").unwrap_err();
+        assert_eq!(error.message, "duplicate key query parameter");
+    }
+
+    #[test]
+    fn negative_or_empty_partition_is_refused() {
+        assert!(produce_query("partition=-1").is_err());
+        assert!(produce_query("partition=").is_err());
+        assert!(produce_query("partition=x").is_err());
+    }
+}
