@@ -87,6 +87,7 @@ fn main() -> io::Result<()> {
         prealloc_page,
         trait_append,
         trait_prealloc,
+        portable_prealloc_single,
     ] = &mut latency;
     report
         .set("baseline_fdatasync_append_p50_us", base_append.p50_us())
@@ -104,6 +105,14 @@ fn main() -> io::Result<()> {
         .set(
             "portable_single_no_prealloc_p99_us",
             portable_single.p99_us(),
+        )
+        .set(
+            "portable_single_prealloc_p50_us",
+            portable_prealloc_single.p50_us(),
+        )
+        .set(
+            "portable_prealloc_single_p50_reduction",
+            1.0 - portable_prealloc_single.p50_us() / portable_single.p50_us(),
         )
         .set("disk_trait_append_p50_us", trait_append.p50_us())
         .set("disk_trait_prealloc_p50_us", trait_prealloc.p50_us())
@@ -140,6 +149,12 @@ fn main() -> io::Result<()> {
             ("append, prealloc", single_prealloc.p50_us()),
             ("append, portable", portable_single.p50_us()),
             ("append 4 KiB frame, prealloc", prealloc_page.p50_us()),
+            (
+                "append, prealloc, portable",
+                portable_prealloc_single.p50_us(),
+            ),
+            ("Disk trait 4 KiB, appended", trait_append.p50_us()),
+            ("Disk trait 4 KiB, prealloc", trait_prealloc.p50_us()),
         ],
     );
     let rate_bars: Vec<(String, f64)> = rates
@@ -164,25 +179,28 @@ fn main() -> io::Result<()> {
     Ok(())
 }
 
-/// The six latency series, sampled in interleaved rounds so that noise on
-/// the shared machine hits baseline and WAL alike: raw fdatasync appended,
-/// raw fdatasync preallocated, WAL without prealloc, WAL with prealloc (both
-/// io_uring), WAL on the portable backend, and WAL with prealloc writing
-/// one-page frames.
+/// The latency series, sampled in interleaved rounds so that noise on the
+/// shared machine hits baseline and WAL alike: raw fdatasync appended and
+/// preallocated; the WAL without and with prealloc (io_uring); the WAL on
+/// the portable backend; the WAL with prealloc writing one-page frames;
+/// 4 KiB write + fdatasync through the `Disk` trait (io_uring, no WAL) on an
+/// appended and a preallocated file; the WAL with prealloc on portable.
 fn latency_rounds(
     uring: &Arc<dyn Disk>,
     portable: &Arc<dyn Disk>,
     scratch: &Path,
-) -> io::Result<[Latencies; 8]> {
+) -> io::Result<[Latencies; 9]> {
     let plain_dir = scratch.join("single-plain");
     let prealloc_dir = scratch.join("single-prealloc");
     let portable_dir = scratch.join("single-portable");
     let plain = open_filled(uring, &plain_dir, false)?;
     let prealloc = open_filled(uring, &prealloc_dir, true)?;
     let portable_wal = open_filled(portable, &portable_dir, false)?;
+    let portable_prealloc_dir = scratch.join("single-portable-prealloc");
+    let portable_prealloc = open_filled(portable, &portable_prealloc_dir, true)?;
     let page_dir = scratch.join("single-prealloc-page");
     let page = open_filled(uring, &page_dir, true)?;
-    let mut series: [Latencies; 8] = Default::default();
+    let mut series: [Latencies; 9] = Default::default();
     let trait_append = scratch.join("disk-trait-append.dat");
     let trait_prealloc = scratch.join("disk-trait-prealloc.dat");
     let appended_file = uring.open(&trait_append, OpenOptions::CREATE)?;
@@ -217,12 +235,19 @@ fn latency_rounds(
             per_round,
             &mut series[7],
         )?;
+        sample_appends(&portable_prealloc, per_round, &mut series[8])?;
     }
     drop((appended_file, prealloc_file));
     std::fs::remove_file(&trait_append)?;
     std::fs::remove_file(&trait_prealloc)?;
-    drop((plain, prealloc, portable_wal, page));
-    for dir in [plain_dir, prealloc_dir, portable_dir, page_dir] {
+    drop((plain, prealloc, portable_wal, page, portable_prealloc));
+    for dir in [
+        plain_dir,
+        prealloc_dir,
+        portable_dir,
+        page_dir,
+        portable_prealloc_dir,
+    ] {
         std::fs::remove_dir_all(dir)?;
     }
     Ok(series)
