@@ -1,7 +1,8 @@
 //! The behaviour every backend owes its callers, checked on all three:
 //! portable and io_uring on real temporary files, the simulated disk in
 //! memory. Each behaviour is one function; the macro at the bottom runs it
-//! once per backend.
+//! once per backend, and io_uring twice: with its default rings
+//! (`DEFER_TASKRUN`) and with plain ones.
 
 // The helpers below sit outside `#[test]` functions, where clippy's
 // allow-unwrap-in-tests does not reach; a failed unwrap here is a failed test.
@@ -14,7 +15,7 @@ use std::thread;
 
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
-use narad_disk::uring::UringDisk;
+use narad_disk::uring::{RingOptions, UringDisk};
 use narad_disk::{BackendKind, Completion, Disk, FileHandle, IO_ALIGN, IoBuf, OpenOptions};
 use tempfile::TempDir;
 
@@ -33,7 +34,19 @@ impl Env {
     /// `None` only where the kernel refuses io_uring outright (a seccomp
     /// profile, `io_uring_disabled`); any other setup failure fails the test.
     fn io_uring() -> Option<Self> {
-        match UringDisk::new(1) {
+        Self::io_uring_with(RingOptions::default())
+    }
+
+    /// io_uring on rings set up without `DEFER_TASKRUN`, as on kernels
+    /// before 6.1.
+    fn io_uring_plain() -> Option<Self> {
+        Self::io_uring_with(RingOptions {
+            defer_taskrun: false,
+        })
+    }
+
+    fn io_uring_with(options: RingOptions) -> Option<Self> {
+        match UringDisk::with_options(1, options) {
             Ok(disk) => Some(Self::on_real_files(Arc::new(disk))),
             Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
                 eprintln!("SKIPPED: io_uring is unavailable here: {error}");
@@ -468,6 +481,9 @@ macro_rules! contract {
         mod io_uring {
             $(#[test] fn $behaviour() { if let Some(env) = super::Env::io_uring() { super::$behaviour(&env) } })*
         }
+        mod io_uring_plain {
+            $(#[test] fn $behaviour() { if let Some(env) = super::Env::io_uring_plain() { super::$behaviour(&env) } })*
+        }
         mod sim {
             $(#[test] fn $behaviour() { if let Some(env) = super::Env::sim() { super::$behaviour(&env) } })*
         }
@@ -641,7 +657,8 @@ mod short_writes {
         assert_eq!(limited, 0, "setrlimit failed");
         let bytes = pattern(3, 4096);
         let at = LIMIT - LANDED as u64;
-        for env in [Env::portable(), Env::io_uring()].into_iter().flatten() {
+        let backends = [Env::portable(), Env::io_uring(), Env::io_uring_plain()];
+        for env in backends.into_iter().flatten() {
             let kind = env.disk.kind();
             let synced = env.create("synced");
             let error = synced

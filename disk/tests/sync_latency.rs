@@ -24,7 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use narad_disk::portable::PortableDisk;
-use narad_disk::uring::UringDisk;
+use narad_disk::uring::{RingOptions, UringDisk};
 use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
 
 /// Durable writes per series, each waited for before the next.
@@ -178,6 +178,10 @@ fn durable_4k_write_latency_per_backend() {
     let dir = scratch_dir();
     let portable: Arc<dyn Disk> = Arc::new(PortableDisk::new(4).unwrap());
     let uring: Arc<dyn Disk> = Arc::new(UringDisk::new(1).unwrap());
+    let plain = RingOptions {
+        defer_taskrun: false,
+    };
+    let uring_plain: Arc<dyn Disk> = Arc::new(UringDisk::with_options(1, plain).unwrap());
     let variants: Vec<(&str, Arc<dyn Disk>, Ask)> = vec![
         ("thread", Arc::clone(&portable), Ask::Raw),
         ("portable", Arc::clone(&portable), Ask::WriteThenSync),
@@ -185,6 +189,11 @@ fn durable_4k_write_latency_per_backend() {
         ("portable", Arc::clone(&portable), Ask::Relayed),
         ("io_uring", Arc::clone(&uring), Ask::WriteThenSync),
         ("io_uring", Arc::clone(&uring), Ask::WriteAndSync),
+        (
+            "io_uring plain ring",
+            Arc::clone(&uring_plain),
+            Ask::WriteAndSync,
+        ),
     ];
     let rounds: usize = std::env::var("NARAD_ROUNDS")
         .ok()
