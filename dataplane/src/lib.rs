@@ -15,11 +15,15 @@
 //! ([`metadata::MetadataReplica`]) and asks a leader-confirmation trait
 //! before anything destructive.
 
+pub mod commit;
 pub mod dispatch;
 pub mod http;
 pub mod ingress;
 pub mod metadata;
 pub mod metrics;
+pub mod node;
 
+#[cfg(test)]
+mod e2e_tests;
 #[cfg(test)]
 mod testing;

@@ -17,9 +17,16 @@
 
 pub mod constants;
 mod machine;
+pub mod runtime;
+pub mod targets;
 mod types;
 
 pub use machine::{Dispatcher, incarnation_runs};
+pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
+pub use targets::{
+    CommitDone, CommitTarget, LeaderConfirm, LocalCommitTarget, NoRemoteTarget, ReplicaLeader,
+    WalPayload,
+};
 pub use types::{
     Command, CommitId, CommitOrder, CommitOutcome, Destination, DispatchConfig, GoneQuestion, Held,
     NodeId, RecordMeta, Route, TopicView, Topology,

@@ -1,0 +1,297 @@
+//! The per-partition commit combiner.
+//!
+//! A batch queues on its partition's combiner. The oldest waiting batch,
+//! when no cycle runs, leads: it holds the partition's produce lock (the
+//! cycle itself), drains every batch queued by then, re-checks them, and
+//! commits the survivors as one run with one `commit_durable`. Everyone in
+//! the cycle gets the outcome for their own batch: contiguous offsets, or
+//! the same error. Batches arriving during a cycle wait for the next one.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use narad_plog::{CommitRecord, LogError};
+use parking_lot::{Condvar, Mutex};
+
+use super::logs::LocalLogs;
+use crate::dispatch::{Destination, Route, Topology};
+use crate::ingress::now_unix_ms;
+use crate::metadata::MetadataReplica;
+use crate::metrics::{self, NodeMetrics};
+
+/// One record of a commit batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitItem {
+    /// Key; empty means none.
+    pub key: Bytes,
+    /// Payload, stored as it is.
+    pub payload: Bytes,
+    /// The topic incarnation the record was accepted under, if any.
+    pub incarnation: Option<Arc<str>>,
+}
+
+/// One caller's batch for one partition.
+#[derive(Clone, Debug)]
+pub struct CommitBatch {
+    /// The records, in order.
+    pub items: Vec<CommitItem>,
+    /// The caller gives up at this instant; a batch found past it under the
+    /// lock is left out, since its caller will retry it anyway.
+    pub deadline: Instant,
+}
+
+/// Why a batch was not committed. Every one is retriable; nothing of the
+/// batch is visible.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// This node does not own the partition (any more).
+    #[error("not the partition owner")]
+    NotOwner,
+    /// The topic is not in the replica.
+    #[error("topic not found")]
+    TopicNotFound,
+    /// A record's incarnation is not the live topic's.
+    #[error("topic incarnation mismatch: records carry {batch}, live topic is {live}")]
+    IncarnationMismatch {
+        /// The id the records carry.
+        batch: String,
+        /// The live id (`none` when the topic has none).
+        live: String,
+    },
+    /// The caller's deadline passed before the cycle reached its batch.
+    #[error("the caller stopped waiting")]
+    CallerGone,
+    /// The partition log refused or failed the commit.
+    #[error("partition log: {0}")]
+    Log(Arc<LogError>),
+}
+
+#[derive(Debug)]
+struct Ticket {
+    batch: Mutex<Option<CommitBatch>>,
+    outcome: Mutex<Option<Result<Range<u64>, CommitError>>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: VecDeque<Arc<Ticket>>,
+    cycle_running: bool,
+}
+
+#[derive(Debug, Default)]
+struct Combiner {
+    queue: Mutex<Queue>,
+    turn: Condvar,
+}
+
+/// The combiners of the partitions this node owns.
+#[derive(Debug)]
+pub struct Combiners {
+    combiners: Mutex<HashMap<Destination, Arc<Combiner>>>,
+    logs: Arc<LocalLogs>,
+    replica: Arc<MetadataReplica>,
+    metrics: Arc<NodeMetrics>,
+}
+
+impl Combiners {
+    /// Combiners committing into `logs`, checking against `replica`.
+    pub fn new(
+        logs: Arc<LocalLogs>,
+        replica: Arc<MetadataReplica>,
+        metrics: Arc<NodeMetrics>,
+    ) -> Self {
+        Self {
+            combiners: Mutex::new(HashMap::new()),
+            logs,
+            replica,
+            metrics,
+        }
+    }
+
+    /// The logs committed into.
+    pub fn logs(&self) -> &Arc<LocalLogs> {
+        &self.logs
+    }
+
+    /// Commits `batch` to `destination`, blocking until its cycle ended.
+    /// Returns the offsets the batch took.
+    ///
+    /// # Errors
+    /// [`CommitError`]; nothing of the batch is visible.
+    pub fn commit(
+        &self,
+        destination: &Destination,
+        batch: CommitBatch,
+    ) -> Result<Range<u64>, CommitError> {
+        let combiner = Arc::clone(
+            self.combiners
+                .lock()
+                .entry(destination.clone())
+                .or_default(),
+        );
+        let ticket = Arc::new(Ticket {
+            batch: Mutex::new(Some(batch)),
+            outcome: Mutex::new(None),
+        });
+        let mut queue = combiner.queue.lock();
+        queue.waiting.push_back(Arc::clone(&ticket));
+        loop {
+            if let Some(outcome) = ticket.outcome.lock().take() {
+                return outcome;
+            }
+            let oldest = queue
+                .waiting
+                .front()
+                .is_some_and(|front| Arc::ptr_eq(front, &ticket));
+            if !queue.cycle_running && oldest {
+                queue.cycle_running = true;
+                let cycle: Vec<Arc<Ticket>> = queue.waiting.drain(..).collect();
+                drop(queue);
+                self.run_cycle(destination, &cycle);
+                queue = combiner.queue.lock();
+                queue.cycle_running = false;
+                combiner.turn.notify_all();
+                continue;
+            }
+            combiner.turn.wait(&mut queue);
+        }
+    }
+
+    /// One cycle, under the produce lock (only one cycle per partition runs
+    /// at a time).
+    fn run_cycle(&self, destination: &Destination, cycle: &[Arc<Ticket>]) {
+        let batches: Vec<(Arc<Ticket>, CommitBatch)> = cycle
+            .iter()
+            .filter_map(|ticket| {
+                ticket
+                    .batch
+                    .lock()
+                    .take()
+                    .map(|batch| (Arc::clone(ticket), batch))
+            })
+            .collect();
+        let finish = |ticket: &Ticket, outcome: Result<Range<u64>, CommitError>| {
+            *ticket.outcome.lock() = Some(outcome);
+        };
+        if let Err(error) = self.check_owner(destination) {
+            for (ticket, _) in &batches {
+                finish(ticket, Err(error.clone()));
+            }
+            return;
+        }
+        let Some(topic) = self.replica.topic_meta(&destination.topic) else {
+            for (ticket, _) in &batches {
+                finish(ticket, Err(CommitError::TopicNotFound));
+            }
+            return;
+        };
+        let live = topic.incarnation_id.clone();
+        let now = Instant::now();
+        let mut admitted = Vec::with_capacity(batches.len());
+        for (ticket, batch) in batches {
+            match admit(&batch, live.as_ref(), now) {
+                Ok(()) => admitted.push((ticket, batch)),
+                Err(error) => finish(&ticket, Err(error)),
+            }
+        }
+        if admitted.is_empty() {
+            return;
+        }
+        let outcome = self.append_run(destination, live.as_ref(), &admitted);
+        match outcome {
+            Ok(offsets) => {
+                for ((ticket, _), range) in admitted.iter().zip(offsets) {
+                    finish(ticket, Ok(range));
+                }
+            }
+            Err(error) => {
+                for (ticket, _) in &admitted {
+                    finish(ticket, Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    fn check_owner(&self, destination: &Destination) -> Result<(), CommitError> {
+        match self.replica.route(destination) {
+            Route::Owner { local: true, .. } => Ok(()),
+            _ => Err(CommitError::NotOwner),
+        }
+    }
+
+    /// One `commit_durable` for every admitted batch; their offsets.
+    fn append_run(
+        &self,
+        destination: &Destination,
+        live: Option<&Arc<str>>,
+        admitted: &[(Arc<Ticket>, CommitBatch)],
+    ) -> Result<Vec<Range<u64>>, CommitError> {
+        let log = self
+            .logs
+            .resolve(destination, live)
+            .map_err(|error| CommitError::Log(Arc::new(error)))?;
+        let committed_at_ms = now_unix_ms();
+        let runs: Vec<Vec<CommitRecord<'_>>> = admitted
+            .iter()
+            .map(|(_, batch)| {
+                batch
+                    .items
+                    .iter()
+                    .map(|item| CommitRecord {
+                        key: &item.key,
+                        payload: &item.payload,
+                        committed_at_ms,
+                    })
+                    .collect()
+            })
+            .collect();
+        let slices: Vec<&[CommitRecord<'_>]> = runs.iter().map(Vec::as_slice).collect();
+        let outcome = log
+            .commit_durable(&slices)
+            .map_err(|error| CommitError::Log(Arc::new(error)))?;
+        assert_eq!(
+            outcome.batch_offsets.len(),
+            admitted.len(),
+            "a commit returns one range per batch"
+        );
+        let records: usize = runs.iter().map(Vec::len).sum();
+        let bytes: usize = runs
+            .iter()
+            .flatten()
+            .map(|record| record.payload.len())
+            .sum();
+        let labels = [
+            ("topic", destination.topic.to_string()),
+            ("partition", destination.partition.to_string()),
+        ];
+        self.metrics
+            .count(metrics::MESSAGES_PRODUCED_TOTAL, &labels, records as u64);
+        self.metrics
+            .count(metrics::BYTES_PRODUCED_TOTAL, &labels, bytes as u64);
+        Ok(outcome.batch_offsets)
+    }
+}
+
+/// The checks a batch passes under the lock: its caller still waits, and
+/// every record carrying an incarnation id carries the live one.
+fn admit(batch: &CommitBatch, live: Option<&Arc<str>>, now: Instant) -> Result<(), CommitError> {
+    if now > batch.deadline {
+        return Err(CommitError::CallerGone);
+    }
+    let stale = batch
+        .items
+        .iter()
+        .filter_map(|item| item.incarnation.as_ref())
+        .find(|id| Some(*id) != live);
+    match stale {
+        None => Ok(()),
+        Some(id) => Err(CommitError::IncarnationMismatch {
+            batch: id.to_string(),
+            live: live.map_or_else(|| "none".to_owned(), ToString::to_string),
+        }),
+    }
+}

@@ -1,0 +1,16 @@
+//! The commit stage on a partition's owner (seed, "Commit stage" and
+//! "Commit combining"): the per-partition combiner turns every batch queued
+//! for a partition into one `commit_durable` (one append, one fdatasync,
+//! read back and CRC-checked, then visible), after re-checking under the
+//! partition's produce lock that this node still owns the partition, that
+//! each batch's incarnation is the live one, and that each caller still
+//! waits.
+
+mod combiner;
+mod logs;
+
+pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem};
+pub use logs::{LocalLogs, partition_dir};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+//! Combiner tests: the checks under the produce lock, and concurrent
+//! batches landing as disjoint contiguous runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use narad_disk::Disk;
+use narad_disk::sim::SimDisk;
+use narad_plog::{LogConfig, ReadEntry, ReadLimits};
+
+use super::{Combiners, CommitBatch, CommitError, CommitItem, LocalLogs};
+use crate::dispatch::Destination;
+use crate::metadata::MetadataDelta;
+use crate::metrics::NodeMetrics;
+use crate::testing::{LOCAL_NODE, replica};
+
+fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(3));
+    let logs = Arc::new(LocalLogs::new(disk, "/node", LogConfig::default()));
+    let replica = replica();
+    let combiners = Arc::new(Combiners::new(
+        logs,
+        Arc::clone(&replica),
+        Arc::new(NodeMetrics::new()),
+    ));
+    (combiners, replica)
+}
+
+fn batch(payloads: &[&str], incarnation: Option<&str>) -> CommitBatch {
+    CommitBatch {
+        items: payloads
+            .iter()
+            .map(|payload| CommitItem {
+                key: Bytes::new(),
+                payload: Bytes::copy_from_slice(payload.as_bytes()),
+                incarnation: incarnation.map(Arc::from),
+            })
+            .collect(),
+        deadline: Instant::now() + Duration::from_secs(30),
+    }
+}
+
+fn payloads(combiners: &Combiners, destination: &Destination) -> Vec<Vec<u8>> {
+    let Some(log) = combiners.logs().get(destination) else {
+        return Vec::new();
+    };
+    let read = log.read(0, u64::MAX, ReadLimits::default()).unwrap();
+    read.entries
+        .into_iter()
+        .map(|entry| match entry {
+            ReadEntry::Record(record) => record.payload,
+            ReadEntry::Unreadable { .. } => panic!("unreadable record"),
+        })
+        .collect()
+}
+
+const ORDERS_ID: &str = "00000000000000a1";
+
+#[test]
+fn commit_makes_the_batch_visible_at_contiguous_offsets() {
+    let (combiners, _) = combiners();
+    let destination = Destination::new("orders", 0);
+    let first = combiners
+        .commit(&destination, batch(&["a", "b"], Some(ORDERS_ID)))
+        .unwrap();
+    let second = combiners
+        .commit(&destination, batch(&["c"], Some(ORDERS_ID)))
+        .unwrap();
+    assert_eq!(first, 0..2);
+    assert_eq!(second, 2..3);
+    assert_eq!(
+        payloads(&combiners, &destination),
+        vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+    );
+}
+
+#[test]
+fn incarnation_mismatch_is_refused_with_nothing_appended() {
+    let (combiners, _) = combiners();
+    let destination = Destination::new("orders", 0);
+    let error = combiners
+        .commit(&destination, batch(&["a"], Some("00000000000000ff")))
+        .unwrap_err();
+    assert!(matches!(error, CommitError::IncarnationMismatch { .. }));
+    assert!(payloads(&combiners, &destination).is_empty());
+}
+
+#[test]
+fn records_without_an_id_commit_by_name() {
+    let (combiners, _) = combiners();
+    let destination = Destination::new("orders", 1);
+    assert!(combiners.commit(&destination, batch(&["a"], None)).is_ok());
+}
+
+#[test]
+fn a_partition_owned_elsewhere_is_refused() {
+    let (combiners, replica) = combiners();
+    replica.apply_delta(
+        2,
+        MetadataDelta::SetOwner {
+            topic: "orders".into(),
+            partition: 2,
+            owner: Some(LOCAL_NODE + 1),
+        },
+    );
+    let error = combiners
+        .commit(
+            &Destination::new("orders", 2),
+            batch(&["a"], Some(ORDERS_ID)),
+        )
+        .unwrap_err();
+    assert!(matches!(error, CommitError::NotOwner));
+}
+
+#[test]
+fn a_batch_whose_caller_gave_up_is_left_out() {
+    let (combiners, _) = combiners();
+    let destination = Destination::new("orders", 0);
+    let mut late = batch(&["a"], Some(ORDERS_ID));
+    late.deadline = Instant::now() - Duration::from_millis(1);
+    assert!(matches!(
+        combiners.commit(&destination, late),
+        Err(CommitError::CallerGone)
+    ));
+    assert!(payloads(&combiners, &destination).is_empty());
+}
+
+#[test]
+fn a_deleted_topic_is_refused() {
+    let (combiners, replica) = combiners();
+    replica.apply_delta(
+        2,
+        MetadataDelta::DeleteTopic {
+            name: "orders".into(),
+        },
+    );
+    assert!(
+        combiners
+            .commit(
+                &Destination::new("orders", 0),
+                batch(&["a"], Some(ORDERS_ID))
+            )
+            .is_err()
+    );
+}
+
+#[test]
+fn concurrent_batches_land_as_disjoint_runs() {
+    let (combiners, _) = combiners();
+    let destination = Destination::new("orders", 0);
+    let threads: Vec<_> = (0..8)
+        .map(|thread| {
+            let combiners = Arc::clone(&combiners);
+            let destination = destination.clone();
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|i| {
+                        let payload = format!("{thread}-{i}");
+                        combiners
+                            .commit(&destination, batch(&[&payload, &payload], Some(ORDERS_ID)))
+                            .unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut ranges: Vec<_> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    ranges.sort_by_key(|range| range.start);
+    for pair in ranges.windows(2) {
+        assert_eq!(pair[0].end, pair[1].start);
+    }
+    assert_eq!(ranges.last().map(|range| range.end), Some(160));
+    let stored = payloads(&combiners, &destination);
+    for range in &ranges {
+        let start = usize::try_from(range.start).unwrap();
+        assert_eq!(
+            stored[start],
+            stored[start + 1],
+            "a batch's records stay together"
+        );
+    }
+}

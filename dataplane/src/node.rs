@@ -1,0 +1,231 @@
+//! One data node, wired: ingress WAL and checkpoint store, accept stage,
+//! partition logs and combiners, the dispatcher runtime, and the HTTP API.
+//!
+//! The metadata replica, the leader-confirmation service and the remote
+//! commit target come from outside, because the control plane and the
+//! cluster transport provide them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use narad_disk::Disk;
+use narad_plog::LogConfig;
+use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
+
+use crate::commit::{Combiners, LocalLogs};
+use crate::dispatch::{
+    CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
+    LocalCommitTarget,
+};
+use crate::http::{ApiConfig, ApiState, Health, router};
+use crate::ingress::Acceptor;
+use crate::metadata::MetadataReplica;
+use crate::metrics::NodeMetrics;
+
+/// Settings of a data node.
+#[derive(Clone, Debug)]
+pub struct DataNodeConfig {
+    /// Root of the node's data (`storage.data_dir`).
+    pub data_dir: PathBuf,
+    /// HTTP API behaviour.
+    pub api: ApiConfig,
+    /// Ingress WAL options.
+    pub wal: WalOptions,
+    /// Checkpoint flush timing.
+    pub checkpoint: CheckpointConfig,
+    /// Partition log settings.
+    pub log: LogConfig,
+    /// Dispatcher timing.
+    pub dispatch: DispatchConfig,
+    /// Seed of the per-topic rotation starts.
+    pub seed: u64,
+}
+
+impl DataNodeConfig {
+    /// Production defaults under `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            api: ApiConfig::default(),
+            wal: WalOptions::default(),
+            checkpoint: CheckpointConfig::default(),
+            log: LogConfig::default(),
+            dispatch: DispatchConfig::default(),
+            seed: rand::random(),
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The ingress WAL did not open.
+    #[error("ingress WAL: {0}")]
+    Wal(#[from] WalError),
+    /// The checkpoint store did not open.
+    #[error("ingress checkpoint: {0}")]
+    Checkpoint(#[from] CheckpointError),
+    /// A thread could not be started.
+    #[error("starting threads: {0}")]
+    Threads(#[from] std::io::Error),
+}
+
+/// What a node takes from outside.
+#[derive(Debug)]
+pub struct NodeServices {
+    /// The disk everything is stored on.
+    pub disk: Arc<dyn Disk>,
+    /// The local metadata replica (fed by the control plane).
+    pub replica: Arc<MetadataReplica>,
+    /// Leader confirmation.
+    pub leader: Arc<dyn LeaderConfirm>,
+    /// Commits to other nodes' partitions.
+    pub remote: Arc<dyn CommitTarget>,
+}
+
+/// A running data node.
+#[derive(Debug)]
+pub struct DataNode {
+    wal: Arc<Wal>,
+    checkpoint: Arc<CheckpointStore>,
+    logs: Arc<LocalLogs>,
+    api: Arc<ApiState>,
+    dispatcher: Option<DispatchRuntime>,
+    dispatch_status: Arc<DispatchStatus>,
+}
+
+impl DataNode {
+    /// Opens the WAL and checkpoint (recovering them), starts the commit
+    /// workers and the dispatcher, and builds the API state. Ready once the
+    /// replica has caught up.
+    ///
+    /// # Errors
+    /// [`NodeError`].
+    pub fn start(services: NodeServices, config: DataNodeConfig) -> Result<Self, NodeError> {
+        let wal_dir = config.data_dir.join("ingress").join("produce");
+        let wal = Arc::new(Wal::open(
+            Arc::clone(&services.disk),
+            &wal_dir,
+            config.wal.clone(),
+        )?);
+        let checkpoint = Arc::new(CheckpointStore::open(
+            &*services.disk,
+            &wal_dir,
+            config.checkpoint,
+        )?);
+        let metrics = Arc::new(NodeMetrics::new());
+        let logs = Arc::new(LocalLogs::new(
+            Arc::clone(&services.disk),
+            &config.data_dir,
+            config.log.clone(),
+        ));
+        let combiners = Arc::new(Combiners::new(
+            Arc::clone(&logs),
+            Arc::clone(&services.replica),
+            Arc::clone(&metrics),
+        ));
+        let local: Arc<dyn CommitTarget> = Arc::new(LocalCommitTarget::start_workers(combiners)?);
+        let dispatch_status = Arc::new(DispatchStatus::default());
+        let dispatcher = DispatchRuntime::spawn(
+            DispatchParts {
+                wal: Arc::clone(&wal),
+                checkpoint: Arc::clone(&checkpoint),
+                topology: Arc::clone(&services.replica),
+                local,
+                remote: services.remote,
+                leader: services.leader,
+            },
+            config.dispatch.clone(),
+            Arc::clone(&dispatch_status),
+        )?;
+        let acceptor = Arc::new(Acceptor::new(
+            Arc::clone(&wal),
+            Arc::clone(&services.replica),
+            config.seed,
+        ));
+        let health = Arc::new(Health::default());
+        let api = Arc::new(ApiState::new(
+            config.api.clone(),
+            acceptor,
+            services.replica,
+            metrics,
+            Arc::clone(&health),
+            Arc::clone(&dispatch_status.checkpoint_stored),
+        ));
+        health.started.store(true, Ordering::Release);
+        tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
+        Ok(Self {
+            wal,
+            checkpoint,
+            logs,
+            api,
+            dispatcher: Some(dispatcher),
+            dispatch_status,
+        })
+    }
+
+    /// The client API router.
+    pub fn router(&self) -> Router {
+        router(Arc::clone(&self.api))
+    }
+
+    /// The API state (the accept stage, metrics, health).
+    pub fn api(&self) -> &Arc<ApiState> {
+        &self.api
+    }
+
+    /// The ingress WAL.
+    pub fn wal(&self) -> &Arc<Wal> {
+        &self.wal
+    }
+
+    /// The checkpoint store.
+    pub fn checkpoint(&self) -> &Arc<CheckpointStore> {
+        &self.checkpoint
+    }
+
+    /// The partition logs this node opened.
+    pub fn logs(&self) -> &Arc<LocalLogs> {
+        &self.logs
+    }
+
+    /// What the dispatcher reports.
+    pub fn dispatch_status(&self) -> &Arc<DispatchStatus> {
+        &self.dispatch_status
+    }
+
+    /// Whether every durable WAL record is dispatched (backlog 0).
+    pub fn drained(&self) -> bool {
+        self.dispatch_status
+            .checkpoint_stored
+            .load(Ordering::Acquire)
+            >= self.wal.next_durable_seq()
+    }
+
+    /// Graceful stop: `/healthz` turns 503, the dispatcher stops, the
+    /// checkpoint is synced, the WAL closes (staged records are still
+    /// written), the partition logs close.
+    pub fn shutdown(mut self) {
+        self.api.health.shutting_down.store(true, Ordering::Release);
+        if let Some(dispatcher) = self.dispatcher.take() {
+            dispatcher.stop();
+        }
+        if let Err(error) = self.checkpoint.shutdown() {
+            tracing::warn!(%error, "final checkpoint sync failed; a restart dispatches some records again");
+        }
+        self.wal.close();
+        self.logs.close_all();
+    }
+
+    /// Stops the node's threads without syncing anything, as after a crash
+    /// (tests: the disk was already cut under it).
+    pub fn abandon(mut self) {
+        if let Some(dispatcher) = self.dispatcher.take() {
+            dispatcher.stop();
+        }
+        self.wal.close();
+    }
+}
