@@ -163,19 +163,7 @@ pub(crate) fn recover(
     dir: &Path,
     options: &WalOptions,
 ) -> Result<Recovered, WalError> {
-    disk.create_dir_all(dir)
-        .map_err(|e| WalError::io("create directory", dir, e))?;
-    let names = disk
-        .list_dir(dir)
-        .map_err(|e| WalError::io("list directory", dir, e))?;
-    if names.iter().any(|n| n == PREP_FILE_NAME) {
-        // A spare is rebuilt from scratch: one left by a crash may be partly
-        // zero-filled, and it holds no records.
-        let prep = dir.join(PREP_FILE_NAME);
-        disk.remove_file(&prep)
-            .map_err(|e| WalError::io("remove stale spare", &prep, e))?;
-    }
-    let bases: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    let bases = list_segments(disk, dir)?;
     let Some(&last_base) = bases.last() else {
         return create_first_segment(disk, dir);
     };
@@ -218,23 +206,12 @@ pub(crate) fn recover(
         }
     }
     let scan = last_scan.expect("the last segment was scanned");
-    let mut truncated_at = None;
-    if scan.torn {
-        tracing::warn!(
-            path = %last_path.display(),
-            offset = scan.data_end,
-            "truncating a torn tail of the ingress WAL"
-        );
-        last_file
-            .truncate(scan.data_end)
-            .wait()
-            .map_err(|e| WalError::io("truncate torn tail", &last_path, e))?;
-        last_file
-            .fdatasync()
-            .wait()
-            .map_err(|e| WalError::io("fdatasync after truncate", &last_path, e))?;
-        truncated_at = Some((last_path.clone(), scan.data_end));
-    }
+    let truncated_at = if scan.torn {
+        cut_torn_tail(&last_file, &last_path, scan.data_end)?;
+        Some((last_path, scan.data_end))
+    } else {
+        None
+    };
     Ok(Recovered {
         segments,
         next_seq: scan.next_seq,
@@ -246,6 +223,42 @@ pub(crate) fn recover(
         },
         truncated_at,
     })
+}
+
+/// Creates the directory if needed, removes a stale spare, and returns the
+/// segments' bases in order.
+fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<u64>, WalError> {
+    disk.create_dir_all(dir)
+        .map_err(|e| WalError::io("create directory", dir, e))?;
+    let names = disk
+        .list_dir(dir)
+        .map_err(|e| WalError::io("list directory", dir, e))?;
+    if names.iter().any(|n| n == PREP_FILE_NAME) {
+        // A spare is rebuilt from scratch: one left by a crash may be partly
+        // zero-filled, and it holds no records.
+        let prep = dir.join(PREP_FILE_NAME);
+        disk.remove_file(&prep)
+            .map_err(|e| WalError::io("remove stale spare", &prep, e))?;
+    }
+    let mut bases: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Truncates the last segment at `offset` and makes the cut durable before
+/// anything is appended after it.
+fn cut_torn_tail(file: &FileHandle, path: &Path, offset: u64) -> Result<(), WalError> {
+    tracing::warn!(
+        path = %path.display(),
+        offset,
+        "truncating a torn tail of the ingress WAL"
+    );
+    file.truncate(offset)
+        .wait()
+        .map_err(|e| WalError::io("truncate torn tail", path, e))?;
+    file.fdatasync()
+        .wait()
+        .map_err(|e| WalError::io("fdatasync after truncate", path, e))
 }
 
 fn create_first_segment(disk: &dyn Disk, dir: &Path) -> Result<Recovered, WalError> {
