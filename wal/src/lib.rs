@@ -24,6 +24,26 @@
 //!
 //! The byte layout, the commit protocol and why each crash case is safe are
 //! in `docs/internals/wal.md`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use narad_disk::sim::SimDisk;
+//! use narad_wal::{Wal, WalOptions};
+//!
+//! # fn main() -> Result<(), narad_wal::WalError> {
+//! let wal = Wal::open(Arc::new(SimDisk::new(1)), "/wal", WalOptions::default())?;
+//! // Accept path: stage, then wait (or `.await`) for the group commit.
+//! let seqs = wal.append(b"hello")?.wait()?;
+//! assert_eq!(seqs, 0..1);
+//! // Dispatcher: read what is durable, then wait on the frontier for more.
+//! let mut reader = wal.reader(0)?;
+//! while let Some(frame) = reader.next_frame()? {
+//!     assert_eq!((frame.seq, frame.payload), (0, &b"hello"[..]));
+//! }
+//! assert_eq!(wal.durable_watch().next_durable_seq(), 1);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod compaction;
 mod error;
