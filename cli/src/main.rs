@@ -2,8 +2,10 @@
 //!
 //! Subcommands: `narad control` (a control-plane voter), `narad data` (a data
 //! node), and `narad dev` (one of each in a single process on loopback, for a
-//! laptop). Each reports plainly when the part it starts is not built yet,
-//! and exits non-zero rather than pretending to serve.
+//! laptop). `narad data` and `narad dev` report plainly that they are not
+//! built yet, and exit non-zero rather than pretending to serve.
+
+mod control;
 
 use std::process::ExitCode;
 
@@ -26,7 +28,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a control-plane node (openraft metastore).
-    Control,
+    Control(Box<control::ControlArgs>),
     /// Run a data node (HTTP API, ingress WAL, partition logs).
     Data,
     /// Run one control node and one data node in this process, on loopback,
@@ -44,7 +46,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let part = match cli.command {
-        Command::Control => "the control plane (`narad control`)",
+        Command::Control(args) => return control::run(&args),
         Command::Data => "the data plane (`narad data`)",
         Command::Dev { .. } => "the broker (`narad dev`)",
     };

@@ -25,5 +25,6 @@
 pub mod controller;
 pub mod metastore;
 pub mod network;
+pub mod node;
 pub mod raft;
 pub mod store;

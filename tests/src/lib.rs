@@ -5,4 +5,5 @@
 //! beside this file; crash and fault tests of a single crate live in that
 //! crate.
 
+pub mod cluster;
 pub mod dependency_rules;

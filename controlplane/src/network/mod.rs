@@ -10,4 +10,4 @@ pub mod messages;
 pub mod service;
 
 pub use client::RaftNetworkClients;
-pub use service::{RaftSlot, raft_routes};
+pub use service::{LeaderContact, RaftSlot, raft_routes};

@@ -1,10 +1,14 @@
 //! The serving side of Raft RPCs: decode, hand to the local openraft, and
 //! answer its `Result` as JSON.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use narad_protocol::{Inbound, OperationLimit, Response, Router, RpcError};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
 
 use super::messages::{AppendEntriesMessage, InstallSnapshotMessage, VoteMessage, opcodes};
 use crate::raft::{ControlNodeId, ControlRaft, TypeConfig};
@@ -34,8 +38,53 @@ fn internal(error: serde_json::Error) -> RpcError {
     RpcError::internal(format!("answer not encodable: {error}"))
 }
 
+/// What a follower last heard from a leader: when, and the commit index it
+/// reported. `/readyz` and the metadata stream's "caught up" read it.
+#[derive(Debug)]
+pub struct LeaderContact {
+    start: Instant,
+    /// Milliseconds after `start` of the last accepted append (0 = never).
+    last_ms: AtomicU64,
+    /// Highest commit index any accepted append carried.
+    commit_index: AtomicU64,
+}
+
+impl Default for LeaderContact {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            commit_index: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LeaderContact {
+    fn heard(&self, commit_index: u64) {
+        let since = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(since.max(1), Ordering::Relaxed);
+        self.commit_index.fetch_max(commit_index, Ordering::Relaxed);
+    }
+
+    /// Time since a leader's append was last accepted, if ever.
+    pub fn since_last(&self) -> Option<Duration> {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        (last > 0).then(|| {
+            self.start
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last))
+        })
+    }
+
+    /// The highest commit index a leader reported.
+    pub fn commit_index(&self) -> u64 {
+        self.commit_index.load(Ordering::Relaxed)
+    }
+}
+
 /// Adds the three Raft routes to `router`.
-pub fn raft_routes(router: Router, slot: &RaftSlot) -> Router {
+pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>) -> Router {
+    let contact = contact.clone();
     let append = slot.clone();
     let vote = slot.clone();
     let snapshot = slot.clone();
@@ -45,11 +94,23 @@ pub fn raft_routes(router: Router, slot: &RaftSlot) -> Router {
             raft_limit(),
             move |inbound: Inbound| {
                 let slot = append.clone();
+                let contact = contact.clone();
                 async move {
                     let raft = started(&slot)?;
                     let request: AppendEntriesRequest<TypeConfig> =
                         inbound.message::<AppendEntriesMessage>()?.parse()?;
+                    let commit_index = request.leader_commit.map_or(0, |log_id| log_id.index);
                     let answer = raft.append_entries(request).await;
+                    // Any answer but "higher vote" means the sender is the
+                    // leader this node follows.
+                    if matches!(
+                        answer,
+                        Ok(AppendEntriesResponse::Success
+                            | AppendEntriesResponse::PartialSuccess(_)
+                            | AppendEntriesResponse::Conflict)
+                    ) {
+                        contact.heard(commit_index);
+                    }
                     Ok(Response::message(
                         &AppendEntriesMessage::of(&answer).map_err(internal)?,
                     ))

@@ -1,0 +1,111 @@
+//! A client of control nodes over the cluster transport: what data nodes,
+//! tools and tests use to propose and to read a node's replica.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use narad_protocol::{CallError, Lane, Node};
+
+use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest, Status};
+use crate::metastore::{Command, Topic};
+use crate::network::messages::{ProposeMessage, ReadLocalMessage, opcodes};
+use crate::raft::Applied;
+
+/// Why a call to a control node failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The transport failed, or the node answered with an error (503 while
+    /// no leader is known, for instance).
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The node's answer is not what the operation answers.
+    #[error("unexpected answer: {0}")]
+    Answer(String),
+}
+
+/// Calls control nodes through a transport node of the caller's.
+#[derive(Debug, Clone)]
+pub struct ControlClient {
+    transport: Arc<Node>,
+}
+
+impl ControlClient {
+    /// A client calling through `transport`.
+    pub fn new(transport: Arc<Node>) -> Self {
+        Self { transport }
+    }
+
+    /// Proposes `command` through the control node at `addr`; answered
+    /// after that node applied it.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn propose(
+        &self,
+        addr: SocketAddr,
+        command: Command,
+    ) -> Result<Applied, ClientError> {
+        let request = ProposeMessage::of(&ProposeRequest {
+            command,
+            forwarded: false,
+        })
+        .map_err(|e| ClientError::Answer(e.to_string()))?;
+        let answer: ProposeMessage = self
+            .transport
+            .call_message(addr, Lane::Control, opcodes::PROPOSE, &request)
+            .await?;
+        answer
+            .parse()
+            .map_err(|e| ClientError::Answer(e.to_string()))
+    }
+
+    /// The topic `name` in the replica at `addr`, and that replica's
+    /// applied index.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn topic(
+        &self,
+        addr: SocketAddr,
+        name: &str,
+    ) -> Result<(Option<Topic>, u64), ClientError> {
+        match self
+            .read(addr, LocalRead::Topic { name: name.into() })
+            .await?
+        {
+            LocalReadAnswer::Topic {
+                topic,
+                applied_index,
+            } => Ok((topic, applied_index)),
+            other => Err(ClientError::Answer(format!("{other:?}"))),
+        }
+    }
+
+    /// The Raft status of the node at `addr`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn status(&self, addr: SocketAddr) -> Result<Status, ClientError> {
+        match self.read(addr, LocalRead::Status).await? {
+            LocalReadAnswer::Status(status) => Ok(status),
+            other => Err(ClientError::Answer(format!("{other:?}"))),
+        }
+    }
+
+    async fn read(
+        &self,
+        addr: SocketAddr,
+        read: LocalRead,
+    ) -> Result<LocalReadAnswer, ClientError> {
+        let request =
+            ReadLocalMessage::of(&read).map_err(|e| ClientError::Answer(e.to_string()))?;
+        let answer: ReadLocalMessage = self
+            .transport
+            .call_message(addr, Lane::Control, opcodes::READ_LOCAL, &request)
+            .await?;
+        answer
+            .parse()
+            .map_err(|e| ClientError::Answer(e.to_string()))
+    }
+}

@@ -1,0 +1,21 @@
+//! The control node process (`narad control`): openraft over the redb store
+//! and the cluster transport, bootstrap or join, the proposer API, the
+//! controller loop on the leader, and `/healthz`, `/readyz`, `/metrics`.
+//!
+//! A change is answered only after Raft committed it and the answering node
+//! applied it: a follower forwards the proposal to the leader (one hop) and
+//! then waits until its own replica reached the leader's answer index.
+
+pub mod client;
+pub mod config;
+mod controller_loop;
+mod http;
+mod join;
+mod propose;
+mod runtime;
+pub mod wire;
+
+pub use client::ControlClient;
+pub use config::{ConfigError, ControlConfig};
+pub use propose::ProposeError;
+pub use runtime::{ControlNode, StartError};

@@ -1,0 +1,198 @@
+//! The proposer API: a write goes through the leader and is answered after
+//! the answering node applied it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use narad_protocol::{
+    CallError, Inbound, Lane, OperationLimit, Response, Router, RpcError, Status,
+};
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::time::timeout;
+
+use super::join;
+use super::runtime::{PROPOSE_TIMEOUT, Shared};
+use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest};
+use crate::metastore::Command;
+use crate::network::messages::{ProposeMessage, ReadLocalMessage, opcodes};
+use crate::raft::{Applied, ControlNodeId};
+
+/// Why a proposal got no outcome. A refusal by the metastore is not an
+/// error here: it is an outcome ([`crate::raft::AppliedOutcome::Refused`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProposeError {
+    /// No leader is known (an election is running): retry shortly. 503.
+    #[error("no raft leader")]
+    NoLeader,
+    /// The leader could not be reached or did not answer; the command may
+    /// or may not have been committed. 503.
+    #[error("leader {leader} unreachable: {reason}")]
+    LeaderUnreachable {
+        /// The leader's id.
+        leader: ControlNodeId,
+        /// Why.
+        reason: String,
+    },
+    /// Committed at `index` by the leader, but this node had not applied it
+    /// within the bound. 503.
+    #[error("committed at index {index} but not applied on this node within {seconds} s")]
+    NotAppliedHere {
+        /// The entry's index.
+        index: u64,
+        /// The bound.
+        seconds: u64,
+    },
+    /// Raft on this node stopped (shutting down, or a storage fault). 503.
+    #[error("raft stopped: {0}")]
+    Stopped(String),
+}
+
+impl From<ProposeError> for RpcError {
+    fn from(error: ProposeError) -> Self {
+        RpcError::new(Status::UNAVAILABLE, error.to_string())
+    }
+}
+
+/// Writes `command` through the leader; see the module doc.
+pub(super) async fn propose(
+    shared: &Shared,
+    command: Command,
+    forwarded: bool,
+) -> Result<Applied, ProposeError> {
+    match shared.raft.client_write(command.clone()).await {
+        Ok(response) => Ok(response.data),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+            if forwarded {
+                // One hop only: the sender believed this node led.
+                return Err(ProposeError::NoLeader);
+            }
+            let (Some(leader), Some(node)) = (forward.leader_id, forward.leader_node) else {
+                return Err(ProposeError::NoLeader);
+            };
+            let applied = forward_to(shared, leader, &node.addr, command).await?;
+            wait_applied(shared, applied.index).await?;
+            Ok(applied)
+        }
+        Err(RaftError::APIError(other)) => Err(ProposeError::Stopped(other.to_string())),
+        Err(RaftError::Fatal(fatal)) => Err(ProposeError::Stopped(fatal.to_string())),
+    }
+}
+
+async fn forward_to(
+    shared: &Shared,
+    leader: ControlNodeId,
+    addr: &str,
+    command: Command,
+) -> Result<Applied, ProposeError> {
+    let unreachable = |reason: String| ProposeError::LeaderUnreachable { leader, reason };
+    let peer = resolve(addr)
+        .await
+        .ok_or_else(|| unreachable(format!("address {addr:?} does not resolve")))?;
+    let request = ProposeMessage::of(&ProposeRequest {
+        command,
+        forwarded: true,
+    })
+    .map_err(|e| unreachable(e.to_string()))?;
+    let answer: Result<ProposeMessage, CallError> = shared
+        .transport
+        .call_message(peer, Lane::Control, opcodes::PROPOSE, &request)
+        .await;
+    match answer {
+        Ok(message) => message.parse().map_err(|e| unreachable(e.to_string())),
+        Err(CallError::Rejected(error)) if error.message == ProposeError::NoLeader.to_string() => {
+            Err(ProposeError::NoLeader)
+        }
+        Err(error) => Err(unreachable(error.to_string())),
+    }
+}
+
+/// Resolves a `host:port` cluster address.
+pub(super) async fn resolve(addr: &str) -> Option<SocketAddr> {
+    if let Ok(addr) = addr.parse() {
+        return Some(addr);
+    }
+    tokio::net::lookup_host(addr).await.ok()?.next()
+}
+
+/// Waits until this node's replica applied `index`.
+async fn wait_applied(shared: &Shared, index: u64) -> Result<(), ProposeError> {
+    let mut applied = shared.view.watch_applied();
+    let reached = timeout(
+        PROPOSE_TIMEOUT,
+        applied.wait_for(|applied| *applied >= index),
+    )
+    .await;
+    match reached {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => Err(ProposeError::Stopped("state machine closed".into())),
+        Err(_) => Err(ProposeError::NotAppliedHere {
+            index,
+            seconds: PROPOSE_TIMEOUT.as_secs(),
+        }),
+    }
+}
+
+/// Proposals wait for a commit; a bound keeps a burst of them from holding
+/// unbounded memory while the cluster has no leader.
+const PROPOSE_PERMITS: usize = 256;
+
+fn shared_or_503(slot: &OnceLock<Arc<Shared>>) -> Result<Arc<Shared>, RpcError> {
+    slot.get()
+        .cloned()
+        .ok_or_else(|| RpcError::unavailable("control node starting"))
+}
+
+/// Routes `Propose`, `ReadLocal` and `JoinCluster`.
+pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Router {
+    let for_propose = slot.clone();
+    let for_read = slot.clone();
+    let for_join = slot.clone();
+    let limit = OperationLimit::new("propose", PROPOSE_PERMITS);
+    router
+        .route(opcodes::PROPOSE, limit, move |inbound: Inbound| {
+            let slot = for_propose.clone();
+            async move {
+                let shared = shared_or_503(&slot)?;
+                let request: ProposeRequest = inbound.message::<ProposeMessage>()?.parse()?;
+                let applied = propose(&shared, request.command, request.forwarded).await?;
+                let answer =
+                    ProposeMessage::of(&applied).map_err(|e| RpcError::internal(e.to_string()))?;
+                Ok(Response::message(&answer))
+            }
+        })
+        .route(
+            opcodes::READ_LOCAL,
+            OperationLimit::messaging(),
+            move |inbound: Inbound| {
+                let slot = for_read.clone();
+                async move {
+                    let shared = shared_or_503(&slot)?;
+                    let request: LocalRead = inbound.message::<ReadLocalMessage>()?.parse()?;
+                    let answer = match request {
+                        LocalRead::Topic { name } => LocalReadAnswer::Topic {
+                            topic: shared
+                                .view
+                                .read(|metastore| metastore.topic(&name).cloned()),
+                            applied_index: shared.view.applied_index(),
+                        },
+                        LocalRead::Status => LocalReadAnswer::Status(shared.status()),
+                    };
+                    let answer = ReadLocalMessage::of(&answer)
+                        .map_err(|e| RpcError::internal(e.to_string()))?;
+                    Ok(Response::message(&answer))
+                }
+            },
+        )
+        .route(
+            opcodes::JOIN_CLUSTER,
+            OperationLimit::new("join", 4),
+            move |inbound: Inbound| {
+                let slot = for_join.clone();
+                async move {
+                    let shared = shared_or_503(&slot)?;
+                    join::serve(&shared, inbound).await
+                }
+            },
+        )
+}

@@ -1,0 +1,90 @@
+//! The JSON shapes inside the control node's messages (`Propose`,
+//! `ReadLocal`, `JoinCluster`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::metastore::{Command, Topic};
+use crate::raft::ControlNodeId;
+
+/// A proposed metastore command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProposeRequest {
+    /// The command.
+    pub command: Command,
+    /// Set by a follower that forwards to the leader: the leader must not
+    /// forward again (one hop at most).
+    pub forwarded: bool,
+}
+
+/// What a local read asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalRead {
+    /// One topic by exact name.
+    Topic {
+        /// The name.
+        name: String,
+    },
+    /// The node's Raft status.
+    Status,
+}
+
+/// The answer to [`LocalRead`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalReadAnswer {
+    /// The topic, if this replica has it, and the replica's applied index.
+    Topic {
+        /// The topic.
+        topic: Option<Topic>,
+        /// The replica's applied index when it was read.
+        applied_index: u64,
+    },
+    /// The node's status.
+    Status(Status),
+}
+
+/// A control node's view of Raft, as `/status` and `ReadLocal` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// This node's id.
+    pub node_id: ControlNodeId,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub state: String,
+    /// Current term.
+    pub term: u64,
+    /// The leader this node knows of.
+    pub leader: Option<ControlNodeId>,
+    /// Last log index appended here.
+    pub last_log_index: u64,
+    /// Last index applied to the metastore here.
+    pub applied_index: u64,
+    /// Highest commit index a leader reported to this node (a leader's
+    /// own applied index when it leads).
+    pub leader_commit_index: u64,
+    /// Voters of the current membership.
+    pub voters: Vec<ControlNodeId>,
+    /// Learners of the current membership.
+    pub learners: Vec<ControlNodeId>,
+}
+
+/// A control node asks to join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinRequest {
+    /// Its id.
+    pub id: ControlNodeId,
+    /// Its cluster address.
+    pub addr: String,
+    /// Set when a follower forwards to the leader.
+    pub forwarded: bool,
+}
+
+/// How a join ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinAnswer {
+    /// Added as a learner, caught up, then made a voter.
+    Promoted,
+    /// It already was a voter.
+    Voter,
+}

@@ -1,0 +1,326 @@
+//! A harness for multi-process control-plane tests: it builds the `narad`
+//! binary once, starts `narad control` processes on loopback with free
+//! ports, talks to them over the cluster transport (with the same secret),
+//! and kills every process it started when dropped.
+//!
+//! Every wait is bounded and fails with what it was waiting for.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use narad_controlplane::node::ControlClient;
+use narad_controlplane::node::wire::Status;
+use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
+
+/// The cluster secret every test cluster shares.
+pub const SECRET: &str = "narad-test-cluster-secret-0123456789";
+
+/// Raft timings for tests: the defaults (100 ms heartbeats, 500 ms election
+/// timeout), written out so a change of defaults does not slow tests.
+const HEARTBEAT: &str = "100ms";
+const ELECTION: &str = "500ms";
+
+/// How long any single wait of the harness may take before the test fails.
+pub const WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// Returns the `narad` executable, building it if needed (once per test
+/// binary) with the cargo that runs the tests.
+///
+/// It asks for `cargo test --workspace --no-run`, the same build as the
+/// workspace's test command: under `cargo test --workspace` everything is
+/// already fresh, so this only locates the binary (cargo releases its build
+/// lock before tests run), and the binary is not compiled a second time
+/// with another feature set. The `narad` package has an integration test,
+/// so that build includes `target/debug/narad`.
+///
+/// # Panics
+/// If the build fails or reports no executable.
+pub fn narad_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let output = Command::new(env!("CARGO"))
+            .current_dir(&workspace)
+            .args(["test", "--workspace", "--no-run", "--message-format=json"])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cargo runs");
+        assert!(
+            output.status.success(),
+            "cargo test --workspace --no-run failed"
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|message| message["target"]["name"] == "narad")
+            .filter(|message| message["target"]["kind"][0] == "bin")
+            .filter(|message| message["profile"]["test"] == false)
+            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reported the narad executable")
+    })
+}
+
+/// A loopback UDP port that was free a moment ago.
+fn free_udp_addr() -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("udp bind");
+    socket.local_addr().expect("local addr")
+}
+
+/// A loopback TCP port that was free a moment ago.
+fn free_tcp_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+    listener.local_addr().expect("local addr")
+}
+
+/// One `narad control` process (or its place while stopped).
+#[derive(Debug)]
+pub struct ControlProcess {
+    /// Raft id.
+    pub id: u64,
+    /// Cluster transport address.
+    pub cluster_addr: SocketAddr,
+    /// HTTP address.
+    pub http_addr: SocketAddr,
+    data_dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl ControlProcess {
+    /// Whether the process runs.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The process's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A set of control processes and a client of them.
+#[derive(Debug)]
+pub struct ControlCluster {
+    /// The processes, by position (id = position + 1).
+    pub nodes: Vec<ControlProcess>,
+    peers: String,
+    client: ControlClient,
+    _dir: tempfile::TempDir,
+}
+
+impl ControlCluster {
+    /// Starts `voters` control nodes that bootstrap as one cluster.
+    ///
+    /// # Panics
+    /// If a process cannot be spawned.
+    pub async fn start(voters: u64) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let nodes: Vec<ControlProcess> = (1..=voters)
+            .map(|id| ControlProcess {
+                id,
+                cluster_addr: free_udp_addr(),
+                http_addr: free_tcp_addr(),
+                data_dir: dir.path().join(format!("node-{id}")),
+                log: dir.path().join(format!("node-{id}.log")),
+                child: None,
+            })
+            .collect();
+        let peers = nodes
+            .iter()
+            .map(|node| format!("{}@{}", node.id, node.cluster_addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Self {
+            nodes,
+            peers,
+            client: ControlClient::new(Arc::new(client_transport())),
+            _dir: dir,
+        };
+        for index in 0..cluster.nodes.len() {
+            cluster.spawn(index);
+        }
+        cluster
+    }
+
+    /// Adds a node with the next id that joins through the peers.
+    pub fn add_joiner(&mut self) -> usize {
+        let id = self.nodes.len() as u64 + 1;
+        let dir = self._dir.path();
+        self.nodes.push(ControlProcess {
+            id,
+            cluster_addr: free_udp_addr(),
+            http_addr: free_tcp_addr(),
+            data_dir: dir.join(format!("node-{id}")),
+            log: dir.join(format!("node-{id}.log")),
+            child: None,
+        });
+        let index = self.nodes.len() - 1;
+        self.spawn(index);
+        index
+    }
+
+    /// Starts (or restarts) the process at `index` on its old addresses
+    /// and data directory.
+    pub fn spawn(&mut self, index: usize) {
+        let node = &self.nodes[index];
+        assert!(node.child.is_none(), "node {} already runs", node.id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("log file");
+        let child = Command::new(narad_binary())
+            .arg("control")
+            .args(["--node-id", &node.id.to_string()])
+            .args(["--cluster-addr", &node.cluster_addr.to_string()])
+            .args(["--advertise-addr", &node.cluster_addr.to_string()])
+            .args(["--http-addr", &node.http_addr.to_string()])
+            .args(["--peers", &self.peers])
+            .args(["--raft-heartbeat-interval", HEARTBEAT])
+            .args(["--raft-election-timeout", ELECTION])
+            .args(["--security-enabled", "false"])
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .env("NARAD_CLUSTER_SECRET", SECRET)
+            .env("NARAD_LOG_LEVEL", "info")
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("narad control starts");
+        self.nodes[index].child = Some(child);
+    }
+
+    /// SIGKILLs the process at `index` and reaps it.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.nodes[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &ControlClient {
+        &self.client
+    }
+
+    /// Status of every running node that answers.
+    pub async fn statuses(&self) -> Vec<(usize, Status)> {
+        let mut found = Vec::new();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.is_running()
+                && let Ok(status) = self.client.status(node.cluster_addr).await
+            {
+                found.push((index, status));
+            }
+        }
+        found
+    }
+
+    /// Waits until every running node names the same leader, which runs
+    /// and calls itself leader; returns its index.
+    ///
+    /// # Panics
+    /// After [`WAIT_MAX`], with every node's log.
+    pub async fn wait_for_leader(&self) -> usize {
+        let running = self.nodes.iter().filter(|node| node.is_running()).count();
+        self.wait_until("one leader agreed by every running node", || async {
+            let statuses = self.statuses().await;
+            if statuses.len() != running {
+                return None;
+            }
+            let leader = statuses[0].1.leader?;
+            let index = self.nodes.iter().position(|node| node.id == leader)?;
+            let agreed = statuses
+                .iter()
+                .all(|(_, status)| status.leader == Some(leader));
+            let leads = statuses
+                .iter()
+                .any(|(i, status)| *i == index && status.state == "leader");
+            (agreed && leads).then_some(index)
+        })
+        .await
+    }
+
+    /// Polls `probe` every 50 ms until it returns `Some`.
+    ///
+    /// # Panics
+    /// After [`WAIT_MAX`], naming `what` and showing every node's log.
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some(value) = probe().await {
+                return value;
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|node| format!("--- node {} ---\n{}", node.id, node.log()))
+                    .collect();
+                panic!(
+                    "gave up after {WAIT_MAX:?} waiting for {what}\n{}",
+                    logs.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for ControlCluster {
+    fn drop(&mut self) {
+        for index in 0..self.nodes.len() {
+            self.kill(index);
+        }
+    }
+}
+
+/// A transport node for the test's client, with the cluster secret.
+fn client_transport() -> Node {
+    let secret = ClusterSecret::new(SECRET.as_bytes().to_vec()).expect("secret long enough");
+    let config = NodeConfig::new(
+        "127.0.0.1:0".parse().expect("address"),
+        ClusterAuth::Secret(secret),
+    );
+    Node::bind(config, Router::new()).expect("client transport binds")
+}
+
+/// `GET path` over plain HTTP/1.0; the status code and body.
+///
+/// # Panics
+/// If the node does not answer.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("http connects");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("status line");
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    (status, body)
+}

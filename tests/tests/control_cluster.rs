@@ -1,0 +1,153 @@
+//! Three `narad control` processes on loopback: election, replication
+//! through any node, failover after SIGKILL, restart, and a joining node.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use narad_controlplane::metastore::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
+use narad_controlplane::raft::AppliedOutcome;
+use narad_tests::cluster::{ControlCluster, http_get};
+
+fn create_topic(name: &str) -> Command {
+    let created_at_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64;
+    Command::CreateTopic(CreateTopic {
+        actor: Actor::SecurityOff,
+        name: name.into(),
+        id: IncarnationId::mint(&mut rand::rng()),
+        partitions: None,
+        retention_ms: None,
+        visibility_timeout_ms: None,
+        max_in_flight_per_partition: None,
+        max_acked_ahead_per_partition: None,
+        schema: None,
+        parent: None,
+        defaults: TopicDefaults::default(),
+        created_at_ms,
+    })
+}
+
+/// Creates `name` through the node at `index`, retrying while the cluster
+/// has no leader (an election in progress answers 503).
+async fn create_through(cluster: &ControlCluster, index: usize, name: &str) -> u64 {
+    let addr = cluster.nodes[index].cluster_addr;
+    let what = format!("create {name} through node {}", index + 1);
+    cluster
+        .wait_until(&what, || async {
+            let applied = cluster
+                .client()
+                .propose(addr, create_topic(name))
+                .await
+                .ok()?;
+            assert_eq!(applied.outcome, AppliedOutcome::Applied, "{name}");
+            Some(applied.index)
+        })
+        .await
+}
+
+/// Waits until every running node's replica has topic `name`.
+async fn wait_visible_everywhere(cluster: &ControlCluster, name: &str) {
+    for node in cluster.nodes.iter().filter(|node| node.is_running()) {
+        let what = format!("topic {name} on node {}", node.id);
+        cluster
+            .wait_until(&what, || async {
+                let (topic, _) = cluster.client().topic(node.cluster_addr, name).await.ok()?;
+                topic.map(|_| ())
+            })
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_one_leader_and_all_turn_ready() {
+    let cluster = ControlCluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let statuses = cluster.statuses().await;
+    assert_eq!(
+        statuses.iter().filter(|(_, s)| s.state == "leader").count(),
+        1
+    );
+    assert!(statuses.iter().all(|(_, s)| s.voters == vec![1, 2, 3]));
+    for node in &cluster.nodes {
+        cluster
+            .wait_until("/readyz 200", || async {
+                let (code, _) = http_get(node.http_addr, "/readyz").await;
+                (code == 200).then_some(())
+            })
+            .await;
+    }
+    let (code, body) = http_get(cluster.nodes[leader].http_addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("narad_raft_state{state=\"leader\"} 1"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_through_a_follower_is_visible_on_every_node() {
+    let cluster = ControlCluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = (leader + 1) % 3;
+    let index = create_through(&cluster, follower, "orders").await;
+    // Answered only after the answering follower applied it.
+    let (topic, applied) = cluster
+        .client()
+        .topic(cluster.nodes[follower].cluster_addr, "orders")
+        .await
+        .expect("follower answers");
+    assert!(topic.is_some());
+    assert!(applied >= index);
+    wait_visible_everywhere(&cluster, "orders").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_elects_another_and_creates_keep_working() {
+    let mut cluster = ControlCluster::start(3).await;
+    let old_leader = cluster.wait_for_leader().await;
+    create_through(&cluster, old_leader, "before").await;
+    cluster.kill(old_leader);
+    let new_leader = cluster.wait_for_leader().await;
+    assert_ne!(new_leader, old_leader);
+    let survivor = (0..3).find(|&i| i != old_leader).expect("a survivor");
+    create_through(&cluster, survivor, "after").await;
+    wait_visible_everywhere(&cluster, "before").await;
+    wait_visible_everywhere(&cluster, "after").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_cluster_keeps_every_committed_change() {
+    let mut cluster = ControlCluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let names: Vec<String> = (0..5).map(|i| format!("kept-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        create_through(&cluster, (leader + i) % 3, name).await;
+    }
+    for index in 0..3 {
+        cluster.kill(index);
+    }
+    for index in 0..3 {
+        cluster.spawn(index);
+    }
+    cluster.wait_for_leader().await;
+    for name in &names {
+        wait_visible_everywhere(&cluster, name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_joins_as_a_learner_and_is_promoted_to_voter() {
+    let mut cluster = ControlCluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    create_through(&cluster, leader, "seen-by-joiner").await;
+    let joiner = cluster.add_joiner();
+    let addr = cluster.nodes[joiner].cluster_addr;
+    cluster
+        .wait_until("node 4 a voter in its own view", || async {
+            let status = cluster.client().status(addr).await.ok()?;
+            status.voters.contains(&4).then_some(())
+        })
+        .await;
+    wait_visible_everywhere(&cluster, "seen-by-joiner").await;
+}
