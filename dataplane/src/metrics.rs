@@ -14,6 +14,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 pub const HTTP_REQUESTS_TOTAL: &str = "narad_http_requests_total";
 /// Seconds to answer an HTTP request (route, method, status).
 pub const HTTP_REQUEST_DURATION_SECONDS: &str = "narad_http_request_duration_seconds";
+/// Batch produces refused because the node's body budget was full.
+pub const HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL: &str =
+    "narad_http_batch_body_budget_rejections_total";
 /// Messages appended on this node as their partition's owner (topic,
 /// partition).
 pub const MESSAGES_PRODUCED_TOTAL: &str = "narad_messages_produced_total";

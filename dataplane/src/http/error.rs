@@ -17,6 +17,8 @@ pub struct ApiError {
     pub message: String,
     /// `WWW-Authenticate` on a `401`.
     pub challenge: bool,
+    /// `Retry-After`, in seconds.
+    pub retry_after_seconds: Option<u32>,
 }
 
 impl ApiError {
@@ -26,6 +28,7 @@ impl ApiError {
             status,
             message: message.into(),
             challenge: false,
+            retry_after_seconds: None,
         }
     }
 
@@ -52,6 +55,9 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static(r#"Basic realm="narad""#),
             );
         }
+        if let Some(seconds) = self.retry_after_seconds {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -67,6 +73,7 @@ impl From<AuthError> for ApiError {
             status,
             message: error.to_string(),
             challenge: error == AuthError::Unauthenticated,
+            retry_after_seconds: None,
         }
     }
 }

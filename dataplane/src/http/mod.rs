@@ -6,7 +6,7 @@
 //! cross-site guard to state-changing methods, then checks the grant.
 
 pub mod auth;
-mod body;
+pub mod body;
 pub mod error;
 mod health;
 mod produce;
@@ -25,6 +25,7 @@ use axum::routing::{get, post};
 use narad_wal::Wal;
 
 use crate::http::auth::Authenticator;
+use crate::http::body::BodyBudget;
 use crate::http::error::ApiError;
 use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
@@ -74,6 +75,8 @@ pub struct ApiState {
     pub health: Arc<Health>,
     /// The dispatcher's stored checkpoint, for the backlog gauge.
     pub checkpoint_stored: Arc<AtomicU64>,
+    /// Budget of large batch bodies being read.
+    pub body_budget: BodyBudget,
 }
 
 impl ApiState {
@@ -94,6 +97,7 @@ impl ApiState {
             metrics,
             health,
             checkpoint_stored,
+            body_budget: BodyBudget::default(),
         }
     }
 

@@ -7,7 +7,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::body::read_limited;
+use super::body::{BudgetHold, read_limited};
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
@@ -34,7 +34,7 @@ pub(crate) async fn produce(
         .acceptor
         .producible_topic(&topic)
         .map_err(|error| refused(&state, &topic, error))?;
-    let payload = read_limited(&headers, body, MESSAGE_BYTES_MAX).await?;
+    let payload = read_limited(&headers, body, MESSAGE_BYTES_MAX, None).await?;
     let message = ProduceMessage {
         key,
         partition,
@@ -76,8 +76,18 @@ pub(crate) async fn produce_batch(
         // Refuse an unknown encoding before reading the body.
         check_encoding(encoding)?;
     }
-    let sent = read_limited(&headers, body, BATCH_BODY_BYTES_MAX).await?;
+    let mut hold = BudgetHold::default();
+    let sent = read_limited(
+        &headers,
+        body,
+        BATCH_BODY_BYTES_MAX,
+        Some((&state.body_budget, &mut hold)),
+    )
+    .await
+    .inspect_err(|error| note_budget_rejection(&state, error))?;
     let decoded = decode_content(encoding, sent)?;
+    hold.cover(&state.body_budget, decoded.len())
+        .inspect_err(|error| note_budget_rejection(&state, error))?;
     let messages = parse_batch(&decoded)?;
     let accepted = state
         .acceptor
@@ -136,6 +146,14 @@ fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
         .and_then(|text| text.parse::<u64>().ok())
         .map(|p| u32::try_from(p).unwrap_or(u32::MAX))
         .ok_or_else(|| ApiError::bad_request("invalid partition: want a non-negative integer"))
+}
+
+fn note_budget_rejection(state: &ApiState, error: &ApiError) {
+    if error.status == StatusCode::SERVICE_UNAVAILABLE {
+        state
+            .metrics
+            .count(metrics::HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL, &[], 1);
+    }
 }
 
 fn refused(state: &ApiState, topic: &str, error: AcceptError) -> ApiError {

@@ -25,19 +25,25 @@ struct Api {
 }
 
 fn api_with(config: ApiConfig) -> Api {
+    api_with_budget(config, super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX)
+}
+
+fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
     let (sim, wal) = sim_wal(11);
     let replica = replica();
     let acceptor = Arc::new(Acceptor::new(Arc::clone(&wal), Arc::clone(&replica), 5));
     let health = Arc::new(Health::default());
     health.started.store(true, Ordering::Release);
-    let state = Arc::new(ApiState::new(
+    let mut state = ApiState::new(
         config,
         acceptor,
         replica,
         Arc::new(NodeMetrics::new()),
         health,
         Arc::new(AtomicU64::new(0)),
-    ));
+    );
+    state.body_budget = super::body::BodyBudget::new(budget_bytes);
+    let state = Arc::new(state);
     Api {
         router: router(Arc::clone(&state)),
         state,
@@ -819,4 +825,22 @@ async fn head_is_answered_on_get_routes() {
         .body(Body::empty())
         .expect("request");
     assert_eq!(send(&api, request).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn batch_body_past_the_node_budget_is_503_with_retry_after() {
+    let api = api_with_budget(ApiConfig::default(), 0);
+    let payload = format!("\"{}\"", "a".repeat(600 * 1024));
+    let body = format!(r#"{{"messages":[{{"payload":{payload}}},{{"payload":{payload}}}]}}"#);
+    let answer = send(&api, batch(ALICE, &body)).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.headers[header::RETRY_AFTER], "1");
+    assert!(wal_records(&api.wal).is_empty());
+}
+
+#[tokio::test]
+async fn batch_body_within_the_first_mebibyte_needs_no_budget() {
+    let api = api_with_budget(ApiConfig::default(), 0);
+    let answer = send(&api, batch(ALICE, r#"{"messages":[{"payload":1}]}"#)).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
 }
