@@ -38,7 +38,7 @@ const RECORD_BYTES: usize = 256;
 /// like against the 4 KiB baseline writes.
 const PAGE_FRAME_PAYLOAD_BYTES: usize = 4096 - narad_wal::frame::FRAME_HEADER_BYTES;
 /// Rounds the latency samples are split into, interleaving the series.
-const LATENCY_ROUNDS: usize = 5;
+const LATENCY_ROUNDS: usize = 25;
 /// How long each throughput run lasts.
 const THROUGHPUT_PHASE: Duration = Duration::from_millis(500);
 /// Runs per throughput figure; the median is reported.
