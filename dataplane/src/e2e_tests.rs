@@ -18,6 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
 
+use crate::admin::ReplicaAdmin;
 use crate::commit::partition_dir;
 use crate::dispatch::{DispatchConfig, NoRemoteTarget, ReplicaLeader};
 use crate::ingress::ProduceMessage;
@@ -50,6 +51,7 @@ fn start(disk: Arc<dyn Disk>, replica: &Arc<MetadataReplica>, config: DataNodeCo
             replica: Arc::clone(replica),
             leader: Arc::new(ReplicaLeader::new(Arc::clone(replica))),
             remote: Arc::new(NoRemoteTarget),
+            admin: Arc::new(ReplicaAdmin::new(Arc::clone(replica), LOCAL_NODE, 0x100)),
         },
         config,
     )

@@ -15,6 +15,7 @@
 //! ([`metadata::MetadataReplica`]) and asks a leader-confirmation trait
 //! before anything destructive.
 
+pub mod admin;
 pub mod commit;
 pub mod dispatch;
 pub mod http;

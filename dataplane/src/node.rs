@@ -14,6 +14,7 @@ use narad_disk::Disk;
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
+use crate::admin::TopicAdmin;
 use crate::commit::{Combiners, LocalLogs};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
@@ -84,6 +85,8 @@ pub struct NodeServices {
     pub leader: Arc<dyn LeaderConfirm>,
     /// Commits to other nodes' partitions.
     pub remote: Arc<dyn CommitTarget>,
+    /// Topic changes (the control plane).
+    pub admin: Arc<dyn TopicAdmin>,
 }
 
 /// A running data node.
@@ -147,14 +150,17 @@ impl DataNode {
             config.seed,
         ));
         let health = Arc::new(Health::default());
-        let api = Arc::new(ApiState::new(
+        let mut api = ApiState::new(
             config.api.clone(),
             acceptor,
             services.replica,
             metrics,
             Arc::clone(&health),
             Arc::clone(&dispatch_status.checkpoint_stored),
-        ));
+            services.admin,
+        );
+        api.logs = Some(Arc::clone(&logs));
+        let api = Arc::new(api);
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
         Ok(Self {

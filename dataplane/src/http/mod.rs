@@ -11,6 +11,7 @@ pub mod error;
 mod health;
 mod produce;
 mod query;
+pub mod topics;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use narad_wal::Wal;
 
+use crate::admin::TopicAdmin;
+use crate::commit::LocalLogs;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;
 use crate::http::error::ApiError;
@@ -77,6 +80,10 @@ pub struct ApiState {
     pub checkpoint_stored: Arc<AtomicU64>,
     /// Budget of large batch bodies being read.
     pub body_budget: BodyBudget,
+    /// Topic changes, forwarded to the control plane.
+    pub admin: Arc<dyn TopicAdmin>,
+    /// This node's partition logs, for partition statistics.
+    pub logs: Option<Arc<LocalLogs>>,
 }
 
 impl ApiState {
@@ -88,8 +95,11 @@ impl ApiState {
         metrics: Arc<NodeMetrics>,
         health: Arc<Health>,
         checkpoint_stored: Arc<AtomicU64>,
+        admin: Arc<dyn TopicAdmin>,
     ) -> Self {
         Self {
+            admin,
+            logs: None,
             config,
             auth: Authenticator::new(Arc::clone(&replica)),
             acceptor,
@@ -133,6 +143,11 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(
             "/v1/topics/{topic}/produce/batch",
             post(produce::produce_batch),
+        )
+        .route("/v1/topics", post(topics::create).get(topics::list))
+        .route(
+            "/v1/topics/{topic}",
+            get(topics::describe).delete(topics::delete),
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -261,3 +276,5 @@ fn action_name(action: GrantAction) -> &'static str {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topic_tests;

@@ -12,19 +12,20 @@ use narad_wal::Wal;
 use tower::ServiceExt;
 
 use super::{ApiConfig, ApiState, Health, router};
+use crate::admin::ReplicaAdmin;
 use crate::ingress::Acceptor;
 use crate::ingress::partition::key_partition;
 use crate::metrics::NodeMetrics;
-use crate::testing::{basic, replica, sim_wal, wal_records};
+use crate::testing::{LOCAL_NODE, basic, replica, sim_wal, wal_records};
 
-struct Api {
-    router: Router,
-    state: Arc<ApiState>,
-    wal: Arc<Wal>,
-    sim: SimDisk,
+pub(super) struct Api {
+    pub(super) router: Router,
+    pub(super) state: Arc<ApiState>,
+    pub(super) wal: Arc<Wal>,
+    pub(super) sim: SimDisk,
 }
 
-fn api_with(config: ApiConfig) -> Api {
+pub(super) fn api_with(config: ApiConfig) -> Api {
     api_with_budget(config, super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX)
 }
 
@@ -32,6 +33,7 @@ fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
     let (sim, wal) = sim_wal(11);
     let replica = replica();
     let acceptor = Arc::new(Acceptor::new(Arc::clone(&wal), Arc::clone(&replica), 5));
+    let admin_replica = Arc::clone(&replica);
     let health = Arc::new(Health::default());
     health.started.store(true, Ordering::Release);
     let mut state = ApiState::new(
@@ -41,8 +43,15 @@ fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
         Arc::new(NodeMetrics::new()),
         health,
         Arc::new(AtomicU64::new(0)),
+        Arc::new(ReplicaAdmin::new(admin_replica, LOCAL_NODE, 0x100)),
     );
     state.body_budget = super::body::BodyBudget::new(budget_bytes);
+    let disk: Arc<dyn narad_disk::Disk> = Arc::new(sim.clone());
+    state.logs = Some(Arc::new(crate::commit::LocalLogs::new(
+        disk,
+        "/node",
+        narad_plog::LogConfig::default(),
+    )));
     let state = Arc::new(state);
     Api {
         router: router(Arc::clone(&state)),
@@ -52,24 +61,24 @@ fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
     }
 }
 
-fn api() -> Api {
+pub(super) fn api() -> Api {
     api_with(ApiConfig::default())
 }
 
-struct Answer {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: String,
+pub(super) struct Answer {
+    pub(super) status: StatusCode,
+    pub(super) headers: axum::http::HeaderMap,
+    pub(super) body: String,
 }
 
 impl Answer {
-    fn error(&self) -> String {
+    pub(super) fn error(&self) -> String {
         let value: serde_json::Value = serde_json::from_str(&self.body).expect("JSON error body");
         value["error"].as_str().expect("error text").to_owned()
     }
 }
 
-async fn send(api: &Api, request: Request<Body>) -> Answer {
+pub(super) async fn send(api: &Api, request: Request<Body>) -> Answer {
     let response = api
         .router
         .clone()
@@ -92,7 +101,11 @@ fn post(uri: &str) -> axum::http::request::Builder {
     Request::post(uri)
 }
 
-fn produce_request(uri: &str, who: (&str, &str), body: impl Into<Body>) -> Request<Body> {
+pub(super) fn produce_request(
+    uri: &str,
+    who: (&str, &str),
+    body: impl Into<Body>,
+) -> Request<Body> {
     post(uri)
         .header(header::AUTHORIZATION, basic(who.0, who.1))
         .header(header::CONTENT_TYPE, "application/octet-stream")
@@ -100,7 +113,7 @@ fn produce_request(uri: &str, who: (&str, &str), body: impl Into<Body>) -> Reque
         .expect("request")
 }
 
-const ALICE: (&str, &str) = ("alice", "alice-pw");
+pub(super) const ALICE: (&str, &str) = ("alice", "alice-pw");
 
 #[tokio::test]
 async fn produce_answers_202_after_staging_a_format_2_record() {

@@ -17,5 +17,6 @@ mod types;
 
 pub use replica::MetadataReplica;
 pub use types::{
-    Grant, GrantAction, Member, MetadataDelta, MetadataSnapshot, TopicMeta, TopicSchema, User,
+    Grant, GrantAction, Member, MetadataDelta, MetadataSnapshot, RETENTION_MS_DEFAULT, TopicMeta,
+    TopicSchema, User, VISIBILITY_TIMEOUT_MS_DEFAULT,
 };

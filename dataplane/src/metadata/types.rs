@@ -14,6 +14,12 @@ pub struct TopicSchema {
     pub document: serde_json::Value,
 }
 
+/// Retention of a topic created without one: 7 days.
+pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
+
+/// Lease length of a topic created without one: 30 s.
+pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
 /// A topic as the data plane needs it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopicMeta {
@@ -36,6 +42,14 @@ pub struct TopicMeta {
     /// Fan-out delay of a delay child; 0 for any other topic. A delay child
     /// refuses direct produces.
     pub fanout_delay_ms: u64,
+    /// Retention in milliseconds; 0 keeps records forever.
+    pub retention_ms: u64,
+    /// Lease length of a consume, immutable after create.
+    pub visibility_timeout_ms: u64,
+    /// Creation time, Unix milliseconds.
+    pub created_at_ms: u64,
+    /// The creating user; `None` for a topic created with security off.
+    pub owner: Option<String>,
 }
 
 impl TopicMeta {
@@ -51,6 +65,10 @@ impl TopicMeta {
             max_in_flight_per_partition: 1_024,
             max_acked_ahead_per_partition: 1_024,
             fanout_delay_ms: 0,
+            retention_ms: RETENTION_MS_DEFAULT,
+            visibility_timeout_ms: VISIBILITY_TIMEOUT_MS_DEFAULT,
+            created_at_ms: 0,
+            owner: None,
         }
     }
 
@@ -144,6 +162,33 @@ impl User {
     /// Whether the user may do `action` on `topic`.
     pub fn may(&self, action: GrantAction, topic: &str) -> bool {
         self.root || self.grants.iter().any(|grant| grant.allows(action, topic))
+    }
+
+    /// Whether the user is an admin (root, or an `admin` grant).
+    pub fn is_admin(&self) -> bool {
+        self.root
+            || self
+                .grants
+                .iter()
+                .any(|grant| grant.action == GrantAction::Admin)
+    }
+
+    /// Whether the user may read `topic` (describe, list): any grant
+    /// matching its name, ownership, or admin.
+    pub fn may_read(&self, topic: &TopicMeta) -> bool {
+        self.is_admin()
+            || topic.owner.as_deref() == Some(self.username.as_str())
+            || self.grants.iter().any(|grant| {
+                grant
+                    .patterns
+                    .iter()
+                    .any(|pattern| pattern_matches(pattern, &topic.name))
+            })
+    }
+
+    /// Whether the user may alter or delete `topic`: ownership or admin.
+    pub fn may_manage(&self, topic: &TopicMeta) -> bool {
+        self.is_admin() || topic.owner.as_deref() == Some(self.username.as_str())
     }
 }
 

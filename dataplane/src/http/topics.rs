@@ -1,0 +1,399 @@
+//! Topic routes: create, list, describe, delete. Changes go to the control
+//! plane through [`crate::admin::TopicAdmin`]; reads come from the local
+//! replica and, for partition statistics, the local partition logs.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::body::read_limited;
+use super::error::ApiError;
+use super::query::params;
+use super::{ApiState, authenticate};
+use crate::admin::{AdminError, CreateTopic};
+use crate::dispatch::{Destination, Route, Topology};
+use crate::ingress::MESSAGE_BYTES_MAX;
+use crate::metadata::{
+    GrantAction, RETENTION_MS_DEFAULT, TopicMeta, User, VISIBILITY_TIMEOUT_MS_DEFAULT,
+};
+
+/// New topic names are at most this many bytes.
+pub const TOPIC_NAME_BYTES_MAX: usize = 200;
+/// Fewest partitions a topic has.
+pub const PARTITIONS_MIN: u32 = 3;
+/// Most partitions a topic has (`topic.max_partitions`).
+pub const PARTITIONS_MAX: u32 = 108;
+/// Partitions of a topic created without a count.
+pub const PARTITIONS_DEFAULT: u32 = 3;
+/// Shortest retention other than 0 (keep forever): one hour.
+pub const RETENTION_MS_MIN: i64 = 3_600_000;
+/// Topics on one list page by default, and at most.
+pub const LIST_LIMIT_DEFAULT: usize = 100;
+/// See [`LIST_LIMIT_DEFAULT`].
+pub const LIST_LIMIT_MAX: usize = 1_000;
+/// Default per-partition caps.
+pub const CAP_DEFAULT: u32 = 1_024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    #[serde(default)]
+    partitions: Option<i64>,
+    #[serde(default)]
+    retention_ms: Option<i64>,
+    #[serde(default)]
+    visibility_timeout_ms: Option<i64>,
+    #[serde(default)]
+    max_in_flight_per_partition: Option<i64>,
+    #[serde(default)]
+    max_acked_ahead_per_partition: Option<i64>,
+    #[serde(default)]
+    schema: Option<Value>,
+    #[serde(default)]
+    parent: Option<String>,
+    #[serde(default)]
+    fanout_delay_ms: Option<i64>,
+    /// Accepted and ignored: the owner is always the caller (spec §1.3).
+    #[serde(default)]
+    #[allow(dead_code)]
+    owner: Option<Value>,
+}
+
+/// `POST /v1/topics` → `201` topic record.
+pub(crate) async fn create(
+    State(state): State<Arc<ApiState>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let body = read_limited(&headers, body, MESSAGE_BYTES_MAX, None).await?;
+    let request: CreateBody = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
+    if let Some(user) = &user
+        && !user.may(GrantAction::Create, &request.name)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "no create grant on this topic",
+        ));
+    }
+    let create = validate(request, user.as_deref())?;
+    let topic = state
+        .admin
+        .create_topic(create)
+        .await
+        .map_err(admin_error)?;
+    Ok(json_response(StatusCode::CREATED, &record(&topic)))
+}
+
+fn validate(body: CreateBody, user: Option<&User>) -> Result<CreateTopic, ApiError> {
+    check_name(&body.name)?;
+    if body.parent.is_some() || body.fanout_delay_ms.is_some_and(|delay| delay != 0) {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "fan-out children are not supported by this node yet",
+        ));
+    }
+    let partitions = match body.partitions.unwrap_or(0) {
+        0 => PARTITIONS_DEFAULT,
+        p if p < i64::from(PARTITIONS_MIN) => {
+            return Err(ApiError::bad_request(
+                "partitions must be >= 3 (0 = use default)",
+            ));
+        }
+        p if p > i64::from(PARTITIONS_MAX) => {
+            return Err(ApiError::bad_request(format!(
+                "partitions must be <= {PARTITIONS_MAX}"
+            )));
+        }
+        p => u32::try_from(p).unwrap_or(PARTITIONS_MAX),
+    };
+    let retention_ms = match body.retention_ms {
+        None => RETENTION_MS_DEFAULT,
+        Some(r) if r < 0 => return Err(ApiError::bad_request("retention_ms must be >= 0")),
+        Some(r) if r != 0 && r < RETENTION_MS_MIN => {
+            return Err(ApiError::bad_request(
+                "retention_ms must be 0 (keep forever) or at least 3600000 (1 hour)",
+            ));
+        }
+        Some(r) => r.unsigned_abs(),
+    };
+    let schema = match body.schema {
+        None => None,
+        Some(schema @ (Value::Object(_) | Value::Bool(true))) => {
+            if let Err(error) = jsonschema::validator_for(&schema) {
+                return Err(ApiError::bad_request(format!("schema: {error}")));
+            }
+            Some(schema)
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "schema must be a JSON object or true",
+            ));
+        }
+    };
+    Ok(CreateTopic {
+        name: body.name,
+        partitions,
+        retention_ms,
+        visibility_timeout_ms: positive_or(
+            body.visibility_timeout_ms,
+            VISIBILITY_TIMEOUT_MS_DEFAULT,
+            "visibility_timeout_ms",
+        )?,
+        max_in_flight_per_partition: cap(
+            body.max_in_flight_per_partition,
+            "max_in_flight_per_partition",
+        )?,
+        max_acked_ahead_per_partition: cap(
+            body.max_acked_ahead_per_partition,
+            "max_acked_ahead_per_partition",
+        )?,
+        schema,
+        owner: user.map(|user| user.username.clone()),
+    })
+}
+
+fn positive_or(value: Option<i64>, default: u64, field: &str) -> Result<u64, ApiError> {
+    match value {
+        None | Some(0) => Ok(default),
+        Some(v) if v < 0 => Err(ApiError::bad_request(format!("{field} must be >= 0"))),
+        Some(v) => Ok(v.unsigned_abs()),
+    }
+}
+
+fn cap(value: Option<i64>, field: &str) -> Result<u32, ApiError> {
+    let value = positive_or(value, u64::from(CAP_DEFAULT), field)?;
+    u32::try_from(value).map_err(|_| ApiError::bad_request(format!("{field} is too large")))
+}
+
+/// 1–200 bytes of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(ApiError::bad_request(format!(
+            "topic name is {} bytes; new topic names are limited to {TOPIC_NAME_BYTES_MAX} bytes",
+            name.len()
+        )));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name == "." || name == ".." || !name.chars().all(allowed) {
+        return Err(ApiError::bad_request(
+            "invalid topic name: use 1-200 characters of A-Z a-z 0-9 . _ - (not . or ..)",
+        ));
+    }
+    Ok(())
+}
+
+fn admin_error(error: AdminError) -> ApiError {
+    let status = match &error {
+        AdminError::Conflict(_) => StatusCode::CONFLICT,
+        AdminError::NotFound => StatusCode::NOT_FOUND,
+        AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    ApiError::new(status, error.to_string())
+}
+
+/// `GET /v1/topics[?limit=N][&page_token=T]`: name order, filtered to what
+/// the caller may read, keyset pagination.
+pub(crate) async fn list(
+    State(state): State<Arc<ApiState>>,
+    RawQuery(query): RawQuery,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let (limit, after) = list_query(query.as_deref().unwrap_or(""))?;
+    let view = state.replica.view();
+    let mut page: Vec<&Arc<TopicMeta>> = view
+        .topics
+        .iter()
+        .filter(|(name, _)| after.as_deref().is_none_or(|after| &***name > after))
+        .map(|(_, topic)| topic)
+        .take(limit + 1)
+        .collect();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    // Filtered after the cut, as the spec says: a page may be short.
+    let next_page_token = if more {
+        page.last()
+            .map(|topic| topic.name.to_string())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let topics: Vec<Value> = page
+        .into_iter()
+        .filter(|topic| user.as_deref().is_none_or(|user| user.may_read(topic)))
+        .map(|topic| record(topic))
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "topics": topics, "next_page_token": next_page_token }),
+    ))
+}
+
+fn list_query(query: &str) -> Result<(usize, Option<String>), ApiError> {
+    let mut limit = LIST_LIMIT_DEFAULT;
+    let mut after = None;
+    for param in params(query) {
+        match param.name.as_slice() {
+            b"limit" => {
+                let value: i64 = std::str::from_utf8(&param.value)
+                    .ok()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or_else(|| ApiError::bad_request("invalid limit"))?;
+                if value <= 0 {
+                    return Err(ApiError::bad_request("limit must be positive"));
+                }
+                limit = usize::try_from(value)
+                    .unwrap_or(LIST_LIMIT_MAX)
+                    .min(LIST_LIMIT_MAX);
+            }
+            b"page_token" if !param.value.is_empty() => {
+                after = Some(String::from_utf8_lossy(&param.value).into_owned());
+            }
+            _ => {}
+        }
+    }
+    Ok((limit, after))
+}
+
+/// `GET /v1/topics/{topic}`: the record, schema and partition statistics.
+pub(crate) async fn describe(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let topic = state
+        .replica
+        .topic_meta(&name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
+    if let Some(user) = &user
+        && !user.may_read(&topic)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "no grant on this topic",
+        ));
+    }
+    let mut body = record(&topic);
+    let mut partial = false;
+    let stats: Vec<Value> = (0..topic.partitions)
+        .map(|partition| {
+            let (stats, available) = partition_stats(&state, &topic, partition);
+            partial |= !available;
+            stats
+        })
+        .collect();
+    body["schema_version"] = json!(topic.schema.as_ref().map_or(0, |schema| schema.version));
+    if let Some(schema) = &topic.schema {
+        body["schema"] = schema.document.clone();
+    }
+    body["partition_stats"] = Value::Array(stats);
+    body["partial"] = json!(partial);
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// One partition's statistics, and whether they are real.
+fn partition_stats(state: &ApiState, topic: &TopicMeta, partition: u32) -> (Value, bool) {
+    let destination = Destination::new(&topic.name, partition);
+    let placeholder = |owner: String, liveness: &str| {
+        json!({
+            "index": partition, "segments": 0, "oldest_offset": 0, "next_offset": 0,
+            "high_watermark": 0, "size_bytes": 0, "owner_node": owner,
+            "status": "owner_unavailable", "owner_liveness": liveness,
+        })
+    };
+    let node = match state.replica.route(&destination) {
+        Route::Unassigned => return (placeholder(String::new(), "unassigned"), false),
+        Route::Owner {
+            local: false,
+            node,
+            alive,
+        } => {
+            // Asking other owners needs the cluster transport: not built.
+            let liveness = if alive { "unreachable" } else { "dead" };
+            return (placeholder(node.to_string(), liveness), false);
+        }
+        Route::Owner { node, .. } => node,
+    };
+    let stats = state
+        .logs
+        .as_ref()
+        .map(|logs| logs.resolve(&destination, topic.incarnation_id.as_ref()))
+        .and_then(Result::ok)
+        .and_then(|log| log.stats().ok());
+    match stats {
+        Some(stats) => {
+            let mut value = json!({
+                "index": partition, "segments": stats.segments, "oldest_offset": stats.oldest_offset,
+                "next_offset": stats.next_offset, "high_watermark": stats.high_watermark,
+                "size_bytes": stats.size_bytes, "owner_node": node.to_string(), "status": "ok",
+            });
+            if let Some(ms) = stats.oldest_segment_time_ms {
+                value["oldest_segment_at"] = json!(ms / 1000);
+            }
+            (value, true)
+        }
+        None => (placeholder(node.to_string(), "unknown"), false),
+    }
+}
+
+/// `DELETE /v1/topics/{topic}` → `204`; ownership or admin.
+pub(crate) async fn delete(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let topic = state
+        .replica
+        .topic_meta(&name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
+    if let Some(user) = &user
+        && !user.may_manage(&topic)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "deleting a topic needs its ownership or admin",
+        ));
+    }
+    state.admin.delete_topic(name).await.map_err(admin_error)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The topic record JSON (wire contract §9.2).
+fn record(topic: &TopicMeta) -> Value {
+    let mut value = json!({
+        "name": &*topic.name,
+        "partitions": topic.partitions,
+        "retention_ms": topic.retention_ms,
+        "visibility_timeout_ms": topic.visibility_timeout_ms,
+        "max_in_flight_per_partition": topic.max_in_flight_per_partition,
+        "max_acked_ahead_per_partition": topic.max_acked_ahead_per_partition,
+        "created_at": topic.created_at_ms,
+    });
+    if let Some(id) = &topic.incarnation_id {
+        value["id"] = json!(&**id);
+    }
+    if let Some(owner) = &topic.owner {
+        value["owner"] = json!(owner);
+    }
+    value
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut text = body.to_string();
+    text.push('\n');
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
