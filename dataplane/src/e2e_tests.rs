@@ -438,3 +438,46 @@ fn a_topic_created_after_start_is_dispatched_once_assigned() {
     let stored = stored(&disk, Path::new(DATA_DIR), "fresh", 3);
     assert_eq!(stored[&2], vec![(Vec::new(), b"early".to_vec())]);
 }
+
+#[test]
+fn the_wal_compacts_behind_the_synced_checkpoint() {
+    let sim = SimDisk::new(12);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    let replica = replica();
+    let mut config = config(Path::new(DATA_DIR), 1);
+    config.wal = narad_wal::WalOptions {
+        segment_bytes: 64 * 1024,
+        record_bytes_max: 16 * 1024,
+        compact_rotate_bytes: 4 * 1024,
+        ..narad_wal::WalOptions::default()
+    };
+    let node = start(disk, &replica, config);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let topic = node
+        .api()
+        .acceptor
+        .producible_topic("orders")
+        .expect("topic");
+    for i in 0..200u32 {
+        let message = ProduceMessage {
+            key: Vec::new(),
+            partition: Some(i % 3),
+            payload: bytes::Bytes::from(vec![b'x'; 1024]),
+        };
+        runtime
+            .block_on(node.api().acceptor.accept(&topic, &message))
+            .expect("accept");
+    }
+    assert!(
+        node.wal().segment_bases().len() > 1,
+        "the records span several segments"
+    );
+    wait_until("dispatch", || node.drained());
+    wait_until("compaction down to one segment", || {
+        node.wal().segment_bases().len() == 1
+    });
+    assert!(node.checkpoint().synced() >= 200);
+    node.shutdown();
+}
