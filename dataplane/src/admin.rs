@@ -1,5 +1,5 @@
 //! Topic administration as the data plane's HTTP API asks for it. The
-//! control plane implements [`TopicAdmin`] (a Raft proposal on the leader,
+//! control plane implements [`Admin`] (a Raft proposal on the leader,
 //! answered once the local replica applied it); [`ReplicaAdmin`] applies
 //! the changes straight to a local replica, for tests and a single-process
 //! setup without Raft.
@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use crate::dispatch::NodeId;
 use crate::ingress::now_unix_ms;
-use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta, TopicSchema};
+use crate::metadata::{Grant, MetadataDelta, MetadataReplica, TopicMeta, TopicSchema, User};
 
 /// A future an admin call returns.
 pub type AdminFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, AdminError>> + Send + 'a>>;
@@ -50,17 +50,30 @@ pub enum AdminError {
     /// `404`.
     #[error("topic not found")]
     NotFound,
+    /// `404` for a user.
+    #[error("user not found")]
+    UserNotFound,
     /// `503` with this text (no leader, change may or may not apply).
     #[error("{0}")]
     Unavailable(String),
 }
 
-/// Topic changes the HTTP API forwards to the control plane.
-pub trait TopicAdmin: Send + Sync + fmt::Debug {
+/// Topic and user changes the HTTP API forwards to the control plane.
+/// Each answers once the local replica holds the change (read your
+/// writes). Authorization was checked by the caller.
+pub trait Admin: Send + Sync + fmt::Debug {
     /// Creates a topic; answers with the record as the replica holds it.
     fn create_topic(&self, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>>;
     /// Deletes a topic.
     fn delete_topic(&self, name: String) -> AdminFuture<'_, ()>;
+    /// Creates a user (the password already hashed).
+    fn create_user(&self, user: User) -> AdminFuture<'_, Arc<User>>;
+    /// Deletes a user.
+    fn delete_user(&self, username: String) -> AdminFuture<'_, ()>;
+    /// Replaces a user's grants.
+    fn set_grants(&self, username: String, grants: Vec<Grant>) -> AdminFuture<'_, Arc<User>>;
+    /// Replaces a user's password hash.
+    fn set_password(&self, username: String, password_hash: String) -> AdminFuture<'_, ()>;
 }
 
 /// Applies admin changes to a local replica directly: one data node, no
@@ -97,9 +110,25 @@ impl ReplicaAdmin {
     fn next_index(&self) -> u64 {
         self.replica.view().applied_index + 1
     }
+
+    /// Applies `change` to a copy of the user and stores it; the caller
+    /// holds `changes`.
+    fn changed_user(
+        &self,
+        username: &str,
+        change: impl FnOnce(&mut User),
+    ) -> Result<User, AdminError> {
+        let (user, _) = self.replica.user(username);
+        let mut user = User::clone(&*user.ok_or(AdminError::UserNotFound)?);
+        change(&mut user);
+        user.updated_at_ms = now_unix_ms();
+        self.replica
+            .apply_delta(self.next_index(), MetadataDelta::PutUser(user.clone()));
+        Ok(user)
+    }
 }
 
-impl TopicAdmin for ReplicaAdmin {
+impl Admin for ReplicaAdmin {
     fn create_topic(&self, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
         Box::pin(async move {
             let _change = self.changes.lock();
@@ -137,6 +166,51 @@ impl TopicAdmin for ReplicaAdmin {
             self.replica
                 .topic_meta(&request.name)
                 .ok_or_else(|| AdminError::Unavailable("topic vanished after create".into()))
+        })
+    }
+
+    fn create_user(&self, user: User) -> AdminFuture<'_, Arc<User>> {
+        Box::pin(async move {
+            let _change = self.changes.lock();
+            let (existing, _) = self.replica.user(&user.username);
+            if existing.is_some() {
+                return Err(AdminError::Conflict("user already exists".into()));
+            }
+            let username = user.username.clone();
+            self.replica
+                .apply_delta(self.next_index(), MetadataDelta::PutUser(user));
+            self.replica
+                .user(&username)
+                .0
+                .ok_or_else(|| AdminError::Unavailable("user vanished after create".into()))
+        })
+    }
+
+    fn delete_user(&self, username: String) -> AdminFuture<'_, ()> {
+        Box::pin(async move {
+            let _change = self.changes.lock();
+            if self.replica.user(&username).0.is_none() {
+                return Err(AdminError::UserNotFound);
+            }
+            self.replica
+                .apply_delta(self.next_index(), MetadataDelta::DeleteUser { username });
+            Ok(())
+        })
+    }
+
+    fn set_grants(&self, username: String, grants: Vec<Grant>) -> AdminFuture<'_, Arc<User>> {
+        Box::pin(async move {
+            let _change = self.changes.lock();
+            let user = self.changed_user(&username, |user| user.grants = grants)?;
+            Ok(Arc::new(user))
+        })
+    }
+
+    fn set_password(&self, username: String, password_hash: String) -> AdminFuture<'_, ()> {
+        Box::pin(async move {
+            let _change = self.changes.lock();
+            self.changed_user(&username, |user| user.password_hash = password_hash)?;
+            Ok(())
         })
     }
 

@@ -14,7 +14,7 @@ use narad_disk::Disk;
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
-use crate::admin::TopicAdmin;
+use crate::admin::Admin;
 use crate::commit::{Combiners, LocalLogs};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
@@ -86,7 +86,7 @@ pub struct NodeServices {
     /// Commits to other nodes' partitions.
     pub remote: Arc<dyn CommitTarget>,
     /// Topic changes (the control plane).
-    pub admin: Arc<dyn TopicAdmin>,
+    pub admin: Arc<dyn Admin>,
 }
 
 /// A running data node.

@@ -26,6 +26,8 @@ pub(crate) fn user(name: &str, password: &str, grants: Vec<Grant>, root: bool) -
         password_hash: bcrypt::hash(password, TEST_BCRYPT_COST).expect("bcrypt hash"),
         root,
         grants,
+        created_at_ms: 0,
+        updated_at_ms: 0,
     }
 }
 

@@ -191,6 +191,30 @@ impl Authenticator {
         Err(AuthError::Unauthenticated)
     }
 
+    /// Hashes `password` at `cost`, under the bcrypt slots.
+    ///
+    /// # Errors
+    /// [`AuthError::Unavailable`].
+    pub async fn hash_password(&self, password: String, cost: u32) -> Result<String, AuthError> {
+        let _slot = Arc::clone(&self.bcrypt_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| AuthError::Unavailable)?;
+        self.bcrypt_runs.fetch_add(1, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
+            .await
+            .map_err(|_| AuthError::Unavailable)?
+            .map_err(|_| AuthError::Unavailable)
+    }
+
+    /// Checks `password` against `hash`, under the bcrypt slots.
+    ///
+    /// # Errors
+    /// [`AuthError::Unavailable`].
+    pub async fn verify_password(&self, password: String, hash: String) -> Result<bool, AuthError> {
+        self.run_bcrypt(password, hash).await
+    }
+
     async fn run_bcrypt(&self, password: String, hash: String) -> Result<bool, AuthError> {
         let _slot = Arc::clone(&self.bcrypt_slots)
             .acquire_owned()

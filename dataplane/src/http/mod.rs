@@ -12,6 +12,7 @@ mod health;
 mod produce;
 mod query;
 pub mod topics;
+pub mod users;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,10 +23,10 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use narad_wal::Wal;
 
-use crate::admin::TopicAdmin;
+use crate::admin::Admin;
 use crate::commit::LocalLogs;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;
@@ -41,13 +42,20 @@ pub struct ApiConfig {
     pub security: bool,
     /// Serve `/metrics` without credentials even with security on.
     pub metrics_unauthenticated: bool,
+    /// bcrypt cost of password hashes this node makes.
+    pub bcrypt_cost: u32,
 }
+
+/// bcrypt cost of new password hashes: the common default, tens of
+/// milliseconds per check in release builds.
+pub const BCRYPT_COST_DEFAULT: u32 = 10;
 
 impl Default for ApiConfig {
     fn default() -> Self {
         Self {
             security: true,
             metrics_unauthenticated: false,
+            bcrypt_cost: BCRYPT_COST_DEFAULT,
         }
     }
 }
@@ -81,7 +89,7 @@ pub struct ApiState {
     /// Budget of large batch bodies being read.
     pub body_budget: BodyBudget,
     /// Topic changes, forwarded to the control plane.
-    pub admin: Arc<dyn TopicAdmin>,
+    pub admin: Arc<dyn Admin>,
     /// This node's partition logs, for partition statistics.
     pub logs: Option<Arc<LocalLogs>>,
 }
@@ -95,7 +103,7 @@ impl ApiState {
         metrics: Arc<NodeMetrics>,
         health: Arc<Health>,
         checkpoint_stored: Arc<AtomicU64>,
-        admin: Arc<dyn TopicAdmin>,
+        admin: Arc<dyn Admin>,
     ) -> Self {
         Self {
             admin,
@@ -149,6 +157,13 @@ pub fn router(state: Arc<ApiState>) -> Router {
             "/v1/topics/{topic}",
             get(topics::describe).delete(topics::delete),
         )
+        .route("/v1/users", post(users::create).get(users::list))
+        .route(
+            "/v1/users/{user}",
+            get(users::describe).delete(users::delete),
+        )
+        .route("/v1/users/{user}/grants", put(users::set_grants))
+        .route("/v1/users/{user}/password", put(users::set_password))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -278,3 +293,5 @@ fn action_name(action: GrantAction) -> &'static str {
 mod tests;
 #[cfg(test)]
 mod topic_tests;
+#[cfg(test)]
+mod user_tests;

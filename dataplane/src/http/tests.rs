@@ -414,7 +414,7 @@ async fn anonymous_request_gets_401_before_415() {
 async fn security_off_needs_no_credentials() {
     let api = api_with(ApiConfig {
         security: false,
-        metrics_unauthenticated: false,
+        ..ApiConfig::default()
     });
     let request = post("/v1/topics/legacy/produce")
         .header(header::CONTENT_TYPE, "application/octet-stream")
@@ -784,8 +784,8 @@ async fn metrics_need_credentials_with_security_on() {
 #[tokio::test]
 async fn metrics_unauthenticated_serves_without_credentials() {
     let api = api_with(ApiConfig {
-        security: true,
         metrics_unauthenticated: true,
+        ..ApiConfig::default()
     });
     assert_eq!(send(&api, get("/metrics")).await.status, StatusCode::OK);
 }

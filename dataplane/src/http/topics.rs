@@ -1,5 +1,5 @@
 //! Topic routes: create, list, describe, delete. Changes go to the control
-//! plane through [`crate::admin::TopicAdmin`]; reads come from the local
+//! plane through [`crate::admin::Admin`]; reads come from the local
 //! replica and, for partition statistics, the local partition logs.
 
 use std::sync::Arc;
@@ -191,10 +191,10 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn admin_error(error: AdminError) -> ApiError {
+pub(crate) fn admin_error(error: AdminError) -> ApiError {
     let status = match &error {
         AdminError::Conflict(_) => StatusCode::CONFLICT,
-        AdminError::NotFound => StatusCode::NOT_FOUND,
+        AdminError::NotFound | AdminError::UserNotFound => StatusCode::NOT_FOUND,
         AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     ApiError::new(status, error.to_string())
@@ -392,7 +392,7 @@ fn record(topic: &TopicMeta) -> Value {
     value
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     let mut text = body.to_string();
     text.push('\n');
     (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()

@@ -274,6 +274,8 @@ mod tests {
                 password_hash: String::new(),
                 root: false,
                 grants: Vec::new(),
+                created_at_ms: 0,
+                updated_at_ms: 0,
             }),
         );
         let (user, after) = replica.user("alice");

@@ -156,6 +156,10 @@ pub struct User {
     pub root: bool,
     /// Grants.
     pub grants: Vec<Grant>,
+    /// Creation time, Unix ms.
+    pub created_at_ms: u64,
+    /// Time of the last grant or password change, Unix ms.
+    pub updated_at_ms: u64,
 }
 
 impl User {
