@@ -444,7 +444,7 @@ pub struct RingOptions {
     /// `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN` (Linux
     /// 6.1): the kernel runs completion work only when the storage thread
     /// waits for completions, instead of interrupting it. On by default: it
-    /// measured 12–15 µs off a 4 KiB write-and-sync on a preallocated file
+    /// measured 10–18 µs off a 4 KiB write-and-sync on a preallocated file
     /// (docs/internals/disk.md). Where the kernel refuses the flags the ring
     /// is set up without them, and an `info` line says so.
     pub defer_taskrun: bool,
