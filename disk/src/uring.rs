@@ -1532,6 +1532,78 @@ mod tests {
         assert_eq!(settle(split, 10, &mut written), Settled::Again);
     }
 
+    /// What a kernel may return for one write-and-sync round, chosen by a
+    /// seeded generator: the round's results and whether the round was an
+    /// ordered, successful sync covering every byte.
+    fn kernel_round(state: &mut u64, len: usize, written: usize) -> (SyncRound, bool) {
+        let mut next = |bound: u64| {
+            *state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (*state >> 33) % bound
+        };
+        let rest = len - written;
+        let cancelled = Some(-libc::ECANCELED);
+        if rest == 0 {
+            let sync = [0, -libc::EIO][usize::from(next(4) == 0)];
+            return (round(None, Some(sync)), sync == 0);
+        }
+        let split = next(8) == 0;
+        let (write, sync) = match next(6) {
+            0 => (-libc::EIO, cancelled),
+            1 => (-libc::EINTR, cancelled),
+            2 if rest > 1 => (next(rest as u64 - 1) as i32 + 1, cancelled),
+            3 => (rest as i32, Some(-libc::EIO)),
+            _ => (rest as i32, Some(0)),
+        };
+        let durable = sync == Some(0) && !split;
+        (
+            SyncRound {
+                split,
+                ..round(Some(write), sync)
+            },
+            durable,
+        )
+    }
+
+    #[test]
+    fn write_and_sync_is_ok_only_after_an_ordered_sync_of_every_byte() {
+        for seed in 0..2_000u64 {
+            let mut state = seed;
+            let len = 1 + (seed as usize % 9) * 512;
+            let mut written = 0;
+            let mut rounds = 0;
+            let outcome = loop {
+                rounds += 1;
+                assert!(rounds < 1_000, "seed {seed}: no end");
+                let before = written;
+                let (kernel, durable) = kernel_round(&mut state, len, written);
+                match settle(kernel, len, &mut written) {
+                    Settled::Again => {
+                        assert!(
+                            !matches!(kernel.sync, Some(result) if result < 0 && result != -libc::ECANCELED),
+                            "seed {seed}: a failed fdatasync was retried"
+                        );
+                    }
+                    Settled::Done(0) => {
+                        assert!(durable, "seed {seed}: Ok without an ordered sync");
+                        assert_eq!(written, len, "seed {seed}: Ok for a partial write");
+                        break 0;
+                    }
+                    Settled::Done(error) => {
+                        assert!(error < 0 && error != -libc::ECANCELED, "seed {seed}");
+                        assert!(written <= len && written >= before, "seed {seed}");
+                        break error;
+                    }
+                }
+            };
+            assert!(
+                outcome == 0 || outcome == -libc::EIO,
+                "seed {seed}: {outcome}"
+            );
+        }
+    }
+
     #[test]
     fn write_and_sync_that_makes_no_progress_is_write_zero() {
         let (_dir, file) = temp_file();
