@@ -85,6 +85,7 @@ pub fn accept_status(error: &AcceptError) -> StatusCode {
         AcceptError::DelayedChild => StatusCode::CONFLICT,
         AcceptError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         AcceptError::Wal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        AcceptError::SchemaBusy => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_REQUEST,
     }
 }

@@ -30,9 +30,16 @@ pub(super) fn api_with(config: ApiConfig) -> Api {
 }
 
 fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
+    api_with_parts(config, budget_bytes, 2)
+}
+
+fn api_with_parts(config: ApiConfig, budget_bytes: usize, validation_slots: usize) -> Api {
     let (sim, wal) = sim_wal(11);
     let replica = replica();
-    let acceptor = Arc::new(Acceptor::new(Arc::clone(&wal), Arc::clone(&replica), 5));
+    let acceptor = Arc::new(
+        Acceptor::new(Arc::clone(&wal), Arc::clone(&replica), 5)
+            .with_validation_slots(validation_slots, std::time::Duration::ZERO),
+    );
     let admin_replica = Arc::clone(&replica);
     let health = Arc::new(Health::default());
     health.started.store(true, Ordering::Release);
@@ -856,4 +863,60 @@ async fn batch_body_within_the_first_mebibyte_needs_no_budget() {
     let api = api_with_budget(ApiConfig::default(), 0);
     let answer = send(&api, batch(ALICE, r#"{"messages":[{"payload":1}]}"#)).await;
     assert_eq!(answer.status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn large_payload_with_no_validation_slot_is_503() {
+    let api = api_with_parts(
+        ApiConfig::default(),
+        super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX,
+        0,
+    );
+    let payload = format!(r#"{{"amount":1,"pad":"{}"}}"#, "x".repeat(20 * 1024));
+    let answer = send(
+        &api,
+        produce_request("/v1/topics/typed/produce", ALICE, payload),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(answer.error().contains("schema validation slot"));
+    assert!(wal_records(&api.wal).is_empty());
+}
+
+#[tokio::test]
+async fn small_payload_needs_no_validation_slot() {
+    let api = api_with_parts(
+        ApiConfig::default(),
+        super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX,
+        0,
+    );
+    let answer = send(
+        &api,
+        produce_request("/v1/topics/typed/produce", ALICE, r#"{"amount":1}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn batch_without_a_validation_slot_is_503_naming_message_0() {
+    let api = api_with_parts(
+        ApiConfig::default(),
+        super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX,
+        0,
+    );
+    let pad = "x".repeat(20 * 1024);
+    let body = format!(r#"{{"messages":[{{"payload":{{"amount":1,"pad":"{pad}"}}}}]}}"#);
+    let request = post("/v1/topics/typed/produce/batch")
+        .header(header::AUTHORIZATION, basic("alice", "alice-pw"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("request");
+    let answer = send(&api, request).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        answer
+            .error()
+            .starts_with("message 0: schema: validation capacity busy")
+    );
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use narad_wal::record::KEY_BYTES_MAX;
 use narad_wal::{FillError, Wal, WalError, WalRecordRef};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::partition::{RoundRobin, key_partition};
 use super::schema::{SchemaCache, SchemaError};
@@ -25,6 +26,20 @@ pub const BATCH_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
 // A whole batch of maximal payloads is still one WAL append of records each
 // under the WAL's record limit.
 const _: () = assert!(MESSAGE_BYTES_MAX + KEY_BYTES_MAX < narad_wal::record::RECORD_BYTES_MAX);
+
+/// Payloads larger than this are validated under a validation slot: a
+/// large payload can cost milliseconds of CPU, and unbounded concurrent
+/// validations would starve request handling.
+pub const SCHEMA_SLOT_PAYLOAD_BYTES_MIN: usize = 16 * 1024;
+
+/// How long a produce waits for a validation slot before it is refused
+/// with `503` (the spec's 5 s).
+pub const SCHEMA_SLOT_WAIT: Duration = Duration::from_secs(5);
+
+/// The refusal text when no validation slot freed up in time (wire
+/// contract §7.2: clients read "schema validation slot" as "nothing
+/// stored").
+pub const SCHEMA_BUSY_TEXT: &str = "schema: validation capacity busy, retry: no schema validation slot on this node freed up within 5s, so the payload was not validated; retry, preferably through another node";
 
 /// One message to accept.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +83,9 @@ pub enum AcceptError {
     /// The topic's schema refused the payload.
     #[error(transparent)]
     Schema(#[from] SchemaError),
+    /// No schema validation slot freed up in time (`503`).
+    #[error("{SCHEMA_BUSY_TEXT}")]
+    SchemaBusy,
     /// The WAL refused or failed the append (`500 produce failed`).
     #[error("produce failed: {0}")]
     Wal(#[from] WalError),
@@ -91,6 +109,8 @@ pub struct Acceptor {
     round_robin: RoundRobin,
     schemas: SchemaCache,
     started: Instant,
+    validation_slots: Arc<Semaphore>,
+    validation_wait: Duration,
 }
 
 /// A message checked and placed, ready to stage.
@@ -110,6 +130,40 @@ impl Acceptor {
             round_robin: RoundRobin::new(seed),
             schemas: SchemaCache::default(),
             started: Instant::now(),
+            validation_slots: Arc::new(Semaphore::new(
+                std::thread::available_parallelism().map_or(1, usize::from),
+            )),
+            validation_wait: SCHEMA_SLOT_WAIT,
+        }
+    }
+
+    /// Sets the number of validation slots and how long a produce waits
+    /// for one (tests shrink both).
+    pub fn with_validation_slots(mut self, slots: usize, wait: Duration) -> Self {
+        self.validation_slots = Arc::new(Semaphore::new(slots));
+        self.validation_wait = wait;
+        self
+    }
+
+    /// A validation slot when `messages` need one: a schema topic and a
+    /// payload over [`SCHEMA_SLOT_PAYLOAD_BYTES_MIN`]. One slot covers the
+    /// whole request.
+    async fn validation_slot(
+        &self,
+        topic: &TopicMeta,
+        messages: &[ProduceMessage],
+    ) -> Result<Option<OwnedSemaphorePermit>, AcceptError> {
+        let costly = topic.schema.is_some()
+            && messages
+                .iter()
+                .any(|message| message.payload.len() > SCHEMA_SLOT_PAYLOAD_BYTES_MIN);
+        if !costly {
+            return Ok(None);
+        }
+        let slot = Arc::clone(&self.validation_slots).acquire_owned();
+        match tokio::time::timeout(self.validation_wait, slot).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            _ => Err(AcceptError::SchemaBusy),
         }
     }
 
@@ -144,7 +198,11 @@ impl Acceptor {
         message: &ProduceMessage,
     ) -> Result<u64, AcceptError> {
         check_format(message)?;
+        let slot = self
+            .validation_slot(topic, std::slice::from_ref(message))
+            .await?;
         let placed = self.place(topic, message)?;
+        drop(slot);
         let created_at = now_unix_ms();
         let record = record_of(topic, &placed, created_at);
         let pending = self.wal.append_with(record.encoded_len(), |dst| {
@@ -176,6 +234,10 @@ impl Acceptor {
         for (index, message) in messages.iter().enumerate() {
             check_format(message).map_err(|error| BatchRefusal { index, error })?;
         }
+        let slot = self
+            .validation_slot(topic, messages)
+            .await
+            .map_err(|error| BatchRefusal { index: 0, error })?;
         let mut placed = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {
             placed.push(
@@ -183,6 +245,7 @@ impl Acceptor {
                     .map_err(|error| BatchRefusal { index, error })?,
             );
         }
+        drop(slot);
         let created_at = now_unix_ms();
         let records: Vec<WalRecordRef<'_>> = placed
             .iter()
