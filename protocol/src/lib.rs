@@ -35,6 +35,7 @@ pub mod codec;
 pub mod frame;
 mod lane;
 pub mod limits;
+pub mod metadata;
 mod node;
 mod opcode;
 mod server;

@@ -3,7 +3,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use narad_controlplane::metastore::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
+use narad_controlplane::metastore::{
+    Actor, Command, CreateTopic, DeleteTopic, IncarnationId, TopicDefaults,
+};
+use narad_controlplane::node::wire::ConfirmQuestion;
 use narad_controlplane::raft::AppliedOutcome;
 use narad_tests::cluster::{ControlCluster, http_get};
 
@@ -150,4 +153,46 @@ async fn a_new_node_joins_as_a_learner_and_is_promoted_to_voter() {
         })
         .await;
     wait_visible_everywhere(&cluster, "seen-by-joiner").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_confirmation_through_a_follower_sees_a_delete_committed_before_it() {
+    let cluster = ControlCluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.nodes[(leader + 1) % 3].cluster_addr;
+    create_through(&cluster, leader, "doomed").await;
+    let (topic, _) = cluster
+        .client()
+        .topic(cluster.nodes[leader].cluster_addr, "doomed")
+        .await
+        .expect("leader answers");
+    let id = topic.expect("created").id;
+    let question = ConfirmQuestion::Incarnation {
+        name: "doomed".into(),
+        id: id.clone(),
+    };
+    let before = cluster
+        .client()
+        .confirm(follower, question.clone())
+        .await
+        .expect("confirmed");
+    assert!(before.current);
+    let delete = Command::DeleteTopic(DeleteTopic {
+        actor: Actor::SecurityOff,
+        name: "doomed".into(),
+        expected_id: Some(id),
+    });
+    let deleted = cluster
+        .client()
+        .propose(cluster.nodes[leader].cluster_addr, delete)
+        .await
+        .expect("delete committed");
+    assert_eq!(deleted.outcome, AppliedOutcome::Applied);
+    let after = cluster
+        .client()
+        .confirm(follower, question)
+        .await
+        .expect("confirmed");
+    assert!(!after.current, "the incarnation is gone");
+    assert!(after.read_index >= deleted.index);
 }

@@ -26,6 +26,11 @@ pub mod opcodes {
     pub const PROPOSE: Opcode = Opcode(67);
     /// Read this node's local replica (no forwarding).
     pub const READ_LOCAL: Opcode = Opcode(68);
+    /// The metadata stream: a snapshot, then ordered changes (long poll).
+    pub const METADATA_FETCH: Opcode = Opcode(69);
+    /// Leader confirmation: the leader runs a linearizable read barrier,
+    /// then answers from its state.
+    pub const LEADER_CONFIRM: Opcode = Opcode(70);
     /// A new control node asks to be added as a learner, then promoted.
     pub const JOIN_CLUSTER: Opcode = Opcode::JOIN_CLUSTER;
 }
@@ -110,6 +115,11 @@ json_message!(
     "ReadLocal"
 );
 json_message!(
+    /// `LeaderConfirm` request (a question) or answer.
+    ConfirmMessage,
+    "LeaderConfirm"
+);
+json_message!(
     /// `JoinCluster` request (who joins, where) or answer.
     JoinMessage,
     "JoinCluster"
@@ -126,6 +136,8 @@ pub fn opcode_name(opcode: Opcode) -> &'static str {
         opcodes::RAFT_INSTALL_SNAPSHOT => "RaftInstallSnapshot",
         opcodes::PROPOSE => "Propose",
         opcodes::READ_LOCAL => "ReadLocal",
+        opcodes::METADATA_FETCH => "MetadataFetch",
+        opcodes::LEADER_CONFIRM => "LeaderConfirm",
         _ => opcode.name().unwrap_or("unknown"),
     }
 }

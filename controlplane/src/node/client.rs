@@ -4,11 +4,15 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use narad_protocol::metadata::{MetadataBatch, MetadataFetch};
 use narad_protocol::{CallError, Lane, Node};
 
-use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest, Status};
+use super::wire::{
+    ConfirmAnswer, ConfirmQuestion, ConfirmRequest, LocalRead, LocalReadAnswer, ProposeRequest,
+    Status,
+};
 use crate::metastore::{Command, Topic};
-use crate::network::messages::{ProposeMessage, ReadLocalMessage, opcodes};
+use crate::network::messages::{ConfirmMessage, ProposeMessage, ReadLocalMessage, opcodes};
 use crate::raft::Applied;
 
 /// Why a call to a control node failed.
@@ -91,6 +95,52 @@ impl ControlClient {
             LocalReadAnswer::Status(status) => Ok(status),
             other => Err(ClientError::Answer(format!("{other:?}"))),
         }
+    }
+
+    /// One fetch of the metadata stream from the node at `addr`: the
+    /// changes after `after_index` (or a snapshot), waiting up to `wait_ms`
+    /// when there are none.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn fetch_metadata(
+        &self,
+        addr: SocketAddr,
+        after_index: u64,
+        wait_ms: u32,
+    ) -> Result<MetadataBatch, ClientError> {
+        let fetch = MetadataFetch {
+            after_index,
+            wait_ms,
+        };
+        Ok(self
+            .transport
+            .call_message(addr, Lane::Control, opcodes::METADATA_FETCH, &fetch)
+            .await?)
+    }
+
+    /// Asks the leader (through the node at `addr`) whether an incarnation
+    /// or attach epoch is still current, after a linearizable barrier.
+    ///
+    /// # Errors
+    /// [`ClientError`]; `503` while no leader can confirm.
+    pub async fn confirm(
+        &self,
+        addr: SocketAddr,
+        question: ConfirmQuestion,
+    ) -> Result<ConfirmAnswer, ClientError> {
+        let request = ConfirmMessage::of(&ConfirmRequest {
+            question,
+            forwarded: false,
+        })
+        .map_err(|e| ClientError::Answer(e.to_string()))?;
+        let answer: ConfirmMessage = self
+            .transport
+            .call_message(addr, Lane::Control, opcodes::LEADER_CONFIRM, &request)
+            .await?;
+        answer
+            .parse()
+            .map_err(|e| ClientError::Answer(e.to_string()))
     }
 
     async fn read(

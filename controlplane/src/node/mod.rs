@@ -8,14 +8,17 @@
 
 pub mod client;
 pub mod config;
+mod confirm;
 mod controller_loop;
 mod http;
 mod join;
+mod metadata;
 mod propose;
 mod runtime;
 pub mod wire;
 
 pub use client::ControlClient;
 pub use config::{ConfigError, ControlConfig};
+pub use metadata::{MetadataReplica, ReplicaError};
 pub use propose::ProposeError;
 pub use runtime::{ControlNode, StartError};

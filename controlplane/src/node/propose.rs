@@ -10,9 +10,9 @@ use narad_protocol::{
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::time::timeout;
 
-use super::join;
 use super::runtime::{PROPOSE_TIMEOUT, Shared};
 use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest};
+use super::{confirm, join, metadata};
 use crate::metastore::Command;
 use crate::network::messages::{ProposeMessage, ReadLocalMessage, opcodes};
 use crate::raft::{Applied, ControlNodeId};
@@ -143,7 +143,9 @@ fn shared_or_503(slot: &OnceLock<Arc<Shared>>) -> Result<Arc<Shared>, RpcError> 
         .ok_or_else(|| RpcError::unavailable("control node starting"))
 }
 
-/// Routes `Propose`, `ReadLocal` and `JoinCluster`.
+/// Routes `Propose`, `ReadLocal`, `LeaderConfirm`, `MetadataFetch` (a long poll, exempt
+/// from a permit limit like the spec's long-poll consumes) and
+/// `JoinCluster`.
 pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Router {
     let for_propose = slot.clone();
     let for_read = slot.clone();
@@ -181,6 +183,30 @@ pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Route
                     let answer = ReadLocalMessage::of(&answer)
                         .map_err(|e| RpcError::internal(e.to_string()))?;
                     Ok(Response::message(&answer))
+                }
+            },
+        )
+        .route(opcodes::LEADER_CONFIRM, OperationLimit::messaging(), {
+            let slot = slot.clone();
+            move |inbound: Inbound| {
+                let slot = slot.clone();
+                async move {
+                    let shared = shared_or_503(&slot)?;
+                    confirm::serve(&shared, inbound).await
+                }
+            }
+        })
+        .route(
+            opcodes::METADATA_FETCH,
+            OperationLimit::exempt("metadata"),
+            {
+                let slot = slot.clone();
+                move |inbound: Inbound| {
+                    let slot = slot.clone();
+                    async move {
+                        let shared = shared_or_503(&slot)?;
+                        metadata::serve(&shared, inbound).await
+                    }
                 }
             },
         )

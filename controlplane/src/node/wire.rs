@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::metastore::{Command, Topic};
+use crate::metastore::{AttachEpoch, Command, IncarnationId, Topic};
 use crate::raft::ControlNodeId;
 
 /// A proposed metastore command.
@@ -87,4 +87,44 @@ pub enum JoinAnswer {
     Promoted,
     /// It already was a voter.
     Voter,
+}
+
+/// A question a data node asks before something destructive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfirmQuestion {
+    /// Is topic `name` still incarnation `id`? (No: deleted or recreated,
+    /// so that incarnation's data may go.)
+    Incarnation {
+        /// The topic name.
+        name: String,
+        /// The incarnation the asker holds.
+        id: IncarnationId,
+    },
+    /// Is `child` still attached under `epoch`? (No: its cursors may go.)
+    AttachEpoch {
+        /// The child topic.
+        child: String,
+        /// The attach epoch the asker holds.
+        epoch: AttachEpoch,
+    },
+}
+
+/// A question and whether a follower already forwarded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmRequest {
+    /// The question.
+    pub question: ConfirmQuestion,
+    /// Set by a follower forwarding to the leader (one hop at most).
+    pub forwarded: bool,
+}
+
+/// The leader's answer, read after a linearizable barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmAnswer {
+    /// The incarnation or epoch is current.
+    pub current: bool,
+    /// The log index the read reflects (every change committed before the
+    /// question was asked is at or below it).
+    pub read_index: u64,
 }

@@ -1,6 +1,7 @@
 //! The state machine: the metastore in memory, its applied log id and
 //! membership, and snapshots persisted in redb.
 
+use std::collections::VecDeque;
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,10 +14,42 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, META};
-use crate::metastore::{ApplyContext, Metastore};
+use crate::metastore::{ApplyContext, Command, Metastore};
 use crate::raft::{
     Applied, AppliedOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+
+/// The metadata stream serves changes from memory: the last this many
+/// applied commands. A subscriber further behind gets a snapshot instead.
+pub const CHANGES_RETAINED: usize = 4_096;
+
+/// The recent applied commands, for the metadata stream.
+#[derive(Debug, Default)]
+struct ChangeLog {
+    /// (log index, command), oldest first, indexes strictly increasing.
+    entries: VecDeque<(u64, Command)>,
+    /// Every command applied after this index is in `entries`.
+    covered_from: u64,
+}
+
+/// What a metadata subscriber at some index needs next.
+#[derive(Debug, Clone)]
+pub enum Catchup {
+    /// The whole metastore at `applied_index`.
+    Snapshot {
+        /// The state.
+        metastore: Box<Metastore>,
+        /// Its applied index.
+        applied_index: u64,
+    },
+    /// The commands after the subscriber's index, up to `applied_index`.
+    Changes {
+        /// (log index, command), in log order.
+        changes: Vec<(u64, Command)>,
+        /// The subscriber's index after applying them.
+        applied_index: u64,
+    },
+}
 
 /// Everything a snapshot holds, and exactly what the state machine is.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -30,6 +63,9 @@ struct MachineState {
 #[derive(Debug)]
 struct Shared {
     state: RwLock<MachineState>,
+    /// Changed only under the `state` write lock, so a reader holding the
+    /// read lock sees the two agree.
+    changes: parking_lot::Mutex<ChangeLog>,
     /// The last applied log index (0 before anything), for waiters.
     applied: watch::Sender<u64>,
     /// Commands refused by `apply` (client errors, not faults).
@@ -78,6 +114,37 @@ impl MachineView {
     pub fn refused_total(&self) -> u64 {
         self.shared.refused.load(Ordering::Relaxed)
     }
+
+    /// What a subscriber whose replica applied `after_index` needs next:
+    /// at most `changes_max` changes, or a snapshot when it asks from 0,
+    /// from before the retained changes, or from beyond this replica.
+    pub fn catch_up(&self, after_index: u64, changes_max: usize) -> Catchup {
+        let state = self.shared.state.read();
+        let applied_index = state.last_applied.map_or(0, |log_id| log_id.index);
+        let log = self.shared.changes.lock();
+        if after_index == 0 || after_index < log.covered_from || after_index > applied_index {
+            return Catchup::Snapshot {
+                metastore: Box::new(state.metastore.clone()),
+                applied_index,
+            };
+        }
+        let changes: Vec<(u64, Command)> = log
+            .entries
+            .iter()
+            .filter(|(index, _)| *index > after_index)
+            .take(changes_max)
+            .cloned()
+            .collect();
+        // A cut batch brings the subscriber only to its last change.
+        let applied_index = match changes.last() {
+            Some((last, _)) if changes.len() == changes_max => *last,
+            _ => applied_index,
+        };
+        Catchup::Changes {
+            changes,
+            applied_index,
+        }
+    }
 }
 
 impl StateMachine {
@@ -88,8 +155,13 @@ impl StateMachine {
             None => MachineState::default(),
         };
         let (applied, _) = watch::channel(0);
+        let changes = ChangeLog {
+            entries: VecDeque::new(),
+            covered_from: state.last_applied.map_or(0, |log_id| log_id.index),
+        };
         let shared = Arc::new(Shared {
             state: RwLock::new(state),
+            changes: parking_lot::Mutex::new(changes),
             applied,
             refused: AtomicU64::new(0),
             snapshots_built: AtomicU64::new(0),
@@ -105,6 +177,22 @@ impl StateMachine {
         }
     }
 
+    /// Keeps `command` for the metadata stream (refused ones too: a
+    /// subscriber applies the same log and refuses them the same way).
+    /// Called under the state write lock.
+    fn record_change(&self, index: u64, command: &Command) {
+        let mut log = self.shared.changes.lock();
+        if let Some((last, _)) = log.entries.back() {
+            assert!(index > *last, "change {index} recorded after {last}");
+        }
+        log.entries.push_back((index, command.clone()));
+        if log.entries.len() > CHANGES_RETAINED
+            && let Some((dropped, _)) = log.entries.pop_front()
+        {
+            log.covered_from = dropped;
+        }
+    }
+
     fn apply_one(&self, state: &mut MachineState, entry: &Entry) -> Applied {
         let index = entry.log_id.index;
         let outcome = match &entry.payload {
@@ -113,6 +201,7 @@ impl StateMachine {
                 assert!(index > 0, "a command at log index 0");
                 let outcome =
                     AppliedOutcome::of(state.metastore.apply(command, ApplyContext { index }));
+                self.record_change(index, command);
                 if matches!(outcome, AppliedOutcome::Refused { .. }) {
                     self.shared.refused.fetch_add(1, Ordering::Relaxed);
                 }
@@ -256,7 +345,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         write_snapshot(&self.database, meta, &data)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         let last_applied = installed.last_applied;
-        *self.shared.state.write() = installed;
+        {
+            let mut state = self.shared.state.write();
+            *state = installed;
+            let mut log = self.shared.changes.lock();
+            log.entries.clear();
+            log.covered_from = last_applied.map_or(0, |log_id| log_id.index);
+        }
         self.shared.publish_applied(last_applied);
         Ok(())
     }

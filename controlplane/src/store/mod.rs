@@ -20,7 +20,7 @@ use std::sync::Arc;
 use redb::{Database, TableDefinition};
 
 pub use log::LogStore;
-pub use machine::{MachineView, StateMachine};
+pub use machine::{CHANGES_RETAINED, Catchup, MachineView, StateMachine};
 
 /// Log entries by index; each value is one openraft entry as JSON.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");

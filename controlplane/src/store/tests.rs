@@ -122,3 +122,56 @@ fn state_machine_restarts_from_its_latest_snapshot() {
         assert_eq!(machine.view().applied_index(), 1);
     });
 }
+
+fn machine_with_heartbeats(dir: &TempDir, count: u64) -> StateMachine {
+    let (_, mut machine) = open(&dir.path().join(DATABASE_FILE)).expect("opens");
+    runtime().block_on(async {
+        let entries: Vec<Entry> = (1..=count)
+            .map(|index| command_entry(1, index, heartbeat("unknown")))
+            .collect();
+        machine.apply(entries).await.expect("applies");
+    });
+    machine
+}
+
+#[test]
+fn a_subscriber_from_zero_gets_a_snapshot() {
+    let dir = TempDir::new().expect("temporary directory");
+    let machine = machine_with_heartbeats(&dir, 3);
+    match machine.view().catch_up(0, 10) {
+        super::Catchup::Snapshot { applied_index, .. } => assert_eq!(applied_index, 3),
+        other => panic!("expected a snapshot, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_subscriber_gets_the_changes_after_its_index_in_order_and_cut_at_the_limit() {
+    let dir = TempDir::new().expect("temporary directory");
+    let machine = machine_with_heartbeats(&dir, 5);
+    match machine.view().catch_up(1, 3) {
+        super::Catchup::Changes {
+            changes,
+            applied_index,
+        } => {
+            let indexes: Vec<u64> = changes.iter().map(|(index, _)| *index).collect();
+            assert_eq!(indexes, vec![2, 3, 4]);
+            assert_eq!(applied_index, 4, "a cut batch stops at its last change");
+        }
+        other => panic!("expected changes, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_subscriber_behind_the_retained_changes_gets_a_snapshot() {
+    let dir = TempDir::new().expect("temporary directory");
+    let retained = super::CHANGES_RETAINED as u64;
+    let machine = machine_with_heartbeats(&dir, retained + 2);
+    assert!(matches!(
+        machine.view().catch_up(1, 10),
+        super::Catchup::Snapshot { .. }
+    ));
+    assert!(matches!(
+        machine.view().catch_up(2, 10),
+        super::Catchup::Changes { .. }
+    ));
+}

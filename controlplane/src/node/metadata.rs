@@ -1,0 +1,171 @@
+//! The metadata stream for data nodes: a full snapshot, then the ordered
+//! changes, each batch stamped with the applied index it brings the
+//! subscriber to and the highest commit index this node knows of. Any
+//! control node serves it from its own replica, so a subscriber can switch
+//! nodes (across a leader change, say) and continue from its index.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use narad_protocol::metadata::{
+    METADATA_BATCH_CHANGES_MAX, METADATA_WAIT_MS_MAX, MetadataBatch, MetadataChange, MetadataFetch,
+};
+use narad_protocol::{Inbound, Response, RpcError};
+use serde::Serialize;
+
+use super::runtime::Shared;
+use crate::metastore::{ApplyContext, Command, Metastore};
+use crate::store::Catchup;
+
+fn json<T: Serialize>(value: &T) -> Result<Bytes, RpcError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| RpcError::internal(format!("metadata not encodable: {e}")))
+}
+
+/// Serves one `MetadataFetch`: waits (bounded) while this replica has
+/// nothing newer, then answers what the subscriber needs next.
+pub(super) async fn serve(shared: &Arc<Shared>, inbound: Inbound) -> Result<Response, RpcError> {
+    let fetch: MetadataFetch = inbound.message()?;
+    let wait = Duration::from_millis(u64::from(fetch.wait_ms.min(METADATA_WAIT_MS_MAX)));
+    if fetch.after_index > 0 && shared.view.applied_index() <= fetch.after_index {
+        let mut applied = shared.view.watch_applied();
+        let after = fetch.after_index;
+        // Timing out is the ordinary answer of a quiet cluster.
+        let _ = tokio::time::timeout(wait, applied.wait_for(|index| *index > after)).await;
+    }
+    let leader_commit_index = shared.status().leader_commit_index;
+    let batch = match shared
+        .view
+        .catch_up(fetch.after_index, METADATA_BATCH_CHANGES_MAX as usize)
+    {
+        Catchup::Snapshot {
+            metastore,
+            applied_index,
+        } => MetadataBatch {
+            applied_index,
+            leader_commit_index,
+            snapshot: Some(json(&*metastore)?),
+            changes: Vec::new(),
+        },
+        Catchup::Changes {
+            changes,
+            applied_index,
+        } => MetadataBatch {
+            applied_index,
+            leader_commit_index,
+            snapshot: None,
+            changes: changes
+                .iter()
+                .map(|(index, command)| {
+                    Ok(MetadataChange {
+                        index: *index,
+                        command: json(command)?,
+                    })
+                })
+                .collect::<Result<_, RpcError>>()?,
+        },
+    };
+    Ok(Response::message(&batch))
+}
+
+/// Why a subscriber could not use a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplicaError {
+    /// A snapshot or change did not decode.
+    #[error("undecodable metadata: {0}")]
+    Undecodable(String),
+    /// A change out of log order: the batch is refused whole.
+    #[error("change at index {index} after index {applied}")]
+    OutOfOrder {
+        /// The change's index.
+        index: u64,
+        /// The replica's index.
+        applied: u64,
+    },
+}
+
+/// A subscriber's replica of the metastore, fed by [`MetadataBatch`]es.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataReplica {
+    metastore: Metastore,
+    applied_index: u64,
+    leader_commit_index: u64,
+}
+
+impl MetadataReplica {
+    /// An empty replica (asks for a snapshot first).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The replica's state.
+    pub fn metastore(&self) -> &Metastore {
+        &self.metastore
+    }
+
+    /// The index this replica has applied; the next fetch asks after it.
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// Caught up: the replica reached the highest commit index a control
+    /// node reported.
+    pub fn caught_up(&self) -> bool {
+        self.applied_index > 0 && self.applied_index >= self.leader_commit_index
+    }
+
+    /// Applies `batch`, returning the changes applied (index and command,
+    /// in order). A batch from a node behind this replica changes nothing.
+    ///
+    /// # Errors
+    /// [`ReplicaError`]; the replica is unchanged.
+    pub fn apply(&mut self, batch: &MetadataBatch) -> Result<Vec<(u64, Command)>, ReplicaError> {
+        self.leader_commit_index = self.leader_commit_index.max(batch.leader_commit_index);
+        if let Some(snapshot) = &batch.snapshot {
+            if batch.applied_index < self.applied_index {
+                return Ok(Vec::new());
+            }
+            self.metastore = serde_json::from_slice(snapshot)
+                .map_err(|e| ReplicaError::Undecodable(e.to_string()))?;
+            self.applied_index = batch.applied_index;
+            return Ok(Vec::new());
+        }
+        let mut next = self.clone();
+        let mut applied = Vec::new();
+        for change in batch
+            .changes
+            .iter()
+            .filter(|c| c.index > self.applied_index)
+        {
+            if change.index <= next.applied_index {
+                return Err(ReplicaError::OutOfOrder {
+                    index: change.index,
+                    applied: next.applied_index,
+                });
+            }
+            let command: Command = serde_json::from_slice(&change.command)
+                .map_err(|e| ReplicaError::Undecodable(e.to_string()))?;
+            // Refusals repeat the control node's: the same log, the same
+            // pure apply.
+            let _ = next.metastore.apply(
+                &command,
+                ApplyContext {
+                    index: change.index,
+                },
+            );
+            next.applied_index = change.index;
+            applied.push((change.index, command));
+        }
+        if batch.applied_index > next.applied_index {
+            next.metastore.note_applied(ApplyContext {
+                index: batch.applied_index,
+            });
+            next.applied_index = batch.applied_index;
+        }
+        *self = next;
+        Ok(applied)
+    }
+}
