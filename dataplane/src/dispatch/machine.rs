@@ -500,7 +500,30 @@ impl<P> Dispatcher<P> {
     fn follow_time(&mut self, topology: &dyn Topology, now: Duration) {
         self.mark_hung_commits(now);
         self.release_dead_owners(topology);
+        self.release_deleted_topics(topology);
         self.announce_reroutes(now);
+    }
+
+    /// A queue whose topic the replica no longer holds goes back to the
+    /// WAL, where the rescan asks the leader and discards it once
+    /// confirmed. Without this, a queue whose destination never resolves
+    /// (a topic deleted before it was assigned) would never be checked
+    /// again and would pin the checkpoint.
+    fn release_deleted_topics(&mut self, topology: &dyn Topology) {
+        let deleted: Vec<Destination> = self
+            .destinations
+            .iter()
+            .filter(|(_, state)| !state.queue.is_empty())
+            .filter(|(destination, _)| topology.topic(&destination.topic).is_none())
+            .map(|(destination, _)| destination.clone())
+            .collect();
+        for destination in deleted {
+            let Some(state) = self.destinations.get_mut(&destination) else {
+                continue;
+            };
+            let released: Vec<Held<P>> = state.queue.drain(..).collect();
+            self.return_to_wal(released);
+        }
     }
 
     fn mark_hung_commits(&mut self, now: Duration) {

@@ -772,3 +772,31 @@ fn random_runs_never_lose_or_double_send_a_record() {
         assert_eq!(h.dispatcher.checkpoint(), h.wal.len() as u64);
     }
 }
+
+#[test]
+fn records_queued_for_an_unassigned_partition_are_discarded_when_the_topic_is_deleted() {
+    // Regression: a queue whose destination never resolved was never
+    // checked again, so a topic deleted before assignment pinned the
+    // checkpoint forever.
+    let mut h = Harness::new();
+    h.topology.topics.insert(
+        "fresh".to_string(),
+        TopicView {
+            partitions: 1,
+            incarnation: Some(Arc::from("id-1")),
+        },
+    );
+    h.produce("fresh", 0, 2);
+    assert!(
+        h.step().is_empty(),
+        "an unassigned partition takes no commit"
+    );
+    h.topology.topics.remove("fresh");
+    h.step();
+    assert_eq!(h.questions.len(), 1);
+    let question = h.questions[0].clone();
+    h.dispatcher.gone_answered(question, true, h.now);
+    h.step();
+    assert_eq!(h.discarded, vec![0, 1]);
+    assert_eq!(h.dispatcher.checkpoint(), 2);
+}
