@@ -482,3 +482,62 @@ fn the_wal_compacts_behind_the_synced_checkpoint() {
     });
     node.shutdown();
 }
+
+#[test]
+fn records_of_a_replaced_incarnation_are_discarded_and_the_new_one_commits() {
+    let sim = SimDisk::new(13);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    let replica = replica();
+    for partition in 0..3 {
+        replica.apply_delta(
+            2 + u64::from(partition),
+            MetadataDelta::SetOwner {
+                topic: "orders".into(),
+                partition,
+                owner: None,
+            },
+        );
+    }
+    let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let accept = |payload: &'static [u8]| {
+        let topic = node
+            .api()
+            .acceptor
+            .producible_topic("orders")
+            .expect("topic");
+        let message = ProduceMessage {
+            key: Vec::new(),
+            partition: Some(0),
+            payload: bytes::Bytes::from_static(payload),
+        };
+        runtime
+            .block_on(node.api().acceptor.accept(&topic, &message))
+            .expect("accept");
+    };
+    accept(b"old incarnation");
+    // Deleted and recreated under the same name while the record waited.
+    replica.apply_delta(
+        10,
+        MetadataDelta::DeleteTopic {
+            name: "orders".into(),
+        },
+    );
+    replica.apply_delta(
+        11,
+        MetadataDelta::PutTopic(TopicMeta::new(
+            "orders",
+            Some("00000000000000b2"),
+            3,
+            LOCAL_NODE,
+        )),
+    );
+    accept(b"new incarnation");
+    wait_until("dispatch", || node.drained());
+    assert_eq!(node.dispatch_status().discarded.load(Ordering::Relaxed), 1);
+    node.shutdown();
+    let stored = stored(&disk, Path::new(DATA_DIR), "orders", 3);
+    assert_eq!(stored[&0], vec![(Vec::new(), b"new incarnation".to_vec())]);
+}
