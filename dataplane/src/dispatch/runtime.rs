@@ -99,7 +99,16 @@ impl DispatchRuntime {
         config: DispatchConfig,
         status: Arc<DispatchStatus>,
     ) -> std::io::Result<Self> {
-        let start = parts.wal.dispatch_start(parts.checkpoint.stored());
+        let stored = parts.checkpoint.stored();
+        let start = parts.wal.dispatch_start(stored);
+        if start > stored {
+            // The checkpoint was below the oldest segment: record where
+            // dispatch really starts, so the next start does not warn again.
+            parts
+                .checkpoint
+                .store(start)
+                .map_err(std::io::Error::other)?;
+        }
         let reader = parts.wal.reader(start).map_err(std::io::Error::other)?;
         status.checkpoint_stored.store(start, Ordering::Release);
         let (events, receiver) = crossbeam_channel::unbounded();
@@ -142,6 +151,17 @@ impl DispatchRuntime {
             if thread.join().is_err() {
                 tracing::error!("a dispatcher thread panicked");
             }
+        }
+    }
+}
+
+impl Drop for DispatchRuntime {
+    /// A runtime dropped without [`DispatchRuntime::stop`] (a panicking
+    /// test, an aborted start) still stops its threads, without waiting.
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.stop.store(true, Ordering::Release);
+            let _ = self.events.send(Event::Stop);
         }
     }
 }

@@ -329,6 +329,24 @@ async fn verified_credentials_are_cached() {
     assert_eq!(api.state.auth.bcrypt_runs(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_concurrent_credentials_share_one_bcrypt_run() {
+    let api = api();
+    let requests: Vec<_> = (0..8)
+        .map(|_| {
+            let router = api.router.clone();
+            tokio::spawn(async move {
+                let request = produce_request("/v1/topics/orders/produce", ALICE, "x");
+                router.oneshot(request).await.expect("infallible").status()
+            })
+        })
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.expect("task"), StatusCode::ACCEPTED);
+    }
+    assert_eq!(api.state.auth.bcrypt_runs(), 1);
+}
+
 #[tokio::test]
 async fn sixth_wrong_password_is_throttled_with_429() {
     let api = api();
