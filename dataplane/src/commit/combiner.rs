@@ -65,6 +65,9 @@ pub enum CommitError {
     /// The caller's deadline passed before the cycle reached its batch.
     #[error("the caller stopped waiting")]
     CallerGone,
+    /// The cycle carrying the batch ended without an outcome (it panicked).
+    #[error("the commit cycle was aborted")]
+    Aborted,
     /// The partition log refused or failed the commit.
     #[error("partition log: {0}")]
     Log(Arc<LogError>),
@@ -86,6 +89,27 @@ struct Queue {
 struct Combiner {
     queue: Mutex<Queue>,
     turn: Condvar,
+}
+
+/// Marks a combiner's cycle over and wakes its waiters when dropped; a
+/// batch of the cycle left without an outcome (the cycle panicked) gets
+/// [`CommitError::Aborted`].
+struct CycleEnd<'a> {
+    combiner: &'a Combiner,
+    cycle: &'a [Arc<Ticket>],
+}
+
+impl Drop for CycleEnd<'_> {
+    fn drop(&mut self) {
+        for ticket in self.cycle {
+            let mut outcome = ticket.outcome.lock();
+            if outcome.is_none() {
+                *outcome = Some(Err(CommitError::Aborted));
+            }
+        }
+        self.combiner.queue.lock().cycle_running = false;
+        self.combiner.turn.notify_all();
+    }
 }
 
 /// The combiners of the partitions this node owns.
@@ -151,10 +175,16 @@ impl Combiners {
                 queue.cycle_running = true;
                 let cycle: Vec<Arc<Ticket>> = queue.waiting.drain(..).collect();
                 drop(queue);
-                self.run_cycle(destination, &cycle);
+                {
+                    // Ends the cycle even if it panics, so the partition's
+                    // other callers are not left waiting on it forever.
+                    let _end = CycleEnd {
+                        combiner: &combiner,
+                        cycle: &cycle,
+                    };
+                    self.run_cycle(destination, &cycle);
+                }
                 queue = combiner.queue.lock();
-                queue.cycle_running = false;
-                combiner.turn.notify_all();
                 continue;
             }
             combiner.turn.wait(&mut queue);

@@ -3,6 +3,7 @@
 //! "is this topic gone?".
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,7 +99,16 @@ impl LocalCommitTarget {
                 .name(format!("narad-commit-{index}"))
                 .spawn(move || {
                     for (order, done) in receiver {
-                        let outcome = commit_locally(&combiners, &order);
+                        // A panic is a bug; reporting the commit failed
+                        // keeps the records in the WAL and the destination
+                        // alive, where a lost answer would leave it hung.
+                        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            commit_locally(&combiners, &order)
+                        }))
+                        .unwrap_or_else(|_| {
+                            tracing::error!(destination = %order.destination, "local commit panicked");
+                            CommitOutcome::Failed
+                        });
                         done.finish(order, outcome);
                     }
                 })?;
