@@ -40,6 +40,29 @@ pub struct CreateTopic {
     pub owner: Option<String>,
 }
 
+/// A validated topic change; `None` leaves a field as it is. Groups apply
+/// in order retention, caps, partitions, schema, each on its own: the first
+/// failure returns and earlier groups stay applied (spec §1.3).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AlterTopic {
+    /// New retention; 0 keeps forever.
+    pub retention_ms: Option<u64>,
+    /// New lease cap per partition.
+    pub max_in_flight_per_partition: Option<u32>,
+    /// New acked-ahead cap per partition.
+    pub max_acked_ahead_per_partition: Option<u32>,
+    /// New partition count: strictly larger than the current one.
+    pub partitions: Option<u32>,
+    /// A new schema version.
+    pub schema: Option<serde_json::Value>,
+    /// The schema version the caller read; another current one is a
+    /// conflict.
+    pub schema_base_version: Option<u32>,
+}
+
+/// Schema versions a topic keeps at most.
+pub const SCHEMA_VERSIONS_MAX: usize = 1_000;
+
 /// Why an admin call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -53,6 +76,9 @@ pub enum AdminError {
     /// `404` for a user.
     #[error("user not found")]
     UserNotFound,
+    /// `400` with this text.
+    #[error("{0}")]
+    Invalid(String),
     /// `503` with this text (no leader, change may or may not apply).
     #[error("{0}")]
     Unavailable(String),
@@ -66,6 +92,8 @@ pub trait Admin: Send + Sync + fmt::Debug {
     fn create_topic(&self, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>>;
     /// Deletes a topic.
     fn delete_topic(&self, name: String) -> AdminFuture<'_, ()>;
+    /// Changes a topic; answers with the record after the last group.
+    fn alter_topic(&self, name: String, alter: AlterTopic) -> AdminFuture<'_, Arc<TopicMeta>>;
     /// Creates a user (the password already hashed).
     fn create_user(&self, user: User) -> AdminFuture<'_, Arc<User>>;
     /// Deletes a user.
@@ -109,6 +137,23 @@ impl ReplicaAdmin {
 
     fn next_index(&self) -> u64 {
         self.replica.view().applied_index + 1
+    }
+
+    /// Applies `change` to a copy of the topic and stores it unless the
+    /// change refuses or leaves it as it was; the caller holds `changes`.
+    fn changed_topic(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut TopicMeta) -> Result<(), AdminError>,
+    ) -> Result<(), AdminError> {
+        let current = self.replica.topic_meta(name).ok_or(AdminError::NotFound)?;
+        let mut topic = TopicMeta::clone(&current);
+        change(&mut topic)?;
+        if topic != *current {
+            self.replica
+                .apply_delta(self.next_index(), MetadataDelta::PutTopic(topic));
+        }
+        Ok(())
     }
 
     /// Applies `change` to a copy of the user and stores it; the caller
@@ -159,6 +204,7 @@ impl Admin for ReplicaAdmin {
                     document,
                 })
             });
+            topic.schema_history = topic.schema.iter().cloned().collect();
             topic.owner = request.owner;
             topic.created_at_ms = now_unix_ms();
             self.replica
@@ -214,6 +260,41 @@ impl Admin for ReplicaAdmin {
         })
     }
 
+    fn alter_topic(&self, name: String, alter: AlterTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
+        Box::pin(async move {
+            let _change = self.changes.lock();
+            if alter.retention_ms.is_some() {
+                self.changed_topic(&name, |topic| {
+                    topic.retention_ms = alter.retention_ms.unwrap_or(topic.retention_ms);
+                    Ok(())
+                })?;
+            }
+            if alter.max_in_flight_per_partition.is_some()
+                || alter.max_acked_ahead_per_partition.is_some()
+            {
+                self.changed_topic(&name, |topic| {
+                    if let Some(cap) = alter.max_in_flight_per_partition {
+                        topic.max_in_flight_per_partition = cap;
+                    }
+                    if let Some(cap) = alter.max_acked_ahead_per_partition {
+                        topic.max_acked_ahead_per_partition = cap;
+                    }
+                    Ok(())
+                })?;
+            }
+            if let Some(partitions) = alter.partitions {
+                let owner = self.owner;
+                self.changed_topic(&name, |topic| grow_partitions(topic, partitions, owner))?;
+            }
+            if let Some(document) = alter.schema {
+                self.changed_topic(&name, |topic| {
+                    new_schema_version(topic, document, alter.schema_base_version)
+                })?;
+            }
+            self.replica.topic_meta(&name).ok_or(AdminError::NotFound)
+        })
+    }
+
     fn delete_topic(&self, name: String) -> AdminFuture<'_, ()> {
         Box::pin(async move {
             let _change = self.changes.lock();
@@ -225,4 +306,62 @@ impl Admin for ReplicaAdmin {
             Ok(())
         })
     }
+}
+
+fn grow_partitions(
+    topic: &mut TopicMeta,
+    partitions: u32,
+    owner: NodeId,
+) -> Result<(), AdminError> {
+    if partitions <= topic.partitions {
+        return Err(AdminError::Invalid(format!(
+            "partitions can only grow: the topic has {}",
+            topic.partitions
+        )));
+    }
+    topic.partitions = partitions;
+    topic.owners.resize(partitions as usize, Some(owner));
+    Ok(())
+}
+
+/// Adds a schema version. Identical documents change nothing. A change is
+/// accepted only when it provably widens what the topic accepts, which this
+/// check proves for one case only: the new schema accepts everything
+/// (`true` or `{}`), or the topic had no schema. Anything else is refused:
+/// the full widening rules of the spec are the control plane's.
+fn new_schema_version(
+    topic: &mut TopicMeta,
+    document: serde_json::Value,
+    base_version: Option<u32>,
+) -> Result<(), AdminError> {
+    let current_version = topic.schema.as_ref().map_or(0, |schema| schema.version);
+    if base_version.is_some_and(|base| base != current_version) {
+        return Err(AdminError::Conflict("schema version conflict".into()));
+    }
+    if topic
+        .schema
+        .as_ref()
+        .is_some_and(|schema| schema.document == document)
+    {
+        return Ok(());
+    }
+    let accepts_all =
+        document == serde_json::Value::Bool(true) || document == serde_json::json!({});
+    if topic.schema.is_some() && !accepts_all {
+        return Err(AdminError::Conflict(
+            "schema change is not a compatible widening of the current schema".into(),
+        ));
+    }
+    if topic.schema_history.len() >= SCHEMA_VERSIONS_MAX {
+        return Err(AdminError::Conflict(
+            "schema version limit of 1000 reached".into(),
+        ));
+    }
+    let schema = Arc::new(TopicSchema {
+        version: current_version + 1,
+        document,
+    });
+    topic.schema_history.push(Arc::clone(&schema));
+    topic.schema = Some(schema);
+    Ok(())
 }

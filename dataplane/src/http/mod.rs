@@ -155,8 +155,11 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/v1/topics", post(topics::create).get(topics::list))
         .route(
             "/v1/topics/{topic}",
-            get(topics::describe).delete(topics::delete),
+            get(topics::describe)
+                .delete(topics::delete)
+                .patch(topics::alter),
         )
+        .route("/v1/topics/{topic}/schema", get(topics::schema_history))
         .route("/v1/users", post(users::create).get(users::list))
         .route(
             "/v1/users/{user}",

@@ -283,3 +283,163 @@ async fn the_creator_may_delete_its_topic() {
         StatusCode::NO_CONTENT
     );
 }
+
+fn patch(who: (&str, &str), uri: &str, body: &str) -> Request<Body> {
+    Request::patch(uri)
+        .header(header::AUTHORIZATION, basic(who.0, who.1))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("request")
+}
+
+#[tokio::test]
+async fn alter_changes_retention_and_grows_partitions() {
+    let api = api();
+    let answer = send(
+        &api,
+        patch(
+            ROOT,
+            "/v1/topics/orders",
+            r#"{"retention_ms":7200000,"partitions":5}"#,
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let record = json(&answer);
+    assert_eq!(record["retention_ms"], 7_200_000);
+    assert_eq!(record["partitions"], 5);
+    let produced = send(
+        &api,
+        produce_request("/v1/topics/orders/produce?partition=4", ALICE, "x"),
+    )
+    .await;
+    assert_eq!(produced.status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn alter_cannot_shrink_partitions() {
+    let api = api();
+    let answer = send(
+        &api,
+        patch(ROOT, "/v1/topics/orders", r#"{"partitions":3}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn alter_with_nothing_to_change_is_400() {
+    let api = api();
+    assert_eq!(
+        send(&api, patch(ROOT, "/v1/topics/orders", "{}"))
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn alter_with_a_null_schema_is_400() {
+    let api = api();
+    let answer = send(&api, patch(ROOT, "/v1/topics/orders", r#"{"schema":null}"#)).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer.error(), "schema must not be null");
+}
+
+#[tokio::test]
+async fn a_first_schema_becomes_version_one_and_is_enforced() {
+    let api = api();
+    let answer = send(
+        &api,
+        patch(ROOT, "/v1/topics/orders", r#"{"schema":{"type":"object"}}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(json(&answer)["schema_version"], 1);
+    let refused = send(
+        &api,
+        produce_request("/v1/topics/orders/produce", ALICE, "[1]"),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_stale_schema_base_version_is_409() {
+    let api = api();
+    let answer = send(
+        &api,
+        patch(
+            ROOT,
+            "/v1/topics/typed",
+            r#"{"schema":true,"schema_base_version":7}"#,
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    assert_eq!(answer.error(), "schema version conflict");
+}
+
+#[tokio::test]
+async fn a_narrowing_schema_change_is_409() {
+    let api = api();
+    let answer = send(
+        &api,
+        patch(ROOT, "/v1/topics/typed", r#"{"schema":{"type":"string"}}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn an_identical_schema_is_a_no_op() {
+    let api = api();
+    let body = r#"{"schema":{"type":"object","properties":{"amount":{"type":"integer"}},"required":["amount"]}}"#;
+    let answer = send(&api, patch(ROOT, "/v1/topics/typed", body)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(json(&answer)["schema_version"], 1);
+}
+
+#[tokio::test]
+async fn schema_history_lists_every_version_oldest_first() {
+    let api = api();
+    send(
+        &api,
+        patch(ROOT, "/v1/topics/orders", r#"{"schema":{"type":"object"}}"#),
+    )
+    .await;
+    send(
+        &api,
+        patch(
+            ROOT,
+            "/v1/topics/orders",
+            r#"{"schema":true,"schema_base_version":1}"#,
+        ),
+    )
+    .await;
+    let body = json(&send(&api, get(ALICE, "/v1/topics/orders/schema")).await);
+    assert_eq!(body["topic"], "orders");
+    assert_eq!(body["version"], 2);
+    assert_eq!(body["versions"][0]["version"], 1);
+    assert_eq!(body["versions"][0]["schema"]["type"], "object");
+    assert_eq!(body["versions"][1]["schema"], true);
+}
+
+#[tokio::test]
+async fn schema_history_of_a_topic_without_schema_is_empty() {
+    let api = api();
+    let body = json(&send(&api, get(ALICE, "/v1/topics/orders/schema")).await);
+    assert_eq!(body["version"], 0);
+    assert_eq!(body["versions"].as_array().map(Vec::len), Some(0));
+}
+
+#[tokio::test]
+async fn alter_by_a_non_owner_is_403() {
+    let api = api();
+    let answer = send(
+        &api,
+        patch(ALICE, "/v1/topics/orders", r#"{"retention_ms":0}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+}

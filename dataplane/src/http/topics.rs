@@ -15,7 +15,7 @@ use super::body::read_limited;
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
-use crate::admin::{AdminError, CreateTopic};
+use crate::admin::{AdminError, AlterTopic, CreateTopic};
 use crate::dispatch::{Destination, Route, Topology};
 use crate::ingress::MESSAGE_BYTES_MAX;
 use crate::metadata::{
@@ -196,6 +196,7 @@ pub(crate) fn admin_error(error: AdminError) -> ApiError {
         AdminError::Conflict(_) => StatusCode::CONFLICT,
         AdminError::NotFound | AdminError::UserNotFound => StatusCode::NOT_FOUND,
         AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
     };
     ApiError::new(status, error.to_string())
 }
@@ -346,6 +347,171 @@ fn partition_stats(state: &ApiState, topic: &TopicMeta, partition: u32) -> (Valu
         }
         None => (placeholder(node.to_string(), "unknown"), false),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlterBody<'a> {
+    #[serde(default)]
+    retention_ms: Option<i64>,
+    #[serde(default)]
+    max_in_flight_per_partition: Option<i64>,
+    #[serde(default)]
+    max_acked_ahead_per_partition: Option<i64>,
+    #[serde(default)]
+    partitions: Option<i64>,
+    /// Present even when `null`, so an explicit null can be refused.
+    #[serde(default, borrow, deserialize_with = "present")]
+    schema: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    schema_base_version: Option<u32>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+    <&serde_json::value::RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// `PATCH /v1/topics/{topic}` → `200` record; ownership or admin.
+pub(crate) async fn alter(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let topic = state
+        .replica
+        .topic_meta(&name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
+    if let Some(user) = &user
+        && !user.may_manage(&topic)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "altering a topic needs its ownership or admin",
+        ));
+    }
+    let body = read_limited(&headers, body, MESSAGE_BYTES_MAX, None).await?;
+    let request: AlterBody<'_> = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
+    let alter = validate_alter(request)?;
+    let topic = state
+        .admin
+        .alter_topic(name, alter)
+        .await
+        .map_err(admin_error)?;
+    let mut body = record(&topic);
+    body["schema_version"] = json!(topic.schema.as_ref().map_or(0, |schema| schema.version));
+    if let Some(schema) = &topic.schema {
+        body["schema"] = schema.document.clone();
+    }
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+fn validate_alter(body: AlterBody<'_>) -> Result<AlterTopic, ApiError> {
+    let nothing = body.retention_ms.is_none()
+        && body.max_in_flight_per_partition.is_none()
+        && body.max_acked_ahead_per_partition.is_none()
+        && body.partitions.is_none()
+        && body.schema.is_none();
+    if nothing {
+        return Err(ApiError::bad_request(
+            "nothing to change: send at least one field",
+        ));
+    }
+    let retention_ms = match body.retention_ms {
+        None => None,
+        Some(r) if r < 0 => return Err(ApiError::bad_request("retention_ms must be >= 0")),
+        Some(r) if r != 0 && r < RETENTION_MS_MIN => {
+            return Err(ApiError::bad_request(
+                "retention_ms must be 0 (keep forever) or at least 3600000 (1 hour)",
+            ));
+        }
+        Some(r) => Some(r.unsigned_abs()),
+    };
+    let partitions = match body.partitions {
+        None => None,
+        Some(p) if p > i64::from(PARTITIONS_MAX) => {
+            return Err(ApiError::bad_request(format!(
+                "partitions must be <= {PARTITIONS_MAX}"
+            )));
+        }
+        Some(p) if p < i64::from(PARTITIONS_MIN) => {
+            return Err(ApiError::bad_request("partitions can only grow"));
+        }
+        Some(p) => Some(u32::try_from(p).unwrap_or(PARTITIONS_MAX)),
+    };
+    let schema = match body.schema {
+        None => None,
+        Some(raw) => Some(parse_schema(raw.get())?),
+    };
+    Ok(AlterTopic {
+        retention_ms,
+        max_in_flight_per_partition: body
+            .max_in_flight_per_partition
+            .map(|value| cap(Some(value), "max_in_flight_per_partition"))
+            .transpose()?,
+        max_acked_ahead_per_partition: body
+            .max_acked_ahead_per_partition
+            .map(|value| cap(Some(value), "max_acked_ahead_per_partition"))
+            .transpose()?,
+        partitions,
+        schema,
+        schema_base_version: body.schema_base_version.filter(|&base| base != 0),
+    })
+}
+
+/// A schema document: a JSON object or `true`, that compiles.
+fn parse_schema(text: &str) -> Result<Value, ApiError> {
+    let schema: Value = serde_json::from_str(text)
+        .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
+    match schema {
+        Value::Null => Err(ApiError::bad_request("schema must not be null")),
+        Value::Object(_) | Value::Bool(true) => {
+            jsonschema::validator_for(&schema)
+                .map_err(|error| ApiError::bad_request(format!("schema: {error}")))?;
+            Ok(schema)
+        }
+        _ => Err(ApiError::bad_request(
+            "schema must be a JSON object or true",
+        )),
+    }
+}
+
+/// `GET /v1/topics/{topic}/schema`: every version, oldest first.
+pub(crate) async fn schema_history(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let topic = state
+        .replica
+        .topic_meta(&name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
+    if let Some(user) = &user
+        && !user.may_read(&topic)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "no grant on this topic",
+        ));
+    }
+    let versions: Vec<Value> = topic
+        .schema_history
+        .iter()
+        .map(|schema| json!({ "version": schema.version, "schema": schema.document }))
+        .collect();
+    let body = json!({
+        "topic": &*topic.name,
+        "version": topic.schema.as_ref().map_or(0, |schema| schema.version),
+        "versions": versions,
+    });
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 /// `DELETE /v1/topics/{topic}` → `204`; ownership or admin.

@@ -35,6 +35,8 @@ pub struct TopicMeta {
     pub owners: Vec<Option<NodeId>>,
     /// The newest schema, if the topic has one.
     pub schema: Option<Arc<TopicSchema>>,
+    /// Every schema version, oldest first (the newest is `schema`).
+    pub schema_history: Vec<Arc<TopicSchema>>,
     /// Lease cap per partition.
     pub max_in_flight_per_partition: u32,
     /// Acked-ahead cap per partition.
@@ -62,6 +64,7 @@ impl TopicMeta {
             partitions,
             owners: vec![Some(owner); partitions as usize],
             schema: None,
+            schema_history: Vec::new(),
             max_in_flight_per_partition: 1_024,
             max_acked_ahead_per_partition: 1_024,
             fanout_delay_ms: 0,
