@@ -41,6 +41,9 @@ pub(crate) struct ControlArgs {
     /// Log entries between snapshots: cluster.raft_snapshot_threshold.
     #[arg(long)]
     raft_snapshot_threshold: Option<String>,
+    /// Log entries kept behind a snapshot: cluster.raft_trailing_logs.
+    #[arg(long)]
+    raft_trailing_logs: Option<String>,
     /// HTTP address of /healthz, /readyz, /metrics, /status: http.addr.
     #[arg(long)]
     http_addr: Option<String>,
@@ -61,7 +64,7 @@ pub(crate) struct ControlArgs {
 impl ControlArgs {
     fn flag_layer(&self) -> Layer {
         let mut layer = Layer::new(Source::Flag);
-        let pairs: [(Setting, &Option<String>); 12] = [
+        let pairs: [(Setting, &Option<String>); 13] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CLUSTER_ADDR, &self.cluster_addr),
             (keys::ADVERTISE_ADDR, &self.advertise_addr),
@@ -69,6 +72,7 @@ impl ControlArgs {
             (keys::HEARTBEAT, &self.raft_heartbeat_interval),
             (keys::ELECTION, &self.raft_election_timeout),
             (keys::SNAPSHOT_THRESHOLD, &self.raft_snapshot_threshold),
+            (keys::TRAILING_LOGS, &self.raft_trailing_logs),
             (keys::HTTP_ADDR, &self.http_addr),
             (keys::DATA_DIR, &self.data_dir),
             (keys::SECURITY, &self.security_enabled),

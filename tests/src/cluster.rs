@@ -108,6 +108,7 @@ pub struct ControlCluster {
     /// The processes, by position (id = position + 1).
     pub nodes: Vec<ControlProcess>,
     peers: String,
+    extra_args: Vec<String>,
     client: ControlClient,
     _dir: tempfile::TempDir,
 }
@@ -118,6 +119,15 @@ impl ControlCluster {
     /// # Panics
     /// If a process cannot be spawned.
     pub async fn start(voters: u64) -> Self {
+        Self::start_with(voters, &[]).await
+    }
+
+    /// As [`ControlCluster::start`], passing `extra_args` to every
+    /// `narad control` this cluster starts (joiners and restarts too).
+    ///
+    /// # Panics
+    /// If a process cannot be spawned.
+    pub async fn start_with(voters: u64, extra_args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let nodes: Vec<ControlProcess> = (1..=voters)
             .map(|id| ControlProcess {
@@ -137,6 +147,7 @@ impl ControlCluster {
         let mut cluster = Self {
             nodes,
             peers,
+            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
             client: ControlClient::new(Arc::new(client_transport())),
             _dir: dir,
         };
@@ -183,6 +194,7 @@ impl ControlCluster {
             .args(["--raft-heartbeat-interval", HEARTBEAT])
             .args(["--raft-election-timeout", ELECTION])
             .args(["--security-enabled", "false"])
+            .args(&self.extra_args)
             .arg("--data-dir")
             .arg(&node.data_dir)
             .env("NARAD_CLUSTER_SECRET", SECRET)

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use narad_controlplane::metastore::{
     Actor, Command, CreateTopic, DeleteTopic, IncarnationId, TopicDefaults,
 };
-use narad_controlplane::node::wire::ConfirmQuestion;
+use narad_controlplane::node::wire::{ConfirmQuestion, MemberReport};
 use narad_controlplane::raft::AppliedOutcome;
 use narad_tests::cluster::{ControlCluster, http_get};
 
@@ -43,7 +43,16 @@ async fn create_through(cluster: &ControlCluster, index: usize, name: &str) -> u
                 .propose(addr, create_topic(name))
                 .await
                 .ok()?;
-            assert_eq!(applied.outcome, AppliedOutcome::Applied, "{name}");
+            match &applied.outcome {
+                AppliedOutcome::Applied => {}
+                // An earlier attempt whose answer was lost (an election,
+                // a timeout) committed it: names are unique per test.
+                AppliedOutcome::Refused {
+                    status: 409,
+                    message,
+                } if message == "topic already exists" => {}
+                other => panic!("create {name}: {other:?}"),
+            }
             Some(applied.index)
         })
         .await
@@ -195,4 +204,74 @@ async fn leader_confirmation_through_a_follower_sees_a_delete_committed_before_i
         .expect("confirmed");
     assert!(!after.current, "the incarnation is gone");
     assert!(after.read_index >= deleted.index);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_behind_a_compacted_log_is_sent_a_snapshot() {
+    let mut cluster = ControlCluster::start_with(
+        3,
+        &[
+            "--raft-snapshot-threshold",
+            "4",
+            "--raft-trailing-logs",
+            "0",
+        ],
+    )
+    .await;
+    let leader = cluster.wait_for_leader().await;
+    for i in 0..12 {
+        create_through(&cluster, leader, &format!("compacted-{i}")).await;
+    }
+    let leader_addr = cluster.nodes[leader].cluster_addr;
+    cluster
+        .wait_until("the leader to purge its log behind a snapshot", || async {
+            let status = cluster.client().status(leader_addr).await.ok()?;
+            (status.purged_index > 1).then_some(())
+        })
+        .await;
+    let joiner = cluster.add_joiner();
+    let addr = cluster.nodes[joiner].cluster_addr;
+    cluster
+        .wait_until("node 4 a voter holding a snapshot", || async {
+            let status = cluster.client().status(addr).await.ok()?;
+            (status.voters.contains(&4) && status.snapshot_index > 0).then_some(())
+        })
+        .await;
+    for i in 0..12 {
+        wait_visible_everywhere(&cluster, &format!("compacted-{i}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_controller_places_a_new_topic_on_a_registered_data_node() {
+    let cluster = ControlCluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.nodes[(leader + 1) % 3].cluster_addr;
+    let register = MemberReport::Register {
+        id: "data-1".into(),
+        http_addr: "127.0.0.1:1".into(),
+        rpc_addr: "127.0.0.1:2".into(),
+    };
+    let applied = cluster
+        .client()
+        .report_member(follower, register)
+        .await
+        .expect("registered through a follower");
+    assert_eq!(applied.outcome, AppliedOutcome::Applied);
+    let heartbeat = MemberReport::Heartbeat {
+        id: "data-1".into(),
+    };
+    cluster
+        .client()
+        .report_member(follower, heartbeat)
+        .await
+        .expect("heartbeat through a follower");
+    create_through(&cluster, leader, "placed").await;
+    cluster
+        .wait_until("every partition of placed owned by data-1", || async {
+            let owners = cluster.client().owners(follower, "placed").await.ok()?;
+            (!owners.is_empty() && owners.iter().all(|o| o.as_deref() == Some("data-1")))
+                .then_some(())
+        })
+        .await;
 }

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use narad_controlplane::metastore::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
 use narad_controlplane::node::{ControlClient, MetadataReplica};
+use narad_controlplane::raft::AppliedOutcome;
 use narad_tests::cluster::ControlCluster;
 
 fn create_topic(name: &str) -> Command {
@@ -52,9 +53,13 @@ async fn subscribe(
                     .apply(&batch)
                     .expect("batch applies");
                 let mut seen = seen.lock().expect("seen");
-                for (index, command) in changes {
-                    if let Command::CreateTopic(create) = command {
-                        seen.push((index, create.name));
+                for change in changes {
+                    // A retried create that an earlier attempt committed is
+                    // refused: only applied creates count.
+                    if let (Command::CreateTopic(create), AppliedOutcome::Applied) =
+                        (change.command, change.outcome)
+                    {
+                        seen.push((change.index, create.name));
                     }
                 }
             }

@@ -31,6 +31,8 @@ pub mod opcodes {
     /// Leader confirmation: the leader runs a linearizable read barrier,
     /// then answers from its state.
     pub const LEADER_CONFIRM: Opcode = Opcode(70);
+    /// A data node registers or heartbeats; the leader stamps its clock.
+    pub const REGISTER_MEMBER: Opcode = Opcode::REGISTER_MEMBER;
     /// A new control node asks to be added as a learner, then promoted.
     pub const JOIN_CLUSTER: Opcode = Opcode::JOIN_CLUSTER;
 }
@@ -118,6 +120,11 @@ json_message!(
     /// `LeaderConfirm` request (a question) or answer.
     ConfirmMessage,
     "LeaderConfirm"
+);
+json_message!(
+    /// `RegisterMember` request (register or heartbeat) or answer.
+    MemberMessage,
+    "RegisterMember"
 );
 json_message!(
     /// `JoinCluster` request (who joins, where) or answer.

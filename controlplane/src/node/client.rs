@@ -8,11 +8,13 @@ use narad_protocol::metadata::{MetadataBatch, MetadataFetch};
 use narad_protocol::{CallError, Lane, Node};
 
 use super::wire::{
-    ConfirmAnswer, ConfirmQuestion, ConfirmRequest, LocalRead, LocalReadAnswer, ProposeRequest,
-    Status,
+    ConfirmAnswer, ConfirmQuestion, ConfirmRequest, LocalRead, LocalReadAnswer, MemberReport,
+    MemberRequest, ProposeRequest, Status,
 };
 use crate::metastore::{Command, Topic};
-use crate::network::messages::{ConfirmMessage, ProposeMessage, ReadLocalMessage, opcodes};
+use crate::network::messages::{
+    ConfirmMessage, MemberMessage, ProposeMessage, ReadLocalMessage, opcodes,
+};
 use crate::raft::Applied;
 
 /// Why a call to a control node failed.
@@ -86,6 +88,30 @@ impl ControlClient {
         }
     }
 
+    /// The owners of `topic`'s partitions in the replica at `addr` (one
+    /// slot per partition, `None` while waiting; empty for an unknown topic).
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn owners(
+        &self,
+        addr: SocketAddr,
+        topic: &str,
+    ) -> Result<Vec<Option<String>>, ClientError> {
+        match self
+            .read(
+                addr,
+                LocalRead::Owners {
+                    topic: topic.into(),
+                },
+            )
+            .await?
+        {
+            LocalReadAnswer::Owners { owners } => Ok(owners),
+            other => Err(ClientError::Answer(format!("{other:?}"))),
+        }
+    }
+
     /// The Raft status of the node at `addr`.
     ///
     /// # Errors
@@ -137,6 +163,30 @@ impl ControlClient {
         let answer: ConfirmMessage = self
             .transport
             .call_message(addr, Lane::Control, opcodes::LEADER_CONFIRM, &request)
+            .await?;
+        answer
+            .parse()
+            .map_err(|e| ClientError::Answer(e.to_string()))
+    }
+
+    /// Registers or heartbeats a data node through the control node at
+    /// `addr`; the leader stamps the time. Answered after `addr` applied it.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn report_member(
+        &self,
+        addr: SocketAddr,
+        report: MemberReport,
+    ) -> Result<Applied, ClientError> {
+        let request = MemberMessage::of(&MemberRequest {
+            report,
+            forwarded: false,
+        })
+        .map_err(|e| ClientError::Answer(e.to_string()))?;
+        let answer: ProposeMessage = self
+            .transport
+            .call_message(addr, Lane::Control, opcodes::REGISTER_MEMBER, &request)
             .await?;
         answer
             .parse()

@@ -57,6 +57,7 @@ pub mod keys {
         HEARTBEAT = "cluster.raft_heartbeat_interval", "NARAD_CLUSTER_RAFT_HEARTBEAT_INTERVAL", "raft-heartbeat-interval";
         ELECTION = "cluster.raft_election_timeout", "NARAD_CLUSTER_RAFT_ELECTION_TIMEOUT", "raft-election-timeout";
         SNAPSHOT_THRESHOLD = "cluster.raft_snapshot_threshold", "NARAD_CLUSTER_RAFT_SNAPSHOT_THRESHOLD", "raft-snapshot-threshold";
+        TRAILING_LOGS = "cluster.raft_trailing_logs", "NARAD_CLUSTER_RAFT_TRAILING_LOGS", "raft-trailing-logs";
         HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr";
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
         SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
@@ -91,6 +92,10 @@ pub mod defaults {
     pub const ELECTION: Duration = Duration::from_millis(500);
     /// The spec's `cluster.raft_snapshot_threshold`.
     pub const SNAPSHOT_THRESHOLD: u64 = 8_192;
+    /// The spec's `cluster.raft_trailing_logs`: entries kept behind a
+    /// snapshot, so a follower a little behind catches up from the log
+    /// instead of receiving a whole snapshot.
+    pub const TRAILING_LOGS: u64 = 10_240;
     /// The spec's log level.
     pub const LOG_LEVEL: &str = "info";
 }
@@ -171,6 +176,8 @@ pub struct ControlConfig {
     pub election_timeout: Duration,
     /// Log entries between snapshots.
     pub snapshot_threshold: u64,
+    /// Log entries kept behind the latest snapshot.
+    pub trailing_logs: u64,
     /// Where `/healthz`, `/readyz` and `/metrics` listen.
     pub http_addr: SocketAddr,
     /// The data directory; the control node uses `<data_dir>/control`.
@@ -395,6 +402,10 @@ pub fn resolve(
             _ => Err(format!("{v:?} is not a positive number of log entries")),
         },
     )?;
+    let trailing_logs = merged.parse(keys::TRAILING_LOGS, Some(defaults::TRAILING_LOGS), |v| {
+        v.parse::<u64>()
+            .map_err(|_| format!("{v:?} is not a number of log entries"))
+    })?;
     let data_dir = merged.parse(
         keys::DATA_DIR,
         Some(PathBuf::from(defaults::DATA_DIR)),
@@ -430,6 +441,7 @@ pub fn resolve(
         heartbeat_interval,
         election_timeout,
         snapshot_threshold,
+        trailing_logs,
         http_addr,
         data_dir,
         security_enabled,

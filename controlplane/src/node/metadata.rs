@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::runtime::Shared;
 use crate::metastore::{ApplyContext, Command, Metastore};
+use crate::raft::AppliedOutcome;
 use crate::store::Catchup;
 
 fn json<T: Serialize>(value: &T) -> Result<Bytes, RpcError> {
@@ -87,6 +88,17 @@ pub enum ReplicaError {
     },
 }
 
+/// One change a replica applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaChange {
+    /// Its log index.
+    pub index: u64,
+    /// The command.
+    pub command: Command,
+    /// What applying it did.
+    pub outcome: AppliedOutcome,
+}
+
 /// A subscriber's replica of the metastore, fed by [`MetadataBatch`]es.
 #[derive(Debug, Clone, Default)]
 pub struct MetadataReplica {
@@ -117,12 +129,13 @@ impl MetadataReplica {
         self.applied_index > 0 && self.applied_index >= self.leader_commit_index
     }
 
-    /// Applies `batch`, returning the changes applied (index and command,
-    /// in order). A batch from a node behind this replica changes nothing.
+    /// Applies `batch`, returning every change in order with what applying
+    /// it did (refused ones too, as on the control nodes). A batch from a
+    /// node behind this replica changes nothing.
     ///
     /// # Errors
     /// [`ReplicaError`]; the replica is unchanged.
-    pub fn apply(&mut self, batch: &MetadataBatch) -> Result<Vec<(u64, Command)>, ReplicaError> {
+    pub fn apply(&mut self, batch: &MetadataBatch) -> Result<Vec<ReplicaChange>, ReplicaError> {
         self.leader_commit_index = self.leader_commit_index.max(batch.leader_commit_index);
         if let Some(snapshot) = &batch.snapshot {
             if batch.applied_index < self.applied_index {
@@ -150,14 +163,16 @@ impl MetadataReplica {
                 .map_err(|e| ReplicaError::Undecodable(e.to_string()))?;
             // Refusals repeat the control node's: the same log, the same
             // pure apply.
-            let _ = next.metastore.apply(
-                &command,
-                ApplyContext {
-                    index: change.index,
-                },
-            );
+            let context = ApplyContext {
+                index: change.index,
+            };
+            let outcome = AppliedOutcome::of(next.metastore.apply(&command, context));
             next.applied_index = change.index;
-            applied.push((change.index, command));
+            applied.push(ReplicaChange {
+                index: change.index,
+                command,
+                outcome,
+            });
         }
         if batch.applied_index > next.applied_index {
             next.metastore.note_applied(ApplyContext {
@@ -167,5 +182,90 @@ impl MetadataReplica {
         }
         *self = next;
         Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metastore::Heartbeat;
+
+    fn change(index: u64) -> MetadataChange {
+        let command = Command::Heartbeat(Heartbeat {
+            id: "unknown".into(),
+            at_ms: index,
+        });
+        MetadataChange {
+            index,
+            command: Bytes::from(serde_json::to_vec(&command).expect("encodes")),
+        }
+    }
+
+    fn changes(applied_index: u64, changes: Vec<MetadataChange>) -> MetadataBatch {
+        MetadataBatch {
+            applied_index,
+            leader_commit_index: applied_index,
+            snapshot: None,
+            changes,
+        }
+    }
+
+    fn snapshot(applied_index: u64) -> MetadataBatch {
+        MetadataBatch {
+            applied_index,
+            leader_commit_index: applied_index,
+            snapshot: Some(Bytes::from(
+                serde_json::to_vec(&Metastore::new()).expect("encodes"),
+            )),
+            changes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn changes_apply_in_order_and_blank_entries_advance_the_index() {
+        let mut replica = MetadataReplica::new();
+        replica.apply(&snapshot(2)).expect("snapshot");
+        let applied = replica
+            .apply(&changes(6, vec![change(3), change(5)]))
+            .expect("changes");
+        let indexes: Vec<u64> = applied.iter().map(|c| c.index).collect();
+        assert_eq!(indexes, vec![3, 5]);
+        assert!(matches!(
+            applied[0].outcome,
+            AppliedOutcome::Refused { status: 404, .. }
+        ));
+        assert_eq!(replica.applied_index(), 6);
+        assert!(replica.caught_up());
+    }
+
+    #[test]
+    fn a_batch_out_of_order_is_refused_whole() {
+        let mut replica = MetadataReplica::new();
+        replica.apply(&snapshot(2)).expect("snapshot");
+        let error = replica
+            .apply(&changes(5, vec![change(4), change(3)]))
+            .expect_err("refused");
+        assert_eq!(
+            error,
+            ReplicaError::OutOfOrder {
+                index: 3,
+                applied: 4
+            }
+        );
+        assert_eq!(replica.applied_index(), 2);
+    }
+
+    #[test]
+    fn a_batch_from_a_node_behind_the_replica_changes_nothing() {
+        let mut replica = MetadataReplica::new();
+        replica.apply(&snapshot(7)).expect("snapshot");
+        assert!(replica.apply(&snapshot(5)).expect("ignored").is_empty());
+        assert!(
+            replica
+                .apply(&changes(6, vec![change(6)]))
+                .expect("ignored")
+                .is_empty()
+        );
+        assert_eq!(replica.applied_index(), 7);
     }
 }

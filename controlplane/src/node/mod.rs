@@ -12,6 +12,7 @@ mod confirm;
 mod controller_loop;
 mod http;
 mod join;
+mod members;
 mod metadata;
 mod propose;
 mod runtime;
@@ -19,6 +20,6 @@ pub mod wire;
 
 pub use client::ControlClient;
 pub use config::{ConfigError, ControlConfig};
-pub use metadata::{MetadataReplica, ReplicaError};
+pub use metadata::{MetadataReplica, ReplicaChange, ReplicaError};
 pub use propose::ProposeError;
 pub use runtime::{ControlNode, StartError};

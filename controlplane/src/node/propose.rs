@@ -12,7 +12,7 @@ use tokio::time::timeout;
 
 use super::runtime::{PROPOSE_TIMEOUT, Shared};
 use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest};
-use super::{confirm, join, metadata};
+use super::{confirm, join, members, metadata};
 use crate::metastore::Command;
 use crate::network::messages::{ProposeMessage, ReadLocalMessage, opcodes};
 use crate::raft::{Applied, ControlNodeId};
@@ -143,7 +143,7 @@ fn shared_or_503(slot: &OnceLock<Arc<Shared>>) -> Result<Arc<Shared>, RpcError> 
         .ok_or_else(|| RpcError::unavailable("control node starting"))
 }
 
-/// Routes `Propose`, `ReadLocal`, `LeaderConfirm`, `MetadataFetch` (a long poll, exempt
+/// Routes `Propose`, `ReadLocal`, `RegisterMember`, `LeaderConfirm`, `MetadataFetch` (a long poll, exempt
 /// from a permit limit like the spec's long-poll consumes) and
 /// `JoinCluster`.
 pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Router {
@@ -178,11 +178,34 @@ pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Route
                                 .read(|metastore| metastore.topic(&name).cloned()),
                             applied_index: shared.view.applied_index(),
                         },
+                        LocalRead::Owners { topic } => LocalReadAnswer::Owners {
+                            owners: shared.view.read(|metastore| {
+                                let slots = metastore.assignments(&topic).unwrap_or_default();
+                                slots
+                                    .iter()
+                                    .map(|slot| slot.as_ref().map(|a| a.owner.clone()))
+                                    .collect()
+                            }),
+                        },
                         LocalRead::Status => LocalReadAnswer::Status(shared.status()),
                     };
                     let answer = ReadLocalMessage::of(&answer)
                         .map_err(|e| RpcError::internal(e.to_string()))?;
                     Ok(Response::message(&answer))
+                }
+            },
+        )
+        .route(
+            opcodes::REGISTER_MEMBER,
+            OperationLimit::new("propose", PROPOSE_PERMITS),
+            {
+                let slot = slot.clone();
+                move |inbound: Inbound| {
+                    let slot = slot.clone();
+                    async move {
+                        let shared = shared_or_503(&slot)?;
+                        members::serve(&shared, inbound).await
+                    }
                 }
             },
         )

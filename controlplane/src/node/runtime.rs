@@ -102,6 +102,7 @@ fn raft_config(config: &ControlConfig) -> Result<Arc<openraft::Config>, StartErr
         election_timeout_min: millis(config.election_timeout),
         election_timeout_max: millis(config.election_timeout) * 2,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_threshold),
+        max_in_snapshot_log_to_keep: config.trailing_logs,
         ..Default::default()
     };
     raft.validate()
@@ -278,6 +279,8 @@ impl Shared {
             last_log_index: metrics.last_log_index.unwrap_or(0),
             applied_index,
             leader_commit_index,
+            snapshot_index: metrics.snapshot.map_or(0, |log_id| log_id.index),
+            purged_index: metrics.purged.map_or(0, |log_id| log_id.index),
             voters: membership.voter_ids().collect(),
             learners: membership.learner_ids().collect(),
         }

@@ -25,6 +25,11 @@ pub enum LocalRead {
         /// The name.
         name: String,
     },
+    /// The owners of a topic's partitions.
+    Owners {
+        /// The topic name.
+        topic: String,
+    },
     /// The node's Raft status.
     Status,
 }
@@ -39,6 +44,11 @@ pub enum LocalReadAnswer {
         topic: Option<Topic>,
         /// The replica's applied index when it was read.
         applied_index: u64,
+    },
+    /// One slot per partition: its owner, or `None` while it waits.
+    Owners {
+        /// The owners; empty when the topic is unknown.
+        owners: Vec<Option<String>>,
     },
     /// The node's status.
     Status(Status),
@@ -62,6 +72,10 @@ pub struct Status {
     /// Highest commit index a leader reported to this node (a leader's
     /// own applied index when it leads).
     pub leader_commit_index: u64,
+    /// Last log index covered by this node's latest snapshot (0 = none).
+    pub snapshot_index: u64,
+    /// Last log index purged from this node's log (0 = none).
+    pub purged_index: u64,
     /// Voters of the current membership.
     pub voters: Vec<ControlNodeId>,
     /// Learners of the current membership.
@@ -127,4 +141,33 @@ pub struct ConfirmAnswer {
     /// The log index the read reflects (every change committed before the
     /// question was asked is at or below it).
     pub read_index: u64,
+}
+
+/// What a data node tells the control plane about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberReport {
+    /// First start or restart: its addresses.
+    Register {
+        /// The node id.
+        id: String,
+        /// Its HTTP API address.
+        http_addr: String,
+        /// Its node RPC address.
+        rpc_addr: String,
+    },
+    /// Still running.
+    Heartbeat {
+        /// The node id.
+        id: String,
+    },
+}
+
+/// A member report and whether a follower already forwarded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRequest {
+    /// The report.
+    pub report: MemberReport,
+    /// Set by a follower forwarding to the leader (one hop at most).
+    pub forwarded: bool,
 }

@@ -1,0 +1,95 @@
+//! Registration and heartbeats of data nodes. The command carries the time
+//! of the leader's clock (the clock the controller judges silence by), so a
+//! follower forwards the report to the leader, which stamps and proposes it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use narad_protocol::{CallError, Inbound, Lane, Response, RpcError};
+use openraft::ServerState;
+
+use super::propose::{propose, resolve};
+use super::runtime::Shared;
+use super::wire::{MemberReport, MemberRequest};
+use crate::metastore::{Command, Heartbeat, RegisterMember};
+use crate::network::messages::{MemberMessage, ProposeMessage, opcodes};
+use crate::raft::Applied;
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn command(report: MemberReport) -> Command {
+    let at_ms = now_ms();
+    match report {
+        MemberReport::Register {
+            id,
+            http_addr,
+            rpc_addr,
+        } => Command::RegisterMember(RegisterMember {
+            id,
+            http_addr,
+            rpc_addr,
+            at_ms,
+        }),
+        MemberReport::Heartbeat { id } => Command::Heartbeat(Heartbeat { id, at_ms }),
+    }
+}
+
+/// Serves `RegisterMember`: answered (with what applying it did) after the
+/// answering node applied it.
+pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response, RpcError> {
+    let request: MemberRequest = inbound.message::<MemberMessage>()?.parse()?;
+    let applied = if shared.raft.metrics().borrow().state == ServerState::Leader {
+        propose(shared, command(request.report), true).await?
+    } else if request.forwarded {
+        return Err(RpcError::unavailable("not the leader"));
+    } else {
+        let applied = forward(shared, request).await?;
+        let mut watch = shared.view.watch_applied();
+        let index = applied.index;
+        let _ = tokio::time::timeout(
+            super::runtime::PROPOSE_TIMEOUT,
+            watch.wait_for(|i| *i >= index),
+        )
+        .await;
+        applied
+    };
+    let message = ProposeMessage::of(&applied).map_err(|e| RpcError::internal(e.to_string()))?;
+    Ok(Response::message(&message))
+}
+
+async fn forward(shared: &Shared, request: MemberRequest) -> Result<Applied, RpcError> {
+    let leader = shared
+        .status()
+        .leader
+        .ok_or_else(|| RpcError::unavailable("no raft leader"))?;
+    let addr = shared
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&leader)
+        .map(|node| node.addr.clone())
+        .ok_or_else(|| RpcError::unavailable("leader address unknown"))?;
+    let peer = resolve(&addr).await.ok_or_else(|| {
+        RpcError::unavailable(format!("leader address {addr:?} does not resolve"))
+    })?;
+    let message = MemberMessage::of(&MemberRequest {
+        forwarded: true,
+        ..request
+    })
+    .map_err(|e| RpcError::internal(e.to_string()))?;
+    let answer: Result<ProposeMessage, CallError> = shared
+        .transport
+        .call_message(peer, Lane::Control, opcodes::REGISTER_MEMBER, &message)
+        .await;
+    match answer {
+        Ok(message) => message.parse(),
+        Err(CallError::Rejected(error)) => Err(error),
+        Err(error) => Err(RpcError::unavailable(format!("leader {leader}: {error}"))),
+    }
+}
