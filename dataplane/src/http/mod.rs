@@ -10,6 +10,7 @@ pub mod body;
 pub mod error;
 mod health;
 mod produce;
+pub mod produce_cap;
 mod query;
 pub mod topics;
 pub mod users;
@@ -31,6 +32,7 @@ use crate::commit::LocalLogs;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;
 use crate::http::error::ApiError;
+use crate::http::produce_cap::ProduceCap;
 use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
@@ -44,6 +46,9 @@ pub struct ApiConfig {
     pub metrics_unauthenticated: bool,
     /// bcrypt cost of password hashes this node makes.
     pub bcrypt_cost: u32,
+    /// Produces in flight per identity (user, or "anonymous" with security
+    /// off); 0 turns the cap off (the default).
+    pub produce_in_flight_per_identity: usize,
 }
 
 /// bcrypt cost of new password hashes: the common default, tens of
@@ -56,6 +61,7 @@ impl Default for ApiConfig {
             security: true,
             metrics_unauthenticated: false,
             bcrypt_cost: BCRYPT_COST_DEFAULT,
+            produce_in_flight_per_identity: 0,
         }
     }
 }
@@ -90,6 +96,8 @@ pub struct ApiState {
     pub body_budget: BodyBudget,
     /// Topic changes, forwarded to the control plane.
     pub admin: Arc<dyn Admin>,
+    /// Produces in flight per identity.
+    pub produce_cap: ProduceCap,
     /// This node's partition logs, for partition statistics.
     pub logs: Option<Arc<LocalLogs>>,
 }
@@ -106,6 +114,7 @@ impl ApiState {
         admin: Arc<dyn Admin>,
     ) -> Self {
         Self {
+            produce_cap: ProduceCap::new(config.produce_in_flight_per_identity),
             admin,
             logs: None,
             config,

@@ -30,6 +30,7 @@ pub(crate) async fn produce(
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
     let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
+    let _cap = state.produce_cap.take(&identity(user.as_deref()), 1)?;
     let meta = state
         .acceptor
         .producible_topic(&topic)
@@ -76,6 +77,8 @@ pub(crate) async fn produce_batch(
         // Refuse an unknown encoding before reading the body.
         check_encoding(encoding)?;
     }
+    // One unit while the body is read, then the message count.
+    let reading = state.produce_cap.take(&identity(user.as_deref()), 1)?;
     let mut hold = BudgetHold::default();
     let sent = read_limited(
         &headers,
@@ -89,6 +92,10 @@ pub(crate) async fn produce_batch(
     hold.cover(&state.body_budget, decoded.len())
         .inspect_err(|error| note_budget_rejection(&state, error))?;
     let messages = parse_batch(&decoded)?;
+    drop(reading);
+    let _cap = state
+        .produce_cap
+        .take(&identity(user.as_deref()), messages.len())?;
     let accepted = state
         .acceptor
         .accept_batch(&meta, &messages)
@@ -110,6 +117,12 @@ pub(crate) async fn produce_batch(
         body,
     )
         .into_response())
+}
+
+/// Who a produce counts against: the user, or one shared identity with
+/// security off (the client address is not carried to handlers yet).
+fn identity(user: Option<&crate::metadata::User>) -> String {
+    user.map_or_else(|| "anonymous".to_owned(), |user| user.username.clone())
 }
 
 /// `key` and `partition` from the raw query: each at most once, `partition`

@@ -938,3 +938,30 @@ async fn batch_without_a_validation_slot_is_503_naming_message_0() {
             .starts_with("message 0: schema: validation capacity busy")
     );
 }
+
+#[tokio::test]
+async fn produce_past_the_identity_cap_is_429() {
+    let api = api_with(ApiConfig {
+        produce_in_flight_per_identity: 1,
+        ..ApiConfig::default()
+    });
+    let held = api.state.produce_cap.take("alice", 1).expect("take");
+    let answer = send(
+        &api,
+        produce_request("/v1/topics/orders/produce", ALICE, "x"),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        answer
+            .error()
+            .starts_with("too many in-flight produce requests")
+    );
+    drop(held);
+    let answer = send(
+        &api,
+        produce_request("/v1/topics/orders/produce", ALICE, "x"),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+}
