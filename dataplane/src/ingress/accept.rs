@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use narad_wal::record::KEY_BYTES_MAX;
-use narad_wal::{FillError, Wal, WalError, WalRecordRef};
+use narad_wal::{Wal, WalError, WalRecordRef};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::partition::{RoundRobin, key_partition};
@@ -205,9 +205,7 @@ impl Acceptor {
         drop(slot);
         let created_at = now_unix_ms();
         let record = record_of(topic, &placed, created_at);
-        let pending = self.wal.append_with(record.encoded_len(), |dst| {
-            record.encode_into(dst).map_err(FillError::from)
-        })?;
+        let pending = self.wal.append_records(std::slice::from_ref(&record))?;
         let seqs = pending.await?;
         Ok(seqs.start)
     }
@@ -251,17 +249,13 @@ impl Acceptor {
             .iter()
             .map(|placed| record_of(topic, placed, created_at))
             .collect();
-        let lens: Vec<usize> = records.iter().map(WalRecordRef::encoded_len).collect();
         let wal_refusal = |error: WalError| BatchRefusal {
             index: 0,
             error: AcceptError::Wal(error),
         };
-        let pending = self
-            .wal
-            .append_many(&lens, |index, dst| {
-                records[index].encode_into(dst).map_err(FillError::from)
-            })
-            .map_err(wal_refusal)?;
+        // Records were validated against the topic above; the WAL checks
+        // its own field limits again before staging anything.
+        let pending = self.wal.append_records(&records).map_err(wal_refusal)?;
         pending.await.map_err(wal_refusal)?;
         Ok(messages.len())
     }
