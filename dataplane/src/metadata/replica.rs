@@ -72,6 +72,26 @@ impl MetadataReplica {
         *guard = Arc::new(next);
     }
 
+    /// Moves the applied index to `index` without a change: log entries
+    /// that carry none (a new leader's blank entry) still advance it, and
+    /// the stream reports where a batch leaves the replica.
+    ///
+    /// # Panics
+    /// If `index` is below the applied index.
+    pub fn advance_applied_index(&self, index: u64) {
+        let mut guard = self.state.write();
+        assert!(
+            index >= guard.applied_index,
+            "metadata applied index would go back from {} to {index}",
+            guard.applied_index
+        );
+        if index > guard.applied_index {
+            let mut next = MetadataSnapshot::clone(&guard);
+            next.applied_index = index;
+            *guard = Arc::new(next);
+        }
+    }
+
     /// The commit index the leader last reported: the replica is caught up
     /// once it has applied it.
     pub fn set_leader_commit_index(&self, index: u64) {
@@ -249,6 +269,16 @@ mod tests {
         assert!(!replica.is_caught_up());
         replica.apply_delta(4, MetadataDelta::DeleteTopic { name: "x".into() });
         assert!(replica.is_caught_up());
+    }
+
+    #[test]
+    fn an_entry_without_a_change_still_catches_the_replica_up() {
+        let replica = replica_with(TopicMeta::new("orders", None, 3, 1));
+        replica.set_leader_commit_index(9);
+        assert!(!replica.is_caught_up());
+        replica.advance_applied_index(9);
+        assert!(replica.is_caught_up());
+        assert!(replica.topic_meta("orders").is_some());
     }
 
     #[test]
