@@ -1,14 +1,16 @@
 //! The Narad control plane, run as `narad control`.
 //!
-//! This crate will own the openraft node (log, vote and state machine
-//! persisted in redb), the pure metastore state machine (topics with
-//! incarnation ids, schemas, partition assignments, data-node membership,
-//! users and grants), the controller that runs on the leader (assignment,
-//! liveness, dead marking), the metadata stream that data nodes subscribe to,
-//! the admin service, and leader-confirmation barriers.
+//! It owns the openraft node (log, vote and state machine persisted in
+//! redb), the pure metastore state machine (topics with incarnation ids,
+//! schemas, partition assignments, data-node membership, users and grants),
+//! the controller that runs on the leader (assignment, liveness, dead
+//! marking), the metadata stream that data nodes subscribe to, and leader
+//! confirmation. The admin services that turn client requests into
+//! commands are not built yet (the generic proposer API is).
 //!
-//! Guarantees it is built to give: a change is answered only once it is
-//! committed by a Raft majority and applied by the answering node; a leader
+//! Guarantees: a change is answered only once it is committed by a Raft
+//! majority and applied by the answering node; the vote and every
+//! acknowledged log entry are fsynced before openraft is told; a leader
 //! confirmation reflects a linearizable read.
 //!
 //! It never touches partition data: it depends on `narad-protocol` only.
@@ -20,7 +22,10 @@
 //! and the time; [`raft`] is the openraft type configuration (a log entry
 //! carries one metastore command); [`store`] persists the Raft log, the vote
 //! and the state machine's snapshots in redb and passes openraft's storage
-//! suite. See `docs/internals/controlplane.md`.
+//! suite; [`network`] carries Raft over the cluster transport; [`node`] is
+//! the `narad control` process (bootstrap and join, the proposer API, the
+//! controller loop, the metadata stream, leader confirmation, health and
+//! metrics). See `docs/internals/controlplane.md` and `docs/operations.md`.
 
 pub mod controller;
 pub mod metastore;
