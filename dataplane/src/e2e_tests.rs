@@ -541,3 +541,90 @@ fn records_of_a_replaced_incarnation_are_discarded_and_the_new_one_commits() {
     let stored = stored(&disk, Path::new(DATA_DIR), "orders", 3);
     assert_eq!(stored[&0], vec![(Vec::new(), b"new incarnation".to_vec())]);
 }
+
+/// One HTTP/1.1 request over a fresh TCP connection; the status and body.
+async fn http_over_tcp(
+    address: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: narad\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("read response");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_serves_create_and_produce_over_tcp() {
+    let sim = SimDisk::new(14);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE, 0x200);
+    let mut config = config(Path::new(DATA_DIR), 1);
+    config.api.security = false;
+    let node = Arc::new(DataNode::start(services, config).expect("start"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            node.serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let (status, body) = http_over_tcp(address, "GET", "/readyz", "").await;
+    assert_eq!((status, body.as_str()), (200, "{\"status\":\"ready\"}\n"));
+    let (status, _) = http_over_tcp(address, "POST", "/v1/topics", r#"{"name":"events"}"#).await;
+    assert_eq!(status, 201);
+    let (status, _) = http_over_tcp(
+        address,
+        "POST",
+        "/v1/topics/events/produce?partition=2",
+        r#"{"n":1}"#,
+    )
+    .await;
+    assert_eq!(status, 202);
+    let drained = Arc::clone(&node);
+    tokio::task::spawn_blocking(move || wait_until("dispatch", || drained.drained()))
+        .await
+        .expect("wait");
+    let (status, body) = http_over_tcp(address, "GET", "/v1/topics/events", "").await;
+    assert_eq!(status, 200);
+    let described: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(described["partition_stats"][2]["high_watermark"], 1);
+    stop.send(()).expect("stop");
+    server.await.expect("server task").expect("serve");
+    assert!(node.api().health.shutting_down.load(Ordering::Acquire));
+    let node = Arc::try_unwrap(node).expect("last handle");
+    tokio::task::spawn_blocking(move || node.shutdown())
+        .await
+        .expect("shutdown");
+}

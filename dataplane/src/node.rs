@@ -14,15 +14,15 @@ use narad_disk::Disk;
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
-use crate::admin::Admin;
+use crate::admin::{Admin, ReplicaAdmin};
 use crate::commit::{Combiners, LocalLogs};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
-    LocalCommitTarget,
+    LocalCommitTarget, NoRemoteTarget, NodeId, ReplicaLeader,
 };
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
-use crate::metadata::MetadataReplica;
+use crate::metadata::{Member, MetadataReplica, MetadataSnapshot};
 use crate::metrics::NodeMetrics;
 
 /// Settings of a data node.
@@ -87,6 +87,33 @@ pub struct NodeServices {
     pub remote: Arc<dyn CommitTarget>,
     /// Topic changes (the control plane).
     pub admin: Arc<dyn Admin>,
+}
+
+impl NodeServices {
+    /// Services for one data node with no control plane: an empty replica
+    /// that counts as caught up, topic and user changes applied to it
+    /// directly, leader confirmation answered from it, and no remote
+    /// owners. For tests and single-process setups until the metadata
+    /// stream and the cluster transport are wired in.
+    pub fn standalone(disk: Arc<dyn Disk>, node: NodeId, seed: u64) -> Self {
+        let replica = Arc::new(MetadataReplica::new(node));
+        let mut snapshot = MetadataSnapshot::default();
+        snapshot.members.insert(
+            node,
+            Member {
+                id: node,
+                alive: true,
+            },
+        );
+        replica.apply_snapshot(snapshot);
+        Self {
+            disk,
+            leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
+            remote: Arc::new(NoRemoteTarget),
+            admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), node, seed)),
+            replica,
+        }
+    }
 }
 
 /// A running data node.
@@ -176,6 +203,25 @@ impl DataNode {
     /// The client API router.
     pub fn router(&self) -> Router {
         router(Arc::clone(&self.api))
+    }
+
+    /// Serves the client API on `listener` until `shutdown` resolves; then
+    /// `/healthz` answers `503` while in-flight requests finish.
+    ///
+    /// # Errors
+    /// The listener failed.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let health = Arc::clone(&self.api.health);
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                health.shutting_down.store(true, Ordering::Release);
+            })
+            .await
     }
 
     /// The API state (the accept stage, metrics, health).
