@@ -74,23 +74,23 @@ impl RoundRobin {
     /// If `partitions` is 0.
     pub fn next(&self, topic: &Arc<str>, partitions: u32, now: Duration) -> u32 {
         assert!(partitions > 0, "a topic has at least one partition");
-        let mut state = self.state.lock();
-        if !state.rotations.contains_key(topic) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let start = if state.rotations.contains_key(topic) {
+            0
+        } else {
             if state.rotations.len() >= ROTATIONS_MAX {
                 forget_idle(&mut state.rotations, now);
             }
-            let start = state.rng.random_range(0..u64::from(partitions));
-            state.rotations.insert(
-                Arc::clone(topic),
-                Rotation {
-                    next: start,
-                    last_used: now,
-                },
-            );
-        }
-        let Some(rotation) = state.rotations.get_mut(topic) else {
-            unreachable!("the rotation was just inserted");
+            state.rng.random_range(0..u64::from(partitions))
         };
+        let rotation = state
+            .rotations
+            .entry(Arc::clone(topic))
+            .or_insert(Rotation {
+                next: start,
+                last_used: now,
+            });
         let partition = rotation.next % u64::from(partitions);
         rotation.next = rotation.next.wrapping_add(1);
         rotation.last_used = now;
