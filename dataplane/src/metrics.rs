@@ -17,6 +17,10 @@ pub const HTTP_REQUEST_DURATION_SECONDS: &str = "narad_http_request_duration_sec
 /// Batch produces refused because the node's body budget was full.
 pub const HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL: &str =
     "narad_http_batch_body_budget_rejections_total";
+/// HTTP requests being answered now.
+pub const HTTP_REQUESTS_IN_FLIGHT: &str = "narad_http_requests_in_flight";
+/// Request body bytes declared by clients (route).
+pub const HTTP_REQUEST_BYTES_IN_TOTAL: &str = "narad_http_request_bytes_in_total";
 /// Messages appended on this node as their partition's owner (topic,
 /// partition).
 pub const MESSAGES_PRODUCED_TOTAL: &str = "narad_messages_produced_total";
@@ -73,6 +77,16 @@ impl NodeMetrics {
         self.recorder
             .register_gauge(&key(name, labels), &METADATA)
             .set(value);
+    }
+
+    /// Adds `delta` (may be negative) to gauge `name` with `labels`.
+    pub fn add(&self, name: &'static str, labels: &[(&'static str, String)], delta: f64) {
+        let gauge = self.recorder.register_gauge(&key(name, labels), &METADATA);
+        if delta >= 0.0 {
+            gauge.increment(delta);
+        } else {
+            gauge.decrement(-delta);
+        }
     }
 
     /// Records `elapsed` in histogram `name` with `labels`.

@@ -208,7 +208,20 @@ async fn count_request(
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let method = request.method().as_str().to_owned();
+    let declared_bytes = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or(0);
+    state.metrics.count(
+        metrics::HTTP_REQUEST_BYTES_IN_TOTAL,
+        &[("route", route.clone())],
+        declared_bytes,
+    );
+    let in_flight = InFlight::enter(&state.metrics);
     let response = next.run(request).await;
+    drop(in_flight);
     let status = response.status();
     let labels = [
         ("route", route),
@@ -231,6 +244,23 @@ async fn count_request(
         );
     }
     response
+}
+
+/// Counts a request in `narad_http_requests_in_flight` until dropped, so a
+/// request whose client went away (its future dropped) is counted out too.
+struct InFlight<'a>(&'a NodeMetrics);
+
+impl<'a> InFlight<'a> {
+    fn enter(metrics: &'a NodeMetrics) -> Self {
+        metrics.add(metrics::HTTP_REQUESTS_IN_FLIGHT, &[], 1.0);
+        Self(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.add(metrics::HTTP_REQUESTS_IN_FLIGHT, &[], -1.0);
+    }
 }
 
 /// Authenticates (security on), then applies the cross-site guard to

@@ -833,6 +833,13 @@ async fn metrics_count_requests_by_route_method_and_status() {
         answer.body
     );
     assert!(answer.body.contains("narad_ingress_wal_failed 0"));
+    assert!(answer.body.contains("narad_http_request_bytes_in_total"));
+    // The metrics request itself is the one in flight.
+    assert!(
+        answer.body.contains("narad_http_requests_in_flight 1"),
+        "{}",
+        answer.body
+    );
     assert!(
         answer
             .body
