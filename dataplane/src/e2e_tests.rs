@@ -8,15 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
 use narad_disk::Disk;
 use narad_disk::sim::{SimDisk, Tear};
 use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_wal::CheckpointConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tower::ServiceExt;
 
 use crate::admin::ReplicaAdmin;
 use crate::commit::partition_dir;
@@ -112,13 +109,27 @@ async fn concurrent_http_produces_all_land_in_their_partition_logs() {
     let disk: Arc<dyn Disk> =
         Arc::new(narad_disk::portable::PortableDisk::new(2).expect("portable disk"));
     let replica = replica();
-    let node = start(Arc::clone(&disk), &replica, config(dir.path(), 3));
-    let router = node.router();
+    let node = Arc::new(start(Arc::clone(&disk), &replica, config(dir.path(), 3)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            node.serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
     const CLIENTS: usize = 8;
     const PER_CLIENT: usize = 60;
+    let auth = format!("Authorization: {}\r\n", basic("alice", "alice-pw"));
     let mut clients = Vec::new();
     for client in 0..CLIENTS {
-        let router = router.clone();
+        let auth = auth.clone();
         clients.push(tokio::spawn(async move {
             let mut sent = Vec::new();
             for i in 0..PER_CLIENT {
@@ -129,25 +140,16 @@ async fn concurrent_http_produces_all_land_in_their_partition_logs() {
                 } else {
                     format!("/v1/topics/orders/produce?key={key}")
                 };
-                let request = Request::post(uri)
-                    .header(header::AUTHORIZATION, basic("alice", "alice-pw"))
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(Body::from(payload.clone()))
-                    .expect("request");
-                let response = router.clone().oneshot(request).await.expect("infallible");
-                assert_eq!(response.status(), StatusCode::ACCEPTED);
+                let (status, _) = http_over_tcp_as(address, "POST", &uri, &auth, &payload).await;
+                assert_eq!(status, 202);
                 sent.push((key.into_bytes(), payload.into_bytes()));
             }
             let batch = format!(
                 r#"{{"messages":[{{"payload":"b{client}-0"}},{{"payload":"b{client}-1","key":"bk{client}"}}]}}"#
             );
-            let request = Request::post("/v1/topics/orders/produce/batch")
-                .header(header::AUTHORIZATION, basic("alice", "alice-pw"))
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(batch))
-                .expect("request");
-            let response = router.clone().oneshot(request).await.expect("infallible");
-            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            let (status, body) =
+                http_over_tcp_as(address, "POST", "/v1/topics/orders/produce/batch", &auth, &batch).await;
+            assert_eq!((status, body.as_str()), (202, "{\"accepted\":2}\n"));
             sent.push((Vec::new(), format!("\"b{client}-0\"").into_bytes()));
             sent.push((format!("bk{client}").into_bytes(), format!("\"b{client}-1\"").into_bytes()));
             sent
@@ -159,13 +161,20 @@ async fn concurrent_http_produces_all_land_in_their_partition_logs() {
     }
     let total = produced.len() as u64;
     assert_eq!(node.wal().next_durable_seq(), total);
-    wait_until("the checkpoint to reach the end of the WAL", || {
-        node.drained()
-    });
-    wait_until("the checkpoint to be synced", || {
-        node.checkpoint().synced() >= total
-    });
-    node.shutdown();
+    stop.send(()).expect("stop");
+    server.await.expect("server task").expect("serve");
+    let node = Arc::try_unwrap(node).expect("last handle");
+    tokio::task::spawn_blocking(move || {
+        wait_until("the checkpoint to reach the end of the WAL", || {
+            node.drained()
+        });
+        wait_until("the checkpoint to be synced", || {
+            node.checkpoint().synced() >= total
+        });
+        node.shutdown();
+    })
+    .await
+    .expect("drain");
 
     let stored = stored(&disk, dir.path(), "orders", 3);
     let mut found: HashMap<(Vec<u8>, Vec<u8>), usize> = HashMap::new();
@@ -549,12 +558,23 @@ async fn http_over_tcp(
     path: &str,
     body: &str,
 ) -> (u16, String) {
+    http_over_tcp_as(address, method, path, "", body).await
+}
+
+/// [`http_over_tcp`] with extra header lines (each ending in `\r\n`).
+async fn http_over_tcp_as(
+    address: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
         .expect("connect");
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: narad\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: narad\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream
