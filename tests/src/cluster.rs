@@ -96,7 +96,7 @@ impl ControlProcess {
         self.child.is_some()
     }
 
-    /// The process's log so far (for failure messages).
+    /// The process's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -184,8 +184,18 @@ impl ControlCluster {
             .append(true)
             .open(&node.log)
             .expect("log file");
-        let child = Command::new(narad_binary())
-            .arg("control")
+        let mut command = Command::new(narad_binary());
+        command.arg("control");
+        // Security (users, the root admin) is off unless a test asks for
+        // it; the cluster plane is authenticated by the secret either way.
+        if !self
+            .extra_args
+            .iter()
+            .any(|arg| arg == "--security-enabled")
+        {
+            command.args(["--security-enabled", "false"]);
+        }
+        let child = command
             .args(["--node-id", &node.id.to_string()])
             .args(["--cluster-addr", &node.cluster_addr.to_string()])
             .args(["--advertise-addr", &node.cluster_addr.to_string()])
@@ -193,7 +203,6 @@ impl ControlCluster {
             .args(["--peers", &self.peers])
             .args(["--raft-heartbeat-interval", HEARTBEAT])
             .args(["--raft-election-timeout", ELECTION])
-            .args(["--security-enabled", "false"])
             .args(&self.extra_args)
             .arg("--data-dir")
             .arg(&node.data_dir)

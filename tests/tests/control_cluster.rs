@@ -275,3 +275,38 @@ async fn the_leaders_controller_places_a_new_topic_on_a_registered_data_node() {
         })
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secured_cluster_seeds_its_root_admin_once_with_a_password_logged_once() {
+    const LOGGED: &str = "root admin created with a generated password";
+    let mut cluster = ControlCluster::start_with(3, &["--security-enabled", "true"]).await;
+    let leader = cluster.wait_for_leader().await;
+    let addr = cluster.nodes[(leader + 1) % 3].cluster_addr;
+    cluster
+        .wait_until("the root admin on a follower", || async {
+            let users = cluster.client().usernames(addr).await.ok()?;
+            (users == vec!["admin".to_owned()]).then_some(())
+        })
+        .await;
+    cluster
+        .wait_until("a leader to log the generated password", || async {
+            let logged = cluster.nodes.iter().any(|node| node.log().contains(LOGGED));
+            logged.then_some(())
+        })
+        .await;
+    cluster.kill(leader);
+    let new_leader = cluster.wait_for_leader().await;
+    create_through(&cluster, new_leader, "after-seed").await;
+    let logged: usize = cluster
+        .nodes
+        .iter()
+        .map(|node| node.log().matches(LOGGED).count())
+        .sum();
+    assert_eq!(logged, 1, "the generated password is logged exactly once");
+    let users = cluster
+        .client()
+        .usernames(cluster.nodes[new_leader].cluster_addr)
+        .await
+        .expect("new leader answers");
+    assert_eq!(users, vec!["admin".to_owned()]);
+}

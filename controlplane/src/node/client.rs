@@ -112,6 +112,17 @@ impl ControlClient {
         }
     }
 
+    /// The usernames in the replica at `addr`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub async fn usernames(&self, addr: SocketAddr) -> Result<Vec<String>, ClientError> {
+        match self.read(addr, LocalRead::Users).await? {
+            LocalReadAnswer::Users { usernames } => Ok(usernames),
+            other => Err(ClientError::Answer(format!("{other:?}"))),
+        }
+    }
+
     /// The Raft status of the node at `addr`.
     ///
     /// # Errors

@@ -187,6 +187,14 @@ pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Route
                                     .collect()
                             }),
                         },
+                        LocalRead::Users => LocalReadAnswer::Users {
+                            usernames: shared.view.read(|metastore| {
+                                metastore
+                                    .users()
+                                    .map(|user| user.username.clone())
+                                    .collect()
+                            }),
+                        },
                         LocalRead::Status => LocalReadAnswer::Status(shared.status()),
                     };
                     let answer = ReadLocalMessage::of(&answer)

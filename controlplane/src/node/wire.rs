@@ -30,6 +30,8 @@ pub enum LocalRead {
         /// The topic name.
         topic: String,
     },
+    /// The usernames, in order.
+    Users,
     /// The node's Raft status.
     Status,
 }
@@ -49,6 +51,11 @@ pub enum LocalReadAnswer {
     Owners {
         /// The owners; empty when the topic is unknown.
         owners: Vec<Option<String>>,
+    },
+    /// The usernames.
+    Users {
+        /// In name order.
+        usernames: Vec<String>,
     },
     /// The node's status.
     Status(Status),
