@@ -32,12 +32,15 @@ fn is_leader(shared: &Shared) -> bool {
 pub(super) async fn run(shared: Arc<Shared>) {
     let mut metrics = shared.raft.metrics();
     loop {
-        if is_leader(&shared) {
-            lead(&shared).await;
-        }
-        if metrics.changed().await.is_err() {
+        let became_leader = metrics
+            .wait_for(|m| m.state == ServerState::Leader)
+            .await
+            .is_ok();
+        if !became_leader {
+            // Raft stopped.
             return;
         }
+        lead(&shared).await;
     }
 }
 
@@ -73,10 +76,12 @@ async fn lead(shared: &Shared) {
             }
         }
         let wait = decision.next_pass_at.saturating_sub(now());
+        // Raft's metrics change on every heartbeat acknowledgement; only a
+        // lost leadership matters here, so wait for that, not for any change.
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             _ = applied.changed() => {}
-            _ = metrics.changed() => {}
+            _ = metrics.wait_for(|m| m.state != ServerState::Leader) => {}
         }
     }
     info!("no longer leading: controller stopped");
