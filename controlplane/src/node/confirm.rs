@@ -6,10 +6,10 @@
 //! waiting for apply), and only then reads its state. A follower forwards
 //! the question to the leader once.
 
-use narad_protocol::{CallError, Inbound, Lane, Response, RpcError};
+use narad_protocol::{Inbound, Response, RpcError};
 use openraft::ServerState;
 
-use super::propose::resolve;
+use super::propose::call_leader;
 use super::runtime::Shared;
 use super::wire::{ConfirmAnswer, ConfirmQuestion, ConfirmRequest};
 use crate::metastore::Metastore;
@@ -57,34 +57,11 @@ async fn confirm(shared: &Shared, question: &ConfirmQuestion) -> Result<ConfirmA
 }
 
 async fn forward(shared: &Shared, request: ConfirmRequest) -> Result<ConfirmAnswer, RpcError> {
-    let leader = shared
-        .status()
-        .leader
-        .ok_or_else(|| RpcError::unavailable("no raft leader"))?;
-    let addr = shared
-        .raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .get_node(&leader)
-        .map(|node| node.addr.clone())
-        .ok_or_else(|| RpcError::unavailable("leader address unknown"))?;
-    let peer = resolve(&addr).await.ok_or_else(|| {
-        RpcError::unavailable(format!("leader address {addr:?} does not resolve"))
-    })?;
     let message = ConfirmMessage::of(&ConfirmRequest {
         forwarded: true,
         ..request
     })
     .map_err(|e| RpcError::internal(e.to_string()))?;
-    let answer: Result<ConfirmMessage, CallError> = shared
-        .transport
-        .call_message(peer, Lane::Control, opcodes::LEADER_CONFIRM, &message)
-        .await;
-    match answer {
-        Ok(message) => message.parse(),
-        Err(CallError::Rejected(error)) => Err(error),
-        Err(error) => Err(RpcError::unavailable(format!("leader {leader}: {error}"))),
-    }
+    let answer: ConfirmMessage = call_leader(shared, opcodes::LEADER_CONFIRM, &message).await?;
+    answer.parse()
 }

@@ -9,7 +9,7 @@ use narad_protocol::{Inbound, Lane, Response, RpcError};
 use openraft::{BasicNode, ChangeMembers};
 use tracing::{info, warn};
 
-use super::propose::resolve;
+use super::propose::{leader_address, resolve};
 use super::runtime::Shared;
 use super::wire::{JoinAnswer, JoinRequest};
 use crate::network::messages::{JoinMessage, opcodes};
@@ -70,19 +70,7 @@ pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response,
         if request.forwarded {
             return Err(RpcError::unavailable("not the leader"));
         }
-        let leader = shared
-            .status()
-            .leader
-            .ok_or_else(|| RpcError::unavailable("no raft leader"))?;
-        let addr = shared
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&leader)
-            .map(|node| node.addr.clone())
-            .ok_or_else(|| RpcError::unavailable("leader address unknown"))?;
+        let (leader, addr) = leader_address(shared)?;
         let forwarded = JoinRequest {
             forwarded: true,
             ..request

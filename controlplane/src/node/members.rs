@@ -4,10 +4,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use narad_protocol::{CallError, Inbound, Lane, Response, RpcError};
+use narad_protocol::{Inbound, Response, RpcError};
 use openraft::ServerState;
 
-use super::propose::{propose, resolve};
+use super::propose::{call_leader, propose};
 use super::runtime::Shared;
 use super::wire::{MemberReport, MemberRequest};
 use crate::metastore::{Command, Heartbeat, RegisterMember};
@@ -62,34 +62,11 @@ pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response,
 }
 
 async fn forward(shared: &Shared, request: MemberRequest) -> Result<Applied, RpcError> {
-    let leader = shared
-        .status()
-        .leader
-        .ok_or_else(|| RpcError::unavailable("no raft leader"))?;
-    let addr = shared
-        .raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .get_node(&leader)
-        .map(|node| node.addr.clone())
-        .ok_or_else(|| RpcError::unavailable("leader address unknown"))?;
-    let peer = resolve(&addr).await.ok_or_else(|| {
-        RpcError::unavailable(format!("leader address {addr:?} does not resolve"))
-    })?;
     let message = MemberMessage::of(&MemberRequest {
         forwarded: true,
         ..request
     })
     .map_err(|e| RpcError::internal(e.to_string()))?;
-    let answer: Result<ProposeMessage, CallError> = shared
-        .transport
-        .call_message(peer, Lane::Control, opcodes::REGISTER_MEMBER, &message)
-        .await;
-    match answer {
-        Ok(message) => message.parse(),
-        Err(CallError::Rejected(error)) => Err(error),
-        Err(error) => Err(RpcError::unavailable(format!("leader {leader}: {error}"))),
-    }
+    let answer: ProposeMessage = call_leader(shared, opcodes::REGISTER_MEMBER, &message).await?;
+    answer.parse()
 }

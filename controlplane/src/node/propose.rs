@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use narad_protocol::{
-    CallError, Inbound, Lane, OperationLimit, Response, Router, RpcError, Status,
+    CallError, Inbound, Lane, Message, Opcode, OperationLimit, Response, Router, RpcError, Status,
 };
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::time::timeout;
@@ -104,6 +104,48 @@ async fn forward_to(
             Err(ProposeError::NoLeader)
         }
         Err(error) => Err(unreachable(error.to_string())),
+    }
+}
+
+/// The leader this node knows of and its cluster address, or 503 when it
+/// knows of none.
+pub(super) fn leader_address(shared: &Shared) -> Result<(ControlNodeId, String), RpcError> {
+    let leader = shared
+        .status()
+        .leader
+        .ok_or_else(|| RpcError::unavailable("no raft leader"))?;
+    let addr = shared
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&leader)
+        .map(|node| node.addr.clone())
+        .ok_or_else(|| RpcError::unavailable("leader address unknown"))?;
+    Ok((leader, addr))
+}
+
+/// Sends `message` to the leader on the control lane and returns its
+/// answer; the leader's own refusal comes back as it is, anything else
+/// (no leader, unreachable, timeout) as 503.
+pub(super) async fn call_leader<Q: Message, A: Message>(
+    shared: &Shared,
+    opcode: Opcode,
+    message: &Q,
+) -> Result<A, RpcError> {
+    let (leader, addr) = leader_address(shared)?;
+    let peer = resolve(&addr).await.ok_or_else(|| {
+        RpcError::unavailable(format!("leader address {addr:?} does not resolve"))
+    })?;
+    match shared
+        .transport
+        .call_message(peer, Lane::Control, opcode, message)
+        .await
+    {
+        Ok(answer) => Ok(answer),
+        Err(CallError::Rejected(error)) => Err(error),
+        Err(error) => Err(RpcError::unavailable(format!("leader {leader}: {error}"))),
     }
 }
 
