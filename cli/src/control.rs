@@ -139,7 +139,8 @@ pub(crate) fn run(args: &ControlArgs) -> ExitCode {
     })
 }
 
-async fn wait_for_signal() {
+/// Resolves on the first SIGINT or SIGTERM.
+pub(crate) async fn wait_for_signal() {
     let mut terminate =
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(signal) => signal,

@@ -2,10 +2,12 @@
 //!
 //! Subcommands: `narad control` (a control-plane voter), `narad data` (a data
 //! node), and `narad dev` (one of each in a single process on loopback, for a
-//! laptop). `narad data` and `narad dev` report plainly that they are not
-//! built yet, and exit non-zero rather than pretending to serve.
+//! laptop). `narad data` reports plainly that it is not built yet, and
+//! exits non-zero rather than pretending to serve.
 
+mod bridge;
 mod control;
+mod dev;
 
 use std::process::ExitCode;
 
@@ -33,27 +35,22 @@ enum Command {
     Data,
     /// Run one control node and one data node in this process, on loopback,
     /// with security off.
-    Dev {
-        /// HTTP port of the data node.
-        #[arg(long, default_value_t = 7942)]
-        port: u16,
-        /// Directory holding all data.
-        #[arg(long, default_value = "data")]
-        data_dir: std::path::PathBuf,
-    },
+    Dev(dev::DevArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let part = match cli.command {
-        Command::Control(args) => return control::run(&args),
-        Command::Data => "the data plane (`narad data`)",
-        Command::Dev { .. } => "the broker (`narad dev`)",
-    };
-    eprintln!(
-        "narad {}: {part} is not built yet; this binary cannot serve requests. \
-         See README.md for what exists today.",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::from(EXIT_NOT_BUILT)
+    match cli.command {
+        Command::Control(args) => control::run(&args),
+        Command::Dev(args) => dev::run(&args),
+        Command::Data => {
+            eprintln!(
+                "narad {}: the data plane as its own process (`narad data`) is not built yet; \
+                 `narad dev` runs a data node with its control node in one process. \
+                 See README.md for what exists today.",
+                env!("CARGO_PKG_VERSION")
+            );
+            ExitCode::from(EXIT_NOT_BUILT)
+        }
+    }
 }

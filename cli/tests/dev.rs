@@ -1,0 +1,161 @@
+//! `narad dev` as a user runs it: the built binary on a free port and a
+//! temporary data directory, spoken to over plain HTTP/1.1.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const NARAD: &str = env!("CARGO_BIN_EXE_narad");
+
+/// A ceiling on every wait: it turns a hang into a failure, it asserts no
+/// speed.
+const WAIT_MAX: Duration = Duration::from_secs(15);
+const POLL: Duration = Duration::from_millis(50);
+
+/// A running `narad dev`, killed if the test fails before stopping it.
+struct Dev {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl Dev {
+    fn start(data_dir: &Path, port: u16) -> Self {
+        let child = Command::new(NARAD)
+            .args(["dev", "--port", &port.to_string(), "--data-dir"])
+            .arg(data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("narad dev starts");
+        let dev = Self {
+            child: Some(child),
+            port,
+        };
+        dev.wait_ready();
+        dev
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some((200, _)) = self.try_request("GET", "/readyz", "") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "/readyz never answered 200");
+            sleep(POLL);
+        }
+    }
+
+    fn try_request(&self, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).ok()?;
+        stream.set_read_timeout(Some(WAIT_MAX)).ok()?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        let status = answer.split(' ').nth(1)?.parse().ok()?;
+        let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+        Some((status, body))
+    }
+
+    fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        self.try_request(method, path, body)
+            .unwrap_or_else(|| panic!("{method} {path}: no HTTP answer"))
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(mut self) -> Output {
+        let child = self.child.take().expect("running");
+        let signalled = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success());
+        child.wait_with_output().expect("narad dev exits")
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn high_watermarks(dev: &Dev, topic: &str) -> u64 {
+    let (status, body) = dev.request("GET", &format!("/v1/topics/{topic}"), "");
+    assert_eq!(status, 200, "{body}");
+    let described: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    described["partition_stats"]
+        .as_array()
+        .expect("partition_stats")
+        .iter()
+        .map(|stats| stats["high_watermark"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn dev_accepts_produces_that_reach_the_partition_logs() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start(data.path(), free_port());
+    let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"events"}"#);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = dev.request("POST", "/v1/topics/events/produce", r#"{"n":1}"#);
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = dev.request(
+        "POST",
+        "/v1/topics/events/produce/batch",
+        r#"{"messages":[{"payload":{"n":2}},{"payload":{"n":3}}]}"#,
+    );
+    assert_eq!(status, 202, "{body}");
+    let deadline = Instant::now() + WAIT_MAX;
+    while high_watermarks(&dev, "events") < 3 {
+        assert!(Instant::now() < deadline, "records never reached the logs");
+        sleep(POLL);
+    }
+    assert_eq!(high_watermarks(&dev, "events"), 3);
+}
+
+#[test]
+fn dev_stops_on_sigterm_and_keeps_its_topics_across_a_restart() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let dev = Dev::start(data.path(), port);
+    let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"kept"}"#);
+    assert_eq!(status, 201, "{body}");
+    let output = dev.terminate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}:\n{stderr}",
+        output.status
+    );
+    assert!(
+        stderr.contains("DEVELOPMENT NODE, SECURITY OFF"),
+        "{stderr}"
+    );
+
+    let dev = Dev::start(data.path(), port);
+    let (status, body) = dev.request("GET", "/v1/topics/kept", "");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"kept"}"#);
+    assert_eq!(status, 409, "{body}");
+    let output = dev.terminate();
+    assert!(output.status.success());
+}
