@@ -266,17 +266,18 @@ fn list_query(query: &str) -> Result<(usize, Option<String>), ApiError> {
     Ok((limit, after))
 }
 
-/// `GET /v1/topics/{topic}`: the record, schema and partition statistics.
-pub(crate) async fn describe(
-    State(state): State<Arc<ApiState>>,
-    Path(name): Path<String>,
-    method: Method,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let user = authenticate(&state, &method, &headers).await?;
+/// Authenticates the caller and returns the topic they may read: 404 for an
+/// unknown topic, 403 without a grant on it.
+async fn readable_topic(
+    state: &ApiState,
+    method: &Method,
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<Arc<TopicMeta>, ApiError> {
+    let user = authenticate(state, method, headers).await?;
     let topic = state
         .replica
-        .topic_meta(&name)
+        .topic_meta(name)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
     if let Some(user) = &user
         && !user.may_read(&topic)
@@ -286,6 +287,17 @@ pub(crate) async fn describe(
             "no grant on this topic",
         ));
     }
+    Ok(topic)
+}
+
+/// `GET /v1/topics/{topic}`: the record, schema and partition statistics.
+pub(crate) async fn describe(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let topic = readable_topic(&state, &method, &headers, &name).await?;
     let mut body = record(&topic);
     let mut partial = false;
     let stats: Vec<Value> = (0..topic.partitions)
@@ -488,19 +500,7 @@ pub(crate) async fn schema_history(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let user = authenticate(&state, &method, &headers).await?;
-    let topic = state
-        .replica
-        .topic_meta(&name)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
-    if let Some(user) = &user
-        && !user.may_read(&topic)
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "no grant on this topic",
-        ));
-    }
+    let topic = readable_topic(&state, &method, &headers, &name).await?;
     let versions: Vec<Value> = topic
         .schema_history
         .iter()
