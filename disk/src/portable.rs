@@ -80,10 +80,7 @@ impl Disk for PortableDisk {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
+        create_dir_all_std(path)
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
@@ -103,8 +100,21 @@ impl Disk for PortableDisk {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        fs::File::open(path)?.sync_all()
+        sync_dir_std(path)
     }
+}
+
+/// Creates a directory and its parents as every real backend does: 0700.
+pub(crate) fn create_dir_all_std(path: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// Makes a directory's entries durable: fsync of the directory itself.
+pub(crate) fn sync_dir_std(path: &Path) -> io::Result<()> {
+    fs::File::open(path)?.sync_all()
 }
 
 /// Opens a file as every real backend does: read-write, 0600, optionally

@@ -41,7 +41,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{IoUring, opcode, squeue, types};
 
 use crate::OpenOptions;
-use crate::portable::{list_dir_std, open_std};
+use crate::portable::{create_dir_all_std, list_dir_std, open_std, sync_dir_std};
 use crate::{BackendKind, Completion, CompletionSender, Disk, DiskFile, FileHandle, IoBuf};
 
 /// Submission-queue entries per ring. Each operation in flight holds one
@@ -1134,11 +1134,7 @@ impl Disk for UringDisk {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        use std::os::unix::fs::DirBuilderExt;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
+        create_dir_all_std(path)
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
@@ -1158,7 +1154,7 @@ impl Disk for UringDisk {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        fs::File::open(path)?.sync_all()
+        sync_dir_std(path)
     }
 
     /// Registers the buffers on every ring. When the kernel cannot or will
