@@ -10,14 +10,14 @@ use std::sync::Arc;
 use clap::Args;
 use narad_controlplane::node::config::{ClusterSecurity, ControlConfig, Peer, defaults};
 use narad_controlplane::node::{ControlClient, ControlNode};
-use narad_dataplane::dispatch::{NoRemoteTarget, NodeId, ReplicaLeader};
+use narad_dataplane::dispatch::{NoRemoteTarget, NodeId};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, Node, NodeConfig, Router};
 use tracing::{error, info};
 
-use crate::bridge::{Bridge, ControlAdmin};
+use crate::bridge::{Bridge, ControlAdmin, ControlConfirm};
 use crate::control::wait_for_signal;
 
 /// Exit code for a failure to start.
@@ -149,7 +149,10 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     config.api.security = false;
     let services = NodeServices {
         disk,
-        leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
+        leader: Arc::new(ControlConfirm::new(
+            Arc::clone(&bridge),
+            tokio::runtime::Handle::current(),
+        )),
         remote: Arc::new(NoRemoteTarget),
         admin: Arc::new(ControlAdmin::new(Arc::clone(&bridge))),
         replica,

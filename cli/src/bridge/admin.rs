@@ -248,3 +248,37 @@ impl Admin for ControlAdmin {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_keep_the_control_planes_status_and_text() {
+        let text = || "topic already exists".to_owned();
+        assert_eq!(
+            refusal(409, text(), Subject::Topic),
+            AdminError::Conflict(text())
+        );
+        assert_eq!(
+            refusal(400, text(), Subject::Topic),
+            AdminError::Invalid(text())
+        );
+        assert_eq!(
+            refusal(503, text(), Subject::User),
+            AdminError::Unavailable(text())
+        );
+    }
+
+    #[test]
+    fn a_404_names_the_kind_of_record_asked_about() {
+        assert_eq!(
+            refusal(404, String::new(), Subject::Topic),
+            AdminError::NotFound
+        );
+        assert_eq!(
+            refusal(404, String::new(), Subject::User),
+            AdminError::UserNotFound
+        );
+    }
+}

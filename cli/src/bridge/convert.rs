@@ -125,3 +125,89 @@ pub(crate) fn snapshot(metastore: &Metastore, applied_index: u64) -> MetadataSna
         users_version: metastore.versions().users,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use narad_controlplane::metastore::{
+        Actor, ApplyContext, AssignPartitions, Command, CreateTopic, IncarnationId, PartitionOwner,
+        RegisterMember, TopicDefaults,
+    };
+
+    use super::*;
+
+    fn apply(metastore: &mut Metastore, index: u64, command: Command) {
+        metastore
+            .apply(&command, ApplyContext { index })
+            .expect("applies");
+    }
+
+    fn store_with_a_topic_on_node_7() -> Metastore {
+        let mut metastore = Metastore::new();
+        apply(
+            &mut metastore,
+            1,
+            Command::RegisterMember(RegisterMember {
+                id: member_id(7),
+                http_addr: "127.0.0.1:1".into(),
+                rpc_addr: "127.0.0.1:2".into(),
+                at_ms: 1,
+            }),
+        );
+        apply(
+            &mut metastore,
+            2,
+            Command::CreateTopic(CreateTopic {
+                actor: Actor::SecurityOff,
+                name: "orders".into(),
+                id: IncarnationId::from_bits(0xab),
+                partitions: Some(3),
+                retention_ms: None,
+                visibility_timeout_ms: None,
+                max_in_flight_per_partition: None,
+                max_acked_ahead_per_partition: None,
+                schema: Some(r#"{"type":"object"}"#.into()),
+                parent: None,
+                defaults: TopicDefaults::default(),
+                created_at_ms: 5,
+            }),
+        );
+        apply(
+            &mut metastore,
+            3,
+            Command::AssignPartitions(AssignPartitions {
+                topic: "orders".into(),
+                id: IncarnationId::from_bits(0xab),
+                owners: vec![PartitionOwner {
+                    partition: 1,
+                    owner: member_id(7),
+                }],
+            }),
+        );
+        metastore
+    }
+
+    #[test]
+    fn a_topic_converts_with_numeric_owners_and_unassigned_slots() {
+        let converted = snapshot(&store_with_a_topic_on_node_7(), 3);
+        assert_eq!(converted.applied_index, 3);
+        let topic = &converted.topics["orders"];
+        assert_eq!(topic.incarnation_id.as_deref(), Some("00000000000000ab"));
+        assert_eq!(topic.owners, vec![None, Some(7), None]);
+        assert_eq!(topic.created_at_ms, 5);
+        topic.assert_valid();
+    }
+
+    #[test]
+    fn a_topic_schema_converts_to_its_parsed_document() {
+        let converted = snapshot(&store_with_a_topic_on_node_7(), 3);
+        let schema = converted.topics["orders"].schema.clone().expect("schema");
+        assert_eq!(schema.version, 1);
+        assert_eq!(schema.document, serde_json::json!({"type": "object"}));
+    }
+
+    #[test]
+    fn a_registered_member_converts_alive_under_its_number() {
+        let converted = snapshot(&store_with_a_topic_on_node_7(), 3);
+        assert_eq!(converted.members[&7], Member { id: 7, alive: true });
+    }
+}

@@ -7,11 +7,14 @@
 //!   converted whole into the data plane's types and swapped in;
 //! - the data node registers as a member and heartbeats, so the controller
 //!   assigns partitions to it;
+//! - [`ControlConfirm`] asks the leader, after its barrier, whether a
+//!   topic or one incarnation of it is gone;
 //! - [`ControlAdmin`] turns the HTTP API's topic and user changes into
 //!   control-plane commands, proposed through the leader and answered once
 //!   the data node's replica holds them.
 
 mod admin;
+mod confirm;
 mod convert;
 
 use std::net::SocketAddr;
@@ -28,6 +31,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 pub(crate) use admin::ControlAdmin;
+pub(crate) use confirm::ControlConfirm;
 
 /// How long one metadata fetch waits for news on a quiet cluster.
 const FETCH_WAIT_MS: u32 = 1_000;
