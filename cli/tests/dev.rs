@@ -110,6 +110,15 @@ fn high_watermarks(dev: &Dev, topic: &str) -> u64 {
         .sum()
 }
 
+/// Waits until the partition logs of `topic` hold `records` in all.
+fn wait_for_records(dev: &Dev, topic: &str, records: u64) {
+    let deadline = Instant::now() + WAIT_MAX;
+    while high_watermarks(dev, topic) < records {
+        assert!(Instant::now() < deadline, "records never reached the logs");
+        sleep(POLL);
+    }
+}
+
 #[test]
 fn dev_accepts_produces_that_reach_the_partition_logs() {
     let data = tempfile::tempdir().expect("temp dir");
@@ -124,21 +133,20 @@ fn dev_accepts_produces_that_reach_the_partition_logs() {
         r#"{"messages":[{"payload":{"n":2}},{"payload":{"n":3}}]}"#,
     );
     assert_eq!(status, 202, "{body}");
-    let deadline = Instant::now() + WAIT_MAX;
-    while high_watermarks(&dev, "events") < 3 {
-        assert!(Instant::now() < deadline, "records never reached the logs");
-        sleep(POLL);
-    }
+    wait_for_records(&dev, "events", 3);
     assert_eq!(high_watermarks(&dev, "events"), 3);
 }
 
 #[test]
-fn dev_stops_on_sigterm_and_keeps_its_topics_across_a_restart() {
+fn dev_stops_on_sigterm_and_keeps_its_topics_and_records_across_a_restart() {
     let data = tempfile::tempdir().expect("temp dir");
     let port = free_port();
     let dev = Dev::start(data.path(), port);
     let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"kept"}"#);
     assert_eq!(status, 201, "{body}");
+    let (status, body) = dev.request("POST", "/v1/topics/kept/produce", r#"{"n":1}"#);
+    assert_eq!(status, 202, "{body}");
+    wait_for_records(&dev, "kept", 1);
     let output = dev.terminate();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -154,6 +162,8 @@ fn dev_stops_on_sigterm_and_keeps_its_topics_across_a_restart() {
     let dev = Dev::start(data.path(), port);
     let (status, body) = dev.request("GET", "/v1/topics/kept", "");
     assert_eq!(status, 200, "{body}");
+    wait_for_records(&dev, "kept", 1);
+    assert_eq!(high_watermarks(&dev, "kept"), 1);
     let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"kept"}"#);
     assert_eq!(status, 409, "{body}");
     let output = dev.terminate();
