@@ -18,10 +18,13 @@ use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
 /// The cluster secret every test cluster shares.
 pub const SECRET: &str = "narad-test-cluster-secret-0123456789";
 
-/// Raft timings for tests: the defaults (100 ms heartbeats, 500 ms election
-/// timeout), written out so a change of defaults does not slow tests.
-const HEARTBEAT: &str = "100ms";
-const ELECTION: &str = "500ms";
+/// Raft timings for tests: twice the defaults (100 ms heartbeats, 500 ms
+/// election timeout). A test binary runs several 3-node clusters at once on
+/// a 2-core machine, and with the defaults a starved process missed 100 ms
+/// append deadlines often enough that no stable leader formed within
+/// `WAIT_MAX` (seen once under a parallel build).
+const HEARTBEAT: &str = "200ms";
+const ELECTION: &str = "1000ms";
 
 /// How long any single wait of the harness may take before the test fails.
 pub const WAIT_MAX: Duration = Duration::from_secs(20);
