@@ -5,8 +5,9 @@
 //! schemas, partition assignments, data-node membership, users and grants),
 //! the controller that runs on the leader (assignment, liveness, dead
 //! marking), the metadata stream that data nodes subscribe to, and leader
-//! confirmation. The admin services that turn client requests into
-//! commands are not built yet (the generic proposer API is).
+//! confirmation. Client admin requests reach it as commands through the
+//! generic proposer API; the translation from HTTP requests lives with the
+//! caller (today `narad dev`'s bridge in `cli/src/bridge/`).
 //!
 //! Guarantees: a change is answered only once it is committed by a Raft
 //! majority and applied by the answering node; the vote and every

@@ -9,8 +9,10 @@
 //! The types here are the data plane's own: they carry what the data plane
 //! needs (partition owners, incarnation ids, schemas, caps, users and
 //! grants) and nothing of how the control plane stores them, so the data
-//! plane does not depend on `narad-controlplane`. The stream client that
-//! feeds it is not built yet; tests and `narad dev` feed it directly.
+//! plane does not depend on `narad-controlplane`. Whoever links both planes
+//! feeds it: `narad dev` subscribes to the control plane's metadata stream
+//! and converts each state it reaches (`cli/src/bridge/`); tests feed it
+//! directly.
 
 mod replica;
 mod types;
