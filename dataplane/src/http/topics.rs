@@ -274,18 +274,30 @@ async fn readable_topic(
     headers: &HeaderMap,
     name: &str,
 ) -> Result<Arc<TopicMeta>, ApiError> {
+    let refusal = "no grant on this topic";
+    authorized_topic(state, method, headers, name, User::may_read, refusal).await
+}
+
+/// Authenticates the caller and returns the topic if `allowed` says the
+/// caller may act on it: 404 for an unknown topic, 403 with `refusal`
+/// otherwise. With security off there is no caller and every act is allowed.
+async fn authorized_topic(
+    state: &ApiState,
+    method: &Method,
+    headers: &HeaderMap,
+    name: &str,
+    allowed: fn(&User, &TopicMeta) -> bool,
+    refusal: &str,
+) -> Result<Arc<TopicMeta>, ApiError> {
     let user = authenticate(state, method, headers).await?;
     let topic = state
         .replica
         .topic_meta(name)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
     if let Some(user) = &user
-        && !user.may_read(&topic)
+        && !allowed(user, &topic)
     {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "no grant on this topic",
-        ));
+        return Err(ApiError::new(StatusCode::FORBIDDEN, refusal));
     }
     Ok(topic)
 }
@@ -393,19 +405,15 @@ pub(crate) async fn alter(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let user = authenticate(&state, &method, &headers).await?;
-    let topic = state
-        .replica
-        .topic_meta(&name)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
-    if let Some(user) = &user
-        && !user.may_manage(&topic)
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "altering a topic needs its ownership or admin",
-        ));
-    }
+    authorized_topic(
+        &state,
+        &method,
+        &headers,
+        &name,
+        User::may_manage,
+        "altering a topic needs its ownership or admin",
+    )
+    .await?;
     let body = read_limited(&headers, body, MESSAGE_BYTES_MAX, None).await?;
     let request: AlterBody<'_> = serde_json::from_slice(&body)
         .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
@@ -521,19 +529,15 @@ pub(crate) async fn delete(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let user = authenticate(&state, &method, &headers).await?;
-    let topic = state
-        .replica
-        .topic_meta(&name)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
-    if let Some(user) = &user
-        && !user.may_manage(&topic)
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "deleting a topic needs its ownership or admin",
-        ));
-    }
+    authorized_topic(
+        &state,
+        &method,
+        &headers,
+        &name,
+        User::may_manage,
+        "deleting a topic needs its ownership or admin",
+    )
+    .await?;
     state.admin.delete_topic(name).await.map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
