@@ -1,0 +1,630 @@
+//! `produce-bench`: the HTTP produce path of `narad dev`, end to end, next to
+//! same-run baselines.
+//!
+//! Spawns the release `narad` binary (`$NARAD_BIN`, else `narad` beside this
+//! binary) as `narad dev` on a scratch directory and a free loopback port,
+//! creates a topic of [`PARTITIONS`] partitions, and drives it with a
+//! keep-alive HTTP/1.1 client (one connection per producer) for a fixed time
+//! per phase:
+//! - single-message produces of [`MESSAGE_BYTES`] bytes at 1, 16, 64 and 256
+//!   concurrent producers;
+//! - batch produces of 100 and 1,000 messages of [`MESSAGE_BYTES`] bytes, at
+//!   1 and at [`BATCH_PRODUCERS`] concurrent producers.
+//!
+//! Latency is request written to `202` read. Baselines of the same run: an
+//! axum handler in this process that reads the body and answers `202`
+//! (driven by the same client), and 4 KiB write + fdatasync on the same disk.
+//!
+//! Writes `target/bench/produce.json` and `produce.png`.
+
+use std::fs::{self, File};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::routing::post;
+use narad_bench::baseline::{self, FileMode};
+use narad_bench::report::Report;
+use narad_bench::stats::Latencies;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Bytes of every produced message.
+const MESSAGE_BYTES: usize = 256;
+/// Partitions of the benchmark topic.
+const PARTITIONS: u32 = 8;
+/// Name of the benchmark topic.
+const TOPIC: &str = "bench";
+/// How long each measured phase drives load.
+const PHASE: Duration = Duration::from_secs(4);
+/// Unrecorded load before the first measured phase.
+const WARMUP: Duration = Duration::from_secs(1);
+/// Concurrency levels of the single-message phases.
+const SINGLE_PRODUCERS: [usize; 4] = [1, 16, 64, 256];
+/// Concurrency of the headline batch phases.
+const BATCH_PRODUCERS: usize = 16;
+/// Messages per batch of the batch phases.
+const BATCH_SIZES: [usize; 2] = [100, 1_000];
+/// Concurrency of the no-op HTTP baseline the single-message c64 figure is
+/// compared with.
+const NOOP_PRODUCERS: usize = 64;
+/// Samples of each fdatasync baseline.
+const FDATASYNC_SAMPLES: usize = 1_000;
+/// How long `narad dev` may take to answer `/readyz` with 200.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Targets of issue 6 on the 2-core machine.
+const TARGET_SINGLE_C64_MSGS_PER_S: f64 = 40_000.0;
+const TARGET_BATCH100_MSGS_PER_S: f64 = 300_000.0;
+
+fn main() -> io::Result<()> {
+    let scratch = narad_bench::bench_dir()?.join("produce");
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch)?;
+    let mut report = Report::new("produce");
+    report.note("load_average_at_start", &load_average());
+    report.note(
+        "method",
+        "keep-alive HTTP/1.1 client on tokio, one connection per producer, in the same process \
+         as the no-op baseline server and on the same 2 cores as narad dev; latency is request \
+         written to 202 read; msgs/s counts only messages answered 202",
+    );
+    report.note("message_bytes", &MESSAGE_BYTES.to_string());
+    report.note("partitions", &PARTITIONS.to_string());
+    report.note("phase_seconds", &PHASE.as_secs().to_string());
+    report.note("batch_producers", &BATCH_PRODUCERS.to_string());
+
+    let mut preallocated =
+        baseline::fdatasync_4k(&scratch, FileMode::Preallocated, FDATASYNC_SAMPLES)?;
+    let mut appended = baseline::fdatasync_4k(&scratch, FileMode::Appended, FDATASYNC_SAMPLES)?;
+    report.set("baseline_fdatasync_p50_us", preallocated.p50_us());
+    report.set("baseline_fdatasync_p99_us", preallocated.p99_us());
+    report.set("baseline_fdatasync_appended_p50_us", appended.p50_us());
+    report.set("baseline_fdatasync_appended_p99_us", appended.p99_us());
+    report.note(
+        "baseline_fdatasync",
+        "baseline_fdatasync_* is 4 KiB pwrite + fdatasync on a preallocated file; *_appended_* on an appended one",
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(measure(&scratch, &mut report))?;
+    report.note("load_average_at_end", &load_average());
+    summarize(&mut report);
+    let path = report.write()?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
+    );
+    println!("wrote {}", path.display());
+    let _ = fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
+    let single_request = Arc::new(http_request(
+        "POST",
+        &format!("/v1/topics/{TOPIC}/produce"),
+        "application/octet-stream",
+        &[b'm'; MESSAGE_BYTES],
+    ));
+
+    let noop = NoopServer::start().await?;
+    let mut noop_c1 = drive(noop.addr, &single_request, 1, 1, PHASE).await?;
+    let mut noop_c64 = drive(noop.addr, &single_request, NOOP_PRODUCERS, 1, PHASE).await?;
+    noop.stop();
+    record(report, "baseline_http_noop_c1", &mut noop_c1);
+    record(report, "baseline_http_noop_c64", &mut noop_c64);
+    report.set("baseline_http_noop_c64_per_s", noop_c64.msgs_per_s());
+
+    let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
+    create_topic(node.addr).await?;
+    drive(node.addr, &single_request, 16, 1, WARMUP).await?;
+    for producers in SINGLE_PRODUCERS {
+        let mut phase = drive(node.addr, &single_request, producers, 1, PHASE).await?;
+        record(report, &format!("single_c{producers}"), &mut phase);
+    }
+    for size in BATCH_SIZES {
+        let request = Arc::new(batch_request(size));
+        let mut alone = drive(node.addr, &request, 1, size as u64, PHASE).await?;
+        record(report, &format!("batch{size}_c1"), &mut alone);
+        let mut phase = drive(node.addr, &request, BATCH_PRODUCERS, size as u64, PHASE).await?;
+        record(report, &format!("batch{size}"), &mut phase);
+    }
+    node.stop();
+    Ok(())
+}
+
+/// Sets `<prefix>_msgs_per_s`, `_p50_us`, `_p99_us`, `_p999_us` and
+/// `_refused`, and notes the first refusal if there was one.
+fn record(report: &mut Report, prefix: &str, phase: &mut Phase) {
+    report.set(&format!("{prefix}_msgs_per_s"), phase.msgs_per_s());
+    report.set(&format!("{prefix}_p50_us"), phase.latencies.p50_us());
+    report.set(&format!("{prefix}_p99_us"), phase.latencies.p99_us());
+    report.set(&format!("{prefix}_p999_us"), phase.latencies.p999_us());
+    report.set(&format!("{prefix}_refused"), phase.refused as f64);
+    if let Some(refusal) = &phase.first_refusal {
+        report.note(&format!("{prefix}_first_refusal"), refusal);
+    }
+    eprintln!(
+        "{prefix}: {:.0} msgs/s, p50 {:.1} µs, p99 {:.1} µs, p999 {:.1} µs, {} refused",
+        phase.msgs_per_s(),
+        phase.latencies.p50_us(),
+        phase.latencies.p99_us(),
+        phase.latencies.p999_us(),
+        phase.refused
+    );
+}
+
+/// Ratios, target verdicts and charts, from the figures already set.
+fn summarize(report: &mut Report) {
+    let measured = report.clone();
+    let figure = |key: &str| measured.get(key).unwrap_or(0.0);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let single_c64 = figure("single_c64_msgs_per_s");
+    let batch100 = figure("batch100_msgs_per_s");
+    let noop_c64 = figure("baseline_http_noop_c64_per_s");
+    let fdatasync = figure("baseline_fdatasync_p50_us");
+    let single_c1_p50 = figure("single_c1_p50_us");
+    let noop_c1_p50 = figure("baseline_http_noop_c1_p50_us");
+    let ratios = [
+        (
+            "ratio_single_c64_to_http_noop_c64",
+            ratio(single_c64, noop_c64),
+        ),
+        (
+            "ratio_single_c1_p50_to_fdatasync_p50",
+            ratio(single_c1_p50, fdatasync),
+        ),
+        (
+            "ratio_single_c1_p50_to_fdatasync_plus_noop_p50",
+            ratio(single_c1_p50, fdatasync + noop_c1_p50),
+        ),
+        ("ratio_batch100_to_single_c64", ratio(batch100, single_c64)),
+        (
+            "ratio_single_c64_to_single_c1",
+            ratio(single_c64, figure("single_c1_msgs_per_s")),
+        ),
+    ];
+    for (key, value) in ratios {
+        report.set(key, value);
+    }
+    let met = |value: f64, target: f64| if value >= target { 1.0 } else { 0.0 };
+    report.set("target_single_c64_msgs_per_s", TARGET_SINGLE_C64_MSGS_PER_S);
+    report.set(
+        "target_single_c64_met",
+        met(single_c64, TARGET_SINGLE_C64_MSGS_PER_S),
+    );
+    report.set("target_batch100_msgs_per_s", TARGET_BATCH100_MSGS_PER_S);
+    report.set(
+        "target_batch100_met",
+        met(batch100, TARGET_BATCH100_MSGS_PER_S),
+    );
+
+    let mut rates: Vec<(String, f64)> = vec![("no-op HTTP, c64".into(), noop_c64)];
+    for producers in SINGLE_PRODUCERS {
+        rates.push((
+            format!("single, c{producers}"),
+            figure(&format!("single_c{producers}_msgs_per_s")),
+        ));
+    }
+    for size in BATCH_SIZES {
+        rates.push((
+            format!("batch {size}, c1"),
+            figure(&format!("batch{size}_c1_msgs_per_s")),
+        ));
+        rates.push((
+            format!("batch {size}, c{BATCH_PRODUCERS}"),
+            figure(&format!("batch{size}_msgs_per_s")),
+        ));
+    }
+    let mut latencies: Vec<(String, f64)> = vec![
+        ("raw fdatasync 4 KiB (prealloc)".into(), fdatasync),
+        (
+            "raw fdatasync 4 KiB (appended)".into(),
+            figure("baseline_fdatasync_appended_p50_us"),
+        ),
+        ("no-op HTTP, c1".into(), noop_c1_p50),
+        (
+            "no-op HTTP, c64".into(),
+            figure("baseline_http_noop_c64_p50_us"),
+        ),
+    ];
+    for producers in SINGLE_PRODUCERS {
+        latencies.push((
+            format!("single, c{producers}"),
+            figure(&format!("single_c{producers}_p50_us")),
+        ));
+    }
+    for size in BATCH_SIZES {
+        latencies.push((
+            format!("batch {size}, c1"),
+            figure(&format!("batch{size}_c1_p50_us")),
+        ));
+    }
+    report.bars(
+        "messages per second (202 received)",
+        "msg/s",
+        &label_refs(&rates),
+    );
+    report.bars("p50 latency to 202", "µs", &label_refs(&latencies));
+}
+
+fn label_refs(bars: &[(String, f64)]) -> Vec<(&str, f64)> {
+    bars.iter()
+        .map(|(label, value)| (label.as_str(), *value))
+        .collect()
+}
+
+/// The figures of one phase.
+#[derive(Debug, Default)]
+struct Phase {
+    latencies: Latencies,
+    /// Messages in requests answered `202`.
+    accepted_msgs: u64,
+    /// Requests answered anything else.
+    refused: u64,
+    first_refusal: Option<String>,
+    elapsed: Duration,
+}
+
+impl Phase {
+    fn msgs_per_s(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            self.accepted_msgs as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    fn absorb(&mut self, other: Phase) {
+        self.latencies.merge(&other.latencies);
+        self.accepted_msgs += other.accepted_msgs;
+        self.refused += other.refused;
+        if self.first_refusal.is_none() {
+            self.first_refusal = other.first_refusal;
+        }
+    }
+}
+
+/// `producers` connections each sending `request` back to back until
+/// `duration` has passed; each `202` counts `msgs_per_request` messages.
+/// The phase's time runs from the first request to the last answer.
+async fn drive(
+    addr: SocketAddr,
+    request: &Arc<Vec<u8>>,
+    producers: usize,
+    msgs_per_request: u64,
+    duration: Duration,
+) -> io::Result<Phase> {
+    let mut connections = Vec::with_capacity(producers);
+    for _ in 0..producers {
+        connections.push(Connection::open(addr).await?);
+    }
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = connections
+        .into_iter()
+        .map(|mut connection| {
+            let request = Arc::clone(request);
+            tokio::spawn(async move {
+                let mut phase = Phase::default();
+                while Instant::now() < deadline {
+                    let sent = Instant::now();
+                    let response = connection.send(&request).await?;
+                    let elapsed = sent.elapsed();
+                    if response.status == 202 {
+                        phase.latencies.record(elapsed);
+                        phase.accepted_msgs += msgs_per_request;
+                    } else {
+                        phase.refused += 1;
+                        if phase.first_refusal.is_none() {
+                            phase.first_refusal = Some(format!(
+                                "{} {}",
+                                response.status,
+                                String::from_utf8_lossy(&response.body)
+                            ));
+                        }
+                    }
+                }
+                io::Result::Ok(phase)
+            })
+        })
+        .collect();
+    let mut total = Phase::default();
+    for task in tasks {
+        total.absorb(task.await.map_err(io::Error::other)??);
+    }
+    total.elapsed = started.elapsed();
+    Ok(total)
+}
+
+/// One HTTP/1.1 response: status and body.
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+}
+
+/// A keep-alive HTTP/1.1 connection sending one request at a time. It reads
+/// responses framed by `Content-Length` (what the servers measured here
+/// send); a chunked response is an error.
+#[derive(Debug)]
+struct Connection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    async fn open(addr: SocketAddr) -> io::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            buffer: Vec::with_capacity(4096),
+        })
+    }
+
+    async fn send(&mut self, request: &[u8]) -> io::Result<Response> {
+        self.stream.write_all(request).await?;
+        loop {
+            if let Some(response) = take_response(&mut self.buffer)? {
+                return Ok(response);
+            }
+            if self.stream.read_buf(&mut self.buffer).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before a whole response",
+                ));
+            }
+        }
+    }
+}
+
+/// Removes one whole response from the front of `buffer`, if it holds one.
+fn take_response(buffer: &mut Vec<u8>) -> io::Result<Option<Response>> {
+    let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]);
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad status line"))?;
+    let mut content_length = 0usize;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = value
+                .trim()
+                .parse()
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad content-length"))?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "chunked responses are not supported by this client",
+            ));
+        }
+    }
+    let total = head_end + 4 + content_length;
+    if buffer.len() < total {
+        return Ok(None);
+    }
+    let body = buffer[head_end + 4..total].to_vec();
+    buffer.drain(..total);
+    Ok(Some(Response { status, body }))
+}
+
+fn http_request(method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// A batch of `size` messages, each stored as exactly [`MESSAGE_BYTES`]
+/// bytes (a JSON string payload is stored with its quotes).
+fn batch_request(size: usize) -> Vec<u8> {
+    let payload = format!("\"{}\"", "b".repeat(MESSAGE_BYTES - 2));
+    let messages = vec![format!("{{\"payload\":{payload}}}"); size].join(",");
+    let body = format!("{{\"messages\":[{messages}]}}");
+    http_request(
+        "POST",
+        &format!("/v1/topics/{TOPIC}/produce/batch"),
+        "application/json",
+        body.as_bytes(),
+    )
+}
+
+async fn create_topic(addr: SocketAddr) -> io::Result<()> {
+    let body = format!("{{\"name\":\"{TOPIC}\",\"partitions\":{PARTITIONS}}}");
+    let request = http_request("POST", "/v1/topics", "application/json", body.as_bytes());
+    let response = Connection::open(addr).await?.send(&request).await?;
+    if (200..300).contains(&response.status) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "topic creation answered {}: {}",
+            response.status,
+            String::from_utf8_lossy(&response.body)
+        )))
+    }
+}
+
+/// The no-op baseline: an axum server in this process that reads the body of
+/// a produce request and answers `202`.
+#[derive(Debug)]
+struct NoopServer {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<io::Result<()>>,
+}
+
+impl NoopServer {
+    async fn start() -> io::Result<Self> {
+        async fn accept(_body: Bytes) -> StatusCode {
+            StatusCode::ACCEPTED
+        }
+        let router = Router::new().route("/v1/topics/{topic}/produce", post(accept));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(Self { addr, task })
+    }
+
+    fn stop(self) {
+        self.task.abort();
+    }
+}
+
+/// A `narad dev` child process, killed when dropped.
+#[derive(Debug)]
+struct DevNode {
+    addr: SocketAddr,
+    child: Child,
+}
+
+impl DevNode {
+    async fn start(binary: &Path, data_dir: &Path) -> io::Result<Self> {
+        fs::create_dir_all(data_dir)?;
+        let port = free_tcp_port()?;
+        let log = File::create(data_dir.with_extension("log"))?;
+        let child = Command::new(binary)
+            .arg("dev")
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| io::Error::other(format!("cannot start {}: {e}", binary.display())))?;
+        let mut node = Self {
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            child,
+        };
+        node.wait_ready().await?;
+        Ok(node)
+    }
+
+    async fn wait_ready(&mut self) -> io::Result<()> {
+        let request = http_request("GET", "/readyz", "text/plain", b"");
+        let started = Instant::now();
+        while started.elapsed() < READY_TIMEOUT {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "narad dev exited early: {status}"
+                )));
+            }
+            if let Ok(mut connection) = Connection::open(self.addr).await
+                && let Ok(response) = connection.send(&request).await
+                && response.status == 200
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(io::Error::other("narad dev did not become ready in time"))
+    }
+
+    fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for DevNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_tcp_port() -> io::Result<u16> {
+    Ok(StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// `$NARAD_BIN`, else `narad` beside this binary (same target directory and
+/// profile), else the workspace's `target/release/narad`.
+fn narad_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("NARAD_BIN") {
+        return PathBuf::from(path);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("narad")));
+    match beside {
+        Some(path) if path.exists() => path,
+        _ => PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/release/narad"
+        )),
+    }
+}
+
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|text| text.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_is_taken_only_once_its_body_is_whole() {
+        let mut buffer = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 5\r\n\r\nmes".to_vec();
+        assert!(take_response(&mut buffer).unwrap().is_none());
+        buffer.extend_from_slice(b"sgHTTP/1.1 202 Accepted\r\n");
+        let response = take_response(&mut buffer).unwrap().unwrap();
+        assert_eq!(response.status, 400);
+        assert_eq!(response.body, b"messg");
+        assert_eq!(buffer, b"HTTP/1.1 202 Accepted\r\n");
+    }
+
+    #[test]
+    fn response_without_content_length_has_an_empty_body() {
+        let mut buffer = b"HTTP/1.1 202 Accepted\r\ndate: x\r\n\r\n".to_vec();
+        let response = take_response(&mut buffer).unwrap().unwrap();
+        assert_eq!(response.status, 202);
+        assert!(response.body.is_empty());
+        assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn chunked_response_is_an_error() {
+        let mut buffer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        assert!(take_response(&mut buffer).is_err());
+    }
+
+    #[test]
+    fn batch_request_stores_each_payload_as_message_bytes() {
+        let request = batch_request(3);
+        let text = String::from_utf8(request).unwrap();
+        let (_, body) = text.split_once("\r\n\r\n").unwrap();
+        let value: serde_json::Value = serde_json::from_str(body).unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        let payload = serde_json::to_string(&messages[0]["payload"]).unwrap();
+        assert_eq!(payload.len(), MESSAGE_BYTES);
+    }
+}
