@@ -1,0 +1,423 @@
+//! `narad dev` killed with SIGKILL again and again while concurrent
+//! producers send to it: every message that got a `202` must be in its
+//! partition log afterwards, byte for byte, and nothing that was never sent
+//! may appear there. Duplicates (a message stored more than once) are
+//! allowed by the produce path's at-least-once contract; they are counted
+//! and printed.
+//!
+//! Placement checked per message: keyed messages must sit in the partition
+//! of the spec's key hash (FNV-1a 32 of the key, mod partitions), pinned
+//! messages in the partition asked for; keyless messages go round-robin from
+//! a random start, so for them only "somewhere in the topic, with no key" is
+//! checked.
+//!
+//! The kill moments come from a seeded RNG; which requests a kill cuts off
+//! depends on scheduling, so the assertions hold for any interleaving.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, sleep};
+use std::time::{Duration, Instant};
+
+use narad_disk::portable::PortableDisk;
+use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
+use narad_tests::cluster::narad_binary;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const SEED: u64 = 0x6e61_7261_645f_6b31;
+const TOPIC: &str = "crash";
+const PARTITIONS: u32 = 4;
+/// Producer threads; thread `t` is keyed, pinned or keyless by `t % 3`.
+const PRODUCERS: usize = 6;
+/// A bound on the messages one producer sends.
+const MESSAGES_PER_PRODUCER_MAX: usize = 4_000;
+/// Distinct keys a keyed producer cycles through.
+const KEYS_PER_PRODUCER: usize = 5;
+/// SIGKILLs while producing; the final one after the producers stop makes
+/// one more.
+const KILLS: usize = 12;
+/// Range of the pause between becoming ready and the next SIGKILL.
+const KILL_AFTER_MS: std::ops::Range<u64> = 80..400;
+/// How long the producers go on after the last kill of the loop.
+const TAIL_PRODUCE: Duration = Duration::from_millis(300);
+/// A ceiling on every wait: it turns a hang into a failure, it asserts no
+/// speed.
+const WAIT_MAX: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(50);
+/// Pause of a producer after a request got no answer (the node is down).
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// How a producer places its messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    Keyed,
+    Pinned(u32),
+    Keyless,
+}
+
+impl Placement {
+    fn of_producer(producer: usize) -> Self {
+        match producer % 3 {
+            0 => Self::Keyed,
+            1 => Self::Pinned(u32::try_from(producer).expect("small") % PARTITIONS),
+            _ => Self::Keyless,
+        }
+    }
+}
+
+/// One message a producer sent, whatever the answer.
+#[derive(Clone, Debug)]
+struct Sent {
+    key: Vec<u8>,
+    payload: Vec<u8>,
+    /// The partition it must be in, when placement is predictable.
+    home: Option<u32>,
+    acknowledged: bool,
+}
+
+/// The spec's key hash: FNV-1a, 32 bits, then `mod partitions`.
+fn key_partition(key: &[u8]) -> u32 {
+    let hash = key.iter().fold(0x811c_9dc5_u32, |hash, &byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    hash % PARTITIONS
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One HTTP/1.1 exchange on a fresh connection; `None` when the node did
+/// not answer (down, or killed mid-request).
+fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
+    stream.set_read_timeout(Some(WAIT_MAX)).ok()?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).ok()?;
+    stream.write_all(body).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    request(port, "GET", path, "application/json", b"")
+}
+
+/// `narad dev` on a fixed port and data directory, restartable.
+struct Dev {
+    child: Option<Child>,
+    port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Dev {
+    fn new(dir: &Path) -> Self {
+        Self {
+            child: None,
+            port: free_port(),
+            data_dir: dir.join("data"),
+            log: dir.join("narad.log"),
+        }
+    }
+
+    /// Starts the process and waits until `/readyz` answers 200.
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(narad_binary())
+            .args(["dev", "--port", &self.port.to_string(), "--data-dir"])
+            .arg(&self.data_dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("narad dev starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + WAIT_MAX;
+        while !matches!(get(self.port, "/readyz"), Some((200, _))) {
+            assert!(
+                Instant::now() < deadline,
+                "/readyz never 200\n{}",
+                self.log()
+            );
+            sleep(POLL);
+        }
+    }
+
+    fn sigkill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+
+    fn sigterm(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let signalled = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success());
+        let status = child.wait().expect("narad dev exits");
+        assert!(status.success(), "exit {status:?}\n{}", self.log());
+    }
+
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let start = text.len().saturating_sub(4_000);
+        text.get(start..).unwrap_or_default().to_owned()
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends up to [`MESSAGES_PER_PRODUCER_MAX`] messages, each once, until
+/// `stop`; returns every message sent and whether it got a `202`.
+fn produce(port: u16, producer: usize, stop: &AtomicBool) -> Vec<Sent> {
+    let placement = Placement::of_producer(producer);
+    let mut sent = Vec::new();
+    for n in 0..MESSAGES_PER_PRODUCER_MAX {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let payload = format!("p{producer}-{n}").into_bytes();
+        let (key, query, home) = match placement {
+            Placement::Keyed => {
+                let key = format!("k{producer}-{}", n % KEYS_PER_PRODUCER);
+                let home = key_partition(key.as_bytes());
+                (key.clone().into_bytes(), format!("?key={key}"), Some(home))
+            }
+            Placement::Pinned(partition) => (
+                Vec::new(),
+                format!("?partition={partition}"),
+                Some(partition),
+            ),
+            Placement::Keyless => (Vec::new(), String::new(), None),
+        };
+        let path = format!("/v1/topics/{TOPIC}/produce{query}");
+        let answer = request(port, "POST", &path, "application/octet-stream", &payload);
+        if answer.is_none() {
+            sleep(RETRY_PAUSE);
+        }
+        sent.push(Sent {
+            key,
+            payload,
+            home,
+            acknowledged: matches!(answer, Some((202, _))),
+        });
+    }
+    sent
+}
+
+fn backlog_records(port: u16) -> Option<u64> {
+    let (_, metrics) = get(port, "/metrics")?;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("narad_ingress_dispatch_backlog_records "))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+fn high_watermarks(port: u16) -> Option<u64> {
+    let (status, body) = get(port, &format!("/v1/topics/{TOPIC}"))?;
+    assert_eq!(status, 200, "{body}");
+    let described: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let stats = described["partition_stats"].as_array()?;
+    Some(
+        stats
+            .iter()
+            .map(|stats| stats["high_watermark"].as_u64().unwrap_or(0))
+            .sum(),
+    )
+}
+
+/// Waits until the dispatch backlog is empty and the high watermarks have
+/// stopped moving for three polls in a row.
+fn wait_drained(dev: &Dev) {
+    let deadline = Instant::now() + WAIT_MAX;
+    let mut last = None;
+    let mut steady_polls = 0;
+    while steady_polls < 3 {
+        assert!(Instant::now() < deadline, "never drained\n{}", dev.log());
+        sleep(POLL * 2);
+        let now = high_watermarks(dev.port);
+        let idle = backlog_records(dev.port) == Some(0);
+        steady_polls = if idle && now.is_some() && now == last {
+            steady_polls + 1
+        } else {
+            0
+        };
+        last = now;
+    }
+}
+
+/// Every record of every partition of the topic: (partition, key, payload).
+fn stored_records(data_dir: &Path) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
+    let disk = Arc::new(PortableDisk::new(1).expect("disk threads"));
+    let mut stored = Vec::new();
+    for partition in 0..PARTITIONS {
+        let dir = data_dir
+            .join("topics")
+            .join(TOPIC)
+            .join(format!("p{partition:05}"));
+        assert!(dir.is_dir(), "{} exists", dir.display());
+        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log opens");
+        let high_watermark = log.high_watermark();
+        let mut from = 0;
+        while from < high_watermark {
+            let batch = log
+                .read(from, high_watermark, ReadLimits::default())
+                .expect("read");
+            assert!(batch.next_offset > from, "a read makes progress");
+            for entry in batch.entries {
+                match entry {
+                    ReadEntry::Record(record) => {
+                        stored.push((partition, record.key, record.payload));
+                    }
+                    ReadEntry::Unreadable { offsets } => {
+                        panic!("partition {partition}: unreadable offsets {offsets:?}")
+                    }
+                }
+            }
+            from = batch.next_offset;
+        }
+    }
+    stored
+}
+
+/// Kills the node [`KILLS`] times at seeded moments, restarting it each
+/// time, while `producers` run; then stops them and returns what they sent.
+fn produce_through_kills(dev: &mut Dev, rng: &mut StdRng) -> Vec<Sent> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|producer| {
+            let stop = stop.clone();
+            let port = dev.port;
+            thread::spawn(move || produce(port, producer, &stop))
+        })
+        .collect();
+    for _ in 0..KILLS {
+        sleep(Duration::from_millis(rng.random_range(KILL_AFTER_MS)));
+        dev.sigkill();
+        dev.start();
+    }
+    sleep(TAIL_PRODUCE);
+    stop.store(true, Ordering::Relaxed);
+    producers
+        .into_iter()
+        .flat_map(|producer| producer.join().expect("producer thread"))
+        .collect()
+}
+
+#[test]
+fn every_acknowledged_message_survives_repeated_sigkills_of_dev() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut dev = Dev::new(dir.path());
+    let mut rng = StdRng::seed_from_u64(SEED);
+    dev.start();
+    let topic = format!(r#"{{"name":"{TOPIC}","partitions":{PARTITIONS}}}"#);
+    let created = request(
+        dev.port,
+        "POST",
+        "/v1/topics",
+        "application/json",
+        topic.as_bytes(),
+    );
+    assert!(matches!(created, Some((201, _))), "{created:?}");
+
+    let sent = produce_through_kills(&mut dev, &mut rng);
+    dev.sigkill();
+    let kills = KILLS + 1;
+    dev.start();
+    wait_drained(&dev);
+    dev.sigterm();
+
+    let stored = stored_records(&dev.data_dir);
+    let by_payload: HashMap<&[u8], &Sent> = sent
+        .iter()
+        .map(|message| (message.payload.as_slice(), message))
+        .collect();
+    let mut copies: HashMap<&[u8], usize> = HashMap::new();
+    for (partition, key, payload) in &stored {
+        let message = by_payload.get(payload.as_slice()).unwrap_or_else(|| {
+            panic!(
+                "partition {partition} holds an unknown payload {:?}",
+                String::from_utf8_lossy(payload)
+            )
+        });
+        assert_eq!(key, &message.key, "key of {message:?}");
+        if let Some(home) = message.home {
+            assert_eq!(*partition, home, "partition of {message:?}");
+        }
+        *copies.entry(payload.as_slice()).or_default() += 1;
+    }
+    let acknowledged: Vec<&Sent> = sent.iter().filter(|m| m.acknowledged).collect();
+    let missing: Vec<String> = acknowledged
+        .iter()
+        .filter(|m| !copies.contains_key(m.payload.as_slice()))
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect();
+    let mut duplicates: Vec<String> = copies
+        .iter()
+        .filter(|(_, count)| **count > 1)
+        .map(|(payload, count)| format!("{}x{count}", String::from_utf8_lossy(payload)))
+        .collect();
+    duplicates.sort_unstable();
+    let found_unacknowledged = copies.len()
+        - acknowledged
+            .iter()
+            .filter(|m| copies.contains_key(m.payload.as_slice()))
+            .count();
+    println!(
+        "kills {kills}, sent {}, acknowledged {}, stored records {}, distinct stored {}, \
+         stored without a 202 {found_unacknowledged}, duplicated messages {} (first ones: {:?})",
+        sent.len(),
+        acknowledged.len(),
+        stored.len(),
+        copies.len(),
+        duplicates.len(),
+        &duplicates[..duplicates.len().min(20)],
+    );
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged messages lost: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+    assert!(
+        acknowledged.len() > kills,
+        "producers got 202s between kills"
+    );
+}
