@@ -78,24 +78,22 @@ fn main() -> io::Result<()> {
     report.note("partitions", &PARTITIONS.to_string());
     report.note("phase_seconds", &PHASE.as_secs().to_string());
     report.note("batch_producers", &BATCH_PRODUCERS.to_string());
-
-    let mut preallocated =
-        baseline::fdatasync_4k(&scratch, FileMode::Preallocated, FDATASYNC_SAMPLES)?;
-    let mut appended = baseline::fdatasync_4k(&scratch, FileMode::Appended, FDATASYNC_SAMPLES)?;
-    report.set("baseline_fdatasync_p50_us", preallocated.p50_us());
-    report.set("baseline_fdatasync_p99_us", preallocated.p99_us());
-    report.set("baseline_fdatasync_appended_p50_us", appended.p50_us());
-    report.set("baseline_fdatasync_appended_p99_us", appended.p99_us());
     report.note(
-        "baseline_fdatasync",
-        "baseline_fdatasync_* is 4 KiB pwrite + fdatasync on a preallocated file; *_appended_* on an appended one",
+        "cores",
+        "<phase>_narad_cores and <phase>_client_cores: CPU seconds per second of narad dev and of this \
+         benchmark process (client) during the phase; the machine has 2",
     );
+
+    let mut fdatasync = FdatasyncBaseline::default();
+    fdatasync.sample(&scratch)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(measure(&scratch, &mut report))?;
+    fdatasync.sample(&scratch)?;
+    fdatasync.record(&mut report);
     report.note("load_average_at_end", &load_average());
     summarize(&mut report);
     let path = report.write()?;
@@ -127,16 +125,43 @@ async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
     let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
     create_topic(node.addr).await?;
     drive(node.addr, &single_request, 16, 1, WARMUP).await?;
-    for producers in SINGLE_PRODUCERS {
-        let mut phase = drive(node.addr, &single_request, producers, 1, PHASE).await?;
-        record(report, &format!("single_c{producers}"), &mut phase);
-    }
+    let node_pid = node.child.id().to_string();
+    let mut phases: Vec<(String, Arc<Vec<u8>>, usize, u64)> = SINGLE_PRODUCERS
+        .iter()
+        .map(|&producers| {
+            let name = format!("single_c{producers}");
+            (name, Arc::clone(&single_request), producers, 1)
+        })
+        .collect();
     for size in BATCH_SIZES {
         let request = Arc::new(batch_request(size));
-        let mut alone = drive(node.addr, &request, 1, size as u64, PHASE).await?;
-        record(report, &format!("batch{size}_c1"), &mut alone);
-        let mut phase = drive(node.addr, &request, BATCH_PRODUCERS, size as u64, PHASE).await?;
-        record(report, &format!("batch{size}"), &mut phase);
+        phases.push((
+            format!("batch{size}_c1"),
+            Arc::clone(&request),
+            1,
+            size as u64,
+        ));
+        phases.push((
+            format!("batch{size}"),
+            request,
+            BATCH_PRODUCERS,
+            size as u64,
+        ));
+    }
+    for (name, request, producers, msgs_per_request) in phases {
+        let node_cpu = cpu_seconds(&node_pid);
+        let client_cpu = cpu_seconds("self");
+        let mut phase = drive(node.addr, &request, producers, msgs_per_request, PHASE).await?;
+        let seconds = phase.elapsed.as_secs_f64();
+        report.set(
+            &format!("{name}_narad_cores"),
+            (cpu_seconds(&node_pid) - node_cpu) / seconds,
+        );
+        report.set(
+            &format!("{name}_client_cores"),
+            (cpu_seconds("self") - client_cpu) / seconds,
+        );
+        record(report, &name, &mut phase);
     }
     node.stop();
     Ok(())
@@ -578,6 +603,59 @@ fn narad_binary() -> PathBuf {
             "/../target/release/narad"
         )),
     }
+}
+
+/// Raw fdatasync samples taken before and after the HTTP phases, so a burst
+/// of disk noise at one end does not make the baseline.
+#[derive(Debug, Default)]
+struct FdatasyncBaseline {
+    preallocated: Latencies,
+    appended: Latencies,
+}
+
+impl FdatasyncBaseline {
+    fn sample(&mut self, dir: &Path) -> io::Result<()> {
+        let half = FDATASYNC_SAMPLES / 2;
+        self.preallocated
+            .merge(&baseline::fdatasync_4k(dir, FileMode::Preallocated, half)?);
+        self.appended
+            .merge(&baseline::fdatasync_4k(dir, FileMode::Appended, half)?);
+        Ok(())
+    }
+
+    fn record(&mut self, report: &mut Report) {
+        report.set("baseline_fdatasync_p50_us", self.preallocated.p50_us());
+        report.set("baseline_fdatasync_p99_us", self.preallocated.p99_us());
+        report.set("baseline_fdatasync_appended_p50_us", self.appended.p50_us());
+        report.set("baseline_fdatasync_appended_p99_us", self.appended.p99_us());
+        report.note(
+            "baseline_fdatasync",
+            "4 KiB pwrite + fdatasync, half the samples before and half after the HTTP phases; \
+             baseline_fdatasync_* on a preallocated file, *_appended_* on an appended one",
+        );
+    }
+}
+
+/// CPU time (user + system) of process `pid` (or `self`) in seconds, from
+/// `/proc/<pid>/stat` at Linux's fixed 100 ticks per second; 0 when unknown.
+fn cpu_seconds(pid: &str) -> f64 {
+    const TICKS_PER_SECOND: f64 = 100.0;
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name start at field 3 (state);
+    // utime and stime are fields 14 and 15.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / TICKS_PER_SECOND
 }
 
 fn load_average() -> String {
