@@ -43,6 +43,9 @@ const PARTITIONS: u32 = 8;
 const TOPIC: &str = "bench";
 /// How long each measured phase drives load.
 const PHASE: Duration = Duration::from_secs(4);
+/// How long narad dev's CPU use is measured with no load, right after the
+/// warmup.
+const IDLE: Duration = Duration::from_secs(2);
 /// Unrecorded load before the first measured phase.
 const WARMUP: Duration = Duration::from_secs(1);
 /// Concurrency levels of the single-message phases.
@@ -126,6 +129,12 @@ async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
     create_topic(node.addr).await?;
     drive(node.addr, &single_request, 16, 1, WARMUP).await?;
     let node_pid = node.child.id().to_string();
+    let idle_cpu = cpu_seconds(&node_pid);
+    tokio::time::sleep(IDLE).await;
+    report.set(
+        "idle_narad_cores",
+        (cpu_seconds(&node_pid) - idle_cpu) / IDLE.as_secs_f64(),
+    );
     let mut phases: Vec<(String, Arc<Vec<u8>>, usize, u64)> = SINGLE_PRODUCERS
         .iter()
         .map(|&producers| {
