@@ -14,7 +14,7 @@
 //! The kill moments come from a seeded RNG; which requests a kill cuts off
 //! depends on scheduling, so the assertions hold for any interleaving.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -79,7 +79,14 @@ struct Sent {
     payload: Vec<u8>,
     /// The partition it must be in, when placement is predictable.
     home: Option<u32>,
-    acknowledged: bool,
+    /// The HTTP status, `None` when no answer came (node down or killed).
+    status: Option<u16>,
+}
+
+impl Sent {
+    fn acknowledged(&self) -> bool {
+        self.status == Some(202)
+    }
 }
 
 /// The spec's key hash: FNV-1a, 32 bits, then `mod partitions`.
@@ -236,7 +243,7 @@ fn produce(port: u16, producer: usize, stop: &AtomicBool) -> Vec<Sent> {
             key,
             payload,
             home,
-            acknowledged: matches!(answer, Some((202, _))),
+            status: answer.map(|(status, _)| status),
         });
     }
     sent
@@ -383,7 +390,11 @@ fn every_acknowledged_message_survives_repeated_sigkills_of_dev() {
         }
         *copies.entry(payload.as_slice()).or_default() += 1;
     }
-    let acknowledged: Vec<&Sent> = sent.iter().filter(|m| m.acknowledged).collect();
+    let acknowledged: Vec<&Sent> = sent.iter().filter(|m| m.acknowledged()).collect();
+    let mut refusals: BTreeMap<Option<u16>, usize> = BTreeMap::new();
+    for message in sent.iter().filter(|m| !m.acknowledged()) {
+        *refusals.entry(message.status).or_default() += 1;
+    }
     let missing: Vec<String> = acknowledged
         .iter()
         .filter(|m| !copies.contains_key(m.payload.as_slice()))
@@ -402,7 +413,8 @@ fn every_acknowledged_message_survives_repeated_sigkills_of_dev() {
             .count();
     println!(
         "kills {kills}, sent {}, acknowledged {}, stored records {}, distinct stored {}, \
-         stored without a 202 {found_unacknowledged}, duplicated messages {} (first ones: {:?})",
+         stored without a 202 {found_unacknowledged}, duplicated messages {} (first ones: {:?}), \
+         answers other than 202 by status (None: no answer) {refusals:?}",
         sent.len(),
         acknowledged.len(),
         stored.len(),
