@@ -66,7 +66,8 @@ const TARGET_SINGLE_C64_MSGS_PER_S: f64 = 40_000.0;
 const TARGET_BATCH100_MSGS_PER_S: f64 = 300_000.0;
 
 fn main() -> io::Result<()> {
-    let scratch = narad_bench::bench_dir()?.join("produce");
+    // Per process, so two runs at once cannot delete each other's node.
+    let scratch = narad_bench::bench_dir()?.join(format!("produce-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch)?;
     let mut report = Report::new("produce");
