@@ -75,6 +75,18 @@ fn caller_is_root(user: Option<&User>) -> bool {
     user.is_none_or(|user| user.root)
 }
 
+/// Only root may give the admin grant, whether creating a user or replacing
+/// a user's grants.
+fn check_admin_grant_giver(grants: &[Grant], caller: Option<&User>) -> Result<(), ApiError> {
+    let gives_admin = grants
+        .iter()
+        .any(|grant| grant.action == GrantAction::Admin);
+    if gives_admin && !caller_is_root(caller) {
+        return Err(forbidden("only root may give the admin grant"));
+    }
+    Ok(())
+}
+
 async fn read_json<T: for<'de> Deserialize<'de>>(
     headers: &HeaderMap,
     body: Body,
@@ -99,13 +111,7 @@ pub(crate) async fn create(
     check_username(&request.username)?;
     check_password(&request.password, "password")?;
     let grants = parse_grants(request.grants)?;
-    if grants
-        .iter()
-        .any(|grant| grant.action == GrantAction::Admin)
-        && !caller_is_root(caller.as_deref())
-    {
-        return Err(forbidden("only root may give the admin grant"));
-    }
+    check_admin_grant_giver(&grants, caller.as_deref())?;
     let password_hash = state
         .auth
         .hash_password(request.password, state.config.bcrypt_cost)
@@ -199,13 +205,7 @@ pub(crate) async fn set_grants(
     {
         return Err(forbidden("a user cannot change its own grants"));
     }
-    if grants
-        .iter()
-        .any(|grant| grant.action == GrantAction::Admin)
-        && !caller_is_root(caller.as_deref())
-    {
-        return Err(forbidden("only root may give the admin grant"));
-    }
+    check_admin_grant_giver(&grants, caller.as_deref())?;
     let user = state
         .admin
         .set_grants(username, grants)
