@@ -38,13 +38,7 @@ impl Metastore {
         command: &Command,
         context: ApplyContext,
     ) -> Result<Outcome, MetastoreError> {
-        assert!(
-            context.index > self.applied_index,
-            "log index {} applied after {}",
-            context.index,
-            self.applied_index
-        );
-        self.applied_index = context.index;
+        self.note_applied(context);
         let outcome = match command {
             Command::CreateTopic(create) => self.create_topic(create),
             Command::AlterTopic(alter) => self.alter_topic(alter),
