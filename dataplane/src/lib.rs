@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod commit;
+pub mod consume;
 pub mod dispatch;
 pub mod http;
 pub mod ingress;

@@ -1,0 +1,25 @@
+//! The consume path: leases over each owned partition (the in-flight
+//! shard), long polls, replay reads, acks, extends and nacks, and consumer
+//! state that survives restarts.
+//!
+//! - [`shard`] is the pure lease state machine of one partition;
+//! - [`service`] serves consumes and settles over the node's partition
+//!   logs, parking long polls in [`waiters`];
+//! - [`ahead`] persists each partition's frontier and acked-ahead set;
+//! - [`handle`] and [`render`] are the receipt handle and the message JSON
+//!   of the HTTP API.
+
+pub mod ahead;
+pub mod clock;
+pub mod handle;
+pub mod render;
+pub mod service;
+pub mod shard;
+pub mod waiters;
+
+#[cfg(test)]
+mod ahead_tests;
+#[cfg(test)]
+mod service_tests;
+#[cfg(test)]
+mod shard_tests;
