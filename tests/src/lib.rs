@@ -7,3 +7,4 @@
 
 pub mod cluster;
 pub mod dependency_rules;
+pub mod dev;

@@ -15,11 +15,7 @@
 //! depends on scheduling, so the assertions hold for any interleaving.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, sleep};
@@ -27,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use narad_disk::portable::PortableDisk;
 use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
-use narad_tests::cluster::narad_binary;
+use narad_tests::dev::{DevProcess as Dev, Request};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -97,15 +93,6 @@ fn key_partition(key: &[u8]) -> u32 {
     hash % PARTITIONS
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// One HTTP/1.1 exchange on a fresh connection; `None` when the node did
-/// not answer (down, or killed mid-request).
 fn request(
     port: u16,
     method: &str,
@@ -113,102 +100,20 @@ fn request(
     content_type: &str,
     body: &[u8],
 ) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
-    stream.set_read_timeout(Some(WAIT_MAX)).ok()?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).ok()?;
-    stream.write_all(body).ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let status = answer.split(' ').nth(1)?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
+    let request = Request {
+        method,
+        path,
+        content_type,
+        headers: &[],
+        body,
+    };
+    request
+        .send(port)
+        .map(|answer| (answer.status, answer.body))
 }
 
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
     request(port, "GET", path, "application/json", b"")
-}
-
-/// `narad dev` on a fixed port and data directory, restartable.
-struct Dev {
-    child: Option<Child>,
-    port: u16,
-    data_dir: PathBuf,
-    log: PathBuf,
-}
-
-impl Dev {
-    fn new(dir: &Path) -> Self {
-        Self {
-            child: None,
-            port: free_port(),
-            data_dir: dir.join("data"),
-            log: dir.join("narad.log"),
-        }
-    }
-
-    /// Starts the process and waits until `/readyz` answers 200.
-    fn start(&mut self) {
-        assert!(self.child.is_none(), "already running");
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("log file");
-        let child = Command::new(narad_binary())
-            .args(["dev", "--port", &self.port.to_string(), "--data-dir"])
-            .arg(&self.data_dir)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("narad dev starts");
-        self.child = Some(child);
-        let deadline = Instant::now() + WAIT_MAX;
-        while !matches!(get(self.port, "/readyz"), Some((200, _))) {
-            assert!(
-                Instant::now() < deadline,
-                "/readyz never 200\n{}",
-                self.log()
-            );
-            sleep(POLL);
-        }
-    }
-
-    fn sigkill(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-    }
-
-    fn sigterm(&mut self) {
-        let mut child = self.child.take().expect("running");
-        let signalled = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(signalled.success());
-        let status = child.wait().expect("narad dev exits");
-        assert!(status.success(), "exit {status:?}\n{}", self.log());
-    }
-
-    fn log(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let start = text.len().saturating_sub(4_000);
-        text.get(start..).unwrap_or_default().to_owned()
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// Sends up to [`MESSAGES_PER_PRODUCER_MAX`] messages, each once, until
