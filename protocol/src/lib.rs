@@ -32,6 +32,7 @@ mod backoff;
 mod client;
 mod client_stream;
 pub mod codec;
+pub mod commit;
 pub mod frame;
 mod lane;
 pub mod limits;
@@ -46,6 +47,9 @@ pub mod wire;
 pub use auth::{ClusterAuth, ClusterSecret, SecretTooShort};
 pub use client::CallError;
 pub use codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
+pub use commit::{
+    BatchRecord, CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, IncarnationRun,
+};
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;
 pub use node::{Node, NodeConfig, NodeError};
