@@ -20,6 +20,8 @@ use crate::cluster::narad_binary;
 /// into a failure; it asserts no speed.
 pub const DEV_WAIT_MAX: Duration = Duration::from_secs(30);
 const READY_POLL: Duration = Duration::from_millis(50);
+/// The `narad dev` flag that turns security on.
+pub const SECURE_FLAG: &str = "--secure";
 
 /// A free TCP port on loopback.
 ///
@@ -146,6 +148,8 @@ pub struct DevProcess {
     /// The data directory.
     pub data_dir: PathBuf,
     log: PathBuf,
+    /// The root admin's password when the node runs with security on.
+    admin_password: Option<String>,
 }
 
 impl DevProcess {
@@ -156,7 +160,16 @@ impl DevProcess {
             port: free_port(),
             data_dir: dir.join("data"),
             log: dir.join("narad.log"),
+            admin_password: None,
         }
+    }
+
+    /// A node (not started) with security on: Basic auth on the API, the
+    /// root admin `admin` seeded with `password`.
+    pub fn secured(dir: &Path, password: &str) -> Self {
+        let mut node = Self::new(dir);
+        node.admin_password = Some(password.to_owned());
+        node
     }
 
     /// Starts the process and waits until `/readyz` answers 200.
@@ -170,9 +183,16 @@ impl DevProcess {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(narad_binary())
+        let mut command = Command::new(narad_binary());
+        command
             .args(["dev", "--port", &self.port.to_string(), "--data-dir"])
-            .arg(&self.data_dir)
+            .arg(&self.data_dir);
+        if let Some(password) = &self.admin_password {
+            command
+                .arg(SECURE_FLAG)
+                .env("NARAD_ADMIN_PASSWORD", password);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
