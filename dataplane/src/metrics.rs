@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata, Recorder};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 /// HTTP requests answered (route, method, status).
 pub const HTTP_REQUESTS_TOTAL: &str = "narad_http_requests_total";
@@ -37,6 +37,39 @@ pub const INGRESS_DISPATCH_BACKLOG_RECORDS: &str = "narad_ingress_dispatch_backl
 pub const ERRORS_TOTAL: &str = "narad_errors_total";
 /// Credential checks waiting for a bcrypt slot.
 pub const AUTH_VERIFY_QUEUED: &str = "narad_auth_verify_queued";
+/// Queue deliveries (topic, partition); a redelivery counts again, a
+/// replay read does not.
+pub const MESSAGES_CONSUMED_TOTAL: &str = "narad_messages_consumed_total";
+/// Payload bytes of queue deliveries (topic, partition).
+pub const BYTES_CONSUMED_TOTAL: &str = "narad_bytes_consumed_total";
+/// Seconds a queue consume waited (topic, outcome =
+/// `hit`/`timeout`/`cancelled`/`no_wait`).
+pub const CONSUME_WAIT_SECONDS: &str = "narad_consume_wait_seconds";
+/// Queue consumes answered `204` (topic).
+pub const CONSUME_EMPTY_TOTAL: &str = "narad_consume_empty_total";
+/// High watermark minus the consumer frontier (topic, partition).
+pub const CONSUMER_LAG_MESSAGES: &str = "narad_consumer_lag_messages";
+/// Leases held now (topic, partition).
+pub const INFLIGHT_SIZE: &str = "narad_inflight_size";
+/// Offsets settled above the frontier (topic, partition).
+pub const ACKED_AHEAD_SIZE: &str = "narad_acked_ahead_size";
+/// Messages retention deleted before any consumer settled them (topic,
+/// partition): data loss, alert on any value above 0.
+pub const CONSUMER_DROPPED_MESSAGES: &str = "narad_consumer_dropped_messages";
+/// Permanently unreadable records the consumer skipped (topic, partition):
+/// data loss, alert on any increase.
+pub const CONSUMER_CORRUPT_SKIPPED_TOTAL: &str = "narad_consumer_corrupt_skipped_total";
+/// Leases renewed by `extend` (topic).
+pub const ACK_EXTENDED_TOTAL: &str = "narad_ack_extended_total";
+/// Leases released for redelivery (topic): nacks, and batch-consume
+/// records past the answer's size limit.
+pub const NACK_TOTAL: &str = "narad_nack_total";
+
+/// Upper bounds of the `narad_consume_wait_seconds` buckets: from a
+/// record that was ready at once to the 10 s wait ceiling.
+pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);
 
@@ -60,8 +93,14 @@ impl Default for NodeMetrics {
 impl NodeMetrics {
     /// An empty registry.
     pub fn new() -> Self {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(CONSUME_WAIT_SECONDS.to_owned()),
+                &CONSUME_WAIT_BUCKETS_SECONDS,
+            )
+            .expect("the bucket list is not empty");
         Self {
-            recorder: PrometheusBuilder::new().build_recorder(),
+            recorder: builder.build_recorder(),
         }
     }
 
@@ -70,6 +109,19 @@ impl NodeMetrics {
         self.recorder
             .register_counter(&key(name, labels), &METADATA)
             .increment(value);
+    }
+
+    /// Sets counter `name` with `labels` to `total`, for totals another
+    /// component keeps (read at scrape time).
+    pub fn count_absolute(
+        &self,
+        name: &'static str,
+        labels: &[(&'static str, String)],
+        total: u64,
+    ) {
+        self.recorder
+            .register_counter(&key(name, labels), &METADATA)
+            .absolute(total);
     }
 
     /// Sets gauge `name` with `labels`.
@@ -131,6 +183,39 @@ mod tests {
         assert!(
             text.contains(r#"narad_messages_produced_total{topic="orders",partition="1"} 3"#),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn consume_wait_is_a_histogram_with_buckets() {
+        let metrics = NodeMetrics::new();
+        metrics.observe(
+            CONSUME_WAIT_SECONDS,
+            &[("topic", "orders".into()), ("outcome", "hit".into())],
+            Duration::from_millis(30),
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                r#"narad_consume_wait_seconds_bucket{topic="orders",outcome="hit",le="0.05"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn absolute_counters_take_the_total() {
+        let metrics = NodeMetrics::new();
+        let labels = [
+            ("topic", "orders".to_owned()),
+            ("partition", "0".to_owned()),
+        ];
+        metrics.count_absolute(CONSUMER_CORRUPT_SKIPPED_TOTAL, &labels, 4);
+        metrics.count_absolute(CONSUMER_CORRUPT_SKIPPED_TOTAL, &labels, 6);
+        assert!(
+            metrics.render().contains(
+                r#"narad_consumer_corrupt_skipped_total{topic="orders",partition="0"} 6"#
+            )
         );
     }
 
