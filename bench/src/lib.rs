@@ -12,6 +12,8 @@
 //! ([`report`]). Each benchmark is a binary in `src/bin/`.
 
 pub mod baseline;
+pub mod http;
+pub mod node;
 pub mod report;
 pub mod stats;
 

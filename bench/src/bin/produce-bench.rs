@@ -17,11 +17,10 @@
 //!
 //! Writes `target/bench/produce.json` and `produce.png`.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,10 +29,11 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::routing::post;
 use narad_bench::baseline::{self, FileMode};
+use narad_bench::http::{Connection, http_request};
+use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Bytes of every produced message.
 const MESSAGE_BYTES: usize = 256;
@@ -59,8 +59,6 @@ const BATCH_SIZES: [usize; 2] = [100, 1_000];
 const NOOP_PRODUCERS: usize = 64;
 /// Samples of each fdatasync baseline.
 const FDATASYNC_SAMPLES: usize = 1_000;
-/// How long `narad dev` may take to answer `/readyz` with 200.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Targets of issue 6 on the 2-core machine.
 const TARGET_SINGLE_C64_MSGS_PER_S: f64 = 40_000.0;
 const TARGET_BATCH100_MSGS_PER_S: f64 = 300_000.0;
@@ -129,7 +127,7 @@ async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
     let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
     create_topic(node.addr).await?;
     drive(node.addr, &single_request, 16, 1, WARMUP).await?;
-    let node_pid = node.child.id().to_string();
+    let node_pid = node.pid().to_string();
     let idle_cpu = cpu_seconds(&node_pid);
     tokio::time::sleep(IDLE).await;
     report.set(
@@ -382,98 +380,6 @@ async fn drive(
     Ok(total)
 }
 
-/// One HTTP/1.1 response: status and body.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    body: Vec<u8>,
-}
-
-/// A keep-alive HTTP/1.1 connection sending one request at a time. It reads
-/// responses framed by `Content-Length` (what the servers measured here
-/// send); a chunked response is an error.
-#[derive(Debug)]
-struct Connection {
-    stream: TcpStream,
-    buffer: Vec<u8>,
-}
-
-impl Connection {
-    async fn open(addr: SocketAddr) -> io::Result<Self> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(Self {
-            stream,
-            buffer: Vec::with_capacity(4096),
-        })
-    }
-
-    async fn send(&mut self, request: &[u8]) -> io::Result<Response> {
-        self.stream.write_all(request).await?;
-        loop {
-            if let Some(response) = take_response(&mut self.buffer)? {
-                return Ok(response);
-            }
-            if self.stream.read_buf(&mut self.buffer).await? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed before a whole response",
-                ));
-            }
-        }
-    }
-}
-
-/// Removes one whole response from the front of `buffer`, if it holds one.
-fn take_response(buffer: &mut Vec<u8>) -> io::Result<Option<Response>> {
-    let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Ok(None);
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]);
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|code| code.parse::<u16>().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad status line"))?;
-    let mut content_length = 0usize;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let name = name.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = value
-                .trim()
-                .parse()
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad content-length"))?;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "chunked responses are not supported by this client",
-            ));
-        }
-    }
-    let total = head_end + 4 + content_length;
-    if buffer.len() < total {
-        return Ok(None);
-    }
-    let body = buffer[head_end + 4..total].to_vec();
-    buffer.drain(..total);
-    Ok(Some(Response { status, body }))
-}
-
-fn http_request(method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n\
-         Content-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    request.extend_from_slice(body);
-    request
-}
-
 /// A batch of `size` messages, each stored as exactly [`MESSAGE_BYTES`]
 /// bytes (a JSON string payload is stored with its quotes).
 fn batch_request(size: usize) -> Vec<u8> {
@@ -528,93 +434,6 @@ impl NoopServer {
     }
 }
 
-/// A `narad dev` child process, killed when dropped.
-#[derive(Debug)]
-struct DevNode {
-    addr: SocketAddr,
-    child: Child,
-}
-
-impl DevNode {
-    async fn start(binary: &Path, data_dir: &Path) -> io::Result<Self> {
-        fs::create_dir_all(data_dir)?;
-        let port = free_tcp_port()?;
-        let log = File::create(data_dir.with_extension("log"))?;
-        let child = Command::new(binary)
-            .arg("dev")
-            .arg("--port")
-            .arg(port.to_string())
-            .arg("--data-dir")
-            .arg(data_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| io::Error::other(format!("cannot start {}: {e}", binary.display())))?;
-        let mut node = Self {
-            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-            child,
-        };
-        node.wait_ready().await?;
-        Ok(node)
-    }
-
-    async fn wait_ready(&mut self) -> io::Result<()> {
-        let request = http_request("GET", "/readyz", "text/plain", b"");
-        let started = Instant::now();
-        while started.elapsed() < READY_TIMEOUT {
-            if let Some(status) = self.child.try_wait()? {
-                return Err(io::Error::other(format!(
-                    "narad dev exited early: {status}"
-                )));
-            }
-            if let Ok(mut connection) = Connection::open(self.addr).await
-                && let Ok(response) = connection.send(&request).await
-                && response.status == 200
-            {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(io::Error::other("narad dev did not become ready in time"))
-    }
-
-    fn stop(self) {
-        drop(self);
-    }
-}
-
-impl Drop for DevNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_tcp_port() -> io::Result<u16> {
-    Ok(StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
-/// `$NARAD_BIN`, else `narad` beside this binary (same target directory and
-/// profile), else the workspace's `target/release/narad`.
-fn narad_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("NARAD_BIN") {
-        return PathBuf::from(path);
-    }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join("narad")));
-    match beside {
-        Some(path) if path.exists() => path,
-        _ => PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../target/release/narad"
-        )),
-    }
-}
-
 /// Raw fdatasync samples taken before and after the HTTP phases, so a burst
 /// of disk noise at one end does not make the baseline.
 #[derive(Debug, Default)]
@@ -646,63 +465,9 @@ impl FdatasyncBaseline {
     }
 }
 
-/// CPU time (user + system) of process `pid` (or `self`) in seconds, from
-/// `/proc/<pid>/stat` at Linux's fixed 100 ticks per second; 0 when unknown.
-fn cpu_seconds(pid: &str) -> f64 {
-    const TICKS_PER_SECOND: f64 = 100.0;
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name start at field 3 (state);
-    // utime and stime are fields 14 and 15.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |index: usize| {
-        fields
-            .get(index)
-            .and_then(|field| field.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / TICKS_PER_SECOND
-}
-
-fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|text| text.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn response_is_taken_only_once_its_body_is_whole() {
-        let mut buffer = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 5\r\n\r\nmes".to_vec();
-        assert!(take_response(&mut buffer).unwrap().is_none());
-        buffer.extend_from_slice(b"sgHTTP/1.1 202 Accepted\r\n");
-        let response = take_response(&mut buffer).unwrap().unwrap();
-        assert_eq!(response.status, 400);
-        assert_eq!(response.body, b"messg");
-        assert_eq!(buffer, b"HTTP/1.1 202 Accepted\r\n");
-    }
-
-    #[test]
-    fn response_without_content_length_has_an_empty_body() {
-        let mut buffer = b"HTTP/1.1 202 Accepted\r\ndate: x\r\n\r\n".to_vec();
-        let response = take_response(&mut buffer).unwrap().unwrap();
-        assert_eq!(response.status, 202);
-        assert!(response.body.is_empty());
-        assert!(buffer.is_empty());
-    }
-
-    #[test]
-    fn chunked_response_is_an_error() {
-        let mut buffer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-        assert!(take_response(&mut buffer).is_err());
-    }
 
     #[test]
     fn batch_request_stores_each_payload_as_message_bytes() {

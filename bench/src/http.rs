@@ -1,0 +1,148 @@
+//! A minimal keep-alive HTTP/1.1 client for load generation: one request at
+//! a time per connection, responses framed by `Content-Length` (what Narad
+//! and the baselines send). Small on purpose, so the client's own cost stays
+//! low and the same for every phase it drives.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One HTTP/1.1 response: status and body.
+#[derive(Debug)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// A keep-alive HTTP/1.1 connection sending one request at a time. It reads
+/// responses framed by `Content-Length` (what the servers measured here
+/// send); a chunked response is an error.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    /// Connects to `addr` with Nagle off.
+    ///
+    /// # Errors
+    /// When the connection fails.
+    pub async fn open(addr: SocketAddr) -> io::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            buffer: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Writes `request` (a whole HTTP/1.1 request) and reads its response.
+    ///
+    /// # Errors
+    /// I/O errors, a malformed or chunked response, or the connection
+    /// closing early.
+    pub async fn send(&mut self, request: &[u8]) -> io::Result<Response> {
+        self.stream.write_all(request).await?;
+        loop {
+            if let Some(response) = take_response(&mut self.buffer)? {
+                return Ok(response);
+            }
+            if self.stream.read_buf(&mut self.buffer).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before a whole response",
+                ));
+            }
+        }
+    }
+}
+
+/// Removes one whole response from the front of `buffer`, if it holds one.
+///
+/// # Errors
+/// A malformed status line or length, or a chunked response.
+pub fn take_response(buffer: &mut Vec<u8>) -> io::Result<Option<Response>> {
+    let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]);
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad status line"))?;
+    let mut content_length = 0usize;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = value
+                .trim()
+                .parse()
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad content-length"))?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "chunked responses are not supported by this client",
+            ));
+        }
+    }
+    let total = head_end + 4 + content_length;
+    if buffer.len() < total {
+        return Ok(None);
+    }
+    let body = buffer[head_end + 4..total].to_vec();
+    buffer.drain(..total);
+    Ok(Some(Response { status, body }))
+}
+
+/// The bytes of one HTTP/1.1 request with a `Content-Length` body.
+pub fn http_request(method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_is_taken_only_once_its_body_is_whole() {
+        let mut buffer = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 5\r\n\r\nmes".to_vec();
+        assert!(take_response(&mut buffer).unwrap().is_none());
+        buffer.extend_from_slice(b"sgHTTP/1.1 202 Accepted\r\n");
+        let response = take_response(&mut buffer).unwrap().unwrap();
+        assert_eq!(response.status, 400);
+        assert_eq!(response.body, b"messg");
+        assert_eq!(buffer, b"HTTP/1.1 202 Accepted\r\n");
+    }
+
+    #[test]
+    fn response_without_content_length_has_an_empty_body() {
+        let mut buffer = b"HTTP/1.1 202 Accepted\r\ndate: x\r\n\r\n".to_vec();
+        let response = take_response(&mut buffer).unwrap().unwrap();
+        assert_eq!(response.status, 202);
+        assert!(response.body.is_empty());
+        assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn chunked_response_is_an_error() {
+        let mut buffer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        assert!(take_response(&mut buffer).is_err());
+    }
+}
