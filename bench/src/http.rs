@@ -4,10 +4,14 @@
 //! low and the same for every phase it drives.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::routing::post;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 
 /// One HTTP/1.1 response: status and body.
 #[derive(Debug)]
@@ -114,6 +118,37 @@ pub fn http_request(method: &str, path: &str, content_type: &str, body: &[u8]) -
     .into_bytes();
     request.extend_from_slice(body);
     request
+}
+
+/// The no-op baseline: an axum server in this process that reads the body of
+/// a produce request and answers `202`.
+#[derive(Debug)]
+pub struct NoopServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<io::Result<()>>,
+}
+
+impl NoopServer {
+    /// Starts the server on a free loopback port.
+    ///
+    /// # Errors
+    /// When it cannot bind.
+    pub async fn start() -> io::Result<Self> {
+        async fn accept(_body: Bytes) -> StatusCode {
+            StatusCode::ACCEPTED
+        }
+        let router = Router::new().route("/v1/topics/{topic}/produce", post(accept));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(Self { addr, task })
+    }
+
+    /// Stops the server.
+    pub fn stop(self) {
+        self.task.abort();
+    }
 }
 
 #[cfg(test)]

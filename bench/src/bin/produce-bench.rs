@@ -19,21 +19,16 @@
 
 use std::fs;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::http::StatusCode;
-use axum::routing::post;
 use narad_bench::baseline::{self, FileMode};
-use narad_bench::http::{Connection, http_request};
+use narad_bench::http::{Connection, NoopServer, http_request};
 use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
-use tokio::net::TcpListener;
 
 /// Bytes of every produced message.
 const MESSAGE_BYTES: usize = 256;
@@ -406,31 +401,6 @@ async fn create_topic(addr: SocketAddr) -> io::Result<()> {
             response.status,
             String::from_utf8_lossy(&response.body)
         )))
-    }
-}
-
-/// The no-op baseline: an axum server in this process that reads the body of
-/// a produce request and answers `202`.
-#[derive(Debug)]
-struct NoopServer {
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<io::Result<()>>,
-}
-
-impl NoopServer {
-    async fn start() -> io::Result<Self> {
-        async fn accept(_body: Bytes) -> StatusCode {
-            StatusCode::ACCEPTED
-        }
-        let router = Router::new().route("/v1/topics/{topic}/produce", post(accept));
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok(Self { addr, task })
-    }
-
-    fn stop(self) {
-        self.task.abort();
     }
 }
 
