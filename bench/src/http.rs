@@ -151,6 +151,23 @@ impl NoopServer {
     }
 }
 
+/// A batch produce request for `topic` of `size` messages, each stored as
+/// exactly `message_bytes` bytes (a JSON string payload is stored with its
+/// quotes, so it holds `message_bytes - 2` characters).
+///
+/// # Panics
+/// If `message_bytes` is below 2.
+pub fn batch_produce_request(topic: &str, size: usize, message_bytes: usize) -> Vec<u8> {
+    let payload = format!("\"{}\"", "b".repeat(message_bytes - 2));
+    let messages = vec![format!("{{\"payload\":{payload}}}"); size].join(",");
+    http_request(
+        "POST",
+        &format!("/v1/topics/{topic}/produce/batch"),
+        "application/json",
+        format!("{{\"messages\":[{messages}]}}").as_bytes(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +196,18 @@ mod tests {
     fn chunked_response_is_an_error() {
         let mut buffer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         assert!(take_response(&mut buffer).is_err());
+    }
+
+    #[test]
+    fn batch_payloads_are_stored_as_message_bytes_each() {
+        let request = batch_produce_request("t", 3, 256);
+        let text = String::from_utf8(request).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("POST /v1/topics/t/produce/batch "));
+        let value: serde_json::Value = serde_json::from_str(body).unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        let payload = serde_json::to_string(&messages[2]["payload"]).unwrap();
+        assert_eq!(payload.len(), 256);
     }
 }

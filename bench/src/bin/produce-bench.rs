@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
-use narad_bench::http::{Connection, NoopServer, http_request};
+use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
 use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
@@ -137,7 +137,7 @@ async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
         })
         .collect();
     for size in BATCH_SIZES {
-        let request = Arc::new(batch_request(size));
+        let request = Arc::new(batch_produce_request(TOPIC, size, MESSAGE_BYTES));
         phases.push((
             format!("batch{size}_c1"),
             Arc::clone(&request),
@@ -375,20 +375,6 @@ async fn drive(
     Ok(total)
 }
 
-/// A batch of `size` messages, each stored as exactly [`MESSAGE_BYTES`]
-/// bytes (a JSON string payload is stored with its quotes).
-fn batch_request(size: usize) -> Vec<u8> {
-    let payload = format!("\"{}\"", "b".repeat(MESSAGE_BYTES - 2));
-    let messages = vec![format!("{{\"payload\":{payload}}}"); size].join(",");
-    let body = format!("{{\"messages\":[{messages}]}}");
-    http_request(
-        "POST",
-        &format!("/v1/topics/{TOPIC}/produce/batch"),
-        "application/json",
-        body.as_bytes(),
-    )
-}
-
 async fn create_topic(addr: SocketAddr) -> io::Result<()> {
     let body = format!("{{\"name\":\"{TOPIC}\",\"partitions\":{PARTITIONS}}}");
     let request = http_request("POST", "/v1/topics", "application/json", body.as_bytes());
@@ -432,22 +418,5 @@ impl FdatasyncBaseline {
             "4 KiB pwrite + fdatasync, half the samples before and half after the HTTP phases; \
              baseline_fdatasync_* on a preallocated file, *_appended_* on an appended one",
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_request_stores_each_payload_as_message_bytes() {
-        let request = batch_request(3);
-        let text = String::from_utf8(request).unwrap();
-        let (_, body) = text.split_once("\r\n\r\n").unwrap();
-        let value: serde_json::Value = serde_json::from_str(body).unwrap();
-        let messages = value["messages"].as_array().unwrap();
-        assert_eq!(messages.len(), 3);
-        let payload = serde_json::to_string(&messages[0]["payload"]).unwrap();
-        assert_eq!(payload.len(), MESSAGE_BYTES);
     }
 }

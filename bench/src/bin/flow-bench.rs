@@ -1,0 +1,487 @@
+//! `flow-bench`: produce → consume → ack through `narad dev`, next to
+//! same-run baselines.
+//!
+//! Spawns the release `narad` binary (`$NARAD_BIN`, else `narad` beside this
+//! binary) as `narad dev` on a scratch directory and measures three phases,
+//! each on its own topic of [`PARTITIONS`] partitions:
+//! - **single flow**: [`SINGLE_PRODUCERS`] connections producing one message
+//!   per request while [`SINGLE_CONSUMERS`] connections each consume one
+//!   message (long poll) and ack it; the figure is messages acked per second;
+//! - **batch flow**: [`BATCH_PRODUCERS`] connections producing batches of
+//!   [`BATCH`] while [`BATCH_CONSUMERS`] connections consume up to 100 and
+//!   ack them in one batch ack; messages acked per second;
+//! - **visible latency**: messages produced at a paced [`VISIBLE_RATE`] per
+//!   second, each carrying its scheduled send time, consumed by long-polling
+//!   batch consumers; latency is the consumer reading the message minus its
+//!   scheduled send time (so a late sender counts against Narad, not for
+//!   it).
+//!
+//! Baselines of the same run: an axum handler in this process that answers
+//! `202` to a produce (driven like the single flow's producers), and 4 KiB
+//! write + fdatasync on the same disk.
+//!
+//! Writes `target/bench/flow.json` and `flow.png`.
+
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use narad_bench::baseline::{self, FileMode};
+use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
+use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
+use narad_bench::report::Report;
+use narad_bench::stats::Latencies;
+use serde_json::Value;
+
+/// Bytes of every produced message in the flow phases.
+const MESSAGE_BYTES: usize = 256;
+const PARTITIONS: u32 = 8;
+/// How long each flow phase is measured, after [`WARMUP`].
+const PHASE: Duration = Duration::from_secs(5);
+const WARMUP: Duration = Duration::from_secs(1);
+const SINGLE_PRODUCERS: usize = 32;
+const SINGLE_CONSUMERS: usize = 32;
+const BATCH_PRODUCERS: usize = 8;
+const BATCH_CONSUMERS: usize = 8;
+/// Messages per produced batch, and the most a batch consume asks for.
+const BATCH: usize = 100;
+/// Messages per second of the visible-latency phase.
+const VISIBLE_RATE: u64 = 5_000;
+/// Connections the paced producer spreads its sends over.
+const VISIBLE_PRODUCERS: usize = 16;
+const VISIBLE_CONSUMERS: usize = 4;
+/// Connections of the no-op baseline.
+const NOOP_CONNECTIONS: usize = 64;
+const FDATASYNC_SAMPLES: usize = 500;
+const CLIENT_HEADER: &str = "X-Narad-Client: flow-bench";
+/// Targets of issue 7 on the 2-core machine.
+const TARGET_SINGLE_MSGS_PER_S: f64 = 20_000.0;
+const TARGET_BATCH_MSGS_PER_S: f64 = 150_000.0;
+const TARGET_VISIBLE_P99_MS: f64 = 10.0;
+
+fn main() -> io::Result<()> {
+    let scratch = narad_bench::bench_dir()?.join(format!("flow-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch)?;
+    let mut report = Report::new("flow");
+    report.note("load_average_at_start", &load_average());
+    report.note(
+        "method",
+        "keep-alive HTTP/1.1 clients on tokio in this process, on the same 2 cores as narad dev; \
+         flow figures count messages whose ack was answered 204 (per handle for batch acks) \
+         during the measured phase",
+    );
+    report.note("message_bytes", &MESSAGE_BYTES.to_string());
+    report.note("partitions", &PARTITIONS.to_string());
+    report.note(
+        "concurrency",
+        &format!(
+            "single: {SINGLE_PRODUCERS} producers + {SINGLE_CONSUMERS} consumers; batch: \
+             {BATCH_PRODUCERS} producers of {BATCH} + {BATCH_CONSUMERS} consumers of up to {BATCH}; \
+             visible: {VISIBLE_RATE} msg/s over {VISIBLE_PRODUCERS} producers, \
+             {VISIBLE_CONSUMERS} batch consumers"
+        ),
+    );
+
+    let mut fdatasync =
+        baseline::fdatasync_4k(&scratch, FileMode::Preallocated, FDATASYNC_SAMPLES)?;
+    report.set("baseline_fdatasync_p50_us", fdatasync.p50_us());
+    report.set("baseline_fdatasync_p99_us", fdatasync.p99_us());
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(measure(&scratch, &mut report))?;
+    report.note("load_average_at_end", &load_average());
+    let path = report.write()?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
+    );
+    println!("wrote {}", path.display());
+    let _ = fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+async fn measure(scratch: &std::path::Path, report: &mut Report) -> io::Result<()> {
+    let noop = NoopServer::start().await?;
+    let noop_per_s = noop_baseline(noop.addr).await?;
+    noop.stop();
+    report.set("baseline_http_noop_c64_per_s", noop_per_s);
+
+    let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
+    let pid = node.pid().to_string();
+
+    let cpu_before = cpu_seconds(&pid);
+    let single = flow(node.addr, "flow-single", Shape::Single).await?;
+    report.set("flow_single_msgs_per_s", single.acked_per_s);
+    report.set("flow_single_produced_msgs_per_s", single.produced_per_s);
+    report.set(
+        "flow_single_narad_cores",
+        (cpu_seconds(&pid) - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
+    );
+
+    let cpu_before = cpu_seconds(&pid);
+    let batch = flow(node.addr, "flow-batch", Shape::Batch).await?;
+    report.set("flow_batch_msgs_per_s", batch.acked_per_s);
+    report.set("flow_batch_produced_msgs_per_s", batch.produced_per_s);
+    report.set(
+        "flow_batch_narad_cores",
+        (cpu_seconds(&pid) - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
+    );
+
+    let mut visible = visible_latency(node.addr).await?;
+    report.set("visible_p50_ms", visible.p50_us() / 1_000.0);
+    report.set("visible_p99_ms", visible.p99_us() / 1_000.0);
+    report.set("visible_p999_ms", visible.p999_us() / 1_000.0);
+    report.set("visible_samples", visible.len() as f64);
+    node.stop();
+
+    report.set(
+        "flow_single_vs_noop_http",
+        single.acked_per_s / noop_per_s.max(1.0),
+    );
+    report.set(
+        "target_flow_single_met",
+        f64::from(u8::from(single.acked_per_s >= TARGET_SINGLE_MSGS_PER_S)),
+    );
+    report.set(
+        "target_flow_batch_met",
+        f64::from(u8::from(batch.acked_per_s >= TARGET_BATCH_MSGS_PER_S)),
+    );
+    report.set(
+        "target_visible_p99_met",
+        f64::from(u8::from(
+            visible.p99_us() / 1_000.0 <= TARGET_VISIBLE_P99_MS,
+        )),
+    );
+    report.bars(
+        "messages per second",
+        "msg/s",
+        &[
+            ("no-op HTTP c64 (requests)", noop_per_s),
+            ("single flow", single.acked_per_s),
+            ("batch flow", batch.acked_per_s),
+        ],
+    );
+    Ok(())
+}
+
+/// Requests per second the no-op server answers over [`NOOP_CONNECTIONS`].
+async fn noop_baseline(addr: SocketAddr) -> io::Result<f64> {
+    let request = Arc::new(produce_request("noop", MESSAGE_BYTES));
+    let answered = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..NOOP_CONNECTIONS {
+        let mut connection = Connection::open(addr).await?;
+        let (request, answered, stop) = (
+            Arc::clone(&request),
+            Arc::clone(&answered),
+            Arc::clone(&stop),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if connection.send(&request).await?.status == 202 {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            io::Result::Ok(())
+        }));
+    }
+    tokio::time::sleep(WARMUP).await;
+    let before = answered.load(Ordering::Relaxed);
+    tokio::time::sleep(PHASE).await;
+    let count = answered.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.map_err(io::Error::other)??;
+    }
+    Ok(count as f64 / PHASE.as_secs_f64())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Single,
+    Batch,
+}
+
+#[derive(Debug)]
+struct FlowFigures {
+    acked_per_s: f64,
+    produced_per_s: f64,
+}
+
+/// Counters shared by the tasks of one phase.
+#[derive(Debug, Default)]
+struct Counters {
+    produced: AtomicU64,
+    acked: AtomicU64,
+    stop: AtomicBool,
+}
+
+async fn flow(addr: SocketAddr, topic: &str, shape: Shape) -> io::Result<FlowFigures> {
+    create_topic(addr, topic).await?;
+    let counters = Arc::new(Counters::default());
+    let (producers, consumers) = match shape {
+        Shape::Single => (SINGLE_PRODUCERS, SINGLE_CONSUMERS),
+        Shape::Batch => (BATCH_PRODUCERS, BATCH_CONSUMERS),
+    };
+    let produce = Arc::new(match shape {
+        Shape::Single => produce_request(topic, MESSAGE_BYTES),
+        Shape::Batch => batch_produce_request(topic, BATCH, MESSAGE_BYTES),
+    });
+    let per_request = match shape {
+        Shape::Single => 1,
+        Shape::Batch => BATCH as u64,
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..producers {
+        let mut connection = Connection::open(addr).await?;
+        let (request, counters) = (Arc::clone(&produce), Arc::clone(&counters));
+        tasks.push(tokio::spawn(async move {
+            while !counters.stop.load(Ordering::Relaxed) {
+                let response = connection.send(&request).await?;
+                if response.status == 202 {
+                    counters.produced.fetch_add(per_request, Ordering::Relaxed);
+                }
+            }
+            io::Result::Ok(())
+        }));
+    }
+    for _ in 0..consumers {
+        let mut connection = Connection::open(addr).await?;
+        let (topic, counters) = (topic.to_owned(), Arc::clone(&counters));
+        tasks.push(tokio::spawn(async move {
+            while !counters.stop.load(Ordering::Relaxed) {
+                let acked = match shape {
+                    Shape::Single => consume_and_ack_one(&mut connection, &topic).await?,
+                    Shape::Batch => consume_and_ack_batch(&mut connection, &topic).await?,
+                };
+                counters.acked.fetch_add(acked, Ordering::Relaxed);
+            }
+            io::Result::Ok(())
+        }));
+    }
+    tokio::time::sleep(WARMUP).await;
+    let (produced_before, acked_before) = (
+        counters.produced.load(Ordering::Relaxed),
+        counters.acked.load(Ordering::Relaxed),
+    );
+    tokio::time::sleep(PHASE).await;
+    let produced = counters.produced.load(Ordering::Relaxed) - produced_before;
+    let acked = counters.acked.load(Ordering::Relaxed) - acked_before;
+    counters.stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.map_err(io::Error::other)??;
+    }
+    Ok(FlowFigures {
+        acked_per_s: acked as f64 / PHASE.as_secs_f64(),
+        produced_per_s: produced as f64 / PHASE.as_secs_f64(),
+    })
+}
+
+/// One single consume (long poll of 1 s) and its ack; how many acks were
+/// answered `204` (0 or 1).
+async fn consume_and_ack_one(connection: &mut Connection, topic: &str) -> io::Result<u64> {
+    let consume = http_request(
+        "GET",
+        &format!("/v1/topics/{topic}/consume?wait=1s"),
+        "application/json",
+        b"",
+    );
+    let response = connection.send(&consume).await?;
+    if response.status != 200 {
+        return Ok(0);
+    }
+    let message: Value = serde_json::from_slice(&response.body).map_err(io::Error::other)?;
+    let handle = message["receipt_handle"].as_str().unwrap_or_default();
+    let ack = http_request(
+        "POST",
+        &format!("/v1/topics/{topic}/ack?receipt_handle={handle}"),
+        "application/json",
+        b"",
+    );
+    Ok(u64::from(connection.send(&ack).await?.status == 204))
+}
+
+/// One batch consume of up to [`BATCH`] and one batch ack of what came; how
+/// many handles were answered `204`.
+async fn consume_and_ack_batch(connection: &mut Connection, topic: &str) -> io::Result<u64> {
+    let messages = consume_batch(connection, topic).await?;
+    if messages.is_empty() {
+        return Ok(0);
+    }
+    let handles: Vec<&Value> = messages.iter().map(|m| &m["receipt_handle"]).collect();
+    let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+    let ack = with_client_header(http_request(
+        "POST",
+        &format!("/v1/topics/{topic}/ack"),
+        "application/json",
+        body.as_bytes(),
+    ));
+    let response = connection.send(&ack).await?;
+    if response.status != 200 {
+        return Ok(0);
+    }
+    let results: Value = serde_json::from_slice(&response.body).map_err(io::Error::other)?;
+    let acked = results["results"].as_array().map_or(0, |results| {
+        results.iter().filter(|r| r["status"] == 204).count()
+    });
+    Ok(acked as u64)
+}
+
+async fn consume_batch(connection: &mut Connection, topic: &str) -> io::Result<Vec<Value>> {
+    let consume = with_client_header(http_request(
+        "GET",
+        &format!("/v1/topics/{topic}/consume?max={BATCH}&wait=1s"),
+        "application/json",
+        b"",
+    ));
+    let response = connection.send(&consume).await?;
+    if response.status != 200 {
+        return Ok(Vec::new());
+    }
+    let body: Value = serde_json::from_slice(&response.body).map_err(io::Error::other)?;
+    Ok(match body {
+        Value::Object(mut fields) => match fields.remove("messages") {
+            Some(Value::Array(messages)) => messages,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    })
+}
+
+/// Produce at [`VISIBLE_RATE`] for [`PHASE`]: message `i` is due at
+/// `i / rate` and carries `i` as its payload; consumers note when each
+/// arrives.
+async fn visible_latency(addr: SocketAddr) -> io::Result<Latencies> {
+    let topic = "flow-visible";
+    create_topic(addr, topic).await?;
+    let total = VISIBLE_RATE * PHASE.as_secs();
+    let interval = Duration::from_secs(1) / u32::try_from(VISIBLE_RATE).unwrap_or(u32::MAX);
+    let next = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now() + Duration::from_millis(200);
+    let mut consumers = Vec::new();
+    for _ in 0..VISIBLE_CONSUMERS {
+        let mut connection = Connection::open(addr).await?;
+        let stop = Arc::clone(&stop);
+        consumers.push(tokio::spawn(async move {
+            let mut latencies = Latencies::new();
+            while !stop.load(Ordering::Relaxed) {
+                let messages = consume_batch(&mut connection, topic).await?;
+                let arrived = Instant::now();
+                let mut handles = Vec::with_capacity(messages.len());
+                for message in &messages {
+                    if let Some(index) = message["payload"].as_u64() {
+                        let due = started + interval * u32::try_from(index).unwrap_or(u32::MAX);
+                        latencies.record(arrived.saturating_duration_since(due));
+                    }
+                    handles.push(&message["receipt_handle"]);
+                }
+                if !handles.is_empty() {
+                    let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+                    let ack = with_client_header(http_request(
+                        "POST",
+                        &format!("/v1/topics/{topic}/ack"),
+                        "application/json",
+                        body.as_bytes(),
+                    ));
+                    connection.send(&ack).await?;
+                }
+            }
+            io::Result::Ok(latencies)
+        }));
+    }
+    let mut producers = Vec::new();
+    for _ in 0..VISIBLE_PRODUCERS {
+        let mut connection = Connection::open(addr).await?;
+        let next = Arc::clone(&next);
+        producers.push(tokio::spawn(async move {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= total {
+                    return io::Result::Ok(());
+                }
+                let due = started + interval * u32::try_from(index).unwrap_or(u32::MAX);
+                tokio::time::sleep_until(due.into()).await;
+                let request = http_request(
+                    "POST",
+                    &format!("/v1/topics/{topic}/produce"),
+                    "application/json",
+                    index.to_string().as_bytes(),
+                );
+                connection.send(&request).await?;
+            }
+        }));
+    }
+    for producer in producers {
+        producer.await.map_err(io::Error::other)??;
+    }
+    // Let the last messages arrive before the consumers stop.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Latencies::new();
+    for consumer in consumers {
+        all.merge(&consumer.await.map_err(io::Error::other)??);
+    }
+    Ok(all)
+}
+
+fn with_client_header(request: Vec<u8>) -> Vec<u8> {
+    let text = String::from_utf8_lossy(&request).into_owned();
+    text.replacen(
+        "\r\nContent-Type:",
+        &format!("\r\n{CLIENT_HEADER}\r\nContent-Type:"),
+        1,
+    )
+    .into_bytes()
+}
+
+fn produce_request(topic: &str, bytes: usize) -> Vec<u8> {
+    http_request(
+        "POST",
+        &format!("/v1/topics/{topic}/produce"),
+        "application/octet-stream",
+        &vec![b'm'; bytes],
+    )
+}
+
+async fn create_topic(addr: SocketAddr, topic: &str) -> io::Result<()> {
+    let body = format!(
+        "{{\"name\":\"{topic}\",\"partitions\":{PARTITIONS},\"visibility_timeout_ms\":30000}}"
+    );
+    let request = http_request("POST", "/v1/topics", "application/json", body.as_bytes());
+    let response = Connection::open(addr).await?.send(&request).await?;
+    if response.status == 201 {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "creating {topic} answered {}: {}",
+            response.status,
+            String::from_utf8_lossy(&response.body)
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_header_lands_in_the_head() {
+        let request = with_client_header(http_request("GET", "/x", "application/json", b""));
+        let text = String::from_utf8(request).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains("\r\nX-Narad-Client: flow-bench\r\n"),
+            "{head}"
+        );
+        assert!(body.is_empty());
+    }
+}
