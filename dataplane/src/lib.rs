@@ -24,6 +24,7 @@ pub mod ingress;
 pub mod metadata;
 pub mod metrics;
 pub mod node;
+pub mod remote;
 
 #[cfg(test)]
 mod e2e_tests;

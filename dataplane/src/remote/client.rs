@@ -1,0 +1,240 @@
+//! The sending side: the dispatcher's commit target for owners that are not
+//! this node.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narad_protocol::codec::{decode_message, encode_message};
+use narad_protocol::commit::{
+    BatchRecord, COMMIT_BATCH_RECORDS_MAX, CommitProduceBatch, CommitProduceBatchAnswer,
+    IncarnationId, InvalidIncarnationId,
+};
+use narad_protocol::{CallError, Lane, Node, Opcode, Request};
+use parking_lot::Mutex;
+
+use super::legacy::LegacyOwners;
+use super::verdict::{Verdict, judge};
+use super::{MonotonicClock, OwnerAddresses, SystemMonotonic};
+use crate::dispatch::constants::WINDOW_RECORDS_MAX;
+use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, WalPayload};
+
+// A commit never holds more records than the dispatcher may hold at all, so
+// every order fits one batch.
+const _: () = assert!(WINDOW_RECORDS_MAX <= COMMIT_BATCH_RECORDS_MAX as usize);
+
+/// Sends commit orders to their owners as `CommitProduceBatch` on the
+/// produce lane, each within its order's budget.
+///
+/// `start` never blocks: the commit runs as a task on the given tokio
+/// runtime and reports through its [`CommitDone`] exactly once, also when
+/// the task panics or the runtime drops it (then as failed).
+#[derive(Debug, Clone)]
+pub struct RemoteCommitTarget {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    transport: Arc<Node>,
+    addresses: Arc<dyn OwnerAddresses>,
+    runtime: tokio::runtime::Handle,
+    clock: Arc<dyn MonotonicClock>,
+    legacy: Mutex<LegacyOwners>,
+}
+
+impl RemoteCommitTarget {
+    /// A target calling owners through `transport`, finding them with
+    /// `addresses`, running its calls on `runtime`.
+    pub fn new(
+        transport: Arc<Node>,
+        addresses: Arc<dyn OwnerAddresses>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        Self::with_clock(
+            transport,
+            addresses,
+            runtime,
+            Arc::new(SystemMonotonic::default()),
+        )
+    }
+
+    /// As [`RemoteCommitTarget::new`], with the clock the legacy-owner
+    /// memory reads (tests move it by hand).
+    pub fn with_clock(
+        transport: Arc<Node>,
+        addresses: Arc<dyn OwnerAddresses>,
+        runtime: tokio::runtime::Handle,
+        clock: Arc<dyn MonotonicClock>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                transport,
+                addresses,
+                runtime,
+                clock,
+                legacy: Mutex::new(LegacyOwners::new()),
+            }),
+        }
+    }
+}
+
+impl CommitTarget for RemoteCommitTarget {
+    fn start(&self, order: CommitOrder<WalPayload>, done: CommitDone) {
+        let inner = Arc::clone(&self.inner);
+        let report = Report {
+            parts: Some((order, done)),
+        };
+        self.inner.runtime.spawn(async move {
+            let mut report = report;
+            let outcome = match report.order() {
+                Some(order) => inner.commit(order).await,
+                None => return,
+            };
+            report.finish(outcome);
+        });
+    }
+}
+
+/// Reports an order exactly once: with its outcome, or as failed when the
+/// task ends without one (a panic, a runtime shutting down), so the
+/// dispatcher never waits on a commit nobody runs.
+struct Report {
+    parts: Option<(CommitOrder<WalPayload>, CommitDone)>,
+}
+
+impl Report {
+    fn order(&self) -> Option<&CommitOrder<WalPayload>> {
+        self.parts.as_ref().map(|(order, _)| order)
+    }
+
+    fn finish(&mut self, outcome: CommitOutcome) {
+        if let Some((order, done)) = self.parts.take() {
+            done.finish(order, outcome);
+        }
+    }
+}
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        self.finish(CommitOutcome::Failed);
+    }
+}
+
+impl Inner {
+    async fn commit(&self, order: &CommitOrder<WalPayload>) -> CommitOutcome {
+        let started = Instant::now();
+        let Some(peer) = self.addresses.rpc_addr(order.node) else {
+            tracing::warn!(destination = %order.destination, node = order.node, "remote commit failed: no RPC address known for the owner");
+            return CommitOutcome::Failed;
+        };
+        let mut batch = match batch_of(order) {
+            Ok(batch) => batch,
+            Err(error) => {
+                tracing::error!(destination = %order.destination, %error, "remote commit failed: a record carries a malformed incarnation id");
+                return CommitOutcome::Failed;
+            }
+        };
+        if batch.has_incarnations() && !self.legacy.lock().sends_ids(order.node, self.clock.now()) {
+            batch.strip_incarnations();
+        }
+        loop {
+            let remaining = order.budget.saturating_sub(started.elapsed());
+            if remaining.is_zero() {
+                tracing::warn!(destination = %order.destination, node = order.node, "remote commit failed: its budget ran out");
+                return CommitOutcome::Failed;
+            }
+            let sent_ids = batch.has_incarnations();
+            let answer = self.send(peer, &batch, remaining).await;
+            match judge(&answer, sent_ids, batch.records().len()) {
+                Verdict::RetryWithoutIds => {
+                    assert!(sent_ids, "a batch without ids is never sent again");
+                    self.legacy.lock().refused(order.node, self.clock.now());
+                    tracing::info!(destination = %order.destination, node = order.node, %peer, "owner refused topic incarnation ids (an older build); sending without them for 2 minutes");
+                    batch.strip_incarnations();
+                }
+                Verdict::Done { outcome, reason } => {
+                    log_outcome(order, peer, outcome, &reason);
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    async fn send(
+        &self,
+        peer: SocketAddr,
+        batch: &CommitProduceBatch,
+        timeout: Duration,
+    ) -> Result<CommitProduceBatchAnswer, CallError> {
+        let request = Request::new(Opcode::COMMIT_PRODUCE_BATCH, encode_message(batch));
+        let response = self
+            .transport
+            .call_with_timeout(peer, Lane::Produce, request, timeout)
+            .await?;
+        decode_message(response.body).map_err(|error| CallError::MalformedAnswer { peer, error })
+    }
+}
+
+fn log_outcome(
+    order: &CommitOrder<WalPayload>,
+    peer: SocketAddr,
+    outcome: CommitOutcome,
+    reason: &str,
+) {
+    match outcome {
+        CommitOutcome::Committed => {}
+        CommitOutcome::IncarnationMismatch => tracing::warn!(
+            destination = %order.destination,
+            node = order.node,
+            %peer,
+            reason,
+            "owner refused produce records accepted for another topic incarnation; checking them again"
+        ),
+        CommitOutcome::Failed => tracing::warn!(
+            destination = %order.destination,
+            node = order.node,
+            %peer,
+            probe = order.probe,
+            reason,
+            "remote commit failed"
+        ),
+    }
+}
+
+/// The order as a batch: its records in WAL order, each with the id it was
+/// accepted under.
+///
+/// # Errors
+/// A record's id is not an incarnation id (a replica bug upstream).
+///
+/// # Panics
+/// If the order has no records: the dispatcher sends at least one.
+fn batch_of(order: &CommitOrder<WalPayload>) -> Result<CommitProduceBatch, InvalidIncarnationId> {
+    let mut records = Vec::with_capacity(order.records.len());
+    let mut last: Option<(&str, IncarnationId)> = None;
+    for held in &order.records {
+        let id = match held.meta.incarnation.as_deref() {
+            None => None,
+            Some(text) => match last {
+                Some((seen, id)) if seen == text => Some(id),
+                _ => {
+                    let id = IncarnationId::parse(text)?;
+                    last = Some((text, id));
+                    Some(id)
+                }
+            },
+        };
+        let record = BatchRecord {
+            key: held.payload.key.clone(),
+            payload: held.payload.payload.clone(),
+            created_at_unix_ms: held.payload.created_at_unix_ms,
+        };
+        records.push((record, id));
+    }
+    Ok(CommitProduceBatch::new(
+        order.destination.topic.to_string(),
+        order.destination.partition,
+        records,
+    ))
+}

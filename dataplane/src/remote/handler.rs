@@ -1,0 +1,168 @@
+//! The owning side of `CommitProduceBatch`: decode, hand the batch to the
+//! partition's combiner, answer.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use narad_protocol::commit::{
+    CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, decode_commit_request,
+    incarnation_mismatch, not_owner,
+};
+use narad_protocol::limits::messaging_permits;
+use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError, Status};
+
+use crate::commit::{Combiners, CommitBatch, CommitError, CommitItem};
+use crate::dispatch::Destination;
+use crate::dispatch::constants::COMMIT_BUDGET;
+
+/// Name of the operation class remote commits run under: their own
+/// max(64, 4 × cores) permits, apart from the other messaging operations
+/// (spec §7: produce commits and other messaging ops are each capped).
+pub const COMMIT_OPERATION_LIMIT_NAME: &str = "produce-commit";
+
+/// Serves opcode 11 on this node: hands each batch to the combiner of its
+/// partition.
+///
+/// The transport's router is built before the data node's combiners exist,
+/// so the combiners are attached afterwards; until then every commit is
+/// answered `503`, which the sender retries.
+#[derive(Debug)]
+pub struct CommitService {
+    combiners: OnceLock<Arc<Combiners>>,
+    caller_budget: Duration,
+}
+
+impl CommitService {
+    /// A service answering `503` until [`CommitService::attach`].
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            combiners: OnceLock::new(),
+            caller_budget: COMMIT_BUDGET,
+        })
+    }
+
+    /// A service serving `combiners` at once.
+    pub fn with_combiners(combiners: Arc<Combiners>) -> Arc<Self> {
+        let service = Self::new();
+        service.attach(combiners);
+        service
+    }
+
+    /// Starts serving commits into `combiners`.
+    ///
+    /// # Panics
+    /// If combiners were attached already: a node has one set.
+    pub fn attach(&self, combiners: Arc<Combiners>) {
+        assert!(
+            self.combiners.set(combiners).is_ok(),
+            "commit service attached twice"
+        );
+    }
+
+    /// `router` with opcode 11 served by this service, under its own
+    /// operation class.
+    pub fn route(self: &Arc<Self>, router: Router) -> Router {
+        let service = Arc::clone(self);
+        let limit = OperationLimit::new(COMMIT_OPERATION_LIMIT_NAME, messaging_permits());
+        router.route(
+            Opcode::COMMIT_PRODUCE_BATCH,
+            limit,
+            move |inbound: Inbound| {
+                let service = Arc::clone(&service);
+                async move { service.handle(inbound).await }
+            },
+        )
+    }
+
+    async fn handle(&self, inbound: Inbound) -> Result<Response, RpcError> {
+        let batch = decode_commit_request(inbound.request.body)?;
+        let Some(combiners) = self.combiners.get().map(Arc::clone) else {
+            return Err(RpcError::unavailable(
+                "this data node does not serve commits yet",
+            ));
+        };
+        let destination = Destination::new(batch.topic(), batch.partition());
+        let records = batch.records().len();
+        // The sender gives up within its budget of at most this long after
+        // sending, so a batch still queued past it has nobody waiting.
+        let commit = CommitBatch {
+            items: commit_items(batch),
+            deadline: Instant::now() + self.caller_budget,
+        };
+        let committed = {
+            let destination = destination.clone();
+            // The combiner blocks (produce lock, fdatasync). If the sender
+            // cancels, the commit still runs to its end: the combiner
+            // never leaves half a batch behind.
+            tokio::task::spawn_blocking(move || combiners.commit(&destination, commit))
+                .await
+                .map_err(|error| RpcError::internal(format!("commit panicked: {error}")))?
+        };
+        match committed {
+            Ok(offsets) => {
+                assert_eq!(
+                    offsets.end - offsets.start,
+                    records as u64,
+                    "the combiner returns one offset per record"
+                );
+                Ok(Response::message(&CommitProduceBatchAnswer { offsets }))
+            }
+            Err(error) => Err(refusal(&destination, error, inbound.peer)),
+        }
+    }
+}
+
+/// The combiner's items, one `Arc<str>` per run of one incarnation id.
+fn commit_items(batch: CommitProduceBatch) -> Vec<CommitItem> {
+    let (_, _, records) = batch.into_parts();
+    let mut last: Option<(IncarnationId, Arc<str>)> = None;
+    records
+        .into_iter()
+        .map(|(record, id)| {
+            let incarnation = id.map(|id| match &last {
+                Some((seen, text)) if *seen == id => Arc::clone(text),
+                _ => {
+                    let text: Arc<str> = Arc::from(id.as_str());
+                    last = Some((id, Arc::clone(&text)));
+                    text
+                }
+            });
+            CommitItem {
+                key: record.key,
+                payload: record.payload,
+                incarnation,
+            }
+        })
+        .collect()
+}
+
+/// The answer for a batch the combiner did not commit. Nothing of it is
+/// visible in every case.
+fn refusal(destination: &Destination, error: CommitError, peer: std::net::SocketAddr) -> RpcError {
+    match error {
+        CommitError::NotOwner => {
+            tracing::debug!(%destination, %peer, "remote commit refused: not the partition owner");
+            not_owner(&destination.topic, destination.partition)
+        }
+        CommitError::IncarnationMismatch { batch, live } => {
+            // The owner did answer: a delete and recreate, or a lagging
+            // replica on either side, explains it. Not an error here.
+            tracing::info!(%destination, %peer, batch_incarnation = %batch, live_incarnation = %live, "remote commit refused: topic incarnation mismatch");
+            incarnation_mismatch(&batch, &live)
+        }
+        CommitError::TopicNotFound => RpcError::new(
+            Status::NOT_FOUND,
+            format!("topic {} not found", destination.topic),
+        ),
+        CommitError::CallerGone => {
+            RpcError::unavailable("the sender stopped waiting; nothing was appended")
+        }
+        CommitError::Aborted => {
+            RpcError::unavailable("the commit cycle was aborted; nothing is visible")
+        }
+        CommitError::Log(error) => {
+            tracing::warn!(%destination, %peer, %error, "remote commit failed in the partition log");
+            RpcError::unavailable(format!("partition log unavailable: {error}"))
+        }
+    }
+}
