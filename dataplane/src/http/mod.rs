@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod go_duration;
 mod health;
 mod produce;
 pub mod produce_cap;
