@@ -1,1 +1,708 @@
-//! Placeholder: being written (issue #7).
+//! Tests of the consumer state store: the slot codec, recovery rules,
+//! cadences, crashes (on the simulated disk), the handle bound and latching.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
+use narad_disk::{Disk, IoBuf, OpenOptions};
+use parking_lot::Mutex;
+use proptest::prelude::*;
+
+use super::ahead::*;
+
+/// A shard stand-in whose position the test sets.
+#[derive(Debug, Default)]
+struct Source(Mutex<ConsumerPosition>);
+
+impl Source {
+    fn at(frontier: u64, acked_ahead: &[u64]) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(position(frontier, acked_ahead))))
+    }
+
+    fn set(&self, frontier: u64, acked_ahead: &[u64]) {
+        *self.0.lock() = position(frontier, acked_ahead);
+    }
+}
+
+impl PositionSource for Source {
+    fn position(&self) -> ConsumerPosition {
+        self.0.lock().clone()
+    }
+}
+
+fn position(frontier: u64, acked_ahead: &[u64]) -> ConsumerPosition {
+    ConsumerPosition {
+        frontier,
+        acked_ahead: acked_ahead.to_vec(),
+    }
+}
+
+fn weak(source: &Arc<Source>) -> Weak<dyn PositionSource> {
+    let weak: Weak<Source> = Arc::downgrade(source);
+    weak
+}
+
+/// One tick per durability interval, so every partition's writeout points
+/// are `epoch + k * 1 s` whatever its directory hash: a tick before
+/// `epoch + 1 s` never writes out.
+fn config() -> ConsumerStateConfig {
+    ConsumerStateConfig {
+        tick: Duration::from_secs(1),
+        durable_interval: Duration::from_secs(1),
+        offset_level_interval: Duration::from_secs(30),
+        handles_max: 64,
+    }
+}
+
+fn partition_dir(disk: &SimDisk, partition: u32) -> PathBuf {
+    let dir = PathBuf::from(format!("/data/topics/orders/p{partition:05}"));
+    disk.create_dir_all(&dir).expect("create partition dir");
+    dir
+}
+
+fn store(disk: &SimDisk, config: ConsumerStateConfig) -> Arc<ConsumerStateStore> {
+    ConsumerStateStore::new(Arc::new(disk.clone()), config)
+}
+
+/// What a fresh process would load for `dir` from this disk.
+fn reload(disk: &SimDisk, dir: &Path) -> ConsumerPosition {
+    let source = Source::at(0, &[]);
+    let (position, _) = store(disk, config())
+        .attach(dir, weak(&source))
+        .expect("attach after restart");
+    position
+}
+
+fn slots(disk: &SimDisk, dir: &Path) -> [Result<SlotRecord, SlotError>; 2] {
+    let bytes = disk
+        .read_file(&dir.join(AHEAD_FILE_NAME))
+        .expect("consumer.ahead exists");
+    assert_eq!(bytes.len(), AHEAD_FILE_BYTES);
+    [
+        decode_slot(&bytes[..SLOT_BYTES]),
+        decode_slot(&bytes[SLOT_BYTES..]),
+    ]
+}
+
+fn offset_file(disk: &SimDisk, dir: &Path) -> Option<u64> {
+    let bytes = disk.read_file(&dir.join(OFFSET_FILE_NAME))?;
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+fn write_file(disk: &SimDisk, path: &Path, bytes: &[u8]) {
+    disk.open(path, OpenOptions::CREATE)
+        .expect("open")
+        .write_and_sync(0, IoBuf::from_slice(bytes))
+        .wait()
+        .expect("write");
+    disk.sync_dir(path.parent().expect("parent"))
+        .expect("sync dir");
+}
+
+fn secs(start: Instant, seconds: u64) -> Instant {
+    start + Duration::from_secs(seconds)
+}
+
+// ---------------------------------------------------------------------------
+// The slot codec.
+
+#[test]
+fn slot_round_trips_runs_and_single_offsets() {
+    let original = position(100, &[102, 103, 104, 110, 500, 501, 1 << 40]);
+    let (slot, truncated) = encode_slot(7, &original);
+    assert!(!truncated);
+    let record = decode_slot(&slot[..]).expect("decodes");
+    assert_eq!(record.generation, 7);
+    assert_eq!(record.position, original);
+    assert!(!record.truncated);
+}
+
+#[test]
+fn any_changed_byte_fails_the_slot() {
+    let (slot, _) = encode_slot(3, &position(5, &[7, 9, 10, 11]));
+    for at in 0..SLOT_BYTES {
+        let mut damaged = slot.clone();
+        damaged[at] ^= 0x40;
+        assert!(decode_slot(&damaged[..]).is_err(), "byte {at} changed");
+    }
+    assert_eq!(
+        decode_slot(&slot[..SLOT_BYTES - 1]),
+        Err(SlotError::Short(SLOT_BYTES - 1))
+    );
+    assert!(decode_slot(&[0u8; SLOT_BYTES]).is_err());
+}
+
+#[test]
+fn oversized_set_keeps_frontier_and_lowest_offsets_in_the_slot() {
+    // Gaps of 1000 cost three bytes per offset: 5,000 of them cannot fit.
+    let acked: Vec<u64> = (1..=5_000).map(|i| 10 + i * 1_000).collect();
+    let original = position(10, &acked);
+    let (slot, truncated) = encode_slot(1, &original);
+    assert!(truncated);
+    let record = decode_slot(&slot[..]).expect("decodes");
+    assert!(record.truncated);
+    assert_eq!(record.position.frontier, 10);
+    let kept = record.position.acked_ahead.len();
+    assert!(kept > 1_000, "only {kept} offsets kept");
+    assert_eq!(record.position.acked_ahead[..], acked[..kept]);
+}
+
+fn arbitrary_position() -> impl Strategy<Value = ConsumerPosition> {
+    let frontier = prop_oneof![0..1_000u64, 0..(OFFSET_LIMIT - (1 << 40))];
+    // Gap and run length pairs: short and long gaps, singles and runs.
+    let runs = prop::collection::vec(
+        (
+            prop_oneof![0..3u64, 0..200u64, 0..(1u64 << 30)],
+            prop_oneof![Just(1u64), 1..5u64, 1..300u64],
+        ),
+        0..2_500,
+    );
+    (frontier, runs).prop_map(|(frontier, runs)| {
+        let mut acked_ahead = Vec::new();
+        let mut next = frontier + 1;
+        for (gap, len) in runs {
+            let start = next + gap;
+            acked_ahead.extend(start..start + len);
+            next = start + len + 1;
+        }
+        ConsumerPosition {
+            frontier,
+            acked_ahead,
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn slot_round_trip_keeps_frontier_and_a_prefix_of_the_set(
+        original in arbitrary_position(),
+        generation in 1..u64::MAX,
+    ) {
+        let (slot, truncated) = encode_slot(generation, &original);
+        let record = decode_slot(&slot[..]).expect("decodes");
+        prop_assert_eq!(record.generation, generation);
+        prop_assert_eq!(record.truncated, truncated);
+        prop_assert_eq!(record.position.frontier, original.frontier);
+        let kept = record.position.acked_ahead.len();
+        prop_assert_eq!(&record.position.acked_ahead[..], &original.acked_ahead[..kept]);
+        prop_assert_eq!(truncated, kept < original.acked_ahead.len());
+    }
+
+    /// Random bodies behind a correct checksum reach every structural check
+    /// of the decoder; none may panic, and whatever decodes is well formed.
+    #[test]
+    fn decoder_survives_arbitrary_bytes_behind_a_valid_checksum(
+        body in prop::collection::vec(any::<u8>(), 0..SLOT_BYTES - 4),
+        header_valid in any::<bool>(),
+    ) {
+        let mut slot = vec![0u8; SLOT_BYTES];
+        slot[..body.len()].copy_from_slice(&body);
+        if header_valid {
+            slot[0..4].copy_from_slice(&SLOT_MAGIC);
+            slot[4..6].copy_from_slice(&SLOT_FORMAT_VERSION.to_be_bytes());
+            slot[6..8].copy_from_slice(&[0, 0]);
+        }
+        let crc = crc32c::crc32c(&slot[..SLOT_BYTES - 4]);
+        slot[SLOT_BYTES - 4..].copy_from_slice(&crc.to_be_bytes());
+        if let Ok(record) = decode_slot(&slot) {
+            prop_assert!(record.position.is_well_formed());
+            prop_assert!(record.generation > 0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Priming and recovery rules.
+
+#[test]
+fn first_attach_primes_durable_files_at_frontier_zero() {
+    let disk = SimDisk::new(1);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let (loaded, _) = store(&disk, config())
+        .attach(&dir, weak(&source))
+        .expect("attach");
+    assert_eq!(loaded, ConsumerPosition::default());
+    disk.crash(Tear::None);
+    let [first, second] = slots(&disk, &dir);
+    assert!(first.is_ok() != second.is_ok(), "exactly one slot written");
+    assert_eq!(offset_file(&disk, &dir), Some(0));
+}
+
+#[test]
+fn larger_offset_frontier_wins_and_drops_acked_ahead_below_it() {
+    let disk = SimDisk::new(2);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(10, &[12, 15, 20, 21, 30]);
+    let state = store(&disk, config());
+    state.attach(&dir, weak(&source)).expect("attach");
+    state.flush_all().expect("flush");
+    write_file(&disk, &dir.join(OFFSET_FILE_NAME), &20u64.to_be_bytes());
+    disk.crash(Tear::None);
+    // 12 and 15 lie below 20; 20 and 21 are settled, so the frontier moves
+    // past them.
+    assert_eq!(reload(&disk, &dir), position(22, &[30]));
+}
+
+#[test]
+fn larger_ahead_frontier_wins_over_consumer_offset() {
+    let disk = SimDisk::new(3);
+    let dir = partition_dir(&disk, 0);
+    write_file(&disk, &dir.join(OFFSET_FILE_NAME), &4u64.to_be_bytes());
+    let source = Source::at(9, &[11]);
+    let state = store(&disk, config());
+    let (loaded, _) = state.attach(&dir, weak(&source)).expect("attach");
+    assert_eq!(
+        loaded,
+        position(4, &[]),
+        "seeded from consumer.offset alone"
+    );
+    state.flush_all().expect("flush");
+    write_file(&disk, &dir.join(OFFSET_FILE_NAME), &4u64.to_be_bytes());
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &dir), position(9, &[11]));
+}
+
+#[test]
+fn two_invalid_slots_recover_to_consumer_offset_or_zero() {
+    let disk = SimDisk::new(4);
+    let dir = partition_dir(&disk, 0);
+    write_file(&disk, &dir.join(AHEAD_FILE_NAME), &[0xA5; AHEAD_FILE_BYTES]);
+    assert_eq!(reload(&disk, &dir), ConsumerPosition::default());
+
+    let dir = partition_dir(&disk, 1);
+    write_file(&disk, &dir.join(AHEAD_FILE_NAME), &[0xA5; AHEAD_FILE_BYTES]);
+    write_file(&disk, &dir.join(OFFSET_FILE_NAME), &7u64.to_be_bytes());
+    assert_eq!(reload(&disk, &dir), position(7, &[]));
+}
+
+#[test]
+fn oversized_set_survives_restart_as_frontier_and_lowest_offsets() {
+    let disk = SimDisk::new(5);
+    let dir = partition_dir(&disk, 0);
+    let acked: Vec<u64> = (1..=5_000).map(|i| 10 + i * 1_000).collect();
+    let source = Source::at(10, &acked);
+    let state = store(&disk, config());
+    state.attach(&dir, weak(&source)).expect("attach");
+    state.flush_all().expect("flush");
+    disk.crash(Tear::None);
+    let loaded = reload(&disk, &dir);
+    assert_eq!(loaded.frontier, 10);
+    assert!(!loaded.acked_ahead.is_empty());
+    assert_eq!(loaded.acked_ahead[..], acked[..loaded.acked_ahead.len()]);
+}
+
+// ---------------------------------------------------------------------------
+// Cadences and crashes.
+
+#[test]
+fn power_cut_after_a_tick_before_the_writeout_loses_that_interval_only() {
+    let disk = SimDisk::new(6);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let start = Instant::now();
+    source.set(5, &[7]);
+    ticket.touched();
+    state.tick(start);
+    source.set(8, &[]);
+    ticket.touched();
+    state.tick(start + Duration::from_millis(500));
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &dir), ConsumerPosition::default());
+}
+
+#[test]
+fn writeout_point_makes_the_window_durable() {
+    let disk = SimDisk::new(7);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let start = Instant::now();
+    state.tick(start);
+    source.set(5, &[7]);
+    ticket.touched();
+    state.tick(start + Duration::from_millis(500));
+    state.tick(secs(start, 1));
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &dir), position(5, &[7]));
+}
+
+#[test]
+fn process_crash_keeps_acks_a_tick_wrote_to_the_page_cache() {
+    let disk = SimDisk::new(8);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    source.set(3, &[4 + 1]);
+    ticket.touched();
+    state.tick(Instant::now());
+    // The process dies without flushing; the kernel keeps its page cache.
+    drop(state);
+    assert_eq!(reload(&disk, &dir), position(3, &[5]));
+}
+
+#[test]
+fn torn_window_falls_back_to_the_anchor() {
+    let mut torn = 0;
+    let mut whole = 0;
+    for seed in 0..48 {
+        let disk = SimDisk::new(seed);
+        let dir = partition_dir(&disk, 0);
+        let source = Source::at(0, &[]);
+        let state = store(&disk, config());
+        let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+        source.set(1_000, &[1_002]);
+        state.flush_all().expect("anchor written out");
+        let acked: Vec<u64> = (0..300).map(|i| 2_000 + i * 3).collect();
+        source.set(1_500, &acked);
+        ticket.touched();
+        state.tick(Instant::now());
+        disk.crash(Tear::LastWrite);
+        let window_valid = slots(&disk, &dir)
+            .iter()
+            .filter(|slot| {
+                slot.as_ref()
+                    .is_ok_and(|record| record.position.frontier == 1_500)
+            })
+            .count();
+        let loaded = reload(&disk, &dir);
+        if loaded == position(1_000, &[1_002]) {
+            torn += usize::from(window_valid == 0);
+        } else {
+            assert_eq!(loaded, position(1_500, &acked), "seed {seed}");
+            whole += 1;
+        }
+    }
+    assert!(torn > 0, "no seed tore the window");
+    assert!(whole > 0, "no seed kept the whole window");
+}
+
+#[test]
+fn flush_all_then_power_cut_loses_nothing() {
+    let disk = SimDisk::new(9);
+    let dirs: Vec<PathBuf> = (0..3).map(|p| partition_dir(&disk, p)).collect();
+    let sources: Vec<Arc<Source>> = (0..3).map(|_| Source::at(0, &[])).collect();
+    let state = store(&disk, config());
+    for (dir, source) in dirs.iter().zip(&sources) {
+        state.attach(dir, weak(source)).expect("attach");
+    }
+    let start = Instant::now();
+    state.tick(start);
+    for (p, source) in sources.iter().enumerate() {
+        let base = 100 * (p as u64 + 1);
+        source.set(base, &[base + 2, base + 3]);
+    }
+    // Untouched on purpose: flush_all reads every source.
+    state.flush_all().expect("flush");
+    disk.crash(Tear::LastWrite);
+    for (p, dir) in dirs.iter().enumerate() {
+        let base = 100 * (p as u64 + 1);
+        assert_eq!(reload(&disk, dir), position(base, &[base + 2, base + 3]));
+        assert_eq!(offset_file(&disk, dir), Some(base));
+    }
+}
+
+#[test]
+fn writeout_flips_roles_and_the_anchor_is_never_written() {
+    let disk = SimDisk::new(10);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let anchor_of = |disk: &SimDisk| {
+        let slots = slots(disk, &dir);
+        (0..2)
+            .max_by_key(|&i| slots[i].as_ref().map_or(0, |record| record.generation))
+            .expect("two slots")
+    };
+    let bytes = |disk: &SimDisk| disk.read_file(&dir.join(AHEAD_FILE_NAME)).expect("file");
+    let start = Instant::now();
+    let first_anchor = anchor_of(&disk);
+    let anchor_range = first_anchor * SLOT_BYTES..(first_anchor + 1) * SLOT_BYTES;
+    let before = bytes(&disk)[anchor_range.clone()].to_vec();
+    for (step, at) in [(1u64, 0u64), (2, 400), (3, 800)] {
+        source.set(step, &[]);
+        ticket.touched();
+        state.tick(start + Duration::from_millis(at));
+        assert_eq!(
+            bytes(&disk)[anchor_range.clone()],
+            before[..],
+            "anchor rewritten"
+        );
+    }
+    state.tick(secs(start, 1));
+    assert_eq!(anchor_of(&disk), 1 - first_anchor, "roles flipped");
+    let slots = slots(&disk, &dir);
+    let new_anchor = slots[1 - first_anchor].as_ref().expect("valid");
+    assert_eq!(new_anchor.position, position(3, &[]));
+    // The next window write lands in the old anchor.
+    source.set(4, &[]);
+    ticket.touched();
+    state.tick(start + Duration::from_millis(1_100));
+    let after = slots_after(&disk, &dir);
+    assert_eq!(after[first_anchor].position, position(4, &[]));
+    assert_eq!(after[1 - first_anchor].position, position(3, &[]));
+}
+
+fn slots_after(disk: &SimDisk, dir: &Path) -> Vec<SlotRecord> {
+    slots(disk, dir)
+        .into_iter()
+        .map(|slot| slot.expect("valid slot"))
+        .collect()
+}
+
+#[test]
+fn consumer_offset_is_levelled_at_most_every_level_interval() {
+    let disk = SimDisk::new(11);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let start = Instant::now();
+    state.tick(start);
+    let settle_and_write_out = |frontier: u64, second: u64| {
+        source.set(frontier, &[]);
+        ticket.touched();
+        state.tick(secs(start, second));
+        offset_file(&disk, &dir)
+    };
+    assert_eq!(settle_and_write_out(10, 1), Some(10), "first levelling");
+    assert_eq!(settle_and_write_out(20, 2), Some(10), "too soon");
+    assert_eq!(settle_and_write_out(30, 30), Some(10), "29 s after");
+    assert_eq!(settle_and_write_out(40, 31), Some(40), "30 s after");
+}
+
+#[test]
+fn writeout_phases_spread_partitions_over_the_interval() {
+    let config = ConsumerStateConfig {
+        tick: Duration::from_millis(100),
+        durable_interval: Duration::from_secs(1),
+        ..config()
+    };
+    let phases: std::collections::BTreeSet<Duration> = (0..64)
+        .map(|p| writeout_phase(Path::new(&format!("/data/topics/t/p{p:05}")), &config))
+        .collect();
+    assert!(phases.len() >= 8, "only {} distinct phases", phases.len());
+    for phase in phases {
+        assert!(phase < config.durable_interval);
+        assert_eq!(phase.as_nanos() % config.tick.as_nanos(), 0);
+    }
+}
+
+#[test]
+fn dropped_source_is_written_out_and_forgotten() {
+    let disk = SimDisk::new(12);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    source.set(6, &[]);
+    ticket.touched();
+    state.tick(Instant::now());
+    drop(source);
+    state.tick(Instant::now());
+    assert_eq!(state.handles_open(), 0);
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &dir), position(6, &[]));
+}
+
+// ---------------------------------------------------------------------------
+// Handles, detach and disk errors.
+
+#[test]
+fn handle_bound_closes_least_recently_touched_after_writing_it_out() {
+    let disk = SimDisk::new(13);
+    let state = store(
+        &disk,
+        ConsumerStateConfig {
+            handles_max: 2,
+            ..config()
+        },
+    );
+    let dirs: Vec<PathBuf> = (0..3).map(|p| partition_dir(&disk, p)).collect();
+    let sources: Vec<Arc<Source>> = (0..3).map(|_| Source::at(0, &[])).collect();
+    let mut tickets = Vec::new();
+    for (dir, source) in dirs.iter().zip(&sources).take(2) {
+        tickets.push(state.attach(dir, weak(source)).expect("attach").1);
+    }
+    let start = Instant::now();
+    state.tick(start);
+    for (p, ticket) in tickets.iter().enumerate() {
+        sources[p].set(10 + p as u64, &[]);
+        ticket.touched();
+        state.tick(start + Duration::from_millis(100 * (p as u64 + 1)));
+    }
+    // Partition 0 is the least recently touched: attaching a third closes it
+    // after writing out its window.
+    tickets.push(state.attach(&dirs[2], weak(&sources[2])).expect("attach").1);
+    assert_eq!(state.handles_open(), 2);
+    // Touching it again reopens it (closing another) and keeps writing.
+    sources[0].set(20, &[]);
+    tickets[0].touched();
+    state.tick(start + Duration::from_millis(500));
+    assert_eq!(state.handles_open(), 2);
+    state.flush_all().expect("flush");
+    assert!(state.handles_open() <= 2);
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &dirs[0]), position(20, &[]));
+    assert_eq!(reload(&disk, &dirs[1]), position(11, &[]));
+    assert_eq!(reload(&disk, &dirs[2]), position(0, &[]));
+}
+
+#[test]
+fn evicted_window_is_durable_before_its_handle_closes() {
+    let disk = SimDisk::new(14);
+    let state = store(
+        &disk,
+        ConsumerStateConfig {
+            handles_max: 1,
+            ..config()
+        },
+    );
+    let first = partition_dir(&disk, 0);
+    let second = partition_dir(&disk, 1);
+    let source = Source::at(0, &[]);
+    let (_, ticket) = state.attach(&first, weak(&source)).expect("attach");
+    source.set(9, &[11]);
+    ticket.touched();
+    state.tick(Instant::now());
+    let other = Source::at(0, &[]);
+    state.attach(&second, weak(&other)).expect("attach");
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &first), position(9, &[11]));
+}
+
+#[test]
+fn detach_stops_writes() {
+    let disk = SimDisk::new(15);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let before = disk.read_file(&dir.join(AHEAD_FILE_NAME));
+    let ops = disk.op_count();
+    state.detach(&dir);
+    source.set(50, &[]);
+    ticket.touched();
+    let start = Instant::now();
+    state.tick(start);
+    state.tick(secs(start, 1));
+    state.flush_all().expect("nothing attached");
+    assert_eq!(disk.op_count(), ops);
+    assert_eq!(disk.read_file(&dir.join(AHEAD_FILE_NAME)), before);
+    assert_eq!(state.handles_open(), 0);
+}
+
+#[test]
+fn failed_fdatasync_latches_the_partition_and_is_never_retried() {
+    let disk = SimDisk::new(16);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let start = Instant::now();
+    state.tick(start);
+    source.set(4, &[]);
+    ticket.touched();
+    disk.inject(Fault {
+        op: FaultOp::Sync,
+        nth: 0,
+        error: FaultError::Eio,
+        sticky: false,
+    });
+    state.tick(secs(start, 1));
+    assert!(state.is_latched(&dir));
+    assert_eq!(state.handles_open(), 0);
+    let ops = disk.op_count();
+    source.set(8, &[]);
+    ticket.touched();
+    state.tick(secs(start, 2));
+    let error = state.flush_all().expect_err("latched partition reported");
+    assert!(
+        matches!(&error, StateError::NotDurable { dirs } if dirs == &vec![dir.clone()]),
+        "{error}"
+    );
+    assert_eq!(disk.op_count(), ops, "no write after the latch");
+}
+
+#[test]
+fn failed_window_write_latches_without_touching_other_partitions() {
+    let disk = SimDisk::new(17);
+    let failing = partition_dir(&disk, 0);
+    let healthy = partition_dir(&disk, 1);
+    let sources = [Source::at(0, &[]), Source::at(0, &[])];
+    let state = store(&disk, config());
+    let (_, failing_ticket) = state.attach(&failing, weak(&sources[0])).expect("attach");
+    state.attach(&healthy, weak(&sources[1])).expect("attach");
+    sources[0].set(3, &[]);
+    failing_ticket.touched();
+    disk.inject(Fault {
+        op: FaultOp::Write,
+        nth: 0,
+        error: FaultError::Enospc,
+        sticky: false,
+    });
+    state.tick(Instant::now());
+    assert!(state.is_latched(&failing));
+    sources[1].set(7, &[]);
+    assert!(state.flush_all().is_err());
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &healthy), position(7, &[]));
+    assert_eq!(reload(&disk, &failing), position(0, &[]));
+}
+
+#[test]
+fn unreadable_file_fails_attach_with_the_disk_error() {
+    let disk = SimDisk::new(18);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    state.attach(&dir, weak(&source)).expect("prime");
+    disk.inject(Fault {
+        op: FaultOp::Read,
+        nth: 0,
+        error: FaultError::Eio,
+        sticky: false,
+    });
+    let error = state
+        .attach(&dir, weak(&source))
+        .expect_err("read failure surfaces");
+    assert!(matches!(error, StateError::Io { .. }), "{error}");
+}
+
+#[test]
+fn spawned_worker_writes_touched_partitions_and_stops() {
+    let disk = SimDisk::new(19);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(
+        &disk,
+        ConsumerStateConfig {
+            tick: Duration::from_millis(10),
+            durable_interval: Duration::from_millis(10),
+            ..config()
+        },
+    );
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let worker = state.spawn().expect("spawn");
+    source.set(12, &[]);
+    ticket.touched();
+    // Liveness only: wait (bounded) until a tick wrote the new position.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !slots(&disk, &dir).iter().any(|slot| {
+        slot.as_ref()
+            .is_ok_and(|record| record.position == position(12, &[]))
+    }) {
+        assert!(Instant::now() < deadline, "worker never ticked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    worker.stop();
+}
