@@ -21,20 +21,25 @@ use narad_protocol::{
     CallError, ClusterAuth, ClusterSecret, Inbound, Lane, Node, NodeConfig, Opcode, OperationLimit,
     Request, Response, Router, RpcError, Status,
 };
+use narad_wal::CheckpointConfig;
 use parking_lot::Mutex;
 
 use super::{
     AddressTable, CommitService, LEGACY_OWNER_TTL, MonotonicClock, OwnerAddresses,
     RemoteCommitTarget,
 };
+use crate::admin::ReplicaAdmin;
 use crate::commit::{Combiners, LocalLogs};
+use crate::dispatch::ReplicaLeader;
 use crate::dispatch::runtime::Event;
 use crate::dispatch::{
     Command, CommitDone, CommitOrder, CommitOutcome, CommitTarget, Destination, DispatchConfig,
     Dispatcher, NodeId, RecordMeta, WalPayload,
 };
-use crate::metadata::{MetadataReplica, MetadataSnapshot, TopicMeta};
+use crate::ingress::ProduceMessage;
+use crate::metadata::{MetadataDelta, MetadataReplica, MetadataSnapshot, TopicMeta};
 use crate::metrics::NodeMetrics;
+use crate::node::{DataNode, DataNodeConfig, NodeServices};
 
 /// Generous bound on waits for an outcome that must come; never a
 /// performance claim.
@@ -500,4 +505,75 @@ async fn the_memory_of_a_refusing_owner_does_not_touch_other_owners() {
         run(&target, to_current).await.0,
         CommitOutcome::IncarnationMismatch
     );
+}
+
+/// Waits for `done`; a ceiling that turns a hang into a failure, not a
+/// timing assertion.
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + SIGNAL_WAIT;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
+    let owned = combiners(replica(OWNER, OWNER, ORDERS_ID));
+    let owner = owner(&owned);
+    let target = sender(owner.local_addr(), Arc::default());
+    let sender_replica = crate::testing::replica();
+    assert_eq!(sender_replica.local_node(), SENDER);
+    sender_replica.apply_delta(
+        2,
+        MetadataDelta::SetOwner {
+            topic: "orders".into(),
+            partition: 1,
+            owner: Some(OWNER),
+        },
+    );
+    let mut config = DataNodeConfig::new("/sender");
+    config.checkpoint = CheckpointConfig {
+        sync_delay: Duration::from_millis(5),
+    };
+    let services = NodeServices {
+        disk: Arc::new(SimDisk::new(5)),
+        leader: Arc::new(ReplicaLeader::new(Arc::clone(&sender_replica))),
+        remote: Arc::new(target),
+        admin: Arc::new(ReplicaAdmin::new(Arc::clone(&sender_replica), SENDER, 3)),
+        replica: sender_replica,
+    };
+    let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");
+    let topic = node
+        .api()
+        .acceptor
+        .producible_topic("orders")
+        .expect("topic");
+    let sent: Vec<(Vec<u8>, Vec<u8>)> = (0..5_u8)
+        .map(|i| (vec![b'k', i], format!("message {i}").into_bytes()))
+        .collect();
+    for (key, payload) in &sent {
+        let message = ProduceMessage {
+            key: key.clone(),
+            partition: Some(1),
+            payload: Bytes::from(payload.clone()),
+        };
+        node.api()
+            .acceptor
+            .accept(&topic, &message)
+            .await
+            .expect("accepted");
+    }
+
+    wait_until("the sender's dispatch backlog to drain", || node.drained()).await;
+    tokio::task::block_in_place(|| node.shutdown());
+
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = records_in(&owned, "orders", 1)
+        .into_iter()
+        .map(|record| (record.key, record.payload))
+        .collect();
+    assert_eq!(stored, sent);
 }
