@@ -1,6 +1,9 @@
 //! `narad dev`: one control node and one data node in this process, on
-//! loopback, with security off. The data node reaches the control node over
-//! the loopback cluster transport through [`crate::bridge`].
+//! loopback. Security is off unless `--secure` turns it on for the HTTP
+//! API (users, Basic auth, the root admin). The data node reaches the
+//! control node over the loopback cluster transport through
+//! [`crate::bridge`], unauthenticated in both modes: nothing outside the
+//! process can reach a loopback socket it did not open.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -8,7 +11,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use narad_controlplane::node::config::{ClusterSecurity, ControlConfig, Peer, defaults};
+use narad_controlplane::node::config::{
+    ClusterSecurity, ControlConfig, ENV_ADMIN_PASSWORD, Peer, defaults,
+};
 use narad_controlplane::node::{ControlClient, ControlNode};
 use narad_dataplane::dispatch::{NoRemoteTarget, NodeId};
 use narad_dataplane::metadata::MetadataReplica;
@@ -19,6 +24,8 @@ use tracing::{error, info};
 
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm};
 use crate::control::wait_for_signal;
+use crate::data::http::{self, ReadyCheck, ReadyGate};
+use crate::data::{SHUTDOWN_GRACE, leader_check};
 
 /// Exit code for a failure to start.
 const EXIT_START: u8 = 1;
@@ -36,15 +43,32 @@ pub(crate) struct DevArgs {
     /// Directory holding all data (the control node's under `control/`).
     #[arg(long, default_value = "data")]
     data_dir: PathBuf,
+    /// Turn security on for the HTTP API: every request needs Basic auth,
+    /// and the root admin `admin` is seeded with NARAD_ADMIN_PASSWORD (or a
+    /// generated password, logged once).
+    #[arg(long)]
+    secure: bool,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
+/// The root admin the control plane seeds when security is on.
+const ROOT_ADMIN: &str = "admin";
+
 fn banner(args: &DevArgs) {
+    let security = if args.secure {
+        format!(
+            "SECURITY ON: every API request needs HTTP Basic auth; the root admin `{ROOT_ADMIN}` \
+             is seeded on first start with {ENV_ADMIN_PASSWORD} (or a generated password, \
+             logged once). The two nodes talk unauthenticated over loopback"
+        )
+    } else {
+        "SECURITY OFF: no authentication on the API or between the nodes".to_owned()
+    };
     eprintln!(
-        "narad {} dev: DEVELOPMENT NODE, SECURITY OFF. One control node and one data node \
-         in this process on 127.0.0.1; no authentication on the API or between the nodes. \
-         Do not expose it or use it in production.\n  HTTP API: http://127.0.0.1:{}\n  data: {}",
+        "narad {} dev: DEVELOPMENT NODE, {security}. One control node and one data node \
+         in this process on 127.0.0.1. Do not expose it or use it in production.\n  \
+         HTTP API: http://127.0.0.1:{}\n  data: {}",
         env!("CARGO_PKG_VERSION"),
         args.port,
         args.data_dir.display()
@@ -57,7 +81,7 @@ fn free_udp_port() -> std::io::Result<SocketAddr> {
     UdpSocket::bind((LOOPBACK, 0))?.local_addr()
 }
 
-fn control_config(data_dir: PathBuf, cluster_addr: SocketAddr) -> ControlConfig {
+fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
     ControlConfig {
         node_id: CONTROL_NODE,
         cluster_addr,
@@ -71,11 +95,13 @@ fn control_config(data_dir: PathBuf, cluster_addr: SocketAddr) -> ControlConfig 
         snapshot_threshold: defaults::SNAPSHOT_THRESHOLD,
         trailing_logs: defaults::TRAILING_LOGS,
         http_addr: SocketAddr::from((LOOPBACK, 0)),
-        data_dir,
-        security_enabled: false,
+        data_dir: args.data_dir.clone(),
+        security_enabled: args.secure,
         cluster_security: ClusterSecurity::Insecure,
         log_level: defaults::LOG_LEVEL.into(),
-        admin_password: None,
+        admin_password: std::env::var(ENV_ADMIN_PASSWORD)
+            .ok()
+            .filter(|password| !password.is_empty()),
     }
 }
 
@@ -115,7 +141,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
     let cluster_addr = free_udp_port()
         .map_err(|e| format!("no free loopback UDP port for the control node: {e}"))?;
-    let control = ControlNode::start(control_config(args.data_dir.clone(), cluster_addr))
+    let control = ControlNode::start(control_config(args, cluster_addr))
         .await
         .map_err(|e| format!("control node did not start: {e}"))?;
     let transport = Node::bind(
@@ -130,15 +156,18 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     let replica = Arc::new(MetadataReplica::new(DATA_NODE));
     let bridge = Bridge::new(
         ControlClient::new(Arc::new(transport)),
-        cluster_addr,
+        vec![cluster_addr],
         DATA_NODE,
         Arc::clone(&replica),
     );
     let feed = bridge.spawn_feed();
+    let leader_watch = bridge.spawn_leader_watch();
+    let (http_text, rpc_text) = (http_addr.to_string(), rpc_addr.to_string());
     tokio::select! {
-        () = bridge.register(http_addr, rpc_addr) => {}
+        () = bridge.register(&http_text, &rpc_text) => {}
         () = wait_for_signal() => {
             feed.abort();
+            leader_watch.abort();
             control.shutdown().await;
             return Ok(());
         }
@@ -146,7 +175,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     let heartbeat = bridge.spawn_heartbeat();
     let disk = open_backend(BackendChoice::Auto).map_err(|e| format!("disk backend: {e}"))?;
     let mut config = DataNodeConfig::new(&args.data_dir);
-    config.api.security = false;
+    config.api.security = args.secure;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(
@@ -155,20 +184,41 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
         )),
         remote: Arc::new(NoRemoteTarget),
         admin: Arc::new(ControlAdmin::new(Arc::clone(&bridge))),
-        replica,
+        replica: Arc::clone(&replica),
     };
-    let node = Arc::new(
-        tokio::task::block_in_place(|| DataNode::start(services, config))
-            .map_err(|e| format!("data node did not start: {e}"))?,
-    );
-    info!(%http_addr, "narad dev serving");
-    let served = node.serve(listener, wait_for_signal()).await;
+    let node = tokio::task::block_in_place(|| DataNode::start(services, config))
+        .map_err(|e| format!("data node did not start: {e}"))?;
+    info!(%http_addr, secure = args.secure, "narad dev serving");
+    let mut checks = vec![leader_check(&bridge)];
+    if args.secure {
+        checks.push(admin_seeded_check(replica));
+    }
+    let served = http::serve(
+        &node,
+        listener,
+        ReadyGate::new(checks),
+        SHUTDOWN_GRACE,
+        wait_for_signal(),
+    )
+    .await;
     info!("shutting down");
     heartbeat.abort();
+    leader_watch.abort();
     feed.abort();
-    if let Ok(node) = Arc::try_unwrap(node) {
-        tokio::task::block_in_place(|| node.shutdown());
-    }
+    tokio::task::block_in_place(|| node.shutdown());
     control.shutdown().await;
     served.map_err(|e| format!("HTTP API on {http_addr}: {e}"))
+}
+
+/// With security on, `narad dev` is ready only once the root admin it
+/// promised in its banner can log in: the control node seeds it shortly
+/// after it first leads.
+fn admin_seeded_check(replica: Arc<MetadataReplica>) -> ReadyCheck {
+    Box::new(move || {
+        if replica.user(ROOT_ADMIN).0.is_some() {
+            Ok(())
+        } else {
+            Err("the root admin is not seeded yet".into())
+        }
+    })
 }

@@ -2,19 +2,16 @@
 //!
 //! Subcommands: `narad control` (a control-plane voter), `narad data` (a data
 //! node), and `narad dev` (one of each in a single process on loopback, for a
-//! laptop). `narad data` reports plainly that it is not built yet, and
-//! exits non-zero rather than pretending to serve.
+//! laptop).
 
 mod bridge;
 mod control;
+mod data;
 mod dev;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// Exit code for "this part of Narad is not built yet".
-const EXIT_NOT_BUILT: u8 = 3;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,8 +28,9 @@ struct Cli {
 enum Command {
     /// Run a control-plane node (openraft metastore).
     Control(Box<control::ControlArgs>),
-    /// Run a data node (HTTP API, ingress WAL, partition logs).
-    Data,
+    /// Run a data node (HTTP API, ingress WAL, partition logs) that follows
+    /// a control plane.
+    Data(Box<data::DataArgs>),
     /// Run one control node and one data node in this process, on loopback,
     /// with security off.
     Dev(dev::DevArgs),
@@ -43,14 +41,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Control(args) => control::run(&args),
         Command::Dev(args) => dev::run(&args),
-        Command::Data => {
-            eprintln!(
-                "narad {}: the data plane as its own process (`narad data`) is not built yet; \
-                 `narad dev` runs a data node with its control node in one process. \
-                 See README.md for what exists today.",
-                env!("CARGO_PKG_VERSION")
-            );
-            ExitCode::from(EXIT_NOT_BUILT)
-        }
+        Command::Data(args) => data::run(&args),
     }
 }

@@ -10,6 +10,7 @@ use narad_dataplane::metadata::{Grant, TopicMeta, User};
 
 use super::Bridge;
 use super::convert::grant_to_control;
+use super::nodes::Repeat;
 
 /// How long an answer waits for the data node's replica to apply a change
 /// the control node already applied (the spec's bounded read-your-writes
@@ -37,12 +38,13 @@ impl ControlAdmin {
     /// Proposes `command`; answers once the data node's replica holds it,
     /// with the control plane's refusal mapped to the API's error.
     async fn propose(&self, command: Command, subject: Subject) -> Result<(), AdminError> {
+        let client = &self.bridge.client;
         let applied = self
             .bridge
-            .client
-            .propose(self.bridge.control, command)
+            .call(Repeat::Once, |addr| client.propose(addr, command.clone()))
             .await
             .map_err(|error| AdminError::Unavailable(format!("control plane: {error}")))?;
+        self.bridge.leader_answered();
         if let AppliedOutcome::Refused { status, message } = applied.outcome {
             return Err(refusal(status, message, subject));
         }
@@ -74,9 +76,10 @@ impl ControlAdmin {
 }
 
 /// The metastore's refusal as the API's error. The API's errors carry no
-/// 403 (authorization is checked before the call, and `narad dev` runs with
-/// security off); any status without its own variant keeps its text as a
-/// 400.
+/// 403: the data node authorized the request before the call, so the
+/// metastore's own re-check refuses only when a grant or user changed in
+/// between. That refusal, and any status without its own variant, keeps its
+/// text as a 400.
 fn refusal(status: u16, message: String, subject: Subject) -> AdminError {
     match (status, subject) {
         (404, Subject::Topic) => AdminError::NotFound,

@@ -10,6 +10,7 @@ use narad_dataplane::dispatch::{GoneQuestion, LeaderConfirm};
 use tokio::runtime::Handle;
 
 use super::Bridge;
+use super::nodes::Repeat;
 
 /// How long one question may take, barrier and catch-up included.
 const CONFIRM_WAIT: Duration = Duration::from_secs(10);
@@ -44,12 +45,13 @@ impl ControlConfirm {
             name: question.topic.to_string(),
             id,
         };
+        let client = &self.bridge.client;
         let answer = self
             .bridge
-            .client
-            .confirm(self.bridge.control, asked)
+            .call(Repeat::Safe, |addr| client.confirm(addr, asked.clone()))
             .await
             .map_err(|e| format!("leader confirmation: {e}"))?;
+        self.bridge.leader_answered();
         if question.incarnation.is_some() {
             return Ok(!answer.current);
         }

@@ -1,6 +1,7 @@
-//! The bridge between the planes, for a data node in the same process as
-//! its control node (`narad dev`). It talks to the control node over the
-//! cluster transport on loopback, as a data node on another host would:
+//! The bridge between the planes: how a data node follows the control
+//! plane over the cluster transport, the same way in `narad data` (control
+//! nodes on other hosts) and in `narad dev` (one control node in the same
+//! process, on loopback):
 //!
 //! - the metadata stream feeds the data node's replica: each batch is
 //!   applied to a control-plane subscriber replica, whose state is then
@@ -11,61 +12,121 @@
 //!   topic or one incarnation of it is gone;
 //! - [`ControlAdmin`] turns the HTTP API's topic and user changes into
 //!   control-plane commands, proposed through the leader and answered once
-//!   the data node's replica holds them.
+//!   the data node's replica holds them;
+//! - [`LeaderHeard`] records when a leader was last heard, for `/readyz`.
+//!
+//! The bridge follows a list of control nodes ([`nodes::ControlNodes`]):
+//! every call goes to the current one, and a node that stops answering is
+//! left for the next (see [`nodes::after_error`] for which failures move
+//! on and which requests are sent again).
 
 mod admin;
 mod confirm;
 mod convert;
+mod leader;
+mod nodes;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use narad_controlplane::controller::constants::HEARTBEAT_INTERVAL;
+use narad_controlplane::node::client::ClientError;
 use narad_controlplane::node::wire::MemberReport;
 use narad_controlplane::node::{ControlClient, MetadataReplica as Subscriber};
 use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::metadata::MetadataReplica;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 pub(crate) use admin::ControlAdmin;
 pub(crate) use confirm::ControlConfirm;
+use leader::LEADER_POLL_INTERVAL;
+pub(crate) use leader::{LEADER_HEARD_WITHIN, LeaderHeard};
+use nodes::{ControlNodes, Next, Repeat, after_error};
 
 /// How long one metadata fetch waits for news on a quiet cluster.
 const FETCH_WAIT_MS: u32 = 1_000;
-/// Pause after a failed call before the next try.
+/// Pause after every control node failed a call, before the next round.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// What the feed, the heartbeat and the admin share.
+/// What the feed, the heartbeat, the leader watch and the admin share.
 #[derive(Debug)]
 pub(crate) struct Bridge {
     client: ControlClient,
-    control: SocketAddr,
+    controls: ControlNodes,
     node: NodeId,
     replica: Arc<MetadataReplica>,
     /// The index the data node's replica reached.
     fed: watch::Sender<u64>,
+    /// When a control-plane leader was last heard.
+    leader: LeaderHeard,
 }
 
 impl Bridge {
-    /// A bridge of data node `node` (replica `replica`) to the control node
-    /// at `control`, calling through `client`.
+    /// A bridge of data node `node` (replica `replica`) to the control
+    /// nodes at `controls` (at least one), calling through `client`.
     pub(crate) fn new(
         client: ControlClient,
-        control: SocketAddr,
+        controls: Vec<SocketAddr>,
         node: NodeId,
         replica: Arc<MetadataReplica>,
     ) -> Arc<Self> {
         let (fed, _) = watch::channel(0);
         Arc::new(Self {
             client,
-            control,
+            controls: ControlNodes::new(controls),
             node,
             replica,
             fed,
+            leader: LeaderHeard::default(),
         })
+    }
+
+    /// Whether a control-plane leader was heard within `window`.
+    pub(crate) fn leader_heard_within(&self, window: Duration) -> bool {
+        self.leader.within(window, Instant::now())
+    }
+
+    /// Calls `call` on the current control node; when that node does not
+    /// answer, moves on and (for a request that may be repeated) tries the
+    /// next, each node at most once per call.
+    async fn call<T, F, Fut>(&self, repeat: Repeat, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(SocketAddr) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let mut tries = 0;
+        loop {
+            let (at, addr) = self.controls.current();
+            let error = match call(addr).await {
+                Ok(answer) => return Ok(answer),
+                Err(error) => error,
+            };
+            tries += 1;
+            match after_error(&error, repeat) {
+                Next::Answer => return Err(error),
+                Next::FailOver => {
+                    info!(%addr, %error, "control node did not answer; moving to the next");
+                    self.controls.move_past(at);
+                    return Err(error);
+                }
+                Next::RetryElsewhere => {
+                    debug!(%addr, %error, "control node did not answer; trying the next");
+                    self.controls.move_past(at);
+                    if tries >= self.controls.len() {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Notes that a call only a leader completes succeeded.
+    fn leader_answered(&self) {
+        self.leader.note(Instant::now());
     }
 
     /// Starts the metadata feed; it runs until aborted.
@@ -78,26 +139,27 @@ impl Bridge {
         let mut subscriber = Subscriber::new();
         let mut fed_once = false;
         loop {
+            let after = subscriber.applied_index();
             let batch = match self
-                .client
-                .fetch_metadata(self.control, subscriber.applied_index(), FETCH_WAIT_MS)
+                .call(Repeat::Safe, |addr| {
+                    self.client.fetch_metadata(addr, after, FETCH_WAIT_MS)
+                })
                 .await
             {
                 Ok(batch) => batch,
                 Err(error) => {
-                    debug!(%error, "metadata fetch failed; retrying");
+                    debug!(%error, "metadata fetch failed on every control node tried; retrying");
                     tokio::time::sleep(RETRY_PAUSE).await;
                     continue;
                 }
             };
-            let before = subscriber.applied_index();
             if let Err(error) = subscriber.apply(&batch) {
                 warn!(%error, "metadata batch refused; fetching again from the replica's index");
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
             let applied = subscriber.applied_index();
-            if !fed_once || applied > before {
+            if !fed_once || applied > after {
                 self.replica
                     .apply_snapshot(convert::snapshot(subscriber.metastore(), applied));
                 fed_once = true;
@@ -108,22 +170,44 @@ impl Bridge {
         }
     }
 
-    /// Registers the data node (retrying until a leader takes it), then
-    /// heartbeats every [`HEARTBEAT_INTERVAL`] until aborted.
-    pub(crate) async fn register(&self, http_addr: SocketAddr, rpc_addr: SocketAddr) {
+    /// Starts the leader watch: asks the current control node for its
+    /// status every [`LEADER_POLL_INTERVAL`]; runs until aborted.
+    pub(crate) fn spawn_leader_watch(self: &Arc<Self>) -> JoinHandle<()> {
+        let bridge = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(LEADER_POLL_INTERVAL);
+            loop {
+                ticks.tick().await;
+                match bridge
+                    .call(Repeat::Safe, |addr| bridge.client.status(addr))
+                    .await
+                {
+                    Ok(status) if status.leader.is_some() => bridge.leader_answered(),
+                    Ok(_) => debug!("the control node knows no leader"),
+                    Err(error) => debug!(%error, "no control node answered its status"),
+                }
+            }
+        })
+    }
+
+    /// Registers the data node, retrying (every control node in turn) until
+    /// a leader takes it.
+    pub(crate) async fn register(&self, http_addr: &str, rpc_addr: &str) {
         let report = MemberReport::Register {
             id: convert::member_id(self.node),
-            http_addr: http_addr.to_string(),
-            rpc_addr: rpc_addr.to_string(),
+            http_addr: http_addr.to_owned(),
+            rpc_addr: rpc_addr.to_owned(),
         };
         while let Err(error) = self
-            .client
-            .report_member(self.control, report.clone())
+            .call(Repeat::Safe, |addr| {
+                self.client.report_member(addr, report.clone())
+            })
             .await
         {
             debug!(%error, "member registration not taken yet; retrying");
             tokio::time::sleep(RETRY_PAUSE).await;
         }
+        self.leader_answered();
     }
 
     /// Heartbeats every [`HEARTBEAT_INTERVAL`]; runs until aborted.
@@ -137,8 +221,14 @@ impl Bridge {
                 let report = MemberReport::Heartbeat {
                     id: convert::member_id(bridge.node),
                 };
-                if let Err(error) = bridge.client.report_member(bridge.control, report).await {
-                    warn!(%error, "heartbeat to the control node failed");
+                match bridge
+                    .call(Repeat::Safe, |addr| {
+                        bridge.client.report_member(addr, report.clone())
+                    })
+                    .await
+                {
+                    Ok(_) => bridge.leader_answered(),
+                    Err(error) => warn!(%error, "heartbeat reached no control-plane leader"),
                 }
             }
         })

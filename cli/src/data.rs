@@ -1,0 +1,342 @@
+//! `narad data`: a data node as its own process, following a control plane
+//! of `narad control` nodes over the cluster transport.
+//!
+//! Start: the whole configuration is validated first (exit 2 naming the
+//! setting); then the control nodes' addresses are resolved, the HTTP port
+//! and the cluster socket are bound (exit 1 if taken), the metadata feed and
+//! the leader watch start, the node registers with the leader (retrying
+//! every control node in turn) and waits for its replica to catch up once,
+//! then the disk backend, the ingress WAL and the dispatcher open and the
+//! HTTP API is served. `/readyz` answers `200` only while the replica is
+//! caught up and a control-plane leader was heard within 5 s.
+//!
+//! Stop (SIGTERM or SIGINT): readiness off, no new connections, in-flight
+//! requests drained within `http.shutdown_grace`, then the node shuts down
+//! (dispatcher stopped, checkpoint synced, WAL and logs closed), exit 0.
+
+mod config;
+pub(crate) mod http;
+mod peers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use narad_controlplane::node::ControlClient;
+use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
+use narad_disk::{BackendChoice, open_backend};
+use narad_protocol::{ClusterAuth, Node, NodeConfig};
+use tokio::task::JoinHandle;
+use tracing::{error, info};
+
+pub(crate) use self::config::defaults::SHUTDOWN_GRACE;
+use self::config::{ClusterSecurity, ConfigError, DataConfig, Layer, Setting, Source, keys};
+use self::http::{ReadyCheck, ReadyGate};
+use crate::bridge::{Bridge, ControlAdmin, ControlConfirm, LEADER_HEARD_WITHIN};
+use crate::control::wait_for_signal;
+
+/// Exit code for an invalid configuration.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code for a failure to start (a port taken, a disk that will not
+/// open).
+const EXIT_START: u8 = 1;
+/// How often the start checks whether the replica has caught up.
+const CATCH_UP_POLL: Duration = Duration::from_millis(50);
+
+/// Flags of `narad data`. Each has a config file key and an environment
+/// variable too (see docs/operations.md); a flag wins over both.
+#[derive(Debug, Args)]
+pub(crate) struct DataArgs {
+    /// JSON config file (strict: unknown keys are refused).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This data node's id (1, 2, 3, ...): cluster.node_id.
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Control nodes' cluster addresses, host:port,...: cluster.control_nodes.
+    #[arg(long)]
+    control_nodes: Option<String>,
+    /// UDP address of this node's RPC socket (default: http.addr's):
+    /// cluster.rpc_addr.
+    #[arg(long)]
+    rpc_addr: Option<String>,
+    /// Host others reach this node at: cluster.advertise_host.
+    #[arg(long)]
+    advertise_host: Option<String>,
+    /// TCP address of the HTTP API: http.addr.
+    #[arg(long)]
+    http_addr: Option<String>,
+    /// Time in-flight requests get after a stop signal, e.g. 10s:
+    /// http.shutdown_grace.
+    #[arg(long)]
+    shutdown_grace: Option<String>,
+    /// Produces in flight per identity, 0 = no cap:
+    /// http.max_produce_in_flight_per_identity.
+    #[arg(long)]
+    max_produce_in_flight_per_identity: Option<String>,
+    /// true or false: http.metrics_unauthenticated.
+    #[arg(long)]
+    metrics_unauthenticated: Option<String>,
+    /// Data directory: storage.data_dir.
+    #[arg(long)]
+    data_dir: Option<String>,
+    /// true or false: security.enabled.
+    #[arg(long)]
+    security_enabled: Option<String>,
+    /// bcrypt cost of password hashes this node makes: security.bcrypt_cost.
+    #[arg(long)]
+    bcrypt_cost: Option<String>,
+    /// true or false: security.allow_insecure_cluster.
+    #[arg(long)]
+    allow_insecure_cluster: Option<String>,
+    /// debug, info, warn or error: log.level.
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+impl DataArgs {
+    fn flag_layer(&self) -> Layer {
+        let mut layer = Layer::new(Source::Flag);
+        let pairs: [(Setting, &Option<String>); 13] = [
+            (keys::NODE_ID, &self.node_id),
+            (keys::CONTROL_NODES, &self.control_nodes),
+            (keys::RPC_ADDR, &self.rpc_addr),
+            (keys::ADVERTISE_HOST, &self.advertise_host),
+            (keys::HTTP_ADDR, &self.http_addr),
+            (keys::SHUTDOWN_GRACE, &self.shutdown_grace),
+            (
+                keys::PRODUCE_IN_FLIGHT,
+                &self.max_produce_in_flight_per_identity,
+            ),
+            (keys::METRICS_UNAUTHENTICATED, &self.metrics_unauthenticated),
+            (keys::DATA_DIR, &self.data_dir),
+            (keys::SECURITY, &self.security_enabled),
+            (keys::BCRYPT_COST, &self.bcrypt_cost),
+            (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
+            (keys::LOG_LEVEL, &self.log_level),
+        ];
+        for (setting, value) in pairs {
+            if let Some(value) = value {
+                layer.set(setting, value.clone());
+            }
+        }
+        layer
+    }
+
+    fn resolve(&self) -> Result<DataConfig, String> {
+        let mut layers = Vec::new();
+        if let Some(path) = &self.config {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("invalid configuration: --config {}: {e}", path.display()))?;
+            layers.push(Layer::from_json(&text).map_err(|e| format!("{e} ({})", path.display()))?);
+        }
+        layers.push(Layer::from_env(|name| std::env::var(name).ok()));
+        layers.push(self.flag_layer());
+        config::resolve(&layers, |name| std::env::var(name).ok()).map_err(|e| e.to_string())
+    }
+}
+
+/// Why the node stopped before serving.
+#[derive(Debug)]
+enum Failure {
+    /// A setting that validated but does not work here (exit 2).
+    Config(ConfigError),
+    /// Something the environment refused (exit 1).
+    Start(String),
+}
+
+/// Runs a data node until SIGINT or SIGTERM.
+pub(crate) fn run(args: &DataArgs) -> ExitCode {
+    let config = match args.resolve() {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("narad data: {message}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let filter = format!("{},openraft=warn", config.log_level);
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_ansi(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("narad data: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_START);
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Config(e)) => {
+            eprintln!("narad data: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(Failure::Start(message)) => {
+            error!("{message}");
+            eprintln!("narad data: {message}");
+            ExitCode::from(EXIT_START)
+        }
+    }
+}
+
+/// Resolves each `host:port` of `cluster.control_nodes` to its first
+/// address.
+async fn control_addrs(names: &[String]) -> Result<Vec<SocketAddr>, Failure> {
+    let mut addrs = Vec::with_capacity(names.len());
+    for name in names {
+        let resolved = tokio::net::lookup_host(name.as_str())
+            .await
+            .ok()
+            .and_then(|mut found| found.next());
+        let Some(addr) = resolved else {
+            return Err(Failure::Config(ConfigError {
+                setting: keys::CONTROL_NODES.key.into(),
+                from: String::new(),
+                reason: format!("{name:?} does not resolve to an address"),
+            }));
+        };
+        addrs.push(addr);
+    }
+    Ok(addrs)
+}
+
+fn cluster_auth(security: &ClusterSecurity) -> ClusterAuth {
+    match security {
+        ClusterSecurity::Secret(secret) => ClusterAuth::Secret(secret.clone()),
+        ClusterSecurity::Insecure => ClusterAuth::InsecureDevOnly,
+    }
+}
+
+/// The tasks that keep the bridge running, stopped in [`Tasks::stop`].
+#[derive(Debug, Default)]
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Tasks {
+    async fn stop(self) {
+        for task in &self.0 {
+            task.abort();
+        }
+        for task in self.0 {
+            // Cancelled is the expected end; the task's state is dropped.
+            let _ = task.await;
+        }
+    }
+}
+
+/// Registers the node and waits for its replica to catch up once; `false`
+/// when a stop signal came first.
+async fn join(bridge: &Bridge, replica: &MetadataReplica, config: &DataConfig) -> bool {
+    let joined = async {
+        bridge
+            .register(&config.advertised_http(), &config.advertised_rpc())
+            .await;
+        info!(node = config.node_id, "registered with the control plane");
+        while !replica.is_caught_up() {
+            tokio::time::sleep(CATCH_UP_POLL).await;
+        }
+    };
+    tokio::select! {
+        () = joined => true,
+        () = wait_for_signal() => false,
+    }
+}
+
+/// The leader condition of `/readyz`.
+pub(crate) fn leader_check(bridge: &Arc<Bridge>) -> ReadyCheck {
+    let bridge = Arc::clone(bridge);
+    Box::new(move || {
+        if bridge.leader_heard_within(LEADER_HEARD_WITHIN) {
+            Ok(())
+        } else {
+            Err(format!(
+                "no control-plane leader heard from within {} s",
+                LEADER_HEARD_WITHIN.as_secs()
+            ))
+        }
+    })
+}
+
+async fn serve(config: DataConfig) -> Result<(), Failure> {
+    let controls = control_addrs(&config.control_nodes).await?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| Failure::Start(format!("cannot create {}: {e}", config.data_dir.display())))?;
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|e| Failure::Start(format!("cannot listen on {}: {e}", config.http_addr)))?;
+    let transport = Arc::new(
+        Node::bind(
+            NodeConfig::new(config.rpc_addr, cluster_auth(&config.cluster_security)),
+            peers::rpc_router(),
+        )
+        .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?,
+    );
+    let replica = Arc::new(MetadataReplica::new(config.node_id));
+    let bridge = Bridge::new(
+        ControlClient::new(Arc::clone(&transport)),
+        controls,
+        config.node_id,
+        Arc::clone(&replica),
+    );
+    let mut tasks = Tasks(vec![bridge.spawn_feed(), bridge.spawn_leader_watch()]);
+    info!(node = config.node_id, http = %config.http_addr, rpc = %config.rpc_addr,
+          security = config.api.security, "narad data starting");
+    if !join(&bridge, &replica, &config).await {
+        tasks.stop().await;
+        return Ok(());
+    }
+    tasks.0.push(bridge.spawn_heartbeat());
+    let served = serve_node(&config, &bridge, replica, listener).await;
+    tasks.stop().await;
+    drop(bridge);
+    if let Ok(transport) = Arc::try_unwrap(transport) {
+        transport.shutdown().await;
+    }
+    served
+}
+
+/// Opens the node's storage, serves HTTP until a stop signal, and shuts
+/// the node down.
+async fn serve_node(
+    config: &DataConfig,
+    bridge: &Arc<Bridge>,
+    replica: Arc<MetadataReplica>,
+    listener: tokio::net::TcpListener,
+) -> Result<(), Failure> {
+    let disk = open_backend(BackendChoice::Auto)
+        .map_err(|e| Failure::Start(format!("disk backend: {e}")))?;
+    let mut node_config = DataNodeConfig::new(&config.data_dir);
+    node_config.api = config.api.clone();
+    let services = NodeServices {
+        disk,
+        leader: Arc::new(ControlConfirm::new(
+            Arc::clone(bridge),
+            tokio::runtime::Handle::current(),
+        )),
+        remote: peers::remote_commit_target(),
+        admin: Arc::new(ControlAdmin::new(Arc::clone(bridge))),
+        replica,
+    };
+    let node = tokio::task::block_in_place(|| DataNode::start(services, node_config))
+        .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;
+    info!(http = %config.http_addr, "narad data serving");
+    let gate = ReadyGate::new(vec![leader_check(bridge)]);
+    let served = http::serve(
+        &node,
+        listener,
+        gate,
+        config.shutdown_grace,
+        wait_for_signal(),
+    )
+    .await;
+    info!("shutting down");
+    tokio::task::block_in_place(|| node.shutdown());
+    served.map_err(|e| Failure::Start(format!("HTTP API on {}: {e}", config.http_addr)))
+}

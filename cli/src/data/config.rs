@@ -1,0 +1,537 @@
+//! `narad data` configuration: built-in defaults, then a JSON file, then
+//! environment variables, then flags (a later layer wins), validated as a
+//! whole before anything is opened. Every error names the setting (its
+//! file key, or the variable of an environment-only one) and where the bad
+//! value came from. The shape follows `narad control`'s configuration.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use narad_controlplane::node::config::parse_duration;
+use narad_dataplane::dispatch::NodeId;
+use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
+use narad_protocol::ClusterSecret;
+use serde_json::Value;
+
+/// Where a value came from, for error texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The JSON config file.
+    File,
+    /// An environment variable.
+    Env,
+    /// A command-line flag.
+    Flag,
+}
+
+/// One setting: its file key, environment variable and flag.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Setting {
+    /// Dotted key in the config file (`cluster.node_id`).
+    pub(crate) key: &'static str,
+    /// Environment variable.
+    pub(crate) env: &'static str,
+    /// Command-line flag, without `--`.
+    pub(crate) flag: &'static str,
+}
+
+macro_rules! settings {
+    ($($name:ident = $key:literal, $env:literal, $flag:literal;)*) => {
+        $(
+            #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
+            pub(crate) const $name: Setting = Setting { key: $key, env: $env, flag: $flag };
+        )*
+        /// Every setting, in documentation order.
+        pub(crate) const ALL: &[Setting] = &[$($name),*];
+    };
+}
+
+/// The settings of a data node.
+pub(crate) mod keys {
+    use super::Setting;
+    settings! {
+        NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id";
+        CONTROL_NODES = "cluster.control_nodes", "NARAD_CLUSTER_CONTROL_NODES", "control-nodes";
+        RPC_ADDR = "cluster.rpc_addr", "NARAD_CLUSTER_RPC_ADDR", "rpc-addr";
+        ADVERTISE_HOST = "cluster.advertise_host", "NARAD_CLUSTER_ADVERTISE_HOST", "advertise-host";
+        HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr";
+        SHUTDOWN_GRACE = "http.shutdown_grace", "NARAD_HTTP_SHUTDOWN_GRACE", "shutdown-grace";
+        PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity";
+        METRICS_UNAUTHENTICATED = "http.metrics_unauthenticated", "NARAD_HTTP_METRICS_UNAUTHENTICATED", "metrics-unauthenticated";
+        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
+        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
+        BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost";
+        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
+        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level";
+    }
+}
+
+/// The cluster secret: environment only, never in a file or on a command
+/// line where other users of the host could read it.
+pub(crate) const ENV_CLUSTER_SECRET: &str = "NARAD_CLUSTER_SECRET";
+/// Where a host name is read when `cluster.advertise_host` is not set and
+/// the node listens on every interface.
+pub(crate) const ENV_HOSTNAME: &str = "HOSTNAME";
+
+/// Defaults, with why.
+pub(crate) mod defaults {
+    use std::time::Duration;
+
+    /// The spec's API port on every interface.
+    pub(crate) const HTTP_ADDR: &str = "0.0.0.0:7942";
+    /// The spec's default data directory.
+    pub(crate) const DATA_DIR: &str = "data";
+    /// The spec's `http.shutdown_grace`: in-flight requests get this long
+    /// to finish after a stop signal.
+    pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+    /// The spec's log level.
+    pub(crate) const LOG_LEVEL: &str = "info";
+}
+
+/// bcrypt's own bounds on the cost.
+const BCRYPT_COST_MIN: u32 = 4;
+const BCRYPT_COST_MAX: u32 = 31;
+
+/// Control nodes a data node may follow: the spec's largest control plane
+/// is 5 voters; the rest is room for a replacement being added.
+pub(crate) const CONTROL_NODES_MAX: usize = 16;
+
+/// An invalid configuration: the setting, where its value came from, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigError {
+    /// The file key (or environment variable of an environment-only one).
+    pub(crate) setting: String,
+    /// ` (from NARAD_X)`, ` (from --x)`, ` (from the config file)` or empty.
+    pub(crate) from: String,
+    /// What is wrong and what is expected.
+    pub(crate) reason: String,
+}
+
+impl ConfigError {
+    fn new(setting: &str, from: String, reason: impl Into<String>) -> Self {
+        Self {
+            setting: setting.to_owned(),
+            from,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid configuration: {}{}: {}",
+            self.setting, self.from, self.reason
+        )
+    }
+}
+
+/// How the node authenticates on the cluster plane. The secret's `Debug`
+/// never prints its bytes.
+#[derive(Clone, Debug)]
+pub(crate) enum ClusterSecurity {
+    /// `NARAD_CLUSTER_SECRET`.
+    Secret(ClusterSecret),
+    /// No authentication: security off and explicitly allowed.
+    Insecure,
+}
+
+/// A validated data node configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct DataConfig {
+    /// This data node's id (its member id in the control plane).
+    pub(crate) node_id: NodeId,
+    /// The control nodes' cluster addresses (`host:port`), resolved at start.
+    pub(crate) control_nodes: Vec<String>,
+    /// Where the node RPC (QUIC, UDP) socket binds.
+    pub(crate) rpc_addr: SocketAddr,
+    /// The host other nodes and clients reach this node at.
+    pub(crate) advertise_host: String,
+    /// Where the HTTP API listens.
+    pub(crate) http_addr: SocketAddr,
+    /// How long in-flight requests may take to finish after a stop signal.
+    pub(crate) shutdown_grace: Duration,
+    /// The data directory (ingress WAL, partition logs).
+    pub(crate) data_dir: PathBuf,
+    /// The HTTP API's settings (`security.enabled` is `api.security`).
+    pub(crate) api: ApiConfig,
+    /// Cluster plane authentication.
+    pub(crate) cluster_security: ClusterSecurity,
+    /// `log.level`.
+    pub(crate) log_level: String,
+}
+
+impl DataConfig {
+    /// The HTTP address this node registers: the advertised host and the
+    /// API port.
+    pub(crate) fn advertised_http(&self) -> String {
+        host_port(&self.advertise_host, self.http_addr.port())
+    }
+
+    /// The node RPC address this node registers.
+    pub(crate) fn advertised_rpc(&self) -> String {
+        host_port(&self.advertise_host, self.rpc_addr.port())
+    }
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Raw values by file key, one map per layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    source: Source,
+    values: BTreeMap<&'static str, String>,
+}
+
+impl Layer {
+    /// An empty layer of `source`.
+    pub(crate) fn new(source: Source) -> Self {
+        Self {
+            source,
+            values: BTreeMap::new(),
+        }
+    }
+
+    /// Sets `setting` to `value`.
+    pub(crate) fn set(&mut self, setting: Setting, value: impl Into<String>) {
+        self.values.insert(setting.key, value.into());
+    }
+
+    /// The environment layer: every setting whose variable is set.
+    pub(crate) fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let mut layer = Self::new(Source::Env);
+        for setting in keys::ALL {
+            if let Some(value) = lookup(setting.env) {
+                layer.set(*setting, value);
+            }
+        }
+        layer
+    }
+
+    /// The file layer from JSON text: an object of sections
+    /// (`{"cluster": {"node_id": 1}}`). An unknown section or key is
+    /// refused, so a typo never falls back to a default unnoticed.
+    pub(crate) fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let file = |reason: String| ConfigError::new("config file", String::new(), reason);
+        let root: Value = serde_json::from_str(text).map_err(|e| file(e.to_string()))?;
+        let Value::Object(sections) = root else {
+            return Err(file("the top level must be an object of sections".into()));
+        };
+        let mut layer = Self::new(Source::File);
+        for (section, body) in sections {
+            let Value::Object(fields) = body else {
+                return Err(file(format!("section {section:?} must be an object")));
+            };
+            for (field, value) in fields {
+                let key = format!("{section}.{field}");
+                let Some(setting) = keys::ALL.iter().find(|s| s.key == key) else {
+                    return Err(file(format!("unknown setting {key:?}")));
+                };
+                layer.set(*setting, file_value(setting, &value)?);
+            }
+        }
+        Ok(layer)
+    }
+}
+
+/// A file value as the text an environment variable would hold.
+fn file_value(setting: &Setting, value: &Value) -> Result<String, ConfigError> {
+    let wrong = || {
+        ConfigError::new(
+            setting.key,
+            " (from the config file)".into(),
+            format!("unexpected value {value}"),
+        )
+    };
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        Value::Number(number) => Ok(number.to_string()),
+        Value::Bool(flag) => Ok(flag.to_string()),
+        // Control nodes in a file: ["host:port", ...].
+        Value::Array(items) if setting.key == keys::CONTROL_NODES.key => {
+            let addrs: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            Ok(addrs.ok_or_else(wrong)?.join(","))
+        }
+        _ => Err(wrong()),
+    }
+}
+
+/// The layers merged: a later layer's value wins.
+#[derive(Debug)]
+struct Merged {
+    values: BTreeMap<&'static str, (String, Source)>,
+}
+
+impl Merged {
+    fn raw(&self, setting: Setting) -> Option<(&str, String)> {
+        self.values.get(setting.key).map(|(value, source)| {
+            let from = match source {
+                Source::File => " (from the config file)".to_owned(),
+                Source::Env => format!(" (from {})", setting.env),
+                Source::Flag => format!(" (from --{})", setting.flag),
+            };
+            (value.as_str(), from)
+        })
+    }
+
+    /// Parses `setting`, or answers `default` when nothing set it (`None`:
+    /// the setting is required).
+    fn parse<T>(
+        &self,
+        setting: Setting,
+        default: Option<T>,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        match self.raw(setting) {
+            Some((value, from)) => {
+                parse(value).map_err(|reason| ConfigError::new(setting.key, from, reason))
+            }
+            None => default.ok_or_else(|| {
+                ConfigError::new(
+                    setting.key,
+                    String::new(),
+                    format!(
+                        "required: set it in the config file, {} or --{}",
+                        setting.env, setting.flag
+                    ),
+                )
+            }),
+        }
+    }
+
+    fn from(&self, setting: Setting) -> String {
+        self.raw(setting).map(|(_, from)| from).unwrap_or_default()
+    }
+}
+
+/// Builds and validates the configuration from `layers` (in increasing
+/// precedence) and the environment-only values read through `env`.
+pub(crate) fn resolve(
+    layers: &[Layer],
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<DataConfig, ConfigError> {
+    let mut values = BTreeMap::new();
+    for layer in layers {
+        for (key, value) in &layer.values {
+            values.insert(*key, (value.clone(), layer.source));
+        }
+    }
+    let merged = Merged { values };
+    let node_id = merged.parse(keys::NODE_ID, None, parse_node_id)?;
+    let control_nodes = merged.parse(keys::CONTROL_NODES, None, parse_control_nodes)?;
+    let http_addr = merged.parse(
+        keys::HTTP_ADDR,
+        Some(parse_addr(defaults::HTTP_ADDR).map_err(built_in)?),
+        parse_addr,
+    )?;
+    // The spec's node RPC port is the API port number over UDP.
+    let rpc_addr = merged.parse(keys::RPC_ADDR, Some(http_addr), parse_addr)?;
+    let advertise_host = match merged.parse(keys::ADVERTISE_HOST, Some(None), |v| {
+        parse_host(v).map(Some)
+    })? {
+        Some(host) => host,
+        None => default_advertise_host(http_addr.ip(), &env)?,
+    };
+    let shutdown_grace = merged.parse(
+        keys::SHUTDOWN_GRACE,
+        Some(defaults::SHUTDOWN_GRACE),
+        parse_duration,
+    )?;
+    let produce_in_flight = merged.parse(keys::PRODUCE_IN_FLIGHT, Some(0), |v| {
+        v.parse::<usize>()
+            .map_err(|_| format!("{v:?} is not a number of produces (0 turns the cap off)"))
+    })?;
+    let metrics_unauthenticated =
+        merged.parse(keys::METRICS_UNAUTHENTICATED, Some(false), parse_bool)?;
+    let data_dir = merged.parse(
+        keys::DATA_DIR,
+        Some(PathBuf::from(defaults::DATA_DIR)),
+        |v| {
+            if v.is_empty() {
+                Err("must not be empty".into())
+            } else {
+                Ok(PathBuf::from(v))
+            }
+        },
+    )?;
+    let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
+    let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v
+        .parse::<u32>()
+    {
+        Ok(cost) if (BCRYPT_COST_MIN..=BCRYPT_COST_MAX).contains(&cost) => Ok(cost),
+        _ => Err(format!(
+            "{v:?} is not a bcrypt cost from {BCRYPT_COST_MIN} to {BCRYPT_COST_MAX}"
+        )),
+    })?;
+    let allow_insecure = merged.parse(keys::ALLOW_INSECURE, Some(false), parse_bool)?;
+    let log_level = merged.parse(
+        keys::LOG_LEVEL,
+        Some(defaults::LOG_LEVEL.to_owned()),
+        |v| match v {
+            "debug" | "info" | "warn" | "error" => Ok(v.to_owned()),
+            _ => Err(format!("{v:?} is not one of debug, info, warn, error")),
+        },
+    )?;
+    let cluster_security =
+        cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
+    // ApiConfig grows with the API: settings added later keep their
+    // defaults here until they are configurable.
+    #[allow(clippy::needless_update)]
+    let api = ApiConfig {
+        security,
+        metrics_unauthenticated,
+        bcrypt_cost,
+        produce_in_flight_per_identity: produce_in_flight,
+        ..ApiConfig::default()
+    };
+    Ok(DataConfig {
+        node_id,
+        control_nodes,
+        rpc_addr,
+        advertise_host,
+        http_addr,
+        shutdown_grace,
+        data_dir,
+        api,
+        cluster_security,
+        log_level,
+    })
+}
+
+fn built_in(reason: String) -> ConfigError {
+    ConfigError::new("built-in default", String::new(), reason)
+}
+
+/// The host others reach this node at when none is configured: the listen
+/// address when it names one, else the machine's host name.
+fn default_advertise_host(
+    listen: IpAddr,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    if !listen.is_unspecified() {
+        return Ok(listen.to_string());
+    }
+    env(ENV_HOSTNAME)
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| {
+            ConfigError::new(
+                keys::ADVERTISE_HOST.key,
+                String::new(),
+                "required: http.addr listens on every interface and the host name is unknown",
+            )
+        })
+}
+
+/// Security on needs the secret; security off without one needs the
+/// explicit allowance, since a data node always shares its plane with
+/// several control nodes.
+fn cluster_security(
+    secret: Option<String>,
+    security: bool,
+    allow_insecure: bool,
+    merged: &Merged,
+) -> Result<ClusterSecurity, ConfigError> {
+    match secret.filter(|s| !s.is_empty()) {
+        Some(secret) => ClusterSecret::new(secret.into_bytes())
+            .map(ClusterSecurity::Secret)
+            .map_err(|e| ConfigError::new(ENV_CLUSTER_SECRET, String::new(), e.to_string())),
+        None if security => Err(ConfigError::new(
+            ENV_CLUSTER_SECRET,
+            String::new(),
+            "required when security.enabled is true: data and control nodes prove it to each other",
+        )),
+        None if allow_insecure => Ok(ClusterSecurity::Insecure),
+        None => Err(ConfigError::new(
+            keys::ALLOW_INSECURE.key,
+            merged.from(keys::ALLOW_INSECURE),
+            "without NARAD_CLUSTER_SECRET the cluster plane is open to anyone who reaches it; \
+             set security.allow_insecure_cluster=true to accept that (dev only)",
+        )),
+    }
+}
+
+fn parse_node_id(value: &str) -> Result<NodeId, String> {
+    match value.parse::<NodeId>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(format!(
+            "{value:?} is not a data node id: data nodes are numbered 1, 2, 3, ..."
+        )),
+    }
+}
+
+fn parse_addr(value: &str) -> Result<SocketAddr, String> {
+    // The spec writes ":7942" for "every interface".
+    let value = match value.strip_prefix(':') {
+        Some(port) => format!("{}:{port}", Ipv4Addr::UNSPECIFIED),
+        None => value.to_owned(),
+    };
+    value
+        .parse()
+        .map_err(|_| format!("{value:?} is not an ip:port address"))
+}
+
+fn parse_host(value: &str) -> Result<String, String> {
+    let host = value.trim();
+    if host.is_empty() || host.contains(char::is_whitespace) || host.contains('/') {
+        return Err(format!("{value:?} is not a host name or address"));
+    }
+    Ok(host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned())
+}
+
+fn parse_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("{value:?} is not true or false")),
+    }
+}
+
+/// `host:port,...`: at least one, at most [`CONTROL_NODES_MAX`], unique.
+fn parse_control_nodes(value: &str) -> Result<Vec<String>, String> {
+    let addrs: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(str::to_owned)
+        .collect();
+    for addr in &addrs {
+        let valid = addr.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !valid {
+            return Err(format!("{addr:?} is not host:port"));
+        }
+    }
+    if addrs.is_empty() {
+        return Err("names no control node; give host:port,... of the control nodes".into());
+    }
+    if addrs.len() > CONTROL_NODES_MAX {
+        return Err(format!(
+            "{} control nodes given; at most {CONTROL_NODES_MAX}",
+            addrs.len()
+        ));
+    }
+    if addrs.iter().collect::<BTreeSet<_>>().len() != addrs.len() {
+        return Err("control node addresses must be unique".into());
+    }
+    Ok(addrs)
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,189 @@
+use super::*;
+
+const SECRET: &str = "a-cluster-secret-of-enough-bytes";
+
+fn env_with_secret(name: &str) -> Option<String> {
+    (name == ENV_CLUSTER_SECRET).then(|| SECRET.to_owned())
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn flags(pairs: &[(Setting, &str)]) -> Layer {
+    let mut layer = Layer::new(Source::Flag);
+    for (setting, value) in pairs {
+        layer.set(*setting, *value);
+    }
+    layer
+}
+
+/// The two settings without a default.
+fn required() -> Layer {
+    flags(&[
+        (keys::NODE_ID, "1"),
+        (keys::CONTROL_NODES, "127.0.0.1:7943"),
+    ])
+}
+
+fn error(layers: &[Layer], env: impl Fn(&str) -> Option<String>) -> ConfigError {
+    resolve(layers, env).expect_err("refused")
+}
+
+#[test]
+fn defaults_fill_every_setting_but_the_node_id_and_the_control_nodes() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.node_id, 1);
+    assert_eq!(config.control_nodes, vec!["127.0.0.1:7943".to_owned()]);
+    assert_eq!(config.http_addr, "0.0.0.0:7942".parse().expect("addr"));
+    assert_eq!(config.shutdown_grace, defaults::SHUTDOWN_GRACE);
+    assert_eq!(config.data_dir, PathBuf::from("data"));
+    assert!(config.api.security);
+    assert_eq!(config.api.bcrypt_cost, BCRYPT_COST_DEFAULT);
+    assert!(matches!(
+        config.cluster_security,
+        ClusterSecurity::Secret(_)
+    ));
+}
+
+#[test]
+fn a_missing_node_id_is_named_with_where_to_set_it() {
+    let layer = flags(&[(keys::CONTROL_NODES, "127.0.0.1:7943")]);
+    let error = error(&[layer], env_with_secret);
+    assert_eq!(error.setting, "cluster.node_id");
+    assert!(error.reason.contains("NARAD_NODE_ID"), "{}", error.reason);
+}
+
+#[test]
+fn missing_control_nodes_are_named() {
+    let layer = flags(&[(keys::NODE_ID, "1")]);
+    assert_eq!(
+        error(&[layer], env_with_secret).setting,
+        "cluster.control_nodes"
+    );
+}
+
+#[test]
+fn a_flag_wins_over_the_environment_which_wins_over_the_file() {
+    let file = Layer::from_json(
+        r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "storage": {"data_dir": "/file"}, "http": {"addr": "127.0.0.1:1000"}}"#,
+    )
+    .expect("file");
+    let env = Layer::from_env(|name| match name {
+        "NARAD_DATA_DIR" => Some("/env".into()),
+        "NARAD_HTTP_ADDR" => Some("127.0.0.1:2000".into()),
+        _ => None,
+    });
+    let flag = flags(&[(keys::DATA_DIR, "/flag")]);
+    let config = resolve(&[file, env, flag], env_with_secret).expect("valid");
+    assert_eq!(config.data_dir, PathBuf::from("/flag"));
+    assert_eq!(config.http_addr, "127.0.0.1:2000".parse().expect("addr"));
+    assert_eq!(config.node_id, 1);
+}
+
+#[test]
+fn an_unknown_key_in_the_file_is_refused_by_name() {
+    let error = Layer::from_json(r#"{"cluster": {"node_id": 1, "control_node": "a:1"}}"#)
+        .expect_err("refused");
+    assert!(
+        error
+            .reason
+            .contains("unknown setting \"cluster.control_node\""),
+        "{}",
+        error.reason
+    );
+}
+
+#[test]
+fn an_unknown_section_in_the_file_is_refused_by_name() {
+    let error = Layer::from_json(r#"{"clusterr": {"node_id": 1}}"#).expect_err("refused");
+    assert!(error.reason.contains("clusterr"), "{}", error.reason);
+}
+
+#[test]
+fn a_bad_value_names_the_setting_and_its_variable() {
+    let env = Layer::from_env(|name| (name == "NARAD_HTTP_SHUTDOWN_GRACE").then(|| "soon".into()));
+    let error = error(&[required(), env], env_with_secret);
+    assert_eq!(error.setting, "http.shutdown_grace");
+    assert_eq!(error.from, " (from NARAD_HTTP_SHUTDOWN_GRACE)");
+}
+
+#[test]
+fn a_node_id_that_is_not_a_positive_integer_is_refused() {
+    let layer = flags(&[(keys::NODE_ID, "data-1")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "cluster.node_id");
+    assert_eq!(error.from, " (from --node-id)");
+}
+
+#[test]
+fn security_on_without_a_secret_names_the_secret() {
+    assert_eq!(error(&[required()], no_env).setting, ENV_CLUSTER_SECRET);
+}
+
+#[test]
+fn a_short_secret_is_refused_by_name() {
+    let short = |name: &str| (name == ENV_CLUSTER_SECRET).then(|| "short".to_owned());
+    assert_eq!(error(&[required()], short).setting, ENV_CLUSTER_SECRET);
+}
+
+#[test]
+fn security_off_without_a_secret_needs_the_explicit_allowance() {
+    let off = flags(&[(keys::SECURITY, "false")]);
+    let refused = error(&[required(), off.clone()], no_env);
+    assert_eq!(refused.setting, "security.allow_insecure_cluster");
+    let allowed = flags(&[(keys::ALLOW_INSECURE, "true")]);
+    let config = resolve(&[required(), off, allowed], no_env).expect("valid");
+    assert!(matches!(config.cluster_security, ClusterSecurity::Insecure));
+    assert!(!config.api.security);
+}
+
+#[test]
+fn the_rpc_socket_defaults_to_the_api_port_over_udp() {
+    let layer = flags(&[(keys::HTTP_ADDR, "127.0.0.1:9000")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.rpc_addr, "127.0.0.1:9000".parse().expect("addr"));
+    assert_eq!(config.advertised_rpc(), "127.0.0.1:9000");
+}
+
+#[test]
+fn the_advertised_host_defaults_to_the_host_name_when_listening_everywhere() {
+    let env = |name: &str| match name {
+        ENV_HOSTNAME => Some("data-0.narad".to_owned()),
+        _ => env_with_secret(name),
+    };
+    let config = resolve(&[required()], env).expect("valid");
+    assert_eq!(config.advertised_http(), "data-0.narad:7942");
+}
+
+#[test]
+fn duplicate_control_nodes_are_refused() {
+    let layer = flags(&[(keys::CONTROL_NODES, "127.0.0.1:7943, 127.0.0.1:7943")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "cluster.control_nodes");
+}
+
+#[test]
+fn a_control_node_without_a_port_is_refused() {
+    let layer = flags(&[(keys::CONTROL_NODES, "control-1")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert!(error.reason.contains("not host:port"), "{}", error.reason);
+}
+
+#[test]
+fn a_bcrypt_cost_outside_bcrypts_bounds_is_refused() {
+    let layer = flags(&[(keys::BCRYPT_COST, "3")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "security.bcrypt_cost");
+}
+
+#[test]
+fn the_error_text_names_the_setting_and_its_source() {
+    let layer = flags(&[(keys::LOG_LEVEL, "loud")]);
+    let text = error(&[required(), layer], env_with_secret).to_string();
+    assert!(
+        text.starts_with("invalid configuration: log.level (from --log-level): "),
+        "{text}"
+    );
+}

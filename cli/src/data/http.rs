@@ -1,0 +1,112 @@
+//! Serving a data node's HTTP API as a process does: `/readyz` also asks
+//! what only the process knows (has a control-plane leader been heard
+//! recently?), and a stop drains in-flight requests within a bound.
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use narad_dataplane::node::DataNode;
+use tracing::warn;
+
+/// One readiness condition: `Err(reason)` keeps `/readyz` at `503`.
+pub(crate) type ReadyCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// The conditions `/readyz` checks before the data node's own ones
+/// (started, not stopping, metadata replica caught up).
+pub(crate) struct ReadyGate {
+    checks: Vec<ReadyCheck>,
+}
+
+impl std::fmt::Debug for ReadyGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyGate")
+            .field("checks", &self.checks.len())
+            .finish()
+    }
+}
+
+impl ReadyGate {
+    /// A gate of `checks`, asked in order on every `/readyz`.
+    pub(crate) fn new(checks: Vec<ReadyCheck>) -> Self {
+        Self { checks }
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.checks.iter().find_map(|check| check().err())
+    }
+}
+
+fn unready(reason: String) -> Response {
+    let mut body = serde_json::json!({ "error": reason }).to_string();
+    body.push('\n');
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+async fn gate_readiness(
+    State(gate): State<Arc<ReadyGate>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.uri().path() == "/readyz"
+        && let Some(reason) = gate.refusal()
+    {
+        return unready(reason);
+    }
+    next.run(request).await
+}
+
+/// Serves `node`'s API on `listener` until `stop` resolves: then
+/// `/healthz` and `/readyz` turn `503`, no new connection is taken, and
+/// in-flight requests get `grace` to finish before their connections are
+/// dropped.
+///
+/// # Errors
+/// The listener failed.
+pub(crate) async fn serve(
+    node: &DataNode,
+    listener: tokio::net::TcpListener,
+    gate: ReadyGate,
+    grace: Duration,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let health = Arc::clone(&node.api().health);
+    let router = node.router().layer(middleware::from_fn_with_state(
+        Arc::new(gate),
+        gate_readiness,
+    ));
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            stop.await;
+            health.shutting_down.store(true, Ordering::Release);
+            let _ = stopping.send(());
+        })
+        .into_future();
+    let mut serving = std::pin::pin!(serving);
+    tokio::select! {
+        biased;
+        served = &mut serving => return served,
+        _ = stopped => {}
+    }
+    match tokio::time::timeout(grace, serving).await {
+        Ok(served) => served,
+        Err(_) => {
+            warn!(
+                grace_ms = grace.as_millis() as u64,
+                "requests still in flight after the shutdown grace; dropping their connections"
+            );
+            Ok(())
+        }
+    }
+}
