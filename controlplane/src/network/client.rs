@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use narad_protocol::codec::{decode_message, encode_message};
-use narad_protocol::{CallError, Lane, Message, Node, Opcode, Request};
+use narad_protocol::{CallError, DecodeError, Lane, Message, Node, Opcode, Request};
 use openraft::BasicNode;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -15,10 +15,11 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::messages::{AppendEntriesMessage, InstallSnapshotMessage, VoteMessage, opcodes};
+use super::messages::{
+    AppendEntries, AppendEntriesAnswer, InstallSnapshot, InstallSnapshotAnswer, Vote, VoteAnswer,
+    opcodes,
+};
 use crate::raft::{ControlNodeId, TypeConfig};
 
 /// Makes one [`PeerClient`] per peer; all share the node's transport.
@@ -63,7 +64,7 @@ enum PeerError {
     #[error(transparent)]
     Call(#[from] CallError),
     #[error("answer unreadable: {0}")]
-    Answer(String),
+    Answer(DecodeError),
 }
 
 impl PeerClient {
@@ -78,30 +79,20 @@ impl PeerClient {
             .ok_or_else(|| PeerError::Address(self.addr.clone()))
     }
 
-    /// Sends `request` as message `M` and reads the peer's `Result` back.
-    async fn exchange<M, Q, A, E>(
+    /// Sends `request` and reads the peer's answer.
+    async fn exchange<Q: Message, A: Message>(
         &self,
         opcode: Opcode,
-        wrap: impl FnOnce(&Q) -> Result<M, serde_json::Error>,
         request: &Q,
         option: &RPCOption,
-    ) -> Result<Result<A, E>, PeerError>
-    where
-        M: Message + JsonBody,
-        Q: Serialize,
-        A: DeserializeOwned,
-        E: DeserializeOwned,
-    {
+    ) -> Result<A, PeerError> {
         let addr = self.resolve().await?;
-        let message = wrap(request).map_err(|e| PeerError::Answer(e.to_string()))?;
-        let request = Request::new(opcode, encode_message(&message));
+        let request = Request::new(opcode, encode_message(request));
         let response = self
             .node
             .call_with_timeout(addr, Lane::Control, request, option.hard_ttl())
             .await?;
-        let answer: M =
-            decode_message(response.body).map_err(|e| PeerError::Answer(e.to_string()))?;
-        serde_json::from_slice(answer.json()).map_err(|e| PeerError::Answer(e.to_string()))
+        decode_message(response.body).map_err(PeerError::Answer)
     }
 
     fn rpc_error<E: std::error::Error>(
@@ -121,23 +112,6 @@ impl PeerClient {
     }
 }
 
-/// A message that is one JSON field.
-pub(crate) trait JsonBody {
-    fn json(&self) -> &[u8];
-}
-
-macro_rules! json_body {
-    ($($name:ident),*) => {
-        $(impl JsonBody for $name {
-            fn json(&self) -> &[u8] {
-                &self.json
-            }
-        })*
-    };
-}
-
-json_body!(AppendEntriesMessage, VoteMessage, InstallSnapshotMessage);
-
 type RaftResult<T, E = openraft::error::Infallible> =
     Result<T, RPCError<ControlNodeId, BasicNode, RaftError<ControlNodeId, E>>>;
 
@@ -147,13 +121,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RaftResult<AppendEntriesResponse<ControlNodeId>> {
-        let answer = self
-            .exchange::<AppendEntriesMessage, _, _, RaftError<ControlNodeId>>(
-                opcodes::RAFT_APPEND_ENTRIES,
-                AppendEntriesMessage::of,
-                &rpc,
-                &option,
-            )
+        let AppendEntriesAnswer(answer) = self
+            .exchange(opcodes::RAFT_APPEND_ENTRIES, &AppendEntries(rpc), &option)
             .await
             .map_err(|e| self.rpc_error(e))?;
         answer.map_err(|e| self.remote(e))
@@ -164,11 +133,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RaftResult<InstallSnapshotResponse<ControlNodeId>, InstallSnapshotError> {
-        let answer = self
-            .exchange::<InstallSnapshotMessage, _, _, RaftError<ControlNodeId, InstallSnapshotError>>(
+        let InstallSnapshotAnswer(answer) = self
+            .exchange(
                 opcodes::RAFT_INSTALL_SNAPSHOT,
-                InstallSnapshotMessage::of,
-                &rpc,
+                &InstallSnapshot(rpc),
                 &option,
             )
             .await
@@ -181,13 +149,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<ControlNodeId>,
         option: RPCOption,
     ) -> RaftResult<VoteResponse<ControlNodeId>> {
-        let answer = self
-            .exchange::<VoteMessage, _, _, RaftError<ControlNodeId>>(
-                opcodes::RAFT_VOTE,
-                VoteMessage::of,
-                &rpc,
-                &option,
-            )
+        let VoteAnswer(answer) = self
+            .exchange(opcodes::RAFT_VOTE, &Vote(rpc), &option)
             .await
             .map_err(|e| self.rpc_error(e))?;
         answer.map_err(|e| self.remote(e))

@@ -1,17 +1,18 @@
 //! The serving side of Raft RPCs: decode, hand to the local openraft, and
-//! answer its `Result` as JSON.
+//! answer its `Result`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use narad_protocol::{Inbound, OperationLimit, Response, Router, RpcError};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
-};
+use openraft::raft::AppendEntriesResponse;
 
-use super::messages::{AppendEntriesMessage, InstallSnapshotMessage, VoteMessage, opcodes};
-use crate::raft::{ControlNodeId, ControlRaft, TypeConfig};
+use super::messages::{
+    AppendEntries, AppendEntriesAnswer, InstallSnapshot, InstallSnapshotAnswer, Vote, VoteAnswer,
+    opcodes,
+};
+use crate::raft::ControlRaft;
 
 /// The Raft handle, set once openraft has started. The transport must be
 /// bound (and its router built) before openraft can start, so handlers find
@@ -32,10 +33,6 @@ pub fn started(slot: &RaftSlot) -> Result<ControlRaft, RpcError> {
     slot.get()
         .cloned()
         .ok_or_else(|| RpcError::unavailable("control node starting: raft not running yet"))
-}
-
-fn internal(error: serde_json::Error) -> RpcError {
-    RpcError::internal(format!("answer not encodable: {error}"))
 }
 
 /// What a follower last heard from a leader: when, and the commit index it
@@ -82,7 +79,9 @@ impl LeaderContact {
     }
 }
 
-/// Adds the three Raft routes to `router`.
+/// Adds the three Raft routes to `router`. A request is decoded before
+/// anything else, so a malformed or other-version one is answered `400`
+/// naming the fault even while Raft is starting.
 pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>) -> Router {
     let contact = contact.clone();
     let append = slot.clone();
@@ -96,9 +95,8 @@ pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>
                 let slot = append.clone();
                 let contact = contact.clone();
                 async move {
+                    let AppendEntries(request) = inbound.message()?;
                     let raft = started(&slot)?;
-                    let request: AppendEntriesRequest<TypeConfig> =
-                        inbound.message::<AppendEntriesMessage>()?.parse()?;
                     let commit_index = request.leader_commit.map_or(0, |log_id| log_id.index);
                     let answer = raft.append_entries(request).await;
                     // Any answer but "higher vote" means the sender is the
@@ -111,22 +109,17 @@ pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>
                     ) {
                         contact.heard(commit_index);
                     }
-                    Ok(Response::message(
-                        &AppendEntriesMessage::of(&answer).map_err(internal)?,
-                    ))
+                    Ok(Response::message(&AppendEntriesAnswer(answer)))
                 }
             },
         )
         .route(opcodes::RAFT_VOTE, raft_limit(), move |inbound: Inbound| {
             let slot = vote.clone();
             async move {
+                let Vote(request) = inbound.message()?;
                 let raft = started(&slot)?;
-                let request: VoteRequest<ControlNodeId> =
-                    inbound.message::<VoteMessage>()?.parse()?;
                 let answer = raft.vote(request).await;
-                Ok(Response::message(
-                    &VoteMessage::of(&answer).map_err(internal)?,
-                ))
+                Ok(Response::message(&VoteAnswer(answer)))
             }
         })
         .route(
@@ -135,13 +128,10 @@ pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>
             move |inbound: Inbound| {
                 let slot = snapshot.clone();
                 async move {
+                    let InstallSnapshot(request) = inbound.message()?;
                     let raft = started(&slot)?;
-                    let request: InstallSnapshotRequest<TypeConfig> =
-                        inbound.message::<InstallSnapshotMessage>()?.parse()?;
                     let answer = raft.install_snapshot(request).await;
-                    Ok(Response::message(
-                        &InstallSnapshotMessage::of(&answer).map_err(internal)?,
-                    ))
+                    Ok(Response::message(&InstallSnapshotAnswer(answer)))
                 }
             },
         )

@@ -12,9 +12,7 @@ use super::wire::{
     MemberRequest, ProposeRequest, Status,
 };
 use crate::metastore::{Command, Topic};
-use crate::network::messages::{
-    ConfirmMessage, MemberMessage, ProposeMessage, ReadLocalMessage, opcodes,
-};
+use crate::network::messages::opcodes;
 use crate::raft::Applied;
 
 /// Why a call to a control node failed.
@@ -52,18 +50,14 @@ impl ControlClient {
         addr: SocketAddr,
         command: Command,
     ) -> Result<Applied, ClientError> {
-        let request = ProposeMessage::of(&ProposeRequest {
+        let request = ProposeRequest {
             command,
             forwarded: false,
-        })
-        .map_err(|e| ClientError::Answer(e.to_string()))?;
-        let answer: ProposeMessage = self
+        };
+        Ok(self
             .transport
             .call_message(addr, Lane::Control, opcodes::PROPOSE, &request)
-            .await?;
-        answer
-            .parse()
-            .map_err(|e| ClientError::Answer(e.to_string()))
+            .await?)
     }
 
     /// The topic `name` in the replica at `addr`, and that replica's
@@ -166,18 +160,14 @@ impl ControlClient {
         addr: SocketAddr,
         question: ConfirmQuestion,
     ) -> Result<ConfirmAnswer, ClientError> {
-        let request = ConfirmMessage::of(&ConfirmRequest {
+        let request = ConfirmRequest {
             question,
             forwarded: false,
-        })
-        .map_err(|e| ClientError::Answer(e.to_string()))?;
-        let answer: ConfirmMessage = self
+        };
+        Ok(self
             .transport
             .call_message(addr, Lane::Control, opcodes::LEADER_CONFIRM, &request)
-            .await?;
-        answer
-            .parse()
-            .map_err(|e| ClientError::Answer(e.to_string()))
+            .await?)
     }
 
     /// Registers or heartbeats a data node through the control node at
@@ -190,18 +180,14 @@ impl ControlClient {
         addr: SocketAddr,
         report: MemberReport,
     ) -> Result<Applied, ClientError> {
-        let request = MemberMessage::of(&MemberRequest {
+        let request = MemberRequest {
             report,
             forwarded: false,
-        })
-        .map_err(|e| ClientError::Answer(e.to_string()))?;
-        let answer: ProposeMessage = self
+        };
+        Ok(self
             .transport
             .call_message(addr, Lane::Control, opcodes::REGISTER_MEMBER, &request)
-            .await?;
-        answer
-            .parse()
-            .map_err(|e| ClientError::Answer(e.to_string()))
+            .await?)
     }
 
     async fn read(
@@ -209,14 +195,9 @@ impl ControlClient {
         addr: SocketAddr,
         read: LocalRead,
     ) -> Result<LocalReadAnswer, ClientError> {
-        let request =
-            ReadLocalMessage::of(&read).map_err(|e| ClientError::Answer(e.to_string()))?;
-        let answer: ReadLocalMessage = self
+        Ok(self
             .transport
-            .call_message(addr, Lane::Control, opcodes::READ_LOCAL, &request)
-            .await?;
-        answer
-            .parse()
-            .map_err(|e| ClientError::Answer(e.to_string()))
+            .call_message(addr, Lane::Control, opcodes::READ_LOCAL, &read)
+            .await?)
     }
 }

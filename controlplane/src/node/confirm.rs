@@ -13,7 +13,7 @@ use super::propose::call_leader;
 use super::runtime::Shared;
 use super::wire::{ConfirmAnswer, ConfirmQuestion, ConfirmRequest};
 use crate::metastore::Metastore;
-use crate::network::messages::{ConfirmMessage, opcodes};
+use crate::network::messages::opcodes;
 
 /// Whether the answer to `question` is "still current" in `state`.
 fn is_current(state: &Metastore, question: &ConfirmQuestion) -> bool {
@@ -30,7 +30,7 @@ fn is_current(state: &Metastore, question: &ConfirmQuestion) -> bool {
 
 /// Serves `LeaderConfirm`.
 pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response, RpcError> {
-    let request: ConfirmRequest = inbound.message::<ConfirmMessage>()?.parse()?;
+    let request: ConfirmRequest = inbound.message()?;
     let answer = if shared.raft.metrics().borrow().state == ServerState::Leader {
         confirm(shared, &request.question).await?
     } else if request.forwarded {
@@ -38,8 +38,7 @@ pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response,
     } else {
         forward(shared, request).await?
     };
-    let message = ConfirmMessage::of(&answer).map_err(|e| RpcError::internal(e.to_string()))?;
-    Ok(Response::message(&message))
+    Ok(Response::message(&answer))
 }
 
 async fn confirm(shared: &Shared, question: &ConfirmQuestion) -> Result<ConfirmAnswer, RpcError> {
@@ -57,11 +56,9 @@ async fn confirm(shared: &Shared, question: &ConfirmQuestion) -> Result<ConfirmA
 }
 
 async fn forward(shared: &Shared, request: ConfirmRequest) -> Result<ConfirmAnswer, RpcError> {
-    let message = ConfirmMessage::of(&ConfirmRequest {
+    let message = ConfirmRequest {
         forwarded: true,
         ..request
-    })
-    .map_err(|e| RpcError::internal(e.to_string()))?;
-    let answer: ConfirmMessage = call_leader(shared, opcodes::LEADER_CONFIRM, &message).await?;
-    answer.parse()
+    };
+    call_leader(shared, opcodes::LEADER_CONFIRM, &message).await
 }

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::propose::{leader_address, resolve};
 use super::runtime::Shared;
 use super::wire::{JoinAnswer, JoinRequest};
-use crate::network::messages::{JoinMessage, opcodes};
+use crate::network::messages::opcodes;
 
 /// The spec's join sweep: every 2 s until admitted.
 const JOIN_RETRY: Duration = Duration::from_secs(2);
@@ -44,26 +44,23 @@ async fn ask(shared: &Shared, addr: &str, request: &JoinRequest) -> Result<JoinA
     let peer = resolve(addr)
         .await
         .ok_or_else(|| format!("{addr:?} does not resolve"))?;
-    let message = JoinMessage::of(request).map_err(|e| e.to_string())?;
     let request = narad_protocol::Request::new(
         opcodes::JOIN_CLUSTER,
-        narad_protocol::codec::encode_message(&message),
+        narad_protocol::codec::encode_message(request),
     );
     let response = shared
         .transport
         .call_with_timeout(peer, Lane::Control, request, JOIN_CALL_TIMEOUT)
         .await
         .map_err(|e| e.to_string())?;
-    let answer: JoinMessage =
-        narad_protocol::codec::decode_message(response.body).map_err(|e| e.to_string())?;
-    answer.parse().map_err(|e| e.to_string())
+    narad_protocol::codec::decode_message(response.body).map_err(|e| e.to_string())
 }
 
 /// Serves `JoinCluster`: a follower forwards it to the leader once; the
 /// leader adds the node as a learner (waiting until it caught up), then
 /// makes it a voter.
 pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response, RpcError> {
-    let request: JoinRequest = inbound.message::<JoinMessage>()?.parse()?;
+    let request: JoinRequest = inbound.message()?;
     let answer = if shared.raft.metrics().borrow().state == openraft::ServerState::Leader {
         admit(shared, &request).await?
     } else {
@@ -79,8 +76,7 @@ pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response,
             RpcError::unavailable(format!("forward to leader {leader}: {reason}"))
         })?
     };
-    let message = JoinMessage::of(&answer).map_err(|e| RpcError::internal(e.to_string()))?;
-    Ok(Response::message(&message))
+    Ok(Response::message(&answer))
 }
 
 async fn admit(shared: &Shared, request: &JoinRequest) -> Result<JoinAnswer, RpcError> {

@@ -11,7 +11,7 @@ use super::propose::{call_leader, propose};
 use super::runtime::Shared;
 use super::wire::{MemberReport, MemberRequest};
 use crate::metastore::{Command, Heartbeat, RegisterMember};
-use crate::network::messages::{MemberMessage, ProposeMessage, opcodes};
+use crate::network::messages::opcodes;
 use crate::raft::Applied;
 
 fn now_ms() -> u64 {
@@ -41,7 +41,7 @@ fn command(report: MemberReport) -> Command {
 /// Serves `RegisterMember`: answered (with what applying it did) after the
 /// answering node applied it.
 pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response, RpcError> {
-    let request: MemberRequest = inbound.message::<MemberMessage>()?.parse()?;
+    let request: MemberRequest = inbound.message()?;
     let applied = if shared.raft.metrics().borrow().state == ServerState::Leader {
         propose(shared, command(request.report), true).await?
     } else if request.forwarded {
@@ -57,16 +57,13 @@ pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response,
         .await;
         applied
     };
-    let message = ProposeMessage::of(&applied).map_err(|e| RpcError::internal(e.to_string()))?;
-    Ok(Response::message(&message))
+    Ok(Response::message(&applied))
 }
 
 async fn forward(shared: &Shared, request: MemberRequest) -> Result<Applied, RpcError> {
-    let message = MemberMessage::of(&MemberRequest {
+    let message = MemberRequest {
         forwarded: true,
         ..request
-    })
-    .map_err(|e| RpcError::internal(e.to_string()))?;
-    let answer: ProposeMessage = call_leader(shared, opcodes::REGISTER_MEMBER, &message).await?;
-    answer.parse()
+    };
+    call_leader(shared, opcodes::REGISTER_MEMBER, &message).await
 }

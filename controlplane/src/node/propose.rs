@@ -14,7 +14,7 @@ use super::runtime::{PROPOSE_TIMEOUT, Shared};
 use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest};
 use super::{confirm, join, members, metadata};
 use crate::metastore::Command;
-use crate::network::messages::{ProposeMessage, ReadLocalMessage, opcodes};
+use crate::network::messages::opcodes;
 use crate::raft::{Applied, ControlNodeId};
 
 /// Why a proposal got no outcome. A refusal by the metastore is not an
@@ -89,17 +89,16 @@ async fn forward_to(
     let peer = resolve(addr)
         .await
         .ok_or_else(|| unreachable(format!("address {addr:?} does not resolve")))?;
-    let request = ProposeMessage::of(&ProposeRequest {
+    let request = ProposeRequest {
         command,
         forwarded: true,
-    })
-    .map_err(|e| unreachable(e.to_string()))?;
-    let answer: Result<ProposeMessage, CallError> = shared
+    };
+    let answer: Result<Applied, CallError> = shared
         .transport
         .call_message(peer, Lane::Control, opcodes::PROPOSE, &request)
         .await;
     match answer {
-        Ok(message) => message.parse().map_err(|e| unreachable(e.to_string())),
+        Ok(applied) => Ok(applied),
         Err(CallError::Rejected(error)) if error.message == ProposeError::NoLeader.to_string() => {
             Err(ProposeError::NoLeader)
         }
@@ -198,11 +197,9 @@ pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Route
             let slot = for_propose.clone();
             async move {
                 let shared = shared_or_503(&slot)?;
-                let request: ProposeRequest = inbound.message::<ProposeMessage>()?.parse()?;
+                let request: ProposeRequest = inbound.message()?;
                 let applied = propose(&shared, request.command, request.forwarded).await?;
-                let answer =
-                    ProposeMessage::of(&applied).map_err(|e| RpcError::internal(e.to_string()))?;
-                Ok(Response::message(&answer))
+                Ok(Response::message(&applied))
             }
         })
         .route(
@@ -212,7 +209,7 @@ pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Route
                 let slot = for_read.clone();
                 async move {
                     let shared = shared_or_503(&slot)?;
-                    let request: LocalRead = inbound.message::<ReadLocalMessage>()?.parse()?;
+                    let request: LocalRead = inbound.message()?;
                     let answer = match request {
                         LocalRead::Topic { name } => LocalReadAnswer::Topic {
                             topic: shared
@@ -239,8 +236,6 @@ pub(super) fn routes(router: Router, slot: &Arc<OnceLock<Arc<Shared>>>) -> Route
                         },
                         LocalRead::Status => LocalReadAnswer::Status(shared.status()),
                     };
-                    let answer = ReadLocalMessage::of(&answer)
-                        .map_err(|e| RpcError::internal(e.to_string()))?;
                     Ok(Response::message(&answer))
                 }
             },

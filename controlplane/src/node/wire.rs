@@ -1,10 +1,23 @@
-//! The JSON shapes inside the control node's messages (`Propose`,
-//! `ReadLocal`, `JoinCluster`).
+//! The control node's messages (`Propose`, `ReadLocal`, `LeaderConfirm`,
+//! `RegisterMember`, `JoinCluster`) and their binary encodings: each is a
+//! [`Message`] of version [`CONTROL_MESSAGE_VERSION`], field by field, as
+//! drawn in `docs/internals/controlplane.md` ("Wire formats"). The serde
+//! derives serve `/status` and logs, not the wire.
 
+use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::{Deserialize, Serialize};
 
 use crate::metastore::{AttachEpoch, Command, IncarnationId, Topic};
-use crate::raft::ControlNodeId;
+use crate::network::fields::{
+    get_bool, get_count, get_option, invalid, put_bool, put_count, put_option,
+};
+use crate::network::messages::CONTROL_MESSAGE_VERSION;
+use crate::network::metastore_fields::{
+    PARTITION_SLOTS_MAX, get_command, get_epoch, get_incarnation, get_topic, put_command,
+    put_epoch, put_incarnation, put_topic,
+};
+use crate::network::raft_fields::MEMBERSHIP_NODES_MAX;
+use crate::raft::{Applied, AppliedOutcome, ControlNodeId};
 
 /// A proposed metastore command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,4 +190,391 @@ pub struct MemberRequest {
     pub report: MemberReport,
     /// Set by a follower forwarding to the leader (one hop at most).
     pub forwarded: bool,
+}
+
+/// The most usernames a `ReadLocal` answer lists. The metastore does not
+/// cap users; a bound this high is never reached by an operator's users and
+/// stops a forged count.
+pub const USERNAMES_MAX: u32 = 1 << 20;
+
+macro_rules! control_message {
+    ($($name:ident => $text:literal),* $(,)?) => {
+        $(impl Message for $name {
+            const NAME: &'static str = $text;
+            const VERSION: u8 = CONTROL_MESSAGE_VERSION;
+        })*
+    };
+}
+
+control_message!(
+    ProposeRequest => "Propose",
+    Applied => "Applied",
+    LocalRead => "ReadLocal",
+    LocalReadAnswer => "ReadLocal answer",
+    ConfirmRequest => "LeaderConfirm",
+    ConfirmAnswer => "LeaderConfirm answer",
+    MemberRequest => "RegisterMember",
+    JoinRequest => "JoinCluster",
+    JoinAnswer => "JoinCluster answer",
+);
+
+impl Encode for ProposeRequest {
+    fn encode(&self, writer: &mut Writer) {
+        put_command(writer, &self.command);
+        put_bool(writer, self.forwarded);
+    }
+}
+
+impl Decode for ProposeRequest {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            command: get_command(reader)?,
+            forwarded: get_bool(reader, "forwarded")?,
+        })
+    }
+}
+
+/// Tags of [`AppliedOutcome`].
+mod outcome {
+    pub(super) const APPLIED: u8 = 1;
+    pub(super) const UNCHANGED: u8 = 2;
+    pub(super) const REFUSED: u8 = 3;
+    pub(super) const NO_COMMAND: u8 = 4;
+}
+
+impl Encode for Applied {
+    fn encode(&self, writer: &mut Writer) {
+        writer.u64(self.index);
+        match &self.outcome {
+            AppliedOutcome::Applied => writer.u8(outcome::APPLIED),
+            AppliedOutcome::Unchanged => writer.u8(outcome::UNCHANGED),
+            AppliedOutcome::Refused { status, message } => {
+                writer.u8(outcome::REFUSED);
+                writer.u16(*status);
+                writer.str(message);
+            }
+            AppliedOutcome::NoCommand => writer.u8(outcome::NO_COMMAND),
+        }
+    }
+}
+
+impl Decode for Applied {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let index = reader.u64("applied index")?;
+        let outcome = match reader.u8("outcome")? {
+            outcome::APPLIED => AppliedOutcome::Applied,
+            outcome::UNCHANGED => AppliedOutcome::Unchanged,
+            outcome::REFUSED => AppliedOutcome::Refused {
+                status: reader.u16("refusal status")?,
+                message: reader.str("refusal message")?,
+            },
+            outcome::NO_COMMAND => AppliedOutcome::NoCommand,
+            other => return Err(invalid("outcome", other)),
+        };
+        Ok(Self { index, outcome })
+    }
+}
+
+/// Tags of [`LocalRead`] and of the matching [`LocalReadAnswer`].
+mod read {
+    pub(super) const TOPIC: u8 = 1;
+    pub(super) const OWNERS: u8 = 2;
+    pub(super) const USERS: u8 = 3;
+    pub(super) const STATUS: u8 = 4;
+}
+
+impl Encode for LocalRead {
+    fn encode(&self, writer: &mut Writer) {
+        match self {
+            Self::Topic { name } => {
+                writer.u8(read::TOPIC);
+                writer.str(name);
+            }
+            Self::Owners { topic } => {
+                writer.u8(read::OWNERS);
+                writer.str(topic);
+            }
+            Self::Users => writer.u8(read::USERS),
+            Self::Status => writer.u8(read::STATUS),
+        }
+    }
+}
+
+impl Decode for LocalRead {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match reader.u8("read kind")? {
+            read::TOPIC => Self::Topic {
+                name: reader.str("topic name")?,
+            },
+            read::OWNERS => Self::Owners {
+                topic: reader.str("topic name")?,
+            },
+            read::USERS => Self::Users,
+            read::STATUS => Self::Status,
+            other => return Err(invalid("read kind", other)),
+        })
+    }
+}
+
+impl Encode for LocalReadAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        match self {
+            Self::Topic {
+                topic,
+                applied_index,
+            } => {
+                writer.u8(read::TOPIC);
+                put_option(writer, topic.as_ref(), put_topic);
+                writer.u64(*applied_index);
+            }
+            Self::Owners { owners } => {
+                writer.u8(read::OWNERS);
+                put_count(writer, "owners", owners.len(), PARTITION_SLOTS_MAX);
+                for owner in owners {
+                    put_option(writer, owner.as_deref(), Writer::str);
+                }
+            }
+            Self::Users { usernames } => {
+                writer.u8(read::USERS);
+                put_count(writer, "usernames", usernames.len(), USERNAMES_MAX);
+                for username in usernames {
+                    writer.str(username);
+                }
+            }
+            Self::Status(status) => {
+                writer.u8(read::STATUS);
+                status.encode(writer);
+            }
+        }
+    }
+}
+
+impl Decode for LocalReadAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match reader.u8("read kind")? {
+            read::TOPIC => Self::Topic {
+                topic: get_option(reader, "topic", get_topic)?,
+                applied_index: reader.u64("applied index")?,
+            },
+            read::OWNERS => {
+                let count = get_count(reader, "owners", PARTITION_SLOTS_MAX, 1)?;
+                let mut owners = Vec::with_capacity(count);
+                for _ in 0..count {
+                    owners.push(get_option(reader, "owner", |reader| reader.str("owner"))?);
+                }
+                Self::Owners { owners }
+            }
+            read::USERS => {
+                let count = get_count(reader, "usernames", USERNAMES_MAX, 4)?;
+                let mut usernames = Vec::with_capacity(count);
+                for _ in 0..count {
+                    usernames.push(reader.str("username")?);
+                }
+                Self::Users { usernames }
+            }
+            read::STATUS => Self::Status(Status::decode(reader)?),
+            other => return Err(invalid("read kind", other)),
+        })
+    }
+}
+
+fn put_ids(writer: &mut Writer, field: &'static str, ids: &[ControlNodeId]) {
+    put_count(writer, field, ids.len(), MEMBERSHIP_NODES_MAX);
+    for id in ids {
+        writer.u64(*id);
+    }
+}
+
+fn get_ids(reader: &mut Reader, field: &'static str) -> Result<Vec<ControlNodeId>, DecodeError> {
+    let count = get_count(reader, field, MEMBERSHIP_NODES_MAX, 8)?;
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        ids.push(reader.u64(field)?);
+    }
+    Ok(ids)
+}
+
+impl Encode for Status {
+    fn encode(&self, writer: &mut Writer) {
+        writer.u64(self.node_id);
+        writer.str(&self.state);
+        writer.u64(self.term);
+        put_option(writer, self.leader.as_ref(), |writer, id| writer.u64(*id));
+        writer.u64(self.last_log_index);
+        writer.u64(self.applied_index);
+        writer.u64(self.leader_commit_index);
+        writer.u64(self.snapshot_index);
+        writer.u64(self.purged_index);
+        put_ids(writer, "voters", &self.voters);
+        put_ids(writer, "learners", &self.learners);
+    }
+}
+
+impl Decode for Status {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            node_id: reader.u64("node id")?,
+            state: reader.str("state")?,
+            term: reader.u64("term")?,
+            leader: get_option(reader, "leader", |reader| reader.u64("leader"))?,
+            last_log_index: reader.u64("last log index")?,
+            applied_index: reader.u64("applied index")?,
+            leader_commit_index: reader.u64("leader commit index")?,
+            snapshot_index: reader.u64("snapshot index")?,
+            purged_index: reader.u64("purged index")?,
+            voters: get_ids(reader, "voters")?,
+            learners: get_ids(reader, "learners")?,
+        })
+    }
+}
+
+/// Tags of [`ConfirmQuestion`].
+mod question {
+    pub(super) const INCARNATION: u8 = 1;
+    pub(super) const ATTACH_EPOCH: u8 = 2;
+}
+
+impl Encode for ConfirmRequest {
+    fn encode(&self, writer: &mut Writer) {
+        match &self.question {
+            ConfirmQuestion::Incarnation { name, id } => {
+                writer.u8(question::INCARNATION);
+                writer.str(name);
+                put_incarnation(writer, id);
+            }
+            ConfirmQuestion::AttachEpoch { child, epoch } => {
+                writer.u8(question::ATTACH_EPOCH);
+                writer.str(child);
+                put_epoch(writer, epoch);
+            }
+        }
+        put_bool(writer, self.forwarded);
+    }
+}
+
+impl Decode for ConfirmRequest {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let question = match reader.u8("question kind")? {
+            question::INCARNATION => ConfirmQuestion::Incarnation {
+                name: reader.str("topic name")?,
+                id: get_incarnation(reader, "incarnation id")?,
+            },
+            question::ATTACH_EPOCH => ConfirmQuestion::AttachEpoch {
+                child: reader.str("child name")?,
+                epoch: get_epoch(reader, "attach epoch")?,
+            },
+            other => return Err(invalid("question kind", other)),
+        };
+        Ok(Self {
+            question,
+            forwarded: get_bool(reader, "forwarded")?,
+        })
+    }
+}
+
+impl Encode for ConfirmAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        put_bool(writer, self.current);
+        writer.u64(self.read_index);
+    }
+}
+
+impl Decode for ConfirmAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            current: get_bool(reader, "current")?,
+            read_index: reader.u64("read index")?,
+        })
+    }
+}
+
+/// Tags of [`MemberReport`].
+mod report {
+    pub(super) const REGISTER: u8 = 1;
+    pub(super) const HEARTBEAT: u8 = 2;
+}
+
+impl Encode for MemberRequest {
+    fn encode(&self, writer: &mut Writer) {
+        match &self.report {
+            MemberReport::Register {
+                id,
+                http_addr,
+                rpc_addr,
+            } => {
+                writer.u8(report::REGISTER);
+                writer.str(id);
+                writer.str(http_addr);
+                writer.str(rpc_addr);
+            }
+            MemberReport::Heartbeat { id } => {
+                writer.u8(report::HEARTBEAT);
+                writer.str(id);
+            }
+        }
+        put_bool(writer, self.forwarded);
+    }
+}
+
+impl Decode for MemberRequest {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let report = match reader.u8("report kind")? {
+            report::REGISTER => MemberReport::Register {
+                id: reader.str("member id")?,
+                http_addr: reader.str("http address")?,
+                rpc_addr: reader.str("rpc address")?,
+            },
+            report::HEARTBEAT => MemberReport::Heartbeat {
+                id: reader.str("member id")?,
+            },
+            other => return Err(invalid("report kind", other)),
+        };
+        Ok(Self {
+            report,
+            forwarded: get_bool(reader, "forwarded")?,
+        })
+    }
+}
+
+impl Encode for JoinRequest {
+    fn encode(&self, writer: &mut Writer) {
+        writer.u64(self.id);
+        writer.str(&self.addr);
+        put_bool(writer, self.forwarded);
+    }
+}
+
+impl Decode for JoinRequest {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            id: reader.u64("node id")?,
+            addr: reader.str("cluster address")?,
+            forwarded: get_bool(reader, "forwarded")?,
+        })
+    }
+}
+
+/// Tags of [`JoinAnswer`].
+mod join {
+    pub(super) const PROMOTED: u8 = 1;
+    pub(super) const VOTER: u8 = 2;
+}
+
+impl Encode for JoinAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        writer.u8(match self {
+            Self::Promoted => join::PROMOTED,
+            Self::Voter => join::VOTER,
+        });
+    }
+}
+
+impl Decode for JoinAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        match reader.u8("join answer")? {
+            join::PROMOTED => Ok(Self::Promoted),
+            join::VOTER => Ok(Self::Voter),
+            other => Err(invalid("join answer", other)),
+        }
+    }
 }

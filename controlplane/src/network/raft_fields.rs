@@ -1,0 +1,459 @@
+//! Field-by-field encodings of the openraft 0.9.25 values that travel in
+//! Raft RPCs: votes, log ids, log entries, memberships, snapshot metadata
+//! and the errors a peer's Raft answers with. Layouts are drawn in
+//! `docs/internals/controlplane.md` ("Wire formats"); a change to one is a
+//! new message version.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use narad_protocol::{DecodeError, Reader, Writer};
+use openraft::error::{Fatal, InstallSnapshotError, SnapshotMismatch};
+use openraft::storage::SnapshotSignature;
+use openraft::{
+    AnyError, BasicNode, CommittedLeaderId, EntryPayload, ErrorSubject, ErrorVerb, Membership,
+    SnapshotSegmentId, StorageError, StorageIOError, Vote,
+};
+
+use super::fields::{get_bool, get_count, get_option, invalid, put_bool, put_count, put_option};
+use super::metastore_fields::{get_command, put_command};
+use crate::raft::{ControlNodeId, Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+
+/// The most configurations a membership holds: one, or two while a joint
+/// consensus moves from the old voters to the new.
+pub(crate) const MEMBERSHIP_CONFIGS_MAX: u32 = 2;
+
+/// The most nodes a membership names (and voters one configuration names).
+/// A control plane has a handful of voters; the bound only stops a forged
+/// count.
+pub(crate) const MEMBERSHIP_NODES_MAX: u32 = 1_024;
+
+/// Bytes of an encoded log id: term, leader node id, index.
+pub(crate) const LOG_ID_BYTES: usize = 24;
+
+/// Appends a vote: term, node id, committed flag (17 bytes).
+pub(crate) fn put_vote(writer: &mut Writer, vote: &Vote<ControlNodeId>) {
+    writer.u64(vote.leader_id.term);
+    writer.u64(vote.leader_id.node_id);
+    put_bool(writer, vote.committed);
+}
+
+/// Reads a vote written by [`put_vote`].
+pub(crate) fn get_vote(reader: &mut Reader) -> Result<Vote<ControlNodeId>, DecodeError> {
+    let term = reader.u64("vote term")?;
+    let node_id = reader.u64("vote node id")?;
+    let committed = get_bool(reader, "vote committed")?;
+    Ok(if committed {
+        Vote::new_committed(term, node_id)
+    } else {
+        Vote::new(term, node_id)
+    })
+}
+
+/// Appends a log id: the term and node id of the leader that wrote it, and
+/// its index ([`LOG_ID_BYTES`]).
+pub(crate) fn put_log_id(writer: &mut Writer, log_id: &LogId) {
+    writer.u64(log_id.leader_id.term);
+    writer.u64(log_id.leader_id.node_id);
+    writer.u64(log_id.index);
+}
+
+/// Reads a log id written by [`put_log_id`].
+pub(crate) fn get_log_id(reader: &mut Reader) -> Result<LogId, DecodeError> {
+    let term = reader.u64("log id term")?;
+    let node_id = reader.u64("log id node id")?;
+    let index = reader.u64("log id index")?;
+    Ok(LogId::new(CommittedLeaderId::new(term, node_id), index))
+}
+
+/// Appends an optional log id (presence byte, then the log id).
+pub(crate) fn put_opt_log_id(writer: &mut Writer, log_id: Option<&LogId>) {
+    put_option(writer, log_id, put_log_id);
+}
+
+/// Reads an optional log id written by [`put_opt_log_id`].
+pub(crate) fn get_opt_log_id(
+    reader: &mut Reader,
+    field: &'static str,
+) -> Result<Option<LogId>, DecodeError> {
+    get_option(reader, field, get_log_id)
+}
+
+/// Appends a membership: its configurations (each its voter ids, ascending),
+/// then every node (voters and learners) with its cluster address.
+pub(crate) fn put_membership(
+    writer: &mut Writer,
+    membership: &Membership<ControlNodeId, BasicNode>,
+) {
+    let configs = membership.get_joint_config();
+    put_count(
+        writer,
+        "membership configs",
+        configs.len(),
+        MEMBERSHIP_CONFIGS_MAX,
+    );
+    for config in configs {
+        put_count(
+            writer,
+            "membership voters",
+            config.len(),
+            MEMBERSHIP_NODES_MAX,
+        );
+        for id in config {
+            writer.u64(*id);
+        }
+    }
+    let nodes: Vec<_> = membership.nodes().collect();
+    put_count(
+        writer,
+        "membership nodes",
+        nodes.len(),
+        MEMBERSHIP_NODES_MAX,
+    );
+    for (id, node) in nodes {
+        writer.u64(*id);
+        writer.str(&node.addr);
+    }
+}
+
+/// Reads a membership written by [`put_membership`]. Ids must be strictly
+/// ascending (a set has one encoding), and every voter must be among the
+/// nodes, as in every membership openraft builds.
+pub(crate) fn get_membership(
+    reader: &mut Reader,
+) -> Result<Membership<ControlNodeId, BasicNode>, DecodeError> {
+    let config_count = get_count(reader, "membership configs", MEMBERSHIP_CONFIGS_MAX, 4)?;
+    let mut configs = Vec::with_capacity(config_count);
+    for _ in 0..config_count {
+        let voter_count = get_count(reader, "membership voters", MEMBERSHIP_NODES_MAX, 8)?;
+        let mut voters = BTreeSet::new();
+        for _ in 0..voter_count {
+            let id = reader.u64("voter id")?;
+            if voters.last().is_some_and(|last| *last >= id) {
+                return Err(invalid("voter id (not ascending)", id));
+            }
+            voters.insert(id);
+        }
+        configs.push(voters);
+    }
+    let node_count = get_count(reader, "membership nodes", MEMBERSHIP_NODES_MAX, 12)?;
+    let mut nodes = BTreeMap::new();
+    for _ in 0..node_count {
+        let id = reader.u64("node id")?;
+        if nodes.last_key_value().is_some_and(|(last, _)| *last >= id) {
+            return Err(invalid("node id (not ascending)", id));
+        }
+        nodes.insert(id, BasicNode::new(reader.str("node address")?));
+    }
+    for voter in configs.iter().flatten() {
+        if !nodes.contains_key(voter) {
+            return Err(invalid("voter id (not among the nodes)", *voter));
+        }
+    }
+    Ok(Membership::new(configs, nodes))
+}
+
+/// Appends a stored membership: the log id that carried it, then it.
+pub(crate) fn put_stored_membership(writer: &mut Writer, stored: &StoredMembership) {
+    put_opt_log_id(writer, stored.log_id().as_ref());
+    put_membership(writer, stored.membership());
+}
+
+/// Reads a stored membership written by [`put_stored_membership`].
+pub(crate) fn get_stored_membership(reader: &mut Reader) -> Result<StoredMembership, DecodeError> {
+    let log_id = get_opt_log_id(reader, "membership log id")?;
+    let membership = get_membership(reader)?;
+    Ok(StoredMembership::new(log_id, membership))
+}
+
+/// Appends a snapshot's metadata: last log id, last membership, id.
+pub(crate) fn put_snapshot_meta(writer: &mut Writer, meta: &SnapshotMeta) {
+    put_opt_log_id(writer, meta.last_log_id.as_ref());
+    put_stored_membership(writer, &meta.last_membership);
+    writer.str(&meta.snapshot_id);
+}
+
+/// Reads snapshot metadata written by [`put_snapshot_meta`].
+pub(crate) fn get_snapshot_meta(reader: &mut Reader) -> Result<SnapshotMeta, DecodeError> {
+    Ok(SnapshotMeta {
+        last_log_id: get_opt_log_id(reader, "snapshot last log id")?,
+        last_membership: get_stored_membership(reader)?,
+        snapshot_id: reader.str("snapshot id")?,
+    })
+}
+
+/// Payload kinds of a log entry.
+mod payload {
+    pub(super) const BLANK: u8 = 0;
+    pub(super) const NORMAL: u8 = 1;
+    pub(super) const MEMBERSHIP: u8 = 2;
+}
+
+/// Appends a log entry: its log id, a payload kind, then the payload (a
+/// metastore command blob or a membership; nothing for a blank entry).
+pub(crate) fn put_entry(writer: &mut Writer, entry: &Entry) {
+    put_log_id(writer, &entry.log_id);
+    match &entry.payload {
+        EntryPayload::Blank => writer.u8(payload::BLANK),
+        EntryPayload::Normal(command) => {
+            writer.u8(payload::NORMAL);
+            put_command(writer, command);
+        }
+        EntryPayload::Membership(membership) => {
+            writer.u8(payload::MEMBERSHIP);
+            put_membership(writer, membership);
+        }
+    }
+}
+
+/// Smallest encoded entry: a log id and a payload kind.
+pub(crate) const ENTRY_BYTES_MIN: usize = LOG_ID_BYTES + 1;
+
+/// Reads a log entry written by [`put_entry`].
+pub(crate) fn get_entry(reader: &mut Reader) -> Result<Entry, DecodeError> {
+    let log_id = get_log_id(reader)?;
+    let payload: EntryPayload<TypeConfig> = match reader.u8("entry payload kind")? {
+        payload::BLANK => EntryPayload::Blank,
+        payload::NORMAL => EntryPayload::Normal(get_command(reader)?),
+        payload::MEMBERSHIP => EntryPayload::Membership(get_membership(reader)?),
+        other => return Err(invalid("entry payload kind", other)),
+    };
+    Ok(Entry { log_id, payload })
+}
+
+/// Tags of [`Fatal`].
+mod fatal {
+    pub(super) const STORAGE: u8 = 1;
+    pub(super) const PANICKED: u8 = 2;
+    pub(super) const STOPPED: u8 = 3;
+}
+
+/// Appends a fatal error of a peer's Raft.
+pub(crate) fn put_fatal(writer: &mut Writer, error: &Fatal<ControlNodeId>) {
+    match error {
+        Fatal::StorageError(storage) => {
+            writer.u8(fatal::STORAGE);
+            put_storage_error(writer, storage);
+        }
+        Fatal::Panicked => writer.u8(fatal::PANICKED),
+        Fatal::Stopped => writer.u8(fatal::STOPPED),
+    }
+}
+
+/// Reads a fatal error written by [`put_fatal`].
+pub(crate) fn get_fatal(reader: &mut Reader) -> Result<Fatal<ControlNodeId>, DecodeError> {
+    match reader.u8("fatal error kind")? {
+        fatal::STORAGE => Ok(Fatal::StorageError(get_storage_error(reader)?)),
+        fatal::PANICKED => Ok(Fatal::Panicked),
+        fatal::STOPPED => Ok(Fatal::Stopped),
+        other => Err(invalid("fatal error kind", other)),
+    }
+}
+
+/// Kinds of [`StorageError`].
+mod storage {
+    pub(super) const IO: u8 = 1;
+    pub(super) const DEFENSIVE: u8 = 2;
+}
+
+/// Appends a storage error: its kind, the subject, and for an I/O error the
+/// verb; the cause travels as its text (`AnyError`'s display, or the
+/// violated defensive check's).
+fn put_storage_error(writer: &mut Writer, error: &StorageError<ControlNodeId>) {
+    match error {
+        StorageError::IO { source } => {
+            let parts = IoParts::of(source);
+            writer.u8(storage::IO);
+            put_subject(writer, &parts.subject);
+            writer.u8(verb_tag(parts.verb));
+            writer.str(&parts.cause);
+        }
+        StorageError::Defensive { source } => {
+            writer.u8(storage::DEFENSIVE);
+            put_subject(writer, &source.subject);
+            writer.str(&source.violation.to_string());
+        }
+    }
+}
+
+/// The parts of an I/O storage error. openraft 0.9 keeps them private and
+/// exposes them only through serde, so they are read that way; should that
+/// ever fail, the error's whole text becomes the cause.
+struct IoParts {
+    subject: ErrorSubject<ControlNodeId>,
+    verb: ErrorVerb,
+    cause: String,
+}
+
+impl IoParts {
+    fn of(error: &StorageIOError<ControlNodeId>) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Fields {
+            subject: ErrorSubject<ControlNodeId>,
+            verb: ErrorVerb,
+            source: AnyError,
+        }
+        serde_json::to_value(error)
+            .and_then(serde_json::from_value::<Fields>)
+            .map_or_else(
+                |_| Self {
+                    subject: ErrorSubject::None,
+                    verb: ErrorVerb::Read,
+                    cause: error.to_string(),
+                },
+                |fields| Self {
+                    subject: fields.subject,
+                    verb: fields.verb,
+                    cause: fields.source.to_string(),
+                },
+            )
+    }
+}
+
+/// Reads a storage error written by [`put_storage_error`]. A defensive-check
+/// violation arrives as an I/O error (verb `Read`) whose cause is the
+/// violation's text: openraft's `Violation` is not rebuilt on this side,
+/// where the caller only reports it.
+fn get_storage_error(reader: &mut Reader) -> Result<StorageError<ControlNodeId>, DecodeError> {
+    let kind = reader.u8("storage error kind")?;
+    if kind != storage::IO && kind != storage::DEFENSIVE {
+        return Err(invalid("storage error kind", kind));
+    }
+    let subject = get_subject(reader)?;
+    let verb = if kind == storage::IO {
+        verb_of(reader.u8("storage error verb")?)?
+    } else {
+        ErrorVerb::Read
+    };
+    let cause = reader.str("storage error cause")?;
+    let cause = if kind == storage::DEFENSIVE {
+        format!("defensive check failed: {cause}")
+    } else {
+        cause
+    };
+    Ok(StorageError::IO {
+        source: StorageIOError::new(subject, verb, AnyError::error(cause)),
+    })
+}
+
+fn verb_tag(verb: ErrorVerb) -> u8 {
+    match verb {
+        ErrorVerb::Read => 1,
+        ErrorVerb::Write => 2,
+        ErrorVerb::Seek => 3,
+        ErrorVerb::Delete => 4,
+    }
+}
+
+fn verb_of(tag: u8) -> Result<ErrorVerb, DecodeError> {
+    match tag {
+        1 => Ok(ErrorVerb::Read),
+        2 => Ok(ErrorVerb::Write),
+        3 => Ok(ErrorVerb::Seek),
+        4 => Ok(ErrorVerb::Delete),
+        other => Err(invalid("storage error verb", other)),
+    }
+}
+
+/// Tags of [`ErrorSubject`].
+mod subject {
+    pub(super) const STORE: u8 = 1;
+    pub(super) const VOTE: u8 = 2;
+    pub(super) const LOGS: u8 = 3;
+    pub(super) const LOG: u8 = 4;
+    pub(super) const LOG_INDEX: u8 = 5;
+    pub(super) const APPLY: u8 = 6;
+    pub(super) const STATE_MACHINE: u8 = 7;
+    pub(super) const SNAPSHOT: u8 = 8;
+    pub(super) const NONE: u8 = 9;
+}
+
+fn put_subject(writer: &mut Writer, value: &ErrorSubject<ControlNodeId>) {
+    match value {
+        ErrorSubject::Store => writer.u8(subject::STORE),
+        ErrorSubject::Vote => writer.u8(subject::VOTE),
+        ErrorSubject::Logs => writer.u8(subject::LOGS),
+        ErrorSubject::Log(log_id) => {
+            writer.u8(subject::LOG);
+            put_log_id(writer, log_id);
+        }
+        ErrorSubject::LogIndex(index) => {
+            writer.u8(subject::LOG_INDEX);
+            writer.u64(*index);
+        }
+        ErrorSubject::Apply(log_id) => {
+            writer.u8(subject::APPLY);
+            put_log_id(writer, log_id);
+        }
+        ErrorSubject::StateMachine => writer.u8(subject::STATE_MACHINE),
+        ErrorSubject::Snapshot(signature) => {
+            writer.u8(subject::SNAPSHOT);
+            put_option(writer, signature.as_ref(), |writer, signature| {
+                put_opt_log_id(writer, signature.last_log_id.as_ref());
+                put_opt_log_id(writer, signature.last_membership_log_id.as_ref());
+                writer.str(&signature.snapshot_id);
+            });
+        }
+        ErrorSubject::None => writer.u8(subject::NONE),
+    }
+}
+
+fn get_subject(reader: &mut Reader) -> Result<ErrorSubject<ControlNodeId>, DecodeError> {
+    Ok(match reader.u8("storage error subject")? {
+        subject::STORE => ErrorSubject::Store,
+        subject::VOTE => ErrorSubject::Vote,
+        subject::LOGS => ErrorSubject::Logs,
+        subject::LOG => ErrorSubject::Log(get_log_id(reader)?),
+        subject::LOG_INDEX => ErrorSubject::LogIndex(reader.u64("subject log index")?),
+        subject::APPLY => ErrorSubject::Apply(get_log_id(reader)?),
+        subject::STATE_MACHINE => ErrorSubject::StateMachine,
+        subject::SNAPSHOT => {
+            ErrorSubject::Snapshot(get_option(reader, "snapshot signature", |reader| {
+                Ok(SnapshotSignature {
+                    last_log_id: get_opt_log_id(reader, "signature last log id")?,
+                    last_membership_log_id: get_opt_log_id(reader, "signature membership log id")?,
+                    snapshot_id: reader.str("signature snapshot id")?,
+                })
+            })?)
+        }
+        subject::NONE => ErrorSubject::None,
+        other => return Err(invalid("storage error subject", other)),
+    })
+}
+
+/// Appends an install-snapshot refusal: the segment expected, the segment
+/// received (each a snapshot id and an offset).
+pub(crate) fn put_install_snapshot_error(writer: &mut Writer, error: &InstallSnapshotError) {
+    match error {
+        InstallSnapshotError::SnapshotMismatch(mismatch) => {
+            writer.u8(1);
+            for segment in [&mismatch.expect, &mismatch.got] {
+                writer.str(&segment.id);
+                writer.u64(segment.offset);
+            }
+        }
+    }
+}
+
+/// Reads an install-snapshot refusal written by
+/// [`put_install_snapshot_error`].
+pub(crate) fn get_install_snapshot_error(
+    reader: &mut Reader,
+) -> Result<InstallSnapshotError, DecodeError> {
+    match reader.u8("install snapshot error kind")? {
+        1 => {
+            let mut segment = |field_id, field_offset| -> Result<_, DecodeError> {
+                Ok(SnapshotSegmentId {
+                    id: reader.str(field_id)?,
+                    offset: reader.u64(field_offset)?,
+                })
+            };
+            let expect = segment("expected snapshot id", "expected offset")?;
+            let got = segment("received snapshot id", "received offset")?;
+            Ok(InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
+                expect,
+                got,
+            }))
+        }
+        other => Err(invalid("install snapshot error kind", other)),
+    }
+}
