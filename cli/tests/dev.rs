@@ -8,6 +8,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
 const NARAD: &str = env!("CARGO_BIN_EXE_narad");
 
 /// A ceiling on every wait: it turns a hang into a failure, it asserts no
@@ -21,11 +24,25 @@ struct Dev {
     port: u16,
 }
 
+/// The root admin's password in the secured tests.
+const ADMIN_PASSWORD: &str = "dev-admin-password-for-tests";
+
 impl Dev {
     fn start(data_dir: &Path, port: u16) -> Self {
+        Self::start_with(data_dir, port, &[])
+    }
+
+    /// `narad dev --secure` with the root admin's password set.
+    fn start_secure(data_dir: &Path, port: u16) -> Self {
+        Self::start_with(data_dir, port, &["--secure"])
+    }
+
+    fn start_with(data_dir: &Path, port: u16, extra_args: &[&str]) -> Self {
         let child = Command::new(NARAD)
             .args(["dev", "--port", &port.to_string(), "--data-dir"])
             .arg(data_dir)
+            .args(extra_args)
+            .env("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -50,11 +67,26 @@ impl Dev {
     }
 
     fn try_request(&self, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+        self.try_request_as(None, method, path, body)
+    }
+
+    /// A request with HTTP Basic credentials `user` (name, password).
+    fn try_request_as(
+        &self,
+        user: Option<(&str, &str)>,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).ok()?;
         stream.set_read_timeout(Some(WAIT_MAX)).ok()?;
+        let authorization = user.map_or_else(String::new, |(name, password)| {
+            let encoded = BASE64.encode(format!("{name}:{password}"));
+            format!("Authorization: Basic {encoded}\r\n")
+        });
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+             {authorization}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).ok()?;
@@ -168,4 +200,37 @@ fn dev_stops_on_sigterm_and_keeps_its_topics_and_records_across_a_restart() {
     assert_eq!(status, 409, "{body}");
     let output = dev.terminate();
     assert!(output.status.success());
+}
+
+#[test]
+fn secure_dev_answers_401_to_a_request_without_credentials() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start_secure(data.path(), free_port());
+    let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"guarded"}"#);
+    assert_eq!(status, 401, "{body}");
+}
+
+#[test]
+fn secure_dev_creates_a_topic_for_the_root_admin() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start_secure(data.path(), free_port());
+    let (status, body) = dev
+        .try_request_as(
+            Some(("admin", ADMIN_PASSWORD)),
+            "POST",
+            "/v1/topics",
+            r#"{"name":"guarded"}"#,
+        )
+        .expect("an HTTP answer");
+    assert_eq!(status, 201, "{body}");
+}
+
+#[test]
+fn secure_dev_says_in_its_banner_that_security_is_on() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start_secure(data.path(), free_port());
+    let output = dev.terminate();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("DEVELOPMENT NODE, SECURITY ON"), "{stderr}");
 }
