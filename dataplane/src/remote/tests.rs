@@ -577,3 +577,40 @@ async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
         .collect();
     assert_eq!(stored, sent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_budget_is_spent_fails_without_sending() {
+    let older = Arc::new(OlderOwner::default());
+    let owner = bind(older.router());
+    let target = sender(owner.local_addr(), Arc::default());
+    let mut order = order(
+        &replica(SENDER, OWNER, ORDERS_ID),
+        "orders",
+        0,
+        &[("", "too late", Some(ORDERS_ID))],
+    );
+    order.budget = Duration::ZERO;
+
+    assert_eq!(run(&target, order).await, (CommitOutcome::Failed, 1));
+    assert_eq!(older.counts(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_its_runtime_drops_is_reported_failed() {
+    let gone = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let handle = gone.handle().clone();
+    gone.shutdown_background();
+    let addresses = Arc::new(AddressTable::new());
+    addresses.set(OWNER, SocketAddr::from(([127, 0, 0, 1], 9)));
+    let target = RemoteCommitTarget::new(Arc::new(bind(Router::new())), addresses, handle);
+    let order = order(
+        &replica(SENDER, OWNER, ORDERS_ID),
+        "orders",
+        0,
+        &[("", "never run", Some(ORDERS_ID))],
+    );
+
+    assert_eq!(run(&target, order).await, (CommitOutcome::Failed, 1));
+}
