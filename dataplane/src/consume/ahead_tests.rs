@@ -155,9 +155,9 @@ fn arbitrary_position() -> impl Strategy<Value = ConsumerPosition> {
     let runs = prop::collection::vec(
         (
             prop_oneof![0..3u64, 0..200u64, 0..(1u64 << 30)],
-            prop_oneof![Just(1u64), 1..5u64, 1..300u64],
+            prop_oneof![Just(1u64), 1..5u64, 1..40u64],
         ),
-        0..2_500,
+        0..1_200,
     );
     (frontier, runs).prop_map(|(frontier, runs)| {
         let mut acked_ahead = Vec::new();
@@ -175,7 +175,7 @@ fn arbitrary_position() -> impl Strategy<Value = ConsumerPosition> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn slot_round_trip_keeps_frontier_and_a_prefix_of_the_set(
