@@ -1,6 +1,10 @@
-//! The partition logs this node owns, opened on first use.
+//! The partition logs this node owns, opened on first use, and the topic
+//! directories they live in: which incarnation each directory holds, and
+//! the quarantine of a directory whose incarnation was replaced or deleted
+//! (see [`super::incarnation`] and `docs/internals/topic-directories.md`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -8,15 +12,26 @@ use narad_disk::Disk;
 use narad_plog::{LogConfig, LogError, PartitionLog};
 use parking_lot::Mutex;
 
-use crate::dispatch::Destination;
+use super::incarnation::{
+    self, DirAction, Marker, MarkerToken, QuarantineStats, SweepReport, TopicDirError,
+};
+use crate::dispatch::{Destination, LeaderConfirm};
 
 /// Where a partition's log lives: `<data>/topics/<topic>/p<5 digits>`.
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: u32) -> PathBuf {
-    data_dir
-        .join("topics")
+    topics_dir(data_dir)
         .join(topic)
         .join(format!("p{partition:05}"))
 }
+
+/// Where topic directories live: `<data>/topics`.
+pub fn topics_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("topics")
+}
+
+/// Incarnations of one topic this process quarantined, remembered at most
+/// (each delete and recreate adds one; the oldest are forgotten first).
+const RETIRED_REMEMBERED_MAX: usize = 16;
 
 #[derive(Debug)]
 struct OpenLog {
@@ -24,14 +39,55 @@ struct OpenLog {
     log: Arc<PartitionLog>,
 }
 
+/// What this process knows of one topic directory. Its mutex is the topic
+/// guard: every open, close, stamp and rename of the topic runs under it.
+#[derive(Debug, Default)]
+struct TopicDir {
+    /// The incarnation id the marker was found or written to hold, since
+    /// the last rename of the directory.
+    verified: Option<Arc<str>>,
+    /// Incarnation ids this process quarantined: never served again.
+    retired: VecDeque<Arc<str>>,
+}
+
+impl TopicDir {
+    fn retire(&mut self, token: &MarkerToken) {
+        self.verified = None;
+        if let MarkerToken::Id(id) = token {
+            if self.retired.len() == RETIRED_REMEMBERED_MAX {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(Arc::clone(id));
+        }
+    }
+}
+
+/// What [`LocalLogs::retire_deleted`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retirement {
+    /// The topic had no directory here.
+    NoDirectory,
+    /// The directory now is this quarantined copy.
+    Quarantined(PathBuf),
+}
+
 /// Open partition logs, keyed by destination, each remembering the topic
 /// incarnation it was opened for.
+///
+/// Lock order: a topic guard, then the log map. Opens, closes and renames
+/// run under the topic guard, never under the map lock, so a slow open of
+/// one topic does not stall the logs of another.
 #[derive(Debug)]
 pub struct LocalLogs {
     disk: Arc<dyn Disk>,
     data_dir: PathBuf,
     config: LogConfig,
     open: Mutex<HashMap<Destination, OpenLog>>,
+    topics: Mutex<HashMap<Arc<str>, Arc<Mutex<TopicDir>>>>,
+    /// Held across the check-then-rename of a quarantine and the creation
+    /// of a topic directory, so this process never creates a directory
+    /// under a name it is about to rename onto.
+    namespace: Mutex<()>,
 }
 
 impl LocalLogs {
@@ -42,34 +98,46 @@ impl LocalLogs {
             data_dir: data_dir.into(),
             config,
             open: Mutex::new(HashMap::new()),
+            topics: Mutex::new(HashMap::new()),
+            namespace: Mutex::new(()),
         }
     }
 
     /// The log of `destination` for the live `incarnation`, opened (or
-    /// recovered) on first use. A log opened for another incarnation is
-    /// closed and opened again.
+    /// recovered) on first use.
+    ///
+    /// With an id, the topic directory's marker decides first: the same id
+    /// serves; no marker is stamped with the id; another id closes the
+    /// topic's open logs, renames the directory to `<topic>.stale-<old id>`
+    /// and opens a fresh one. An id this process (or a quarantined copy on
+    /// disk) already retired is refused: its caller read a topic record
+    /// that has since been replaced. Without an id (a topic from before
+    /// ids) the log is opened by name; no marker is read or written.
     ///
     /// # Errors
-    /// As [`PartitionLog::open`].
+    /// As [`PartitionLog::open`]; `Inconsistent` for a refused incarnation
+    /// or an unreadable marker (nothing is changed then); `Io` for a failed
+    /// stamp or rename (the directory is whole under one of its names).
     pub fn resolve(
         &self,
         destination: &Destination,
         incarnation: Option<&Arc<str>>,
     ) -> Result<Arc<PartitionLog>, LogError> {
-        let mut open = self.open.lock();
-        if let Some(entry) = open.get(destination) {
-            if entry.incarnation.as_ref() == incarnation {
-                return Ok(Arc::clone(&entry.log));
-            }
-            // A delete and recreate under the same name. Quarantining the
-            // old incarnation's directory is not built yet: the log is
-            // reopened in place.
-            tracing::warn!(%destination, "partition log reopened for a new topic incarnation");
-            if let Some(stale) = open.remove(destination)
-                && let Err(error) = stale.log.close()
-            {
-                tracing::warn!(%destination, %error, "closing the stale partition log failed");
-            }
+        if let Some(log) = self.current(destination, incarnation) {
+            return Ok(log);
+        }
+        let guard = self.topic_guard(&destination.topic);
+        let mut topic = guard.lock();
+        if let Some(log) = self.current(destination, incarnation) {
+            return Ok(log);
+        }
+        if let Some(id) = incarnation {
+            self.check_marker(&destination.topic, &mut topic, id)?;
+        }
+        let replaced = self.open.lock().remove(destination);
+        if let Some(stale) = replaced {
+            tracing::info!(%destination, "partition log reopened for another incarnation");
+            close_log(destination, &stale.log);
         }
         let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
         let log = Arc::new(PartitionLog::open(
@@ -77,7 +145,7 @@ impl LocalLogs {
             &dir,
             self.config.clone(),
         )?);
-        open.insert(
+        self.open.lock().insert(
             destination.clone(),
             OpenLog {
                 incarnation: incarnation.cloned(),
@@ -95,13 +163,296 @@ impl LocalLogs {
             .map(|entry| Arc::clone(&entry.log))
     }
 
+    /// The incarnation the open log of `destination` was opened for:
+    /// `None` when no log is open, `Some(None)` for one opened by name.
+    pub fn open_incarnation(&self, destination: &Destination) -> Option<Option<Arc<str>>> {
+        self.open
+            .lock()
+            .get(destination)
+            .map(|entry| entry.incarnation.clone())
+    }
+
     /// Closes every open log (writes each `hwm` file).
     pub fn close_all(&self) {
         let open = std::mem::take(&mut *self.open.lock());
         for (destination, entry) in open {
-            if let Err(error) = entry.log.close() {
-                tracing::warn!(%destination, %error, "closing a partition log failed");
+            close_log(&destination, &entry.log);
+        }
+    }
+
+    /// Retires the directory of `topic`, deleted from the replica: closes
+    /// its open logs and renames the directory to its quarantined name, so
+    /// [`Self::sweep_quarantine`] removes it once the leader confirms. The
+    /// name takes the marker's incarnation; a directory without a marker
+    /// is stamped first with `incarnation` (`None`: the `none` token of a
+    /// topic without an id).
+    ///
+    /// Call it only after the delete applied to this node's replica: a
+    /// retired incarnation is never served again by this process.
+    ///
+    /// # Errors
+    /// Refused for a malformed id, a malformed topic name, an unreadable
+    /// marker, or a quarantined name already taken; any disk error. The
+    /// directory is then whole under one of its names, and a later call
+    /// may retry.
+    pub fn retire_deleted(
+        &self,
+        topic: &str,
+        incarnation: Option<&str>,
+    ) -> Result<Retirement, TopicDirError> {
+        let topic_dir = topics_dir(&self.data_dir).join(topic);
+        let refused = |reason: String| TopicDirError::Refused {
+            dir: topic_dir.clone(),
+            reason,
+        };
+        if !incarnation::is_topic_dir_name(topic) {
+            return Err(refused("not a topic directory name".into()));
+        }
+        let asked = MarkerToken::of(incarnation)
+            .ok_or_else(|| refused(format!("malformed incarnation id {incarnation:?}")))?;
+        let guard = self.topic_guard(topic);
+        let mut state = guard.lock();
+        self.close_topic_logs(topic);
+        let exists = self.disk.exists(&topic_dir).map_err(TopicDirError::io(
+            "look for the topic directory",
+            &topic_dir,
+        ))?;
+        if !exists {
+            state.verified = None;
+            return Ok(Retirement::NoDirectory);
+        }
+        let marker = incarnation::read_marker(&*self.disk, &topic_dir)
+            .map_err(TopicDirError::io("read the marker", &topic_dir))?;
+        let token = match marker {
+            Marker::Holds(token) => token,
+            Marker::Missing => {
+                incarnation::write_marker(&*self.disk, &topic_dir, &asked)?;
+                asked
+            }
+            Marker::Unreadable(what) => return Err(refused(format!("unreadable marker: {what}"))),
+        };
+        let stale = self.quarantine(topic, &token)?;
+        state.retire(&token);
+        Ok(Retirement::Quarantined(stale))
+    }
+
+    /// Asks the leader, once per quarantined copy (at most
+    /// [`incarnation::QUARANTINE_QUESTIONS_PER_SWEEP_MAX`]), whether its
+    /// incarnation is gone, and removes the copies it confirms. An
+    /// unconfirmed or failed question keeps the copy for the next sweep.
+    /// Blocks while the leader answers: call it from a housekeeping thread,
+    /// not an async runtime worker.
+    pub fn sweep_quarantine(&self, leader: &dyn LeaderConfirm) -> SweepReport {
+        let topics = topics_dir(&self.data_dir);
+        let mut report = SweepReport::default();
+        let copies = match incarnation::list_quarantined(&*self.disk, &topics) {
+            Ok(copies) => copies,
+            Err(error) => {
+                tracing::warn!(%error, "listing quarantined topic directories failed");
+                report.listing_error = Some(error.to_string());
+                return report;
+            }
+        };
+        let asked = copies
+            .len()
+            .min(incarnation::QUARANTINE_QUESTIONS_PER_SWEEP_MAX);
+        report.deferred = copies.len() - asked;
+        for copy in &copies[..asked] {
+            let question = copy.token.gone_question(&copy.topic);
+            match leader.confirm_gone(&question) {
+                Ok(true) => match incarnation::remove_copy(&*self.disk, &topics, &copy.path) {
+                    Ok(()) => {
+                        tracing::info!(
+                            topic = %copy.topic,
+                            incarnation = copy.token.as_str(),
+                            "removed a quarantined topic incarnation the leader confirmed gone"
+                        );
+                        report.removed += 1;
+                    }
+                    Err(error) => {
+                        tracing::warn!(path = %copy.path.display(), %error, "removing a quarantined topic directory failed");
+                        report.removals_failed += 1;
+                    }
+                },
+                Ok(false) => report.unconfirmed += 1,
+                Err(error) => {
+                    tracing::warn!(
+                        topic = %copy.topic,
+                        incarnation = copy.token.as_str(),
+                        %error,
+                        "could not ask the leader about a quarantined topic incarnation; kept"
+                    );
+                    report.questions_failed += 1;
+                }
             }
         }
+        report
+    }
+
+    /// The quarantined copies on disk and the bytes of their files, for
+    /// the `narad_quarantined_copies` and `narad_quarantined_bytes` gauges.
+    /// Reads only directory listings, markers and file sizes.
+    ///
+    /// # Errors
+    /// A disk error.
+    pub fn quarantine_stats(&self) -> io::Result<QuarantineStats> {
+        let copies = incarnation::list_quarantined(&*self.disk, &topics_dir(&self.data_dir))?;
+        let mut stats = QuarantineStats::default();
+        for copy in copies {
+            stats.copies += 1;
+            stats.bytes += incarnation::tree_bytes(&*self.disk, &copy.path, 0)?;
+        }
+        Ok(stats)
+    }
+
+    /// Names of the topic directories on disk, quarantined copies left
+    /// out: what a startup reconcile compares with the replica to find
+    /// directories of topics deleted while this node was down.
+    ///
+    /// # Errors
+    /// A disk error.
+    pub fn topic_directories(&self) -> io::Result<Vec<String>> {
+        let topics = topics_dir(&self.data_dir);
+        let names = match self.disk.list_dir(&topics) {
+            Ok(names) => names,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let mut live = Vec::with_capacity(names.len());
+        for name in names {
+            if incarnation::is_quarantined_copy(&*self.disk, &topics, &name)?.is_none() {
+                live.push(name);
+            }
+        }
+        Ok(live)
+    }
+
+    /// The open log of `destination` if it was opened for `incarnation`.
+    fn current(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+    ) -> Option<Arc<PartitionLog>> {
+        self.open
+            .lock()
+            .get(destination)
+            .filter(|entry| entry.incarnation.as_ref() == incarnation)
+            .map(|entry| Arc::clone(&entry.log))
+    }
+
+    fn topic_guard(&self, topic: &str) -> Arc<Mutex<TopicDir>> {
+        Arc::clone(self.topics.lock().entry(Arc::from(topic)).or_default())
+    }
+
+    /// Makes the topic directory `id`'s (see [`Self::resolve`]). Runs under
+    /// the topic guard.
+    fn check_marker(
+        &self,
+        topic: &str,
+        state: &mut TopicDir,
+        id: &Arc<str>,
+    ) -> Result<(), TopicDirError> {
+        if state.verified.as_ref() == Some(id) {
+            return Ok(());
+        }
+        let topics = topics_dir(&self.data_dir);
+        let topic_dir = topics.join(topic);
+        let refused = |reason: String| TopicDirError::Refused {
+            dir: topic_dir.clone(),
+            reason,
+        };
+        if !incarnation::is_topic_dir_name(topic) {
+            return Err(refused("not a topic directory name".into()));
+        }
+        if !incarnation::is_incarnation_id(id) {
+            return Err(refused(format!("malformed incarnation id {id:?}")));
+        }
+        let token = MarkerToken::Id(Arc::clone(id));
+        let retired = state.retired.contains(id)
+            || incarnation::is_quarantined_copy(
+                &*self.disk,
+                &topics,
+                &incarnation::stale_dir_name(topic, &token),
+            )
+            .map_err(TopicDirError::io("look for a quarantined copy", &topic_dir))?
+            .is_some();
+        let marker = incarnation::read_marker(&*self.disk, &topic_dir)
+            .map_err(TopicDirError::io("read the marker", &topic_dir))?;
+        match incarnation::decide(&marker, id, retired) {
+            DirAction::Serve => {}
+            DirAction::Stamp => self.stamp(topic, &token)?,
+            DirAction::Quarantine(old) => {
+                self.close_topic_logs(topic);
+                let stale = self.quarantine(topic, &old)?;
+                state.retire(&old);
+                tracing::warn!(
+                    topic,
+                    old_incarnation = old.as_str(),
+                    incarnation = &**id,
+                    stale = %stale.display(),
+                    "topic directory of a replaced incarnation quarantined"
+                );
+                self.stamp(topic, &token)?;
+            }
+            DirAction::Refuse(reason) => return Err(refused(reason)),
+        }
+        state.verified = Some(Arc::clone(id));
+        Ok(())
+    }
+
+    /// Creates the topic directory if needed and writes its marker, durable
+    /// (directory entries included) before any log of the incarnation opens.
+    fn stamp(&self, topic: &str, token: &MarkerToken) -> Result<(), TopicDirError> {
+        let topics = topics_dir(&self.data_dir);
+        let topic_dir = topics.join(topic);
+        let _namespace = self.namespace.lock();
+        let topics_existed = self
+            .disk
+            .exists(&topics)
+            .map_err(TopicDirError::io("look for the topics directory", &topics))?;
+        self.disk
+            .create_dir_all(&topic_dir)
+            .map_err(TopicDirError::io("create the topic directory", &topic_dir))?;
+        incarnation::write_marker(&*self.disk, &topic_dir, token)?;
+        self.disk
+            .sync_dir(&topics)
+            .map_err(TopicDirError::io("sync the topics directory", &topics))?;
+        if !topics_existed {
+            self.disk
+                .sync_dir(&self.data_dir)
+                .map_err(TopicDirError::io("sync the data directory", &self.data_dir))?;
+        }
+        Ok(())
+    }
+
+    /// Renames the topic directory aside; its logs must be closed.
+    fn quarantine(&self, topic: &str, token: &MarkerToken) -> Result<PathBuf, TopicDirError> {
+        let _namespace = self.namespace.lock();
+        incarnation::quarantine_dir(&*self.disk, &topics_dir(&self.data_dir), topic, token)
+    }
+
+    /// Closes every open log of `topic`. Runs under its topic guard; the
+    /// map lock is held only to take the entries out.
+    fn close_topic_logs(&self, topic: &str) {
+        let closing: Vec<(Destination, OpenLog)> = {
+            let mut open = self.open.lock();
+            let keys: Vec<Destination> = open
+                .keys()
+                .filter(|destination| &*destination.topic == topic)
+                .cloned()
+                .collect();
+            keys.into_iter()
+                .filter_map(|key| open.remove(&key).map(|entry| (key, entry)))
+                .collect()
+        };
+        for (destination, entry) in closing {
+            close_log(&destination, &entry.log);
+        }
+    }
+}
+
+fn close_log(destination: &Destination, log: &PartitionLog) {
+    if let Err(error) = log.close() {
+        tracing::warn!(%destination, %error, "closing a partition log failed");
     }
 }

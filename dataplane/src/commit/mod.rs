@@ -7,10 +7,14 @@
 //! waits.
 
 mod combiner;
+pub mod incarnation;
 mod logs;
 
 pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem};
-pub use logs::{LocalLogs, partition_dir};
+pub use incarnation::{QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
+pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 
+#[cfg(test)]
+mod incarnation_tests;
 #[cfg(test)]
 mod tests;
