@@ -12,49 +12,60 @@ use narad_protocol::limits::messaging_permits;
 use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError, Status};
 
 use crate::commit::{Combiners, CommitBatch, CommitError, CommitItem};
-use crate::dispatch::Destination;
 use crate::dispatch::constants::COMMIT_BUDGET;
+use crate::dispatch::{Destination, Route, Topology};
+use crate::metadata::MetadataReplica;
 
 /// Name of the operation class remote commits run under: their own
 /// max(64, 4 × cores) permits, apart from the other messaging operations
 /// (spec §7: produce commits and other messaging ops are each capped).
 pub const COMMIT_OPERATION_LIMIT_NAME: &str = "produce-commit";
 
-/// Serves opcode 11 on this node: hands each batch to the combiner of its
-/// partition.
+/// Serves opcode 11 on this node: checks each batch on arrival against the
+/// metadata replica, then hands it to the combiner of its partition, which
+/// checks again under the produce lock.
 ///
 /// The transport's router is built before the data node's combiners exist,
-/// so the combiners are attached afterwards; until then every commit is
-/// answered `503`, which the sender retries.
+/// so they are attached afterwards; until then every commit is answered
+/// `503`, which the sender retries.
 #[derive(Debug)]
 pub struct CommitService {
-    combiners: OnceLock<Arc<Combiners>>,
+    serving: OnceLock<Serving>,
     caller_budget: Duration,
+}
+
+#[derive(Debug)]
+struct Serving {
+    combiners: Arc<Combiners>,
+    replica: Arc<MetadataReplica>,
 }
 
 impl CommitService {
     /// A service answering `503` until [`CommitService::attach`].
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
-            combiners: OnceLock::new(),
+            serving: OnceLock::new(),
             caller_budget: COMMIT_BUDGET,
         })
     }
 
     /// A service serving `combiners` at once.
-    pub fn with_combiners(combiners: Arc<Combiners>) -> Arc<Self> {
+    pub fn with_combiners(combiners: Arc<Combiners>, replica: Arc<MetadataReplica>) -> Arc<Self> {
         let service = Self::new();
-        service.attach(combiners);
+        service.attach(combiners, replica);
         service
     }
 
-    /// Starts serving commits into `combiners`.
+    /// Starts serving commits into `combiners`, checking arrivals against
+    /// `replica` (the node's replica, the one the combiners check too).
     ///
     /// # Panics
-    /// If combiners were attached already: a node has one set.
-    pub fn attach(&self, combiners: Arc<Combiners>) {
+    /// If the service was attached already: a node has one set of
+    /// combiners.
+    pub fn attach(&self, combiners: Arc<Combiners>, replica: Arc<MetadataReplica>) {
+        let serving = Serving { combiners, replica };
         assert!(
-            self.combiners.set(combiners).is_ok(),
+            self.serving.set(serving).is_ok(),
             "commit service attached twice"
         );
     }
@@ -76,21 +87,28 @@ impl CommitService {
 
     async fn handle(&self, inbound: Inbound) -> Result<Response, RpcError> {
         let batch = decode_commit_request(inbound.request.body)?;
-        let Some(combiners) = self.combiners.get().map(Arc::clone) else {
+        let Some(serving) = self.serving.get() else {
             return Err(RpcError::unavailable(
                 "this data node does not serve commits yet",
             ));
         };
         let destination = Destination::new(batch.topic(), batch.partition());
         let records = batch.records().len();
+        let items = commit_items(batch);
+        // What the combiner checks again under the lock, checked on the
+        // way in: a refusal costs no queueing behind other batches, and a
+        // partition this node does not own gets no combiner.
+        check_on_arrival(&serving.replica, &destination, &items)
+            .map_err(|error| refusal(&destination, error, inbound.peer))?;
         // The sender gives up within its budget of at most this long after
         // sending, so a batch still queued past it has nobody waiting.
         let commit = CommitBatch {
-            items: commit_items(batch),
+            items,
             deadline: Instant::now() + self.caller_budget,
         };
         let committed = {
             let destination = destination.clone();
+            let combiners = Arc::clone(&serving.combiners);
             // The combiner blocks (produce lock, fdatasync). If the sender
             // cancels, the commit still runs to its end: the combiner
             // never leaves half a batch behind.
@@ -109,6 +127,33 @@ impl CommitService {
             }
             Err(error) => Err(refusal(&destination, error, inbound.peer)),
         }
+    }
+}
+
+/// Whether the replica lets this node commit `items` to `destination` now:
+/// it owns the partition, and every record carrying an incarnation id
+/// carries the live one.
+fn check_on_arrival(
+    replica: &MetadataReplica,
+    destination: &Destination,
+    items: &[CommitItem],
+) -> Result<(), CommitError> {
+    if !matches!(replica.route(destination), Route::Owner { local: true, .. }) {
+        return Err(CommitError::NotOwner);
+    }
+    let live = replica
+        .topic_meta(&destination.topic)
+        .and_then(|topic| topic.incarnation_id.clone());
+    let stale = items
+        .iter()
+        .filter_map(|item| item.incarnation.as_ref())
+        .find(|id| Some(*id) != live.as_ref());
+    match stale {
+        None => Ok(()),
+        Some(id) => Err(CommitError::IncarnationMismatch {
+            batch: id.to_string(),
+            live: live.map_or_else(|| "none".to_owned(), |live| live.to_string()),
+        }),
     }
 }
 

@@ -87,9 +87,14 @@ fn combiners(replica: Arc<MetadataReplica>) -> Arc<Combiners> {
     Arc::new(Combiners::new(logs, replica, Arc::new(NodeMetrics::new())))
 }
 
-/// An owner node serving opcode 11 into `combiners`.
-fn owner(combiners: &Arc<Combiners>) -> Node {
-    bind(CommitService::with_combiners(Arc::clone(combiners)).route(Router::new()))
+/// The owning node: its combiners, and its transport serving opcode 11.
+/// Its replica says `orders` (incarnation `orders_id`) and `legacy` are
+/// owned by `owner_of_topics`.
+fn owning(owner_of_topics: NodeId, orders_id: &str) -> (Arc<Combiners>, Node) {
+    let replica = replica(OWNER, owner_of_topics, orders_id);
+    let combiners = combiners(Arc::clone(&replica));
+    let service = CommitService::with_combiners(Arc::clone(&combiners), replica);
+    (combiners, bind(service.route(Router::new())))
 }
 
 #[derive(Debug, Default)]
@@ -220,8 +225,7 @@ fn rejection(answer: Result<Response, CallError>) -> RpcError {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_order_lands_in_the_owners_partition_log() {
-    let owned = combiners(replica(OWNER, OWNER, ORDERS_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(OWNER, ORDERS_ID);
     let target = sender(owner.local_addr(), Arc::default());
     let inputs: [Input; 3] = [
         ("k1", "first payload", Some(ORDERS_ID)),
@@ -249,8 +253,7 @@ async fn a_commit_order_lands_in_the_owners_partition_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_without_an_incarnation_commit_by_name() {
-    let owned = combiners(replica(OWNER, OWNER, ORDERS_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(OWNER, ORDERS_ID);
     let target = sender(owner.local_addr(), Arc::default());
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
@@ -265,8 +268,7 @@ async fn records_without_an_incarnation_commit_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_live_incarnation_is_refused_412_naming_both_ids() {
-    let owned = combiners(replica(OWNER, OWNER, RECREATED_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(OWNER, RECREATED_ID);
     let caller = bind(Router::new());
 
     let answer = call(
@@ -287,8 +289,7 @@ async fn another_live_incarnation_is_refused_412_naming_both_ids() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_412_reaches_the_dispatcher_as_the_retriable_incarnation_mismatch() {
-    let owned = combiners(replica(OWNER, OWNER, RECREATED_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(OWNER, RECREATED_ID);
     let target = sender(owner.local_addr(), Arc::default());
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
@@ -307,8 +308,7 @@ async fn a_412_reaches_the_dispatcher_as_the_retriable_incarnation_mismatch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_does_not_own_the_partition_answers_421() {
     let third: NodeId = 3;
-    let owned = combiners(replica(OWNER, third, ORDERS_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(third, ORDERS_ID);
     let caller = bind(Router::new());
 
     let answer = call(
@@ -324,8 +324,7 @@ async fn a_node_that_does_not_own_the_partition_answers_421() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_421_fails_the_commit() {
-    let owned = combiners(replica(OWNER, 3, ORDERS_ID));
-    let owner = owner(&owned);
+    let (_, owner) = owning(3, ORDERS_ID);
     let target = sender(owner.local_addr(), Arc::default());
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
@@ -339,8 +338,7 @@ async fn a_421_fails_the_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_trailing_field_is_an_unsupported_operation_and_appends_nothing() {
-    let owned = combiners(replica(OWNER, OWNER, ORDERS_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(OWNER, ORDERS_ID);
     let caller = bind(Router::new());
     let mut body = encode_message(&batch("orders", 0, Some(ORDERS_ID))).to_vec();
     body.extend([0, 0, 0, 1]);
@@ -472,8 +470,7 @@ async fn an_owner_refusing_ids_is_sent_none_for_two_minutes() {
 async fn the_memory_of_a_refusing_owner_does_not_touch_other_owners() {
     let older = Arc::new(OlderOwner::default());
     let older_node = bind(older.router());
-    let owned = combiners(replica(OWNER, OWNER, RECREATED_ID));
-    let current = owner(&owned);
+    let (_, current) = owning(OWNER, RECREATED_ID);
     let addresses = Arc::new(AddressTable::new());
     let third: NodeId = 3;
     addresses.set(third, older_node.local_addr());
@@ -522,8 +519,7 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
-    let owned = combiners(replica(OWNER, OWNER, ORDERS_ID));
-    let owner = owner(&owned);
+    let (owned, owner) = owning(OWNER, ORDERS_ID);
     let target = sender(owner.local_addr(), Arc::default());
     let sender_replica = crate::testing::replica();
     assert_eq!(sender_replica.local_node(), SENDER);
