@@ -1003,11 +1003,15 @@ impl ConsumerStateStore {
         }
     }
 
-    /// Writes each (partition, position) into its window slot; the writes
-    /// are all issued before any is waited for, so a backend with storage
-    /// threads runs them side by side.
+    /// Writes each (partition, position) into its window slot. Handles are
+    /// reopened (evicting others) first, while no write is in flight, so an
+    /// eviction never writes out a window whose write is still pending; then
+    /// the writes are all issued before any is waited for, so a backend with
+    /// storage threads runs them side by side. A partition whose handle was
+    /// evicted again by a later reopen of this tick is written out at once
+    /// through a short-lived handle.
     fn write_windows(&self, inner: &mut Inner, windows: Vec<(PathBuf, ConsumerPosition)>) {
-        let mut writes = Vec::new();
+        let mut changed = Vec::new();
         for (dir, position) in windows {
             inner.use_counter += 1;
             let use_counter = inner.use_counter;
@@ -1015,19 +1019,28 @@ impl ConsumerStateStore {
                 continue;
             };
             partition.last_used = use_counter;
-            if position == partition.written || !check_position(&dir, partition, &position) {
-                continue;
+            if position != partition.written && check_position(&dir, partition, &position) {
+                changed.push((dir, position));
             }
-            let Some(file) = self.file_for(inner, &dir) else {
+        }
+        for (dir, _) in &changed {
+            self.reopen(inner, dir);
+        }
+        let mut writes = Vec::new();
+        for (dir, position) in changed {
+            let Some(partition) = inner.partitions.get_mut(&dir) else {
                 continue;
             };
-            let Some(partition) = inner.partitions.get(&dir) else {
-                continue;
-            };
-            let (bytes, truncated) = encode_slot(partition.anchor_generation + 1, &position);
-            let at = (partition.window_slot() * SLOT_BYTES) as u64;
-            let completion = file.write_at(at, IoBuf::from_slice(&bytes[..]));
-            writes.push((dir, position, truncated, completion));
+            match &partition.file {
+                Some(file) if !partition.latched => {
+                    let (bytes, truncated) =
+                        encode_slot(partition.anchor_generation + 1, &position);
+                    let at = (partition.window_slot() * SLOT_BYTES) as u64;
+                    let completion = file.write_at(at, IoBuf::from_slice(&bytes[..]));
+                    writes.push((dir, position, truncated, completion));
+                }
+                _ => flush_one(&*self.disk, &dir, partition, Some(position)),
+            }
         }
         for (dir, position, truncated, completion) in writes {
             let Some(partition) = inner.partitions.get_mut(&dir) else {
@@ -1044,28 +1057,30 @@ impl ConsumerStateStore {
         }
     }
 
-    /// The partition's held handle, reopening an evicted one (never creating:
-    /// a missing file means the directory was replaced, and the partition is
-    /// latched rather than writing into the new one).
-    fn file_for(&self, inner: &mut Inner, dir: &Path) -> Option<FileHandle> {
-        if let Some(file) = &inner.partitions.get(dir)?.file {
-            return Some(file.clone());
+    /// Reopens an evicted partition's file within the handle bound (never
+    /// creating it: a missing file means the directory was replaced, and
+    /// the partition is latched rather than writing into the new one).
+    fn reopen(&self, inner: &mut Inner, dir: &Path) {
+        let needed = inner
+            .partitions
+            .get(dir)
+            .is_some_and(|partition| partition.file.is_none() && !partition.latched);
+        if !needed {
+            return;
         }
         inner.make_room(&*self.disk, self.config.handles_max - 1, Some(dir));
-        let partition = inner.partitions.get_mut(dir)?;
+        let Some(partition) = inner.partitions.get_mut(dir) else {
+            return;
+        };
         match self
             .disk
             .open(&dir.join(AHEAD_FILE_NAME), OpenOptions::EXISTING)
         {
             Ok(file) => {
-                partition.file = Some(file.clone());
+                partition.file = Some(file);
                 inner.handles_open += 1;
-                Some(file)
             }
-            Err(error) => {
-                latch(dir, partition, "reopening consumer.ahead", &error);
-                None
-            }
+            Err(error) => latch(dir, partition, "reopening consumer.ahead", &error),
         }
     }
 
@@ -1134,6 +1149,12 @@ impl Inner {
                 // Only the window already written is made durable here; what
                 // the source reports now is written at its next touch.
                 flush_one(disk, &victim, partition, None);
+                // A closed partition has nothing waiting in its window, or
+                // is latched and written no more.
+                assert!(
+                    partition.latched || !partition.unsynced,
+                    "evicted an unsynced window"
+                );
                 partition.file = None;
                 self.handles_open -= 1;
             }
