@@ -19,6 +19,7 @@ use narad_disk::{BackendKind, Disk, IoBuf, OpenOptions};
 use narad_plog::LogError;
 
 use crate::dispatch::GoneQuestion;
+use crate::metrics::NodeMetrics;
 
 /// The marker's file name inside a topic directory.
 pub const MARKER_FILE_NAME: &str = "incarnation";
@@ -432,6 +433,23 @@ pub struct QuarantineStats {
     pub bytes: u64,
 }
 
+impl QuarantineStats {
+    /// Sets the two gauges from these figures.
+    pub fn record(&self, metrics: &NodeMetrics) {
+        // Gauges are f64: above 2^53 bytes only precision is lost.
+        metrics.set(QUARANTINED_COPIES, &[], self.copies as f64);
+        metrics.set(QUARANTINED_BYTES, &[], self.bytes as f64);
+    }
+}
+
+/// Gauge: quarantined copies on this node's disk (spec §9, Housekeeping).
+/// Any value above 0 for long deserves a look: a copy the leader never
+/// confirms gone stays until an operator removes it.
+pub const QUARANTINED_COPIES: &str = "narad_quarantined_copies";
+
+/// Gauge: bytes of the files of the quarantined copies.
+pub const QUARANTINED_BYTES: &str = "narad_quarantined_bytes";
+
 /// Whether `path` is a directory (it lists) rather than a file.
 fn is_dir(disk: &dyn Disk, path: &Path) -> io::Result<Option<Vec<String>>> {
     match disk.list_dir(path) {
@@ -448,7 +466,8 @@ fn too_deep(path: &Path) -> io::Error {
     ))
 }
 
-/// Bytes of the files under `dir`. A file removed meanwhile counts 0.
+/// Bytes of the files under `dir`. A file or directory removed meanwhile
+/// (a sweep running beside a scrape) counts 0.
 ///
 /// # Errors
 /// A disk error, or a tree deeper than a copy can be.
@@ -456,7 +475,11 @@ pub(crate) fn tree_bytes(disk: &dyn Disk, dir: &Path, depth: usize) -> io::Resul
     if depth > TREE_DEPTH_MAX {
         return Err(too_deep(dir));
     }
-    let Some(names) = is_dir(disk, dir)? else {
+    let listed = match is_dir(disk, dir) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
+        listed => listed?,
+    };
+    let Some(names) = listed else {
         return match disk.open(dir, OpenOptions::EXISTING) {
             Ok(file) => file.size(),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(0),

@@ -19,6 +19,7 @@ use super::incarnation::{
 };
 use super::{LocalLogs, QuarantineStats, Retirement, SweepReport, partition_dir, topics_dir};
 use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm};
+use crate::metrics::NodeMetrics;
 
 const OLD_ID: &str = "00000000000000a1";
 const NEW_ID: &str = "00000000000000b2";
@@ -309,6 +310,17 @@ fn quarantine_stats_count_copies_and_their_bytes() {
         }
     );
     assert!(stats.bytes > 16, "marker and segment");
+}
+
+#[test]
+fn quarantine_stats_set_both_gauges() {
+    let (_dir, _disk, logs) = real_logs();
+    replaced_once(&logs);
+    let metrics = NodeMetrics::new();
+    logs.quarantine_stats().expect("stats").record(&metrics);
+    let text = metrics.render();
+    assert!(text.contains("narad_quarantined_copies 1"), "{text}");
+    assert!(text.contains("narad_quarantined_bytes "), "{text}");
 }
 
 #[test]

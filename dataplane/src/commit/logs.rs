@@ -115,8 +115,9 @@ impl LocalLogs {
     /// ids) the log is opened by name; no marker is read or written.
     ///
     /// # Errors
-    /// As [`PartitionLog::open`]; `Inconsistent` for a refused incarnation
-    /// or an unreadable marker (nothing is changed then); `Io` for a failed
+    /// As [`PartitionLog::open`]; `Inconsistent` for a refused incarnation,
+    /// an unreadable marker or a topic name that is not a directory name
+    /// (nothing is changed then); `Io` for a failed
     /// stamp or rename (the directory is whole under one of its names).
     pub fn resolve(
         &self,
@@ -130,6 +131,12 @@ impl LocalLogs {
         let mut topic = guard.lock();
         if let Some(log) = self.current(destination, incarnation) {
             return Ok(log);
+        }
+        if !incarnation::is_topic_dir_name(&destination.topic) {
+            return Err(LogError::Inconsistent {
+                dir: topics_dir(&self.data_dir).display().to_string(),
+                reason: format!("{:?} is not a topic directory name", destination.topic),
+            });
         }
         if let Some(id) = incarnation {
             self.check_marker(&destination.topic, &mut topic, id)?;
@@ -361,9 +368,6 @@ impl LocalLogs {
             dir: topic_dir.clone(),
             reason,
         };
-        if !incarnation::is_topic_dir_name(topic) {
-            return Err(refused("not a topic directory name".into()));
-        }
         if !incarnation::is_incarnation_id(id) {
             return Err(refused(format!("malformed incarnation id {id:?}")));
         }
