@@ -832,3 +832,37 @@ fn settle_one(position: &mut ConsumerPosition, distance: u64) {
         position.frontier += 1;
     }
 }
+
+#[test]
+fn real_files_through_the_portable_backend_survive_a_restart() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path().join("p00000");
+    std::fs::create_dir(&dir).expect("partition dir");
+    let disk: Arc<dyn Disk> =
+        Arc::new(narad_disk::portable::PortableDisk::new(1).expect("portable disk"));
+    let source = Source::at(0, &[]);
+    let state = ConsumerStateStore::new(Arc::clone(&disk), config());
+    let (loaded, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    assert_eq!(loaded, ConsumerPosition::default());
+    assert_eq!(
+        std::fs::metadata(dir.join(AHEAD_FILE_NAME))
+            .expect("consumer.ahead")
+            .len(),
+        AHEAD_FILE_BYTES as u64
+    );
+    source.set(41, &[43, 44, 50]);
+    ticket.touched();
+    let start = Instant::now();
+    state.tick(start);
+    state.tick(secs(start, 1));
+    source.set(42, &[43, 44, 50, 51]);
+    state.flush_all().expect("flush");
+    drop(state);
+    let fresh = ConsumerStateStore::new(disk, config());
+    let (loaded, _) = fresh.attach(&dir, weak(&source)).expect("reattach");
+    assert_eq!(loaded, position(42, &[43, 44, 50, 51]));
+    assert_eq!(
+        std::fs::read(dir.join(OFFSET_FILE_NAME)).expect("consumer.offset"),
+        42u64.to_be_bytes()
+    );
+}
