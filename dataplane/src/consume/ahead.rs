@@ -210,7 +210,7 @@ pub fn default_handles_max() -> usize {
 
 /// The soft limit on the "Max open files" line of `/proc/self/limits`
 /// ("unlimited" reads as `u64::MAX`).
-fn soft_open_files(limits: &str) -> Option<u64> {
+pub(crate) fn soft_open_files(limits: &str) -> Option<u64> {
     let line = limits
         .lines()
         .find(|line| line.starts_with("Max open files"))?;

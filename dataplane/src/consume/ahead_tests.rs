@@ -866,3 +866,31 @@ fn real_files_through_the_portable_backend_survive_a_restart() {
         42u64.to_be_bytes()
     );
 }
+
+#[test]
+fn handle_bound_reads_the_soft_open_file_limit() {
+    let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                  Max processes             63704                63704                processes \n\
+                  Max open files            1024                 524288               files     \n";
+    assert_eq!(soft_open_files(limits), Some(1024));
+    let unlimited = "Max open files            unlimited            unlimited            files\n";
+    assert_eq!(soft_open_files(unlimited), Some(u64::MAX));
+    assert_eq!(soft_open_files("Max processes 5 5\n"), None);
+    let default = default_handles_max();
+    assert!((1..=HANDLES_MAX_CAP).contains(&default));
+}
+
+#[test]
+fn malformed_position_from_a_source_latches_instead_of_panicking() {
+    let disk = SimDisk::new(21);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    source.set(10, &[12, 11]);
+    ticket.touched();
+    state.tick(Instant::now());
+    assert!(state.is_latched(&dir));
+    disk.crash(Tear::None);
+    assert_eq!(reload(&disk, &dir), ConsumerPosition::default());
+}
