@@ -4,12 +4,14 @@
 //! directory; the marker's own crash safety runs on the simulated disk.
 
 use std::collections::BTreeSet;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use narad_disk::Disk;
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
+use narad_disk::{BackendKind, Disk, FileHandle, OpenOptions};
 use narad_plog::{CommitRecord, LogConfig, LogError, PartitionLog, ReadEntry, ReadLimits};
 use parking_lot::Mutex;
 use tempfile::TempDir;
@@ -426,6 +428,100 @@ fn crash_after_the_quarantine_rename_recovers_with_a_fresh_directory() {
             .is_err(),
         "a quarantined copy on disk retires its incarnation after a restart too"
     );
+}
+
+/// A disk whose process stops after `left` more namespace operations:
+/// every later one fails, as nothing more would happen after a crash. The
+/// real file system keeps what the completed steps did, which is what a
+/// process crash leaves (a power cut may also revert an unsynced rename,
+/// which leaves the state of the step before, covered by the same loop).
+#[derive(Debug)]
+struct StopAfter {
+    inner: Arc<dyn Disk>,
+    left: AtomicU64,
+}
+
+impl StopAfter {
+    fn step(&self) -> io::Result<()> {
+        self.left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .map(|_| ())
+            .map_err(|_| io::Error::other("the process stopped here"))
+    }
+}
+
+impl Disk for StopAfter {
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+    fn open(&self, path: &Path, options: OpenOptions) -> io::Result<FileHandle> {
+        self.step()?;
+        self.inner.open(path, options)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.step()?;
+        self.inner.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.step()?;
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        self.step()?;
+        self.inner.exists(path)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.step()?;
+        self.inner.remove_file(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.step()?;
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.step()?;
+        self.inner.sync_dir(path)
+    }
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_quarantine_recovers_on_the_next_resolve() {
+    let destination = Destination::new("orders", 0);
+    let mut completed = false;
+    for stop_after in 0..64 {
+        let (dir, disk, logs) = real_logs();
+        let old = logs.resolve(&destination, Some(&id(OLD_ID))).expect("old");
+        commit(&old, "old record");
+        logs.close_all();
+        let stopping: Arc<dyn Disk> = Arc::new(StopAfter {
+            inner: Arc::clone(&disk),
+            left: AtomicU64::new(stop_after),
+        });
+        let crashed = restart(&stopping, dir.path());
+        completed = crashed.resolve(&destination, Some(&id(NEW_ID))).is_ok();
+        drop(crashed);
+        let logs = restart(&disk, dir.path());
+        let new = logs
+            .resolve(&destination, Some(&id(NEW_ID)))
+            .unwrap_or_else(|error| panic!("stopped after {stop_after} steps: {error}"));
+        assert!(
+            payloads(&new).is_empty(),
+            "stopped after {stop_after} steps"
+        );
+        assert_eq!(
+            marker_on_disk(dir.path(), "orders").as_deref(),
+            Some(NEW_ID)
+        );
+        logs.close_all();
+        let stale = stale_path(dir.path(), "orders", OLD_ID);
+        assert_eq!(stale_payloads(&disk, &stale), vec!["old record"]);
+        if completed {
+            break;
+        }
+    }
+    assert!(completed, "the loop reached a resolve that ran every step");
 }
 
 #[test]
