@@ -72,6 +72,9 @@ const SLOT_CRC_AT: usize = SLOT_BYTES - SLOT_CRC_BYTES;
 /// Held `consumer.ahead` handles are capped at this many, and at a quarter
 /// of the soft open-file limit when that is lower.
 pub const HANDLES_MAX_CAP: usize = 4096;
+/// Most `consumer.offset` levellings in flight at once (each holds a
+/// short-lived file handle besides the held `consumer.ahead` ones).
+pub const OFFSET_LEVELS_IN_FLIGHT_MAX: usize = 256;
 /// Shortest durability interval accepted
 /// (`storage.consumer_offset_commit_interval_ms` = 10).
 pub const DURABLE_INTERVAL_MIN: Duration = Duration::from_millis(10);
@@ -785,32 +788,18 @@ impl ConsumerStateStore {
         self.write_windows(&mut inner, windows);
         let interval = self.config.durable_interval;
         let mut due = Vec::new();
-        let mut syncs = Vec::new();
         for (dir, partition) in &mut inner.partitions {
             let at = *partition
                 .next_writeout
                 .get_or_insert_with(|| next_writeout(epoch, partition.phase, interval, now));
-            if now < at || partition.latched {
-                continue;
-            }
-            partition.next_writeout = Some(next_writeout(epoch, partition.phase, interval, now));
-            if partition.unsynced
-                && let Some(file) = &partition.file
-            {
-                syncs.push((dir.clone(), file.fdatasync()));
-            }
-            due.push(dir.clone());
-        }
-        for (dir, completion) in syncs {
-            if let Some(partition) = inner.partitions.get_mut(&dir) {
-                finish_writeout(&dir, partition, completion.wait());
+            if now >= at && !partition.latched {
+                partition.next_writeout =
+                    Some(next_writeout(epoch, partition.phase, interval, now));
+                due.push(dir.clone());
             }
         }
-        for dir in due {
-            if let Some(partition) = inner.partitions.get_mut(&dir) {
-                self.level_offset_if_due(&dir, partition, now);
-            }
-        }
+        self.write_out(&mut inner, &due);
+        self.level_offsets(&mut inner, &due, Some(now));
         for dir in gone {
             if let Some(mut partition) = inner.partitions.remove(&dir) {
                 debug!(dir = %dir.display(), "consumer position source dropped; writing out and forgetting the partition");
@@ -868,15 +857,26 @@ impl ConsumerStateStore {
     /// (now or earlier); all others were made durable.
     pub fn flush_all(&self) -> Result<(), StateError> {
         let mut inner = self.inner.lock();
-        let mut failed = Vec::new();
-        for (dir, partition) in &mut inner.partitions {
-            self.flush_partition(dir, partition);
-            self.level_offset(dir, partition, None);
-            if partition.latched {
-                failed.push(dir.clone());
+        let mut windows = Vec::new();
+        for (dir, partition) in &inner.partitions {
+            partition.touched.store(false, Ordering::Release);
+            if !partition.latched
+                && let Some(source) = partition.source.upgrade()
+            {
+                windows.push((dir.clone(), source.position()));
             }
         }
+        self.write_windows(&mut inner, windows);
+        let dirs: Vec<PathBuf> = inner.partitions.keys().cloned().collect();
+        self.write_out(&mut inner, &dirs);
+        self.level_offsets(&mut inner, &dirs, None);
         inner.close_latched();
+        let mut failed: Vec<PathBuf> = inner
+            .partitions
+            .iter()
+            .filter(|(_, partition)| partition.latched)
+            .map(|(dir, _)| dir.clone())
+            .collect();
         if failed.is_empty() {
             Ok(())
         } else {
@@ -1085,47 +1085,91 @@ impl ConsumerStateStore {
     }
 
     /// Writes the source's current position into the window if it changed
-    /// and writes out an unsynced window: close, re-attach and a dropped
-    /// source, one partition at a time.
+    /// and writes out an unsynced window, for one partition: re-attach and
+    /// a dropped source.
     fn flush_partition(&self, dir: &Path, partition: &mut Partition) {
         partition.touched.store(false, Ordering::Release);
         let position = partition.source.upgrade().map(|source| source.position());
         flush_one(&*self.disk, dir, partition, position);
     }
 
-    fn level_offset_if_due(&self, dir: &Path, partition: &mut Partition, now: Instant) {
-        let due = partition.offset_levelled_at.is_none_or(|at| {
-            now.saturating_duration_since(at) >= self.config.offset_level_interval
-        });
-        if due {
-            self.level_offset(dir, partition, Some(now));
+    /// Writes out (fdatasync) every listed partition holding an unsynced
+    /// window; the fdatasyncs are all issued before any is waited for.
+    fn write_out(&self, inner: &mut Inner, dirs: &[PathBuf]) {
+        let mut syncs = Vec::new();
+        for dir in dirs {
+            if let Some(partition) = inner.partitions.get(dir)
+                && partition.unsynced
+                && !partition.latched
+                && let Some(file) = &partition.file
+            {
+                syncs.push((dir, file.fdatasync()));
+            }
+        }
+        for (dir, completion) in syncs {
+            if let Some(partition) = inner.partitions.get_mut(dir) {
+                finish_writeout(dir, partition, completion.wait());
+            }
         }
     }
 
-    /// Overwrites `consumer.offset` in place with the durable frontier
-    /// (write + fdatasync) if it differs. The file exists since priming; a
-    /// missing one means the directory was replaced, which latches.
-    fn level_offset(&self, dir: &Path, partition: &mut Partition, now: Option<Instant>) {
-        if partition.latched || partition.unsynced {
-            return;
-        }
-        let frontier = partition.written.frontier;
-        if frontier == partition.offset_frontier {
-            return;
-        }
-        let result = self
-            .disk
-            .open(&dir.join(OFFSET_FILE_NAME), OpenOptions::EXISTING)
-            .and_then(|file| {
-                file.write_and_sync(0, IoBuf::from_slice(&frontier.to_be_bytes()))
-                    .wait()
-            });
-        match result {
-            Ok(_) => {
-                partition.offset_frontier = frontier;
-                partition.offset_levelled_at = now.or(partition.offset_levelled_at);
+    /// Overwrites `consumer.offset` in place (write + fdatasync) with the
+    /// durable frontier for every listed partition where it differs, and,
+    /// on a cadence (`now` given), whose last levelling is at least
+    /// `offset_level_interval` old; at close (`now` None) regardless. At
+    /// most [`OFFSET_LEVELS_IN_FLIGHT_MAX`] run at once. The file exists
+    /// since priming: a missing one means the directory was replaced, which
+    /// latches.
+    fn level_offsets(&self, inner: &mut Inner, dirs: &[PathBuf], now: Option<Instant>) {
+        let interval = self.config.offset_level_interval;
+        let wanted: Vec<(&PathBuf, u64)> = dirs
+            .iter()
+            .filter_map(|dir| {
+                let partition = inner.partitions.get(dir)?;
+                let frontier = partition.written.frontier;
+                let due = now.is_none_or(|now| {
+                    partition
+                        .offset_levelled_at
+                        .is_none_or(|at| now.saturating_duration_since(at) >= interval)
+                });
+                let wanted = due
+                    && !partition.latched
+                    && !partition.unsynced
+                    && frontier != partition.offset_frontier;
+                wanted.then_some((dir, frontier))
+            })
+            .collect();
+        for batch in wanted.chunks(OFFSET_LEVELS_IN_FLIGHT_MAX) {
+            // Each handle is kept until its write and fdatasync completed.
+            let pending: Vec<_> = batch
+                .iter()
+                .map(|&(dir, frontier)| {
+                    let started = self
+                        .disk
+                        .open(&dir.join(OFFSET_FILE_NAME), OpenOptions::EXISTING)
+                        .map(|file| {
+                            let bytes = IoBuf::from_slice(&frontier.to_be_bytes());
+                            let completion = file.write_and_sync(0, bytes);
+                            (file, completion)
+                        });
+                    (dir, frontier, started)
+                })
+                .collect();
+            for (dir, frontier, started) in pending {
+                let result = started.and_then(|(_file, completion)| completion.wait());
+                let Some(partition) = inner.partitions.get_mut(dir) else {
+                    continue;
+                };
+                match result {
+                    Ok(_) => {
+                        partition.offset_frontier = frontier;
+                        if now.is_some() {
+                            partition.offset_levelled_at = now;
+                        }
+                    }
+                    Err(error) => latch(dir, partition, "levelling consumer.offset", &error),
+                }
             }
-            Err(error) => latch(dir, partition, "levelling consumer.offset", &error),
         }
     }
 }
