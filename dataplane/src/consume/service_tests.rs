@@ -1,1 +1,702 @@
-//! Placeholder: being written (issue #7).
+//! The consume service over real partition logs on the simulated disk
+//! (or a temporary directory where a test damages a file), a real consumer
+//! state store, and a manual clock.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_disk::Disk;
+use narad_disk::portable::PortableDisk;
+use narad_disk::sim::SimDisk;
+use narad_plog::segment::segment_file_name;
+use narad_plog::{CommitRecord, LogConfig};
+
+use super::ahead::{ConsumerStateConfig, ConsumerStateStore};
+use super::clock::ManualClock;
+use super::service::{
+    ConsumeConfig, ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
+};
+use super::shard::Settle;
+use crate::commit::LocalLogs;
+use crate::dispatch::Destination;
+use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta, VISIBILITY_TIMEOUT_MS_DEFAULT};
+use crate::testing::{LOCAL_NODE, replica};
+
+const TOPIC: &str = "orders";
+const ORDERS_ID: &str = "00000000000000a1";
+const VISIBILITY_MS: u64 = VISIBILITY_TIMEOUT_MS_DEFAULT;
+/// A long poll that only the manual clock can end.
+const LONG_WAIT: Duration = Duration::from_secs(10);
+/// How long a test awaits a parked consume's answer: a ceiling that turns
+/// a lost wake-up into a failure, not a timing assertion.
+const ANSWER_CEILING: Duration = Duration::from_secs(30);
+/// Yields allowed while waiting for a spawned consume to park: a ceiling
+/// that turns a hang into a failure, not a timing assertion.
+const PARK_YIELDS_MAX: usize = 10_000;
+
+/// One node's consume path over `disk`.
+struct Node {
+    replica: Arc<MetadataReplica>,
+    logs: Arc<LocalLogs>,
+    store: Arc<ConsumerStateStore>,
+    clock: Arc<ManualClock>,
+    service: Arc<ConsumeService>,
+}
+
+impl Node {
+    fn on(disk: Arc<dyn Disk>, data_dir: &Path, replica: Arc<MetadataReplica>, seed: u64) -> Self {
+        Self::with_config(disk, data_dir, replica, seed, ConsumeConfig::default())
+    }
+
+    fn with_config(
+        disk: Arc<dyn Disk>,
+        data_dir: &Path,
+        replica: Arc<MetadataReplica>,
+        seed: u64,
+        config: ConsumeConfig,
+    ) -> Self {
+        let logs = Arc::new(LocalLogs::new(
+            Arc::clone(&disk),
+            data_dir,
+            LogConfig::default(),
+        ));
+        let store = ConsumerStateStore::new(Arc::clone(&disk), ConsumerStateConfig::default());
+        let clock = Arc::new(ManualClock::new(1_000));
+        let service = ConsumeService::new(
+            Arc::clone(&logs),
+            Arc::clone(&replica),
+            Arc::clone(&store),
+            data_dir.to_path_buf(),
+            Arc::clone(&clock) as _,
+            config,
+            seed,
+        );
+        Self {
+            replica,
+            logs,
+            store,
+            clock,
+            service,
+        }
+    }
+
+    /// Commits `payloads` to `partition`; returns their offsets.
+    fn commit(&self, partition: u32, payloads: &[&str]) -> Range<u64> {
+        let records: Vec<CommitRecord<'_>> = payloads
+            .iter()
+            .map(|payload| CommitRecord {
+                key: b"",
+                payload: payload.as_bytes(),
+                committed_at_ms: 1_000,
+            })
+            .collect();
+        let incarnation: Arc<str> = Arc::from(ORDERS_ID);
+        let log = self
+            .logs
+            .resolve(&Destination::new(TOPIC, partition), Some(&incarnation))
+            .expect("open log");
+        log.commit_durable(&[&records]).expect("commit").offsets
+    }
+
+    async fn consume(&self, partition: Option<u32>, max: usize) -> Vec<Delivery> {
+        self.service
+            .consume(request(partition, max, Duration::ZERO))
+            .await
+            .expect("consume")
+    }
+
+    fn settle(&self, delivery: &Delivery, how: Settle) -> Result<(), SettleError> {
+        self.service.settle(
+            TOPIC,
+            delivery.partition,
+            delivery.record.offset,
+            delivery.nonce,
+            how,
+        )
+    }
+
+    /// Replaces the topic with a changed copy.
+    fn alter_topic(&self, change: impl FnOnce(&mut TopicMeta)) {
+        let mut meta = TopicMeta::clone(&self.replica.topic_meta(TOPIC).expect("topic"));
+        change(&mut meta);
+        let index = self.replica.view().applied_index + 1;
+        self.replica
+            .apply_delta(index, MetadataDelta::PutTopic(meta));
+    }
+
+    /// A consume with a long wait, running on its own task, once it has
+    /// parked.
+    async fn parked_consume(
+        &self,
+        partition: Option<u32>,
+    ) -> tokio::task::JoinHandle<Result<Vec<Delivery>, ConsumeError>> {
+        let parked = self.service.parked(TOPIC);
+        let service = Arc::clone(&self.service);
+        let task =
+            tokio::spawn(async move { service.consume(request(partition, 10, LONG_WAIT)).await });
+        for _ in 0..PARK_YIELDS_MAX {
+            if self.service.parked(TOPIC) > parked {
+                return task;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the consume never parked");
+    }
+}
+
+/// The answer of a parked consume.
+async fn answer(
+    task: tokio::task::JoinHandle<Result<Vec<Delivery>, ConsumeError>>,
+) -> Vec<Delivery> {
+    tokio::time::timeout(ANSWER_CEILING, task)
+        .await
+        .expect("the parked consume was never answered")
+        .expect("task")
+        .expect("consume")
+}
+
+fn sim_node() -> Node {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(11));
+    Node::on(disk, Path::new("/node"), replica(), 5)
+}
+
+fn request(partition: Option<u32>, max: usize, wait: Duration) -> ConsumeRequest {
+    ConsumeRequest {
+        topic: TOPIC.to_owned(),
+        partition,
+        max,
+        wait,
+    }
+}
+
+fn offsets(deliveries: &[Delivery]) -> Vec<u64> {
+    deliveries.iter().map(|d| d.record.offset).collect()
+}
+
+fn payloads(deliveries: &[Delivery]) -> Vec<String> {
+    deliveries
+        .iter()
+        .map(|d| String::from_utf8(d.record.payload.clone()).expect("utf-8"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pinned_consume_delivers_records_in_offset_order() {
+    let node = sim_node();
+    node.commit(0, &["a", "b", "c"]);
+    let got = node.consume(Some(0), 10).await;
+    assert_eq!(offsets(&got), vec![0, 1, 2]);
+    assert_eq!(payloads(&got), vec!["a", "b", "c"]);
+    assert!(got.iter().all(|d| d.partition == 0 && &*d.topic == TOPIC));
+}
+
+#[tokio::test]
+async fn a_queue_consume_takes_from_every_owned_partition() {
+    let node = sim_node();
+    for partition in 0..3 {
+        node.commit(partition, &["x"]);
+    }
+    let got = node.consume(None, 10).await;
+    let mut partitions: Vec<u32> = got.iter().map(|d| d.partition).collect();
+    partitions.sort_unstable();
+    assert_eq!(partitions, vec![0, 1, 2]);
+}
+
+#[tokio::test]
+async fn queue_consumes_start_at_a_rotating_partition() {
+    let node = sim_node();
+    for partition in 0..3 {
+        node.commit(partition, &["x", "y", "z"]);
+    }
+    let mut firsts = Vec::new();
+    for _ in 0..3 {
+        firsts.push(node.consume(None, 1).await[0].partition);
+    }
+    firsts.sort_unstable();
+    assert_eq!(firsts, vec![0, 1, 2]);
+}
+
+#[tokio::test]
+async fn a_queue_consume_skips_partitions_owned_elsewhere() {
+    let node = sim_node();
+    node.commit(1, &["elsewhere"]);
+    node.alter_topic(|meta| meta.owners[1] = Some(LOCAL_NODE + 1));
+    assert!(node.consume(None, 10).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_pinned_consume_of_a_partition_owned_elsewhere_is_owner_unavailable() {
+    let node = sim_node();
+    node.alter_topic(|meta| meta.owners[2] = Some(LOCAL_NODE + 1));
+    let outcome = node
+        .service
+        .consume(request(Some(2), 1, Duration::ZERO))
+        .await;
+    assert_eq!(
+        outcome,
+        Err(ConsumeError::OwnerUnavailable { partition: 2 })
+    );
+}
+
+#[tokio::test]
+async fn a_pinned_partition_past_the_count_is_out_of_range() {
+    let node = sim_node();
+    let outcome = node
+        .service
+        .consume(request(Some(3), 1, Duration::ZERO))
+        .await;
+    assert_eq!(
+        outcome,
+        Err(ConsumeError::PartitionOutOfRange {
+            partition: 3,
+            count: 3
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_consume_of_an_unknown_topic_is_topic_not_found() {
+    let node = sim_node();
+    let mut unknown = request(None, 1, Duration::ZERO);
+    unknown.topic = "missing".to_owned();
+    assert_eq!(
+        node.service.consume(unknown).await,
+        Err(ConsumeError::TopicNotFound)
+    );
+}
+
+#[tokio::test]
+async fn a_batch_takes_at_most_max_records() {
+    let node = sim_node();
+    node.commit(0, &["a", "b", "c", "d"]);
+    assert_eq!(offsets(&node.consume(Some(0), 3).await), vec![0, 1, 2]);
+}
+
+#[tokio::test]
+async fn a_batch_stops_reserving_once_its_bytes_reach_the_limit() {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(11));
+    let config = ConsumeConfig {
+        batch_bytes_max: 10,
+        ..ConsumeConfig::default()
+    };
+    let node = Node::with_config(disk, Path::new("/node"), replica(), 5, config);
+    node.commit(0, &["0123456789abc", "x", "y"]);
+    let first = node.consume(Some(0), 10).await;
+    assert_eq!(offsets(&first), vec![0], "the first record is always taken");
+    assert_eq!(
+        node.service.gauges()[0].in_flight,
+        1,
+        "nothing more reserved"
+    );
+    let rest = node.consume(Some(0), 10).await;
+    assert_eq!(offsets(&rest), vec![1, 2]);
+}
+
+#[tokio::test]
+async fn a_leased_record_is_not_delivered_again_while_the_lease_lives() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    node.consume(Some(0), 1).await;
+    node.clock.advance(VISIBILITY_MS - 1);
+    assert!(node.consume(Some(0), 1).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_redelivered_under_a_new_nonce() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let first = node.consume(Some(0), 1).await;
+    node.clock.advance(VISIBILITY_MS);
+    let again = node.consume(Some(0), 1).await;
+    assert_eq!(offsets(&again), vec![0]);
+    assert_ne!(again[0].nonce, first[0].nonce);
+    assert_eq!(
+        node.settle(&first[0], Settle::Ack),
+        Err(SettleError::LeaseGone)
+    );
+}
+
+#[tokio::test]
+async fn a_nacked_record_is_redelivered_at_once() {
+    let node = sim_node();
+    node.commit(0, &["a", "b"]);
+    let first = node.consume(Some(0), 1).await;
+    node.settle(&first[0], Settle::Nack).expect("nack");
+    assert_eq!(offsets(&node.consume(Some(0), 1).await), vec![0]);
+}
+
+#[tokio::test]
+async fn a_second_ack_of_the_same_handle_is_lease_gone() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let got = node.consume(Some(0), 1).await;
+    node.settle(&got[0], Settle::Ack).expect("ack");
+    assert_eq!(
+        node.settle(&got[0], Settle::Ack),
+        Err(SettleError::LeaseGone)
+    );
+}
+
+#[tokio::test]
+async fn an_acked_record_is_never_delivered_again() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let got = node.consume(Some(0), 1).await;
+    node.settle(&got[0], Settle::Ack).expect("ack");
+    node.clock.advance(2 * VISIBILITY_MS);
+    assert!(node.consume(Some(0), 1).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_extend_keeps_the_lease_past_its_first_expiry() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let got = node.consume(Some(0), 1).await;
+    node.clock.advance(VISIBILITY_MS - 1);
+    node.settle(&got[0], Settle::Extend).expect("extend");
+    node.clock.advance(VISIBILITY_MS - 1);
+    assert!(node.consume(Some(0), 1).await.is_empty());
+    node.settle(&got[0], Settle::Ack)
+        .expect("same handle still valid");
+}
+
+#[tokio::test]
+async fn a_settle_on_a_partition_never_consumed_is_lease_gone() {
+    let node = sim_node();
+    assert_eq!(
+        node.service.settle(TOPIC, 1, 0, 42, Settle::Ack),
+        Err(SettleError::LeaseGone)
+    );
+    assert_eq!(
+        node.service.settle(TOPIC, 9, 0, 42, Settle::Ack),
+        Err(SettleError::LeaseGone),
+        "an unknown partition is a stale handle too"
+    );
+}
+
+#[tokio::test]
+async fn a_settle_on_a_partition_owned_elsewhere_is_owner_unavailable() {
+    let node = sim_node();
+    node.alter_topic(|meta| meta.owners[1] = Some(LOCAL_NODE + 1));
+    assert_eq!(
+        node.service.settle(TOPIC, 1, 0, 42, Settle::Ack),
+        Err(SettleError::OwnerUnavailable { partition: 1 })
+    );
+    assert_eq!(
+        node.service.settle("missing", 0, 0, 42, Settle::Ack),
+        Err(SettleError::TopicNotFound)
+    );
+}
+
+#[tokio::test]
+async fn the_in_flight_cap_limits_what_one_partition_leases() {
+    let node = sim_node();
+    node.alter_topic(|meta| meta.max_in_flight_per_partition = 2);
+    node.commit(0, &["a", "b", "c"]);
+    let got = node.consume(Some(0), 10).await;
+    assert_eq!(offsets(&got), vec![0, 1]);
+    assert!(node.consume(Some(0), 10).await.is_empty());
+    node.settle(&got[0], Settle::Ack).expect("ack");
+    assert_eq!(offsets(&node.consume(Some(0), 10).await), vec![2]);
+}
+
+#[tokio::test]
+async fn at_the_acked_ahead_cap_only_the_frontier_hole_is_delivered() {
+    let node = sim_node();
+    node.alter_topic(|meta| meta.max_acked_ahead_per_partition = 2);
+    node.commit(0, &["a", "b", "c", "d", "e"]);
+    let got = node.consume(Some(0), 3).await;
+    node.settle(&got[1], Settle::Ack).expect("ack 1");
+    node.settle(&got[2], Settle::Ack).expect("ack 2");
+    assert!(
+        node.consume(Some(0), 10).await.is_empty(),
+        "the hole is leased, nothing fresh goes out"
+    );
+    node.settle(&got[0], Settle::Nack).expect("nack the hole");
+    assert_eq!(offsets(&node.consume(Some(0), 10).await), vec![0]);
+}
+
+#[tokio::test]
+async fn a_long_poll_is_answered_by_a_commit() {
+    let node = sim_node();
+    let task = node.parked_consume(Some(0)).await;
+    node.commit(0, &["late"]);
+    let got = answer(task).await;
+    assert_eq!(payloads(&got), vec!["late"]);
+}
+
+#[tokio::test]
+async fn a_queue_long_poll_is_answered_by_a_commit_to_any_partition() {
+    let node = sim_node();
+    let task = node.parked_consume(None).await;
+    node.commit(2, &["late"]);
+    let got = answer(task).await;
+    assert_eq!(got[0].partition, 2);
+}
+
+#[tokio::test]
+async fn a_long_poll_is_answered_by_a_nack() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let held = node.consume(Some(0), 1).await;
+    let task = node.parked_consume(Some(0)).await;
+    node.settle(&held[0], Settle::Nack).expect("nack");
+    let got = answer(task).await;
+    assert_eq!(offsets(&got), vec![0]);
+}
+
+#[tokio::test]
+async fn a_long_poll_is_answered_by_a_lease_expiry() {
+    let node = sim_node();
+    // Shorter than the long poll, so the expiry comes first.
+    node.alter_topic(|meta| meta.visibility_timeout_ms = 5_000);
+    node.commit(0, &["a"]);
+    let held = node.consume(Some(0), 1).await;
+    let task = node.parked_consume(Some(0)).await;
+    node.clock.advance(5_000);
+    let got = answer(task).await;
+    assert_eq!(offsets(&got), vec![0]);
+    assert_ne!(got[0].nonce, held[0].nonce);
+}
+
+#[tokio::test]
+async fn a_long_poll_is_answered_by_an_ack_that_frees_a_cap_slot() {
+    let node = sim_node();
+    node.alter_topic(|meta| meta.max_in_flight_per_partition = 1);
+    node.commit(0, &["a", "b"]);
+    let held = node.consume(Some(0), 1).await;
+    let task = node.parked_consume(Some(0)).await;
+    node.settle(&held[0], Settle::Ack).expect("ack");
+    let got = answer(task).await;
+    assert_eq!(offsets(&got), vec![1]);
+}
+
+#[tokio::test]
+async fn a_long_poll_answers_empty_when_its_wait_runs_out() {
+    let node = sim_node();
+    let task = node.parked_consume(Some(0)).await;
+    node.clock.advance(LONG_WAIT.as_millis() as u64);
+    assert!(answer(task).await.is_empty());
+    assert_eq!(node.service.parked(TOPIC), 0);
+}
+
+#[tokio::test]
+async fn pinned_waiters_are_served_before_topic_waiters() {
+    let node = sim_node();
+    let queue = node.parked_consume(None).await;
+    let pinned = node.parked_consume(Some(0)).await;
+    node.commit(0, &["one"]);
+    let got = answer(pinned).await;
+    assert_eq!(offsets(&got), vec![0]);
+    node.commit(0, &["two"]);
+    let got = answer(queue).await;
+    assert_eq!(offsets(&got), vec![1]);
+}
+
+#[tokio::test]
+async fn a_cancelled_long_poll_leaves_no_waiter_and_reserves_nothing() {
+    let node = sim_node();
+    let task = node.parked_consume(Some(0)).await;
+    task.abort();
+    assert!(task.await.is_err(), "the task was cancelled");
+    assert_eq!(node.service.parked(TOPIC), 0);
+    node.commit(0, &["a"]);
+    assert_eq!(offsets(&node.consume(Some(0), 1).await), vec![0]);
+}
+
+#[tokio::test]
+async fn a_record_handed_to_a_consume_cancelled_before_it_ran_is_released() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let held = node.consume(Some(0), 1).await;
+    let task = node.parked_consume(Some(0)).await;
+    // The nack hands the record to the parked consume at once, and the
+    // consume is cancelled before it runs to take it.
+    node.settle(&held[0], Settle::Nack).expect("nack");
+    task.abort();
+    assert!(task.await.is_err(), "the task was cancelled");
+    let got = node.consume(Some(0), 1).await;
+    assert_eq!(offsets(&got), vec![0]);
+    assert_eq!(node.service.gauges()[0].in_flight, 1);
+}
+
+#[tokio::test]
+async fn shutdown_answers_parked_consumes_empty() {
+    let node = sim_node();
+    let task = node.parked_consume(Some(0)).await;
+    node.service.shutdown();
+    assert!(answer(task).await.is_empty());
+    node.commit(0, &["a"]);
+    assert!(node.consume(Some(0), 1).await.is_empty(), "stopped");
+}
+
+#[tokio::test]
+async fn a_replay_reads_a_record_without_leasing_it() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let record = node.service.replay(TOPIC, 0, 0).expect("replay");
+    assert_eq!(record.map(|r| r.payload), Some(b"a".to_vec()));
+    assert_eq!(offsets(&node.consume(Some(0), 1).await), vec![0]);
+}
+
+#[tokio::test]
+async fn a_replay_of_a_leased_record_leaves_the_lease_alone() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let got = node.consume(Some(0), 1).await;
+    assert!(node.service.replay(TOPIC, 0, 0).expect("replay").is_some());
+    node.settle(&got[0], Settle::Ack)
+        .expect("the lease is intact");
+}
+
+#[tokio::test]
+async fn a_replay_past_the_end_is_none() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    assert_eq!(node.service.replay(TOPIC, 0, 1), Ok(None));
+}
+
+#[tokio::test]
+async fn a_replay_of_an_offset_retention_deleted_is_gone() {
+    let node = sim_node();
+    node.commit(0, &["a", "b"]);
+    let log = node
+        .logs
+        .get(&Destination::new(TOPIC, 0))
+        .expect("open log");
+    log.sweep_retention(1_000 + 7_200_000, 3_600_000)
+        .expect("sweep");
+    assert_eq!(
+        node.service.replay(TOPIC, 0, 0),
+        Err(ReplayError::Gone { offset: 0 })
+    );
+}
+
+#[tokio::test]
+async fn a_consume_behind_retention_jumps_to_the_oldest_record_and_counts_the_gap() {
+    let node = sim_node();
+    node.commit(0, &["a", "b", "c"]);
+    let log = node
+        .logs
+        .get(&Destination::new(TOPIC, 0))
+        .expect("open log");
+    log.sweep_retention(1_000 + 7_200_000, 3_600_000)
+        .expect("sweep");
+    node.commit(0, &["d"]);
+    let got = node.consume(Some(0), 10).await;
+    assert_eq!(offsets(&got), vec![3]);
+    let gauges = node.service.gauges();
+    assert_eq!(gauges[0].dropped, 3);
+    assert_eq!(gauges[0].lag, 1);
+}
+
+#[tokio::test]
+async fn a_damaged_record_is_skipped_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
+    let node = Node::on(disk, dir.path(), replica(), 5);
+    node.commit(0, &["good"]);
+    let segment = dir
+        .path()
+        .join("topics/orders/p00000")
+        .join(segment_file_name(0));
+    let frame_start = std::fs::metadata(&segment).expect("segment").len();
+    node.commit(0, &["damaged-record"]);
+    node.commit(0, &["after"]);
+    let mut bytes = std::fs::read(&segment).expect("read segment");
+    bytes[frame_start as usize + 40] ^= 0xff;
+    std::fs::write(&segment, &bytes).expect("write segment");
+    let got = node.consume(Some(0), 10).await;
+    assert_eq!(payloads(&got), vec!["good", "after"]);
+    assert_eq!(node.service.gauges()[0].corrupt_skipped_total, 1);
+    for delivery in &got {
+        node.settle(delivery, Settle::Ack).expect("ack");
+    }
+    assert_eq!(node.service.gauges()[0].lag, 0, "the frontier passed it");
+}
+
+#[tokio::test]
+async fn a_damaged_record_replays_as_unreadable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
+    let node = Node::on(disk, dir.path(), replica(), 5);
+    node.commit(0, &["damaged-record"]);
+    let segment = dir
+        .path()
+        .join("topics/orders/p00000")
+        .join(segment_file_name(0));
+    let mut bytes = std::fs::read(&segment).expect("read segment");
+    bytes[40] ^= 0xff;
+    std::fs::write(&segment, &bytes).expect("write segment");
+    assert_eq!(
+        node.service.replay(TOPIC, 0, 0),
+        Err(ReplayError::Unreadable { offset: 0 })
+    );
+}
+
+#[tokio::test]
+async fn gauges_report_lag_leases_and_acks_ahead() {
+    let node = sim_node();
+    node.commit(0, &["a", "b", "c", "d"]);
+    let got = node.consume(Some(0), 3).await;
+    node.settle(&got[2], Settle::Ack).expect("ack");
+    let gauges = node.service.gauges();
+    assert_eq!(gauges.len(), 1);
+    let gauge = &gauges[0];
+    assert_eq!((gauge.partition, gauge.lag), (0, 4));
+    assert_eq!((gauge.in_flight, gauge.acked_ahead), (2, 1));
+}
+
+#[tokio::test]
+async fn acks_survive_a_restart_through_the_state_store() {
+    let sim = SimDisk::new(11);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    let replica = replica();
+    let before = Node::on(
+        Arc::clone(&disk),
+        Path::new("/node"),
+        Arc::clone(&replica),
+        5,
+    );
+    before.commit(0, &["a", "b", "c", "d"]);
+    let got = before.consume(Some(0), 3).await;
+    before.settle(&got[0], Settle::Ack).expect("ack 0");
+    before.settle(&got[2], Settle::Ack).expect("ack 2");
+    before.service.shutdown();
+    before.logs.close_all();
+    drop(before);
+    let after = Node::on(disk, Path::new("/node"), replica, 6);
+    let again = after.consume(Some(0), 10).await;
+    assert_eq!(
+        offsets(&again),
+        vec![1, 3],
+        "acked records are not redelivered"
+    );
+}
+
+#[tokio::test]
+async fn acks_written_by_a_store_tick_survive_a_crash() {
+    let sim = SimDisk::new(11);
+    let disk: Arc<dyn Disk> = Arc::new(sim.clone());
+    let replica = replica();
+    let before = Node::on(
+        Arc::clone(&disk),
+        Path::new("/node"),
+        Arc::clone(&replica),
+        5,
+    );
+    before.commit(0, &["a", "b", "c"]);
+    let got = before.consume(Some(0), 3).await;
+    before.settle(&got[1], Settle::Ack).expect("ack 1");
+    // A tick at the durability point writes the touched partition out.
+    let now = std::time::Instant::now();
+    before.store.tick(now);
+    before.store.tick(now + Duration::from_secs(2));
+    sim.crash(narad_disk::sim::Tear::None);
+    drop(before);
+    let after = Node::on(disk, Path::new("/node"), replica, 6);
+    let again = after.consume(Some(0), 10).await;
+    assert_eq!(offsets(&again), vec![0, 2]);
+}
