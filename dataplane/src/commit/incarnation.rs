@@ -239,7 +239,15 @@ pub(crate) fn read_marker(disk: &dyn Disk, topic_dir: &Path) -> io::Result<Marke
     let path = topic_dir.join(MARKER_FILE_NAME);
     let file = match disk.open(&path, OpenOptions::EXISTING) {
         Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Marker::Missing),
+        // `topic_dir` may be a stray file named like a topic directory.
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Marker::Missing);
+        }
         Err(error) => return Err(error),
     };
     let size = file.size()?;

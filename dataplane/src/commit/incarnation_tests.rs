@@ -346,6 +346,16 @@ fn a_live_topic_named_like_a_quarantined_copy_is_never_swept() {
 }
 
 #[test]
+fn a_stray_file_named_like_a_quarantined_copy_does_not_stop_the_sweep() {
+    let (dir, _disk, logs) = real_logs();
+    replaced_once(&logs);
+    std::fs::write(stale_path(dir.path(), "stray", OLD_ID), b"not a directory").expect("write");
+    let report = logs.sweep_quarantine(&Leader::confirming(&[("orders", Some(OLD_ID))]));
+    assert_eq!(report.removed, 1);
+    assert!(stale_path(dir.path(), "stray", OLD_ID).exists());
+}
+
+#[test]
 fn a_deleted_topic_is_retired_and_swept_after_confirmation() {
     let (dir, _disk, logs) = real_logs();
     let destination = Destination::new("orders", 0);

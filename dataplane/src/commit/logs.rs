@@ -117,8 +117,8 @@ impl LocalLogs {
     /// # Errors
     /// As [`PartitionLog::open`]; `Inconsistent` for a refused incarnation,
     /// an unreadable marker or a topic name that is not a directory name
-    /// (nothing is changed then); `Io` for a failed
-    /// stamp or rename (the directory is whole under one of its names).
+    /// (nothing is changed then); `Io` for a failed stamp or rename (the
+    /// directory is whole under one of its names).
     pub fn resolve(
         &self,
         destination: &Destination,
