@@ -8,8 +8,9 @@
 //! step and why each crash point is safe are in
 //! `docs/internals/topic-directories.md`.
 //!
-//! This module decides ([`decide`]) and does the file-system steps; which
-//! log is open for which incarnation is [`super::LocalLogs`]' business.
+//! This module decides (`decide`, a pure function of the marker) and does
+//! the file-system steps; which log is open for which incarnation is
+//! [`super::LocalLogs`]' business.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -310,7 +311,7 @@ pub fn stale_dir_name(topic: &str, token: &MarkerToken) -> String {
 
 /// The topic and token a directory name would have as a quarantined copy.
 /// A live topic may have such a name too (the topic-name rules allow
-/// `.stale-`); [`is_quarantined_copy`] tells them apart by the marker.
+/// `.stale-`); `is_quarantined_copy` tells them apart by the marker.
 pub fn parse_stale_dir_name(name: &str) -> Option<(&str, MarkerToken)> {
     let (topic, token) = name.rsplit_once(STALE_INFIX)?;
     if topic.is_empty() {
