@@ -19,7 +19,9 @@ use tempfile::TempDir;
 use super::incarnation::{
     DirAction, MARKER_FILE_NAME, Marker, MarkerToken, decide, parse_stale_dir_name,
 };
-use super::{LocalLogs, QuarantineStats, Retirement, SweepReport, partition_dir, topics_dir};
+use super::{
+    LocalLogs, QuarantineStats, Retirement, SweepReport, TopicDirError, partition_dir, topics_dir,
+};
 use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm};
 use crate::metrics::NodeMetrics;
 
@@ -374,6 +376,39 @@ fn a_deleted_topic_is_retired_and_swept_after_confirmation() {
     assert_eq!(
         logs.quarantine_stats().expect("stats"),
         QuarantineStats::default()
+    );
+}
+
+#[test]
+fn retiring_refuses_a_directory_of_another_incarnation() {
+    let (dir, _disk, logs) = real_logs();
+    let destination = Destination::new("orders", 0);
+    let live = logs
+        .resolve(&destination, Some(&id(NEW_ID)))
+        .expect("recreated");
+    let refused = logs.retire_deleted("orders", Some(OLD_ID));
+    assert!(matches!(refused, Err(TopicDirError::Refused { .. })));
+    assert_eq!(
+        marker_on_disk(dir.path(), "orders").as_deref(),
+        Some(NEW_ID)
+    );
+    assert!(!stale_path(dir.path(), "orders", NEW_ID).exists());
+    commit(&live, "still served");
+}
+
+#[test]
+fn a_reconcile_retires_a_directory_by_the_incarnation_its_marker_names() {
+    let (dir, disk, logs) = real_logs();
+    logs.resolve(&Destination::new("orders", 0), Some(&id(OLD_ID)))
+        .expect("resolve");
+    logs.close_all();
+    let logs = restart(&disk, dir.path());
+    let token = logs.directory_incarnation("orders").expect("marker");
+    assert_eq!(token, Some(MarkerToken::Id(id(OLD_ID))));
+    let retired = logs.retire_deleted("orders", Some(OLD_ID)).expect("retire");
+    assert_eq!(
+        retired,
+        Retirement::Quarantined(stale_path(dir.path(), "orders", OLD_ID))
     );
 }
 

@@ -187,21 +187,28 @@ impl LocalLogs {
         }
     }
 
-    /// Retires the directory of `topic`, deleted from the replica: closes
-    /// its open logs and renames the directory to its quarantined name, so
-    /// [`Self::sweep_quarantine`] removes it once the leader confirms. The
-    /// name takes the marker's incarnation; a directory without a marker
-    /// is stamped first with `incarnation` (`None`: the `none` token of a
-    /// topic without an id).
+    /// Retires the directory of `topic`, whose incarnation `incarnation`
+    /// (`None`: a topic without an id) was deleted: closes the topic's open
+    /// logs and renames the directory to its quarantined name, so
+    /// [`Self::sweep_quarantine`] removes it once the leader confirms. A
+    /// directory without a marker is stamped first with the deleted
+    /// incarnation (`none` for a topic without an id).
+    ///
+    /// A directory whose marker holds another incarnation is refused and
+    /// left alone, with its logs open: it belongs to an incarnation the
+    /// caller did not say was deleted (the topic may have been created
+    /// again since the caller looked). For a directory left by a topic
+    /// deleted while this node was down, read its marker with
+    /// [`Self::directory_incarnation`] and pass that.
     ///
     /// Call it only after the delete applied to this node's replica: a
     /// retired incarnation is never served again by this process.
     ///
     /// # Errors
-    /// Refused for a malformed id, a malformed topic name, an unreadable
-    /// marker, or a quarantined name already taken; any disk error. The
-    /// directory is then whole under one of its names, and a later call
-    /// may retry.
+    /// Refused for a malformed id or topic name, an unreadable marker, a
+    /// marker of another incarnation, or a quarantined name already taken;
+    /// any disk error. The directory is then whole under one of its names,
+    /// and a later call may retry.
     pub fn retire_deleted(
         &self,
         topic: &str,
@@ -215,32 +222,74 @@ impl LocalLogs {
         if !incarnation::is_topic_dir_name(topic) {
             return Err(refused("not a topic directory name".into()));
         }
-        let asked = MarkerToken::of(incarnation)
+        let deleted = MarkerToken::of(incarnation)
             .ok_or_else(|| refused(format!("malformed incarnation id {incarnation:?}")))?;
         let guard = self.topic_guard(topic);
         let mut state = guard.lock();
-        self.close_topic_logs(topic);
         let exists = self.disk.exists(&topic_dir).map_err(TopicDirError::io(
             "look for the topic directory",
             &topic_dir,
         ))?;
         if !exists {
-            state.verified = None;
+            self.close_topic_logs(topic);
+            state.retire(&deleted);
             return Ok(Retirement::NoDirectory);
         }
         let marker = incarnation::read_marker(&*self.disk, &topic_dir)
             .map_err(TopicDirError::io("read the marker", &topic_dir))?;
-        let token = match marker {
-            Marker::Holds(token) => token,
-            Marker::Missing => {
-                incarnation::write_marker(&*self.disk, &topic_dir, &asked)?;
-                asked
+        match &marker {
+            Marker::Holds(token) if *token == deleted => {}
+            Marker::Missing => {}
+            Marker::Holds(other) => {
+                return Err(refused(format!(
+                    "holds incarnation {}, not the deleted {}",
+                    other.as_str(),
+                    deleted.as_str()
+                )));
             }
             Marker::Unreadable(what) => return Err(refused(format!("unreadable marker: {what}"))),
-        };
-        let stale = self.quarantine(topic, &token)?;
-        state.retire(&token);
+        }
+        self.close_topic_logs(topic);
+        if marker == Marker::Missing {
+            incarnation::write_marker(&*self.disk, &topic_dir, &deleted)?;
+        }
+        let stale = self.quarantine(topic, &deleted)?;
+        state.retire(&deleted);
+        tracing::info!(
+            topic,
+            incarnation = deleted.as_str(),
+            stale = %stale.display(),
+            "topic directory of a deleted incarnation quarantined"
+        );
         Ok(Retirement::Quarantined(stale))
+    }
+
+    /// The incarnation the marker of `topic`'s directory names: `None`
+    /// when there is no directory or no marker. For a start-up reconcile
+    /// that retires directories of topics deleted while this node was
+    /// down (see [`Self::retire_deleted`]).
+    ///
+    /// # Errors
+    /// Refused for a malformed topic name or an unreadable marker; a disk
+    /// error.
+    pub fn directory_incarnation(&self, topic: &str) -> Result<Option<MarkerToken>, TopicDirError> {
+        let topic_dir = topics_dir(&self.data_dir).join(topic);
+        if !incarnation::is_topic_dir_name(topic) {
+            return Err(TopicDirError::Refused {
+                dir: topic_dir,
+                reason: "not a topic directory name".into(),
+            });
+        }
+        match incarnation::read_marker(&*self.disk, &topic_dir)
+            .map_err(TopicDirError::io("read the marker", &topic_dir))?
+        {
+            Marker::Missing => Ok(None),
+            Marker::Holds(token) => Ok(Some(token)),
+            Marker::Unreadable(what) => Err(TopicDirError::Refused {
+                dir: topic_dir,
+                reason: format!("unreadable marker: {what}"),
+            }),
+        }
     }
 
     /// Asks the leader, once per quarantined copy (at most

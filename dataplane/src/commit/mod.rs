@@ -11,7 +11,7 @@ pub mod incarnation;
 mod logs;
 
 pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem};
-pub use incarnation::{QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
+pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 
 #[cfg(test)]
