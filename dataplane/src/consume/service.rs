@@ -17,7 +17,10 @@
 //! (a watcher task per shard on the log's watch), when a nack or an expiry
 //! returns a record, and when an ack frees a cap slot. A record handed to
 //! a consume that has just gone away is released at once: the answer is a
-//! [`Handoff`] that gives its leases back when dropped unopened.
+//! [`Handoff`] that gives its leases back when dropped unopened. Parked
+//! consumes are served in arrival order among themselves; a fresh consume
+//! looks for ready records before it joins a line, so it may take a record
+//! that arrived just before the pump ran.
 //!
 //! What it does not do: serve partitions owned elsewhere (queue consumes
 //! skip them, pinned ones get [`ConsumeError::OwnerUnavailable`]; forwarding
@@ -290,6 +293,8 @@ pub struct ConsumeService {
     config: ConsumeConfig,
     seed: u64,
     shards: Mutex<BTreeMap<Destination, Arc<PartitionShard>>>,
+    /// One gate per partition being opened, so a partition is opened once.
+    opening: Mutex<BTreeMap<Destination, Arc<Mutex<()>>>>,
     waiters: Waiters<Reply>,
     rotation: AtomicU32,
     timer: Arc<ExpiryTimer>,
@@ -346,6 +351,7 @@ impl ConsumeService {
             config,
             seed,
             shards: Mutex::new(BTreeMap::new()),
+            opening: Mutex::new(BTreeMap::new()),
             waiters: Waiters::default(),
             rotation: AtomicU32::new(seed as u32),
             timer: Arc::new(ExpiryTimer::default()),
@@ -647,27 +653,63 @@ impl ConsumeService {
             topic: Arc::clone(&meta.name),
             partition,
         };
-        let mut shards = self.shards.lock();
-        if let Some(shard) = shards.get(&destination) {
-            if shard.incarnation == meta.incarnation_id {
-                let shard = Arc::clone(shard);
-                drop(shards);
-                self.ensure_watcher(&shard);
-                return Ok(shard);
+        if let Some(shard) = self.existing_shard(meta, partition) {
+            self.ensure_watcher(&shard);
+            return Ok(shard);
+        }
+        // Opening reads and syncs files: it runs under this partition's
+        // gate only, so consumes and settles of other partitions go on.
+        let gate = Arc::clone(self.opening.lock().entry(destination.clone()).or_default());
+        let opened = {
+            let _gate = gate.lock();
+            self.open_shard(&destination, meta)
+        };
+        {
+            let mut opening = self.opening.lock();
+            if opening
+                .get(&destination)
+                .is_some_and(|entry| Arc::ptr_eq(entry, &gate) && Arc::strong_count(entry) == 2)
+            {
+                opening.remove(&destination);
             }
-            // The topic was deleted and made again under the same name.
-            if let Some(stale) = shards.remove(&destination) {
-                self.store.detach(&stale.dir);
-            }
+        }
+        let shard = opened?;
+        self.ensure_watcher(&shard);
+        Ok(shard)
+    }
+
+    /// Makes the shard of `destination` unless another consume made it
+    /// meanwhile; a shard of an older incarnation is detached first.
+    fn open_shard(
+        &self,
+        destination: &Destination,
+        meta: &TopicMeta,
+    ) -> Result<Arc<PartitionShard>, ConsumeError> {
+        if let Some(shard) = self.existing_shard(meta, destination.partition) {
+            return Ok(shard);
+        }
+        // A request holding an older view of the topic must not replace
+        // the live incarnation's shard.
+        let live = self.replica.topic_meta(&destination.topic);
+        if live.is_none_or(|live| live.incarnation_id != meta.incarnation_id) {
+            return Err(ConsumeError::Read(format!(
+                "topic {} changed during the request",
+                destination.topic
+            )));
+        }
+        // The topic was deleted and made again under the same name.
+        let stale = self.shards.lock().remove(destination);
+        if let Some(stale) = stale {
+            self.store.detach(&stale.dir);
         }
         let log = self
             .logs
-            .resolve(&destination, meta.incarnation_id.as_ref())
+            .resolve(destination, meta.incarnation_id.as_ref())
             .map_err(|error| ConsumeError::Read(error.to_string()))?;
         let shard = self.attach_shard(destination.clone(), meta, log)?;
-        shards.insert(destination, Arc::clone(&shard));
-        drop(shards);
-        self.ensure_watcher(&shard);
+        self.shards
+            .lock()
+            .insert(destination.clone(), Arc::clone(&shard));
         Ok(shard)
     }
 

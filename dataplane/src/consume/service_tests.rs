@@ -25,7 +25,6 @@ use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta, VISIBILITY_TIME
 use crate::testing::{LOCAL_NODE, replica};
 
 const TOPIC: &str = "orders";
-const ORDERS_ID: &str = "00000000000000a1";
 const VISIBILITY_MS: u64 = VISIBILITY_TIMEOUT_MS_DEFAULT;
 /// A long poll that only the manual clock can end.
 const LONG_WAIT: Duration = Duration::from_secs(10);
@@ -92,10 +91,13 @@ impl Node {
                 committed_at_ms: 1_000,
             })
             .collect();
-        let incarnation: Arc<str> = Arc::from(ORDERS_ID);
+        let meta = self.replica.topic_meta(TOPIC).expect("topic");
         let log = self
             .logs
-            .resolve(&Destination::new(TOPIC, partition), Some(&incarnation))
+            .resolve(
+                &Destination::new(TOPIC, partition),
+                meta.incarnation_id.as_ref(),
+            )
             .expect("open log");
         log.commit_durable(&[&records]).expect("commit").offsets
     }
@@ -155,6 +157,14 @@ async fn answer(
         .expect("the parked consume was never answered")
         .expect("task")
         .expect("consume")
+}
+
+/// A node on a temporary directory (tests that rename or damage files).
+fn temp_node() -> (tempfile::TempDir, Node) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
+    let node = Node::on(disk, dir.path(), replica(), 5);
+    (dir, node)
 }
 
 fn sim_node() -> Node {
@@ -594,9 +604,7 @@ async fn a_consume_behind_retention_jumps_to_the_oldest_record_and_counts_the_ga
 
 #[tokio::test]
 async fn a_damaged_record_is_skipped_and_counted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
-    let node = Node::on(disk, dir.path(), replica(), 5);
+    let (dir, node) = temp_node();
     node.commit(0, &["good"]);
     let segment = dir
         .path()
@@ -619,9 +627,7 @@ async fn a_damaged_record_is_skipped_and_counted() {
 
 #[tokio::test]
 async fn a_damaged_record_replays_as_unreadable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
-    let node = Node::on(disk, dir.path(), replica(), 5);
+    let (dir, node) = temp_node();
     node.commit(0, &["damaged-record"]);
     let segment = dir
         .path()
@@ -634,6 +640,25 @@ async fn a_damaged_record_replays_as_unreadable() {
         node.service.replay(TOPIC, 0, 0),
         Err(ReplayError::Unreadable { offset: 0 })
     );
+}
+
+#[tokio::test]
+async fn a_recreated_topic_is_served_from_a_fresh_shard() {
+    // The old incarnation's directory is renamed aside: a real file system.
+    let (_dir, node) = temp_node();
+    node.commit(0, &["old"]);
+    let old = node.consume(Some(0), 1).await;
+    node.alter_topic(|meta| meta.incarnation_id = Some(Arc::from("00000000000000b2")));
+    node.commit(0, &["new"]);
+    let got = node.consume(Some(0), 1).await;
+    assert_eq!(payloads(&got), vec!["new"]);
+    assert_eq!(
+        node.settle(&old[0], Settle::Ack),
+        Err(SettleError::LeaseGone)
+    );
+    let gauges = node.service.gauges();
+    assert_eq!(gauges.len(), 1, "the old incarnation's shard is gone");
+    assert_eq!(gauges[0].in_flight, 1);
 }
 
 #[tokio::test]
@@ -699,4 +724,94 @@ async fn acks_written_by_a_store_tick_survive_a_crash() {
     let after = Node::on(disk, Path::new("/node"), replica, 6);
     let again = after.consume(Some(0), 10).await;
     assert_eq!(offsets(&again), vec![0, 2]);
+}
+
+/// Runs `consumers` competing long-poll consumers against a producer of
+/// 252 records over three partitions; a consumer nacks the first delivery
+/// of every offset `nack_first` picks and acks everything else. Returns
+/// the acked `(partition, offset)` pairs, sorted, once all are acked.
+async fn compete(consumers: usize, nack_first: fn(u64) -> bool) -> (Arc<Node>, Vec<(u32, u64)>) {
+    const RECORDS: usize = 252;
+    let node = Arc::new(sim_node());
+    let acked = Arc::new(parking_lot::Mutex::new(Vec::<(u32, u64)>::new()));
+    let nacked = Arc::new(parking_lot::Mutex::new(std::collections::HashSet::new()));
+    let tasks: Vec<_> = (0..consumers)
+        .map(|_| {
+            let node = Arc::clone(&node);
+            let acked = Arc::clone(&acked);
+            let nacked = Arc::clone(&nacked);
+            tokio::spawn(async move {
+                loop {
+                    let got = node
+                        .service
+                        .consume(request(None, 7, LONG_WAIT))
+                        .await
+                        .expect("consume");
+                    if got.is_empty() {
+                        // Only shutdown answers a long poll empty here.
+                        assert_eq!(acked.lock().len(), RECORDS, "stopped early");
+                        return;
+                    }
+                    for delivery in &got {
+                        let key = (delivery.partition, delivery.record.offset);
+                        if nack_first(key.1) && nacked.lock().insert(key) {
+                            node.settle(delivery, Settle::Nack).expect("a live lease");
+                            continue;
+                        }
+                        node.settle(delivery, Settle::Ack).expect("a live lease");
+                        acked.lock().push(key);
+                    }
+                }
+            })
+        })
+        .collect();
+    let producer = {
+        let node = Arc::clone(&node);
+        tokio::task::spawn_blocking(move || {
+            for round in 0..RECORDS / 6 {
+                node.commit((round % 3) as u32, &["r"; 6]);
+            }
+        })
+    };
+    producer.await.expect("producer");
+    for _ in 0..PARK_YIELDS_MAX {
+        if acked.lock().len() == RECORDS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let service = Arc::clone(&node.service);
+    tokio::task::spawn_blocking(move || service.shutdown())
+        .await
+        .expect("shutdown");
+    for task in tasks {
+        task.await.expect("consumer");
+    }
+    let mut acked = acked.lock().clone();
+    acked.sort_unstable();
+    (node, acked)
+}
+
+fn every_record_of_compete() -> Vec<(u32, u64)> {
+    (0..3u32)
+        .flat_map(|partition| (0..84u64).map(move |offset| (partition, offset)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_consumers_ack_every_record_exactly_once() {
+    let (node, acked) = compete(4, |_| false).await;
+    assert_eq!(acked, every_record_of_compete());
+    assert!(
+        node.service
+            .gauges()
+            .iter()
+            .all(|gauge| gauge.lag == 0 && gauge.in_flight == 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_consumers_that_nack_still_ack_every_record_exactly_once() {
+    let (_, acked) = compete(4, |offset| offset % 3 == 0).await;
+    assert_eq!(acked, every_record_of_compete());
 }
