@@ -17,7 +17,7 @@
 //! (a watcher task per shard on the log's watch), when a nack or an expiry
 //! returns a record, and when an ack frees a cap slot. A record handed to
 //! a consume that has just gone away is released at once: the answer is a
-//! [`Handoff`] that gives its leases back when dropped unopened. Parked
+//! handoff that gives its leases back when dropped unopened. Parked
 //! consumes are served in arrival order among themselves; a fresh consume
 //! looks for ready records before it joins a line, so it may take a record
 //! that arrived just before the pump ran.
