@@ -486,27 +486,35 @@ impl ConsumeService {
     }
 
     /// The state of every partition with a shard, in topic and partition
-    /// order. Shards of partitions this node no longer serves (topic
+    /// order, after purging expired leases (so `in_flight` counts live
+    /// ones only). Shards of partitions this node no longer serves (topic
     /// deleted or recreated, partition moved) are dropped first.
     pub fn gauges(&self) -> Vec<PartitionGauges> {
         self.retire_stale_shards();
         let shards: Vec<Arc<PartitionShard>> = self.shards.lock().values().cloned().collect();
-        shards
-            .iter()
-            .map(|shard| {
-                let high_watermark = shard.log.high_watermark();
-                let state = shard.state.lock();
-                PartitionGauges {
-                    topic: Arc::clone(&shard.destination.topic),
-                    partition: shard.destination.partition,
-                    lag: high_watermark.saturating_sub(state.frontier()),
-                    in_flight: state.in_flight() as u64,
-                    acked_ahead: state.acked_ahead_len() as u64,
-                    dropped: state.dropped_total(),
-                    corrupt_skipped_total: state.corrupt_skipped_total(),
-                }
-            })
-            .collect()
+        let now_ms = self.clock.now_ms();
+        let mut gauges = Vec::with_capacity(shards.len());
+        let mut returned: Vec<&Arc<str>> = Vec::new();
+        for shard in &shards {
+            let high_watermark = shard.log.high_watermark();
+            let mut state = shard.state.lock();
+            if state.purge_expired(now_ms) > 0 && !returned.contains(&&shard.destination.topic) {
+                returned.push(&shard.destination.topic);
+            }
+            gauges.push(PartitionGauges {
+                topic: Arc::clone(&shard.destination.topic),
+                partition: shard.destination.partition,
+                lag: high_watermark.saturating_sub(state.frontier()),
+                in_flight: state.in_flight() as u64,
+                acked_ahead: state.acked_ahead_len() as u64,
+                dropped: state.dropped_total(),
+                corrupt_skipped_total: state.corrupt_skipped_total(),
+            });
+        }
+        for topic in returned {
+            self.pump(topic);
+        }
+        gauges
     }
 
     /// Consumes parked on `topic` now (tests, diagnostics).

@@ -643,6 +643,15 @@ async fn a_damaged_record_replays_as_unreadable() {
 }
 
 #[tokio::test]
+async fn gauges_count_only_live_leases() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    node.consume(Some(0), 1).await;
+    node.clock.advance(VISIBILITY_MS);
+    assert_eq!(node.service.gauges()[0].in_flight, 0);
+}
+
+#[tokio::test]
 async fn a_recreated_topic_is_served_from_a_fresh_shard() {
     // The old incarnation's directory is renamed aside: a real file system.
     let (_dir, node) = temp_node();
