@@ -523,7 +523,9 @@ impl ConsumeService {
     }
 
     /// Graceful stop: parked consumes answer empty, new consumes answer
-    /// empty at once, then every partition's position is made durable.
+    /// empty at once, then every partition's position is made durable
+    /// (blocking fdatasyncs). Idempotent; a second call flushes again, so
+    /// acks that landed after the first are made durable too.
     pub fn shutdown(&self) {
         self.shut_down.store(true, Ordering::Release);
         self.waiters.close();
@@ -959,10 +961,16 @@ impl ConsumeService {
         }
         let mut watcher = shard.watcher.lock();
         if watcher.is_none() {
+            // The starting point is taken now, before the caller reads the
+            // log: a commit landing before the task first runs still wakes
+            // it.
+            let watch = shard.log.watch_high_watermark();
+            let seen = watch.high_watermark();
             let task = handle.spawn(watch_commits(
                 self.this.clone(),
                 Arc::clone(&shard.destination.topic),
-                shard.log.watch_high_watermark(),
+                watch,
+                seen,
             ));
             *watcher = Some(task.abort_handle());
         }
@@ -1126,9 +1134,13 @@ async fn run_expiry_timer(
 }
 
 /// Pumps the topic's waiters whenever the partition's high watermark
-/// moves; ends when the log closes or the service is gone.
-async fn watch_commits(service: Weak<ConsumeService>, topic: Arc<str>, mut watch: HwmWatch) {
-    let mut seen = watch.high_watermark();
+/// moves past `seen`; ends when the log closes or the service is gone.
+async fn watch_commits(
+    service: Weak<ConsumeService>,
+    topic: Arc<str>,
+    mut watch: HwmWatch,
+    mut seen: u64,
+) {
     while let Ok(high_watermark) = watch.wait_beyond(seen).await {
         seen = high_watermark;
         let Some(service) = service.upgrade() else {

@@ -2,9 +2,11 @@
 //! (or a temporary directory where a test damages a file), a real consumer
 //! state store, and a manual clock.
 
+use std::future::Future;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use narad_disk::Disk;
@@ -435,6 +437,32 @@ async fn a_long_poll_is_answered_by_a_commit() {
     node.commit(0, &["late"]);
     let got = answer(task).await;
     assert_eq!(payloads(&got), vec!["late"]);
+}
+
+#[tokio::test]
+async fn the_first_long_poll_of_a_partition_is_answered_by_a_commit_before_its_watcher_ran() {
+    let node = sim_node();
+    let mut consume = Box::pin(node.service.consume(request(Some(0), 10, LONG_WAIT)));
+    // One poll parks it; no other task (the new watcher) runs before the
+    // commit below.
+    let first = std::future::poll_fn(|cx| Poll::Ready(consume.as_mut().poll(cx))).await;
+    assert!(first.is_pending(), "nothing to take yet: parked");
+    node.commit(0, &["late"]);
+    let got = tokio::time::timeout(ANSWER_CEILING, consume)
+        .await
+        .expect("the parked consume was never answered")
+        .expect("consume");
+    assert_eq!(payloads(&got), vec!["late"]);
+}
+
+#[tokio::test]
+async fn a_second_shutdown_changes_nothing() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    node.consume(Some(0), 1).await;
+    node.service.shutdown();
+    node.service.shutdown();
+    assert!(node.consume(Some(0), 1).await.is_empty());
 }
 
 #[tokio::test]
