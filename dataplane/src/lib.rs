@@ -2,13 +2,17 @@
 //!
 //! This crate owns the client HTTP API, the accept stage (validation,
 //! partition choice, staging into the ingress WAL), the dispatcher that
-//! commits WAL records to partition owners, and the commit combiner on the
-//! owner. The consume path, fan-out and node-to-node RPCs come later.
+//! commits WAL records to partition owners, the commit combiner on the
+//! owner, and the consume path on the owner (leases, long polls, acks,
+//! replay reads, and consumer positions that survive restarts). Fan-out
+//! and forwarding consumes and acks to another node come later.
 //!
 //! Guarantees it is built to give: a `202` is answered only after the message
 //! is fsynced in this node's ingress WAL, and no crash of any node loses it; a
 //! message becomes visible only after its partition owner appended, fsynced,
-//! read back and CRC-checked it.
+//! read back and CRC-checked it; a message is delivered until a consumer acks
+//! it or retention deletes it (at least once: lapsed leases, nacks and
+//! crashes redeliver).
 //!
 //! It does not run Raft and does not depend on the control plane crate: it
 //! follows the control plane through a local metadata replica

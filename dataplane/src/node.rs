@@ -1,10 +1,12 @@
 //! One data node, wired: ingress WAL and checkpoint store, accept stage,
-//! partition logs and combiners, the dispatcher runtime, and the HTTP API.
+//! partition logs and combiners, the dispatcher runtime, the consume
+//! service with its consumer state store, and the HTTP API.
 //!
 //! The metadata replica, the leader-confirmation service and the remote
 //! commit target come from outside, because the control plane and the
 //! cluster transport provide them.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,10 +18,14 @@ use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalErro
 
 use crate::admin::{Admin, ReplicaAdmin};
 use crate::commit::{Combiners, LocalLogs};
+use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
+use crate::consume::clock::SystemClock;
+use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
     LocalCommitTarget, NoRemoteTarget, NodeId, ReplicaLeader,
 };
+use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
 use crate::metadata::{Member, MetadataReplica, MetadataSnapshot};
@@ -42,6 +48,16 @@ pub struct DataNodeConfig {
     pub dispatch: DispatchConfig,
     /// Seed of the per-topic rotation starts.
     pub seed: u64,
+    /// How consumes are served; the wait ceiling comes from
+    /// `api.max_consume_wait`.
+    pub consume: ConsumeConfig,
+    /// Cadences of the consumer state store
+    /// (`storage.consumer_offset_commit_interval_ms` is its
+    /// `durable_interval`).
+    pub consumer_state: ConsumerStateConfig,
+    /// Seed of the lease nonce streams. It must differ between starts of
+    /// a node, or a handle from before a restart could match a new lease.
+    pub consume_seed: u64,
 }
 
 impl DataNodeConfig {
@@ -55,6 +71,9 @@ impl DataNodeConfig {
             log: LogConfig::default(),
             dispatch: DispatchConfig::default(),
             seed: rand::random(),
+            consume: ConsumeConfig::default(),
+            consumer_state: ConsumerStateConfig::default(),
+            consume_seed: rand::random(),
         }
     }
 }
@@ -125,6 +144,8 @@ pub struct DataNode {
     api: Arc<ApiState>,
     dispatcher: Option<DispatchRuntime>,
     dispatch_status: Arc<DispatchStatus>,
+    consume: Arc<ConsumeService>,
+    consumer_state_worker: Option<StateWorker>,
 }
 
 impl DataNode {
@@ -176,6 +197,21 @@ impl DataNode {
             Arc::clone(&services.replica),
             config.seed,
         ));
+        let consumer_state =
+            ConsumerStateStore::new(Arc::clone(&services.disk), config.consumer_state.clone());
+        let consumer_state_worker = consumer_state.spawn()?;
+        let consume = ConsumeService::new(
+            Arc::clone(&logs),
+            Arc::clone(&services.replica),
+            consumer_state,
+            config.data_dir.clone(),
+            Arc::new(SystemClock::new()),
+            ConsumeConfig {
+                max_wait: effective_wait_max(config.api.max_consume_wait),
+                ..config.consume.clone()
+            },
+            config.consume_seed,
+        );
         let health = Arc::new(Health::default());
         let mut api = ApiState::new(
             config.api.clone(),
@@ -187,6 +223,7 @@ impl DataNode {
             services.admin,
         );
         api.logs = Some(Arc::clone(&logs));
+        api.consume = Some(Arc::clone(&consume));
         let api = Arc::new(api);
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
@@ -197,6 +234,8 @@ impl DataNode {
             api,
             dispatcher: Some(dispatcher),
             dispatch_status,
+            consume,
+            consumer_state_worker: Some(consumer_state_worker),
         })
     }
 
@@ -206,7 +245,10 @@ impl DataNode {
     }
 
     /// Serves the client API on `listener` until `shutdown` resolves; then
-    /// `/healthz` answers `503` while in-flight requests finish.
+    /// `/healthz` answers `503`, parked long polls answer `204` (see
+    /// [`DataNode::stop_consumes`]) and in-flight requests finish. Handlers
+    /// see the client's address (the consume cap counts per address with
+    /// security off).
     ///
     /// # Errors
     /// The listener failed.
@@ -216,12 +258,27 @@ impl DataNode {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let health = Arc::clone(&self.api.health);
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                health.shutting_down.store(true, Ordering::Release);
-            })
-            .await
+        let consume = Arc::clone(&self.consume);
+        axum::serve(
+            listener,
+            self.router()
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            health.shutting_down.store(true, Ordering::Release);
+            // Writes out consumer positions: off the async workers.
+            let _ = tokio::task::spawn_blocking(move || consume.shutdown()).await;
+        })
+        .await
+    }
+
+    /// Answers every parked long poll with `204` now, and every later
+    /// consume at once, so a draining server need not wait out long polls;
+    /// acks are still taken. Writes out every consumer position. Call it
+    /// when a stop begins.
+    pub fn stop_consumes(&self) {
+        self.consume.shutdown();
     }
 
     /// The API state (the accept stage, metrics, health).
@@ -237,6 +294,11 @@ impl DataNode {
     /// The checkpoint store.
     pub fn checkpoint(&self) -> &Arc<CheckpointStore> {
         &self.checkpoint
+    }
+
+    /// The consume service.
+    pub fn consume(&self) -> &Arc<ConsumeService> {
+        &self.consume
     }
 
     /// The partition logs this node opened.
@@ -257,11 +319,16 @@ impl DataNode {
             >= self.wal.next_durable_seq()
     }
 
-    /// Graceful stop: `/healthz` turns 503, the dispatcher stops, the
+    /// Graceful stop: `/healthz` turns 503, parked consumes answer `204`,
+    /// every consumer position is written out, the dispatcher stops, the
     /// checkpoint is synced, the WAL closes (staged records are still
     /// written), the partition logs close.
     pub fn shutdown(mut self) {
         self.api.health.shutting_down.store(true, Ordering::Release);
+        if let Some(worker) = self.consumer_state_worker.take() {
+            worker.stop();
+        }
+        self.consume.shutdown();
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }
@@ -275,6 +342,9 @@ impl DataNode {
     /// Stops the node's threads without syncing anything, as after a crash
     /// (tests: the disk was already cut under it).
     pub fn abandon(mut self) {
+        if let Some(worker) = self.consumer_state_worker.take() {
+            worker.stop();
+        }
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }

@@ -1,12 +1,15 @@
-//! The client HTTP API on axum: produce and batch produce, `/healthz`,
-//! `/readyz` and `/metrics`, with the status codes, error bodies and texts
-//! of the spec (§1) and the wire contract (§1–4, §7).
+//! The client HTTP API on axum: produce and batch produce, consume, replay
+//! and ack, topics and users, `/healthz`, `/readyz` and `/metrics`, with the
+//! status codes, error bodies and texts of the spec (§1) and the wire
+//! contract (§1–5, §7).
 //!
 //! Every `/v1` route authenticates first (security on), then applies the
 //! cross-site guard to state-changing methods, then checks the grant.
 
+pub mod ack;
 pub mod auth;
 pub mod body;
+pub mod consume;
 pub mod error;
 pub mod go_duration;
 mod health;
@@ -18,7 +21,7 @@ pub mod users;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
@@ -30,6 +33,7 @@ use narad_wal::Wal;
 
 use crate::admin::Admin;
 use crate::commit::LocalLogs;
+use crate::consume::service::ConsumeService;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;
 use crate::http::error::ApiError;
@@ -50,6 +54,12 @@ pub struct ApiConfig {
     /// Produces in flight per identity (user, or "anonymous" with security
     /// off); 0 turns the cap off (the default).
     pub produce_in_flight_per_identity: usize,
+    /// The longest consume `wait` (`http.max_consume_wait`); longer waits
+    /// are clamped.
+    pub max_consume_wait: Duration,
+    /// Consumes in flight per identity (user, or client address with
+    /// security off), a batch counting as its `max`; 0 turns the cap off.
+    pub consume_in_flight_per_identity: usize,
 }
 
 /// bcrypt cost of new password hashes: the common default, tens of
@@ -63,6 +73,8 @@ impl Default for ApiConfig {
             metrics_unauthenticated: false,
             bcrypt_cost: BCRYPT_COST_DEFAULT,
             produce_in_flight_per_identity: 0,
+            max_consume_wait: consume::CONSUME_WAIT_MAX_DEFAULT,
+            consume_in_flight_per_identity: consume::CONSUME_IN_FLIGHT_PER_IDENTITY_DEFAULT,
         }
     }
 }
@@ -101,6 +113,11 @@ pub struct ApiState {
     pub produce_cap: ProduceCap,
     /// This node's partition logs, for partition statistics.
     pub logs: Option<Arc<LocalLogs>>,
+    /// The consume path; without it consume and ack answer `503`.
+    pub consume: Option<Arc<ConsumeService>>,
+    /// Consumes in flight per identity. The produce cap's counting serves
+    /// both; only the refusal text differs.
+    pub consume_cap: ProduceCap,
 }
 
 impl ApiState {
@@ -116,8 +133,10 @@ impl ApiState {
     ) -> Self {
         Self {
             produce_cap: ProduceCap::new(config.produce_in_flight_per_identity),
+            consume_cap: ProduceCap::new(config.consume_in_flight_per_identity),
             admin,
             logs: None,
+            consume: None,
             config,
             auth: Authenticator::new(Arc::clone(&replica)),
             acceptor,
@@ -131,6 +150,19 @@ impl ApiState {
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
+    }
+
+    /// The consume service.
+    ///
+    /// # Errors
+    /// `503` on a node built without one.
+    fn consume_service(&self) -> Result<&ConsumeService, ApiError> {
+        self.consume.as_deref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "consume is not available on this node",
+            )
+        })
     }
 
     /// Refreshes the gauges that are read rather than counted.
@@ -151,6 +183,34 @@ impl ApiState {
         );
         self.metrics
             .set(metrics::AUTH_VERIFY_QUEUED, &[], self.auth.queued() as f64);
+        self.refresh_consume_gauges();
+    }
+
+    /// Copies each owned partition's queue figures into its series.
+    fn refresh_consume_gauges(&self) {
+        let Some(service) = &self.consume else {
+            return;
+        };
+        for partition in service.gauges() {
+            let labels = [
+                ("topic", partition.topic.to_string()),
+                ("partition", partition.partition.to_string()),
+            ];
+            let gauges = [
+                (metrics::CONSUMER_LAG_MESSAGES, partition.lag),
+                (metrics::INFLIGHT_SIZE, partition.in_flight),
+                (metrics::ACKED_AHEAD_SIZE, partition.acked_ahead),
+                (metrics::CONSUMER_DROPPED_MESSAGES, partition.dropped),
+            ];
+            for (name, value) in gauges {
+                self.metrics.set(name, &labels, value as f64);
+            }
+            self.metrics.count_absolute(
+                metrics::CONSUMER_CORRUPT_SKIPPED_TOTAL,
+                &labels,
+                partition.corrupt_skipped_total,
+            );
+        }
     }
 }
 
@@ -162,6 +222,8 @@ pub fn router(state: Arc<ApiState>) -> Router {
             "/v1/topics/{topic}/produce/batch",
             post(produce::produce_batch),
         )
+        .route("/v1/topics/{topic}/consume", get(consume::consume))
+        .route("/v1/topics/{topic}/ack", post(ack::ack))
         .route("/v1/topics", post(topics::create).get(topics::list))
         .route(
             "/v1/topics/{topic}",
@@ -332,6 +394,8 @@ fn action_name(action: GrantAction) -> &'static str {
     }
 }
 
+#[cfg(test)]
+mod consume_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
