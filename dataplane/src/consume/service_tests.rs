@@ -763,20 +763,34 @@ async fn acks_written_by_a_store_tick_survive_a_crash() {
     assert_eq!(offsets(&again), vec![0, 2]);
 }
 
+/// What a competing consumer does with the first delivery of an offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum First {
+    Ack,
+    Nack,
+    /// Leave it leased, as a crashed consumer would; the lease expires.
+    Abandon,
+}
+
 /// Runs `consumers` competing long-poll consumers against a producer of
-/// 252 records over three partitions; a consumer nacks the first delivery
-/// of every offset `nack_first` picks and acks everything else. Returns
-/// the acked `(partition, offset)` pairs, sorted, once all are acked.
-async fn compete(consumers: usize, nack_first: fn(u64) -> bool) -> (Arc<Node>, Vec<(u32, u64)>) {
+/// 252 records over three partitions; `first` says what a consumer does
+/// with the first delivery of each offset, and every later delivery is
+/// acked. With abandoned leases the test moves the clock so they expire.
+/// Returns the `(partition, offset)` pairs whose ack succeeded, sorted,
+/// once every record is acked.
+async fn compete(consumers: usize, first: fn(u64) -> First) -> (Arc<Node>, Vec<(u32, u64)>) {
     const RECORDS: usize = 252;
+    let clock_moves = (0..RECORDS as u64).any(|offset| first(offset) == First::Abandon);
     let node = Arc::new(sim_node());
     let acked = Arc::new(parking_lot::Mutex::new(Vec::<(u32, u64)>::new()));
-    let nacked = Arc::new(parking_lot::Mutex::new(std::collections::HashSet::new()));
+    let seen = Arc::new(parking_lot::Mutex::new(std::collections::HashSet::new()));
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tasks: Vec<_> = (0..consumers)
         .map(|_| {
             let node = Arc::clone(&node);
             let acked = Arc::clone(&acked);
-            let nacked = Arc::clone(&nacked);
+            let seen = Arc::clone(&seen);
+            let stopping = Arc::clone(&stopping);
             tokio::spawn(async move {
                 loop {
                     let got = node
@@ -785,18 +799,33 @@ async fn compete(consumers: usize, nack_first: fn(u64) -> bool) -> (Arc<Node>, V
                         .await
                         .expect("consume");
                     if got.is_empty() {
-                        // Only shutdown answers a long poll empty here.
-                        assert_eq!(acked.lock().len(), RECORDS, "stopped early");
-                        return;
+                        if stopping.load(std::sync::atomic::Ordering::Acquire) {
+                            assert_eq!(acked.lock().len(), RECORDS, "stopped early");
+                            return;
+                        }
+                        // The moving clock ended the long poll.
+                        continue;
                     }
                     for delivery in &got {
                         let key = (delivery.partition, delivery.record.offset);
-                        if nack_first(key.1) && nacked.lock().insert(key) {
-                            node.settle(delivery, Settle::Nack).expect("a live lease");
-                            continue;
+                        let how = if seen.lock().insert(key) {
+                            first(key.1)
+                        } else {
+                            First::Ack
+                        };
+                        let outcome = match how {
+                            First::Abandon => continue,
+                            First::Nack => node.settle(delivery, Settle::Nack),
+                            First::Ack => node.settle(delivery, Settle::Ack),
+                        };
+                        match outcome {
+                            Ok(()) if how == First::Ack => acked.lock().push(key),
+                            Ok(()) => {}
+                            // Only a moving clock lets a lease lapse
+                            // before its ack; the record comes back.
+                            Err(SettleError::LeaseGone) if clock_moves => {}
+                            Err(error) => panic!("settle of a live lease failed: {error}"),
                         }
-                        node.settle(delivery, Settle::Ack).expect("a live lease");
-                        acked.lock().push(key);
                     }
                 }
             })
@@ -815,8 +844,12 @@ async fn compete(consumers: usize, nack_first: fn(u64) -> bool) -> (Arc<Node>, V
         if acked.lock().len() == RECORDS {
             break;
         }
+        if clock_moves {
+            node.clock.advance(1_000);
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    stopping.store(true, std::sync::atomic::Ordering::Release);
     let service = Arc::clone(&node.service);
     tokio::task::spawn_blocking(move || service.shutdown())
         .await
@@ -837,7 +870,7 @@ fn every_record_of_compete() -> Vec<(u32, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn competing_consumers_ack_every_record_exactly_once() {
-    let (node, acked) = compete(4, |_| false).await;
+    let (node, acked) = compete(4, |_| First::Ack).await;
     assert_eq!(acked, every_record_of_compete());
     assert!(
         node.service
@@ -849,6 +882,26 @@ async fn competing_consumers_ack_every_record_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn competing_consumers_that_nack_still_ack_every_record_exactly_once() {
-    let (_, acked) = compete(4, |offset| offset % 3 == 0).await;
+    let (_, acked) = compete(4, |offset| {
+        if offset % 3 == 0 {
+            First::Nack
+        } else {
+            First::Ack
+        }
+    })
+    .await;
+    assert_eq!(acked, every_record_of_compete());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_consumers_that_abandon_leases_still_ack_every_record_exactly_once() {
+    let (_, acked) = compete(4, |offset| {
+        if offset % 4 == 1 {
+            First::Abandon
+        } else {
+            First::Ack
+        }
+    })
+    .await;
     assert_eq!(acked, every_record_of_compete());
 }
