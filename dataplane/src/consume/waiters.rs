@@ -315,3 +315,95 @@ impl<R> Waiters<R> {
         drop(drained);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic() -> Arc<str> {
+        Arc::from("orders")
+    }
+
+    #[test]
+    fn waiters_of_a_line_come_out_in_arrival_order() {
+        let waiters = Waiters::<()>::default();
+        let first = waiters.park(&topic(), None, 1).expect("park").0;
+        let second = waiters.park(&topic(), None, 1).expect("park").0;
+        assert_eq!(
+            waiters.pop("orders", Line::Topic).map(|w| w.id),
+            Some(first)
+        );
+        assert_eq!(
+            waiters.pop("orders", Line::Topic).map(|w| w.id),
+            Some(second)
+        );
+    }
+
+    #[test]
+    fn a_waiter_put_back_keeps_its_place_at_the_front() {
+        let waiters = Waiters::<()>::default();
+        let first = waiters.park(&topic(), None, 1).expect("park").0;
+        waiters.park(&topic(), None, 1).expect("park");
+        let taken = waiters.pop("orders", Line::Topic).expect("front");
+        waiters.put_back(&topic(), taken);
+        assert_eq!(
+            waiters.pop("orders", Line::Topic).map(|w| w.id),
+            Some(first)
+        );
+    }
+
+    #[test]
+    fn pinned_lines_come_before_the_topic_line() {
+        let waiters = Waiters::<()>::default();
+        waiters.park(&topic(), None, 1).expect("park");
+        waiters.park(&topic(), Some(2), 1).expect("park");
+        waiters.park(&topic(), Some(0), 1).expect("park");
+        assert_eq!(
+            waiters.lines("orders"),
+            vec![Line::Pinned(0), Line::Pinned(2), Line::Topic]
+        );
+    }
+
+    #[test]
+    fn a_wake_up_during_a_pump_makes_it_go_round_again() {
+        let waiters = Waiters::<()>::default();
+        waiters.park(&topic(), None, 1).expect("park");
+        assert!(waiters.begin_pump("orders"));
+        assert!(!waiters.begin_pump("orders"), "one pump per topic");
+        assert!(
+            waiters.finish_pass("orders"),
+            "the second wake-up is not lost"
+        );
+        assert!(!waiters.finish_pass("orders"));
+        assert!(waiters.begin_pump("orders"), "released after the last pass");
+    }
+
+    #[test]
+    fn a_removed_waiter_is_gone_and_the_topic_forgotten() {
+        let waiters = Waiters::<()>::default();
+        let id = waiters.park(&topic(), Some(1), 1).expect("park").0;
+        assert!(waiters.remove("orders", id));
+        assert!(!waiters.remove("orders", id));
+        assert_eq!(waiters.count("orders"), 0);
+        assert!(waiters.topics().is_empty());
+    }
+
+    #[test]
+    fn closing_answers_every_waiter_and_refuses_new_ones() {
+        let waiters = Waiters::<()>::default();
+        let (_, mut answer) = waiters.park(&topic(), None, 1).expect("park");
+        waiters.close();
+        assert!(answer.try_recv().is_err(), "the reply channel closed");
+        assert!(waiters.park(&topic(), None, 1).is_none());
+    }
+
+    #[test]
+    fn a_full_topic_refuses_another_waiter() {
+        let waiters = Waiters::<()>::default();
+        let parked: Vec<_> = (0..WAITERS_PER_TOPIC_MAX)
+            .map(|_| waiters.park(&topic(), None, 1).expect("room"))
+            .collect();
+        assert!(waiters.park(&topic(), Some(0), 1).is_none());
+        drop(parked);
+    }
+}
