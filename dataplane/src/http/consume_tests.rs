@@ -483,6 +483,25 @@ async fn a_long_poll_is_answered_by_a_later_produce() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_right_after_a_produce_gets_the_message() {
+    let node = Node::new();
+    // Not waiting for the commit: the first consume of the topic races it
+    // (its partition watchers start while the record is being committed).
+    let produced = node
+        .send(
+            Request::post("/v1/topics/orders/produce")
+                .header(header::AUTHORIZATION, basic(ROOT.0, ROOT.1))
+                .header(header::CONTENT_TYPE, "application/octet-stream")
+                .body(Body::from("racing"))
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(produced.status, StatusCode::ACCEPTED);
+    let message = node.receive("orders").await;
+    assert_eq!(message["payload"], "racing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinned_consume_takes_only_its_partition() {
     let node = Node::new();
     node.produce("/v1/topics/orders/produce?partition=0", "zero")
