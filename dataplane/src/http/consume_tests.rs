@@ -27,7 +27,7 @@ use tower::ServiceExt;
 use super::ApiConfig;
 use super::tests::{Answer, api};
 use crate::admin::ReplicaAdmin;
-use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
+use crate::dispatch::{Destination, NoRemoteTarget, ReplicaLeader};
 use crate::metadata::{Grant, GrantAction, MetadataReplica};
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{LOCAL_NODE, basic, snapshot, user};
@@ -609,6 +609,64 @@ async fn a_replay_past_the_end_is_204() {
         .get("/v1/topics/orders/consume?offset=0&partition=0", ROOT)
         .await;
     assert_eq!(answer.status, StatusCode::NO_CONTENT);
+}
+
+/// Deletes every segment of `orders` partition 0 as retention would ten
+/// days from now with a one-hour retention.
+fn age_out_partition_0(node: &Node) {
+    let log = node
+        .node
+        .as_ref()
+        .expect("running")
+        .logs()
+        .get(&Destination {
+            topic: Arc::from("orders"),
+            partition: 0,
+        })
+        .expect("partition 0 is open");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    let ten_days_on = now_ms + 10 * 86_400_000;
+    let report = log
+        .sweep_retention(ten_days_on, 3_600_000)
+        .expect("retention sweep");
+    assert!(!report.deleted.is_empty(), "the segment was deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_an_offset_retention_deleted_is_410() {
+    let node = Node::new();
+    for i in 0..2 {
+        node.produce("/v1/topics/orders/produce?partition=0", format!("old{i}"))
+            .await;
+    }
+    age_out_partition_0(&node);
+    let answer = node
+        .get("/v1/topics/orders/consume?offset=0&partition=0", ROOT)
+        .await;
+    assert_eq!(answer.status, StatusCode::GONE);
+    assert_eq!(answer.error(), "offset 0 aged out of retention");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_retention_deleted_before_consumption_are_reported_dropped() {
+    let node = Node::new();
+    for i in 0..2 {
+        node.produce("/v1/topics/orders/produce?partition=0", format!("old{i}"))
+            .await;
+    }
+    age_out_partition_0(&node);
+    let answer = node
+        .get("/v1/topics/orders/consume?partition=0", ROOT)
+        .await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    let text = node.metrics().await;
+    assert!(
+        text.contains(r#"narad_consumer_dropped_messages{topic="orders",partition="0"} 2"#),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
