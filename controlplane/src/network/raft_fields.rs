@@ -5,13 +5,15 @@
 //! new message version.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use narad_protocol::{DecodeError, Reader, Writer};
 use openraft::error::{Fatal, InstallSnapshotError, SnapshotMismatch};
 use openraft::storage::SnapshotSignature;
+
 use openraft::{
-    AnyError, BasicNode, CommittedLeaderId, EntryPayload, ErrorSubject, ErrorVerb, Membership,
-    SnapshotSegmentId, StorageError, StorageIOError, Vote,
+    AnyError, BasicNode, CommittedLeaderId, DefensiveError, EntryPayload, ErrorSubject, ErrorVerb,
+    Membership, SnapshotSegmentId, StorageError, StorageIOError, Violation, Vote,
 };
 
 use super::fields::{get_bool, get_count, get_option, invalid, put_bool, put_count, put_option};
@@ -255,9 +257,9 @@ mod storage {
     pub(super) const DEFENSIVE: u8 = 2;
 }
 
-/// Appends a storage error: its kind, the subject, and for an I/O error the
-/// verb; the cause travels as its text (`AnyError`'s display, or the
-/// violated defensive check's).
+/// Appends a storage error: its kind and subject, then for an I/O error
+/// the verb and the cause as text (`AnyError`'s display: its type chain and
+/// backtrace are not carried), for a defensive-check error the violation.
 fn put_storage_error(writer: &mut Writer, error: &StorageError<ControlNodeId>) {
     match error {
         StorageError::IO { source } => {
@@ -270,7 +272,7 @@ fn put_storage_error(writer: &mut Writer, error: &StorageError<ControlNodeId>) {
         StorageError::Defensive { source } => {
             writer.u8(storage::DEFENSIVE);
             put_subject(writer, &source.subject);
-            writer.str(&source.violation.to_string());
+            put_violation(writer, &source.violation);
         }
     }
 }
@@ -309,30 +311,26 @@ impl IoParts {
     }
 }
 
-/// Reads a storage error written by [`put_storage_error`]. A defensive-check
-/// violation arrives as an I/O error (verb `Read`) whose cause is the
-/// violation's text: openraft's `Violation` is not rebuilt on this side,
-/// where the caller only reports it.
+/// Reads a storage error written by [`put_storage_error`].
 fn get_storage_error(reader: &mut Reader) -> Result<StorageError<ControlNodeId>, DecodeError> {
-    let kind = reader.u8("storage error kind")?;
-    if kind != storage::IO && kind != storage::DEFENSIVE {
-        return Err(invalid("storage error kind", kind));
+    match reader.u8("storage error kind")? {
+        storage::IO => {
+            let subject = get_subject(reader)?;
+            let verb = verb_of(reader.u8("storage error verb")?)?;
+            let cause = reader.str("storage error cause")?;
+            Ok(StorageError::IO {
+                source: StorageIOError::new(subject, verb, AnyError::error(cause)),
+            })
+        }
+        storage::DEFENSIVE => {
+            let subject = get_subject(reader)?;
+            let violation = get_violation(reader)?;
+            Ok(StorageError::Defensive {
+                source: DefensiveError::new(subject, violation),
+            })
+        }
+        other => Err(invalid("storage error kind", other)),
     }
-    let subject = get_subject(reader)?;
-    let verb = if kind == storage::IO {
-        verb_of(reader.u8("storage error verb")?)?
-    } else {
-        ErrorVerb::Read
-    };
-    let cause = reader.str("storage error cause")?;
-    let cause = if kind == storage::DEFENSIVE {
-        format!("defensive check failed: {cause}")
-    } else {
-        cause
-    };
-    Ok(StorageError::IO {
-        source: StorageIOError::new(subject, verb, AnyError::error(cause)),
-    })
 }
 
 fn verb_tag(verb: ErrorVerb) -> u8 {
@@ -417,6 +415,169 @@ fn get_subject(reader: &mut Reader) -> Result<ErrorSubject<ControlNodeId>, Decod
         }
         subject::NONE => ErrorSubject::None,
         other => return Err(invalid("storage error subject", other)),
+    })
+}
+
+/// Tags of [`Violation`].
+mod violation {
+    pub(super) const VOTE_NOT_ASCENDING: u8 = 1;
+    pub(super) const NON_INCREMENTAL_VOTE: u8 = 2;
+    pub(super) const DIRTY_LOG: u8 = 3;
+    pub(super) const LOG_INDEX_NOT_FOUND: u8 = 4;
+    pub(super) const RANGE_EMPTY: u8 = 5;
+    pub(super) const RANGE_NOT_HALF_OPEN: u8 = 6;
+    pub(super) const LOGS_EMPTY: u8 = 7;
+    pub(super) const STORE_LOGS_EMPTY: u8 = 8;
+    pub(super) const LOGS_NON_CONSECUTIVE: u8 = 9;
+    pub(super) const APPLY_NON_CONSECUTIVE: u8 = 10;
+    pub(super) const APPLIED_WONT_CONFLICT: u8 = 11;
+    pub(super) const PURGE_NON_APPLIED: u8 = 12;
+}
+
+fn put_opt_u64(writer: &mut Writer, value: Option<u64>) {
+    put_option(writer, value.as_ref(), |writer, value| writer.u64(*value));
+}
+
+fn get_opt_u64(reader: &mut Reader, field: &'static str) -> Result<Option<u64>, DecodeError> {
+    get_option(reader, field, |reader| reader.u64(field))
+}
+
+/// A range bound: tag 0 unbounded, 1 included, 2 excluded, then the value.
+fn put_bound(writer: &mut Writer, bound: Bound<&u64>) {
+    match bound {
+        Bound::Unbounded => writer.u8(0),
+        Bound::Included(value) => {
+            writer.u8(1);
+            writer.u64(*value);
+        }
+        Bound::Excluded(value) => {
+            writer.u8(2);
+            writer.u64(*value);
+        }
+    }
+}
+
+fn get_bound(reader: &mut Reader, field: &'static str) -> Result<Bound<u64>, DecodeError> {
+    match reader.u8(field)? {
+        0 => Ok(Bound::Unbounded),
+        1 => Ok(Bound::Included(reader.u64(field)?)),
+        2 => Ok(Bound::Excluded(reader.u64(field)?)),
+        other => Err(invalid(field, other)),
+    }
+}
+
+/// Appends the defensive check a storage call violated, field by field.
+fn put_violation(writer: &mut Writer, value: &Violation<ControlNodeId>) {
+    match value {
+        Violation::VoteNotAscending { curr, to } | Violation::NonIncrementalVote { curr, to } => {
+            writer.u8(if matches!(value, Violation::VoteNotAscending { .. }) {
+                violation::VOTE_NOT_ASCENDING
+            } else {
+                violation::NON_INCREMENTAL_VOTE
+            });
+            put_vote(writer, curr);
+            put_vote(writer, to);
+        }
+        Violation::DirtyLog {
+            higher_index_log_id,
+            lower_index_log_id,
+        } => {
+            writer.u8(violation::DIRTY_LOG);
+            put_log_id(writer, higher_index_log_id);
+            put_log_id(writer, lower_index_log_id);
+        }
+        Violation::LogIndexNotFound { want, got } => {
+            writer.u8(violation::LOG_INDEX_NOT_FOUND);
+            writer.u64(*want);
+            put_opt_u64(writer, *got);
+        }
+        Violation::RangeEmpty { start, end } => {
+            writer.u8(violation::RANGE_EMPTY);
+            put_opt_u64(writer, *start);
+            put_opt_u64(writer, *end);
+        }
+        Violation::RangeNotHalfOpen { start, end } => {
+            writer.u8(violation::RANGE_NOT_HALF_OPEN);
+            put_bound(writer, start.as_ref());
+            put_bound(writer, end.as_ref());
+        }
+        Violation::LogsEmpty => writer.u8(violation::LOGS_EMPTY),
+        Violation::StoreLogsEmpty => writer.u8(violation::STORE_LOGS_EMPTY),
+        Violation::LogsNonConsecutive { prev, next } => {
+            writer.u8(violation::LOGS_NON_CONSECUTIVE);
+            put_opt_log_id(writer, prev.as_ref());
+            put_log_id(writer, next);
+        }
+        Violation::ApplyNonConsecutive { prev, next } => {
+            writer.u8(violation::APPLY_NON_CONSECUTIVE);
+            put_opt_log_id(writer, prev.as_ref());
+            put_log_id(writer, next);
+        }
+        Violation::AppliedWontConflict {
+            last_applied,
+            first_conflict_log_id,
+        } => {
+            writer.u8(violation::APPLIED_WONT_CONFLICT);
+            put_opt_log_id(writer, last_applied.as_ref());
+            put_log_id(writer, first_conflict_log_id);
+        }
+        Violation::PurgeNonApplied {
+            last_applied,
+            purge_upto,
+        } => {
+            writer.u8(violation::PURGE_NON_APPLIED);
+            put_opt_log_id(writer, last_applied.as_ref());
+            put_log_id(writer, purge_upto);
+        }
+    }
+}
+
+/// Reads a violation written by [`put_violation`].
+fn get_violation(reader: &mut Reader) -> Result<Violation<ControlNodeId>, DecodeError> {
+    Ok(match reader.u8("violation kind")? {
+        violation::VOTE_NOT_ASCENDING => Violation::VoteNotAscending {
+            curr: get_vote(reader)?,
+            to: get_vote(reader)?,
+        },
+        violation::NON_INCREMENTAL_VOTE => Violation::NonIncrementalVote {
+            curr: get_vote(reader)?,
+            to: get_vote(reader)?,
+        },
+        violation::DIRTY_LOG => Violation::DirtyLog {
+            higher_index_log_id: get_log_id(reader)?,
+            lower_index_log_id: get_log_id(reader)?,
+        },
+        violation::LOG_INDEX_NOT_FOUND => Violation::LogIndexNotFound {
+            want: reader.u64("wanted log index")?,
+            got: get_opt_u64(reader, "found log index")?,
+        },
+        violation::RANGE_EMPTY => Violation::RangeEmpty {
+            start: get_opt_u64(reader, "range start")?,
+            end: get_opt_u64(reader, "range end")?,
+        },
+        violation::RANGE_NOT_HALF_OPEN => Violation::RangeNotHalfOpen {
+            start: get_bound(reader, "range start bound")?,
+            end: get_bound(reader, "range end bound")?,
+        },
+        violation::LOGS_EMPTY => Violation::LogsEmpty,
+        violation::STORE_LOGS_EMPTY => Violation::StoreLogsEmpty,
+        violation::LOGS_NON_CONSECUTIVE => Violation::LogsNonConsecutive {
+            prev: get_opt_log_id(reader, "previous log id")?,
+            next: get_log_id(reader)?,
+        },
+        violation::APPLY_NON_CONSECUTIVE => Violation::ApplyNonConsecutive {
+            prev: get_opt_log_id(reader, "previous log id")?,
+            next: get_log_id(reader)?,
+        },
+        violation::APPLIED_WONT_CONFLICT => Violation::AppliedWontConflict {
+            last_applied: get_opt_log_id(reader, "last applied")?,
+            first_conflict_log_id: get_log_id(reader)?,
+        },
+        violation::PURGE_NON_APPLIED => Violation::PurgeNonApplied {
+            last_applied: get_opt_log_id(reader, "last applied")?,
+            purge_upto: get_log_id(reader)?,
+        },
+        other => return Err(invalid("violation kind", other)),
     })
 }
 
