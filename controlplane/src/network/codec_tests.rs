@@ -848,6 +848,25 @@ fn a_typical_append_is_smaller_than_its_version_1_json_form() {
 }
 
 #[test]
+fn a_heartbeat_append_is_smaller_than_its_version_1_json_form() {
+    let heartbeat = AppendEntries(AppendEntriesRequest {
+        vote: openraft::Vote::new_committed(7, 1),
+        prev_log_id: Some(LogId::new(CommittedLeaderId::new(7, 1), 1_063)),
+        entries: Vec::new(),
+        leader_commit: Some(LogId::new(CommittedLeaderId::new(7, 1), 1_063)),
+    });
+    let binary = encode_message(&heartbeat).len();
+    let json = 1 + 4 + serde_json::to_vec(&heartbeat.0).expect("serializes").len();
+    println!("append entries, no entries: binary {binary} bytes, version 1 JSON {json} bytes");
+    assert_eq!(
+        binary,
+        1 + 17 + 25 + 25 + 4,
+        "version, vote, two log ids, count"
+    );
+    assert!(binary < json, "binary {binary} >= json {json}");
+}
+
+#[test]
 fn a_membership_entry_round_trips_with_learners() {
     let nodes = [(1, "a:1"), (2, "b:2"), (3, "c:3"), (9, "learner:9")]
         .into_iter()

@@ -469,12 +469,13 @@ fn get_bound(reader: &mut Reader, field: &'static str) -> Result<Bound<u64>, Dec
 /// Appends the defensive check a storage call violated, field by field.
 fn put_violation(writer: &mut Writer, value: &Violation<ControlNodeId>) {
     match value {
-        Violation::VoteNotAscending { curr, to } | Violation::NonIncrementalVote { curr, to } => {
-            writer.u8(if matches!(value, Violation::VoteNotAscending { .. }) {
-                violation::VOTE_NOT_ASCENDING
-            } else {
-                violation::NON_INCREMENTAL_VOTE
-            });
+        Violation::VoteNotAscending { curr, to } => {
+            writer.u8(violation::VOTE_NOT_ASCENDING);
+            put_vote(writer, curr);
+            put_vote(writer, to);
+        }
+        Violation::NonIncrementalVote { curr, to } => {
+            writer.u8(violation::NON_INCREMENTAL_VOTE);
             put_vote(writer, curr);
             put_vote(writer, to);
         }
