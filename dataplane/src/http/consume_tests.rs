@@ -38,6 +38,9 @@ const CAROL: (&str, &str) = ("carol", "carol-pw");
 /// Produce only.
 const ALICE: (&str, &str) = ("alice", "alice-pw");
 
+/// Turns a hang into a failure; never a timing assertion.
+const CEILING: Duration = Duration::from_secs(30);
+
 const LEASE_GONE: &str = "receipt handle no longer matches an active reservation";
 
 /// A running node and its router.
@@ -969,6 +972,74 @@ async fn acks_survive_a_graceful_restart_even_out_of_order() {
     );
     let empty = node.get("/v1/topics/orders/consume", ROOT).await;
     assert_eq!(empty.status, StatusCode::NO_CONTENT);
+}
+
+/// A long poll that could otherwise wait an hour: only a stop can end it.
+fn hour_long_polls() -> ApiConfig {
+    ApiConfig {
+        max_consume_wait: Duration::from_secs(3_600),
+        ..ApiConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_consumes_answers_parked_long_polls_with_204() {
+    let node = Arc::new(Node::start(hour_long_polls(), 23));
+    let waiting = {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move { node.get("/v1/topics/orders/consume?wait=1h", ROOT).await })
+    };
+    node.parked("orders", 1).await;
+    node.node.as_ref().expect("running").stop_consumes();
+    let answer = tokio::time::timeout(CEILING, waiting)
+        .await
+        .expect("the stop answered the long poll")
+        .expect("task");
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    let later = node.get("/v1/topics/orders/consume?wait=1h", ROOT).await;
+    assert_eq!(later.status, StatusCode::NO_CONTENT, "answered at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_serve_stop_releases_long_polls_over_tcp() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = Arc::new(Node::start(hour_long_polls(), 24));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            let data_node = node.node.as_ref().expect("running");
+            data_node
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+        })
+    };
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let request = format!(
+        "GET /v1/topics/orders/consume?wait=1h HTTP/1.1\r\nHost: narad\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+        basic(ROOT.0, ROOT.1)
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write request");
+    node.parked("orders", 1).await;
+    stop.send(()).expect("stop");
+    let mut response = String::new();
+    tokio::time::timeout(CEILING, stream.read_to_string(&mut response))
+        .await
+        .expect("the stop answered the long poll")
+        .expect("read response");
+    assert!(response.starts_with("HTTP/1.1 204"), "{response}");
+    server.await.expect("server task").expect("serve");
 }
 
 // ---- cap and metrics ----------------------------------------------------------
