@@ -28,7 +28,7 @@ use super::ApiConfig;
 use super::tests::{Answer, api};
 use crate::admin::ReplicaAdmin;
 use crate::dispatch::{Destination, NoRemoteTarget, ReplicaLeader};
-use crate::metadata::{Grant, GrantAction, MetadataReplica};
+use crate::metadata::{Grant, GrantAction, MetadataReplica, TopicMeta};
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{LOCAL_NODE, basic, snapshot, user};
 
@@ -40,6 +40,9 @@ const ALICE: (&str, &str) = ("alice", "alice-pw");
 
 /// Turns a hang into a failure; never a timing assertion.
 const CEILING: Duration = Duration::from_secs(30);
+
+/// Owns partitions 1 and 2 of topic `split` (partition 0 is local).
+const OTHER_NODE: u64 = 2;
 
 const LEASE_GONE: &str = "receipt handle no longer matches an active reservation";
 
@@ -75,6 +78,12 @@ impl Node {
             false,
         );
         snapshot.users.insert("carol".into(), Arc::new(carol));
+        let mut split = TopicMeta::new("split", Some("00000000000000e5"), 3, LOCAL_NODE);
+        split.owners[1] = Some(OTHER_NODE);
+        split.owners[2] = Some(OTHER_NODE);
+        snapshot
+            .topics
+            .insert(Arc::clone(&split.name), Arc::new(split));
         replica.apply_snapshot(snapshot);
         let mut config = DataNodeConfig::new(Path::new("/node"));
         config.seed = seed;
@@ -937,6 +946,57 @@ async fn a_batch_ack_with_an_unknown_field_is_400() {
         ))
         .await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+}
+
+// ---- partitions owned by another node --------------------------------------
+
+fn assert_owner_unavailable(answer: &Answer) {
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.error(), "partition owner is down; retry later");
+    assert_eq!(
+        answer
+            .headers
+            .get(header::RETRY_AFTER)
+            .map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_consume_of_a_partition_owned_elsewhere_is_503() {
+    let node = Node::new();
+    let answer = node.get("/v1/topics/split/consume?partition=1", ROOT).await;
+    assert_owner_unavailable(&answer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_partition_owned_elsewhere_is_503() {
+    let node = Node::new();
+    let answer = node
+        .get("/v1/topics/split/consume?offset=0&partition=2", ROOT)
+        .await;
+    assert_owner_unavailable(&answer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_for_a_partition_owned_elsewhere_is_503() {
+    let node = Node::new();
+    let answer = node.ack_handle("split", "1:0:1", None).await;
+    assert_owner_unavailable(&answer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_consume_takes_the_local_partitions_only() {
+    let node = Node::new();
+    node.produce("/v1/topics/split/produce?partition=0", "local")
+        .await;
+    let message = node.receive("split").await;
+    assert_eq!(
+        (message["partition"].as_u64(), &message["payload"]),
+        (Some(0), &json!("local"))
+    );
+    let nothing = node.get("/v1/topics/split/consume", ROOT).await;
+    assert_eq!(nothing.status, StatusCode::NO_CONTENT);
 }
 
 // ---- restart -----------------------------------------------------------------
