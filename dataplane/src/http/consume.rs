@@ -23,7 +23,8 @@ use super::{ApiState, authenticate, authorize};
 use crate::consume::handle::ReceiptHandle;
 use crate::consume::render::{MessageView, message_capacity, message_json, write_message};
 use crate::consume::service::{
-    ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError,
+    CONSUME_RECORDS_MAX, ConsumeError, ConsumeRequest, ConsumeService, Delivery, MAX_WAIT_DEFAULT,
+    ReplayError,
 };
 use crate::consume::shard::Settle;
 use crate::metadata::{GrantAction, User};
@@ -39,6 +40,11 @@ pub const CONSUME_RESPONSE_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// The longest `wait` a consume is held for (`http.max_consume_wait`):
 /// longer requests are clamped, not refused.
 pub const CONSUME_WAIT_MAX_DEFAULT: Duration = Duration::from_secs(10);
+
+// The service clamps to the same limits; the HTTP layer refuses or clamps
+// first so the client hears about it.
+const _: () = assert!(CONSUME_BATCH_MAX == CONSUME_RECORDS_MAX);
+const _: () = assert!(CONSUME_WAIT_MAX_DEFAULT.as_millis() == MAX_WAIT_DEFAULT.as_millis());
 
 /// The ceiling used when `http.max_consume_wait` is 0 (accepted by the
 /// configuration, but no consume could wait at all).
