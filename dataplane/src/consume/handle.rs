@@ -62,7 +62,28 @@ impl fmt::Display for ReceiptHandle {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_handle_round_trips(partition: u32, offset: u64, nonce: u64) {
+            let handle = ReceiptHandle { partition, offset, nonce };
+            prop_assert_eq!(ReceiptHandle::parse(&handle.to_string()), Ok(handle));
+        }
+
+        #[test]
+        fn any_text_parses_or_is_refused_without_panicking(text in "\\PC{0,40}") {
+            if let Ok(handle) = ReceiptHandle::parse(&text) {
+                let fields: Vec<&str> = text.split(':').collect();
+                prop_assert_eq!(fields.len(), 3);
+                prop_assert_eq!(fields[0].parse::<u32>().ok(), Some(handle.partition));
+            }
+        }
+    }
 
     #[test]
     fn display_and_parse_round_trip() {

@@ -207,7 +207,25 @@ fn with_fraction(value: u128, precision: u32) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_printed_duration_parses_back_exactly(nanos in 0..=i64::MAX as u64) {
+            let duration = Duration::from_nanos(nanos);
+            let text = format_go_duration(duration);
+            prop_assert_eq!(parse_go_duration(&text).ok().and_then(|n| u64::try_from(n).ok()), Some(nanos), "{}", text);
+        }
+
+        #[test]
+        fn any_text_parses_or_is_refused_without_panicking(text in "[-+0-9.nuµμsmh ]{0,24}") {
+            let _ = parse_go_duration(&text);
+        }
+    }
 
     const SECOND: i64 = 1_000_000_000;
 
