@@ -163,7 +163,61 @@ fn write_json_string(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use proptest::test_runner::RngSeed;
+
     use super::*;
+
+    /// Bytes that are often JSON, often text, and sometimes neither.
+    fn payload_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<Vec<u8>>(),
+            "\\PC{0,30}".prop_map(String::into_bytes),
+            r#"[ \[\]{}",:0-9a-z\\.-]{0,30}"#.prop_map(String::into_bytes),
+        ]
+    }
+
+    /// Fixed, so every run checks the same cases.
+    const SEED: u64 = 0x6e61_7261_6407;
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            rng_seed: RngSeed::Fixed(SEED),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn any_record_renders_as_json_that_gives_its_bytes_back(
+            key in payload_bytes(),
+            payload in payload_bytes(),
+        ) {
+            let record = record(&key, &payload);
+            let text = render(&record, Some(HANDLE));
+            let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+            let key_back = match (&value["key"], value.get("key_encoding")) {
+                (serde_json::Value::Null, None) => Vec::new(),
+                (serde_json::Value::String(key), None) => key.clone().into_bytes(),
+                (serde_json::Value::String(key), Some(_)) => BASE64.decode(key).expect("base64"),
+                other => panic!("unexpected key {other:?}"),
+            };
+            prop_assert_eq!(key_back, key);
+            match (value.get("payload_encoding"), payload_form(&payload)) {
+                (Some(_), PayloadForm::Binary(bytes)) => {
+                    let encoded = value["payload"].as_str().expect("base64 string");
+                    prop_assert_eq!(BASE64.decode(encoded).expect("base64"), bytes.to_vec());
+                }
+                (None, PayloadForm::Text(text)) => prop_assert_eq!(value["payload"].as_str(), Some(text)),
+                (None, PayloadForm::Json(text)) => {
+                    let original: serde_json::Value = serde_json::from_str(text).expect("JSON");
+                    prop_assert_eq!(&value["payload"], &original);
+                }
+                (None, PayloadForm::Empty) => prop_assert!(value["payload"].is_null()),
+                (encoding, form) => panic!("{encoding:?} with {form:?}"),
+            }
+        }
+    }
 
     fn record(key: &[u8], payload: &[u8]) -> Record {
         Record {
@@ -211,6 +265,12 @@ mod tests {
         let text = render(&record(b"", b" 42 "), None);
         assert!(text.contains(r#""payload": 42 ,"#), "{text}");
         assert_eq!(parsed(&text)["payload"], 42);
+    }
+
+    #[test]
+    fn json_syntax_decides_not_number_range() {
+        let text = render(&record(b"", b"[1e400]"), None);
+        assert!(text.contains(r#""payload":[1e400],"#), "{text}");
     }
 
     #[test]
