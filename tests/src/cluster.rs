@@ -112,6 +112,9 @@ pub struct ControlCluster {
     pub nodes: Vec<ControlProcess>,
     peers: String,
     extra_args: Vec<String>,
+    /// Environment variables every process of this cluster gets, besides
+    /// the secret and the log level.
+    extra_env: Vec<(String, String)>,
     client: ControlClient,
     _dir: tempfile::TempDir,
 }
@@ -131,6 +134,19 @@ impl ControlCluster {
     /// # Panics
     /// If a process cannot be spawned.
     pub async fn start_with(voters: u64, extra_args: &[&str]) -> Self {
+        Self::start_with_env(voters, extra_args, &[]).await
+    }
+
+    /// As [`ControlCluster::start_with`], with `extra_env` set for every
+    /// `narad control` this cluster starts.
+    ///
+    /// # Panics
+    /// If a process cannot be spawned.
+    pub async fn start_with_env(
+        voters: u64,
+        extra_args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let nodes: Vec<ControlProcess> = (1..=voters)
             .map(|id| ControlProcess {
@@ -151,6 +167,10 @@ impl ControlCluster {
             nodes,
             peers,
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            extra_env: extra_env
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
             client: ControlClient::new(Arc::new(client_transport())),
             _dir: dir,
         };
@@ -211,6 +231,7 @@ impl ControlCluster {
             .arg(&node.data_dir)
             .env("NARAD_CLUSTER_SECRET", SECRET)
             .env("NARAD_LOG_LEVEL", "info")
+            .envs(self.extra_env.iter().map(|(name, value)| (name, value)))
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
             .spawn()
@@ -347,4 +368,186 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .unwrap_or_default()
         .to_owned();
     (status, body)
+}
+
+/// One `narad data` process following the control nodes of a
+/// [`ControlCluster`], on loopback with free ports and its own data
+/// directory; killed when dropped.
+#[derive(Debug)]
+pub struct DataProcess {
+    /// Data node id.
+    pub id: u64,
+    /// HTTP API address.
+    pub http_addr: SocketAddr,
+    /// Node RPC (cluster transport) address.
+    pub rpc_addr: SocketAddr,
+    log: PathBuf,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl DataProcess {
+    /// Starts data node `id` following every control node of `cluster`,
+    /// with security on (the default) and the cluster's secret; then
+    /// `extra_args`, which win over the harness's own flags.
+    ///
+    /// # Panics
+    /// If the process cannot be spawned.
+    pub fn start(cluster: &ControlCluster, id: u64, extra_args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let control_nodes = cluster
+            .nodes
+            .iter()
+            .map(|node| node.cluster_addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let http_addr = free_tcp_addr();
+        let rpc_addr = free_udp_addr();
+        let log = dir.path().join(format!("data-{id}.log"));
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(narad_binary())
+            .arg("data")
+            .args(["--node-id", &id.to_string()])
+            .args(["--control-nodes", &control_nodes])
+            .args(["--http-addr", &http_addr.to_string()])
+            .args(["--rpc-addr", &rpc_addr.to_string()])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(extra_args)
+            .env("NARAD_CLUSTER_SECRET", SECRET)
+            .env("NARAD_LOG_LEVEL", "info")
+            .stdout(log_file.try_clone().expect("log file"))
+            .stderr(log_file)
+            .spawn()
+            .expect("narad data starts");
+        Self {
+            id,
+            http_addr,
+            rpc_addr,
+            log,
+            child: Some(child),
+            _dir: dir,
+        }
+    }
+
+    /// The process's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One HTTP request, with Basic credentials `user` (name, password) if
+    /// given; `None` when the node did not answer.
+    pub async fn request(
+        &self,
+        user: Option<(&str, &str)>,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Option<(u16, String)> {
+        let exchange = http_request(self.http_addr, user, method, path, body);
+        tokio::time::timeout(WAIT_MAX, exchange).await.ok()?
+    }
+
+    /// Polls `probe` every 50 ms until it returns `Some`.
+    ///
+    /// # Panics
+    /// After [`WAIT_MAX`], naming `what` and showing the node's log.
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some(value) = probe().await {
+                return value;
+            }
+            assert!(
+                Instant::now() <= deadline,
+                "gave up after {WAIT_MAX:?} waiting for {what}\n--- data node {} ---\n{}",
+                self.id,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until `/readyz` answers `200`.
+    ///
+    /// # Panics
+    /// After [`WAIT_MAX`].
+    pub async fn wait_ready(&self) {
+        self.wait_until("/readyz to answer 200", || async {
+            let (status, _) = self.request(None, "GET", "/readyz", "").await?;
+            (status == 200).then_some(())
+        })
+        .await;
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit.
+    ///
+    /// # Panics
+    /// If the process does not run, or has not exited after [`WAIT_MAX`].
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("the data node runs");
+        let signalled = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success(), "SIGTERM not delivered");
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait on the child") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no exit {WAIT_MAX:?} after SIGTERM\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for DataProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `method path` with a JSON `body` over HTTP/1.1 (connection closed after
+/// the answer), with Basic credentials `user` if given; the status code and
+/// body, or `None` if the node did not answer.
+pub async fn http_request(
+    addr: SocketAddr,
+    user: Option<(&str, &str)>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
+    use base64::Engine;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let authorization = user.map_or_else(String::new, |(name, password)| {
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"));
+        format!("Authorization: Basic {encoded}\r\n")
+    });
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         {authorization}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())?;
+    Some((status, body))
 }
