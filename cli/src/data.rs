@@ -74,6 +74,14 @@ pub(crate) struct DataArgs {
     /// http.shutdown_grace.
     #[arg(long)]
     shutdown_grace: Option<String>,
+    /// Longest consume wait, e.g. 10s (0: the API's 30 s ceiling):
+    /// http.max_consume_wait.
+    #[arg(long)]
+    max_consume_wait: Option<String>,
+    /// Consumes in flight per identity, 0 = no cap:
+    /// http.max_consume_in_flight_per_identity.
+    #[arg(long)]
+    max_consume_in_flight_per_identity: Option<String>,
     /// Produces in flight per identity, 0 = no cap:
     /// http.max_produce_in_flight_per_identity.
     #[arg(long)]
@@ -101,13 +109,18 @@ pub(crate) struct DataArgs {
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
         let mut layer = Layer::new(Source::Flag);
-        let pairs: [(Setting, &Option<String>); 13] = [
+        let pairs: [(Setting, &Option<String>); 15] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
             (keys::ADVERTISE_HOST, &self.advertise_host),
             (keys::HTTP_ADDR, &self.http_addr),
             (keys::SHUTDOWN_GRACE, &self.shutdown_grace),
+            (keys::MAX_CONSUME_WAIT, &self.max_consume_wait),
+            (
+                keys::CONSUME_IN_FLIGHT,
+                &self.max_consume_in_flight_per_identity,
+            ),
             (
                 keys::PRODUCE_IN_FLIGHT,
                 &self.max_produce_in_flight_per_identity,

@@ -59,6 +59,8 @@ pub(crate) mod keys {
         ADVERTISE_HOST = "cluster.advertise_host", "NARAD_CLUSTER_ADVERTISE_HOST", "advertise-host";
         HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr";
         SHUTDOWN_GRACE = "http.shutdown_grace", "NARAD_HTTP_SHUTDOWN_GRACE", "shutdown-grace";
+        MAX_CONSUME_WAIT = "http.max_consume_wait", "NARAD_HTTP_MAX_CONSUME_WAIT", "max-consume-wait";
+        CONSUME_IN_FLIGHT = "http.max_consume_in_flight_per_identity", "NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY", "max-consume-in-flight-per-identity";
         PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity";
         METRICS_UNAUTHENTICATED = "http.metrics_unauthenticated", "NARAD_HTTP_METRICS_UNAUTHENTICATED", "metrics-unauthenticated";
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
@@ -347,6 +349,29 @@ pub(crate) fn resolve(
         Some(defaults::SHUTDOWN_GRACE),
         parse_duration,
     )?;
+    let api_defaults = ApiConfig::default();
+    let max_consume_wait = merged.parse(
+        keys::MAX_CONSUME_WAIT,
+        Some(api_defaults.max_consume_wait),
+        parse_wait,
+    )?;
+    if shutdown_grace < max_consume_wait {
+        return Err(ConfigError::new(
+            keys::SHUTDOWN_GRACE.key,
+            merged.from(keys::SHUTDOWN_GRACE),
+            format!(
+                "must be at least http.max_consume_wait ({max_consume_wait:?}), so a long poll can finish"
+            ),
+        ));
+    }
+    let consume_in_flight = merged.parse(
+        keys::CONSUME_IN_FLIGHT,
+        Some(api_defaults.consume_in_flight_per_identity),
+        |v| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{v:?} is not a number of consumes (0 turns the cap off)"))
+        },
+    )?;
     let produce_in_flight = merged.parse(keys::PRODUCE_IN_FLIGHT, Some(0), |v| {
         v.parse::<usize>()
             .map_err(|_| format!("{v:?} is not a number of produces (0 turns the cap off)"))
@@ -392,7 +417,9 @@ pub(crate) fn resolve(
         metrics_unauthenticated,
         bcrypt_cost,
         produce_in_flight_per_identity: produce_in_flight,
-        ..ApiConfig::default()
+        max_consume_wait,
+        consume_in_flight_per_identity: consume_in_flight,
+        ..api_defaults
     };
     Ok(DataConfig {
         node_id,
@@ -491,6 +518,15 @@ fn parse_host(value: &str) -> Result<String, String> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned())
+}
+
+/// A consume wait: a duration, or 0 (accepted as the spec says; the API
+/// then holds consumes up to its own fixed ceiling).
+fn parse_wait(value: &str) -> Result<Duration, String> {
+    match value {
+        "0" | "0s" | "0ms" => Ok(Duration::ZERO),
+        _ => parse_duration(value),
+    }
 }
 
 fn parse_bool(value: &str) -> Result<bool, String> {

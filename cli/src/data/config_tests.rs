@@ -187,3 +187,20 @@ fn the_error_text_names_the_setting_and_its_source() {
         "{text}"
     );
 }
+
+#[test]
+fn a_shutdown_grace_shorter_than_the_consume_wait_is_refused() {
+    let layer = flags(&[
+        (keys::MAX_CONSUME_WAIT, "20s"),
+        (keys::SHUTDOWN_GRACE, "15s"),
+    ]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "http.shutdown_grace");
+}
+
+#[test]
+fn a_consume_wait_of_zero_is_accepted() {
+    let layer = flags(&[(keys::MAX_CONSUME_WAIT, "0")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.api.max_consume_wait, Duration::ZERO);
+}

@@ -3,6 +3,7 @@
 //! recently?), and a stop drains in-flight requests within a bound.
 
 use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -67,9 +68,9 @@ async fn gate_readiness(
 }
 
 /// Serves `node`'s API on `listener` until `stop` resolves: then
-/// `/healthz` and `/readyz` turn `503`, no new connection is taken, and
-/// in-flight requests get `grace` to finish before their connections are
-/// dropped.
+/// `/healthz` and `/readyz` turn `503`, no new connection is taken, parked
+/// long polls are answered, and in-flight requests get `grace` to finish
+/// before their connections are dropped.
 ///
 /// # Errors
 /// The listener failed.
@@ -86,7 +87,10 @@ pub(crate) async fn serve(
         gate_readiness,
     ));
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = axum::serve(listener, router)
+    // The client's address: the consume cap counts per address with
+    // security off.
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let serving = axum::serve(listener, service)
         .with_graceful_shutdown(async move {
             stop.await;
             health.shutting_down.store(true, Ordering::Release);
@@ -99,6 +103,9 @@ pub(crate) async fn serve(
         served = &mut serving => return served,
         _ = stopped => {}
     }
+    // Parked long polls answer now instead of holding the drain; consumer
+    // positions are written out (blocking I/O, off the async workers).
+    tokio::task::block_in_place(|| node.stop_consumes());
     match tokio::time::timeout(grace, serving).await {
         Ok(served) => served,
         Err(_) => {
