@@ -92,6 +92,9 @@ pub(crate) struct DataArgs {
     /// Data directory: storage.data_dir.
     #[arg(long)]
     data_dir: Option<String>,
+    /// 10 to 60000: storage.consumer_offset_commit_interval_ms.
+    #[arg(long)]
+    consumer_offset_commit_interval_ms: Option<String>,
     /// true or false: security.enabled.
     #[arg(long)]
     security_enabled: Option<String>,
@@ -109,7 +112,7 @@ pub(crate) struct DataArgs {
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
         let mut layer = Layer::new(Source::Flag);
-        let pairs: [(Setting, &Option<String>); 15] = [
+        let pairs: [(Setting, &Option<String>); 16] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -127,6 +130,10 @@ impl DataArgs {
             ),
             (keys::METRICS_UNAUTHENTICATED, &self.metrics_unauthenticated),
             (keys::DATA_DIR, &self.data_dir),
+            (
+                keys::OFFSET_COMMIT_INTERVAL,
+                &self.consumer_offset_commit_interval_ms,
+            ),
             (keys::SECURITY, &self.security_enabled),
             (keys::BCRYPT_COST, &self.bcrypt_cost),
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
@@ -327,6 +334,9 @@ async fn serve_node(
         .map_err(|e| Failure::Start(format!("disk backend: {e}")))?;
     let mut node_config = DataNodeConfig::new(&config.data_dir);
     node_config.api = config.api.clone();
+    if let Some(interval) = config.consumer_offset_commit_interval {
+        node_config.consumer_state.durable_interval = interval;
+    }
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

@@ -64,6 +64,7 @@ pub(crate) mod keys {
         PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity";
         METRICS_UNAUTHENTICATED = "http.metrics_unauthenticated", "NARAD_HTTP_METRICS_UNAUTHENTICATED", "metrics-unauthenticated";
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
+        OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
         BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost";
         ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
@@ -92,6 +93,10 @@ pub(crate) mod defaults {
     /// The spec's log level.
     pub(crate) const LOG_LEVEL: &str = "info";
 }
+
+/// The spec's bounds on `storage.consumer_offset_commit_interval_ms`.
+const OFFSET_COMMIT_INTERVAL_MS_MIN: u64 = 10;
+const OFFSET_COMMIT_INTERVAL_MS_MAX: u64 = 60_000;
 
 /// bcrypt's own bounds on the cost.
 const BCRYPT_COST_MIN: u32 = 4;
@@ -159,6 +164,9 @@ pub(crate) struct DataConfig {
     pub(crate) shutdown_grace: Duration,
     /// The data directory (ingress WAL, partition logs).
     pub(crate) data_dir: PathBuf,
+    /// How often consumer positions are written out with fdatasync; `None`
+    /// keeps the data plane's default.
+    pub(crate) consumer_offset_commit_interval: Option<Duration>,
     /// The HTTP API's settings (`security.enabled` is `api.security`).
     pub(crate) api: ApiConfig,
     /// Cluster plane authentication.
@@ -389,6 +397,21 @@ pub(crate) fn resolve(
             }
         },
     )?;
+    let consumer_offset_commit_interval =
+        merged.parse(keys::OFFSET_COMMIT_INTERVAL, Some(None), |v| {
+            match v.parse::<u64>() {
+                Ok(ms)
+                    if (OFFSET_COMMIT_INTERVAL_MS_MIN..=OFFSET_COMMIT_INTERVAL_MS_MAX)
+                        .contains(&ms) =>
+                {
+                    Ok(Some(Duration::from_millis(ms)))
+                }
+                _ => Err(format!(
+                    "{v:?} is not a number of milliseconds from {OFFSET_COMMIT_INTERVAL_MS_MIN} \
+                     to {OFFSET_COMMIT_INTERVAL_MS_MAX}"
+                )),
+            }
+        })?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v
         .parse::<u32>()
@@ -429,6 +452,7 @@ pub(crate) fn resolve(
         http_addr,
         shutdown_grace,
         data_dir,
+        consumer_offset_commit_interval,
         api,
         cluster_security,
         log_level,

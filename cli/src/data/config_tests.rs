@@ -204,3 +204,10 @@ fn a_consume_wait_of_zero_is_accepted() {
     let config = resolve(&[required(), layer], env_with_secret).expect("valid");
     assert_eq!(config.api.max_consume_wait, Duration::ZERO);
 }
+
+#[test]
+fn a_consumer_offset_commit_interval_outside_its_bounds_is_refused() {
+    let layer = flags(&[(keys::OFFSET_COMMIT_INTERVAL, "5")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "storage.consumer_offset_commit_interval_ms");
+}
