@@ -39,13 +39,13 @@ use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::metadata::MetadataReplica;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 pub(crate) use admin::ControlAdmin;
 pub(crate) use confirm::ControlConfirm;
 use leader::LEADER_POLL_INTERVAL;
 pub(crate) use leader::{LEADER_HEARD_WITHIN, LeaderHeard};
-use nodes::{ControlNodes, Next, Repeat, after_error};
+use nodes::{ControlNodes, Repeat};
 
 /// How long one metadata fetch waits for news on a quiet cluster.
 const FETCH_WAIT_MS: u32 = 1_000;
@@ -90,38 +90,14 @@ impl Bridge {
         self.leader.within(window, Instant::now())
     }
 
-    /// Calls `call` on the current control node; when that node does not
-    /// answer, moves on and (for a request that may be repeated) tries the
-    /// next, each node at most once per call.
+    /// Calls `call` on the current control node, failing over as
+    /// [`ControlNodes::call`] does.
     async fn call<T, F, Fut>(&self, repeat: Repeat, call: F) -> Result<T, ClientError>
     where
         F: Fn(SocketAddr) -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let mut tries = 0;
-        loop {
-            let (at, addr) = self.controls.current();
-            let error = match call(addr).await {
-                Ok(answer) => return Ok(answer),
-                Err(error) => error,
-            };
-            tries += 1;
-            match after_error(&error, repeat) {
-                Next::Answer => return Err(error),
-                Next::FailOver => {
-                    info!(%addr, %error, "control node did not answer; moving to the next");
-                    self.controls.move_past(at);
-                    return Err(error);
-                }
-                Next::RetryElsewhere => {
-                    debug!(%addr, %error, "control node did not answer; trying the next");
-                    self.controls.move_past(at);
-                    if tries >= self.controls.len() {
-                        return Err(error);
-                    }
-                }
-            }
-        }
+        self.controls.call(repeat, call).await
     }
 
     /// Notes that a call only a leader completes succeeded.

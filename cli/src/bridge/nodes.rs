@@ -8,11 +8,13 @@
 //! sent again to the next node, is decided by [`after_error`], a pure
 //! function of the error and of whether the request may be repeated.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use narad_controlplane::node::client::ClientError;
 use narad_protocol::CallError;
+use tracing::{debug, info};
 
 /// The status a control node answers while it knows no leader, cannot reach
 /// it, or has not applied a change yet.
@@ -101,6 +103,40 @@ impl ControlNodes {
         (at, self.addrs[at])
     }
 
+    /// Calls `call` on the current node; when that node does not answer,
+    /// moves on and (for a request that may be repeated) tries the next,
+    /// each node at most once per call. See [`after_error`].
+    pub(crate) async fn call<T, F, Fut>(&self, repeat: Repeat, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(SocketAddr) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let mut tries = 0;
+        loop {
+            let (at, addr) = self.current();
+            let error = match call(addr).await {
+                Ok(answer) => return Ok(answer),
+                Err(error) => error,
+            };
+            tries += 1;
+            match after_error(&error, repeat) {
+                Next::Answer => return Err(error),
+                Next::FailOver => {
+                    info!(%addr, %error, "control node did not answer; moving to the next");
+                    self.move_past(at);
+                    return Err(error);
+                }
+                Next::RetryElsewhere => {
+                    debug!(%addr, %error, "control node did not answer; trying the next");
+                    self.move_past(at);
+                    if tries >= self.len() {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+
     /// Moves past the node at `failed`, unless another caller already moved
     /// past it (two calls failing on the same node move on once, not twice).
     pub(crate) fn move_past(&self, failed: usize) {
@@ -162,6 +198,71 @@ mod tests {
         assert_eq!(after_error(&error, Repeat::Safe), Next::Answer);
         let error = ClientError::Answer("a status instead of a topic".into());
         assert_eq!(after_error(&error, Repeat::Once), Next::Answer);
+    }
+
+    fn node(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn unreachable(addr: SocketAddr) -> ClientError {
+        call(CallError::Dial {
+            peer: addr,
+            reason: "refused".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_repeatable_call_is_answered_by_the_first_node_that_answers() {
+        let nodes = ControlNodes::new(vec![node(1), node(2), node(3)]);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let answer = nodes
+            .call(Repeat::Safe, |addr| {
+                asked.lock().expect("not poisoned").push(addr.port());
+                async move {
+                    if addr.port() == 3 {
+                        Ok(addr.port())
+                    } else {
+                        Err(unreachable(addr))
+                    }
+                }
+            })
+            .await;
+        assert_eq!(answer, Ok(3));
+        assert_eq!(*asked.lock().expect("not poisoned"), vec![1, 2, 3]);
+        assert_eq!(nodes.current().1, node(3));
+    }
+
+    #[tokio::test]
+    async fn a_proposal_that_timed_out_is_not_sent_again_but_the_next_call_goes_elsewhere() {
+        let nodes = ControlNodes::new(vec![node(1), node(2)]);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let timed_out = nodes
+            .call(Repeat::Once, |addr| {
+                asked.lock().expect("not poisoned").push(addr.port());
+                async move {
+                    Err::<(), _>(call(CallError::Timeout {
+                        after: Duration::from_secs(5),
+                    }))
+                }
+            })
+            .await;
+        assert!(timed_out.is_err());
+        assert_eq!(*asked.lock().expect("not poisoned"), vec![1]);
+        assert_eq!(nodes.current().1, node(2));
+    }
+
+    #[tokio::test]
+    async fn a_call_every_node_fails_tries_each_once() {
+        let nodes = ControlNodes::new(vec![node(1), node(2), node(3)]);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let failed = nodes
+            .call(Repeat::Safe, |addr| {
+                asked.lock().expect("not poisoned").push(addr.port());
+                async move { Err::<(), _>(unreachable(addr)) }
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(*asked.lock().expect("not poisoned"), vec![1, 2, 3]);
     }
 
     #[test]
