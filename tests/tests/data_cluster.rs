@@ -1,6 +1,7 @@
 //! `narad data` behind three `narad control` processes on loopback, with
 //! security on and a cluster secret: it turns ready, creates topics and
-//! accepts produces through its HTTP API, keeps accepting produces while
+//! accepts produces through its HTTP API, a second data node serves what
+//! the first created, keeps accepting produces while
 //! the control leader is SIGKILLed and creates again once a new leader
 //! exists, and stops with exit 0 on SIGTERM. And `narad data` refuses an
 //! invalid configuration before opening anything, naming the setting.
@@ -170,6 +171,25 @@ async fn produces_keep_their_202_and_creates_resume_after_the_control_leader_is_
     assert_ne!(new_leader, old_leader);
     data.wait_ready().await;
     wait_for_records(&data, "steady", accepted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_through_one_data_node_is_served_by_another() {
+    let cluster = secured_control_plane().await;
+    let first = ready_data_node(&cluster).await;
+    let second = DataProcess::start(&cluster, 2, &[]);
+    second.wait_ready().await;
+    create_topic(&first, "shared").await;
+    second
+        .wait_until("topic shared described by the second data node", || async {
+            let (status, _) = second
+                .request(ADMIN, "GET", "/v1/topics/shared", "")
+                .await?;
+            (status == 200).then_some(())
+        })
+        .await;
+    let (status, body) = produce(&second, "shared", 1).await;
+    assert_eq!(status, 202, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
