@@ -1,7 +1,7 @@
 //! `narad data` behind three `narad control` processes on loopback, with
 //! security on and a cluster secret: it turns ready, creates topics and
 //! accepts produces through its HTTP API, a second data node serves what
-//! the first created, keeps accepting produces while
+//! the first created, `/readyz` turns 503 when no leader is heard, keeps accepting produces while
 //! the control leader is SIGKILLed and creates again once a new leader
 //! exists, and stops with exit 0 on SIGTERM. And `narad data` refuses an
 //! invalid configuration before opening anything, naming the setting.
@@ -171,6 +171,23 @@ async fn produces_keep_their_202_and_creates_resume_after_the_control_leader_is_
     assert_ne!(new_leader, old_leader);
     data.wait_ready().await;
     wait_for_records(&data, "steady", accepted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_turns_503_when_no_control_leader_is_heard() {
+    let mut cluster = secured_control_plane().await;
+    let data = ready_data_node(&cluster).await;
+    let leader = cluster.wait_for_leader().await;
+    let other = (leader + 1) % cluster.nodes.len();
+    cluster.kill(leader);
+    cluster.kill(other);
+    let reason = data
+        .wait_until("/readyz to answer 503", || async {
+            let (status, body) = data.request(None, "GET", "/readyz", "").await?;
+            (status == 503).then_some(body)
+        })
+        .await;
+    assert!(reason.contains("no control-plane leader"), "{reason}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
