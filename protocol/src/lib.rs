@@ -33,6 +33,7 @@ mod client;
 mod client_stream;
 pub mod codec;
 pub mod commit;
+pub mod consume;
 pub mod frame;
 mod lane;
 pub mod limits;
@@ -49,6 +50,11 @@ pub use client::CallError;
 pub use codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
 pub use commit::{
     BatchRecord, CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, IncarnationRun,
+};
+pub use consume::{
+    AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, ForwardConsume, ForwardSettle,
+    ForwardedRecord, LeaseRef, PartitionStatsEntry, SettleKind, TopicPartitionStats,
+    TopicPartitionStatsAnswer,
 };
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;

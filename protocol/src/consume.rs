@@ -1,0 +1,870 @@
+//! Forwarded consume, replay, settle and partition statistics: the messages
+//! a data node sends the owner of a partition it does not own (spec §3
+//! "Cross-node consume", "Forwarded acks"; §7 opcodes 2, 3, 8, 18, 19, 32).
+//!
+//! ```text
+//! Consume (2), a Message, version 1
+//!   u8    version        1
+//!   str   topic
+//!   u8    scope          0 any partition the owner owns · 1 pinned · 2 replay
+//!   u32   partition      0 unless pinned or replay
+//!   u64   offset         the replay offset; 0 otherwise
+//!   u32   wait_ms        0 = non-blocking probe; ≤ CONSUME_WAIT_MS_MAX
+//!   optional trailing fields (spec §7):
+//!   u8    claim          0 or 1; written only when claim is set or max > 1
+//!   i32   max            2 ..= 100; written only when max > 1
+//!
+//! ConsumeAnswer, a Message, version 1
+//!   u32   count          0 ..= CONSUME_RECORDS_MAX
+//!   per record: u32 partition, u64 offset, bytes key, bytes payload,
+//!               u64 committed_at_ms, u64 nonce (0 on a replay)
+//!
+//! Settle (3 Ack, 18 ExtendAck, 19 Nack), a Message, version 1
+//!   str topic, u32 partition, u64 offset, u64 nonce     → 204, no body
+//!
+//! AckBatch (32), a Message, version 1
+//!   str   topic
+//!   u8    how            0 ack · 1 extend · 2 nack
+//!   u32   count          1 ..= ACK_BATCH_RECORDS_MAX
+//!   per record: u32 partition, u64 offset, u64 nonce
+//! AckBatchAnswer, a Message, version 1
+//!   u32   count          as the request's
+//!   per record: u16 status (what a single settle would have answered)
+//!
+//! TopicPartitionStats (8), a Message, version 1
+//!   str   topic
+//!   u32   count          1 ..= STATS_PARTITIONS_MAX
+//!   per partition: u32 partition
+//! TopicPartitionStatsAnswer, a Message, version 1
+//!   u32   count          as the request's
+//!   per partition: u32 partition, u8 owned (0/1), u64 segments,
+//!     u64 oldest_offset, u64 next_offset, u64 high_watermark,
+//!     u64 size_bytes, u8 has_oldest_segment_time, u64 oldest_segment_time_ms
+//! ```
+//!
+//! Every count is checked against its limit and against the bytes present
+//! before anything is allocated. Bytes after the last known field are an
+//! unknown field: [`decode_forward_request`] refuses them as
+//! `400 unsupported rpc operation`.
+
+use bytes::Bytes;
+
+use crate::codec::{Decode, DecodeError, Encode, Message, Reader, Writer, decode_message};
+use crate::commit::UNSUPPORTED_OPERATION_PREFIX;
+use crate::frame::RpcError;
+
+/// Records one consume answer carries at most (the HTTP `max` limit).
+pub const CONSUME_RECORDS_MAX: u32 = 100;
+
+/// Longest wait a forwarded consume may ask for: 60 s, above any
+/// `http.max_consume_wait` a requester clamps to.
+pub const CONSUME_WAIT_MS_MAX: u32 = 60_000;
+
+/// Records one `AckBatch` carries at most (spec §3).
+pub const ACK_BATCH_RECORDS_MAX: u32 = 64;
+
+/// Partitions one statistics request names at most.
+pub const STATS_PARTITIONS_MAX: u32 = 65_536;
+
+const RECORD_BYTES_MIN: usize = 4 + 8 + 4 + 4 + 8 + 8;
+const HANDLE_BYTES: usize = 4 + 8 + 8;
+const STATS_BYTES: usize = 4 + 1 + 8 * 5 + 1 + 8;
+
+const _: () =
+    assert!(STATS_PARTITIONS_MAX as usize * STATS_BYTES <= crate::limits::FRAME_BYTES_MAX);
+
+/// Which records a forwarded consume wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsumeScope {
+    /// Any partition of the topic the owner owns (a queue-style probe).
+    Any,
+    /// This partition only (a pinned consume).
+    Pinned(u32),
+    /// The record at `offset` of `partition`, without a lease.
+    Replay {
+        /// The partition.
+        partition: u32,
+        /// The offset.
+        offset: u64,
+    },
+}
+
+/// The request of opcode 2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardConsume {
+    /// The topic.
+    pub topic: String,
+    /// Which records.
+    pub scope: ConsumeScope,
+    /// How long the owner may hold the request when nothing is ready; 0 is
+    /// a non-blocking probe.
+    pub wait_ms: u32,
+    /// The spec's `Claim` flag (a claim after a delivery-token notify).
+    pub claim: bool,
+    /// Records wanted, 1 ..= [`CONSUME_RECORDS_MAX`].
+    pub max: u32,
+}
+
+impl Encode for ForwardConsume {
+    fn encode(&self, writer: &mut Writer) {
+        assert!(
+            (1..=CONSUME_RECORDS_MAX).contains(&self.max) && self.wait_ms <= CONSUME_WAIT_MS_MAX,
+            "a forwarded consume asks for 1 to {CONSUME_RECORDS_MAX} records within {CONSUME_WAIT_MS_MAX} ms"
+        );
+        writer.str(&self.topic);
+        let (scope, partition, offset) = match self.scope {
+            ConsumeScope::Any => (0, 0, 0),
+            ConsumeScope::Pinned(partition) => (1, partition, 0),
+            ConsumeScope::Replay { partition, offset } => (2, partition, offset),
+        };
+        writer.u8(scope);
+        writer.u32(partition);
+        writer.u64(offset);
+        writer.u32(self.wait_ms);
+        if self.claim || self.max > 1 {
+            writer.u8(u8::from(self.claim));
+        }
+        if self.max > 1 {
+            writer.i32(self.max as i32);
+        }
+    }
+}
+
+impl Decode for ForwardConsume {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let topic = reader.str("topic")?;
+        let scope = reader.u8("scope")?;
+        let partition = reader.u32("partition")?;
+        let offset = reader.u64("offset")?;
+        let scope = match scope {
+            0 => ConsumeScope::Any,
+            1 => ConsumeScope::Pinned(partition),
+            2 => ConsumeScope::Replay { partition, offset },
+            other => {
+                return Err(DecodeError::InvalidValue {
+                    field: "scope",
+                    value: u64::from(other),
+                });
+            }
+        };
+        let wait_ms = reader.u32("wait_ms")?;
+        if wait_ms > CONSUME_WAIT_MS_MAX {
+            return Err(DecodeError::InvalidValue {
+                field: "wait_ms",
+                value: u64::from(wait_ms),
+            });
+        }
+        let claim = if reader.remaining() > 0 {
+            match reader.u8("claim")? {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(DecodeError::InvalidValue {
+                        field: "claim",
+                        value: u64::from(other),
+                    });
+                }
+            }
+        } else {
+            false
+        };
+        let max = if reader.remaining() > 0 {
+            let max = reader.i32("max")?;
+            u32::try_from(max)
+                .ok()
+                .filter(|max| (2..=CONSUME_RECORDS_MAX).contains(max))
+                .ok_or(DecodeError::InvalidValue {
+                    field: "max",
+                    value: max as u64,
+                })?
+        } else {
+            1
+        };
+        Ok(Self {
+            topic,
+            scope,
+            wait_ms,
+            claim,
+            max,
+        })
+    }
+}
+
+impl Message for ForwardConsume {
+    const NAME: &'static str = "Consume";
+    const VERSION: u8 = 1;
+}
+
+/// One record of a consume answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardedRecord {
+    /// Its partition.
+    pub partition: u32,
+    /// Its offset.
+    pub offset: u64,
+    /// Its key; empty = none.
+    pub key: Bytes,
+    /// Its payload.
+    pub payload: Bytes,
+    /// Its commit time, Unix ms.
+    pub committed_at_ms: u64,
+    /// The lease's nonce on the owner; 0 for a replay.
+    pub nonce: u64,
+}
+
+/// The owner's answer to opcode 2: the records it leased (or replayed).
+/// Empty means nothing was ready within the wait (or replay past the end).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumeAnswer {
+    /// The records, at most [`CONSUME_RECORDS_MAX`].
+    pub records: Vec<ForwardedRecord>,
+}
+
+impl Encode for ConsumeAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        let count = u32::try_from(self.records.len()).expect("at most 100 records");
+        assert!(
+            count <= CONSUME_RECORDS_MAX,
+            "{count} records in one answer"
+        );
+        writer.u32(count);
+        for record in &self.records {
+            writer.u32(record.partition);
+            writer.u64(record.offset);
+            writer.bytes(&record.key);
+            writer.bytes(&record.payload);
+            writer.u64(record.committed_at_ms);
+            writer.u64(record.nonce);
+        }
+    }
+}
+
+impl Decode for ConsumeAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let count = counted(
+            reader,
+            "record count",
+            0,
+            CONSUME_RECORDS_MAX,
+            RECORD_BYTES_MIN,
+        )?;
+        let mut records = Vec::with_capacity(count);
+        for _ in 0..count {
+            records.push(ForwardedRecord {
+                partition: reader.u32("record partition")?,
+                offset: reader.u64("record offset")?,
+                key: reader.bytes("record key")?,
+                payload: reader.bytes("record payload")?,
+                committed_at_ms: reader.u64("record committed_at_ms")?,
+                nonce: reader.u64("record nonce")?,
+            });
+        }
+        Ok(Self { records })
+    }
+}
+
+impl Message for ConsumeAnswer {
+    const NAME: &'static str = "ConsumeAnswer";
+    const VERSION: u8 = 1;
+}
+
+/// Reads a `u32` count within `min..=max` whose items (each at least
+/// `item_bytes` long) fit the bytes that remain.
+fn counted(
+    reader: &mut Reader,
+    field: &'static str,
+    min: u32,
+    max: u32,
+    item_bytes: usize,
+) -> Result<usize, DecodeError> {
+    let count = reader.u32(field)?;
+    if count < min || count > max {
+        return Err(DecodeError::InvalidValue {
+            field,
+            value: u64::from(count),
+        });
+    }
+    let count = count as usize;
+    if count.saturating_mul(item_bytes) > reader.remaining() {
+        return Err(DecodeError::LengthExceedsInput {
+            field,
+            claimed: (count * item_bytes) as u64,
+            remaining: reader.remaining(),
+        });
+    }
+    Ok(count)
+}
+
+/// One lease: `partition:offset:nonce` on the owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    /// The partition.
+    pub partition: u32,
+    /// The offset.
+    pub offset: u64,
+    /// The lease's nonce.
+    pub nonce: u64,
+}
+
+impl LeaseRef {
+    fn encode(&self, writer: &mut Writer) {
+        writer.u32(self.partition);
+        writer.u64(self.offset);
+        writer.u64(self.nonce);
+    }
+
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            partition: reader.u32("partition")?,
+            offset: reader.u64("offset")?,
+            nonce: reader.u64("nonce")?,
+        })
+    }
+}
+
+/// The request of opcodes 3 (Ack), 18 (ExtendAck) and 19 (Nack): the
+/// opcode says what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardSettle {
+    /// The topic.
+    pub topic: String,
+    /// The lease.
+    pub lease: LeaseRef,
+}
+
+impl Encode for ForwardSettle {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.topic);
+        self.lease.encode(writer);
+    }
+}
+
+impl Decode for ForwardSettle {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: reader.str("topic")?,
+            lease: LeaseRef::decode(reader)?,
+        })
+    }
+}
+
+impl Message for ForwardSettle {
+    const NAME: &'static str = "Settle";
+    const VERSION: u8 = 1;
+}
+
+/// What a settle does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleKind {
+    /// Ack.
+    Ack,
+    /// Renew the lease.
+    Extend,
+    /// Release for redelivery.
+    Nack,
+}
+
+/// The request of opcode 32: up to [`ACK_BATCH_RECORDS_MAX`] leases of one
+/// topic, all settled the same way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckBatch {
+    /// The topic.
+    pub topic: String,
+    /// What to do with every lease.
+    pub how: SettleKind,
+    /// The leases, 1 ..= [`ACK_BATCH_RECORDS_MAX`].
+    pub leases: Vec<LeaseRef>,
+}
+
+impl Encode for AckBatch {
+    fn encode(&self, writer: &mut Writer) {
+        let count = u32::try_from(self.leases.len()).expect("at most 64 leases");
+        assert!(
+            (1..=ACK_BATCH_RECORDS_MAX).contains(&count),
+            "an AckBatch holds 1 to {ACK_BATCH_RECORDS_MAX} leases, not {count}"
+        );
+        writer.str(&self.topic);
+        writer.u8(match self.how {
+            SettleKind::Ack => 0,
+            SettleKind::Extend => 1,
+            SettleKind::Nack => 2,
+        });
+        writer.u32(count);
+        for lease in &self.leases {
+            lease.encode(writer);
+        }
+    }
+}
+
+impl Decode for AckBatch {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let topic = reader.str("topic")?;
+        let how = match reader.u8("how")? {
+            0 => SettleKind::Ack,
+            1 => SettleKind::Extend,
+            2 => SettleKind::Nack,
+            other => {
+                return Err(DecodeError::InvalidValue {
+                    field: "how",
+                    value: u64::from(other),
+                });
+            }
+        };
+        let count = counted(
+            reader,
+            "lease count",
+            1,
+            ACK_BATCH_RECORDS_MAX,
+            HANDLE_BYTES,
+        )?;
+        let mut leases = Vec::with_capacity(count);
+        for _ in 0..count {
+            leases.push(LeaseRef::decode(reader)?);
+        }
+        Ok(Self { topic, how, leases })
+    }
+}
+
+impl Message for AckBatch {
+    const NAME: &'static str = "AckBatch";
+    const VERSION: u8 = 1;
+}
+
+/// The owner's answer to opcode 32: one HTTP status per lease, in request
+/// order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckBatchAnswer {
+    /// What a single settle of each lease would have answered.
+    pub statuses: Vec<u16>,
+}
+
+impl Encode for AckBatchAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        let count = u32::try_from(self.statuses.len()).expect("at most 64 statuses");
+        assert!(count <= ACK_BATCH_RECORDS_MAX, "{count} statuses");
+        writer.u32(count);
+        for status in &self.statuses {
+            writer.u16(*status);
+        }
+    }
+}
+
+impl Decode for AckBatchAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let count = counted(reader, "status count", 1, ACK_BATCH_RECORDS_MAX, 2)?;
+        let mut statuses = Vec::with_capacity(count);
+        for _ in 0..count {
+            let status = reader.u16("status")?;
+            if !(200..600).contains(&status) {
+                return Err(DecodeError::InvalidValue {
+                    field: "status",
+                    value: u64::from(status),
+                });
+            }
+            statuses.push(status);
+        }
+        Ok(Self { statuses })
+    }
+}
+
+impl Message for AckBatchAnswer {
+    const NAME: &'static str = "AckBatchAnswer";
+    const VERSION: u8 = 1;
+}
+
+/// The request of opcode 8: statistics of these partitions of a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicPartitionStats {
+    /// The topic.
+    pub topic: String,
+    /// The partitions, 1 ..= [`STATS_PARTITIONS_MAX`].
+    pub partitions: Vec<u32>,
+}
+
+impl Encode for TopicPartitionStats {
+    fn encode(&self, writer: &mut Writer) {
+        let count = u32::try_from(self.partitions.len()).expect("bounded partitions");
+        assert!(
+            (1..=STATS_PARTITIONS_MAX).contains(&count),
+            "a stats request names 1 to {STATS_PARTITIONS_MAX} partitions"
+        );
+        writer.str(&self.topic);
+        writer.u32(count);
+        for partition in &self.partitions {
+            writer.u32(*partition);
+        }
+    }
+}
+
+impl Decode for TopicPartitionStats {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let topic = reader.str("topic")?;
+        let count = counted(reader, "partition count", 1, STATS_PARTITIONS_MAX, 4)?;
+        let mut partitions = Vec::with_capacity(count);
+        for _ in 0..count {
+            partitions.push(reader.u32("partition")?);
+        }
+        Ok(Self { topic, partitions })
+    }
+}
+
+impl Message for TopicPartitionStats {
+    const NAME: &'static str = "TopicPartitionStats";
+    const VERSION: u8 = 1;
+}
+
+/// What describe shows of one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionStatsEntry {
+    /// The partition.
+    pub partition: u32,
+    /// Whether the answering node owns it and read its log; when not, the
+    /// figures are zero.
+    pub owned: bool,
+    /// Segment files.
+    pub segments: u64,
+    /// First offset of the oldest segment.
+    pub oldest_offset: u64,
+    /// The offset the next commit takes.
+    pub next_offset: u64,
+    /// Exclusive bound of visible offsets.
+    pub high_watermark: u64,
+    /// Bytes of all segment files.
+    pub size_bytes: u64,
+    /// Commit time of the oldest segment's newest record, Unix ms.
+    pub oldest_segment_time_ms: Option<u64>,
+}
+
+/// The owner's answer to opcode 8, one entry per partition asked, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicPartitionStatsAnswer {
+    /// The entries.
+    pub entries: Vec<PartitionStatsEntry>,
+}
+
+impl Encode for TopicPartitionStatsAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        let count = u32::try_from(self.entries.len()).expect("bounded partitions");
+        assert!(count <= STATS_PARTITIONS_MAX, "{count} entries");
+        writer.u32(count);
+        for entry in &self.entries {
+            writer.u32(entry.partition);
+            writer.u8(u8::from(entry.owned));
+            writer.u64(entry.segments);
+            writer.u64(entry.oldest_offset);
+            writer.u64(entry.next_offset);
+            writer.u64(entry.high_watermark);
+            writer.u64(entry.size_bytes);
+            writer.u8(u8::from(entry.oldest_segment_time_ms.is_some()));
+            writer.u64(entry.oldest_segment_time_ms.unwrap_or(0));
+        }
+    }
+}
+
+fn flag(reader: &mut Reader, field: &'static str) -> Result<bool, DecodeError> {
+    match reader.u8(field)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(DecodeError::InvalidValue {
+            field,
+            value: u64::from(other),
+        }),
+    }
+}
+
+impl Decode for TopicPartitionStatsAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let count = counted(reader, "entry count", 0, STATS_PARTITIONS_MAX, STATS_BYTES)?;
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let partition = reader.u32("partition")?;
+            let owned = flag(reader, "owned")?;
+            let segments = reader.u64("segments")?;
+            let oldest_offset = reader.u64("oldest_offset")?;
+            let next_offset = reader.u64("next_offset")?;
+            let high_watermark = reader.u64("high_watermark")?;
+            let size_bytes = reader.u64("size_bytes")?;
+            let has_time = flag(reader, "has_oldest_segment_time")?;
+            let time = reader.u64("oldest_segment_time_ms")?;
+            entries.push(PartitionStatsEntry {
+                partition,
+                owned,
+                segments,
+                oldest_offset,
+                next_offset,
+                high_watermark,
+                size_bytes,
+                oldest_segment_time_ms: has_time.then_some(time),
+            });
+        }
+        Ok(Self { entries })
+    }
+}
+
+impl Message for TopicPartitionStatsAnswer {
+    const NAME: &'static str = "TopicPartitionStatsAnswer";
+    const VERSION: u8 = 1;
+}
+
+/// Decodes a forwarded request body as the owner must: trailing bytes
+/// after the last field this build knows are an unknown field, refused as
+/// `400 unsupported rpc operation`; anything else unreadable is
+/// `400 malformed request: …`.
+///
+/// # Errors
+/// The `400` to answer.
+pub fn decode_forward_request<M: Message>(body: Bytes) -> Result<M, RpcError> {
+    decode_message::<M>(body).map_err(|error| match error {
+        DecodeError::TrailingBytes { count } => RpcError::bad_request(format!(
+            "{UNSUPPORTED_OPERATION_PREFIX}: {count} bytes of unknown trailing fields on {}",
+            M::NAME
+        )),
+        other => RpcError::from(other),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::encode_message;
+    use crate::commit::is_unsupported_operation;
+    use crate::frame::Status;
+    use proptest::prelude::*;
+
+    fn scope_strategy() -> impl Strategy<Value = ConsumeScope> {
+        prop_oneof![
+            Just(ConsumeScope::Any),
+            any::<u32>().prop_map(ConsumeScope::Pinned),
+            (any::<u32>(), any::<u64>())
+                .prop_map(|(partition, offset)| ConsumeScope::Replay { partition, offset }),
+        ]
+    }
+
+    fn consume_strategy() -> impl Strategy<Value = ForwardConsume> {
+        (
+            ".{0,16}",
+            scope_strategy(),
+            0..=CONSUME_WAIT_MS_MAX,
+            any::<bool>(),
+            1..=CONSUME_RECORDS_MAX,
+        )
+            .prop_map(|(topic, scope, wait_ms, claim, max)| ForwardConsume {
+                topic,
+                scope,
+                wait_ms,
+                claim,
+                max,
+            })
+    }
+
+    fn record_strategy() -> impl Strategy<Value = ForwardedRecord> {
+        (
+            any::<u32>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..8),
+            proptest::collection::vec(any::<u8>(), 0..32),
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(
+                |(partition, offset, key, payload, committed_at_ms, nonce)| ForwardedRecord {
+                    partition,
+                    offset,
+                    key: Bytes::from(key),
+                    payload: Bytes::from(payload),
+                    committed_at_ms,
+                    nonce,
+                },
+            )
+    }
+
+    fn lease_strategy() -> impl Strategy<Value = LeaseRef> {
+        (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(partition, offset, nonce)| LeaseRef {
+            partition,
+            offset,
+            nonce,
+        })
+    }
+
+    fn batch_strategy() -> impl Strategy<Value = AckBatch> {
+        (
+            ".{0,16}",
+            prop_oneof![
+                Just(SettleKind::Ack),
+                Just(SettleKind::Extend),
+                Just(SettleKind::Nack)
+            ],
+            proptest::collection::vec(lease_strategy(), 1..=ACK_BATCH_RECORDS_MAX as usize),
+        )
+            .prop_map(|(topic, how, leases)| AckBatch { topic, how, leases })
+    }
+
+    fn stats_entry_strategy() -> impl Strategy<Value = PartitionStatsEntry> {
+        (
+            any::<u32>(),
+            any::<bool>(),
+            any::<[u64; 5]>(),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(|(partition, owned, figures, time)| PartitionStatsEntry {
+                partition,
+                owned,
+                segments: figures[0],
+                oldest_offset: figures[1],
+                next_offset: figures[2],
+                high_watermark: figures[3],
+                size_bytes: figures[4],
+                oldest_segment_time_ms: time,
+            })
+    }
+
+    fn round_trip<M: Message + PartialEq + std::fmt::Debug>(message: &M) -> M {
+        decode_forward_request::<M>(encode_message(message)).expect("decodes")
+    }
+
+    fn never_panics<M: Message>(bytes: Vec<u8>) {
+        let _ = decode_forward_request::<M>(Bytes::from(bytes));
+    }
+
+    proptest! {
+        #[test]
+        fn consume_round_trips(request in consume_strategy()) {
+            prop_assert_eq!(round_trip(&request), request);
+        }
+
+        #[test]
+        fn consume_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            never_panics::<ForwardConsume>(bytes);
+        }
+
+        #[test]
+        fn answer_round_trips(records in proptest::collection::vec(record_strategy(), 0..8)) {
+            let answer = ConsumeAnswer { records };
+            prop_assert_eq!(round_trip(&answer), answer);
+        }
+
+        #[test]
+        fn answer_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            never_panics::<ConsumeAnswer>(bytes);
+        }
+
+        #[test]
+        fn truncated_answer_is_an_error(
+            records in proptest::collection::vec(record_strategy(), 1..4),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = encode_message(&ConsumeAnswer { records });
+            let cut = cut.index(bytes.len());
+            prop_assert!(decode_forward_request::<ConsumeAnswer>(bytes.slice(..cut)).is_err());
+        }
+
+        #[test]
+        fn settle_round_trips(topic in ".{0,16}", lease in lease_strategy()) {
+            let settle = ForwardSettle { topic, lease };
+            prop_assert_eq!(round_trip(&settle), settle);
+        }
+
+        #[test]
+        fn settle_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..48)) {
+            never_panics::<ForwardSettle>(bytes);
+        }
+
+        #[test]
+        fn ack_batch_round_trips(batch in batch_strategy()) {
+            prop_assert_eq!(round_trip(&batch), batch);
+        }
+
+        #[test]
+        fn ack_batch_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
+            never_panics::<AckBatch>(bytes);
+        }
+
+        #[test]
+        fn ack_batch_answer_round_trips(statuses in proptest::collection::vec(200_u16..600, 1..=64)) {
+            let answer = AckBatchAnswer { statuses };
+            prop_assert_eq!(round_trip(&answer), answer);
+        }
+
+        #[test]
+        fn ack_batch_answer_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            never_panics::<AckBatchAnswer>(bytes);
+        }
+
+        #[test]
+        fn stats_round_trip(
+            topic in ".{0,16}",
+            partitions in proptest::collection::vec(any::<u32>(), 1..8),
+            entries in proptest::collection::vec(stats_entry_strategy(), 0..8),
+        ) {
+            let request = TopicPartitionStats { topic, partitions };
+            prop_assert_eq!(round_trip(&request), request);
+            let answer = TopicPartitionStatsAnswer { entries };
+            prop_assert_eq!(round_trip(&answer), answer);
+        }
+
+        #[test]
+        fn stats_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            never_panics::<TopicPartitionStats>(bytes.clone());
+            never_panics::<TopicPartitionStatsAnswer>(bytes);
+        }
+    }
+
+    fn probe(max: u32, claim: bool) -> ForwardConsume {
+        ForwardConsume {
+            topic: "orders".into(),
+            scope: ConsumeScope::Any,
+            wait_ms: 0,
+            claim,
+            max,
+        }
+    }
+
+    #[test]
+    fn a_single_consume_without_claim_carries_no_trailing_fields() {
+        let short = encode_message(&probe(1, false));
+        let claim = encode_message(&probe(1, true));
+        let batch = encode_message(&probe(5, false));
+        assert_eq!(claim.len(), short.len() + 1);
+        assert_eq!(batch.len(), short.len() + 1 + 4);
+    }
+
+    #[test]
+    fn a_field_after_max_is_an_unsupported_operation() {
+        let mut bytes = encode_message(&probe(5, false)).to_vec();
+        bytes.push(0);
+        let error = decode_forward_request::<ForwardConsume>(Bytes::from(bytes)).expect_err("no");
+        assert!(is_unsupported_operation(&error), "{error}");
+    }
+
+    #[test]
+    fn max_of_one_or_over_a_hundred_on_the_wire_is_refused() {
+        for max in [1_i32, 0, -1, 101] {
+            let mut bytes = encode_message(&probe(1, true)).to_vec();
+            bytes.extend(max.to_be_bytes());
+            let error =
+                decode_forward_request::<ForwardConsume>(Bytes::from(bytes)).expect_err("no");
+            assert_eq!(error.status, Status::BAD_REQUEST);
+            assert!(error.message.contains("max"), "{error}");
+        }
+    }
+
+    #[test]
+    fn an_ack_batch_over_sixty_four_is_refused_before_allocating() {
+        let mut writer = Writer::new();
+        writer.u8(1);
+        writer.str("orders");
+        writer.u8(0);
+        writer.u32(ACK_BATCH_RECORDS_MAX + 1);
+        let error = decode_forward_request::<AckBatch>(writer.finish()).expect_err("refused");
+        assert!(error.message.contains("lease count"), "{error}");
+    }
+
+    #[test]
+    fn a_record_count_beyond_the_input_is_refused() {
+        let mut writer = Writer::new();
+        writer.u8(1);
+        writer.u32(CONSUME_RECORDS_MAX);
+        let error = decode_forward_request::<ConsumeAnswer>(writer.finish()).expect_err("refused");
+        assert!(error.message.contains("record count claims"), "{error}");
+    }
+}
