@@ -4,8 +4,9 @@
 //! partition choice, staging into the ingress WAL), the dispatcher that
 //! commits WAL records to partition owners, the commit combiner on the
 //! owner, and the consume path on the owner (leases, long polls, acks,
-//! replay reads, and consumer positions that survive restarts). Fan-out
-//! and forwarding consumes and acks to another node come later.
+//! replay reads, and consumer positions that survive restarts), and the
+//! forwarding of consumes and acks to partitions another node owns
+//! ([`forward`]). Fan-out comes later.
 //!
 //! Guarantees it is built to give: a `202` is answered only after the message
 //! is fsynced in this node's ingress WAL, and no crash of any node loses it; a
@@ -23,6 +24,7 @@ pub mod admin;
 pub mod commit;
 pub mod consume;
 pub mod dispatch;
+pub mod forward;
 pub mod http;
 pub mod ingress;
 pub mod metadata;

@@ -18,13 +18,14 @@ use axum::response::{IntoResponse, Response};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use super::body::read_limited;
-use super::consume::{owner_unavailable, topic_not_found};
+use super::consume::{forward_refusal, owner_unavailable, topic_not_found};
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
 use crate::consume::handle::{HandleError, ReceiptHandle};
 use crate::consume::service::{ConsumeService, SettleError};
 use crate::consume::shard::Settle;
+use crate::forward::{Forwarder, Placement};
 use crate::metadata::GrantAction;
 use crate::metrics;
 
@@ -231,7 +232,16 @@ pub(crate) async fn ack(
     let service = state.consume_service()?;
     if let Some(text) = params.receipt_handle {
         let handle = parse_handle(&text)?;
-        settle(&state, service, &topic, handle, params.how)?;
+        match remote_forwarder(&state, &topic, handle) {
+            Some(forwarder) => {
+                forwarder
+                    .settle(&topic, handle, params.how)
+                    .await
+                    .map_err(forward_refusal)?;
+                count_settle(&state, &topic, params.how);
+            }
+            None => settle(&state, service, &topic, handle, params.how)?,
+        }
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let body = read_limited(&headers, body, ACK_BATCH_BODY_BYTES_MAX, None).await?;
@@ -242,23 +252,88 @@ pub(crate) async fn ack(
     if state.replica.topic_meta(&topic).is_none() {
         return Err(topic_not_found());
     }
-    let results: Vec<HandleResult> = handles
-        .iter()
-        .map(|text| {
-            match parse_handle(text)
-                .and_then(|handle| settle(&state, service, &topic, handle, params.how))
-            {
-                Ok(()) => HandleResult::settled(),
-                Err(error) => HandleResult::refused(error),
-            }
-        })
-        .collect();
+    let results = settle_batch(&state, service, &topic, &handles, params.how).await;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
         results_json(&results),
     )
         .into_response())
+}
+
+/// The forwarder, when `handle`'s partition is owned by another node.
+fn remote_forwarder<'a>(
+    state: &'a ApiState,
+    topic: &str,
+    handle: ReceiptHandle,
+) -> Option<&'a Arc<Forwarder>> {
+    state.forwarder.get().filter(|forwarder| {
+        matches!(
+            forwarder.placement(topic, handle.partition),
+            Placement::Remote { .. }
+        )
+    })
+}
+
+/// Settles a batch's handles in request order: malformed ones `400`,
+/// locally owned ones here, the rest forwarded, one `AckBatch` per owner in
+/// parallel.
+async fn settle_batch(
+    state: &ApiState,
+    service: &ConsumeService,
+    topic: &str,
+    handles: &[String],
+    how: Settle,
+) -> Vec<HandleResult> {
+    let mut results: Vec<Option<HandleResult>> = vec![None; handles.len()];
+    let mut remote: Vec<(usize, ReceiptHandle)> = Vec::new();
+    for (index, text) in handles.iter().enumerate() {
+        let handle = match parse_handle(text) {
+            Ok(handle) => handle,
+            Err(error) => {
+                results[index] = Some(HandleResult::refused(error));
+                continue;
+            }
+        };
+        if remote_forwarder(state, topic, handle).is_some() {
+            remote.push((index, handle));
+            continue;
+        }
+        results[index] = Some(match settle(state, service, topic, handle, how) {
+            Ok(()) => HandleResult::settled(),
+            Err(error) => HandleResult::refused(error),
+        });
+    }
+    if let (Some(forwarder), false) = (state.forwarder.get(), remote.is_empty()) {
+        let forwarded: Vec<ReceiptHandle> = remote.iter().map(|(_, handle)| *handle).collect();
+        let outcomes = forwarder.settle_many(topic, &forwarded, how).await;
+        for ((index, _), outcome) in remote.into_iter().zip(outcomes) {
+            if outcome.status == 204 {
+                count_settle(state, topic, how);
+            }
+            let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            results[index] = Some(HandleResult {
+                status,
+                error: outcome.message,
+            });
+        }
+    }
+    results
+        .into_iter()
+        .map(|result| result.expect("every handle has a result"))
+        .collect()
+}
+
+/// Counts an extend or a nack.
+fn count_settle(state: &ApiState, topic: &str, how: Settle) {
+    let counter = match how {
+        Settle::Ack => return,
+        Settle::Extend => metrics::ACK_EXTENDED_TOTAL,
+        Settle::Nack => metrics::NACK_TOTAL,
+    };
+    state
+        .metrics
+        .count(counter, &[("topic", topic.to_owned())], 1);
 }
 
 /// Settles one lease and counts extends and nacks.
@@ -272,14 +347,7 @@ fn settle(
     service
         .settle(topic, handle.partition, handle.offset, handle.nonce, how)
         .map_err(settle_refusal)?;
-    let counter = match how {
-        Settle::Ack => return Ok(()),
-        Settle::Extend => metrics::ACK_EXTENDED_TOTAL,
-        Settle::Nack => metrics::NACK_TOTAL,
-    };
-    state
-        .metrics
-        .count(counter, &[("topic", topic.to_owned())], 1);
+    count_settle(state, topic, how);
     Ok(())
 }
 

@@ -27,6 +27,7 @@ use crate::consume::service::{
     ReplayError,
 };
 use crate::consume::shard::Settle;
+use crate::forward::{ForwardError, Forwarder, Placement, REPROBE_FIRST, REPROBE_MAX, delivery_of};
 use crate::metadata::{GrantAction, User};
 use crate::metrics::{self, NodeMetrics};
 
@@ -279,9 +280,24 @@ pub(crate) async fn consume(
         .consume_cap
         .take(&identity, params.cap_units())
         .map_err(|_| consume_cap_refusal(state.config.consume_in_flight_per_identity))?;
-    let mut response = match params.mode {
-        ConsumeMode::Replay { partition, offset } => replay(service, &topic, partition, offset)?,
-        ConsumeMode::Single | ConsumeMode::Batch(_) => {
+    let remote = state
+        .forwarder
+        .get()
+        .zip(params.partition)
+        .filter(|(forwarder, partition)| {
+            matches!(
+                forwarder.placement(&topic, *partition),
+                Placement::Remote { .. }
+            )
+        });
+    let mut response = match (params.mode, remote) {
+        (ConsumeMode::Replay { partition, offset }, Some((forwarder, _))) => {
+            forwarded_replay(forwarder, &topic, partition, offset).await?
+        }
+        (ConsumeMode::Replay { partition, offset }, None) => {
+            replay(service, &topic, partition, offset)?
+        }
+        (ConsumeMode::Single | ConsumeMode::Batch(_), _) => {
             queue_consume(&state, service, &topic, &params).await?
         }
     };
@@ -345,12 +361,15 @@ async fn queue_consume(
         wait: params.wait.used,
     };
     let timer = WaitTimer::start(&state.metrics, topic, params.wait.used);
-    let deliveries = service.consume(request).await;
+    let deliveries = match state.forwarder.get() {
+        Some(forwarder) => consume_anywhere(forwarder, service, request).await,
+        None => service.consume(request).await.map_err(consume_refusal),
+    };
     let deliveries = match deliveries {
         Ok(deliveries) => deliveries,
         Err(error) => {
             timer.disarm();
-            return Err(consume_refusal(error));
+            return Err(error);
         }
     };
     timer.finish(!deliveries.is_empty());
@@ -364,7 +383,7 @@ async fn queue_consume(
     }
     let batch = matches!(params.mode, ConsumeMode::Batch(_));
     let (body, delivered) = render_deliveries(&deliveries, batch);
-    release_overflow(state, service, &deliveries[delivered..]);
+    release_overflow(state, service, &deliveries[delivered..]).await;
     for delivery in &deliveries[..delivered] {
         count_delivery(&state.metrics, delivery);
     }
@@ -416,17 +435,166 @@ fn view(delivery: &Delivery) -> MessageView<'_> {
     }
 }
 
+/// Where a queue consume's records come from: this node's partitions
+/// first; for a pinned partition another node owns, that owner (a
+/// forwarded long poll); otherwise, when nothing is ready here, one
+/// non-blocking probe of every live remote owner. When all are empty the
+/// consume parks here and probes the remote owners again after 100 ms,
+/// the pause doubling to 1 s, until its wait ends.
+///
+/// # Errors
+/// The local refusals, and for a pinned remote partition `503` (owner
+/// down or unknown), `502` (no answer) or the owner's own status.
+async fn consume_anywhere(
+    forwarder: &Arc<Forwarder>,
+    service: &ConsumeService,
+    request: ConsumeRequest,
+) -> Result<Vec<Delivery>, ApiError> {
+    if let Some(partition) = request.partition {
+        if let Placement::Remote { .. } = forwarder.placement(&request.topic, partition) {
+            let records = forwarder
+                .consume_pinned(&request.topic, partition, request.max, request.wait)
+                .await
+                .map_err(forward_refusal)?;
+            let topic: Arc<str> = Arc::from(request.topic.as_str());
+            return Ok(records
+                .into_iter()
+                .map(|record| delivery_of(&topic, record))
+                .collect());
+        }
+        return service.consume(request).await.map_err(consume_refusal);
+    }
+    let deadline = Instant::now() + request.wait;
+    let mut pause = REPROBE_FIRST;
+    loop {
+        let now = ConsumeRequest {
+            wait: Duration::ZERO,
+            ..request.clone()
+        };
+        let local = service.consume(now).await.map_err(consume_refusal)?;
+        if !local.is_empty() {
+            return Ok(local);
+        }
+        let remote = probe_remote_owners(forwarder, &request.topic, request.max).await;
+        if !remote.is_empty() {
+            return Ok(remote);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Vec::new());
+        }
+        let parked = ConsumeRequest {
+            wait: pause.min(left),
+            ..request.clone()
+        };
+        let parked = service.consume(parked).await.map_err(consume_refusal)?;
+        if !parked.is_empty() {
+            return Ok(parked);
+        }
+        pause = (pause * 2).min(REPROBE_MAX);
+    }
+}
+
+/// One non-blocking probe of each live remote owner of `topic` in turn,
+/// asking each for what is still wanted, until `max` records are in hand.
+async fn probe_remote_owners(forwarder: &Forwarder, topic: &str, max: usize) -> Vec<Delivery> {
+    let name: Arc<str> = Arc::from(topic);
+    let mut deliveries = Vec::new();
+    for node in forwarder.live_remote_owners(topic) {
+        let wanted = max.saturating_sub(deliveries.len());
+        if wanted == 0 {
+            break;
+        }
+        let records = forwarder.probe(node, topic, wanted).await;
+        deliveries.extend(records.into_iter().map(|record| delivery_of(&name, record)));
+    }
+    deliveries
+}
+
+/// A replay of a partition another node owns, read by its owner.
+async fn forwarded_replay(
+    forwarder: &Forwarder,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+) -> Result<Response, ApiError> {
+    let record = forwarder
+        .replay(topic, partition, offset)
+        .await
+        .map_err(forward_refusal)?;
+    let Some(record) = record else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let name: Arc<str> = Arc::from(topic);
+    let delivery = delivery_of(&name, record);
+    let body = message_json(&MessageView {
+        topic,
+        partition,
+        record: &delivery.record,
+        receipt: None,
+    });
+    Ok(json_response(body))
+}
+
+/// A forward that got no answer, as the client hears it: `503` with
+/// `Retry-After: 1` for an owner down or unknown, `502` for no answer, the
+/// owner's own status otherwise.
+pub(crate) fn forward_refusal(error: ForwardError) -> ApiError {
+    match error {
+        ForwardError::OwnerDown => owner_unavailable(),
+        ForwardError::NoAnswer(cause) => {
+            tracing::warn!(%cause, "forwarded request got no answer from the partition owner");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "partition owner did not answer; retry",
+            )
+        }
+        ForwardError::Refused { status, message } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut error = ApiError::new(status, message);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                error.retry_after_seconds = Some(1);
+            }
+            error
+        }
+    }
+}
+
 /// Releases leased records that did not fit the answer, so they are
-/// redelivered at once rather than after a visibility timeout.
-fn release_overflow(state: &ApiState, service: &ConsumeService, overflow: &[Delivery]) {
+/// redelivered at once rather than after a visibility timeout: at this
+/// node, or forwarded as nacks to their owners.
+async fn release_overflow(state: &ApiState, service: &ConsumeService, overflow: &[Delivery]) {
+    let forwarder = state.forwarder.get();
     for delivery in overflow {
-        let released = service.settle(
-            &delivery.topic,
-            delivery.partition,
-            delivery.record.offset,
-            delivery.nonce,
-            Settle::Nack,
-        );
+        let remote = forwarder.filter(|forwarder| {
+            matches!(
+                forwarder.placement(&delivery.topic, delivery.partition),
+                Placement::Remote { .. }
+            )
+        });
+        let released = match remote {
+            Some(forwarder) => forwarder
+                .settle(
+                    &delivery.topic,
+                    ReceiptHandle {
+                        partition: delivery.partition,
+                        offset: delivery.record.offset,
+                        nonce: delivery.nonce,
+                    },
+                    Settle::Nack,
+                )
+                .await
+                .map_err(|error| format!("{error}")),
+            None => service
+                .settle(
+                    &delivery.topic,
+                    delivery.partition,
+                    delivery.record.offset,
+                    delivery.nonce,
+                    Settle::Nack,
+                )
+                .map_err(|error| format!("{error:?}")),
+        };
         match released {
             Ok(()) => state.metrics.count(
                 metrics::NACK_TOTAL,
@@ -438,7 +606,7 @@ fn release_overflow(state: &ApiState, service: &ConsumeService, overflow: &[Deli
                 topic = %delivery.topic,
                 partition = delivery.partition,
                 offset = delivery.record.offset,
-                ?error,
+                %error,
                 "releasing a batch consume record past the answer size failed"
             ),
         }
@@ -572,9 +740,8 @@ fn partition_out_of_range(partition: u32, count: u32) -> ApiError {
     ))
 }
 
-/// `503` for a pinned partition whose owner is not this node: forwarding
-/// to the owner is not built yet, so the client retries (through another
-/// node, preferably).
+/// `503` for a pinned partition whose owner is down, unknown, or (on a
+/// node without a forwarder) not this node: the client retries.
 pub(crate) fn owner_unavailable() -> ApiError {
     let mut error = ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,

@@ -19,8 +19,8 @@ mod query;
 pub mod topics;
 pub mod users;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -34,6 +34,7 @@ use narad_wal::Wal;
 use crate::admin::Admin;
 use crate::commit::LocalLogs;
 use crate::consume::service::ConsumeService;
+use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;
 use crate::http::error::ApiError;
@@ -118,6 +119,10 @@ pub struct ApiState {
     /// Consumes in flight per identity. The produce cap's counting serves
     /// both; only the refusal text differs.
     pub consume_cap: ProduceCap,
+    /// Consume, replay, settle and statistics for partitions another node
+    /// owns; unset, those answer `503` (owner unavailable). Set once, after
+    /// the node's transport is bound.
+    pub forwarder: OnceLock<Arc<Forwarder>>,
 }
 
 impl ApiState {
@@ -137,6 +142,7 @@ impl ApiState {
             admin,
             logs: None,
             consume: None,
+            forwarder: OnceLock::new(),
             config,
             auth: Authenticator::new(Arc::clone(&replica)),
             acceptor,

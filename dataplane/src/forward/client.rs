@@ -1,0 +1,450 @@
+//! The requesting side: what the HTTP layer calls for partitions another
+//! data node owns.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use narad_protocol::codec::{Message, decode_message, encode_message};
+use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
+use narad_protocol::{
+    AckBatch, AckBatchAnswer, CallError, ConsumeAnswer, ConsumeScope, ForwardConsume,
+    ForwardSettle, ForwardedRecord, Lane, LeaseRef, Node, Opcode, PartitionStatsEntry, Request,
+    RpcError, SettleKind, Status, TopicPartitionStats, TopicPartitionStatsAnswer,
+};
+use tokio::task::JoinSet;
+
+use super::{LONG_POLL_GRACE, PROBE_BUDGET, SETTLE_BUDGET, STATS_BUDGET};
+use crate::consume::handle::ReceiptHandle;
+use crate::consume::shard::Settle;
+use crate::dispatch::{Destination, NodeId, Route, Topology};
+use crate::metadata::MetadataReplica;
+use crate::remote::OwnerAddresses;
+
+/// Why a forwarded operation has no answer from the owner.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ForwardError {
+    /// The owner is marked dead, or its address is not known: nothing was
+    /// sent (`503` with `Retry-After`).
+    #[error("partition owner is down; retry later")]
+    OwnerDown,
+    /// The call got no answer (timeout, lost connection, dial failure): it
+    /// may have been applied (`502`).
+    #[error("partition owner did not answer: {0}")]
+    NoAnswer(String),
+    /// The owner answered with an error status, passed on 1:1.
+    #[error("{status}: {message}")]
+    Refused {
+        /// The owner's status.
+        status: u16,
+        /// The owner's message.
+        message: String,
+    },
+}
+
+/// One handle's result in a forwarded batch settle: an HTTP status and,
+/// for anything but `204`, a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettleOutcome {
+    /// What a single settle would have answered.
+    pub status: u16,
+    /// The error text, for anything but `204`.
+    pub message: Option<String>,
+}
+
+/// Sends forwarded consumes, replays, settles and statistics requests to
+/// partition owners through the node's transport.
+#[derive(Debug)]
+pub struct Forwarder {
+    transport: Arc<Node>,
+    addresses: Arc<dyn OwnerAddresses>,
+    replica: Arc<MetadataReplica>,
+    rotation: AtomicUsize,
+}
+
+/// Where a partition lives, as far as forwarding cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// This node owns it (or nobody does: the local path answers).
+    Local,
+    /// Another node owns it.
+    Remote {
+        /// The owner.
+        node: NodeId,
+        /// Whether membership says it is alive.
+        alive: bool,
+    },
+}
+
+impl Forwarder {
+    /// A forwarder calling owners through `transport`, finding them with
+    /// `addresses` and `replica` (the node's own).
+    pub fn new(
+        transport: Arc<Node>,
+        addresses: Arc<dyn OwnerAddresses>,
+        replica: Arc<MetadataReplica>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            transport,
+            addresses,
+            replica,
+            rotation: AtomicUsize::new(0),
+        })
+    }
+
+    /// Where `topic`/`partition` lives now.
+    pub(crate) fn placement(&self, topic: &str, partition: u32) -> Placement {
+        match self.replica.route(&Destination::new(topic, partition)) {
+            Route::Owner {
+                node,
+                local: false,
+                alive,
+            } => Placement::Remote { node, alive },
+            Route::Owner { .. } | Route::Unassigned => Placement::Local,
+        }
+    }
+
+    /// The other nodes owning partitions of `topic` that membership says
+    /// are alive, starting from a rotating one so probes spread.
+    pub fn live_remote_owners(&self, topic: &str) -> Vec<NodeId> {
+        let Some(meta) = self.replica.topic_meta(topic) else {
+            return Vec::new();
+        };
+        let mut owners: Vec<NodeId> = Vec::new();
+        for partition in 0..meta.partitions {
+            if let Placement::Remote { node, alive: true } = self.placement(topic, partition)
+                && !owners.contains(&node)
+            {
+                owners.push(node);
+            }
+        }
+        if !owners.is_empty() {
+            let start = self.rotation.fetch_add(1, Ordering::Relaxed) % owners.len();
+            owners.rotate_left(start);
+        }
+        owners
+    }
+
+    fn address(&self, node: NodeId, alive: bool) -> Result<SocketAddr, ForwardError> {
+        if !alive {
+            return Err(ForwardError::OwnerDown);
+        }
+        self.addresses.rpc_addr(node).ok_or(ForwardError::OwnerDown)
+    }
+
+    fn owner_of(&self, topic: &str, partition: u32) -> Result<(NodeId, SocketAddr), ForwardError> {
+        match self.placement(topic, partition) {
+            Placement::Remote { node, alive } => Ok((node, self.address(node, alive)?)),
+            // Moved here meanwhile: the client retries and lands locally.
+            Placement::Local => Err(ForwardError::Refused {
+                status: 421,
+                message: format!("partition {partition} moved; retry"),
+            }),
+        }
+    }
+
+    async fn call<Q: Message, A: Message>(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        opcode: Opcode,
+        message: &Q,
+        budget: Duration,
+    ) -> Result<Option<A>, ForwardError> {
+        let request = Request::new(opcode, encode_message(message));
+        let response = self
+            .transport
+            .call_with_timeout(peer, lane, request, budget)
+            .await
+            .map_err(|error| call_failure(peer, error))?;
+        if response.status == Status::NO_CONTENT {
+            return Ok(None);
+        }
+        decode_message(response.body).map(Some).map_err(|error| {
+            ForwardError::NoAnswer(format!("malformed answer from {peer}: {error}"))
+        })
+    }
+
+    /// One non-blocking probe of `node` for up to `max` records of any
+    /// partition of `topic` it owns, within [`PROBE_BUDGET`]. Every failure
+    /// reads as "nothing there" (the spec's queue consume keeps looking).
+    pub async fn probe(&self, node: NodeId, topic: &str, max: usize) -> Vec<ForwardedRecord> {
+        let Some(peer) = self.addresses.rpc_addr(node) else {
+            return Vec::new();
+        };
+        let request = ForwardConsume {
+            topic: topic.to_owned(),
+            scope: ConsumeScope::Any,
+            wait_ms: 0,
+            claim: false,
+            max: max.clamp(1, 100) as u32,
+        };
+        let answer = self
+            .call::<_, ConsumeAnswer>(peer, Lane::Consume, Opcode::CONSUME, &request, PROBE_BUDGET)
+            .await;
+        match answer {
+            Ok(answer) => answer.map(|answer| answer.records).unwrap_or_default(),
+            Err(error) => {
+                tracing::debug!(node, %peer, %error, "consume probe of a remote owner found nothing");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A consume pinned to `partition`, held by its owner up to `wait`;
+    /// the call gets `wait` + [`LONG_POLL_GRACE`].
+    ///
+    /// # Errors
+    /// [`ForwardError`].
+    pub async fn consume_pinned(
+        &self,
+        topic: &str,
+        partition: u32,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<ForwardedRecord>, ForwardError> {
+        let (_, peer) = self.owner_of(topic, partition)?;
+        let wait_ms = u32::try_from(wait.as_millis())
+            .unwrap_or(u32::MAX)
+            .min(narad_protocol::consume::CONSUME_WAIT_MS_MAX);
+        let request = ForwardConsume {
+            topic: topic.to_owned(),
+            scope: ConsumeScope::Pinned(partition),
+            wait_ms,
+            claim: false,
+            max: max.clamp(1, 100) as u32,
+        };
+        let budget = Duration::from_millis(u64::from(wait_ms)) + LONG_POLL_GRACE;
+        let answer = self
+            .call::<_, ConsumeAnswer>(peer, Lane::Consume, Opcode::CONSUME, &request, budget)
+            .await?;
+        Ok(answer.map(|answer| answer.records).unwrap_or_default())
+    }
+
+    /// The record at `offset` of `partition`, read by its owner without a
+    /// lease; `None` past the end.
+    ///
+    /// # Errors
+    /// [`ForwardError`] (`410` when it aged out passes through as refused).
+    pub async fn replay(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<Option<ForwardedRecord>, ForwardError> {
+        let (_, peer) = self.owner_of(topic, partition)?;
+        let request = ForwardConsume {
+            topic: topic.to_owned(),
+            scope: ConsumeScope::Replay { partition, offset },
+            wait_ms: 0,
+            claim: false,
+            max: 1,
+        };
+        let answer = self
+            .call::<_, ConsumeAnswer>(
+                peer,
+                Lane::Consume,
+                Opcode::CONSUME,
+                &request,
+                SETTLE_BUDGET,
+            )
+            .await?;
+        Ok(answer.and_then(|answer| answer.records.into_iter().next()))
+    }
+
+    /// Acks, extends or nacks one lease at its owner within
+    /// [`SETTLE_BUDGET`].
+    ///
+    /// # Errors
+    /// [`ForwardError`]; `410`, `404`, `421` and `503` from the owner as
+    /// [`ForwardError::Refused`].
+    pub async fn settle(
+        &self,
+        topic: &str,
+        handle: ReceiptHandle,
+        how: Settle,
+    ) -> Result<(), ForwardError> {
+        let (_, peer) = self.owner_of(topic, handle.partition)?;
+        let opcode = match how {
+            Settle::Ack => Opcode::ACK,
+            Settle::Extend => Opcode::EXTEND_ACK,
+            Settle::Nack => Opcode::NACK,
+        };
+        let request = ForwardSettle {
+            topic: topic.to_owned(),
+            lease: lease_of(handle),
+        };
+        self.call::<_, AckBatchAnswer>(peer, Lane::Ack, opcode, &request, SETTLE_BUDGET)
+            .await
+            .map(|_| ())
+    }
+
+    /// Settles `handles` (all owned by other nodes) the same way: grouped
+    /// per owner, one `AckBatch` of at most 64 per group, all groups in
+    /// parallel within [`SETTLE_BUDGET`]. The outcomes are in `handles`'
+    /// order. An owner down gets no call (`503` per handle); a batch without
+    /// an answer is `502` per handle.
+    pub async fn settle_many(
+        self: &Arc<Self>,
+        topic: &str,
+        handles: &[ReceiptHandle],
+        how: Settle,
+    ) -> Vec<SettleOutcome> {
+        let mut outcomes: Vec<Option<SettleOutcome>> = vec![None; handles.len()];
+        let mut groups: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        for (index, handle) in handles.iter().enumerate() {
+            match self.owner_of(topic, handle.partition) {
+                Ok((node, _)) => groups.entry(node).or_default().push(index),
+                Err(error) => outcomes[index] = Some(outcome_of(&error)),
+            }
+        }
+        let mut calls = JoinSet::new();
+        for (node, indexes) in groups {
+            for chunk in indexes.chunks(ACK_BATCH_RECORDS_MAX as usize) {
+                let forwarder = Arc::clone(self);
+                let batch = AckBatch {
+                    topic: topic.to_owned(),
+                    how: kind_of(how),
+                    leases: chunk.iter().map(|&i| lease_of(handles[i])).collect(),
+                };
+                let chunk = chunk.to_vec();
+                calls.spawn(async move {
+                    let statuses = forwarder.settle_batch(node, &batch).await;
+                    (chunk, statuses)
+                });
+            }
+        }
+        while let Some(joined) = calls.join_next().await {
+            let (chunk, statuses) = match joined {
+                Ok(done) => done,
+                Err(error) => {
+                    tracing::error!(%error, "a forwarded AckBatch task failed");
+                    continue;
+                }
+            };
+            for (index, outcome) in chunk.into_iter().zip(statuses) {
+                outcomes[index] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| outcome_of(&ForwardError::NoAnswer("task failed".into())))
+            })
+            .collect()
+    }
+
+    async fn settle_batch(&self, node: NodeId, batch: &AckBatch) -> Vec<SettleOutcome> {
+        let every = |error: ForwardError| vec![outcome_of(&error); batch.leases.len()];
+        let peer = match self.address(node, true) {
+            Ok(peer) => peer,
+            Err(error) => return every(error),
+        };
+        let answer = self
+            .call::<_, AckBatchAnswer>(peer, Lane::Ack, Opcode::ACK_BATCH, batch, SETTLE_BUDGET)
+            .await;
+        match answer {
+            Ok(Some(answer)) if answer.statuses.len() == batch.leases.len() => answer
+                .statuses
+                .into_iter()
+                .map(|status| SettleOutcome {
+                    status,
+                    message: (status != 204).then(|| status_text(status).to_owned()),
+                })
+                .collect(),
+            Ok(_) => every(ForwardError::NoAnswer(format!(
+                "{peer} answered an AckBatch with the wrong number of statuses"
+            ))),
+            Err(error) => every(error),
+        }
+    }
+
+    /// The statistics of `partitions` of `topic` from `node`, or `None`
+    /// when it did not answer within `budget` (or is down).
+    pub async fn stats(
+        &self,
+        node: NodeId,
+        topic: &str,
+        partitions: Vec<u32>,
+        budget: Duration,
+    ) -> Option<Vec<PartitionStatsEntry>> {
+        let peer = self.addresses.rpc_addr(node)?;
+        let request = TopicPartitionStats {
+            topic: topic.to_owned(),
+            partitions,
+        };
+        let answer = self
+            .call::<_, TopicPartitionStatsAnswer>(
+                peer,
+                Lane::Control,
+                Opcode::TOPIC_PARTITION_STATS,
+                &request,
+                budget.min(STATS_BUDGET),
+            )
+            .await;
+        match answer {
+            Ok(Some(answer)) => Some(answer.entries),
+            Ok(None) => None,
+            Err(error) => {
+                tracing::debug!(node, %peer, %error, "partition statistics of a remote owner unavailable");
+                None
+            }
+        }
+    }
+}
+
+fn lease_of(handle: ReceiptHandle) -> LeaseRef {
+    LeaseRef {
+        partition: handle.partition,
+        offset: handle.offset,
+        nonce: handle.nonce,
+    }
+}
+
+fn kind_of(how: Settle) -> SettleKind {
+    match how {
+        Settle::Ack => SettleKind::Ack,
+        Settle::Extend => SettleKind::Extend,
+        Settle::Nack => SettleKind::Nack,
+    }
+}
+
+fn call_failure(peer: SocketAddr, error: CallError) -> ForwardError {
+    match error {
+        CallError::Rejected(RpcError { status, message }) => ForwardError::Refused {
+            status: status.0,
+            message,
+        },
+        other => {
+            tracing::warn!(%peer, error = %other, "forwarded request got no answer");
+            ForwardError::NoAnswer(other.to_string())
+        }
+    }
+}
+
+/// A forward failure as one handle's batch result.
+pub(crate) fn outcome_of(error: &ForwardError) -> SettleOutcome {
+    let (status, message) = match error {
+        ForwardError::OwnerDown => (503, error.to_string()),
+        ForwardError::NoAnswer(_) => (502, error.to_string()),
+        ForwardError::Refused { status, message } => (*status, message.clone()),
+    };
+    SettleOutcome {
+        status,
+        message: Some(message),
+    }
+}
+
+/// The text a single settle answers with each status.
+fn status_text(status: u16) -> &'static str {
+    match status {
+        410 => "receipt handle no longer matches an active reservation",
+        404 => "topic not found",
+        421 => "partition moved; retry",
+        503 => "partition owner unavailable; retry later",
+        _ => "forwarded ack failed",
+    }
+}

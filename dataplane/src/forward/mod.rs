@@ -1,0 +1,84 @@
+//! Consume, replay, settle and partition statistics for partitions another
+//! data node owns, over the cluster transport (spec §3 "Cross-node
+//! consume" and "Forwarded acks", §7; issue #8).
+//!
+//! Two halves:
+//! - the owning side, [`ForwardService`]: the handler of opcodes 2
+//!   (Consume, replay included), 3/18/19 (Ack, ExtendAck, Nack), 32
+//!   (AckBatch) and 8 (TopicPartitionStats), answering from the node's own
+//!   [`ConsumeService`](crate::consume::service::ConsumeService) and
+//!   partition logs. Statuses are those of the spec's single operations
+//!   (`410` lease gone, `421` not the owner, `404` no topic, `503`), so the
+//!   requester translates them 1:1.
+//! - the requesting side, [`Forwarder`]: what the HTTP layer calls for a
+//!   partition whose owner is another node: one non-blocking probe per live
+//!   remote owner (500 ms each), a pinned consume or replay at the owner
+//!   (a long poll gets the client's wait + 2 s), settles with a 2 s budget,
+//!   one `AckBatch` per owner in parallel, and statistics with a 2 s budget.
+//!
+//! What it guarantees: a lease handed out by an owner keeps the owner's
+//! `partition:offset:nonce`, so its ack reaches the owner whichever node
+//! takes it. An owner marked dead, or without a known address, is answered
+//! `503` without a call; a call that gets no answer is `502` (an ack may have
+//! landed: the retry answers `410`).
+//!
+//! What it does not do: delivery tokens (TokenRegister/TokenNotify); a
+//! parked queue consume re-probes remote owners on a 100 ms → 1 s cadence
+//! instead. See `docs/internals/forwarding.md`.
+
+mod client;
+mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_plog::Record;
+use narad_protocol::ForwardedRecord;
+
+pub(crate) use client::Placement;
+pub use client::{ForwardError, Forwarder, SettleOutcome};
+pub use service::{FORWARD_OPERATION_LIMIT_NAME, ForwardService};
+
+/// Budget of one non-blocking probe of a remote owner (spec §7).
+pub const PROBE_BUDGET: Duration = Duration::from_millis(500);
+
+/// Budget of a forwarded ack, extend or nack, and of one `AckBatch`,
+/// dial included (spec §7).
+pub const SETTLE_BUDGET: Duration = Duration::from_secs(2);
+
+/// Added to a forwarded long poll's wait for its call budget (spec §7).
+pub const LONG_POLL_GRACE: Duration = Duration::from_secs(2);
+
+/// Budget of the statistics calls of one describe, all owners together.
+pub const STATS_BUDGET: Duration = Duration::from_secs(2);
+
+/// First pause between re-probes of remote owners by a parked consume.
+pub const REPROBE_FIRST: Duration = Duration::from_millis(100);
+
+/// Longest pause between re-probes (the pause doubles up to it).
+pub const REPROBE_MAX: Duration = Duration::from_secs(1);
+
+const _: () = assert!(REPROBE_FIRST.as_millis() < REPROBE_MAX.as_millis());
+
+/// A record leased (or replayed) by a remote owner, as the HTTP layer
+/// renders it: the receipt handle keeps the owner's partition, offset and
+/// nonce, so its ack is routed back to the owner.
+pub(crate) fn delivery_of(
+    topic: &Arc<str>,
+    record: ForwardedRecord,
+) -> crate::consume::service::Delivery {
+    crate::consume::service::Delivery {
+        topic: Arc::clone(topic),
+        partition: record.partition,
+        record: Record {
+            offset: record.offset,
+            key: record.key.to_vec(),
+            committed_at_ms: record.committed_at_ms,
+            payload: record.payload.to_vec(),
+        },
+        nonce: record.nonce,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,348 @@
+//! The owning side: forwarded consumes, replays, settles and statistics
+//! answered from this node's consume service and partition logs.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use narad_protocol::codec::Message;
+use narad_protocol::commit::not_owner;
+use narad_protocol::consume::decode_forward_request;
+use narad_protocol::limits::messaging_permits;
+use narad_protocol::{
+    AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, ForwardConsume, ForwardSettle,
+    ForwardedRecord, Inbound, Opcode, OperationLimit, PartitionStatsEntry, Response, Router,
+    RpcError, SettleKind, Status, TopicPartitionStats, TopicPartitionStatsAnswer,
+};
+
+use crate::commit::LocalLogs;
+use crate::consume::service::{
+    ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
+};
+use crate::consume::shard::Settle;
+use crate::dispatch::{Destination, Route, Topology};
+use crate::metadata::MetadataReplica;
+
+/// Name of the operation class forwarded settles, probes and statistics
+/// run under: max(64, 4 × cores) permits (spec §7). Forwarded long polls
+/// run exempt, under `forward-long-poll`.
+pub const FORWARD_OPERATION_LIMIT_NAME: &str = "forward";
+
+const LONG_POLL_LIMIT_NAME: &str = "forward-long-poll";
+
+/// Serves the forwarded consume opcodes on this node. Built before the
+/// node's consume service exists, it answers `503` until
+/// [`ForwardService::attach`].
+#[derive(Debug)]
+pub struct ForwardService {
+    serving: OnceLock<Serving>,
+}
+
+#[derive(Debug)]
+struct Serving {
+    consume: Arc<ConsumeService>,
+    logs: Arc<LocalLogs>,
+    replica: Arc<MetadataReplica>,
+}
+
+impl ForwardService {
+    /// A service answering `503` until attached.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            serving: OnceLock::new(),
+        })
+    }
+
+    /// A service serving at once.
+    pub fn with_consume(
+        consume: Arc<ConsumeService>,
+        logs: Arc<LocalLogs>,
+        replica: Arc<MetadataReplica>,
+    ) -> Arc<Self> {
+        let service = Self::new();
+        service.attach(consume, logs, replica);
+        service
+    }
+
+    /// Starts serving from `consume`, `logs` and `replica` (the node's own).
+    ///
+    /// # Panics
+    /// If attached already.
+    pub fn attach(
+        &self,
+        consume: Arc<ConsumeService>,
+        logs: Arc<LocalLogs>,
+        replica: Arc<MetadataReplica>,
+    ) {
+        let serving = Serving {
+            consume,
+            logs,
+            replica,
+        };
+        assert!(
+            self.serving.set(serving).is_ok(),
+            "forward service attached twice"
+        );
+    }
+
+    /// `router` with opcodes 2, 3, 8, 18, 19 and 32 served by this service.
+    pub fn route(self: &Arc<Self>, router: Router) -> Router {
+        let messaging = OperationLimit::new(FORWARD_OPERATION_LIMIT_NAME, messaging_permits());
+        let router = self.route_one(
+            router,
+            Opcode::CONSUME,
+            OperationLimit::exempt(LONG_POLL_LIMIT_NAME),
+        );
+        [
+            Opcode::ACK,
+            Opcode::EXTEND_ACK,
+            Opcode::NACK,
+            Opcode::ACK_BATCH,
+            Opcode::TOPIC_PARTITION_STATS,
+        ]
+        .into_iter()
+        .fold(router, |router, opcode| {
+            self.route_one(router, opcode, messaging)
+        })
+    }
+
+    fn route_one(
+        self: &Arc<Self>,
+        router: Router,
+        opcode: Opcode,
+        limit: OperationLimit,
+    ) -> Router {
+        let service = Arc::clone(self);
+        router.route(opcode, limit, move |inbound: Inbound| {
+            let service = Arc::clone(&service);
+            async move { service.handle(inbound).await }
+        })
+    }
+
+    async fn handle(&self, inbound: Inbound) -> Result<Response, RpcError> {
+        let serving = self.serving.get().ok_or_else(|| {
+            RpcError::unavailable("this data node does not serve forwarded consumes yet")
+        })?;
+        let body = inbound.request.body;
+        match inbound.request.opcode {
+            Opcode::CONSUME => serving.consume(decode(body)?).await,
+            Opcode::ACK => serving.settle(decode(body)?, Settle::Ack),
+            Opcode::EXTEND_ACK => serving.settle(decode(body)?, Settle::Extend),
+            Opcode::NACK => serving.settle(decode(body)?, Settle::Nack),
+            Opcode::ACK_BATCH => Ok(serving.settle_batch(decode(body)?)),
+            Opcode::TOPIC_PARTITION_STATS => Ok(serving.stats(&decode(body)?)),
+            other => Err(RpcError::unsupported_operation(other)),
+        }
+    }
+}
+
+fn decode<M: Message>(body: bytes::Bytes) -> Result<M, RpcError> {
+    decode_forward_request::<M>(body)
+}
+
+/// How a settle kind on the wire maps to the shard's.
+pub(crate) fn settle_of(kind: SettleKind) -> Settle {
+    match kind {
+        SettleKind::Ack => Settle::Ack,
+        SettleKind::Extend => Settle::Extend,
+        SettleKind::Nack => Settle::Nack,
+    }
+}
+
+impl Serving {
+    async fn consume(&self, request: ForwardConsume) -> Result<Response, RpcError> {
+        let (partition, offset) = match request.scope {
+            ConsumeScope::Replay { partition, offset } => (partition, offset),
+            ConsumeScope::Any | ConsumeScope::Pinned(_) => return self.lease(request).await,
+        };
+        let record = self
+            .consume
+            .replay(&request.topic, partition, offset)
+            .map_err(|error| replay_refusal(&request.topic, partition, error))?;
+        let records = record
+            .map(|record| ForwardedRecord {
+                partition,
+                offset: record.offset,
+                key: record.key.into(),
+                payload: record.payload.into(),
+                committed_at_ms: record.committed_at_ms,
+                nonce: 0,
+            })
+            .into_iter()
+            .collect();
+        Ok(Response::message(&ConsumeAnswer { records }))
+    }
+
+    /// A queue probe (any owned partition) or a pinned consume, waiting at
+    /// most the asked wait (the consume service cuts it to its own cap). If
+    /// the requester cancels, the transport drops this future, and the
+    /// consume service leaves no lease behind.
+    async fn lease(&self, request: ForwardConsume) -> Result<Response, RpcError> {
+        let pinned = match request.scope {
+            ConsumeScope::Pinned(partition) => Some(partition),
+            _ => None,
+        };
+        let deliveries = self
+            .consume
+            .consume(ConsumeRequest {
+                topic: request.topic.clone(),
+                partition: pinned,
+                max: request.max as usize,
+                wait: Duration::from_millis(u64::from(request.wait_ms)),
+            })
+            .await;
+        let deliveries = match deliveries {
+            Ok(deliveries) => deliveries,
+            // A probe of a topic none of whose partitions is owned here any
+            // more finds nothing; only a pinned consume hears about it.
+            Err(ConsumeError::OwnerUnavailable { partition }) => {
+                return Err(not_owner(&request.topic, partition));
+            }
+            Err(error) => return Err(consume_refusal(error)),
+        };
+        let records = deliveries.into_iter().map(forwarded).collect();
+        Ok(Response::message(&ConsumeAnswer { records }))
+    }
+
+    fn settle(&self, request: ForwardSettle, how: Settle) -> Result<Response, RpcError> {
+        let lease = request.lease;
+        self.consume
+            .settle(
+                &request.topic,
+                lease.partition,
+                lease.offset,
+                lease.nonce,
+                how,
+            )
+            .map_err(|error| settle_refusal(&request.topic, lease.partition, error))?;
+        Ok(Response::no_content())
+    }
+
+    fn settle_batch(&self, batch: AckBatch) -> Response {
+        let how = settle_of(batch.how);
+        let statuses = batch
+            .leases
+            .iter()
+            .map(|lease| {
+                match self.consume.settle(
+                    &batch.topic,
+                    lease.partition,
+                    lease.offset,
+                    lease.nonce,
+                    how,
+                ) {
+                    Ok(()) => Status::NO_CONTENT.0,
+                    Err(error) => {
+                        settle_refusal(&batch.topic, lease.partition, error)
+                            .status
+                            .0
+                    }
+                }
+            })
+            .collect();
+        Response::message(&AckBatchAnswer { statuses })
+    }
+
+    fn stats(&self, request: &TopicPartitionStats) -> Response {
+        let meta = self.replica.topic_meta(&request.topic);
+        let entries = request
+            .partitions
+            .iter()
+            .map(|partition| {
+                let destination = Destination::new(&request.topic, *partition);
+                let owned = matches!(
+                    self.replica.route(&destination),
+                    Route::Owner { local: true, .. }
+                );
+                let stats = meta
+                    .as_ref()
+                    .filter(|_| owned)
+                    .and_then(|meta| {
+                        self.logs
+                            .resolve(&destination, meta.incarnation_id.as_ref())
+                            .ok()
+                    })
+                    .and_then(|log| log.stats().ok());
+                match stats {
+                    Some(stats) => PartitionStatsEntry {
+                        partition: *partition,
+                        owned: true,
+                        segments: stats.segments as u64,
+                        oldest_offset: stats.oldest_offset,
+                        next_offset: stats.next_offset,
+                        high_watermark: stats.high_watermark,
+                        size_bytes: stats.size_bytes,
+                        oldest_segment_time_ms: stats.oldest_segment_time_ms,
+                    },
+                    None => PartitionStatsEntry {
+                        partition: *partition,
+                        owned: false,
+                        segments: 0,
+                        oldest_offset: 0,
+                        next_offset: 0,
+                        high_watermark: 0,
+                        size_bytes: 0,
+                        oldest_segment_time_ms: None,
+                    },
+                }
+            })
+            .collect();
+        Response::message(&TopicPartitionStatsAnswer { entries })
+    }
+}
+
+fn forwarded(delivery: Delivery) -> ForwardedRecord {
+    ForwardedRecord {
+        partition: delivery.partition,
+        offset: delivery.record.offset,
+        key: delivery.record.key.into(),
+        payload: delivery.record.payload.into(),
+        committed_at_ms: delivery.record.committed_at_ms,
+        nonce: delivery.nonce,
+    }
+}
+
+fn topic_not_found() -> RpcError {
+    RpcError::new(Status::NOT_FOUND, "topic not found")
+}
+
+fn consume_refusal(error: ConsumeError) -> RpcError {
+    match error {
+        ConsumeError::TopicNotFound => topic_not_found(),
+        ConsumeError::PartitionOutOfRange { .. } => RpcError::bad_request(error.to_string()),
+        ConsumeError::Read(cause) => {
+            tracing::error!(error = %cause, "forwarded consume failed in a partition log");
+            RpcError::internal("consume failed")
+        }
+        other => RpcError::internal(other.to_string()),
+    }
+}
+
+fn replay_refusal(topic: &str, partition: u32, error: ReplayError) -> RpcError {
+    match error {
+        ReplayError::TopicNotFound => topic_not_found(),
+        ReplayError::PartitionOutOfRange { .. } => RpcError::bad_request(error.to_string()),
+        ReplayError::Gone { offset } => RpcError::new(
+            Status(410),
+            format!("offset {offset} aged out of retention"),
+        ),
+        ReplayError::Unreadable { offset } => RpcError::new(
+            Status(410),
+            format!("offset {offset} is permanently unreadable"),
+        ),
+        ReplayError::OwnerUnavailable { .. } => not_owner(topic, partition),
+        ReplayError::Read(cause) => {
+            tracing::error!(error = %cause, "forwarded replay failed in a partition log");
+            RpcError::internal("read failed")
+        }
+    }
+}
+
+/// The spec's single-ack statuses: `410`, `404`, `421`, `503`.
+fn settle_refusal(topic: &str, partition: u32, error: SettleError) -> RpcError {
+    match error {
+        SettleError::TopicNotFound => topic_not_found(),
+        SettleError::LeaseGone => RpcError::new(Status(410), error.to_string()),
+        SettleError::OwnerUnavailable { .. } => not_owner(topic, partition),
+        SettleError::Read(cause) => RpcError::unavailable(format!("settle failed: {cause}")),
+    }
+}

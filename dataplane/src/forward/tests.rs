@@ -1,0 +1,515 @@
+//! Forwarding end to end: two data nodes on simulated disks, joined by
+//! loopback QUIC. Records are committed on node B; node A's HTTP router
+//! consumes (queue-style and pinned), replays, acks (single and batch),
+//! nacks and describes them through B's forward service. Then the owner
+//! dead (`503`) and the owner silent (`502`).
+//!
+//! Waits here are ceilings that turn a hang into a failure, never timing
+//! assertions.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::http::{HeaderMap, Request, StatusCode};
+use bytes::Bytes;
+use narad_disk::Disk;
+use narad_disk::sim::SimDisk;
+use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig};
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::{ForwardService, Forwarder};
+use crate::admin::ReplicaAdmin;
+use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
+use crate::http::ApiConfig;
+use crate::ingress::ProduceMessage;
+use crate::metadata::{Member, MetadataReplica, MetadataSnapshot, TopicMeta};
+use crate::node::{DataNode, DataNodeConfig, NodeServices};
+use crate::remote::AddressTable;
+
+const A: NodeId = 1;
+const B: NodeId = 2;
+/// Owns `ghost`; membership says it is dead.
+const DEAD: NodeId = 3;
+/// Owns `silent`; alive, but its address answers nothing.
+const SILENT: NodeId = 4;
+
+/// Turns a hang into a failure; never a timing assertion.
+const CEILING: Duration = Duration::from_secs(30);
+
+const LEASE_GONE: &str = "receipt handle no longer matches an active reservation";
+
+/// Every node's view: `remote` (2 partitions, both on B), `split` (0 on A,
+/// 1 on B), `ghost` (on the dead node), `silent` (on the silent node).
+fn snapshot() -> MetadataSnapshot {
+    let mut snapshot = MetadataSnapshot {
+        applied_index: 1,
+        ..MetadataSnapshot::default()
+    };
+    let mut split = TopicMeta::new("split", Some("00000000000000e5"), 2, A);
+    split.owners[1] = Some(B);
+    for topic in [
+        TopicMeta::new("remote", Some("00000000000000a1"), 2, B),
+        split,
+        TopicMeta::new("ghost", None, 1, DEAD),
+        TopicMeta::new("silent", None, 1, SILENT),
+    ] {
+        snapshot
+            .topics
+            .insert(Arc::clone(&topic.name), Arc::new(topic));
+    }
+    for (id, alive) in [(A, true), (B, true), (DEAD, false), (SILENT, true)] {
+        snapshot.members.insert(id, Member { id, alive });
+    }
+    snapshot
+}
+
+fn auth() -> ClusterAuth {
+    ClusterAuth::Secret(ClusterSecret::new(vec![9; 32]).expect("32 bytes"))
+}
+
+fn data_node(id: NodeId, seed: u64) -> (DataNode, Arc<MetadataReplica>) {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(seed));
+    let replica = Arc::new(MetadataReplica::new(id));
+    replica.apply_snapshot(snapshot());
+    let mut config = DataNodeConfig::new(Path::new("/node"));
+    config.seed = seed;
+    config.consume_seed = seed;
+    config.api = ApiConfig {
+        security: false,
+        ..ApiConfig::default()
+    };
+    let services = NodeServices {
+        disk,
+        replica: Arc::clone(&replica),
+        leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
+        remote: Arc::new(NoRemoteTarget),
+        admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), id, 0x100)),
+    };
+    let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");
+    (node, replica)
+}
+
+/// Node A (requester) and node B (owner of `remote` and `split`/1), their
+/// transports joined; A finds B, and the silent node at a UDP socket that
+/// never answers.
+struct Cluster {
+    a: DataNode,
+    b: DataNode,
+    router: Router,
+    _a_transport: Arc<Node>,
+    _b_transport: Node,
+    _silent: UdpSocket,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (a, a_replica) = data_node(A, 11);
+        let (b, b_replica) = data_node(B, 12);
+        let service =
+            ForwardService::with_consume(Arc::clone(b.consume()), Arc::clone(b.logs()), b_replica);
+        let b_transport = Node::bind(
+            NodeConfig::new(loopback, auth()),
+            service.route(narad_protocol::Router::new()),
+        )
+        .expect("bind B");
+        let a_transport = Arc::new(
+            Node::bind(
+                NodeConfig::new(loopback, auth()),
+                narad_protocol::Router::new(),
+            )
+            .expect("bind A"),
+        );
+        let silent = UdpSocket::bind(loopback).expect("bind a silent socket");
+        let addresses = Arc::new(AddressTable::new());
+        addresses.set(B, b_transport.local_addr());
+        addresses.set(SILENT, silent.local_addr().expect("address"));
+        let forwarder = Forwarder::new(Arc::clone(&a_transport), addresses, a_replica);
+        assert!(a.api().forwarder.set(forwarder).is_ok());
+        let router = a.router();
+        Self {
+            a,
+            b,
+            router,
+            _a_transport: a_transport,
+            _b_transport: b_transport,
+            _silent: silent,
+        }
+    }
+
+    /// Produces `payload` on `node` into `topic`/`partition` and waits until
+    /// the owner committed it.
+    async fn produce_on(node: &DataNode, topic: &str, partition: u32, payload: &str) {
+        let meta = node.api().acceptor.producible_topic(topic).expect("topic");
+        let message = ProduceMessage {
+            key: Vec::new(),
+            partition: Some(partition),
+            payload: Bytes::from(payload.to_owned()),
+        };
+        let destination = Destination::new(topic, partition);
+        let wanted = 1 + node
+            .logs()
+            .get(&destination)
+            .map_or(0, |log| log.high_watermark());
+        node.api()
+            .acceptor
+            .accept(&meta, &message)
+            .await
+            .expect("accepted");
+        tokio::time::timeout(CEILING, async {
+            while node
+                .logs()
+                .get(&destination)
+                .is_none_or(|log| log.high_watermark() < wanted)
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the record is committed");
+    }
+
+    async fn produce_on_b(&self, topic: &str, partition: u32, payload: &str) {
+        Self::produce_on(&self.b, topic, partition, payload).await;
+    }
+
+    async fn send(&self, request: Request<Body>) -> Answer {
+        let response = tokio::time::timeout(CEILING, self.router.clone().oneshot(request))
+            .await
+            .expect("answered within the ceiling")
+            .expect("infallible");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Answer {
+        let request = Request::get(uri)
+            .header("x-narad-client", "forward-tests")
+            .body(Body::empty())
+            .expect("request");
+        self.send(request).await
+    }
+
+    async fn ack(&self, topic: &str, handle: &str, extend: &str) -> Answer {
+        let uri = format!("/v1/topics/{topic}/ack?receipt_handle={handle}{extend}");
+        let request = Request::post(uri)
+            .header("x-narad-client", "forward-tests")
+            .body(Body::empty())
+            .expect("request");
+        self.send(request).await
+    }
+
+    async fn ack_batch(&self, topic: &str, handles: &[&str]) -> Answer {
+        let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+        let request = Request::post(format!("/v1/topics/{topic}/ack"))
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .expect("request");
+        self.send(request).await
+    }
+
+    fn stop(self) {
+        tokio::task::block_in_place(|| {
+            self.a.shutdown();
+            self.b.shutdown();
+        });
+    }
+}
+
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).expect("a JSON body")
+    }
+
+    fn handle(&self) -> String {
+        self.json()["receipt_handle"]
+            .as_str()
+            .expect("a receipt handle")
+            .to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_consume_on_a_serves_a_record_committed_on_b() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 1, r#"{"n":1}"#).await;
+
+    let answer = cluster.get("/v1/topics/remote/consume").await;
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let message = answer.json();
+    assert_eq!(message["partition"], 1);
+    assert_eq!(message["offset"], 0);
+    assert_eq!(message["payload"], serde_json::json!({"n": 1}));
+    assert!(answer.handle().starts_with("1:0:"), "{}", answer.body);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consume_with_nothing_anywhere_answers_204() {
+    let cluster = Cluster::start();
+    let answer = cluster.get("/v1/topics/remote/consume").await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT, "{}", answer.body);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_consume_on_a_gets_a_record_committed_later_on_b() {
+    let cluster = Arc::new(Cluster::start());
+    let waiting = {
+        let cluster = Arc::clone(&cluster);
+        tokio::spawn(async move { cluster.get("/v1/topics/remote/consume?wait=10s").await })
+    };
+    // Let the consume find nothing and park before the record exists; the
+    // answer is the same either way, so this is no timing assertion.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    cluster.produce_on_b("remote", 0, "late").await;
+
+    let answer = waiting.await.expect("consume task");
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.json()["payload"], "late");
+    Arc::into_inner(cluster).expect("sole owner").stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_consume_prefers_the_local_partition_then_finds_the_remote_one() {
+    let cluster = Cluster::start();
+    Cluster::produce_on(&cluster.a, "split", 0, "here").await;
+    cluster.produce_on_b("split", 1, "there").await;
+
+    let first = cluster.get("/v1/topics/split/consume").await;
+    let second = cluster.get("/v1/topics/split/consume").await;
+
+    assert_eq!(first.json()["payload"], "here");
+    assert_eq!(second.json()["payload"], "there");
+    assert_eq!(second.json()["partition"], 1);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_consume_of_a_remote_partition_is_served_by_its_owner() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 0, "zero").await;
+    cluster.produce_on_b("remote", 1, "one").await;
+
+    let answer = cluster
+        .get("/v1/topics/remote/consume?partition=1&wait=1s")
+        .await;
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.json()["payload"], "one");
+    assert_eq!(answer.json()["partition"], 1);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_consume_through_a_takes_records_from_b() {
+    let cluster = Cluster::start();
+    for payload in ["a", "b", "c"] {
+        cluster.produce_on_b("remote", 0, payload).await;
+    }
+
+    let answer = cluster.get("/v1/topics/remote/consume?max=2").await;
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let messages = answer.json()["messages"].as_array().expect("list").clone();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["payload"], "a");
+    assert_eq!(messages[1]["payload"], "b");
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_through_a_settles_the_lease_on_b_and_a_second_ack_answers_410() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 1, "x").await;
+    let handle = cluster.get("/v1/topics/remote/consume").await.handle();
+
+    let first = cluster.ack("remote", &handle, "").await;
+    let second = cluster.ack("remote", &handle, "").await;
+
+    assert_eq!(first.status, StatusCode::NO_CONTENT, "{}", first.body);
+    assert_eq!(second.status, StatusCode::GONE);
+    assert_eq!(second.json()["error"], LEASE_GONE);
+    assert_eq!(
+        cluster.get("/v1/topics/remote/consume").await.status,
+        StatusCode::NO_CONTENT
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_through_a_keeps_the_lease_valid() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 0, "x").await;
+    let handle = cluster.get("/v1/topics/remote/consume").await.handle();
+
+    let extended = cluster.ack("remote", &handle, "&extend=true").await;
+    let acked = cluster.ack("remote", &handle, "").await;
+
+    assert_eq!(extended.status, StatusCode::NO_CONTENT, "{}", extended.body);
+    assert_eq!(acked.status, StatusCode::NO_CONTENT, "{}", acked.body);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_through_a_redelivers_at_once_under_a_new_handle() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 0, "again").await;
+    let first = cluster.get("/v1/topics/remote/consume").await.handle();
+
+    let nack = cluster.ack("remote", &first, "&extend=0").await;
+    let redelivered = cluster.get("/v1/topics/remote/consume").await;
+
+    assert_eq!(nack.status, StatusCode::NO_CONTENT, "{}", nack.body);
+    assert_eq!(redelivered.status, StatusCode::OK);
+    assert_eq!(redelivered.json()["payload"], "again");
+    assert_ne!(redelivered.handle(), first);
+    assert!(redelivered.handle().starts_with("0:0:"));
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_through_a_answers_per_handle_in_request_order() {
+    let cluster = Cluster::start();
+    Cluster::produce_on(&cluster.a, "split", 0, "local").await;
+    cluster.produce_on_b("split", 1, "remote").await;
+    let local = cluster
+        .get("/v1/topics/split/consume?partition=0")
+        .await
+        .handle();
+    let remote = cluster
+        .get("/v1/topics/split/consume?partition=1")
+        .await
+        .handle();
+    let stale = "1:0:12345";
+
+    let answer = cluster
+        .ack_batch("split", &[&remote, stale, &local, "x"])
+        .await;
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let statuses: Vec<u64> = answer.json()["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|result| result["status"].as_u64().expect("status"))
+        .collect();
+    assert_eq!(statuses, vec![204, 410, 204, 400]);
+    let again = cluster.ack_batch("split", &[&remote]).await;
+    assert_eq!(again.json()["results"][0]["status"], 410);
+    assert_eq!(again.json()["results"][0]["error"], LEASE_GONE);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_through_a_reads_the_remote_offset_without_a_lease() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 1, "first").await;
+    cluster.produce_on_b("remote", 1, "second").await;
+
+    let answer = cluster
+        .get("/v1/topics/remote/consume?partition=1&offset=1")
+        .await;
+    let past_the_end = cluster
+        .get("/v1/topics/remote/consume?partition=1&offset=9")
+        .await;
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.json()["payload"], "second");
+    assert_eq!(answer.json()["offset"], 1);
+    assert!(answer.json().get("receipt_handle").is_none());
+    assert_eq!(past_the_end.status, StatusCode::NO_CONTENT);
+    // The replay leased nothing: a queue consume still gets offset 0.
+    let leased = cluster.get("/v1/topics/remote/consume?partition=1").await;
+    assert_eq!(leased.json()["offset"], 0);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_on_a_shows_the_partition_stats_of_b() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    cluster.produce_on_b("split", 1, "two").await;
+
+    let answer = cluster.get("/v1/topics/split").await;
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let body = answer.json();
+    assert_eq!(body["partial"], false, "{}", answer.body);
+    let remote = &body["partition_stats"][1];
+    assert_eq!(remote["status"], "ok");
+    assert_eq!(remote["owner_node"], B.to_string());
+    assert_eq!(remote["high_watermark"], 2);
+    assert_eq!(remote["next_offset"], 2);
+    assert_eq!(body["partition_stats"][0]["owner_node"], A.to_string());
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owner_answers_503_with_retry_after_and_sends_nothing() {
+    let cluster = Cluster::start();
+
+    let consume = cluster.get("/v1/topics/ghost/consume?partition=0").await;
+    let replay = cluster
+        .get("/v1/topics/ghost/consume?partition=0&offset=0")
+        .await;
+    let ack = cluster.ack("ghost", "0:0:1", "").await;
+    let batch = cluster.ack_batch("ghost", &["0:0:1", "0:1:1"]).await;
+    let queue = cluster.get("/v1/topics/ghost/consume").await;
+
+    for answer in [&consume, &replay, &ack] {
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            answer.body
+        );
+        assert_eq!(answer.headers["retry-after"], "1");
+    }
+    assert_eq!(batch.json()["results"][0]["status"], 503);
+    assert_eq!(batch.json()["results"][1]["status"], 503);
+    assert_eq!(queue.status, StatusCode::NO_CONTENT);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_does_not_answer_gives_502_and_a_partial_describe() {
+    let cluster = Cluster::start();
+
+    let consume = cluster.get("/v1/topics/silent/consume?partition=0").await;
+    let ack = cluster.ack("silent", "0:0:1", "").await;
+    let batch = cluster.ack_batch("silent", &["0:0:1"]).await;
+    let describe = cluster.get("/v1/topics/silent").await;
+
+    assert_eq!(consume.status, StatusCode::BAD_GATEWAY, "{}", consume.body);
+    assert_eq!(ack.status, StatusCode::BAD_GATEWAY, "{}", ack.body);
+    assert_eq!(batch.json()["results"][0]["status"], 502);
+    assert_eq!(describe.json()["partial"], true);
+    assert_eq!(
+        describe.json()["partition_stats"][0]["status"],
+        "owner_unavailable"
+    );
+    cluster.stop();
+}
