@@ -101,8 +101,8 @@ struct Cluster {
     a: DataNode,
     b: DataNode,
     router: Router,
-    _a_transport: Arc<Node>,
-    _b_transport: Node,
+    a_transport: Arc<Node>,
+    b_transport: Node,
     _silent: UdpSocket,
 }
 
@@ -136,8 +136,8 @@ impl Cluster {
             a,
             b,
             router,
-            _a_transport: a_transport,
-            _b_transport: b_transport,
+            a_transport,
+            b_transport,
             _silent: silent,
         }
     }
@@ -512,4 +512,136 @@ async fn an_owner_that_does_not_answer_gives_502_and_a_partial_describe() {
         "owner_unavailable"
     );
     cluster.stop();
+}
+
+/// Calls B's forward service directly, as another node's transport would.
+async fn call_b(
+    cluster: &Cluster,
+    opcode: narad_protocol::Opcode,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<narad_protocol::Response, narad_protocol::CallError> {
+    cluster
+        .a_transport
+        .call_with_timeout(
+            cluster.b_transport.local_addr(),
+            narad_protocol::Lane::Consume,
+            narad_protocol::Request::new(opcode, body),
+            timeout,
+        )
+        .await
+}
+
+async fn parked_on_b_until(cluster: &Cluster, what: &str, count: usize) {
+    tokio::time::timeout(CEILING, async {
+        while cluster.b.consume().parked("remote") != count {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_long_poll_whose_requester_gave_up_leaves_nothing_parked_on_the_owner() {
+    let cluster = Arc::new(Cluster::start());
+    let request = narad_protocol::ForwardConsume {
+        topic: "remote".into(),
+        scope: narad_protocol::ConsumeScope::Pinned(0),
+        wait_ms: 30_000,
+        claim: false,
+        max: 1,
+    };
+    let body = narad_protocol::codec::encode_message(&request);
+    let polling = {
+        let cluster = Arc::clone(&cluster);
+        tokio::spawn(async move {
+            call_b(&cluster, narad_protocol::Opcode::CONSUME, body, CEILING).await
+        })
+    };
+    parked_on_b_until(&cluster, "the forwarded long poll parks on the owner", 1).await;
+
+    // The requester gives up: its call is dropped and a cancel goes out.
+    polling.abort();
+
+    parked_on_b_until(
+        &cluster,
+        "the cancelled long poll leaves the owner's line",
+        0,
+    )
+    .await;
+    cluster.produce_on_b("remote", 0, "kept").await;
+    let consumed = cluster.get("/v1/topics/remote/consume?partition=0").await;
+    assert_eq!(consumed.json()["payload"], "kept");
+    let _ = polling.await;
+    Arc::into_inner(cluster).expect("sole owner").stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_trailing_field_is_an_unsupported_operation() {
+    let cluster = Cluster::start();
+    let settle = narad_protocol::ForwardSettle {
+        topic: "remote".into(),
+        lease: narad_protocol::LeaseRef {
+            partition: 0,
+            offset: 0,
+            nonce: 1,
+        },
+    };
+    let mut body = narad_protocol::codec::encode_message(&settle).to_vec();
+    body.push(7);
+
+    let answer = call_b(
+        &cluster,
+        narad_protocol::Opcode::ACK,
+        Bytes::from(body),
+        CEILING,
+    )
+    .await;
+
+    match answer {
+        Err(narad_protocol::CallError::Rejected(error)) => {
+            assert!(
+                narad_protocol::commit::is_unsupported_operation(&error),
+                "{error}"
+            );
+        }
+        other => panic!("expected a 400, got {other:?}"),
+    }
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_service_not_attached_yet_answers_503() {
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let owner = Node::bind(
+        NodeConfig::new(loopback, auth()),
+        ForwardService::new().route(narad_protocol::Router::new()),
+    )
+    .expect("bind");
+    let caller = Node::bind(
+        NodeConfig::new(loopback, auth()),
+        narad_protocol::Router::new(),
+    )
+    .expect("bind");
+    let request = narad_protocol::TopicPartitionStats {
+        topic: "remote".into(),
+        partitions: vec![0],
+    };
+
+    let answer = caller
+        .call_message::<_, narad_protocol::TopicPartitionStatsAnswer>(
+            owner.local_addr(),
+            narad_protocol::Lane::Control,
+            narad_protocol::Opcode::TOPIC_PARTITION_STATS,
+            &request,
+        )
+        .await;
+
+    match answer {
+        Err(narad_protocol::CallError::Rejected(error)) => {
+            assert_eq!(error.status, narad_protocol::Status::UNAVAILABLE);
+        }
+        other => panic!("expected a 503, got {other:?}"),
+    }
 }

@@ -464,6 +464,10 @@ async fn consume_anywhere(
         }
         return service.consume(request).await.map_err(consume_refusal);
     }
+    if forwarder.live_remote_owners(&request.topic).is_empty() {
+        // Nothing to probe: one park keeps the consume's place in line.
+        return service.consume(request).await.map_err(consume_refusal);
+    }
     let deadline = Instant::now() + request.wait;
     let mut pause = REPROBE_FIRST;
     loop {
