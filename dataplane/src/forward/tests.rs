@@ -37,6 +37,8 @@ const B: NodeId = 2;
 const DEAD: NodeId = 3;
 /// Owns `silent`; alive, but its address answers nothing.
 const SILENT: NodeId = 4;
+/// Owns `nowhere`; alive, but no address is known for it.
+const NOWHERE: NodeId = 5;
 
 /// Turns a hang into a failure; never a timing assertion.
 const CEILING: Duration = Duration::from_secs(30);
@@ -57,12 +59,19 @@ fn snapshot() -> MetadataSnapshot {
         split,
         TopicMeta::new("ghost", None, 1, DEAD),
         TopicMeta::new("silent", None, 1, SILENT),
+        TopicMeta::new("nowhere", None, 1, NOWHERE),
     ] {
         snapshot
             .topics
             .insert(Arc::clone(&topic.name), Arc::new(topic));
     }
-    for (id, alive) in [(A, true), (B, true), (DEAD, false), (SILENT, true)] {
+    for (id, alive) in [
+        (A, true),
+        (B, true),
+        (DEAD, false),
+        (SILENT, true),
+        (NOWHERE, true),
+    ] {
         snapshot.members.insert(id, Member { id, alive });
     }
     snapshot
@@ -320,6 +329,46 @@ async fn a_pinned_consume_of_a_remote_partition_is_served_by_its_owner() {
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert_eq!(answer.json()["payload"], "one");
     assert_eq!(answer.json()["partition"], 1);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_long_poll_of_a_remote_partition_waits_at_the_owner_for_a_record() {
+    let cluster = Arc::new(Cluster::start());
+    let waiting = {
+        let cluster = Arc::clone(&cluster);
+        tokio::spawn(async move {
+            cluster
+                .get("/v1/topics/remote/consume?partition=1&wait=10s")
+                .await
+        })
+    };
+    parked_on_b_until(&cluster, "the pinned long poll parks on the owner", 1).await;
+
+    cluster.produce_on_b("remote", 1, "awaited").await;
+    let answer = waiting.await.expect("consume task");
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.json()["payload"], "awaited");
+    Arc::into_inner(cluster).expect("sole owner").stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_without_a_known_address_answers_503() {
+    let cluster = Cluster::start();
+
+    let consume = cluster.get("/v1/topics/nowhere/consume?partition=0").await;
+    let ack = cluster.ack("nowhere", "0:0:1", "").await;
+
+    for answer in [&consume, &ack] {
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            answer.body
+        );
+        assert_eq!(answer.headers["retry-after"], "1");
+    }
     cluster.stop();
 }
 
