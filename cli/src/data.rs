@@ -6,8 +6,11 @@
 //! and the cluster socket are bound (exit 1 if taken), the metadata feed and
 //! the leader watch start, the node registers with the leader (retrying
 //! every control node in turn) and waits for its replica to catch up once,
-//! then the disk backend, the ingress WAL and the dispatcher open and the
-//! HTTP API is served. `/readyz` answers `200` only while the replica is
+//! then the disk backend, the ingress WAL and the dispatcher open, the
+//! node starts taking commits from other data nodes, and the HTTP API is
+//! served. Records for a partition another data node owns are committed
+//! there over the cluster transport (`CommitProduceBatch`), at the RPC
+//! address that node registered (resolved again every few seconds). `/readyz` answers `200` only while the replica is
 //! caught up and a control-plane leader was heard within 5 s.
 //!
 //! Stop (SIGTERM or SIGINT): readiness off, no new connections, in-flight
@@ -29,13 +32,14 @@ use narad_controlplane::node::ControlClient;
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_disk::{BackendChoice, open_backend};
-use narad_protocol::{ClusterAuth, Node, NodeConfig};
+use narad_protocol::ClusterAuth;
 use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 pub(crate) use self::config::defaults::SHUTDOWN_GRACE;
 use self::config::{ClusterSecurity, ConfigError, DataConfig, Layer, Setting, Source, keys};
 use self::http::{ReadyCheck, ReadyGate};
+use self::peers::Peers;
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm, LEADER_HEARD_WITHIN};
 use crate::control::wait_for_signal;
 
@@ -291,21 +295,20 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .map_err(|e| Failure::Start(format!("cannot listen on {}: {e}", config.http_addr)))?;
-    let transport = Arc::new(
-        Node::bind(
-            NodeConfig::new(config.rpc_addr, cluster_auth(&config.cluster_security)),
-            peers::rpc_router(),
-        )
-        .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?,
-    );
+    let peers = Peers::bind(config.rpc_addr, cluster_auth(&config.cluster_security))
+        .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?;
     let replica = Arc::new(MetadataReplica::new(config.node_id));
     let bridge = Bridge::new(
-        ControlClient::new(Arc::clone(&transport)),
+        ControlClient::new(Arc::clone(peers.transport())),
         controls,
         config.node_id,
         Arc::clone(&replica),
     );
-    let mut tasks = Tasks(vec![bridge.spawn_feed(), bridge.spawn_leader_watch()]);
+    let mut tasks = Tasks(vec![
+        bridge.spawn_feed(),
+        bridge.spawn_leader_watch(),
+        bridge.spawn_address_book(),
+    ]);
     info!(node = config.node_id, http = %config.http_addr, rpc = %config.rpc_addr,
           security = config.api.security, "narad data starting");
     if !join(&bridge, &replica, &config).await {
@@ -313,12 +316,10 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
         return Ok(());
     }
     tasks.0.push(bridge.spawn_heartbeat());
-    let served = serve_node(&config, &bridge, replica, listener).await;
+    let served = serve_node(&config, &bridge, &peers, replica, listener).await;
     tasks.stop().await;
     drop(bridge);
-    if let Ok(transport) = Arc::try_unwrap(transport) {
-        transport.shutdown().await;
-    }
+    peers.shutdown().await;
     served
 }
 
@@ -327,6 +328,7 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
 async fn serve_node(
     config: &DataConfig,
     bridge: &Arc<Bridge>,
+    peers: &Peers,
     replica: Arc<MetadataReplica>,
     listener: tokio::net::TcpListener,
 ) -> Result<(), Failure> {
@@ -343,12 +345,13 @@ async fn serve_node(
             Arc::clone(bridge),
             tokio::runtime::Handle::current(),
         )),
-        remote: peers::remote_commit_target(),
+        remote: peers.remote_commit_target(bridge.addresses()),
         admin: Arc::new(ControlAdmin::new(Arc::clone(bridge))),
-        replica,
+        replica: Arc::clone(&replica),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, node_config))
         .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;
+    peers.attach(&node, replica);
     info!(http = %config.http_addr, "narad data serving");
     let gate = ReadyGate::new(vec![leader_check(bridge)]);
     let served = http::serve(

@@ -141,6 +141,7 @@ pub struct DataNode {
     wal: Arc<Wal>,
     checkpoint: Arc<CheckpointStore>,
     logs: Arc<LocalLogs>,
+    combiners: Arc<Combiners>,
     api: Arc<ApiState>,
     dispatcher: Option<DispatchRuntime>,
     dispatch_status: Arc<DispatchStatus>,
@@ -178,7 +179,8 @@ impl DataNode {
             Arc::clone(&services.replica),
             Arc::clone(&metrics),
         ));
-        let local: Arc<dyn CommitTarget> = Arc::new(LocalCommitTarget::start_workers(combiners)?);
+        let local: Arc<dyn CommitTarget> =
+            Arc::new(LocalCommitTarget::start_workers(Arc::clone(&combiners))?);
         let dispatch_status = Arc::new(DispatchStatus::default());
         let dispatcher = DispatchRuntime::spawn(
             DispatchParts {
@@ -231,6 +233,7 @@ impl DataNode {
             wal,
             checkpoint,
             logs,
+            combiners,
             api,
             dispatcher: Some(dispatcher),
             dispatch_status,
@@ -304,6 +307,13 @@ impl DataNode {
     /// The partition logs this node opened.
     pub fn logs(&self) -> &Arc<LocalLogs> {
         &self.logs
+    }
+
+    /// The per-partition commit combiners: a remote commit service
+    /// (`remote::CommitService::attach`) commits into the same ones as the
+    /// local dispatcher, under the same produce locks.
+    pub fn combiners(&self) -> &Arc<Combiners> {
+        &self.combiners
     }
 
     /// What the dispatcher reports.

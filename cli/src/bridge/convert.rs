@@ -4,6 +4,7 @@
 //! `cluster.node_id` text; a data node registers its number as that text,
 //! so an id that is not a number names no data node this bridge knows.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use narad_controlplane::metastore::{self as cp, MemberStatus, Metastore};
@@ -97,6 +98,15 @@ fn user(user: &cp::User) -> User {
         created_at_ms: user.created_at_ms,
         updated_at_ms: user.updated_at_ms,
     }
+}
+
+/// Each data node's RPC address as its member record spells it
+/// (`host:port`, the host maybe a name).
+pub(crate) fn member_rpc_addrs(metastore: &Metastore) -> BTreeMap<NodeId, String> {
+    metastore
+        .members()
+        .filter_map(|member| Some((node_of(&member.id)?, member.rpc_addr.clone())))
+        .collect()
 }
 
 /// The whole metastore as the data plane's snapshot at `applied_index`.
@@ -209,5 +219,11 @@ mod tests {
     fn a_registered_member_converts_alive_under_its_number() {
         let converted = snapshot(&store_with_a_topic_on_node_7(), 3);
         assert_eq!(converted.members[&7], Member { id: 7, alive: true });
+    }
+
+    #[test]
+    fn a_registered_member_gives_its_rpc_address_text() {
+        let addrs = member_rpc_addrs(&store_with_a_topic_on_node_7());
+        assert_eq!(addrs, BTreeMap::from([(7, "127.0.0.1:2".to_owned())]));
     }
 }

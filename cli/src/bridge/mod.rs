@@ -13,13 +13,17 @@
 //! - [`ControlAdmin`] turns the HTTP API's topic and user changes into
 //!   control-plane commands, proposed through the leader and answered once
 //!   the data node's replica holds them;
-//! - [`LeaderHeard`] records when a leader was last heard, for `/readyz`.
+//! - [`LeaderHeard`] records when a leader was last heard, for `/readyz`;
+//! - the address book ([`addresses`]) resolves the data nodes' RPC
+//!   addresses from their member records, for commits to partitions other
+//!   data nodes own.
 //!
 //! The bridge follows a list of control nodes ([`nodes::ControlNodes`]):
 //! every call goes to the current one, and a node that stops answering is
 //! left for the next (see [`nodes::after_error`] for which failures move
 //! on and which requests are sent again).
 
+mod addresses;
 mod admin;
 mod confirm;
 mod convert;
@@ -37,10 +41,12 @@ use narad_controlplane::node::wire::MemberReport;
 use narad_controlplane::node::{ControlClient, MetadataReplica as Subscriber};
 use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::remote::AddressTable;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+use addresses::{ADDRESS_REFRESH, AddressBook, MemberAddrs};
 pub(crate) use admin::ControlAdmin;
 pub(crate) use confirm::ControlConfirm;
 use leader::LEADER_POLL_INTERVAL;
@@ -63,6 +69,10 @@ pub(crate) struct Bridge {
     fed: watch::Sender<u64>,
     /// When a control-plane leader was last heard.
     leader: LeaderHeard,
+    /// The data nodes' RPC addresses as the member records spell them.
+    member_addrs: watch::Sender<MemberAddrs>,
+    /// The same, resolved (by [`Bridge::spawn_address_book`]).
+    addresses: Arc<AddressTable>,
 }
 
 impl Bridge {
@@ -75,6 +85,7 @@ impl Bridge {
         replica: Arc<MetadataReplica>,
     ) -> Arc<Self> {
         let (fed, _) = watch::channel(0);
+        let (member_addrs, _) = watch::channel(MemberAddrs::new());
         Arc::new(Self {
             client,
             controls: ControlNodes::new(controls),
@@ -82,7 +93,15 @@ impl Bridge {
             replica,
             fed,
             leader: LeaderHeard::default(),
+            member_addrs,
+            addresses: Arc::new(AddressTable::new()),
         })
+    }
+
+    /// The data nodes' RPC addresses, kept current while
+    /// [`Bridge::spawn_address_book`] runs.
+    pub(crate) fn addresses(&self) -> &Arc<AddressTable> {
+        &self.addresses
     }
 
     /// Whether a control-plane leader was heard within `window`.
@@ -138,12 +157,40 @@ impl Bridge {
             if !fed_once || applied > after {
                 self.replica
                     .apply_snapshot(convert::snapshot(subscriber.metastore(), applied));
+                let addrs = convert::member_rpc_addrs(subscriber.metastore());
+                self.member_addrs.send_if_modified(|current| {
+                    let changed = *current != addrs;
+                    *current = addrs;
+                    changed
+                });
                 fed_once = true;
             }
             self.replica
                 .set_leader_commit_index(batch.leader_commit_index);
             self.fed.send_replace(applied);
         }
+    }
+
+    /// Starts the address book: resolves the members' RPC addresses into
+    /// [`Bridge::addresses`] on every change the feed publishes and every
+    /// [`ADDRESS_REFRESH`]; runs until aborted.
+    pub(crate) fn spawn_address_book(self: &Arc<Self>) -> JoinHandle<()> {
+        let mut members = self.member_addrs.subscribe();
+        let mut book = AddressBook::new(Arc::clone(&self.addresses));
+        tokio::spawn(async move {
+            loop {
+                let current = members.borrow_and_update().clone();
+                book.refresh(&current).await;
+                tokio::select! {
+                    changed = members.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                    () = tokio::time::sleep(ADDRESS_REFRESH) => {}
+                }
+            }
+        })
     }
 
     /// Starts the leader watch: asks the current control node for its

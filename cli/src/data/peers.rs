@@ -1,26 +1,103 @@
-//! A data node's node-to-node RPC: the seam where commits to partitions
-//! owned by other data nodes plug in.
+//! A data node's node-to-node RPC: one cluster transport for the bridge's
+//! calls to the control nodes, the commits this node sends to partitions
+//! other data nodes own, and the operations it serves to them.
 //!
-//! Today the data node's cluster socket serves no operation of its own (an
-//! empty router answers every opcode `400 unsupported rpc operation`), and a
-//! commit to another node's partition fails at once ([`NoRemoteTarget`]),
-//! so the dispatcher probes that owner and reroutes the records to a local
-//! partition of the same topic after its grace. The remote commit path
-//! (`CommitProduceBatch` over QUIC) replaces both functions: the router
-//! gains the serving side, [`remote_commit_target`] returns the calling
-//! side. Nothing else in `narad data` changes when it does.
+//! The transport is bound (with its router) before the data node starts,
+//! because the bridge needs it to register and catch up first; services
+//! whose state the data node builds are therefore routed first and attached
+//! once it runs ([`Peers::attach`]), answering `503` (retried by the
+//! sender) until then. Every served operation is routed in
+//! [`rpc_router`], the one place a new one plugs in.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use narad_dataplane::dispatch::{CommitTarget, NoRemoteTarget};
-use narad_protocol::Router;
+use narad_dataplane::dispatch::CommitTarget;
+use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::node::DataNode;
+use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
+use narad_protocol::{ClusterAuth, Node, NodeConfig, NodeError, Router};
+
+/// The services this node serves to other nodes, routed before the data
+/// node exists.
+#[derive(Debug)]
+struct Served {
+    /// `CommitProduceBatch` (opcode 11): commits into this node's
+    /// partitions.
+    commits: Arc<CommitService>,
+}
 
 /// The operations this data node serves to other nodes.
-pub(crate) fn rpc_router() -> Router {
-    Router::new()
+fn rpc_router(served: &Served) -> Router {
+    served.commits.route(Router::new())
 }
 
-/// How this node's dispatcher commits to partitions other nodes own.
-pub(crate) fn remote_commit_target() -> Arc<dyn CommitTarget> {
-    Arc::new(NoRemoteTarget)
+/// The cluster transport of a data node and what it serves.
+#[derive(Debug)]
+pub(crate) struct Peers {
+    transport: Arc<Node>,
+    served: Served,
 }
+
+impl Peers {
+    /// Binds the cluster socket at `addr`, authenticated by `auth` as the
+    /// control nodes' is, serving the routes of [`rpc_router`].
+    ///
+    /// # Errors
+    /// The socket could not be bound.
+    pub(crate) fn bind(addr: SocketAddr, auth: ClusterAuth) -> Result<Self, NodeError> {
+        let served = Served {
+            commits: CommitService::new(),
+        };
+        let transport = Arc::new(Node::bind(
+            NodeConfig::new(addr, auth),
+            rpc_router(&served),
+        )?);
+        Ok(Self { transport, served })
+    }
+
+    /// The cluster transport.
+    pub(crate) fn transport(&self) -> &Arc<Node> {
+        &self.transport
+    }
+
+    /// How this node's dispatcher commits to partitions other nodes own:
+    /// over this transport, to the addresses `addresses` knows, on the
+    /// current tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub(crate) fn remote_commit_target(
+        &self,
+        addresses: &Arc<AddressTable>,
+    ) -> Arc<dyn CommitTarget> {
+        Arc::new(RemoteCommitTarget::new(
+            Arc::clone(&self.transport),
+            Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
+            tokio::runtime::Handle::current(),
+        ))
+    }
+
+    /// Starts serving the routed operations on `node`'s state; `replica` is
+    /// the node's metadata replica.
+    ///
+    /// # Panics
+    /// If called twice.
+    pub(crate) fn attach(&self, node: &DataNode, replica: Arc<MetadataReplica>) {
+        self.served
+            .commits
+            .attach(Arc::clone(node.combiners()), replica);
+    }
+
+    /// Closes the transport once nothing else holds it (the bridge and the
+    /// remote commit target must be gone); otherwise it closes when the
+    /// last holder drops it.
+    pub(crate) async fn shutdown(self) {
+        if let Ok(transport) = Arc::try_unwrap(self.transport) {
+            transport.shutdown().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! Two data nodes in one process, each with its own authenticated cluster
+//! transport as `narad data` wires it: records accepted by one for a
+//! partition the other owns land in the owner's partition log.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narad_dataplane::admin::ReplicaAdmin;
+use narad_dataplane::dispatch::{Destination, NodeId, ReplicaLeader};
+use narad_dataplane::ingress::ProduceMessage;
+use narad_dataplane::metadata::{Member, MetadataReplica, MetadataSnapshot, TopicMeta};
+use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
+use narad_dataplane::remote::AddressTable;
+use narad_disk::{BackendChoice, open_backend};
+use narad_protocol::{ClusterAuth, ClusterSecret};
+
+use super::Peers;
+
+const ACCEPTING: NodeId = 1;
+const OWNING: NodeId = 2;
+const ORDERS_ID: &str = "00000000000000c3";
+
+/// A ceiling that turns a hang into a failure; no speed is asserted.
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+fn auth() -> ClusterAuth {
+    ClusterAuth::Secret(ClusterSecret::new(vec![9; 32]).expect("32 bytes"))
+}
+
+/// The replica of `local`: both nodes alive, `orders` with one partition
+/// owned by [`OWNING`].
+fn replica(local: NodeId) -> Arc<MetadataReplica> {
+    let replica = Arc::new(MetadataReplica::new(local));
+    let mut snapshot = MetadataSnapshot {
+        applied_index: 1,
+        ..MetadataSnapshot::default()
+    };
+    for id in [ACCEPTING, OWNING] {
+        snapshot.members.insert(id, Member { id, alive: true });
+    }
+    let topic = TopicMeta::new("orders", Some(ORDERS_ID), 1, OWNING);
+    snapshot
+        .topics
+        .insert(Arc::clone(&topic.name), Arc::new(topic));
+    replica.apply_snapshot(snapshot);
+    replica
+}
+
+/// Data node `id` under `dir`, serving commits on `peers` and sending
+/// its own to the addresses in `addresses`.
+fn start(
+    id: NodeId,
+    dir: &std::path::Path,
+    peers: &Peers,
+    addresses: &Arc<AddressTable>,
+) -> DataNode {
+    let replica = replica(id);
+    let mut config = DataNodeConfig::new(dir);
+    config.api.security = false;
+    let services = NodeServices {
+        disk: open_backend(BackendChoice::Auto).expect("disk backend"),
+        leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
+        remote: peers.remote_commit_target(addresses),
+        admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), id, 5)),
+        replica: Arc::clone(&replica),
+    };
+    let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("starts");
+    peers.attach(&node, replica);
+    node
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let accepting_peers = Peers::bind(loopback, auth()).expect("binds");
+    let owning_peers = Peers::bind(loopback, auth()).expect("binds");
+    let addresses = Arc::new(AddressTable::new());
+    addresses.set(OWNING, owning_peers.transport().local_addr());
+    let owner = start(OWNING, &dir.path().join("owner"), &owning_peers, &addresses);
+    let accepting = start(
+        ACCEPTING,
+        &dir.path().join("accepting"),
+        &accepting_peers,
+        &addresses,
+    );
+
+    let topic = accepting
+        .api()
+        .acceptor
+        .producible_topic("orders")
+        .expect("topic");
+    for i in 0..3_u8 {
+        let message = ProduceMessage {
+            key: vec![i],
+            partition: None,
+            payload: vec![b'm', i].into(),
+        };
+        accepting
+            .api()
+            .acceptor
+            .accept(&topic, &message)
+            .await
+            .expect("accepted");
+    }
+
+    let destination = Destination::new("orders", 0);
+    let deadline = Instant::now() + WAIT_MAX;
+    while !accepting.drained() {
+        assert!(
+            Instant::now() < deadline,
+            "the dispatch backlog never drained"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let landed = owner
+        .logs()
+        .get(&destination)
+        .map(|log| log.high_watermark());
+    assert_eq!(landed, Some(3));
+    assert!(accepting.logs().get(&destination).is_none());
+    tokio::task::block_in_place(|| {
+        accepting.shutdown();
+        owner.shutdown();
+    });
+}
