@@ -1146,8 +1146,10 @@ async fn watch_commits(
         let Some(service) = service.upgrade() else {
             return;
         };
-        if service.waiters.has_waiters(&topic) {
-            service.pump(&topic);
-        }
+        // Unconditionally: a waiter a running pump holds is in no line, so
+        // "anyone waiting?" would say no and the pump would put it back
+        // without having seen this commit. Asking for a pump while one
+        // runs makes that pump go round again.
+        service.pump(&topic);
     }
 }

@@ -189,13 +189,14 @@ impl<R> Waiters<R> {
             .map_or(0, TopicWaiters::len)
     }
 
-    /// Topics with someone waiting.
+    /// Topics with someone waiting, or a pump running (whose waiters are
+    /// out of their lines while it serves them).
     pub fn topics(&self) -> Vec<Arc<str>> {
         self.table
             .lock()
             .topics
             .iter()
-            .filter(|(_, waiting)| waiting.len() > 0)
+            .filter(|(_, waiting)| waiting.pumping || waiting.len() > 0)
             .map(|(topic, _)| Arc::clone(topic))
             .collect()
     }
@@ -336,6 +337,21 @@ mod tests {
         assert_eq!(
             waiters.pop("orders", Line::Topic).map(|w| w.id),
             Some(second)
+        );
+    }
+
+    #[test]
+    fn a_topic_whose_only_waiter_a_pump_holds_still_counts_for_wake_ups() {
+        let waiters = Waiters::<()>::default();
+        waiters.park(&topic(), None, 1).expect("park");
+        assert!(waiters.begin_pump("orders"));
+        let held = waiters.pop("orders", Line::Topic).expect("front");
+        assert_eq!(waiters.topics(), vec![topic()], "the expiry timer pumps it");
+        assert!(!waiters.begin_pump("orders"), "one pump at a time");
+        waiters.put_back(&topic(), held);
+        assert!(
+            waiters.finish_pass("orders"),
+            "the wake-up sends it round again"
         );
     }
 
