@@ -14,8 +14,10 @@ use narad_protocol::{
     ForwardSettle, ForwardedRecord, Lane, LeaseRef, Node, Opcode, PartitionStatsEntry, Request,
     RpcError, SettleKind, Status, TopicPartitionStats, TopicPartitionStatsAnswer,
 };
+use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
+use super::coalesce::{AckLanes, Admission, QUEUED_ACKS_MAX, Queued, single_acks_max};
 use super::{LONG_POLL_GRACE, PROBE_BUDGET, SETTLE_BUDGET, STATS_BUDGET};
 use crate::consume::handle::ReceiptHandle;
 use crate::consume::shard::Settle;
@@ -63,6 +65,7 @@ pub struct Forwarder {
     addresses: Arc<dyn OwnerAddresses>,
     replica: Arc<MetadataReplica>,
     rotation: AtomicUsize,
+    ack_lanes: Mutex<AckLanes>,
 }
 
 /// Where a partition lives, as far as forwarding cares.
@@ -87,11 +90,24 @@ impl Forwarder {
         addresses: Arc<dyn OwnerAddresses>,
         replica: Arc<MetadataReplica>,
     ) -> Arc<Self> {
+        Self::with_single_acks_max(transport, addresses, replica, single_acks_max())
+    }
+
+    /// As [`Forwarder::new`], with `single_max` single ack RPCs in flight
+    /// per owner before acks queue into `AckBatch`es (tests use small
+    /// values).
+    pub fn with_single_acks_max(
+        transport: Arc<Node>,
+        addresses: Arc<dyn OwnerAddresses>,
+        replica: Arc<MetadataReplica>,
+        single_max: usize,
+    ) -> Arc<Self> {
         Arc::new(Self {
             transport,
             addresses,
             replica,
             rotation: AtomicUsize::new(0),
+            ack_lanes: Mutex::new(AckLanes::new(single_max, QUEUED_ACKS_MAX)),
         })
     }
 
@@ -256,18 +272,60 @@ impl Forwarder {
     }
 
     /// Acks, extends or nacks one lease at its owner within
-    /// [`SETTLE_BUDGET`].
+    /// [`SETTLE_BUDGET`]. While fewer than max(128, 8 × cores) ack RPCs to
+    /// the owner are in flight it goes singly; beyond, it queues and leaves
+    /// in one `AckBatch` with others when a slot frees.
     ///
     /// # Errors
     /// [`ForwardError`]; `410`, `404`, `421` and `503` from the owner as
-    /// [`ForwardError::Refused`].
+    /// [`ForwardError::Refused`]; `503` when it could not leave within the
+    /// budget (nothing was sent) or the owner's queue is full.
     pub async fn settle(
-        &self,
+        self: &Arc<Self>,
         topic: &str,
         handle: ReceiptHandle,
         how: Settle,
     ) -> Result<(), ForwardError> {
-        let (_, peer) = self.owner_of(topic, handle.partition)?;
+        let (node, peer) = self.owner_of(topic, handle.partition)?;
+        let lease = lease_of(handle);
+        let admission = self.ack_lanes.lock().admit(node, topic, how, lease);
+        match admission {
+            Admission::Send => {
+                let _slot = Slot {
+                    forwarder: Arc::clone(self),
+                    node,
+                };
+                self.settle_single(peer, topic, lease, how).await
+            }
+            Admission::Queued { id, answer } => {
+                match tokio::time::timeout(SETTLE_BUDGET, answer).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(_)) => Err(ForwardError::NoAnswer(
+                        "the queued ack's batch was dropped".to_owned(),
+                    )),
+                    Err(_) if self.ack_lanes.lock().withdraw(node, id) => Err(could_not_leave()),
+                    Err(_) => Err(ForwardError::NoAnswer(
+                        "the queued ack's batch did not answer in time".to_owned(),
+                    )),
+                }
+            }
+            Admission::Full => Err(could_not_leave()),
+        }
+    }
+
+    /// Acks queued for `node` (tests).
+    #[cfg(test)]
+    pub(crate) fn queued_acks(&self, node: NodeId) -> usize {
+        self.ack_lanes.lock().queued(node)
+    }
+
+    async fn settle_single(
+        &self,
+        peer: SocketAddr,
+        topic: &str,
+        lease: LeaseRef,
+        how: Settle,
+    ) -> Result<(), ForwardError> {
         let opcode = match how {
             Settle::Ack => Opcode::ACK,
             Settle::Extend => Opcode::EXTEND_ACK,
@@ -275,11 +333,55 @@ impl Forwarder {
         };
         let request = ForwardSettle {
             topic: topic.to_owned(),
-            lease: lease_of(handle),
+            lease,
         };
         self.call::<_, AckBatchAnswer>(peer, Lane::Ack, opcode, &request, SETTLE_BUDGET)
             .await
             .map(|_| ())
+    }
+
+    /// A slot to `node` freed: send what queued behind it, in the same
+    /// slot, as one `AckBatch`.
+    fn slot_freed(self: &Arc<Self>, node: NodeId) {
+        let Some(batch) = self.ack_lanes.lock().slot_freed(node) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send on (shutting down): the waiters hear it;
+            // the slot is not given back, so later acks queue and lapse
+            // into 503 at their budget.
+            for queued in batch {
+                let _ = queued.answer.send(Err(could_not_leave()));
+            }
+            return;
+        };
+        let forwarder = Arc::clone(self);
+        runtime.spawn(async move {
+            let _slot = Slot {
+                forwarder: Arc::clone(&forwarder),
+                node,
+            };
+            forwarder.send_queued(node, batch).await;
+        });
+    }
+
+    async fn send_queued(&self, node: NodeId, batch: Vec<Queued>) {
+        let request = AckBatch {
+            topic: batch[0].topic.clone(),
+            how: kind_of(batch[0].how),
+            leases: batch.iter().map(|queued| queued.lease).collect(),
+        };
+        let outcomes = self.settle_batch(node, &request).await;
+        for (queued, outcome) in batch.into_iter().zip(outcomes) {
+            let answer = match outcome.status {
+                204 => Ok(()),
+                status => Err(ForwardError::Refused {
+                    status,
+                    message: outcome.message.unwrap_or_default(),
+                }),
+            };
+            let _ = queued.answer.send(answer);
+        }
     }
 
     /// Settles `handles` (all owned by other nodes) the same way: grouped
@@ -393,6 +495,28 @@ impl Forwarder {
                 None
             }
         }
+    }
+}
+
+/// Holds one ack slot to an owner; dropping it (the call ended, or its
+/// caller went away) frees the slot and sends what queued behind it.
+struct Slot {
+    forwarder: Arc<Forwarder>,
+    node: NodeId,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.forwarder.slot_freed(self.node);
+    }
+}
+
+/// The spec's v3.2.2 `503`: the forward could not leave within 2 s, and
+/// nothing was applied.
+fn could_not_leave() -> ForwardError {
+    ForwardError::Refused {
+        status: 503,
+        message: "forwarded ack could not leave within 2s; nothing applied, retry".to_owned(),
     }
 }
 

@@ -13,8 +13,10 @@
 //! - the requesting side, [`Forwarder`]: what the HTTP layer calls for a
 //!   partition whose owner is another node: one non-blocking probe per live
 //!   remote owner (500 ms each), a pinned consume or replay at the owner
-//!   (a long poll gets the client's wait + 2 s), settles with a 2 s budget,
-//!   one `AckBatch` per owner in parallel, and statistics with a 2 s budget.
+//!   (a long poll gets the client's wait + 2 s), settles with a 2 s budget
+//!   (singly up to max(128, 8 × cores) in flight per owner, then queued
+//!   into `AckBatch`es, [`coalesce`]), one `AckBatch` per owner in parallel
+//!   for an HTTP batch ack, and statistics with a 2 s budget.
 //!
 //! What it guarantees: a lease handed out by an owner keeps the owner's
 //! `partition:offset:nonce`, so its ack reaches the owner whichever node
@@ -27,6 +29,7 @@
 //! instead. See `docs/internals/forwarding.md`.
 
 mod client;
+pub mod coalesce;
 mod service;
 
 use std::sync::Arc;

@@ -694,3 +694,126 @@ async fn a_forward_service_not_attached_yet_answers_503() {
         other => panic!("expected a 503, got {other:?}"),
     }
 }
+
+/// An owner whose single acks wait until released, and which records the
+/// `AckBatch`es it gets.
+#[derive(Debug)]
+struct HeldOwner {
+    release: tokio::sync::Semaphore,
+    singles: std::sync::atomic::AtomicUsize,
+    batches: parking_lot::Mutex<Vec<usize>>,
+}
+
+impl Default for HeldOwner {
+    fn default() -> Self {
+        Self {
+            release: tokio::sync::Semaphore::new(0),
+            singles: std::sync::atomic::AtomicUsize::new(0),
+            batches: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl HeldOwner {
+    fn router(self: &Arc<Self>) -> narad_protocol::Router {
+        let limit = narad_protocol::OperationLimit::new("held", 64);
+        let single = Arc::clone(self);
+        let batch = Arc::clone(self);
+        narad_protocol::Router::new()
+            .route(
+                narad_protocol::Opcode::ACK,
+                limit,
+                move |_inbound: narad_protocol::Inbound| {
+                    let owner = Arc::clone(&single);
+                    async move {
+                        owner
+                            .singles
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let permit = owner.release.acquire().await.expect("open");
+                        permit.forget();
+                        Ok(narad_protocol::Response::no_content())
+                    }
+                },
+            )
+            .route(
+                narad_protocol::Opcode::ACK_BATCH,
+                limit,
+                move |inbound: narad_protocol::Inbound| {
+                    let owner = Arc::clone(&batch);
+                    async move {
+                        let request = inbound.message::<narad_protocol::AckBatch>()?;
+                        owner.batches.lock().push(request.leases.len());
+                        let statuses = vec![204; request.leases.len()];
+                        Ok(narad_protocol::Response::message(
+                            &narad_protocol::AckBatchAnswer { statuses },
+                        ))
+                    }
+                },
+            )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_beyond_the_single_slots_leave_as_one_ack_batch_and_each_gets_its_answer() {
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let owner = Arc::new(HeldOwner::default());
+    let owner_node =
+        Node::bind(NodeConfig::new(loopback, auth()), owner.router()).expect("bind owner");
+    let caller = Arc::new(
+        Node::bind(
+            NodeConfig::new(loopback, auth()),
+            narad_protocol::Router::new(),
+        )
+        .expect("bind caller"),
+    );
+    let replica = Arc::new(MetadataReplica::new(A));
+    replica.apply_snapshot(snapshot());
+    let addresses = Arc::new(AddressTable::new());
+    addresses.set(B, owner_node.local_addr());
+    let forwarder = Forwarder::with_single_acks_max(caller, addresses, replica, 1);
+    let ack = |offset: u64| {
+        let forwarder = Arc::clone(&forwarder);
+        tokio::spawn(async move {
+            let handle = crate::consume::handle::ReceiptHandle {
+                partition: 0,
+                offset,
+                nonce: 1,
+            };
+            forwarder
+                .settle("remote", handle, crate::consume::shard::Settle::Ack)
+                .await
+        })
+    };
+    let first = ack(0);
+    let wait_for = |what: &'static str, done: Box<dyn Fn() -> bool + Send>| async move {
+        tokio::time::timeout(CEILING, async {
+            while !done() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+    };
+    let seen = Arc::clone(&owner);
+    wait_for(
+        "the first ack reaches the owner",
+        Box::new(move || seen.singles.load(std::sync::atomic::Ordering::SeqCst) == 1),
+    )
+    .await;
+    let queued = [ack(1), ack(2)];
+    let lanes = Arc::clone(&forwarder);
+    wait_for(
+        "the next two acks queue",
+        Box::new(move || lanes.queued_acks(B) == 2),
+    )
+    .await;
+
+    owner.release.add_permits(1);
+
+    assert_eq!(first.await.expect("task"), Ok(()));
+    for answer in queued {
+        assert_eq!(answer.await.expect("task"), Ok(()));
+    }
+    assert_eq!(owner.singles.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(*owner.batches.lock(), vec![2]);
+}

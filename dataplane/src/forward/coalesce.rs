@@ -1,0 +1,287 @@
+//! Forwarded acks under load (spec §3 "Forwarded acks"): while fewer than
+//! [`single_acks_max`] ack RPCs to an owner are in flight, each HTTP ack
+//! goes as its own RPC; beyond, acks queue per owner and leave as one
+//! `AckBatch` (at most 64, one topic and one kind) when a slot frees. Each
+//! queued ack still gets its own answer.
+//!
+//! `AckLanes` only decides: who may send, what leaves when a slot frees.
+//! The forwarder sends.
+
+use std::collections::{HashMap, VecDeque};
+
+use narad_protocol::LeaseRef;
+use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
+use tokio::sync::oneshot;
+
+use super::ForwardError;
+use crate::consume::shard::Settle;
+use crate::dispatch::NodeId;
+
+/// Acks queued for one owner at most; an ack past it is answered `503`
+/// at once.
+pub const QUEUED_ACKS_MAX: usize = 4_096;
+
+/// Single ack RPCs in flight to one owner before acks queue:
+/// max(128, 8 × cores).
+pub fn single_acks_max() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    128_usize.max(8 * cores)
+}
+
+/// The answer a queued ack waits for.
+pub(crate) type SettleAnswer = Result<(), ForwardError>;
+
+/// One queued ack.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) id: u64,
+    pub(crate) topic: String,
+    pub(crate) how: Settle,
+    pub(crate) lease: LeaseRef,
+    pub(crate) answer: oneshot::Sender<SettleAnswer>,
+}
+
+/// What an ack may do now.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Send it singly; it holds a slot until [`AckLanes::slot_freed`].
+    Send,
+    /// Wait for the answer of the batch it will leave in.
+    Queued {
+        /// Its id, to withdraw it if it waits too long.
+        id: u64,
+        /// Where its answer comes.
+        answer: oneshot::Receiver<SettleAnswer>,
+    },
+    /// The owner's queue is full.
+    Full,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    in_flight: usize,
+    queued: VecDeque<Queued>,
+}
+
+/// The per-owner slots and queues.
+#[derive(Debug)]
+pub(crate) struct AckLanes {
+    single_max: usize,
+    queued_max: usize,
+    next_id: u64,
+    lanes: HashMap<NodeId, Lane>,
+}
+
+impl AckLanes {
+    /// Lanes allowing `single_max` RPCs in flight per owner and
+    /// `queued_max` queued acks.
+    pub(crate) fn new(single_max: usize, queued_max: usize) -> Self {
+        assert!(single_max > 0, "at least one ack RPC may be in flight");
+        Self {
+            single_max,
+            queued_max,
+            next_id: 0,
+            lanes: HashMap::new(),
+        }
+    }
+
+    /// Admits one ack to `node`.
+    pub(crate) fn admit(
+        &mut self,
+        node: NodeId,
+        topic: &str,
+        how: Settle,
+        lease: LeaseRef,
+    ) -> Admission {
+        let lane = self.lanes.entry(node).or_default();
+        if lane.in_flight < self.single_max {
+            lane.in_flight += 1;
+            return Admission::Send;
+        }
+        if lane.queued.len() >= self.queued_max {
+            return Admission::Full;
+        }
+        let (sender, receiver) = oneshot::channel();
+        let id = self.next_id;
+        self.next_id += 1;
+        lane.queued.push_back(Queued {
+            id,
+            topic: topic.to_owned(),
+            how,
+            lease,
+            answer: sender,
+        });
+        Admission::Queued {
+            id,
+            answer: receiver,
+        }
+    }
+
+    /// A slot to `node` freed. Returns the next batch to send in it (the
+    /// oldest queued ack and up to 63 more of its topic and kind, skipping
+    /// acks nobody waits for), or frees the slot when nothing is queued.
+    pub(crate) fn slot_freed(&mut self, node: NodeId) -> Option<Vec<Queued>> {
+        let lane = self.lanes.get_mut(&node)?;
+        assert!(lane.in_flight > 0, "a slot freed that was never taken");
+        lane.queued.retain(|queued| !queued.answer.is_closed());
+        let Some(first) = lane.queued.pop_front() else {
+            lane.in_flight -= 1;
+            if lane.in_flight == 0 {
+                self.lanes.remove(&node);
+            }
+            return None;
+        };
+        let mut batch = vec![first];
+        let mut rest = VecDeque::with_capacity(lane.queued.len());
+        while let Some(queued) = lane.queued.pop_front() {
+            let same = queued.topic == batch[0].topic && queued.how == batch[0].how;
+            if same && batch.len() < ACK_BATCH_RECORDS_MAX as usize {
+                batch.push(queued);
+            } else {
+                rest.push_back(queued);
+            }
+        }
+        lane.queued = rest;
+        Some(batch)
+    }
+
+    /// Takes ack `id` out of `node`'s queue if it has not left yet.
+    /// Returns whether it was still queued (then nothing was sent).
+    pub(crate) fn withdraw(&mut self, node: NodeId, id: u64) -> bool {
+        let Some(lane) = self.lanes.get_mut(&node) else {
+            return false;
+        };
+        let before = lane.queued.len();
+        lane.queued.retain(|queued| queued.id != id);
+        lane.queued.len() < before
+    }
+
+    /// Acks queued for `node` (tests).
+    #[cfg(test)]
+    pub(crate) fn queued(&self, node: NodeId) -> usize {
+        self.lanes.get(&node).map_or(0, |lane| lane.queued.len())
+    }
+
+    /// Single RPCs plus batches in flight to `node` (tests).
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self, node: NodeId) -> usize {
+        self.lanes.get(&node).map_or(0, |lane| lane.in_flight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(offset: u64) -> LeaseRef {
+        LeaseRef {
+            partition: 0,
+            offset,
+            nonce: 1,
+        }
+    }
+
+    fn offsets(batch: &[Queued]) -> Vec<u64> {
+        batch.iter().map(|queued| queued.lease.offset).collect()
+    }
+
+    #[test]
+    fn acks_go_singly_until_the_slots_are_taken_then_queue() {
+        let mut lanes = AckLanes::new(2, 10);
+        assert!(matches!(
+            lanes.admit(7, "t", Settle::Ack, lease(0)),
+            Admission::Send
+        ));
+        assert!(matches!(
+            lanes.admit(7, "t", Settle::Ack, lease(1)),
+            Admission::Send
+        ));
+        assert!(matches!(
+            lanes.admit(7, "t", Settle::Ack, lease(2)),
+            Admission::Queued { .. }
+        ));
+        // Another owner has its own slots.
+        assert!(matches!(
+            lanes.admit(8, "t", Settle::Ack, lease(0)),
+            Admission::Send
+        ));
+    }
+
+    #[test]
+    fn a_freed_slot_sends_the_queue_as_one_batch() {
+        let mut lanes = AckLanes::new(1, 10);
+        let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
+        let waiting: Vec<Admission> = (1..4)
+            .map(|offset| lanes.admit(7, "t", Settle::Ack, lease(offset)))
+            .collect();
+
+        let batch = lanes.slot_freed(7).expect("a batch leaves");
+
+        assert_eq!(offsets(&batch), vec![1, 2, 3]);
+        assert_eq!(lanes.in_flight(7), 1, "the batch took the freed slot");
+        drop(batch);
+        assert!(lanes.slot_freed(7).is_none());
+        assert_eq!(lanes.in_flight(7), 0);
+        drop(waiting);
+    }
+
+    #[test]
+    fn a_batch_holds_one_topic_and_kind_and_at_most_sixty_four() {
+        let mut lanes = AckLanes::new(1, 200);
+        let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
+        let mut waiting = Vec::new();
+        for offset in 1..=70 {
+            waiting.push(lanes.admit(7, "t", Settle::Ack, lease(offset)));
+        }
+        waiting.push(lanes.admit(7, "t", Settle::Nack, lease(100)));
+        waiting.push(lanes.admit(7, "u", Settle::Ack, lease(200)));
+
+        let first = lanes.slot_freed(7).expect("batch");
+        let second = lanes.slot_freed(7).expect("batch");
+        let third = lanes.slot_freed(7).expect("batch");
+
+        assert_eq!(offsets(&first), (1..=64).collect::<Vec<_>>());
+        assert_eq!(offsets(&second), vec![65, 66, 67, 68, 69, 70]);
+        assert_eq!(offsets(&third), vec![100]);
+        assert_eq!(offsets(&lanes.slot_freed(7).expect("batch")), vec![200]);
+    }
+
+    #[test]
+    fn an_ack_nobody_waits_for_is_not_sent() {
+        let mut lanes = AckLanes::new(1, 10);
+        let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
+        let gone = lanes.admit(7, "t", Settle::Ack, lease(1));
+        let kept = lanes.admit(7, "t", Settle::Ack, lease(2));
+        drop(gone);
+
+        let batch = lanes.slot_freed(7).expect("batch");
+
+        assert_eq!(offsets(&batch), vec![2]);
+        drop(kept);
+    }
+
+    #[test]
+    fn a_withdrawn_ack_never_leaves() {
+        let mut lanes = AckLanes::new(1, 10);
+        let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
+        let Admission::Queued { id, answer } = lanes.admit(7, "t", Settle::Ack, lease(1)) else {
+            panic!("queued");
+        };
+
+        assert!(lanes.withdraw(7, id));
+        assert!(!lanes.withdraw(7, id));
+        assert!(lanes.slot_freed(7).is_none());
+        drop(answer);
+    }
+
+    #[test]
+    fn a_full_queue_refuses() {
+        let mut lanes = AckLanes::new(1, 1);
+        let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
+        let _queued = lanes.admit(7, "t", Settle::Ack, lease(1));
+        assert!(matches!(
+            lanes.admit(7, "t", Settle::Ack, lease(2)),
+            Admission::Full
+        ));
+    }
+}
