@@ -1,6 +1,8 @@
 //! One data node, wired: ingress WAL and checkpoint store, accept stage,
 //! partition logs and combiners, the dispatcher runtime, the consume
-//! service with its consumer state store, and the HTTP API.
+//! service with its consumer state store, the incarnation housekeeping
+//! (deleted topics' directories retired, quarantined copies swept once the
+//! leader confirms them gone), and the HTTP API.
 //!
 //! The metadata replica, the leader-confirmation service and the remote
 //! commit target come from outside, because the control plane and the
@@ -31,6 +33,11 @@ use crate::ingress::Acceptor;
 use crate::metadata::{Member, MetadataReplica, MetadataSnapshot};
 use crate::metrics::NodeMetrics;
 
+mod housekeeping;
+
+pub use self::housekeeping::HousekeepingConfig;
+use self::housekeeping::{Housekeeping, HousekeepingParts};
+
 /// Settings of a data node.
 #[derive(Clone, Debug)]
 pub struct DataNodeConfig {
@@ -58,6 +65,8 @@ pub struct DataNodeConfig {
     /// Seed of the lease nonce streams. It must differ between starts of
     /// a node, or a handle from before a restart could match a new lease.
     pub consume_seed: u64,
+    /// Cadences of the incarnation housekeeping.
+    pub housekeeping: HousekeepingConfig,
 }
 
 impl DataNodeConfig {
@@ -74,6 +83,7 @@ impl DataNodeConfig {
             consume: ConsumeConfig::default(),
             consumer_state: ConsumerStateConfig::default(),
             consume_seed: rand::random(),
+            housekeeping: HousekeepingConfig::default(),
         }
     }
 }
@@ -147,6 +157,7 @@ pub struct DataNode {
     dispatch_status: Arc<DispatchStatus>,
     consume: Arc<ConsumeService>,
     consumer_state_worker: Option<StateWorker>,
+    housekeeping: Option<Housekeeping>,
 }
 
 impl DataNode {
@@ -181,6 +192,15 @@ impl DataNode {
         ));
         let local: Arc<dyn CommitTarget> =
             Arc::new(LocalCommitTarget::start_workers(Arc::clone(&combiners))?);
+        let housekeeping = Housekeeping::spawn(
+            HousekeepingParts {
+                logs: Arc::clone(&logs),
+                replica: Arc::clone(&services.replica),
+                leader: Arc::clone(&services.leader),
+                metrics: Arc::clone(&metrics),
+            },
+            config.housekeeping.clone(),
+        )?;
         let dispatch_status = Arc::new(DispatchStatus::default());
         let dispatcher = DispatchRuntime::spawn(
             DispatchParts {
@@ -239,6 +259,7 @@ impl DataNode {
             dispatch_status,
             consume,
             consumer_state_worker: Some(consumer_state_worker),
+            housekeeping: Some(housekeeping),
         })
     }
 
@@ -342,6 +363,9 @@ impl DataNode {
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }
+        if let Some(housekeeping) = self.housekeeping.take() {
+            housekeeping.stop();
+        }
         if let Err(error) = self.checkpoint.shutdown() {
             tracing::warn!(%error, "final checkpoint sync failed; a restart dispatches some records again");
         }
@@ -355,9 +379,15 @@ impl DataNode {
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }
+        if let Some(housekeeping) = self.housekeeping.take() {
+            housekeeping.stop();
+        }
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }
         self.wal.close();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,298 @@
+//! A data node's incarnation housekeeping: retiring the directories of
+//! deleted topics, sweeping quarantined copies the leader confirms gone,
+//! and the quarantine gauges (spec §5.6 "Incarnation marker", §6 "Topic
+//! delete"; `docs/internals/topic-directories.md`).
+//!
+//! It runs on its own thread, because the sweep's leader confirmation
+//! blocks (and refuses to run on an async runtime worker). Each tick:
+//! - once the replica is caught up: every topic incarnation that left the
+//!   replica since the previous tick (deleted, or replaced by a new
+//!   incarnation under the same name) has its directory retired
+//!   (`LocalLogs::retire_deleted` with the remembered id);
+//! - once the replica is caught up, at the first such tick and then every
+//!   sweep interval: the reconcile, which retires every topic directory
+//!   whose topic the replica does not hold (left by a delete while the node
+//!   was down, or by a topic created and deleted between two ticks), with
+//!   the id its marker names;
+//! - every stats interval: `narad_quarantined_copies` and
+//!   `narad_quarantined_bytes`;
+//! - every sweep interval: the quarantine sweep, which removes only copies
+//!   the leader confirms gone.
+//!
+//! Retiring never destroys anything (it renames), and a retire whose marker
+//! names another incarnation is refused by `LocalLogs`, so a topic created
+//! again in the meantime keeps its directory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::commit::{LocalLogs, MarkerToken, Retirement, TopicDirError};
+use crate::dispatch::LeaderConfirm;
+use crate::metadata::{MetadataReplica, MetadataSnapshot};
+use crate::metrics::NodeMetrics;
+
+/// Cadences of the housekeeping thread.
+#[derive(Clone, Debug)]
+pub struct HousekeepingConfig {
+    /// How often deleted topics are looked for.
+    pub tick: Duration,
+    /// How often the quarantine gauges are refreshed.
+    pub stats_interval: Duration,
+    /// How often quarantined copies are swept and directories reconciled.
+    pub sweep_interval: Duration,
+}
+
+impl Default for HousekeepingConfig {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_secs(1),
+            stats_interval: Duration::from_secs(5),
+            sweep_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Topic incarnations the housekeeping still has to retire after a disk
+/// error, at most; beyond it the oldest is left to the next reconcile.
+const RETIRE_PENDING_MAX: usize = 1_024;
+
+/// What the housekeeping works on.
+#[derive(Debug)]
+pub(crate) struct HousekeepingParts {
+    pub(crate) logs: Arc<LocalLogs>,
+    pub(crate) replica: Arc<MetadataReplica>,
+    pub(crate) leader: Arc<dyn LeaderConfirm>,
+    pub(crate) metrics: Arc<NodeMetrics>,
+}
+
+/// The running housekeeping thread; stopped by [`Housekeeping::stop`].
+#[derive(Debug)]
+pub(crate) struct Housekeeping {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Housekeeping {
+    /// Starts the thread.
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub(crate) fn spawn(
+        parts: HousekeepingParts,
+        config: HousekeepingConfig,
+    ) -> std::io::Result<Self> {
+        let (stop, stopped) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("narad-housekeeping".into())
+            .spawn(move || run(&parts, &config, &stopped))?;
+        Ok(Self { stop, thread })
+    }
+
+    /// Stops the thread and waits for it (at most one step of work: a
+    /// sweep's leader questions are bounded).
+    pub(crate) fn stop(self) {
+        drop(self.stop);
+        if self.thread.join().is_err() {
+            tracing::error!("the housekeeping thread panicked");
+        }
+    }
+}
+
+/// The topic incarnations of `view`, by name.
+fn incarnations(view: &MetadataSnapshot) -> HashMap<Arc<str>, Option<Arc<str>>> {
+    view.topics
+        .iter()
+        .map(|(name, topic)| (Arc::clone(name), topic.incarnation_id.clone()))
+        .collect()
+}
+
+/// The incarnations in `before` that `now` no longer holds: the topic is
+/// gone, or its name holds another incarnation.
+fn departed(
+    before: &HashMap<Arc<str>, Option<Arc<str>>>,
+    now: &HashMap<Arc<str>, Option<Arc<str>>>,
+) -> Vec<(Arc<str>, Option<Arc<str>>)> {
+    let mut gone: Vec<(Arc<str>, Option<Arc<str>>)> = before
+        .iter()
+        .filter(|(name, id)| now.get(*name) != Some(*id))
+        .map(|(name, id)| (Arc::clone(name), id.clone()))
+        .collect();
+    gone.sort();
+    gone
+}
+
+/// State carried from tick to tick.
+#[derive(Debug, Default)]
+struct Memory {
+    /// The replica's incarnations at the previous caught-up tick (`None`
+    /// before the first).
+    seen: Option<HashMap<Arc<str>, Option<Arc<str>>>>,
+    /// Retirements that failed on a disk error, retried each tick.
+    pending: Vec<(Arc<str>, Option<Arc<str>>)>,
+    last_stats: Option<Instant>,
+    last_sweep: Option<Instant>,
+    last_reconcile: Option<Instant>,
+}
+
+fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
+    last.is_none_or(|last| now.duration_since(last) >= every)
+}
+
+fn run(parts: &HousekeepingParts, config: &HousekeepingConfig, stopped: &mpsc::Receiver<()>) {
+    let mut memory = Memory::default();
+    loop {
+        tick(parts, config, &mut memory, Instant::now());
+        match stopped.recv_timeout(config.tick) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+fn tick(parts: &HousekeepingParts, config: &HousekeepingConfig, memory: &mut Memory, now: Instant) {
+    if parts.replica.is_caught_up() {
+        retire_departed(parts, memory);
+        if due(memory.last_reconcile, config.sweep_interval, now) {
+            reconcile(parts);
+            memory.last_reconcile = Some(now);
+        }
+    }
+    if due(memory.last_sweep, config.sweep_interval, now) {
+        let report = parts.logs.sweep_quarantine(&*parts.leader);
+        if report.removed > 0 || report.questions_failed > 0 || report.removals_failed > 0 {
+            tracing::info!(?report, "quarantine sweep");
+        }
+        memory.last_sweep = Some(now);
+    }
+    if due(memory.last_stats, config.stats_interval, now) {
+        match parts.logs.quarantine_stats() {
+            Ok(stats) => stats.record(&parts.metrics),
+            Err(error) => tracing::warn!(%error, "counting quarantined topic directories failed"),
+        }
+        memory.last_stats = Some(now);
+    }
+}
+
+/// Retires the incarnations that left the replica since the previous tick,
+/// and those whose retirement failed before.
+fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
+    let now = incarnations(&parts.replica.view());
+    let mut retiring = std::mem::take(&mut memory.pending);
+    if let Some(before) = &memory.seen {
+        retiring.extend(departed(before, &now));
+    }
+    memory.seen = Some(now);
+    for (topic, id) in retiring {
+        if !retire(&parts.logs, &topic, id.as_deref()) {
+            if memory.pending.len() == RETIRE_PENDING_MAX {
+                let (dropped, _) = memory.pending.remove(0);
+                tracing::warn!(topic = %dropped, "retirement retry dropped; the next reconcile finds the directory");
+            }
+            memory.pending.push((topic, id));
+        }
+    }
+}
+
+/// Retires `topic`'s directory of incarnation `id`; `false` when a disk
+/// error leaves it to be tried again. A refusal (the directory holds
+/// another incarnation, or cannot be read) is final: it is logged and the
+/// directory left alone.
+fn retire(logs: &LocalLogs, topic: &str, id: Option<&str>) -> bool {
+    match logs.retire_deleted(topic, id) {
+        Ok(Retirement::Quarantined(_) | Retirement::NoDirectory) => true,
+        Err(TopicDirError::Refused { dir, reason }) => {
+            tracing::info!(topic, incarnation = ?id, dir = %dir.display(), %reason, "deleted topic's directory not retired");
+            true
+        }
+        Err(error) => {
+            tracing::warn!(topic, incarnation = ?id, %error, "retiring a deleted topic's directory failed; retrying");
+            false
+        }
+    }
+}
+
+/// Retires every topic directory whose topic the replica does not hold.
+///
+/// The directories are listed before the replica is read, and each
+/// orphan's marker is read before the replica is read again: a directory
+/// is only made for a topic the replica already holds, so a topic created
+/// while this runs is found in the second read and left alone.
+fn reconcile(parts: &HousekeepingParts) {
+    let directories = match parts.logs.topic_directories() {
+        Ok(directories) => directories,
+        Err(error) => {
+            tracing::warn!(%error, "listing topic directories failed; reconcile skipped");
+            return;
+        }
+    };
+    let view = parts.replica.view();
+    for topic in directories {
+        if view.topics.contains_key(topic.as_str()) {
+            continue;
+        }
+        let token = match parts.logs.directory_incarnation(&topic) {
+            Ok(token) => token,
+            Err(error) => {
+                tracing::warn!(topic, %error, "topic directory of no known topic left alone");
+                continue;
+            }
+        };
+        if parts.replica.topic_meta(&topic).is_some() {
+            continue;
+        }
+        let id = match &token {
+            Some(MarkerToken::Id(id)) => Some(&**id),
+            Some(MarkerToken::NoId) | None => None,
+        };
+        retire(&parts.logs, &topic, id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(pairs: &[(&str, Option<&str>)]) -> HashMap<Arc<str>, Option<Arc<str>>> {
+        pairs
+            .iter()
+            .map(|(name, id)| (Arc::from(*name), id.map(Arc::from)))
+            .collect()
+    }
+
+    #[test]
+    fn a_deleted_topic_departs_with_its_incarnation() {
+        let before = ids(&[("a", Some("00000000000000a1")), ("b", None)]);
+        let now = ids(&[("b", None)]);
+        assert_eq!(
+            departed(&before, &now),
+            vec![(Arc::from("a"), Some(Arc::from("00000000000000a1")))]
+        );
+    }
+
+    #[test]
+    fn a_recreated_topic_departs_with_its_old_incarnation() {
+        let before = ids(&[("a", Some("00000000000000a1"))]);
+        let now = ids(&[("a", Some("00000000000000b2"))]);
+        assert_eq!(
+            departed(&before, &now),
+            vec![(Arc::from("a"), Some(Arc::from("00000000000000a1")))]
+        );
+    }
+
+    #[test]
+    fn unchanged_and_new_topics_do_not_depart() {
+        let before = ids(&[("a", Some("00000000000000a1"))]);
+        let now = ids(&[("a", Some("00000000000000a1")), ("c", None)]);
+        assert!(departed(&before, &now).is_empty());
+    }
+
+    #[test]
+    fn something_never_done_is_due() {
+        let now = Instant::now();
+        assert!(due(None, Duration::from_secs(30), now));
+        assert!(!due(Some(now), Duration::from_secs(30), now));
+    }
+}

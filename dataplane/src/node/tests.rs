@@ -1,0 +1,137 @@
+//! A data node's incarnation housekeeping, on a real directory (the
+//! simulated disk cannot rename directories): a deleted topic's directory
+//! is quarantined and removed only after the leader confirms, and a
+//! directory of a topic the replica never had is retired at start-up.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use narad_disk::Disk;
+use narad_disk::portable::PortableDisk;
+use narad_plog::LogConfig;
+use tempfile::TempDir;
+
+use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
+use crate::commit::LocalLogs;
+use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm, ReplicaLeader};
+use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta};
+
+const NODE: u64 = 1;
+const ORDERS_ID: &str = "00000000000000d4";
+
+/// A ceiling that turns a hang into a failure; no speed is asserted.
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT_MAX;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Answers "not gone" until opened, then what the replica says.
+#[derive(Debug)]
+struct GatedLeader {
+    open: AtomicBool,
+    replica: ReplicaLeader,
+}
+
+impl LeaderConfirm for GatedLeader {
+    fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {
+        if self.open.load(Ordering::Acquire) {
+            self.replica.confirm_gone(question)
+        } else {
+            Ok(false)
+        }
+    }
+}
+
+fn portable() -> Arc<dyn Disk> {
+    Arc::new(PortableDisk::new(1).expect("portable disk"))
+}
+
+/// A standalone node under `data_dir` whose housekeeping ticks every few
+/// milliseconds and asks `GatedLeader` (returned, closed).
+fn start(disk: Arc<dyn Disk>, data_dir: &Path) -> (DataNode, Arc<GatedLeader>) {
+    let mut services = NodeServices::standalone(disk, NODE, 7);
+    let leader = Arc::new(GatedLeader {
+        open: AtomicBool::new(false),
+        replica: ReplicaLeader::new(Arc::clone(&services.replica)),
+    });
+    services.leader = Arc::clone(&leader) as Arc<dyn LeaderConfirm>;
+    let mut config = DataNodeConfig::new(data_dir);
+    config.housekeeping = HousekeepingConfig {
+        tick: Duration::from_millis(5),
+        stats_interval: Duration::from_millis(5),
+        sweep_interval: Duration::from_millis(5),
+    };
+    let node = DataNode::start(services, config).expect("node starts");
+    (node, leader)
+}
+
+fn topics(dir: &TempDir) -> PathBuf {
+    dir.path().join("topics")
+}
+
+fn stale_copy(dir: &TempDir, topic: &str, id: &str) -> PathBuf {
+    topics(dir).join(format!("{topic}.stale-{id}"))
+}
+
+fn replica_of(node: &DataNode) -> &MetadataReplica {
+    &node.api().replica
+}
+
+#[test]
+fn a_deleted_topics_directory_is_quarantined_then_removed_once_the_leader_confirms() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (node, leader) = start(portable(), dir.path());
+    let replica = replica_of(&node);
+    replica.apply_delta(
+        1,
+        MetadataDelta::PutTopic(TopicMeta::new("orders", Some(ORDERS_ID), 1, NODE)),
+    );
+    node.logs()
+        .resolve(&Destination::new("orders", 0), Some(&Arc::from(ORDERS_ID)))
+        .expect("log opens");
+    assert!(topics(&dir).join("orders").exists());
+
+    replica.apply_delta(
+        2,
+        MetadataDelta::DeleteTopic {
+            name: "orders".into(),
+        },
+    );
+    let stale = stale_copy(&dir, "orders", ORDERS_ID);
+    wait_until("the directory renamed to its quarantined name", || {
+        stale.exists() && !topics(&dir).join("orders").exists()
+    });
+    let metrics = &node.api().metrics;
+    wait_until("the quarantine gauge to count the copy", || {
+        metrics.render().contains("narad_quarantined_copies 1")
+    });
+
+    leader.open.store(true, Ordering::Release);
+    wait_until("the quarantined copy removed", || !stale.exists());
+    node.shutdown();
+}
+
+#[test]
+fn a_directory_of_a_topic_the_replica_never_had_is_retired_at_start() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let disk = portable();
+    let earlier = LocalLogs::new(Arc::clone(&disk), dir.path(), LogConfig::default());
+    earlier
+        .resolve(&Destination::new("ghost", 0), Some(&Arc::from(ORDERS_ID)))
+        .expect("log opens");
+    earlier.close_all();
+
+    let (node, _closed) = start(disk, dir.path());
+    let stale = stale_copy(&dir, "ghost", ORDERS_ID);
+    wait_until("the orphan directory quarantined", || {
+        stale.exists() && !topics(&dir).join("ghost").exists()
+    });
+    node.shutdown();
+}
