@@ -817,3 +817,28 @@ async fn acks_beyond_the_single_slots_leave_as_one_ack_batch_and_each_gets_its_a
     assert_eq!(owner.singles.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(*owner.batches.lock(), vec![2]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_once() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("remote", 0, "orphan").await;
+    let forwarder = Arc::clone(cluster.a.api().forwarder.get().expect("forwarder"));
+    let records = forwarder.probe(B, "remote", 1).await;
+    assert_eq!(records.len(), 1);
+    let topic: Arc<str> = Arc::from("remote");
+
+    drop(crate::http::consume::LeasedRemotely {
+        forwarder,
+        deliveries: records
+            .into_iter()
+            .map(|record| super::delivery_of(&topic, record))
+            .collect(),
+    });
+
+    // Without the release the lease would hold for the visibility timeout
+    // (30 s), past this wait.
+    let answer = cluster.get("/v1/topics/remote/consume?wait=10s").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.json()["payload"], "orphan");
+    cluster.stop();
+}

@@ -501,18 +501,61 @@ async fn consume_anywhere(
 
 /// One non-blocking probe of each live remote owner of `topic` in turn,
 /// asking each for what is still wanted, until `max` records are in hand.
-async fn probe_remote_owners(forwarder: &Forwarder, topic: &str, max: usize) -> Vec<Delivery> {
+/// If the consume goes away between probes (its client left), the records
+/// already leased are nacked at their owners at once.
+async fn probe_remote_owners(forwarder: &Arc<Forwarder>, topic: &str, max: usize) -> Vec<Delivery> {
     let name: Arc<str> = Arc::from(topic);
-    let mut deliveries = Vec::new();
+    let mut leased = LeasedRemotely {
+        forwarder: Arc::clone(forwarder),
+        deliveries: Vec::new(),
+    };
     for node in forwarder.live_remote_owners(topic) {
-        let wanted = max.saturating_sub(deliveries.len());
+        let wanted = max.saturating_sub(leased.deliveries.len());
         if wanted == 0 {
             break;
         }
         let records = forwarder.probe(node, topic, wanted).await;
-        deliveries.extend(records.into_iter().map(|record| delivery_of(&name, record)));
+        leased
+            .deliveries
+            .extend(records.into_iter().map(|record| delivery_of(&name, record)));
     }
-    deliveries
+    std::mem::take(&mut leased.deliveries)
+}
+
+/// Records leased at remote owners and not yet handed on. Dropped while
+/// holding some (the consume was cancelled), it nacks them at their owners
+/// so they are redelivered at once instead of after a visibility timeout.
+pub(crate) struct LeasedRemotely {
+    pub(crate) forwarder: Arc<Forwarder>,
+    pub(crate) deliveries: Vec<Delivery>,
+}
+
+impl Drop for LeasedRemotely {
+    fn drop(&mut self) {
+        if self.deliveries.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let forwarder = Arc::clone(&self.forwarder);
+        let deliveries = std::mem::take(&mut self.deliveries);
+        runtime.spawn(async move {
+            for delivery in deliveries {
+                let handle = ReceiptHandle {
+                    partition: delivery.partition,
+                    offset: delivery.record.offset,
+                    nonce: delivery.nonce,
+                };
+                if let Err(error) = forwarder
+                    .settle(&delivery.topic, handle, Settle::Nack)
+                    .await
+                {
+                    tracing::debug!(topic = %delivery.topic, %handle, %error, "releasing a record of a cancelled consume failed; its lease lapses");
+                }
+            }
+        });
+    }
 }
 
 /// A replay of a partition another node owns, read by its owner.
