@@ -381,7 +381,14 @@ pub struct DataProcess {
     pub http_addr: SocketAddr,
     /// Node RPC (cluster transport) address.
     pub rpc_addr: SocketAddr,
+    /// The ingress WAL and partition logs; kept across restarts.
+    pub data_dir: PathBuf,
+    /// `--control-nodes`, kept for restarts.
+    control_nodes: String,
+    extra_args: Vec<String>,
     log: PathBuf,
+    /// Where the log of the latest spawn starts.
+    log_start: u64,
     child: Option<Child>,
     _dir: tempfile::TempDir,
 }
@@ -394,6 +401,13 @@ impl DataProcess {
     /// # Panics
     /// If the process cannot be spawned.
     pub fn start(cluster: &ControlCluster, id: u64, extra_args: &[&str]) -> Self {
+        let mut node = Self::new(cluster, id, extra_args);
+        node.spawn();
+        node
+    }
+
+    /// As [`DataProcess::start`], without spawning the process yet.
+    pub fn new(cluster: &ControlCluster, id: u64, extra_args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let control_nodes = cluster
             .nodes
@@ -401,33 +415,133 @@ impl DataProcess {
             .map(|node| node.cluster_addr.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let http_addr = free_tcp_addr();
-        let rpc_addr = free_udp_addr();
         let log = dir.path().join(format!("data-{id}.log"));
-        let log_file = std::fs::File::create(&log).expect("log file");
+        Self {
+            id,
+            http_addr: free_tcp_addr(),
+            rpc_addr: free_udp_addr(),
+            data_dir: dir.path().join("data"),
+            control_nodes,
+            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            log,
+            log_start: 0,
+            child: None,
+            _dir: dir,
+        }
+    }
+
+    /// Starts (or restarts) the process on its old addresses and data
+    /// directory; its log is appended to.
+    ///
+    /// # Panics
+    /// If it runs already or cannot be spawned.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "data node {} already runs", self.id);
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        self.log_start = log_file.metadata().expect("log file size").len();
         let child = Command::new(narad_binary())
             .arg("data")
-            .args(["--node-id", &id.to_string()])
-            .args(["--control-nodes", &control_nodes])
-            .args(["--http-addr", &http_addr.to_string()])
-            .args(["--rpc-addr", &rpc_addr.to_string()])
+            .args(["--node-id", &self.id.to_string()])
+            .args(["--control-nodes", &self.control_nodes])
+            .args(["--http-addr", &self.http_addr.to_string()])
+            .args(["--rpc-addr", &self.rpc_addr.to_string()])
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(extra_args)
+            .arg(&self.data_dir)
+            .args(&self.extra_args)
             .env("NARAD_CLUSTER_SECRET", SECRET)
             .env("NARAD_LOG_LEVEL", "info")
             .stdout(log_file.try_clone().expect("log file"))
             .stderr(log_file)
             .spawn()
             .expect("narad data starts");
-        Self {
-            id,
-            http_addr,
-            rpc_addr,
-            log,
-            child: Some(child),
-            _dir: dir,
+        self.child = Some(child);
+    }
+
+    /// Whether the process runs.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The log of the latest spawn so far.
+    fn log_of_spawn(&self) -> String {
+        let log = self.log();
+        let start = usize::try_from(self.log_start).unwrap_or(usize::MAX);
+        log.get(start..).unwrap_or_default().to_owned()
+    }
+
+    /// Whether the latest spawn has exited (reaping it if so).
+    fn exited(&mut self) -> bool {
+        let exited = self
+            .child
+            .as_mut()
+            .is_none_or(|child| matches!(child.try_wait(), Ok(Some(_))));
+        if exited {
+            self.child = None;
         }
+        exited
+    }
+
+    /// Spawns the process and waits until it is ready: `/readyz` answers
+    /// `200` and its log says it serves, so an answer from another
+    /// process that took the port does not count.
+    ///
+    /// Ports are picked free and released before the process binds them,
+    /// so another process can take one in between (test binaries run many
+    /// clusters at once, and every client connection takes a port). When
+    /// the process exits because a port is in use, it is spawned again:
+    /// on fresh ports if `fresh_ports`, else on the same ones once they
+    /// are free (a restart keeps its addresses, which other nodes know).
+    ///
+    /// # Panics
+    /// If it exits for another reason, or is not ready within
+    /// [`WAIT_MAX`].
+    pub async fn spawn_ready(&mut self, fresh_ports: bool) {
+        let deadline = Instant::now() + WAIT_MAX;
+        self.spawn();
+        loop {
+            let serving = self.log_of_spawn().contains("narad data serving");
+            if serving
+                && let Some((200, _)) = self.request(None, "GET", "/readyz", "").await
+                && !self.exited()
+            {
+                return;
+            }
+            if self.exited() {
+                let log = self.log_of_spawn();
+                assert!(
+                    log.contains("Address already in use"),
+                    "data node {} exited at start\n{log}",
+                    self.id
+                );
+                if fresh_ports {
+                    self.http_addr = free_tcp_addr();
+                    self.rpc_addr = free_udp_addr();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.spawn();
+            }
+            assert!(
+                Instant::now() <= deadline,
+                "gave up after {WAIT_MAX:?} waiting for data node {} to be ready\n{}",
+                self.id,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILLs the process and reaps it.
+    ///
+    /// # Panics
+    /// If it does not run.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("the data node runs");
+        child.kill().expect("SIGKILL delivered");
+        child.wait().expect("reaped");
     }
 
     /// The process's log so far.
@@ -550,4 +664,169 @@ pub async fn http_request(
         .split_once("\r\n\r\n")
         .map(|(_, body)| body.to_owned())?;
     Some((status, body))
+}
+
+/// The root admin's password a [`DataCluster`]'s control plane seeds.
+pub const ADMIN_PASSWORD: &str = "data-cluster-admin-password";
+/// The root admin of a [`DataCluster`]: name and password.
+pub const ADMIN: (&str, &str) = ("admin", ADMIN_PASSWORD);
+
+/// The `Authorization` header line (without CRLF) for Basic credentials.
+pub fn basic_authorization((name, password): (&str, &str)) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"));
+    format!("Authorization: Basic {encoded}")
+}
+
+/// Control nodes with security on (users, the root admin [`ADMIN`]) and
+/// data nodes `1..=n` following all of them, on loopback with the cluster
+/// secret. Every process is killed when dropped.
+#[derive(Debug)]
+pub struct DataCluster {
+    /// The control plane.
+    pub control: ControlCluster,
+    /// The data nodes, by position (id = position + 1).
+    pub data: Vec<DataProcess>,
+}
+
+impl DataCluster {
+    /// Starts `control_nodes` control nodes and `data_nodes` data nodes
+    /// and waits until every data node is ready.
+    ///
+    /// # Panics
+    /// If a process cannot be spawned or a data node is not ready within
+    /// [`WAIT_MAX`].
+    pub async fn start(control_nodes: u64, data_nodes: u64) -> Self {
+        let control = ControlCluster::start_with_env(
+            control_nodes,
+            &["--security-enabled", "true"],
+            &[("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)],
+        )
+        .await;
+        let mut data = Vec::new();
+        for id in 1..=data_nodes {
+            let mut node = DataProcess::new(&control, id, &[]);
+            node.spawn_ready(true).await;
+            data.push(node);
+        }
+        Self { control, data }
+    }
+
+    /// One create attempt through data node `via`: `Some(true)` created (or
+    /// created by an earlier attempt whose answer was lost: names must be
+    /// unique per cluster), `Some(false)` refused for now (no leader, or
+    /// the root admin not seeded yet), `None` no answer.
+    ///
+    /// # Panics
+    /// On any other answer.
+    pub async fn try_create_topic(&self, via: usize, body: &str) -> Option<bool> {
+        let (status, text) = self.data[via]
+            .request(Some(ADMIN), "POST", "/v1/topics", body)
+            .await?;
+        match status {
+            201 => Some(true),
+            409 if text.contains("topic already exists") => Some(true),
+            401 | 503 => Some(false),
+            other => panic!("create {body}: {other} {text}"),
+        }
+    }
+
+    /// Creates a topic (`body` is the create request) through data node
+    /// `via`, retrying while the control plane cannot take it yet.
+    ///
+    /// # Panics
+    /// If it is not created within [`WAIT_MAX`].
+    pub async fn create_topic(&self, via: usize, body: &str) {
+        let what = format!("topic {body} created");
+        self.data[via]
+            .wait_until(&what, || async {
+                self.try_create_topic(via, body)
+                    .await
+                    .filter(|created| *created)
+            })
+            .await;
+    }
+
+    /// The owner (data node id) of every partition of `topic`, as data
+    /// node `via` describes it once every partition has one.
+    ///
+    /// # Panics
+    /// If some partition has no owner after [`WAIT_MAX`].
+    pub async fn partition_owners(&self, via: usize, topic: &str) -> Vec<u64> {
+        let path = format!("/v1/topics/{topic}");
+        let node = &self.data[via];
+        node.wait_until("an owner for every partition", || async {
+            let (status, body) = node.request(Some(ADMIN), "GET", &path, "").await?;
+            if status != 200 {
+                return None;
+            }
+            let described: serde_json::Value = serde_json::from_str(&body).ok()?;
+            described["partition_stats"]
+                .as_array()?
+                .iter()
+                .map(|stats| stats["owner_node"].as_str()?.parse().ok())
+                .collect()
+        })
+        .await
+    }
+
+    /// The sum of the high watermarks of the partitions of `topic` that
+    /// data node `index` owns, as it describes them; `None` if it does not
+    /// answer.
+    pub async fn local_high_watermarks(&self, index: usize, topic: &str) -> Option<u64> {
+        let node = &self.data[index];
+        let path = format!("/v1/topics/{topic}");
+        let (status, body) = node.request(Some(ADMIN), "GET", &path, "").await?;
+        if status != 200 {
+            return None;
+        }
+        let described: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let owner = node.id.to_string();
+        let local = described["partition_stats"]
+            .as_array()?
+            .iter()
+            .filter(|stats| stats["owner_node"] == owner.as_str() && stats["status"] == "ok")
+            .filter_map(|stats| stats["high_watermark"].as_u64())
+            .sum();
+        Some(local)
+    }
+
+    /// `narad_ingress_dispatch_backlog_records` of data node `index`;
+    /// `None` if it does not answer.
+    pub async fn backlog_records(&self, index: usize) -> Option<u64> {
+        let (status, metrics) = self.data[index]
+            .request(Some(ADMIN), "GET", "/metrics", "")
+            .await?;
+        if status != 200 {
+            return None;
+        }
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("narad_ingress_dispatch_backlog_records "))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
+    /// Waits until data node `index` has dispatched every record its WAL
+    /// accepted (backlog 0).
+    ///
+    /// # Panics
+    /// After [`WAIT_MAX`].
+    pub async fn wait_drained(&self, index: usize) {
+        self.data[index]
+            .wait_until("a dispatch backlog of 0 records", || async {
+                (self.backlog_records(index).await? == 0).then_some(())
+            })
+            .await;
+    }
+
+    /// Stops every running data node with SIGTERM.
+    ///
+    /// # Panics
+    /// If one does not exit 0.
+    pub async fn terminate_data_nodes(&mut self) {
+        for node in self.data.iter_mut().filter(|node| node.is_running()) {
+            let exit = node.terminate().await;
+            assert!(exit.success(), "exit {exit:?}\n{}", node.log());
+        }
+    }
 }

@@ -1,0 +1,630 @@
+//! Chaos tests of a cluster of three `narad control` and three `narad data`
+//! processes on loopback, security on, one cluster secret.
+//!
+//! Messages are accounted for without consuming them: after the data nodes
+//! stop gracefully, the test opens every partition log in every node's data
+//! directory and matches what it finds against what the producers sent.
+//! Every message answered `202` must be stored at least once, key and
+//! payload byte for byte, and nothing that was never sent may appear.
+//! Duplicates are allowed by the delivery contract (spec §2); they are
+//! counted and printed.
+//!
+//! Placement: keyed messages belong to the partition of the key hash
+//! (FNV-1a 32 of the key, mod partitions), pinned ones to the partition
+//! asked for; keyless ones go anywhere. The dispatcher moves a message away
+//! from its partition only when the owner is dead or failing for 3 s, so
+//! the tests name the messages for which that may happen.
+//!
+//! Which requests a kill overlaps depends on scheduling, so every assertion
+//! holds for any interleaving; the waits are bounded and assert no speed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use narad_disk::portable::PortableDisk;
+use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
+use narad_tests::cluster::{ADMIN, DataCluster, basic_authorization};
+use narad_tests::dev::Request;
+
+const PARTITIONS: u32 = 6;
+/// Producer threads per data node produced to; producer `p` is keyed,
+/// pinned or keyless by `p % 3`.
+const PRODUCERS_PER_NODE: usize = 3;
+/// Distinct keys a keyed producer cycles through.
+const KEYS_PER_PRODUCER: usize = 7;
+/// Messages each producer sends in the fault-free test.
+const MESSAGES_PER_PRODUCER: usize = 150;
+/// `202`s the producers collect before a fault is injected, and again
+/// after it, before they stop.
+const ACCEPTED_AROUND_FAULT: u64 = 300;
+/// A bound on the messages one producer sends in the fault tests.
+const MESSAGES_PER_PRODUCER_MAX: usize = 20_000;
+/// How long a producer pauses after a request got no answer.
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// How a producer places its messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    Keyed,
+    Pinned(u32),
+    Keyless,
+}
+
+/// One message a producer sent, whatever the answer.
+#[derive(Clone, Debug)]
+struct Sent {
+    topic: &'static str,
+    key: Vec<u8>,
+    payload: Vec<u8>,
+    /// The partition it belongs to, when placement says.
+    home: Option<u32>,
+    /// The HTTP status; `None` when no answer came.
+    status: Option<u16>,
+    /// Whether the fault had been injected before the request was sent.
+    after_fault: bool,
+}
+
+impl Sent {
+    fn acknowledged(&self) -> bool {
+        self.status == Some(202)
+    }
+}
+
+/// One record found in a partition log.
+#[derive(Clone, Debug)]
+struct Stored {
+    topic: &'static str,
+    /// The data node whose directory holds it.
+    node: u64,
+    partition: u32,
+    key: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+/// The spec's key hash: FNV-1a, 32 bits, then `mod partitions`.
+fn key_partition(key: &[u8]) -> u32 {
+    let hash = key.iter().fold(0x811c_9dc5_u32, |hash, &byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    hash % PARTITIONS
+}
+
+/// What producers share: where to send, when to stop, what to count.
+#[derive(Debug)]
+struct Run {
+    topic: &'static str,
+    /// The topic produced to once the fault is injected.
+    topic_after_fault: &'static str,
+    authorization: String,
+    stop: AtomicBool,
+    fault: AtomicBool,
+    /// `202`s before the fault, then after it.
+    accepted_before_fault: AtomicU64,
+    accepted_after_fault: AtomicU64,
+    /// Partitions whose messages are counted apart after the fault.
+    watched: Vec<u32>,
+    /// `202`s after the fault for messages whose home is watched.
+    accepted_after_fault_watched: AtomicU64,
+}
+
+impl Run {
+    /// Producers sending to `topic` throughout.
+    fn new(topic: &'static str) -> Arc<Self> {
+        Self::switching(topic, topic, Vec::new())
+    }
+
+    /// Producers sending to `topic`, then, once the fault is injected, to
+    /// `topic_after_fault`, counting the `202`s of messages for the
+    /// `watched` partitions apart.
+    fn switching(
+        topic: &'static str,
+        topic_after_fault: &'static str,
+        watched: Vec<u32>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            topic,
+            topic_after_fault,
+            authorization: basic_authorization(ADMIN),
+            stop: AtomicBool::new(false),
+            fault: AtomicBool::new(false),
+            accepted_before_fault: AtomicU64::new(0),
+            accepted_after_fault: AtomicU64::new(0),
+            watched,
+            accepted_after_fault_watched: AtomicU64::new(0),
+        })
+    }
+
+    /// Sends one message `name` placed as `placement` to the node on `port`.
+    fn send(&self, port: u16, name: &str, n: usize, placement: Placement) -> Sent {
+        let payload = format!("{name}-{n}").into_bytes();
+        let (key, query, home) = match placement {
+            Placement::Keyed => {
+                let key = format!("{name}-k{}", n % KEYS_PER_PRODUCER);
+                let home = key_partition(key.as_bytes());
+                (key.clone().into_bytes(), format!("?key={key}"), Some(home))
+            }
+            Placement::Pinned(partition) => (
+                Vec::new(),
+                format!("?partition={partition}"),
+                Some(partition),
+            ),
+            Placement::Keyless => (Vec::new(), String::new(), None),
+        };
+        let after_fault = self.fault.load(Ordering::Acquire);
+        let topic = if after_fault {
+            self.topic_after_fault
+        } else {
+            self.topic
+        };
+        let path = format!("/v1/topics/{topic}/produce{query}");
+        let headers = [self.authorization.as_str()];
+        let status = Request::post(&path, "application/octet-stream", &payload)
+            .with_headers(&headers)
+            .send(port)
+            .map(|answer| answer.status);
+        match status {
+            Some(202) if after_fault => {
+                self.accepted_after_fault.fetch_add(1, Ordering::AcqRel);
+                if home.is_some_and(|home| self.watched.contains(&home)) {
+                    self.accepted_after_fault_watched
+                        .fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            Some(202) => {
+                self.accepted_before_fault.fetch_add(1, Ordering::AcqRel);
+            }
+            Some(_) => {}
+            None => thread::sleep(RETRY_PAUSE),
+        }
+        Sent {
+            topic,
+            key,
+            payload,
+            home,
+            status,
+            after_fault,
+        }
+    }
+
+    /// Starts a producer thread sending up to `count` messages named
+    /// `name-<n>` to `port`, until [`Run::stop`].
+    fn producer(
+        self: &Arc<Self>,
+        port: u16,
+        name: String,
+        placement: Placement,
+        count: usize,
+    ) -> JoinHandle<Vec<Sent>> {
+        let run = Arc::clone(self);
+        thread::spawn(move || {
+            (0..count)
+                .take_while(|_| !run.stop.load(Ordering::Acquire))
+                .map(|n| run.send(port, &name, n, placement))
+                .collect()
+        })
+    }
+}
+
+/// Starts [`PRODUCERS_PER_NODE`] producers against each data node in
+/// `nodes`: keyed, pinned to `pinned[i % pinned.len()]`, keyless.
+fn start_producers(
+    run: &Arc<Run>,
+    cluster: &DataCluster,
+    nodes: &[usize],
+    pinned: &[u32],
+    count: usize,
+) -> Vec<JoinHandle<Vec<Sent>>> {
+    let mut producers = Vec::new();
+    for &node in nodes {
+        let port = cluster.data[node].http_addr.port();
+        for producer in 0..PRODUCERS_PER_NODE {
+            let placement = match producer % 3 {
+                0 => Placement::Keyed,
+                1 => Placement::Pinned(pinned[(node + producer) % pinned.len()]),
+                _ => Placement::Keyless,
+            };
+            let name = format!("n{}-p{producer}", node + 1);
+            producers.push(run.producer(port, name, placement, count));
+        }
+    }
+    producers
+}
+
+/// Waits for the producers to finish; every message they sent.
+fn join_producers(producers: Vec<JoinHandle<Vec<Sent>>>) -> Vec<Sent> {
+    tokio::task::block_in_place(|| {
+        producers
+            .into_iter()
+            .flat_map(|producer| producer.join().expect("producer thread"))
+            .collect()
+    })
+}
+
+/// Stops the producers; every message they sent.
+fn stop_producers(run: &Run, producers: Vec<JoinHandle<Vec<Sent>>>) -> Vec<Sent> {
+    run.stop.store(true, Ordering::Release);
+    join_producers(producers)
+}
+
+/// Waits (bounded) until `counter` reaches `at_least`.
+async fn wait_accepted(cluster: &DataCluster, counter: &AtomicU64, at_least: u64) {
+    cluster.data[0]
+        .wait_until(&format!("{at_least} produces answered 202"), || async {
+            (counter.load(Ordering::Acquire) >= at_least).then_some(())
+        })
+        .await;
+}
+
+/// A topic body with [`PARTITIONS`] partitions.
+fn topic_body(topic: &str) -> String {
+    format!(r#"{{"name":"{topic}","partitions":{PARTITIONS}}}"#)
+}
+
+/// Creates `topic` and waits until every data node describes it with the
+/// same owners; returns the owner (data node id) of each partition.
+async fn create_spread_topic(cluster: &DataCluster, topic: &str) -> Vec<u64> {
+    cluster.create_topic(0, &topic_body(topic)).await;
+    let owners = cluster.partition_owners(0, topic).await;
+    for index in 1..cluster.data.len() {
+        assert_eq!(cluster.partition_owners(index, topic).await, owners);
+    }
+    for node in &cluster.data {
+        assert!(
+            owners.contains(&node.id),
+            "data node {} owns no partition of {topic}: owners {owners:?}",
+            node.id
+        );
+    }
+    owners
+}
+
+/// Every record of `topic` in the partition logs under `data_dir`.
+fn stored_records(node: u64, data_dir: &Path, topic: &'static str) -> Vec<Stored> {
+    let disk = Arc::new(PortableDisk::new(1).expect("disk threads"));
+    let mut stored = Vec::new();
+    for partition in 0..PARTITIONS {
+        let dir = data_dir
+            .join("topics")
+            .join(topic)
+            .join(format!("p{partition:05}"));
+        if !dir.is_dir() {
+            continue;
+        }
+        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log opens");
+        let high_watermark = log.high_watermark();
+        let mut from = 0;
+        while from < high_watermark {
+            let batch = log
+                .read(from, high_watermark, ReadLimits::default())
+                .expect("read");
+            assert!(batch.next_offset > from, "a read makes progress");
+            for entry in batch.entries {
+                match entry {
+                    ReadEntry::Record(record) => stored.push(Stored {
+                        topic,
+                        node,
+                        partition,
+                        key: record.key,
+                        payload: record.payload,
+                    }),
+                    ReadEntry::Unreadable { offsets } => {
+                        panic!("node {node} partition {partition}: unreadable {offsets:?}")
+                    }
+                }
+            }
+            from = batch.next_offset;
+        }
+    }
+    stored
+}
+
+/// Every record of `topics` on every data node of the (stopped) cluster.
+fn stored_everywhere(cluster: &DataCluster, topics: &[&'static str]) -> Vec<Stored> {
+    let mut stored = Vec::new();
+    for node in &cluster.data {
+        for topic in topics {
+            stored.extend(stored_records(node.id, &node.data_dir, topic));
+        }
+    }
+    stored
+}
+
+/// What was sent, matched against what is stored.
+#[derive(Debug)]
+struct Accounting<'a> {
+    sent: &'a [Sent],
+    stored: &'a [Stored],
+    /// Copies of each stored payload.
+    copies: HashMap<&'a [u8], Vec<&'a Stored>>,
+}
+
+impl<'a> Accounting<'a> {
+    /// Matches `stored` against `sent`.
+    ///
+    /// # Panics
+    /// If a stored record was never sent, or its key is not the one sent.
+    fn new(sent: &'a [Sent], stored: &'a [Stored]) -> Self {
+        let by_payload: HashMap<&[u8], &Sent> = sent
+            .iter()
+            .map(|message| (message.payload.as_slice(), message))
+            .collect();
+        let mut copies: HashMap<&[u8], Vec<&Stored>> = HashMap::new();
+        for record in stored {
+            let message = by_payload
+                .get(record.payload.as_slice())
+                .unwrap_or_else(|| panic!("a record that was never sent: {record:?}"));
+            assert_eq!(record.key, message.key, "key of {message:?}");
+            assert_eq!(record.topic, message.topic, "topic of {message:?}");
+            copies
+                .entry(record.payload.as_slice())
+                .or_default()
+                .push(record);
+        }
+        Self {
+            sent,
+            stored,
+            copies,
+        }
+    }
+
+    fn acknowledged(&self) -> impl Iterator<Item = &'a Sent> + '_ {
+        self.sent.iter().filter(|message| message.acknowledged())
+    }
+
+    fn copies_of(&self, message: &Sent) -> &[&'a Stored] {
+        self.copies
+            .get(message.payload.as_slice())
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Prints the counts and asserts that no acknowledged message is
+    /// missing.
+    ///
+    /// # Panics
+    /// If one is.
+    fn assert_every_acknowledged_stored(&self, test: &str) {
+        let missing: Vec<String> = self
+            .acknowledged()
+            .filter(|message| self.copies_of(message).is_empty())
+            .map(|message| String::from_utf8_lossy(&message.payload).into_owned())
+            .collect();
+        let mut duplicates: Vec<String> = self
+            .copies
+            .iter()
+            .filter(|(_, copies)| copies.len() > 1)
+            .map(|(payload, copies)| {
+                format!("{}x{}", String::from_utf8_lossy(payload), copies.len())
+            })
+            .collect();
+        duplicates.sort_unstable();
+        let mut answers: BTreeMap<Option<u16>, usize> = BTreeMap::new();
+        for message in self.sent {
+            *answers.entry(message.status).or_default() += 1;
+        }
+        let mut per_node: BTreeMap<u64, usize> = BTreeMap::new();
+        for record in self.stored {
+            *per_node.entry(record.node).or_default() += 1;
+        }
+        let acknowledged = self.acknowledged().count();
+        println!(
+            "{test}: sent {}, acknowledged {acknowledged}, stored records {} (by node {per_node:?}), \
+             distinct stored {}, duplicated messages {} (first: {:?}), answers by status \
+             (None: no answer) {answers:?}",
+            self.sent.len(),
+            self.stored.len(),
+            self.copies.len(),
+            duplicates.len(),
+            &duplicates[..duplicates.len().min(10)],
+        );
+        assert!(
+            missing.is_empty(),
+            "{} acknowledged messages not stored: {:?}",
+            missing.len(),
+            &missing[..missing.len().min(20)]
+        );
+    }
+}
+
+/// Asserts that every record of `topic` sits in a partition its node owns.
+fn assert_stored_by_owners(stored: &[Stored], topic: &str, owners: &[u64]) {
+    for record in stored.iter().filter(|record| record.topic == topic) {
+        let owner = owners[record.partition as usize];
+        assert_eq!(
+            record.node, owner,
+            "a record in partition {} stored by node {}, owner {owner}: {record:?}",
+            record.partition, record.node
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_produced_through_every_data_node_are_stored_by_their_partitions_owners() {
+    const TOPIC: &str = "spread";
+    let mut cluster = DataCluster::start(3, 3).await;
+    let owners = create_spread_topic(&cluster, TOPIC).await;
+    let run = Run::new(TOPIC);
+    let every_partition: Vec<u32> = (0..PARTITIONS).collect();
+    let producers = start_producers(
+        &run,
+        &cluster,
+        &[0, 1, 2],
+        &every_partition,
+        MESSAGES_PER_PRODUCER,
+    );
+    let sent = join_producers(producers);
+    for index in 0..cluster.data.len() {
+        cluster.wait_drained(index).await;
+    }
+    cluster.terminate_data_nodes().await;
+
+    let stored = stored_everywhere(&cluster, &[TOPIC]);
+    let accounting = Accounting::new(&sent, &stored);
+    accounting.assert_every_acknowledged_stored("no faults");
+    assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
+    assert_stored_by_owners(&stored, TOPIC, &owners);
+    for message in accounting.acknowledged() {
+        if let Some(home) = message.home {
+            for copy in accounting.copies_of(message) {
+                assert_eq!(copy.partition, home, "partition of {message:?}");
+            }
+        }
+    }
+    let remote = stored
+        .iter()
+        .filter(|record| {
+            !record
+                .payload
+                .starts_with(format!("n{}-", record.node).as_bytes())
+        })
+        .count();
+    println!("no faults: {remote} records stored by a node other than the one that accepted them");
+}
+
+/// Records a sender may hold back as probes while an owner is dead: one
+/// per failing destination (spec seed, dispatch stage), so one per live
+/// sender and partition of the dead owner.
+fn probes_held_max(senders: usize, dead_partitions: usize) -> usize {
+    senders * dead_partitions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is_lost() {
+    // Producers switch topics at the kill, so every record of the second
+    // topic was accepted while its owner of some partitions was dead.
+    const BEFORE: &str = "before-kill";
+    const AFTER: &str = "after-kill";
+    let mut cluster = DataCluster::start(3, 3).await;
+    let owners_before = create_spread_topic(&cluster, BEFORE).await;
+    let owners_after = create_spread_topic(&cluster, AFTER).await;
+    let (live, victim) = ([0, 1], 2);
+    let victim_id = cluster.data[victim].id;
+    let dead_partitions: Vec<u32> = (0..PARTITIONS)
+        .filter(|&partition| owners_after[partition as usize] == victim_id)
+        .collect();
+    let probes_max = probes_held_max(live.len(), dead_partitions.len());
+    let run = Run::switching(BEFORE, AFTER, dead_partitions.clone());
+    let producers = start_producers(
+        &run,
+        &cluster,
+        &live,
+        &dead_partitions,
+        MESSAGES_PER_PRODUCER_MAX,
+    );
+    wait_accepted(&cluster, &run.accepted_before_fault, ACCEPTED_AROUND_FAULT).await;
+    cluster.data[victim].kill();
+    let killed_at = Instant::now();
+    run.fault.store(true, Ordering::Release);
+    wait_accepted(&cluster, &run.accepted_after_fault, ACCEPTED_AROUND_FAULT).await;
+    let for_dead_owner_min = u64::try_from(probes_max).expect("small") * 10;
+    wait_accepted(
+        &cluster,
+        &run.accepted_after_fault_watched,
+        for_dead_owner_min,
+    )
+    .await;
+    let sent = stop_producers(&run, producers);
+
+    // Every record of the second topic is on a live node, but for the
+    // probes: the reroute moved the dead owner's share to live siblings.
+    let accepted_after = sent.iter().filter(|m| m.topic == AFTER && m.acknowledged());
+    let on_live_min = u64::try_from(accepted_after.count() - probes_max).expect("fits");
+    cluster.data[live[0]]
+        .wait_until("the rerouted records stored", || async {
+            let mut stored = 0;
+            for node in live {
+                stored += cluster.local_high_watermarks(node, AFTER).await?;
+            }
+            (stored >= on_live_min).then_some(())
+        })
+        .await;
+    let rerouted_after = killed_at.elapsed();
+    cluster.data[victim].spawn_ready(false).await;
+    for index in 0..cluster.data.len() {
+        cluster.wait_drained(index).await;
+    }
+    cluster.terminate_data_nodes().await;
+
+    let stored = stored_everywhere(&cluster, &[BEFORE, AFTER]);
+    let accounting = Accounting::new(&sent, &stored);
+    accounting.assert_every_acknowledged_stored("data node SIGKILLed");
+    assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
+    assert_stored_by_owners(&stored, BEFORE, &owners_before);
+    assert_stored_by_owners(&stored, AFTER, &owners_after);
+    let owners_of = |topic| {
+        if topic == BEFORE {
+            &owners_before
+        } else {
+            &owners_after
+        }
+    };
+    let (mut for_dead_owner, mut on_dead_owner) = (0, 0);
+    for message in accounting.acknowledged() {
+        let Some(home) = message.home else { continue };
+        let copies = accounting.copies_of(message);
+        if owners_of(message.topic)[home as usize] != victim_id {
+            for copy in copies {
+                assert_eq!(copy.partition, home, "partition of {message:?}");
+            }
+        } else if message.topic == AFTER {
+            for_dead_owner += 1;
+            if copies.iter().any(|copy| copy.node == victim_id) {
+                on_dead_owner += 1;
+            }
+        }
+    }
+    assert!(
+        on_dead_owner <= probes_max,
+        "{on_dead_owner} messages accepted while their owner was dead were stored by it, \
+         more than the {probes_max} probes"
+    );
+    println!(
+        "data node SIGKILLed: {for_dead_owner} keyed or pinned messages for its partitions \
+         accepted after the kill, {} stored by live siblings, {on_dead_owner} by it after its \
+         restart (probes); the live nodes stored them {rerouted_after:?} after the kill",
+        for_dead_owner - on_dead_owner
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_plane_answers_202_while_the_control_leader_is_sigkilled_and_creates_resume() {
+    const TOPIC: &str = "steady";
+    let mut cluster = DataCluster::start(3, 3).await;
+    let owners = create_spread_topic(&cluster, TOPIC).await;
+    let run = Run::new(TOPIC);
+    let every_partition: Vec<u32> = (0..PARTITIONS).collect();
+    let producers = start_producers(
+        &run,
+        &cluster,
+        &[0, 1, 2],
+        &every_partition,
+        MESSAGES_PER_PRODUCER_MAX,
+    );
+    wait_accepted(&cluster, &run.accepted_before_fault, ACCEPTED_AROUND_FAULT).await;
+    let old_leader = cluster.control.wait_for_leader().await;
+    cluster.control.kill(old_leader);
+    run.fault.store(true, Ordering::Release);
+    wait_accepted(&cluster, &run.accepted_after_fault, ACCEPTED_AROUND_FAULT).await;
+    cluster.create_topic(1, &topic_body("after-failover")).await;
+    let sent = stop_producers(&run, producers);
+    let new_leader = cluster.control.wait_for_leader().await;
+    assert_ne!(new_leader, old_leader);
+    for index in 0..cluster.data.len() {
+        cluster.wait_drained(index).await;
+    }
+    cluster.terminate_data_nodes().await;
+
+    let stored = stored_everywhere(&cluster, &[TOPIC]);
+    let accounting = Accounting::new(&sent, &stored);
+    accounting.assert_every_acknowledged_stored("control leader SIGKILLed");
+    assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
+    assert_stored_by_owners(&stored, TOPIC, &owners);
+    let after_kill = sent.iter().filter(|message| message.after_fault).count();
+    println!(
+        "control leader SIGKILLed: {after_kill} produces sent after the kill, until a create \
+         under the new leader succeeded; every one answered 202"
+    );
+}
