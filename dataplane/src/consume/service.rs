@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use narad_plog::{HwmWatch, LogError, PartitionLog, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::ahead::{ConsumerPosition, ConsumerStateStore, PositionSource, StateTicket};
@@ -298,6 +298,8 @@ pub struct ConsumeService {
     waiters: Waiters<Reply>,
     rotation: AtomicU32,
     timer: Arc<ExpiryTimer>,
+    /// The task pumping waiters after metadata changes.
+    metadata_task: OnceLock<AbortHandle>,
     runtime: OnceLock<tokio::runtime::Handle>,
     shut_down: AtomicBool,
 }
@@ -355,6 +357,7 @@ impl ConsumeService {
             waiters: Waiters::default(),
             rotation: AtomicU32::new(seed as u32),
             timer: Arc::new(ExpiryTimer::default()),
+            metadata_task: OnceLock::new(),
             runtime: OnceLock::new(),
             shut_down: AtomicBool::new(false),
         })
@@ -949,6 +952,11 @@ impl ConsumeService {
             Arc::clone(&self.clock),
         ));
         let _ = self.timer.task.set(task.abort_handle());
+        let task = handle.spawn(watch_metadata(
+            self.this.clone(),
+            self.replica.watch_changes(),
+        ));
+        let _ = self.metadata_task.set(task.abort_handle());
     }
 
     /// Starts the shard's high-watermark watcher if it has none.
@@ -980,6 +988,9 @@ impl ConsumeService {
 impl Drop for ConsumeService {
     fn drop(&mut self) {
         if let Some(task) = self.timer.task.get() {
+            task.abort();
+        }
+        if let Some(task) = self.metadata_task.get() {
             task.abort();
         }
     }
@@ -1124,6 +1135,21 @@ async fn run_expiry_timer(
                 *armed = None;
             }
         }
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        for topic in service.waiters.topics() {
+            service.pump(&topic);
+        }
+    }
+}
+
+/// Pumps every topic with waiters after each metadata change: a parked
+/// consume skipped partitions that had no owner yet (a topic created a
+/// moment ago) or were at a cap, and a commit to such a partition wakes no
+/// watcher until a pump has opened its shard.
+async fn watch_metadata(service: Weak<ConsumeService>, mut changes: watch::Receiver<u64>) {
+    while changes.changed().await.is_ok() {
         let Some(service) = service.upgrade() else {
             return;
         };

@@ -440,6 +440,26 @@ async fn a_long_poll_is_answered_by_a_commit() {
 }
 
 #[tokio::test]
+async fn a_long_poll_parked_before_its_partitions_had_an_owner_is_answered_by_a_commit() {
+    let node = sim_node();
+    // A topic created a moment ago: the controller has not assigned it.
+    node.alter_topic(|meta| meta.owners.iter_mut().for_each(|owner| *owner = None));
+    let task = node.parked_consume(None).await;
+    node.alter_topic(|meta| {
+        meta.owners
+            .iter_mut()
+            .for_each(|owner| *owner = Some(LOCAL_NODE));
+    });
+    // Let the metadata pump open the newly owned partitions' watchers.
+    for _ in 0..PARK_YIELDS_MAX {
+        tokio::task::yield_now().await;
+    }
+    node.commit(2, &["first"]);
+    let got = answer(task).await;
+    assert_eq!(payloads(&got), vec!["first"]);
+}
+
+#[tokio::test]
 async fn the_first_long_poll_of_a_partition_is_answered_by_a_commit_before_its_watcher_ran() {
     let node = sim_node();
     let mut consume = Box::pin(node.service.consume(request(Some(0), 10, LONG_WAIT)));

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
+use tokio::sync::watch;
 
 use super::types::{MetadataDelta, MetadataSnapshot, TopicMeta, User};
 use crate::dispatch::{Destination, NodeId, Route, TopicView, Topology};
@@ -17,6 +18,9 @@ pub struct MetadataReplica {
     state: RwLock<Arc<MetadataSnapshot>>,
     has_snapshot: AtomicBool,
     leader_commit_index: AtomicU64,
+    /// Counts state changes (snapshots and deltas), so waiters that depend
+    /// on topic records (a partition now owned here, caps raised) wake.
+    changes: watch::Sender<u64>,
 }
 
 impl MetadataReplica {
@@ -28,7 +32,13 @@ impl MetadataReplica {
             state: RwLock::new(Arc::new(MetadataSnapshot::default())),
             has_snapshot: AtomicBool::new(false),
             leader_commit_index: AtomicU64::new(0),
+            changes: watch::channel(0).0,
         }
+    }
+
+    /// A subscription that wakes after every applied snapshot or delta.
+    pub fn watch_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The node this replica runs on.
@@ -51,6 +61,7 @@ impl MetadataReplica {
         }
         *self.state.write() = Arc::new(snapshot);
         self.has_snapshot.store(true, Ordering::Release);
+        self.changes.send_modify(|count| *count += 1);
     }
 
     /// Applies one delta stamped with log index `index`.
@@ -70,6 +81,8 @@ impl MetadataReplica {
         next.applied_index = index;
         apply(&mut next, delta);
         *guard = Arc::new(next);
+        drop(guard);
+        self.changes.send_modify(|count| *count += 1);
     }
 
     /// Moves the applied index to `index` without a change: log entries
