@@ -40,6 +40,10 @@
 //!   per partition: u32 partition, u8 owned (0/1), u64 segments,
 //!     u64 oldest_offset, u64 next_offset, u64 high_watermark,
 //!     u64 size_bytes, u8 has_oldest_segment_time, u64 oldest_segment_time_ms
+//!
+//! TokenRegister (30), a Message, version 1: str topic, u32 ttl_ms
+//!   (1 ..= 65,000)                                             → 204
+//! TokenNotify (31), a Message, version 1: str topic           → 204
 //! ```
 //!
 //! Every count is checked against its limit and against the bytes present
@@ -606,6 +610,78 @@ impl Message for TopicPartitionStatsAnswer {
     const VERSION: u8 = 1;
 }
 
+/// Longest TTL a delivery token may ask for: 65 s (a 60 s wait plus the
+/// share window, with room).
+pub const TOKEN_TTL_MS_MAX: u32 = 65_000;
+
+/// The request of opcode 30: the sender has consumes of `topic` parked and
+/// asks to be told (once) when a record commits here. It reserves nothing.
+/// Answered `204`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRegister {
+    /// The topic.
+    pub topic: String,
+    /// How long the token lives, 1 ..= [`TOKEN_TTL_MS_MAX`].
+    pub ttl_ms: u32,
+}
+
+impl Encode for TokenRegister {
+    fn encode(&self, writer: &mut Writer) {
+        assert!(
+            (1..=TOKEN_TTL_MS_MAX).contains(&self.ttl_ms),
+            "a token lives 1 to {TOKEN_TTL_MS_MAX} ms"
+        );
+        writer.str(&self.topic);
+        writer.u32(self.ttl_ms);
+    }
+}
+
+impl Decode for TokenRegister {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let topic = reader.str("topic")?;
+        let ttl_ms = reader.u32("ttl_ms")?;
+        if !(1..=TOKEN_TTL_MS_MAX).contains(&ttl_ms) {
+            return Err(DecodeError::InvalidValue {
+                field: "ttl_ms",
+                value: u64::from(ttl_ms),
+            });
+        }
+        Ok(Self { topic, ttl_ms })
+    }
+}
+
+impl Message for TokenRegister {
+    const NAME: &'static str = "TokenRegister";
+    const VERSION: u8 = 1;
+}
+
+/// The request of opcode 31, owner to token holder: a record of `topic`
+/// committed; the holder's parked consumes probe again. Answered `204`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenNotify {
+    /// The topic.
+    pub topic: String,
+}
+
+impl Encode for TokenNotify {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.topic);
+    }
+}
+
+impl Decode for TokenNotify {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: reader.str("topic")?,
+        })
+    }
+}
+
+impl Message for TokenNotify {
+    const NAME: &'static str = "TokenNotify";
+    const VERSION: u8 = 1;
+}
+
 /// Decodes a forwarded request body as the owner must: trailing bytes
 /// after the last field this build knows are an unknown field, refused as
 /// `400 unsupported rpc operation`; anything else unreadable is
@@ -800,6 +876,20 @@ mod tests {
             prop_assert_eq!(round_trip(&request), request);
             let answer = TopicPartitionStatsAnswer { entries };
             prop_assert_eq!(round_trip(&answer), answer);
+        }
+
+        #[test]
+        fn tokens_round_trip(topic in ".{0,16}", ttl_ms in 1..=TOKEN_TTL_MS_MAX) {
+            let register = TokenRegister { topic: topic.clone(), ttl_ms };
+            prop_assert_eq!(round_trip(&register), register);
+            let notify = TokenNotify { topic };
+            prop_assert_eq!(round_trip(&notify), notify);
+        }
+
+        #[test]
+        fn token_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..48)) {
+            never_panics::<TokenRegister>(bytes.clone());
+            never_panics::<TokenNotify>(bytes);
         }
 
         #[test]

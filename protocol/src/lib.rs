@@ -53,8 +53,8 @@ pub use commit::{
 };
 pub use consume::{
     AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, ForwardConsume, ForwardSettle,
-    ForwardedRecord, LeaseRef, PartitionStatsEntry, SettleKind, TopicPartitionStats,
-    TopicPartitionStatsAnswer,
+    ForwardedRecord, LeaseRef, PartitionStatsEntry, SettleKind, TokenNotify, TokenRegister,
+    TopicPartitionStats, TopicPartitionStatsAnswer,
 };
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;

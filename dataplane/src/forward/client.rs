@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use narad_protocol::codec::{Message, decode_message, encode_message};
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
 use super::coalesce::{AckLanes, Admission, QUEUED_ACKS_MAX, Queued, single_acks_max};
+use super::tokens::{TOKEN_SHARE_WINDOW, TokenInbox};
 use super::{LONG_POLL_GRACE, PROBE_BUDGET, SETTLE_BUDGET, STATS_BUDGET};
 use crate::consume::handle::ReceiptHandle;
 use crate::consume::shard::Settle;
@@ -66,6 +67,7 @@ pub struct Forwarder {
     replica: Arc<MetadataReplica>,
     rotation: AtomicUsize,
     ack_lanes: Mutex<AckLanes>,
+    tokens: OnceLock<Arc<TokenInbox>>,
 }
 
 /// Where a partition lives, as far as forwarding cares.
@@ -108,7 +110,64 @@ impl Forwarder {
             replica,
             rotation: AtomicUsize::new(0),
             ack_lanes: Mutex::new(AckLanes::new(single_max, QUEUED_ACKS_MAX)),
+            tokens: OnceLock::new(),
         })
+    }
+
+    /// Parks queue consumes on delivery tokens too: `inbox` must be routed
+    /// on this node's transport ([`TokenInbox::route`]), where owners send
+    /// their notifications. Without it, parked consumes rely on re-probes.
+    ///
+    /// # Panics
+    /// If set already.
+    pub fn use_tokens(&self, inbox: Arc<TokenInbox>) {
+        assert!(self.tokens.set(inbox).is_ok(), "token inbox set twice");
+    }
+
+    /// What parked consumes of `topic` wait on besides their own park, if
+    /// tokens are in use.
+    pub fn token_waker(&self, topic: &str) -> Option<Arc<tokio::sync::Notify>> {
+        self.tokens.get().map(|inbox| inbox.waker(topic))
+    }
+
+    /// Asks every live remote owner of `topic` that holds no live token of
+    /// this node for one, living `left` + 250 ms. Does not wait: the calls
+    /// run as tasks, and a refusal only means re-probes.
+    pub fn register_tokens(self: &Arc<Self>, topic: &str, left: Duration) {
+        let Some(inbox) = self.tokens.get() else {
+            return;
+        };
+        let ttl = (left + TOKEN_SHARE_WINDOW).min(Duration::from_millis(u64::from(
+            narad_protocol::consume::TOKEN_TTL_MS_MAX,
+        )));
+        let now = Instant::now();
+        for node in self.live_remote_owners(topic) {
+            if !inbox.claim_registration(node, topic, ttl, now) {
+                continue;
+            }
+            let Some(peer) = self.addresses.rpc_addr(node) else {
+                continue;
+            };
+            let forwarder = Arc::clone(self);
+            let request = narad_protocol::TokenRegister {
+                topic: topic.to_owned(),
+                ttl_ms: u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX).max(1),
+            };
+            tokio::spawn(async move {
+                let answer = forwarder
+                    .call::<_, AckBatchAnswer>(
+                        peer,
+                        Lane::Consume,
+                        Opcode::TOKEN_REGISTER,
+                        &request,
+                        PROBE_BUDGET,
+                    )
+                    .await;
+                if let Err(error) = answer {
+                    tracing::debug!(node, %peer, %error, "delivery token not taken; re-probing instead");
+                }
+            });
+        }
     }
 
     /// Where `topic`/`partition` lives now.

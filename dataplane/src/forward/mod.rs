@@ -24,13 +24,18 @@
 //! `503` without a call; a call that gets no answer is `502` (an ack may have
 //! landed: the retry answers `410`).
 //!
-//! What it does not do: delivery tokens (TokenRegister/TokenNotify); a
-//! parked queue consume re-probes remote owners on a 100 ms → 1 s cadence
-//! instead. See `docs/internals/forwarding.md`.
+//! A parked queue consume re-probes remote owners on a 100 ms → 1 s
+//! cadence, and, with a routed [`tokens::TokenInbox`], holds delivery
+//! tokens at them so a commit there wakes it at once.
+//!
+//! What it does not do: an owner does not hold a record back for the node
+//! it notified (the spec's claim); the notified consume simply probes. See
+//! `docs/internals/forwarding.md`.
 
 mod client;
 pub mod coalesce;
 mod service;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;

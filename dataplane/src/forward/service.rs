@@ -1,8 +1,10 @@
 //! The owning side: forwarded consumes, replays, settles and statistics
 //! answered from this node's consume service and partition logs.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use narad_protocol::codec::Message;
 use narad_protocol::commit::not_owner;
@@ -11,8 +13,14 @@ use narad_protocol::limits::messaging_permits;
 use narad_protocol::{
     AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, ForwardConsume, ForwardSettle,
     ForwardedRecord, Inbound, Opcode, OperationLimit, PartitionStatsEntry, Response, Router,
-    RpcError, SettleKind, Status, TopicPartitionStats, TopicPartitionStatsAnswer,
+    RpcError, SettleKind, Status, TokenNotify, TokenRegister, TopicPartitionStats,
+    TopicPartitionStatsAnswer,
 };
+use narad_protocol::{Lane, Node, Request};
+use parking_lot::Mutex;
+
+use super::PROBE_BUDGET;
+use super::tokens::TokenTable;
 
 use crate::commit::LocalLogs;
 use crate::consume::service::{
@@ -34,7 +42,14 @@ const LONG_POLL_LIMIT_NAME: &str = "forward-long-poll";
 /// [`ForwardService::attach`].
 #[derive(Debug)]
 pub struct ForwardService {
+    this: Weak<ForwardService>,
     serving: OnceLock<Serving>,
+    /// To notify token holders; weak, since the transport's router holds
+    /// this service.
+    transport: OnceLock<Weak<Node>>,
+    tokens: Mutex<TokenTable>,
+    /// Partitions whose high watermark a task watches for token holders.
+    watched: Mutex<HashSet<Destination>>,
 }
 
 #[derive(Debug)]
@@ -47,9 +62,26 @@ struct Serving {
 impl ForwardService {
     /// A service answering `503` until attached.
     pub fn new() -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|this| Self {
+            this: this.clone(),
             serving: OnceLock::new(),
+            transport: OnceLock::new(),
+            tokens: Mutex::new(TokenTable::default()),
+            watched: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// Lets the service notify delivery-token holders through `transport`
+    /// (the node's, bound with this service's routes). Without it,
+    /// `TokenRegister` is answered `503` and requesters rely on re-probes.
+    ///
+    /// # Panics
+    /// If set already.
+    pub fn attach_transport(&self, transport: &Arc<Node>) {
+        assert!(
+            self.transport.set(Arc::downgrade(transport)).is_ok(),
+            "forward service transport attached twice"
+        );
     }
 
     /// A service serving at once.
@@ -98,6 +130,7 @@ impl ForwardService {
             Opcode::NACK,
             Opcode::ACK_BATCH,
             Opcode::TOPIC_PARTITION_STATS,
+            Opcode::TOKEN_REGISTER,
         ]
         .into_iter()
         .fold(router, |router, opcode| {
@@ -130,7 +163,114 @@ impl ForwardService {
             Opcode::NACK => serving.settle(decode(body)?, Settle::Nack),
             Opcode::ACK_BATCH => Ok(serving.settle_batch(decode(body)?)),
             Opcode::TOPIC_PARTITION_STATS => Ok(serving.stats(&decode(body)?)),
+            Opcode::TOKEN_REGISTER => self.register_token(serving, &decode(body)?, inbound.peer),
             other => Err(RpcError::unsupported_operation(other)),
+        }
+    }
+}
+
+impl ForwardService {
+    /// Takes a delivery token of `request.topic` for `holder` (the
+    /// requester's endpoint, which serves `TokenNotify`) and makes sure
+    /// every partition of the topic this node owns is watched.
+    fn register_token(
+        &self,
+        serving: &Serving,
+        request: &TokenRegister,
+        holder: SocketAddr,
+    ) -> Result<Response, RpcError> {
+        if self.transport.get().is_none() {
+            return Err(RpcError::unavailable("delivery tokens are not served here"));
+        }
+        let meta = serving
+            .replica
+            .topic_meta(&request.topic)
+            .ok_or_else(topic_not_found)?;
+        let now = Instant::now();
+        let expires_at = now + Duration::from_millis(u64::from(request.ttl_ms));
+        self.tokens
+            .lock()
+            .register(&request.topic, holder, expires_at, now)
+            .map_err(|_| RpcError::unavailable("too many delivery tokens; probe instead"))?;
+        for partition in 0..meta.partitions {
+            let destination = Destination::new(&request.topic, partition);
+            if !matches!(
+                serving.replica.route(&destination),
+                Route::Owner { local: true, .. }
+            ) {
+                continue;
+            }
+            if !self.watched.lock().insert(destination.clone()) {
+                continue;
+            }
+            let log = serving
+                .logs
+                .resolve(&destination, meta.incarnation_id.as_ref());
+            match log {
+                Ok(log) => self.watch(destination, log.watch_high_watermark()),
+                Err(_) => {
+                    self.watched.lock().remove(&destination);
+                }
+            }
+        }
+        Ok(Response::no_content())
+    }
+
+    /// Until no live token of the topic is left, each commit to
+    /// `destination` spends the topic's tokens.
+    fn watch(&self, destination: Destination, mut watch: narad_plog::HwmWatch) {
+        let Some(service) = self.this.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let mut seen = watch.high_watermark();
+            loop {
+                match watch.wait_beyond(seen).await {
+                    Ok(high_watermark) => seen = high_watermark,
+                    Err(_) => break,
+                }
+                service.spend_tokens(&destination.topic);
+                if !service
+                    .tokens
+                    .lock()
+                    .has_live(&destination.topic, Instant::now())
+                {
+                    break;
+                }
+            }
+            service.watched.lock().remove(&destination);
+        });
+    }
+
+    /// Whether a live delivery token of `topic` is held here (tests).
+    #[cfg(test)]
+    pub(crate) fn holds_token(&self, topic: &str) -> bool {
+        self.tokens.lock().has_live(topic, Instant::now())
+    }
+
+    /// Notifies every live token holder of `topic`, each once.
+    fn spend_tokens(&self, topic: &str) {
+        let holders = self.tokens.lock().spend(topic, Instant::now());
+        let Some(transport) = self.transport.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        for holder in holders {
+            let transport = Arc::clone(&transport);
+            let notify = TokenNotify {
+                topic: topic.to_owned(),
+            };
+            tokio::spawn(async move {
+                let request = Request::new(
+                    Opcode::TOKEN_NOTIFY,
+                    narad_protocol::codec::encode_message(&notify),
+                );
+                if let Err(error) = transport
+                    .call_with_timeout(holder, Lane::Consume, request, PROBE_BUDGET)
+                    .await
+                {
+                    tracing::debug!(%holder, %error, "delivery token notification not delivered; the holder re-probes");
+                }
+            });
         }
     }
 }

@@ -111,7 +111,9 @@ struct Cluster {
     b: DataNode,
     router: Router,
     a_transport: Arc<Node>,
-    b_transport: Node,
+    b_transport: Arc<Node>,
+    b_service: Arc<ForwardService>,
+    inbox: Arc<super::tokens::TokenInbox>,
     _silent: UdpSocket,
 }
 
@@ -122,15 +124,19 @@ impl Cluster {
         let (b, b_replica) = data_node(B, 12);
         let service =
             ForwardService::with_consume(Arc::clone(b.consume()), Arc::clone(b.logs()), b_replica);
-        let b_transport = Node::bind(
-            NodeConfig::new(loopback, auth()),
-            service.route(narad_protocol::Router::new()),
-        )
-        .expect("bind B");
+        let b_transport = Arc::new(
+            Node::bind(
+                NodeConfig::new(loopback, auth()),
+                service.route(narad_protocol::Router::new()),
+            )
+            .expect("bind B"),
+        );
+        service.attach_transport(&b_transport);
+        let inbox = super::tokens::TokenInbox::new();
         let a_transport = Arc::new(
             Node::bind(
                 NodeConfig::new(loopback, auth()),
-                narad_protocol::Router::new(),
+                inbox.route(narad_protocol::Router::new()),
             )
             .expect("bind A"),
         );
@@ -139,6 +145,7 @@ impl Cluster {
         addresses.set(B, b_transport.local_addr());
         addresses.set(SILENT, silent.local_addr().expect("address"));
         let forwarder = Forwarder::new(Arc::clone(&a_transport), addresses, a_replica);
+        forwarder.use_tokens(Arc::clone(&inbox));
         assert!(a.api().forwarder.set(forwarder).is_ok());
         let router = a.router();
         Self {
@@ -147,6 +154,8 @@ impl Cluster {
             router,
             a_transport,
             b_transport,
+            b_service: service,
+            inbox,
             _silent: silent,
         }
     }
@@ -841,4 +850,38 @@ async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_on
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert_eq!(answer.json()["payload"], "orphan");
     cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_consume_holds_a_token_at_the_owner_and_is_notified_of_a_commit() {
+    let cluster = Arc::new(Cluster::start());
+    let waiting = {
+        let cluster = Arc::clone(&cluster);
+        tokio::spawn(async move { cluster.get("/v1/topics/remote/consume?wait=10s").await })
+    };
+    tokio::time::timeout(CEILING, async {
+        while !cluster.b_service.holds_token("remote") {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the parked consume registers a token at the owner");
+
+    cluster.produce_on_b("remote", 1, "announced").await;
+    let answer = waiting.await.expect("consume task");
+
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.json()["payload"], "announced");
+    tokio::time::timeout(CEILING, async {
+        while cluster.inbox.notified_total() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the owner spent the token by notifying node A");
+    assert!(
+        !cluster.b_service.holds_token("remote"),
+        "a token is single use"
+    );
+    Arc::into_inner(cluster).expect("sole owner").stop();
 }

@@ -487,11 +487,22 @@ async fn consume_anywhere(
         if left.is_zero() {
             return Ok(Vec::new());
         }
+        forwarder.register_tokens(&request.topic, left);
         let parked = ConsumeRequest {
             wait: pause.min(left),
             ..request.clone()
         };
-        let parked = service.consume(parked).await.map_err(consume_refusal)?;
+        let parked = match forwarder.token_waker(&request.topic) {
+            // An owner's notification ends the park early: scan and probe
+            // again at once (the consume service's park is cancel safe).
+            Some(waker) => {
+                tokio::select! {
+                    parked = service.consume(parked) => parked.map_err(consume_refusal)?,
+                    () = waker.notified() => Vec::new(),
+                }
+            }
+            None => service.consume(parked).await.map_err(consume_refusal)?,
+        };
         if !parked.is_empty() {
             return Ok(parked);
         }
