@@ -3,7 +3,10 @@
 //! API (users, Basic auth, the root admin). The data node reaches the
 //! control node over the loopback cluster transport through
 //! [`crate::bridge`], unauthenticated in both modes: nothing outside the
-//! process can reach a loopback socket it did not open.
+//! process can reach a loopback socket it did not open. The data node's
+//! incarnation housekeeping (deleted topics' directories quarantined, then
+//! removed once the control node confirms) runs inside it as in `narad
+//! data`.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -182,6 +185,8 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
             Arc::clone(&bridge),
             tokio::runtime::Handle::current(),
         )),
+        // The only data node owns every partition: nothing is committed
+        // elsewhere, so it neither sends nor serves remote commits.
         remote: Arc::new(NoRemoteTarget),
         admin: Arc::new(ControlAdmin::new(Arc::clone(&bridge))),
         replica: Arc::clone(&replica),

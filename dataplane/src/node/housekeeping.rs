@@ -25,12 +25,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::commit::{LocalLogs, MarkerToken, Retirement, TopicDirError};
-use crate::dispatch::LeaderConfirm;
+use crate::dispatch::{GoneQuestion, LeaderConfirm};
 use crate::metadata::{MetadataReplica, MetadataSnapshot};
 use crate::metrics::NodeMetrics;
 
@@ -64,6 +65,7 @@ const RETIRE_PENDING_MAX: usize = 1_024;
 pub(crate) struct HousekeepingParts {
     pub(crate) logs: Arc<LocalLogs>,
     pub(crate) replica: Arc<MetadataReplica>,
+    /// Leader confirmation; asked from the housekeeping thread only.
     pub(crate) leader: Arc<dyn LeaderConfirm>,
     pub(crate) metrics: Arc<NodeMetrics>,
 }
@@ -72,6 +74,8 @@ pub(crate) struct HousekeepingParts {
 #[derive(Debug)]
 pub(crate) struct Housekeeping {
     stop: mpsc::Sender<()>,
+    /// Set when the stop begins: a sweep then asks the leader nothing more.
+    stopping: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
@@ -85,19 +89,46 @@ impl Housekeeping {
         config: HousekeepingConfig,
     ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let leader = StoppableLeader {
+            leader: Arc::clone(&parts.leader),
+            stopping: Arc::clone(&stopping),
+        };
         let thread = std::thread::Builder::new()
             .name("narad-housekeeping".into())
-            .spawn(move || run(&parts, &config, &stopped))?;
-        Ok(Self { stop, thread })
+            .spawn(move || run(&parts, &leader, &config, &stopped))?;
+        Ok(Self {
+            stop,
+            stopping,
+            thread,
+        })
     }
 
-    /// Stops the thread and waits for it (at most one step of work: a
-    /// sweep's leader questions are bounded).
+    /// Stops the thread and waits for it: at most for the leader question
+    /// or the disk step it is in.
     pub(crate) fn stop(self) {
+        self.stopping.store(true, Ordering::Release);
         drop(self.stop);
         if self.thread.join().is_err() {
             tracing::error!("the housekeeping thread panicked");
         }
+    }
+}
+
+/// The leader, refusing further questions once a stop began, so a sweep
+/// of many copies does not hold the stop up.
+#[derive(Debug)]
+struct StoppableLeader {
+    leader: Arc<dyn LeaderConfirm>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl LeaderConfirm for StoppableLeader {
+    fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err("the node is stopping".into());
+        }
+        self.leader.confirm_gone(question)
     }
 }
 
@@ -141,10 +172,15 @@ fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
     last.is_none_or(|last| now.duration_since(last) >= every)
 }
 
-fn run(parts: &HousekeepingParts, config: &HousekeepingConfig, stopped: &mpsc::Receiver<()>) {
+fn run(
+    parts: &HousekeepingParts,
+    leader: &StoppableLeader,
+    config: &HousekeepingConfig,
+    stopped: &mpsc::Receiver<()>,
+) {
     let mut memory = Memory::default();
     loop {
-        tick(parts, config, &mut memory, Instant::now());
+        tick(parts, leader, config, &mut memory, Instant::now());
         match stopped.recv_timeout(config.tick) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
@@ -152,7 +188,13 @@ fn run(parts: &HousekeepingParts, config: &HousekeepingConfig, stopped: &mpsc::R
     }
 }
 
-fn tick(parts: &HousekeepingParts, config: &HousekeepingConfig, memory: &mut Memory, now: Instant) {
+fn tick(
+    parts: &HousekeepingParts,
+    leader: &StoppableLeader,
+    config: &HousekeepingConfig,
+    memory: &mut Memory,
+    now: Instant,
+) {
     if parts.replica.is_caught_up() {
         retire_departed(parts, memory);
         if due(memory.last_reconcile, config.sweep_interval, now) {
@@ -161,7 +203,7 @@ fn tick(parts: &HousekeepingParts, config: &HousekeepingConfig, memory: &mut Mem
         }
     }
     if due(memory.last_sweep, config.sweep_interval, now) {
-        let report = parts.logs.sweep_quarantine(&*parts.leader);
+        let report = parts.logs.sweep_quarantine(leader);
         if report.removed > 0 || report.questions_failed > 0 || report.removals_failed > 0 {
             tracing::info!(?report, "quarantine sweep");
         }
@@ -287,6 +329,31 @@ mod tests {
         let before = ids(&[("a", Some("00000000000000a1"))]);
         let now = ids(&[("a", Some("00000000000000a1")), ("c", None)]);
         assert!(departed(&before, &now).is_empty());
+    }
+
+    #[derive(Debug)]
+    struct AlwaysGone;
+
+    impl LeaderConfirm for AlwaysGone {
+        fn confirm_gone(&self, _: &GoneQuestion) -> Result<bool, String> {
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn a_stopping_node_asks_the_leader_nothing_more() {
+        let stopping = Arc::new(AtomicBool::new(false));
+        let leader = StoppableLeader {
+            leader: Arc::new(AlwaysGone),
+            stopping: Arc::clone(&stopping),
+        };
+        let question = GoneQuestion {
+            topic: Arc::from("orders"),
+            incarnation: None,
+        };
+        assert_eq!(leader.confirm_gone(&question), Ok(true));
+        stopping.store(true, Ordering::Release);
+        assert!(leader.confirm_gone(&question).is_err());
     }
 
     #[test]
