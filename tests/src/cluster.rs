@@ -1,7 +1,9 @@
-//! A harness for multi-process control-plane tests: it builds the `narad`
-//! binary once, starts `narad control` processes on loopback with free
-//! ports, talks to them over the cluster transport (with the same secret),
-//! and kills every process it started when dropped.
+//! A harness for multi-process cluster tests: it builds the `narad` binary
+//! once, starts `narad control` processes on loopback with free ports,
+//! talks to them over the cluster transport (with the same secret), starts
+//! `narad data` processes following them ([`DataProcess`], and
+//! [`DataCluster`] for control and data nodes together, security on), and
+//! kills every process it started when dropped.
 //!
 //! Every wait is bounded and fails with what it was waiting for.
 
