@@ -13,7 +13,9 @@
 //!   sweep interval: the reconcile, which retires every topic directory
 //!   whose topic the replica does not hold (left by a delete while the node
 //!   was down, or by a topic created and deleted between two ticks), with
-//!   the id its marker names;
+//!   the id its marker names, once the leader confirms that incarnation
+//!   gone (a replica fed by a lagging control node after a restart may
+//!   lack a topic that exists);
 //! - every stats interval: `narad_quarantined_copies` and
 //!   `narad_quarantined_bytes`;
 //! - every sweep interval: the quarantine sweep, which removes only copies
@@ -198,7 +200,7 @@ fn tick(
     if parts.replica.is_caught_up() {
         retire_departed(parts, memory);
         if due(memory.last_reconcile, config.sweep_interval, now) {
-            reconcile(parts);
+            reconcile(parts, leader);
             memory.last_reconcile = Some(now);
         }
     }
@@ -256,13 +258,14 @@ fn retire(logs: &LocalLogs, topic: &str, id: Option<&str>) -> bool {
     }
 }
 
-/// Retires every topic directory whose topic the replica does not hold.
+/// Retires every topic directory whose topic the replica does not hold
+/// and whose incarnation the leader confirms gone.
 ///
 /// The directories are listed before the replica is read, and each
 /// orphan's marker is read before the replica is read again: a directory
 /// is only made for a topic the replica already holds, so a topic created
 /// while this runs is found in the second read and left alone.
-fn reconcile(parts: &HousekeepingParts) {
+fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) {
     let directories = match parts.logs.topic_directories() {
         Ok(directories) => directories,
         Err(error) => {
@@ -285,9 +288,25 @@ fn reconcile(parts: &HousekeepingParts) {
         if parts.replica.topic_meta(&topic).is_some() {
             continue;
         }
+        let token = token.unwrap_or(MarkerToken::NoId);
+        match leader.confirm_gone(&token.gone_question(&topic)) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(
+                    topic,
+                    incarnation = token.as_str(),
+                    "topic directory of no known topic kept: the leader says its topic exists"
+                );
+                continue;
+            }
+            Err(error) => {
+                tracing::info!(topic, %error, "topic directory of no known topic kept until the leader answers");
+                continue;
+            }
+        }
         let id = match &token {
-            Some(MarkerToken::Id(id)) => Some(&**id),
-            Some(MarkerToken::NoId) | None => None,
+            MarkerToken::Id(id) => Some(&**id),
+            MarkerToken::NoId => None,
         };
         retire(&parts.logs, &topic, id);
     }

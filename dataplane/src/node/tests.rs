@@ -1,11 +1,12 @@
 //! A data node's incarnation housekeeping, on a real directory (the
 //! simulated disk cannot rename directories): a deleted topic's directory
 //! is quarantined and removed only after the leader confirms, and a
-//! directory of a topic the replica never had is retired at start-up.
+//! directory of a topic the replica never had is retired and removed once
+//! the leader confirms its incarnation gone.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
@@ -36,11 +37,13 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 #[derive(Debug)]
 struct GatedLeader {
     open: AtomicBool,
+    asked: AtomicUsize,
     replica: ReplicaLeader,
 }
 
 impl LeaderConfirm for GatedLeader {
     fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {
+        self.asked.fetch_add(1, Ordering::AcqRel);
         if self.open.load(Ordering::Acquire) {
             self.replica.confirm_gone(question)
         } else {
@@ -53,12 +56,24 @@ fn portable() -> Arc<dyn Disk> {
     Arc::new(PortableDisk::new(1).expect("portable disk"))
 }
 
-/// A standalone node under `data_dir` whose housekeeping ticks every few
-/// milliseconds and asks `GatedLeader` (returned, closed).
-fn start(disk: Arc<dyn Disk>, data_dir: &Path) -> (DataNode, Arc<GatedLeader>) {
+/// A standalone node under `data_dir` whose replica holds `topics` from
+/// the start (so the housekeeping's first tick sees them), whose
+/// housekeeping ticks every few milliseconds and asks `GatedLeader`
+/// (returned, closed).
+fn start(
+    disk: Arc<dyn Disk>,
+    data_dir: &Path,
+    topics: Vec<TopicMeta>,
+) -> (DataNode, Arc<GatedLeader>) {
     let mut services = NodeServices::standalone(disk, NODE, 7);
+    for (index, topic) in (1..).zip(topics) {
+        services
+            .replica
+            .apply_delta(index, MetadataDelta::PutTopic(topic));
+    }
     let leader = Arc::new(GatedLeader {
         open: AtomicBool::new(false),
+        asked: AtomicUsize::new(0),
         replica: ReplicaLeader::new(Arc::clone(&services.replica)),
     });
     services.leader = Arc::clone(&leader) as Arc<dyn LeaderConfirm>;
@@ -87,12 +102,17 @@ fn replica_of(node: &DataNode) -> &MetadataReplica {
 #[test]
 fn a_deleted_topics_directory_is_quarantined_then_removed_once_the_leader_confirms() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (node, leader) = start(portable(), dir.path());
+    let orders = TopicMeta::new("orders", Some(ORDERS_ID), 1, NODE);
+    let (node, leader) = start(portable(), dir.path(), vec![orders]);
     let replica = replica_of(&node);
-    replica.apply_delta(
-        1,
-        MetadataDelta::PutTopic(TopicMeta::new("orders", Some(ORDERS_ID), 1, NODE)),
-    );
+    // The gauges are set at the end of a tick: from then on the
+    // housekeeping remembers `orders`.
+    wait_until("the housekeeping's first tick", || {
+        node.api()
+            .metrics
+            .render()
+            .contains("narad_quarantined_copies")
+    });
     node.logs()
         .resolve(&Destination::new("orders", 0), Some(&Arc::from(ORDERS_ID)))
         .expect("log opens");
@@ -119,7 +139,7 @@ fn a_deleted_topics_directory_is_quarantined_then_removed_once_the_leader_confir
 }
 
 #[test]
-fn a_directory_of_a_topic_the_replica_never_had_is_retired_at_start() {
+fn a_directory_of_a_topic_the_replica_never_had_is_kept_until_the_leader_confirms_it_gone() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let disk = portable();
     let earlier = LocalLogs::new(Arc::clone(&disk), dir.path(), LogConfig::default());
@@ -128,10 +148,16 @@ fn a_directory_of_a_topic_the_replica_never_had_is_retired_at_start() {
         .expect("log opens");
     earlier.close_all();
 
-    let (node, _closed) = start(disk, dir.path());
+    let (node, leader) = start(disk, dir.path(), Vec::new());
+    wait_until("the leader asked twice", || {
+        leader.asked.load(Ordering::Acquire) >= 2
+    });
+    assert!(topics(&dir).join("ghost").exists());
+
+    leader.open.store(true, Ordering::Release);
     let stale = stale_copy(&dir, "ghost", ORDERS_ID);
-    wait_until("the orphan directory quarantined", || {
-        stale.exists() && !topics(&dir).join("ghost").exists()
+    wait_until("the orphan directory retired and swept", || {
+        !topics(&dir).join("ghost").exists() && !stale.exists()
     });
     node.shutdown();
 }
