@@ -504,16 +504,23 @@ impl<P> Dispatcher<P> {
         self.announce_reroutes(now);
     }
 
-    /// A queue whose topic the replica no longer holds goes back to the
-    /// WAL, where the rescan asks the leader and discards it once
-    /// confirmed. Without this, a queue whose destination never resolves
-    /// (a topic deleted before it was assigned) would never be checked
+    /// A queue (and a failing destination's probe) whose topic the replica
+    /// no longer holds goes back to the WAL, where the rescan asks the
+    /// leader and discards it once confirmed. Without this, records whose
+    /// destination never resolves again (a topic deleted before it was
+    /// assigned, or while its owner was failing) would never be checked
     /// again and would pin the checkpoint.
     fn release_deleted_topics(&mut self, topology: &dyn Topology) {
         let deleted: Vec<Destination> = self
             .destinations
             .iter()
-            .filter(|(_, state)| !state.queue.is_empty())
+            .filter(|(_, state)| {
+                !state.queue.is_empty()
+                    || state
+                        .failing
+                        .as_ref()
+                        .is_some_and(|failing| failing.probe.is_some())
+            })
             .filter(|(destination, _)| topology.topic(&destination.topic).is_none())
             .map(|(destination, _)| destination.clone())
             .collect();
@@ -521,7 +528,10 @@ impl<P> Dispatcher<P> {
             let Some(state) = self.destinations.get_mut(&destination) else {
                 continue;
             };
-            let released: Vec<Held<P>> = state.queue.drain(..).collect();
+            let mut released: Vec<Held<P>> = state.queue.drain(..).collect();
+            if let Some(probe) = state.failing.take().and_then(|failing| failing.probe) {
+                released.push(probe);
+            }
             self.return_to_wal(released);
         }
     }

@@ -774,6 +774,30 @@ fn random_runs_never_lose_or_double_send_a_record() {
 }
 
 #[test]
+fn the_probe_of_a_failing_destination_is_discarded_when_its_topic_is_deleted() {
+    // Regression: a probe held for a failing owner was never released when
+    // the topic went away, so it pinned the checkpoint forever.
+    let mut h = Harness::new();
+    h.topic("orders", &[REMOTE]);
+    h.produce("orders", 0, 3);
+    let order = h.step().remove(0);
+    h.advance(ms(20));
+    h.finish(order, CommitOutcome::Failed);
+    assert_eq!(h.dispatcher.held(), 1, "the probe is held");
+    h.topology.topics.remove("orders");
+    h.topology.routes.clear();
+    h.step();
+    assert_eq!(h.dispatcher.held(), 0, "the probe went back to the WAL");
+    assert_eq!(h.questions.len(), 1);
+    let question = h.questions[0].clone();
+    h.dispatcher.gone_answered(question, true, h.now);
+    h.step();
+    h.discarded.sort_unstable();
+    assert_eq!(h.discarded, vec![0, 1, 2]);
+    assert_eq!(h.dispatcher.checkpoint(), 3);
+}
+
+#[test]
 fn records_queued_for_an_unassigned_partition_are_discarded_when_the_topic_is_deleted() {
     // Regression: a queue whose destination never resolved was never
     // checked again, so a topic deleted before assignment pinned the
