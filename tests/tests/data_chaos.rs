@@ -628,3 +628,59 @@ async fn the_data_plane_answers_202_while_the_control_leader_is_sigkilled_and_cr
          under the new leader succeeded; every one answered 202"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_held_for_a_sigkilled_owner_are_discarded_when_their_topic_is_deleted() {
+    const TOPIC: &str = "doomed";
+    const MESSAGES: usize = 50;
+    let mut cluster = DataCluster::start(3, 3).await;
+    let owners = create_spread_topic(&cluster, TOPIC).await;
+    let (sender, victim) = (0, 2);
+    let victim_id = cluster.data[victim].id;
+    let dead_partition = (0..PARTITIONS)
+        .find(|&partition| owners[partition as usize] == victim_id)
+        .expect("the victim owns a partition");
+    cluster.data[victim].kill();
+
+    let run = Run::new(TOPIC);
+    let port = cluster.data[sender].http_addr.port();
+    let sent: Vec<Sent> = tokio::task::block_in_place(|| {
+        (0..MESSAGES)
+            .map(|n| run.send(port, "doomed", n, Placement::Pinned(dead_partition)))
+            .collect()
+    });
+    assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
+    // The dispatcher keeps a probe record for the dead owner's partition
+    // (the rest may have gone to a sibling), so the WAL is not drained.
+    let held = cluster.backlog_records(sender).await.expect("metrics");
+    assert!(held > 0, "records held for the dead owner");
+
+    let path = format!("/v1/topics/{TOPIC}");
+    cluster.data[1]
+        .wait_until("the topic deleted", || async {
+            let (status, body) = cluster.data[1]
+                .request(Some(ADMIN), "DELETE", &path, "")
+                .await?;
+            match status {
+                204 => Some(()),
+                503 => None,
+                other => panic!("delete {TOPIC}: {other} {body}"),
+            }
+        })
+        .await;
+    // With the owner still dead, only the discard of the deleted topic's
+    // records (after the leader confirms the delete) empties the backlog.
+    cluster.wait_drained(sender).await;
+    cluster.data[victim].spawn_ready(false).await;
+    for index in 0..cluster.data.len() {
+        cluster.wait_drained(index).await;
+    }
+    cluster.terminate_data_nodes().await;
+    let stored = stored_everywhere(&cluster, &[TOPIC]);
+    println!(
+        "topic deleted under a dead owner: {MESSAGES} messages accepted, {held} records held \
+         before the delete, {} left in partition logs after it",
+        stored.len()
+    );
+    assert!(stored.is_empty(), "records of a deleted topic: {stored:?}");
+}
