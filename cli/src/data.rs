@@ -351,7 +351,7 @@ async fn serve_node(
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, node_config))
         .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;
-    peers.attach(&node, replica);
+    peers.attach(&node, replica, bridge.addresses());
     info!(http = %config.http_addr, "narad data serving");
     let gate = ReadyGate::new(vec![leader_check(bridge)]);
     let served = http::serve(

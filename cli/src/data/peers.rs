@@ -13,6 +13,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use narad_dataplane::dispatch::CommitTarget;
+use narad_dataplane::forward::tokens::TokenInbox;
+use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
@@ -25,11 +27,19 @@ struct Served {
     /// `CommitProduceBatch` (opcode 11): commits into this node's
     /// partitions.
     commits: Arc<CommitService>,
+    /// Consume, replay, settles and partition statistics (opcodes 2, 3, 8,
+    /// 18, 19, 32) of this node's partitions for other nodes' clients.
+    forward: Arc<ForwardService>,
+    /// Delivery-token notifications (opcode 31) from owners this node's
+    /// parked consumes registered with.
+    tokens: Arc<TokenInbox>,
 }
 
 /// The operations this data node serves to other nodes.
 fn rpc_router(served: &Served) -> Router {
-    served.commits.route(Router::new())
+    let router = served.commits.route(Router::new());
+    let router = served.forward.route(router);
+    served.tokens.route(router)
 }
 
 /// The cluster transport of a data node and what it serves.
@@ -48,11 +58,14 @@ impl Peers {
     pub(crate) fn bind(addr: SocketAddr, auth: ClusterAuth) -> Result<Self, NodeError> {
         let served = Served {
             commits: CommitService::new(),
+            forward: ForwardService::new(),
+            tokens: TokenInbox::new(),
         };
         let transport = Arc::new(Node::bind(
             NodeConfig::new(addr, auth),
             rpc_router(&served),
         )?);
+        served.forward.attach_transport(&transport);
         Ok(Self { transport, served })
     }
 
@@ -78,12 +91,33 @@ impl Peers {
         ))
     }
 
-    /// Starts serving the routed operations on `node`'s state; `replica` is
-    /// the node's metadata replica.
+    /// Starts serving the routed operations on `node`'s state (`replica` is
+    /// the node's metadata replica), and lets its API forward consumes and
+    /// settles of partitions other nodes own to the addresses `addresses`
+    /// knows.
     ///
     /// # Panics
     /// If called twice.
-    pub(crate) fn attach(&self, node: &DataNode, replica: Arc<MetadataReplica>) {
+    pub(crate) fn attach(
+        &self,
+        node: &DataNode,
+        replica: Arc<MetadataReplica>,
+        addresses: &Arc<AddressTable>,
+    ) {
+        self.served.forward.attach(
+            Arc::clone(node.consume()),
+            Arc::clone(node.logs()),
+            Arc::clone(&replica),
+        );
+        let forwarder = Forwarder::new(
+            Arc::clone(&self.transport),
+            Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
+            Arc::clone(&replica),
+        );
+        forwarder.use_tokens(Arc::clone(&self.served.tokens));
+        if node.api().forwarder.set(forwarder).is_err() {
+            tracing::warn!("the API had a forwarder already; this one is not used");
+        }
         self.served
             .commits
             .attach(Arc::clone(node.combiners()), replica);

@@ -66,12 +66,51 @@ fn start(
         replica: Arc::clone(&replica),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("starts");
-    peers.attach(&node, replica);
+    peers.attach(&node, replica, addresses);
     node
 }
 
+/// One HTTP/1.1 request to `router`, served on a loopback port for it;
+/// status and body.
+async fn request(router: axum::Router, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("writes");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("reads");
+    server.abort();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log() {
+async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log_and_is_consumed_through_the_accepting_node()
+ {
     let dir = tempfile::tempdir().expect("temporary directory");
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let accepting_peers = Peers::bind(loopback, auth()).expect("binds");
@@ -120,6 +159,26 @@ async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log() 
         .map(|log| log.high_watermark());
     assert_eq!(landed, Some(3));
     assert!(accepting.logs().get(&destination).is_none());
+
+    // The accepting node owns nothing: its clients consume and ack the
+    // owner's records through it.
+    let (status, body) = request(
+        accepting.router(),
+        "GET",
+        "/v1/topics/orders/consume?partition=0&wait=2s",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let message: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(message["partition"], 0);
+    let handle = message["receipt_handle"].as_str().expect("leased");
+    let ack = format!("/v1/topics/orders/ack?receipt_handle={handle}");
+    assert_eq!(request(accepting.router(), "POST", &ack).await.0, 204);
+    assert_eq!(
+        request(accepting.router(), "POST", &ack).await.0,
+        410,
+        "a second ack of the same handle"
+    );
     tokio::task::block_in_place(|| {
         accepting.shutdown();
         owner.shutdown();
