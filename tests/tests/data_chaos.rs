@@ -18,7 +18,7 @@
 //! Which requests a kill overlaps depends on scheduling, so every assertion
 //! holds for any interleaving; the waits are bounded and assert no speed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -442,7 +442,8 @@ fn assert_stored_by_owners(stored: &[Stored], topic: &str, owners: &[u64]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_produced_through_every_data_node_are_stored_by_their_partitions_owners() {
+async fn messages_produced_through_every_data_node_are_stored_by_their_owners_and_readable_through_every_node()
+ {
     const TOPIC: &str = "spread";
     let mut cluster = DataCluster::start(3, 3).await;
     let owners = create_spread_topic(&cluster, TOPIC).await;
@@ -458,6 +459,17 @@ async fn messages_produced_through_every_data_node_are_stored_by_their_partition
     let sent = join_producers(producers);
     for index in 0..cluster.data.len() {
         cluster.wait_drained(index).await;
+    }
+    // Every message is readable through every node: offset reads of the
+    // partitions a node does not own are forwarded to their owners.
+    for index in 0..cluster.data.len() {
+        let readable = replay_all(&cluster, index, TOPIC).await;
+        let unreadable = sent
+            .iter()
+            .filter(|message| message.acknowledged())
+            .filter(|message| !readable.contains(&message.payload))
+            .count();
+        assert_eq!(unreadable, 0, "messages not readable through node {index}");
     }
     cluster.terminate_data_nodes().await;
 
@@ -482,6 +494,35 @@ async fn messages_produced_through_every_data_node_are_stored_by_their_partition
         })
         .count();
     println!("no faults: {remote} records stored by a node other than the one that accepted them");
+}
+
+/// The payloads of every record of `topic`, read by offset through data
+/// node `index` from each partition's start to its end.
+async fn replay_all(cluster: &DataCluster, index: usize, topic: &str) -> HashSet<Vec<u8>> {
+    let node = &cluster.data[index];
+    let mut payloads = HashSet::new();
+    for partition in 0..PARTITIONS {
+        let mut offset = 0_u64;
+        loop {
+            let path = format!("/v1/topics/{topic}/consume?offset={offset}&partition={partition}");
+            let (status, body) = node
+                .request(Some(ADMIN), "GET", &path, "")
+                .await
+                .expect("an answer");
+            match status {
+                204 => break,
+                200 => {
+                    let message: serde_json::Value =
+                        serde_json::from_str(&body).expect("message JSON");
+                    let payload = message["payload"].as_str().expect("a text payload");
+                    payloads.insert(payload.as_bytes().to_vec());
+                    offset += 1;
+                }
+                other => panic!("offset read through node {index}: {other} {body}"),
+            }
+        }
+    }
+    payloads
 }
 
 /// Records a sender may hold back as probes while an owner is dead: one
