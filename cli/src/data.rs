@@ -182,20 +182,9 @@ pub(crate) fn run(args: &DataArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let filter = format!("{},openraft=warn", config.log_level);
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_ansi(false)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::process::logging_and_runtime("data", &config.log_level) {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("narad data: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_START);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,

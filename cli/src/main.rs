@@ -8,6 +8,7 @@ mod bridge;
 mod control;
 mod data;
 mod dev;
+mod process;
 
 use std::process::ExitCode;
 
