@@ -194,18 +194,29 @@ impl WalReader {
         loop {
             let (durable_end, next_segment) = {
                 let segments = self.shared.segments.lock();
-                let Some(&end) = segments.get(&self.segment_base) else {
-                    let oldest = segments.keys().next().copied().unwrap_or(self.next_seq);
-                    return Err(WalError::Compacted {
-                        seq: self.next_seq,
-                        oldest,
-                    });
-                };
-                let next = segments
-                    .range(self.segment_base + 1..)
-                    .next()
-                    .map(|(&base, _)| base);
-                (end, next)
+                match segments.get(&self.segment_base) {
+                    Some(&end) => {
+                        let next = segments
+                            .range(self.segment_base + 1..)
+                            .next()
+                            .map(|(&base, _)| base);
+                        (end, next)
+                    }
+                    // The reader read its segment to the end, then
+                    // compaction rotated and reclaimed it: the next segment
+                    // starts at the reader's next record, so nothing it has
+                    // not read is gone.
+                    None if segments.contains_key(&self.next_seq) => {
+                        (self.offset, Some(self.next_seq))
+                    }
+                    None => {
+                        let oldest = segments.keys().next().copied().unwrap_or(self.next_seq);
+                        return Err(WalError::Compacted {
+                            seq: self.next_seq,
+                            oldest,
+                        });
+                    }
+                }
             };
             if self.offset < durable_end {
                 return self.header_at(durable_end).map(Some);

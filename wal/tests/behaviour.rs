@@ -408,6 +408,33 @@ fn a_fully_dispatched_active_segment_is_rotated_and_reclaimed() {
 }
 
 #[test]
+fn a_reader_that_read_a_reclaimed_segment_to_its_end_goes_on_in_the_next_one() {
+    // Regression: the reader reported its own segment as compacted and the
+    // dispatcher backed off for a second before reading again.
+    for backend in backends() {
+        let wal = backend.open(small_options());
+        for i in 0..8u64 {
+            wal.append(&payload(i, 700)).unwrap().wait().unwrap();
+        }
+        let mut reader = wal.reader(0).unwrap();
+        for seq in 0..8u64 {
+            assert_eq!(reader.next_frame().unwrap().unwrap().seq, seq);
+        }
+        assert!(reader.next_frame().unwrap().is_none(), "caught up");
+        let done = wal.compact(8).unwrap();
+        assert_eq!(done.deleted, vec![0], "{}", backend.name);
+        wal.append(b"after").unwrap().wait().unwrap();
+        let frame = reader.next_frame().unwrap().unwrap();
+        assert_eq!(
+            (frame.seq, frame.payload),
+            (8, &b"after"[..]),
+            "{}",
+            backend.name
+        );
+    }
+}
+
+#[test]
 fn a_small_or_undispatched_active_segment_is_not_rotated() {
     for backend in backends() {
         let wal = backend.open(small_options());
