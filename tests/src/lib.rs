@@ -8,3 +8,4 @@
 pub mod cluster;
 pub mod dependency_rules;
 pub mod dev;
+pub mod placement;

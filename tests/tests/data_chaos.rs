@@ -29,6 +29,7 @@ use narad_disk::portable::PortableDisk;
 use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::cluster::{ADMIN, DataCluster, basic_authorization};
 use narad_tests::dev::Request;
+use narad_tests::placement::{Placed, Placement};
 
 const PARTITIONS: u32 = 6;
 /// Producer threads per data node produced to; producer `p` is keyed,
@@ -45,14 +46,6 @@ const ACCEPTED_AROUND_FAULT: u64 = 300;
 const MESSAGES_PER_PRODUCER_MAX: usize = 20_000;
 /// How long a producer pauses after a request got no answer.
 const RETRY_PAUSE: Duration = Duration::from_millis(10);
-
-/// How a producer places its messages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Placement {
-    Keyed,
-    Pinned(u32),
-    Keyless,
-}
 
 /// One message a producer sent, whatever the answer.
 #[derive(Clone, Debug)]
@@ -83,14 +76,6 @@ struct Stored {
     partition: u32,
     key: Vec<u8>,
     payload: Vec<u8>,
-}
-
-/// The spec's key hash: FNV-1a, 32 bits, then `mod partitions`.
-fn key_partition(key: &[u8]) -> u32 {
-    let hash = key.iter().fold(0x811c_9dc5_u32, |hash, &byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    });
-    hash % PARTITIONS
 }
 
 /// What producers share: where to send, when to stop, what to count.
@@ -141,19 +126,8 @@ impl Run {
     /// Sends one message `name` placed as `placement` to the node on `port`.
     fn send(&self, port: u16, name: &str, n: usize, placement: Placement) -> Sent {
         let payload = format!("{name}-{n}").into_bytes();
-        let (key, query, home) = match placement {
-            Placement::Keyed => {
-                let key = format!("{name}-k{}", n % KEYS_PER_PRODUCER);
-                let home = key_partition(key.as_bytes());
-                (key.clone().into_bytes(), format!("?key={key}"), Some(home))
-            }
-            Placement::Pinned(partition) => (
-                Vec::new(),
-                format!("?partition={partition}"),
-                Some(partition),
-            ),
-            Placement::Keyless => (Vec::new(), String::new(), None),
-        };
+        let Placed { key, query, home } =
+            placement.place(&format!("{name}-k{}", n % KEYS_PER_PRODUCER), PARTITIONS);
         let after_fault = self.fault.load(Ordering::Acquire);
         let topic = if after_fault {
             self.topic_after_fault

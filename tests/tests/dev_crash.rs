@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use narad_disk::portable::PortableDisk;
 use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::dev::{DevProcess as Dev, Request};
+use narad_tests::placement::{Placed, Placement};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -50,21 +51,13 @@ const POLL: Duration = Duration::from_millis(50);
 /// Pause of a producer after a request got no answer (the node is down).
 const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
-/// How a producer places its messages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Placement {
-    Keyed,
-    Pinned(u32),
-    Keyless,
-}
-
-impl Placement {
-    fn of_producer(producer: usize) -> Self {
-        match producer % 3 {
-            0 => Self::Keyed,
-            1 => Self::Pinned(u32::try_from(producer).expect("small") % PARTITIONS),
-            _ => Self::Keyless,
-        }
+/// How producer `producer` places its messages: keyed, pinned or keyless
+/// by `producer % 3`.
+fn placement_of_producer(producer: usize) -> Placement {
+    match producer % 3 {
+        0 => Placement::Keyed,
+        1 => Placement::Pinned(u32::try_from(producer).expect("small") % PARTITIONS),
+        _ => Placement::Keyless,
     }
 }
 
@@ -83,14 +76,6 @@ impl Sent {
     fn acknowledged(&self) -> bool {
         self.status == Some(202)
     }
-}
-
-/// The spec's key hash: FNV-1a, 32 bits, then `mod partitions`.
-fn key_partition(key: &[u8]) -> u32 {
-    let hash = key.iter().fold(0x811c_9dc5_u32, |hash, &byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    });
-    hash % PARTITIONS
 }
 
 fn request(
@@ -119,26 +104,17 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
 /// Sends up to [`MESSAGES_PER_PRODUCER_MAX`] messages, each once, until
 /// `stop`; returns every message sent and whether it got a `202`.
 fn produce(port: u16, producer: usize, stop: &AtomicBool) -> Vec<Sent> {
-    let placement = Placement::of_producer(producer);
+    let placement = placement_of_producer(producer);
     let mut sent = Vec::new();
     for n in 0..MESSAGES_PER_PRODUCER_MAX {
         if stop.load(Ordering::Relaxed) {
             break;
         }
         let payload = format!("p{producer}-{n}").into_bytes();
-        let (key, query, home) = match placement {
-            Placement::Keyed => {
-                let key = format!("k{producer}-{}", n % KEYS_PER_PRODUCER);
-                let home = key_partition(key.as_bytes());
-                (key.clone().into_bytes(), format!("?key={key}"), Some(home))
-            }
-            Placement::Pinned(partition) => (
-                Vec::new(),
-                format!("?partition={partition}"),
-                Some(partition),
-            ),
-            Placement::Keyless => (Vec::new(), String::new(), None),
-        };
+        let Placed { key, query, home } = placement.place(
+            &format!("k{producer}-{}", n % KEYS_PER_PRODUCER),
+            PARTITIONS,
+        );
         let path = format!("/v1/topics/{TOPIC}/produce{query}");
         let answer = request(port, "POST", &path, "application/octet-stream", &payload);
         if answer.is_none() {
