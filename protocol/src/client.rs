@@ -9,7 +9,9 @@
 //! queues a cancel frame behind the request, so the peer stops the handler.
 //!
 //! A failed dial makes the next dials of that peer wait (`backoff`); a call
-//! that runs out its deadline starts a liveness check of its connection.
+//! that runs out its deadline starts a liveness check of its connection, and
+//! so does a call made with a liveness threshold that is still unanswered at
+//! it (a remote commit that turned hung).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -153,6 +155,38 @@ impl ClientContext {
             self.check_liveness(peer);
         }
         outcome
+    }
+
+    /// As [`ClientContext::call`], and while the call is still unanswered
+    /// `check_after` into its wait, its peer's connection gets a liveness
+    /// check, and another every [`LIVENESS_PING_INTERVAL`] after that (each
+    /// subject to the same once-per-interval claim as any other check). A
+    /// peer that vanished loses its connection about `check_after` plus the
+    /// ping timeout into the call, which then fails with
+    /// [`CallError::ConnectionLost`] instead of waiting out its deadline or
+    /// the idle timeout; a peer that is merely slow answers the ping and the
+    /// call keeps waiting for its answer.
+    pub(crate) async fn call_checking_liveness(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        lane: Lane,
+        request: Request,
+        timeout: Duration,
+        check_after: Duration,
+    ) -> Result<Response, CallError> {
+        let call = self.call(peer, lane, request, timeout);
+        tokio::pin!(call);
+        let mut next_check = Instant::now() + check_after;
+        loop {
+            tokio::select! {
+                biased;
+                outcome = &mut call => return outcome,
+                () = tokio::time::sleep_until(next_check) => {
+                    self.check_liveness(peer);
+                    next_check += LIVENESS_PING_INTERVAL;
+                }
+            }
+        }
     }
 
     /// Liveness checks finished so far (answered or not).

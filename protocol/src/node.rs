@@ -208,6 +208,30 @@ impl Node {
         self.client.call(peer, lane, request, timeout).await
     }
 
+    /// [`Node::call_with_timeout`] that does not wait out a vanished peer:
+    /// while the call is unanswered `check_after` into its wait, the peer's
+    /// connection gets a liveness check (a ping; the connection is closed
+    /// if no pong comes within 1 s and not one datagram arrived from the
+    /// peer meanwhile), and again every second while it waits. So a call to
+    /// a peer that died fails with [`CallError::ConnectionLost`] about
+    /// `check_after` + 1 s into it, while a call to a peer that is only slow
+    /// (it still acknowledges packets) keeps waiting for its answer.
+    ///
+    /// # Errors
+    /// As [`Node::call`].
+    pub async fn call_checking_liveness(
+        &self,
+        peer: SocketAddr,
+        lane: Lane,
+        request: Request,
+        timeout: Duration,
+        check_after: Duration,
+    ) -> Result<Response, CallError> {
+        self.client
+            .call_checking_liveness(peer, lane, request, timeout, check_after)
+            .await
+    }
+
     /// Connections open on this endpoint, dialled and accepted.
     pub fn open_connections(&self) -> usize {
         self.endpoint.open_connections()

@@ -1005,3 +1005,123 @@ async fn restarted_peer_resets_a_stale_connection_at_its_next_packet() {
     assert_eq!(stale.close_reason(), Some(quinn::ConnectionError::Reset));
     drop(second);
 }
+
+#[tokio::test]
+async fn a_call_checking_liveness_fails_soon_after_its_peer_vanishes() {
+    let server = node(secret(1), hanging_and_echo_router());
+    let relay = Blackhole::in_front_of(server.local_addr()).await;
+    let client = node(secret(1), Router::new());
+    client
+        .call(relay.addr, Lane::Control, request(b"hello"))
+        .await
+        .expect("served");
+    let connection = client
+        .client()
+        .cached_connection(relay.addr)
+        .await
+        .expect("cached");
+
+    relay.swallow_everything();
+    // The call's own deadline is far beyond the wait below: only the
+    // liveness check can end it in time.
+    let call = client.call_checking_liveness(
+        relay.addr,
+        Lane::Consume,
+        Request::new(Opcode::CONSUME, &b""[..]),
+        SIGNAL_WAIT * 6,
+        Duration::from_millis(100),
+    );
+    let error = tokio::time::timeout(SIGNAL_WAIT, call)
+        .await
+        .expect("the call ended before its deadline")
+        .expect_err("no answer");
+    // Lost with its connection; or, when the lane's stream was still being
+    // opened, refused by the one re-dial a fresh stream gets. Never a
+    // timeout: the deadline is a minute away.
+    assert!(
+        matches!(
+            error,
+            CallError::ConnectionLost { .. } | CallError::Dial { .. }
+        ),
+        "ended by the lost connection: {error:?}"
+    );
+    assert_eq!(
+        connection.close_reason(),
+        Some(quinn::ConnectionError::LocallyClosed),
+        "closed by the liveness check, not the idle timeout"
+    );
+}
+
+/// A router whose handler answers only once `release` is notified.
+fn held_router(release: Arc<tokio::sync::Notify>) -> Router {
+    Router::new().route(
+        Opcode::GET_TOPIC,
+        OperationLimit::messaging(),
+        move |inbound: Inbound| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                echo(inbound).await
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_slow_peer_keeps_its_connection_and_answers_a_call_checking_liveness() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let server = node(secret(1), held_router(release.clone()));
+    let client = Arc::new(node(secret(1), Router::new()));
+    client
+        .call(
+            server.local_addr(),
+            Lane::Control,
+            Request::new(Opcode::PING, Bytes::new()),
+        )
+        .await
+        .expect("pong");
+    let before = client
+        .client()
+        .cached_connection_id(server.local_addr())
+        .await
+        .expect("cached");
+
+    let call = {
+        let client = client.clone();
+        let peer = server.local_addr();
+        tokio::spawn(async move {
+            client
+                .call_checking_liveness(
+                    peer,
+                    Lane::Produce,
+                    request(b"slow commit"),
+                    SIGNAL_WAIT * 6,
+                    Duration::from_millis(50),
+                )
+                .await
+        })
+    };
+    let checked = async {
+        while client.client().liveness_checks() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(SIGNAL_WAIT, checked)
+        .await
+        .expect("a liveness check finished while the call waited");
+    release.notify_one();
+    let response = tokio::time::timeout(SIGNAL_WAIT, call)
+        .await
+        .expect("answered")
+        .expect("call task")
+        .expect("served after the check");
+    assert_eq!(&response.body[..], b"slow commit");
+    assert_eq!(
+        client
+            .client()
+            .cached_connection_id(server.local_addr())
+            .await,
+        Some(before),
+        "the slow peer kept its connection"
+    );
+}

@@ -342,6 +342,35 @@ fn reroutes_after_three_seconds_of_failures() {
 }
 
 #[test]
+fn a_hung_commit_that_fails_counts_its_failure_from_its_start() {
+    // The remote target has the transport check a silent owner's liveness
+    // once a commit turns hung; a dead owner's connection closes about a
+    // second later and the commit fails. The grace counts from the start of
+    // that attempt, so the reroute comes three seconds after it, not three
+    // seconds after the failure.
+    let mut h = Harness::new();
+    h.topic("orders", &[REMOTE, OTHER]);
+    h.produce("orders", 0, 1);
+    let hung = h.step().remove(0);
+    h.advance(ms(1_000));
+    h.produce("orders", 0, 2);
+    assert!(
+        h.step().is_empty(),
+        "a hung destination takes no new records"
+    );
+    h.advance(ms(1_100)); // t = 2.1 s: the liveness check closed the connection
+    h.finish(hung, CommitOutcome::Failed);
+    h.advance(ms(899)); // t = 2.999 s
+    let before: Vec<_> = h.step().into_iter().filter(|o| !o.probe).collect();
+    assert!(before.is_empty(), "no reroute before three seconds");
+    h.advance(ms(1)); // t = 3 s since the hung attempt started
+    let after: Vec<_> = h.step().into_iter().filter(|o| !o.probe).collect();
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].destination, Destination::new("orders", 1));
+    assert_eq!(seqs(&after[0]), vec![1, 2]);
+}
+
+#[test]
 fn reroutes_at_once_when_membership_says_the_owner_is_dead() {
     let mut h = Harness::new();
     h.topic("orders", &[REMOTE, OTHER, LOCAL]);

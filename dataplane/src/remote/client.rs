@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use super::legacy::LegacyOwners;
 use super::verdict::{Verdict, judge};
 use super::{MonotonicClock, OwnerAddresses, SystemMonotonic};
-use crate::dispatch::constants::WINDOW_RECORDS_MAX;
+use crate::dispatch::constants::{HUNG_AFTER, WINDOW_RECORDS_MAX};
 use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, WalPayload};
 
 // A commit never holds more records than the dispatcher may hold at all, so
@@ -25,6 +25,13 @@ const _: () = assert!(WINDOW_RECORDS_MAX <= COMMIT_BATCH_RECORDS_MAX as usize);
 
 /// Sends commit orders to their owners as `CommitProduceBatch` on the
 /// produce lane, each within its order's budget.
+///
+/// A commit still unanswered when it turns hung (1 s, the dispatcher's
+/// threshold) has the transport check its owner's liveness, and again every
+/// second while it waits: an owner that died loses its connection about 2 s
+/// into the commit, which then fails, so the dispatcher's 3 s reroute grace,
+/// counted from the commit's start, ends on time. An owner that is only
+/// slow still acknowledges packets and keeps the commit.
 ///
 /// `start` never blocks: the commit runs as a task on the given tokio
 /// runtime and reports through its [`CommitDone`] exactly once, also when
@@ -41,6 +48,7 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     clock: Arc<dyn MonotonicClock>,
     legacy: Mutex<LegacyOwners>,
+    liveness_check_after: Duration,
 }
 
 impl RemoteCommitTarget {
@@ -74,8 +82,24 @@ impl RemoteCommitTarget {
                 runtime,
                 clock,
                 legacy: Mutex::new(LegacyOwners::new()),
+                liveness_check_after: HUNG_AFTER,
             }),
         }
+    }
+
+    /// As built, but checking a silent owner's liveness `after` into a
+    /// commit instead of at the hung threshold (tests shorten it).
+    ///
+    /// # Panics
+    /// If the target was cloned already: the setting is fixed once shared.
+    #[must_use]
+    pub fn with_liveness_check_after(mut self, after: Duration) -> Self {
+        let inner = Arc::get_mut(&mut self.inner);
+        assert!(inner.is_some(), "set before the target is shared");
+        if let Some(inner) = inner {
+            inner.liveness_check_after = after;
+        }
+        self
     }
 }
 
@@ -170,7 +194,13 @@ impl Inner {
         let request = Request::new(Opcode::COMMIT_PRODUCE_BATCH, encode_message(batch));
         let response = self
             .transport
-            .call_with_timeout(peer, Lane::Produce, request, timeout)
+            .call_checking_liveness(
+                peer,
+                Lane::Produce,
+                request,
+                timeout,
+                self.liveness_check_after,
+            )
             .await?;
         decode_message(response.body).map_err(|error| CallError::MalformedAnswer { peer, error })
     }
