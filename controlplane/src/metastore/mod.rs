@@ -17,6 +17,7 @@
 
 mod apply;
 mod authz;
+pub(crate) mod codec;
 mod command;
 mod error;
 mod ids;

@@ -759,10 +759,10 @@ fn propose_bytes(format: u8, json: &[u8]) -> Bytes {
 
 #[test]
 fn another_command_format_is_refused_by_name() {
-    let error = decode_message::<ProposeRequest>(propose_bytes(2, b"{}")).expect_err("refused");
+    let error = decode_message::<ProposeRequest>(propose_bytes(3, b"{}")).expect_err("refused");
     assert_eq!(
         error.to_string(),
-        "metastore command format version 2 is not supported (this build speaks version 1)"
+        "metastore command version 3 is not supported (this build speaks version 2)"
     );
 }
 

@@ -3,27 +3,24 @@
 //! subscriber to and the highest commit index this node knows of. Any
 //! control node serves it from its own replica, so a subscriber can switch
 //! nodes (across a leader change, say) and continue from its index.
+//!
+//! A snapshot travels as the metastore's binary state codec and a change as
+//! its binary command codec (`metastore::codec`); the subscriber also reads
+//! the bare JSON an older control node sends.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use narad_protocol::metadata::{
     METADATA_BATCH_CHANGES_MAX, METADATA_WAIT_MS_MAX, MetadataBatch, MetadataChange, MetadataFetch,
 };
 use narad_protocol::{Inbound, Response, RpcError};
-use serde::Serialize;
 
 use super::runtime::Shared;
+use crate::metastore::codec::{decode_command, decode_state, encode_command, encode_state};
 use crate::metastore::{ApplyContext, Command, Metastore};
 use crate::raft::AppliedOutcome;
 use crate::store::Catchup;
-
-fn json<T: Serialize>(value: &T) -> Result<Bytes, RpcError> {
-    serde_json::to_vec(value)
-        .map(Bytes::from)
-        .map_err(|e| RpcError::internal(format!("metadata not encodable: {e}")))
-}
 
 /// Serves one `MetadataFetch`: waits (bounded) while this replica has
 /// nothing newer, then answers what the subscriber needs next.
@@ -47,7 +44,7 @@ pub(super) async fn serve(shared: &Arc<Shared>, inbound: Inbound) -> Result<Resp
         } => MetadataBatch {
             applied_index,
             leader_commit_index,
-            snapshot: Some(json(&*metastore)?),
+            snapshot: Some(encode_state(&metastore)),
             changes: Vec::new(),
         },
         Catchup::Changes {
@@ -59,13 +56,11 @@ pub(super) async fn serve(shared: &Arc<Shared>, inbound: Inbound) -> Result<Resp
             snapshot: None,
             changes: changes
                 .iter()
-                .map(|(index, command)| {
-                    Ok(MetadataChange {
-                        index: *index,
-                        command: json(command)?,
-                    })
+                .map(|(index, command)| MetadataChange {
+                    index: *index,
+                    command: encode_command(command),
                 })
-                .collect::<Result<_, RpcError>>()?,
+                .collect(),
         },
     };
     Ok(Response::message(&batch))
@@ -141,7 +136,7 @@ impl MetadataReplica {
             if batch.applied_index < self.applied_index {
                 return Ok(Vec::new());
             }
-            self.metastore = serde_json::from_slice(snapshot)
+            self.metastore = decode_state(snapshot.clone())
                 .map_err(|e| ReplicaError::Undecodable(e.to_string()))?;
             self.applied_index = batch.applied_index;
             return Ok(Vec::new());
@@ -159,7 +154,7 @@ impl MetadataReplica {
                     applied: next.applied_index,
                 });
             }
-            let command: Command = serde_json::from_slice(&change.command)
+            let command = decode_command(change.command.clone())
                 .map_err(|e| ReplicaError::Undecodable(e.to_string()))?;
             // Refusals repeat the control node's: the same log, the same
             // pure apply.
@@ -187,17 +182,22 @@ impl MetadataReplica {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::metastore::Heartbeat;
 
-    fn change(index: u64) -> MetadataChange {
-        let command = Command::Heartbeat(Heartbeat {
+    fn heartbeat(index: u64) -> Command {
+        Command::Heartbeat(Heartbeat {
             id: "unknown".into(),
             at_ms: index,
-        });
+        })
+    }
+
+    fn change(index: u64) -> MetadataChange {
         MetadataChange {
             index,
-            command: Bytes::from(serde_json::to_vec(&command).expect("encodes")),
+            command: encode_command(&heartbeat(index)),
         }
     }
 
@@ -214,9 +214,7 @@ mod tests {
         MetadataBatch {
             applied_index,
             leader_commit_index: applied_index,
-            snapshot: Some(Bytes::from(
-                serde_json::to_vec(&Metastore::new()).expect("encodes"),
-            )),
+            snapshot: Some(encode_state(&Metastore::new())),
             changes: Vec::new(),
         }
     }
@@ -267,5 +265,45 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(replica.applied_index(), 7);
+    }
+
+    #[test]
+    fn the_bare_json_of_an_older_control_node_still_applies() {
+        let mut replica = MetadataReplica::new();
+        let mut batch = snapshot(2);
+        batch.snapshot = Some(Bytes::from(
+            serde_json::to_vec(&Metastore::new()).expect("encodes"),
+        ));
+        replica.apply(&batch).expect("JSON snapshot");
+        let json_change = MetadataChange {
+            index: 3,
+            command: Bytes::from(serde_json::to_vec(&heartbeat(3)).expect("encodes")),
+        };
+        let applied = replica
+            .apply(&changes(3, vec![json_change]))
+            .expect("JSON change");
+        assert_eq!(applied[0].command, heartbeat(3));
+        assert_eq!(replica.applied_index(), 3);
+    }
+
+    #[test]
+    fn an_undecodable_change_refuses_the_batch_and_names_the_type() {
+        let mut replica = MetadataReplica::new();
+        replica.apply(&snapshot(2)).expect("snapshot");
+        let mut bytes = encode_command(&heartbeat(3)).to_vec();
+        bytes[0] = 9;
+        let forged = MetadataChange {
+            index: 3,
+            command: Bytes::from(bytes),
+        };
+        let error = replica
+            .apply(&changes(3, vec![forged]))
+            .expect_err("refused");
+        assert_eq!(
+            error.to_string(),
+            "undecodable metadata: metastore command version 9 is not supported \
+             (this build speaks version 2)"
+        );
+        assert_eq!(replica.applied_index(), 2);
     }
 }

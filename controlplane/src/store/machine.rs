@@ -1,11 +1,22 @@
 //! The state machine: the metastore in memory, its applied log id and
 //! membership, and snapshots persisted in redb.
+//!
+//! A snapshot's data (built here, persisted in redb, sent by
+//! InstallSnapshot) is binary, version [`MACHINE_SNAPSHOT_VERSION`]:
+//! `u8 version, opt<LogId> last_applied, StoredMembership last_membership`,
+//! then the metastore in its own state codec (`metastore::codec`, with its
+//! own version byte). Data whose first byte is `{` is the serde JSON an
+//! older build wrote; it is still read (a stored snapshot opens, a leader's
+//! snapshot installs) and replaced by the binary form at the next snapshot.
 
 use std::collections::VecDeque;
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
+use narad_protocol::codec::{decode_message, encode_message};
+use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot, StorageIOError};
 use parking_lot::RwLock;
@@ -14,7 +25,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, META};
+use crate::metastore::codec::{from_json, get_state, is_bare_json, put_state};
 use crate::metastore::{ApplyContext, Command, Metastore};
+use crate::network::raft_fields::{
+    get_opt_log_id, get_stored_membership, put_opt_log_id, put_stored_membership,
+};
 use crate::raft::{
     Applied, AppliedOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -52,11 +67,42 @@ pub enum Catchup {
 }
 
 /// Everything a snapshot holds, and exactly what the state machine is.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// The serde derives read (and, in tests, write) the JSON snapshots of
+/// older builds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct MachineState {
     metastore: Metastore,
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
+}
+
+/// Version of a snapshot's binary data. Older builds wrote bare serde JSON,
+/// which starts with `{`; no version byte is that.
+pub(crate) const MACHINE_SNAPSHOT_VERSION: u8 = 1;
+
+const _: () = assert!(MACHINE_SNAPSHOT_VERSION != b'{');
+
+impl Message for MachineState {
+    const NAME: &'static str = "state machine snapshot";
+    const VERSION: u8 = MACHINE_SNAPSHOT_VERSION;
+}
+
+impl Encode for MachineState {
+    fn encode(&self, writer: &mut Writer) {
+        put_opt_log_id(writer, self.last_applied.as_ref());
+        put_stored_membership(writer, &self.last_membership);
+        put_state(writer, &self.metastore);
+    }
+}
+
+impl Decode for MachineState {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            last_applied: get_opt_log_id(reader, "snapshot last applied")?,
+            last_membership: get_stored_membership(reader)?,
+            metastore: get_state(reader)?,
+        })
+    }
 }
 
 /// What the state machine shares with readers on the same node.
@@ -151,7 +197,7 @@ impl StateMachine {
     /// Loads the latest stored snapshot, or starts empty.
     pub(super) fn open(database: Arc<Database>) -> Result<Self, String> {
         let state = match read_snapshot(&database).map_err(|e| e.to_string())? {
-            Some((_, data)) => decode_state(&data)?,
+            Some((_, data)) => decode_snapshot(Bytes::from(data))?,
             None => MachineState::default(),
         };
         let (applied, _) = watch::channel(0);
@@ -231,8 +277,23 @@ fn note_applied(metastore: &mut Metastore, index: u64) {
     }
 }
 
-fn decode_state(data: &[u8]) -> Result<MachineState, String> {
-    serde_json::from_slice(data).map_err(|error| format!("metastore snapshot: {error}"))
+/// A snapshot's data: the binary form, or the JSON of an older build.
+fn encode_snapshot(state: &MachineState) -> Vec<u8> {
+    Vec::from(encode_message(state))
+}
+
+/// Reads snapshot data written by [`encode_snapshot`] or, as bare JSON, by
+/// an older build.
+fn decode_snapshot(data: Bytes) -> Result<MachineState, String> {
+    let decoded = if is_bare_json(&data) {
+        from_json(
+            &data,
+            "state machine snapshot json (column of the first error)",
+        )
+    } else {
+        decode_message(data)
+    };
+    decoded.map_err(|error| format!("metastore snapshot: {error}"))
 }
 
 fn read_snapshot(database: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, redb::Error> {
@@ -269,8 +330,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let (data, last_applied, last_membership) = {
             let state = self.shared.state.read();
-            let data = serde_json::to_vec(&*state)
-                .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+            let data = encode_snapshot(&state);
             (data, state.last_applied, state.last_membership.clone())
         };
         let built = self.shared.snapshots_built.fetch_add(1, Ordering::Relaxed);
@@ -330,8 +390,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        let installed = decode_state(&data).map_err(|e| {
+        let data = Bytes::from(snapshot.into_inner());
+        let installed = decode_snapshot(data.clone()).map_err(|e| {
             StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e))
         })?;
         // Check the data against the meta it came with before trusting it.
@@ -363,5 +423,181 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{BasicNode, CommittedLeaderId, Membership};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::metastore::{Heartbeat, RegisterMember};
+
+    /// A state machine after a membership entry at 1 and a registration at 2.
+    fn sample_state() -> MachineState {
+        let log_id = |index| LogId::new(CommittedLeaderId::new(3, 1), index);
+        let nodes = BTreeMap::from([(1, BasicNode::new("c1:7943"))]);
+        let membership = Membership::new(vec![BTreeSet::from([1])], nodes);
+        let mut metastore = Metastore::new();
+        let register = Command::RegisterMember(RegisterMember {
+            id: "n1".into(),
+            http_addr: "n1:80".into(),
+            rpc_addr: "n1:7942".into(),
+            at_ms: 1_000,
+        });
+        metastore
+            .apply(&register, ApplyContext { index: 2 })
+            .expect("registers");
+        MachineState {
+            metastore,
+            last_applied: Some(log_id(2)),
+            last_membership: StoredMembership::new(Some(log_id(1)), membership),
+        }
+    }
+
+    /// [`sample_state`]'s snapshot, field by field (spaces for reading only).
+    const GOLDEN_SNAPSHOT: &[&str] = &[
+        "01",                                                    // snapshot version
+        "01 0000000000000003 0000000000000001 0000000000000002", // last applied (3, 1) index 2
+        "01 0000000000000003 0000000000000001 0000000000000001", // membership log id, index 1
+        "00000001 00000001 0000000000000001",                    // one config: voter 1
+        "00000001 0000000000000001 00000007 63313a37393433",     // node 1 at "c1:7943"
+        "01 00000000 00000000",   // state version, no topics, placements
+        "00000001 00000002 6e31", // one member "n1"
+        "00000005 6e313a3830 00000007 6e313a37393432", // addresses
+        "00000000000003e8 01 00", // heartbeat, alive, not draining
+        "00000000",               // no users
+        "0000000000000000 0000000000000000", // versions: topics, placements
+        "0000000000000001 0000000000000000", // versions: members, users
+        "0000000000000002",       // applied index
+    ];
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    #[test]
+    fn a_snapshot_encodes_to_its_golden_bytes() {
+        let data = encode_snapshot(&sample_state());
+        assert_eq!(hex(&data), GOLDEN_SNAPSHOT.concat().replace(' ', ""));
+        assert_eq!(decode_snapshot(Bytes::from(data)), Ok(sample_state()));
+    }
+
+    #[test]
+    fn the_json_snapshot_of_an_older_build_still_decodes() {
+        let json = serde_json::to_vec(&sample_state()).expect("serializes");
+        assert_eq!(decode_snapshot(Bytes::from(json)), Ok(sample_state()));
+    }
+
+    #[test]
+    fn a_json_snapshot_stored_by_an_older_build_opens_and_is_replaced_by_binary() {
+        let dir = tempfile::TempDir::new().expect("temporary directory");
+        let path = dir.path().join(super::super::DATABASE_FILE);
+        let state = sample_state();
+        let meta = SnapshotMeta {
+            last_log_id: state.last_applied,
+            last_membership: state.last_membership.clone(),
+            snapshot_id: "old-build".into(),
+        };
+        {
+            let (_, machine) = super::super::open(&path).expect("opens");
+            let json = serde_json::to_vec(&state).expect("serializes");
+            write_snapshot(&machine.database, &meta, &json).expect("writes");
+        }
+        let (_, mut machine) = super::super::open(&path).expect("reopens");
+        assert_eq!(*machine.shared.state.read(), state);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime
+            .block_on(machine.build_snapshot())
+            .expect("builds a snapshot");
+        let (_, data) = read_snapshot(&machine.database)
+            .expect("reads")
+            .expect("a snapshot");
+        assert_eq!(data.first(), Some(&MACHINE_SNAPSHOT_VERSION));
+    }
+
+    #[test]
+    fn another_snapshot_version_is_refused_by_name() {
+        let mut data = encode_snapshot(&sample_state());
+        data[0] = 2;
+        assert_eq!(
+            decode_snapshot(Bytes::from(data)),
+            Err(
+                "metastore snapshot: state machine snapshot version 2 is not supported \
+                 (this build speaks version 1)"
+                    .to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn another_state_version_inside_a_snapshot_is_refused_by_name() {
+        let mut data = encode_snapshot(&sample_state());
+        // The state's version byte follows the last applied id (25 bytes)
+        // and the membership (25 + 12 + 8 + 19 bytes).
+        let at = 1 + 25 + 25 + 12 + 8 + 19;
+        assert_eq!(data[at], crate::metastore::codec::STATE_VERSION);
+        data[at] = 9;
+        let error = decode_snapshot(Bytes::from(data)).expect_err("refused");
+        assert!(error.contains("metastore state version 9"), "{error}");
+    }
+
+    #[test]
+    fn trailing_bytes_after_a_snapshot_are_refused() {
+        let mut data = encode_snapshot(&sample_state());
+        data.push(0);
+        let error = decode_snapshot(Bytes::from(data)).expect_err("refused");
+        assert!(error.contains("1 trailing bytes"), "{error}");
+    }
+
+    #[test]
+    fn a_snapshot_of_an_applied_log_is_the_same_on_every_replica() {
+        let mut first = sample_state();
+        let mut second = sample_state();
+        for state in [&mut first, &mut second] {
+            let heartbeat = Command::Heartbeat(Heartbeat {
+                id: "n1".into(),
+                at_ms: 2_000,
+            });
+            let _ = state.metastore.apply(&heartbeat, ApplyContext { index: 3 });
+        }
+        assert_eq!(encode_snapshot(&first), encode_snapshot(&second));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_the_snapshot_decoder(
+            body in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let mut data = vec![MACHINE_SNAPSHOT_VERSION];
+            data.extend(&body);
+            let _ = decode_snapshot(Bytes::from(data));
+            let _ = decode_snapshot(Bytes::from(body));
+        }
+
+        #[test]
+        fn every_cut_of_a_snapshot_is_refused(at in any::<prop::sample::Index>()) {
+            let data = encode_snapshot(&sample_state());
+            let cut = at.index(data.len());
+            prop_assert!(decode_snapshot(Bytes::from(data[..cut].to_vec())).is_err());
+        }
+
+        #[test]
+        fn a_damaged_snapshot_never_panics(
+            at in any::<prop::sample::Index>(),
+            value in any::<u8>(),
+        ) {
+            let mut data = encode_snapshot(&sample_state());
+            let at = at.index(data.len());
+            data[at] = value;
+            let _ = decode_snapshot(Bytes::from(data));
+        }
     }
 }
