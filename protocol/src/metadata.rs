@@ -8,7 +8,9 @@
 //! the subscriber to, plus the highest commit index the answering node knows
 //! of (so the subscriber knows when it has caught up). This crate knows
 //! nothing of the metastore's contents: snapshots and changes travel as
-//! opaque bytes (JSON, defined by the control plane).
+//! opaque bytes, defined by the control plane (its binary state and command
+//! codecs, each with its own version byte; an older control plane sent
+//! serde JSON, which its subscribers tell apart by the first byte).
 
 use bytes::Bytes;
 
@@ -54,6 +56,10 @@ impl Message for MetadataFetch {
     const NAME: &'static str = "MetadataFetch";
     const VERSION: u8 = 1;
 }
+
+/// Smallest encoded [`MetadataChange`]: its index and the command's length
+/// prefix.
+const CHANGE_BYTES_MIN: usize = 8 + 4;
 
 /// One change: the log index that carried it and the command's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +133,16 @@ impl Decode for MetadataBatch {
             return Err(DecodeError::InvalidValue {
                 field: "change count",
                 value: u64::from(count),
+            });
+        }
+        // Every change takes at least its index and its length prefix, so
+        // a forged count is refused before anything is reserved.
+        let needed = count as usize * CHANGE_BYTES_MIN;
+        if needed > reader.remaining() {
+            return Err(DecodeError::LengthExceedsInput {
+                field: "change count",
+                claimed: needed as u64,
+                remaining: reader.remaining(),
             });
         }
         let mut changes = Vec::with_capacity(count as usize);
@@ -204,6 +220,25 @@ mod tests {
         assert_eq!(
             decode_message::<MetadataFetch>(encode_message(&fetch)),
             Ok(fetch)
+        );
+    }
+
+    #[test]
+    fn a_change_count_the_input_cannot_hold_is_refused_before_allocating() {
+        let mut writer = Writer::new();
+        writer.u8(MetadataBatch::VERSION);
+        writer.u64(1);
+        writer.u64(1);
+        writer.u8(0);
+        writer.u32(METADATA_BATCH_CHANGES_MAX);
+        writer.u64(7);
+        assert_eq!(
+            decode_message::<MetadataBatch>(writer.finish()),
+            Err(DecodeError::LengthExceedsInput {
+                field: "change count",
+                claimed: u64::from(METADATA_BATCH_CHANGES_MAX) * 12,
+                remaining: 8
+            })
         );
     }
 
