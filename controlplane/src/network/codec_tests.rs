@@ -842,7 +842,7 @@ fn a_typical_append_is_smaller_than_its_version_1_json_form() {
         .sum();
     println!(
         "append entries, 64 entries: binary {binary} bytes, version 1 JSON {json} bytes; \
-         of which command JSON {commands} bytes in both"
+         of which command JSON {commands} bytes in version 1"
     );
     assert!(binary < json, "binary {binary} >= json {json}");
 }

@@ -6,7 +6,7 @@
 //! flush to openraft) only after redb committed with
 //! [`redb::Durability::Immediate`], so the vote and every acknowledged log
 //! entry survive a crash. The state machine's durable form is its latest
-//! snapshot (the metastore's serde state, with the last applied log id and
+//! snapshot (the metastore's binary state, with the last applied log id and
 //! membership); after a restart openraft re-applies the log from the
 //! snapshot up to the saved commit index. Layout and crash cases:
 //! `docs/internals/controlplane.md`.
