@@ -3,6 +3,11 @@
 //! answered once the local replica applied it); [`ReplicaAdmin`] applies
 //! the changes straight to a local replica, for tests and a single-process
 //! setup without Raft.
+//!
+//! Every change names its [`Actor`]: the HTTP API authorizes the request on
+//! the node the client reached, and the control plane checks the same rules
+//! again for that actor when the change applies (spec §1.8), so a grant
+//! revoked or an owner changed in between is still refused there.
 
 use std::fmt;
 use std::future::Future;
@@ -36,8 +41,45 @@ pub struct CreateTopic {
     pub max_acked_ahead_per_partition: u32,
     /// Schema document, if any (version 1).
     pub schema: Option<serde_json::Value>,
-    /// The creating user; `None` with security off.
-    pub owner: Option<String>,
+}
+
+/// Who asks for an admin change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Actor {
+    /// The node runs with security off: there is no user and every
+    /// authorization check passes.
+    SecurityOff,
+    /// The authenticated user, by name.
+    User(String),
+}
+
+impl Actor {
+    /// The actor of a request: its authenticated user, or
+    /// [`Actor::SecurityOff`] when the node authenticates nobody.
+    pub fn of(user: Option<&User>) -> Self {
+        user.map_or(Self::SecurityOff, |user| Self::User(user.username.clone()))
+    }
+
+    /// The user's name; `None` with security off.
+    pub fn username(&self) -> Option<&str> {
+        match self {
+            Self::SecurityOff => None,
+            Self::User(name) => Some(name),
+        }
+    }
+}
+
+/// A new password hash for a user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PasswordChange {
+    /// Whose password.
+    pub username: String,
+    /// The new bcrypt hash.
+    pub password_hash: String,
+    /// The stored hash the caller's `current_password` was verified
+    /// against, when the caller had to prove it (a non-admin changing its
+    /// own password); a change of the password since refuses the change.
+    pub checked_hash: Option<String>,
 }
 
 /// A validated topic change; `None` leaves a field as it is. Groups apply
@@ -76,6 +118,10 @@ pub enum AdminError {
     /// `404` for a user.
     #[error("user not found")]
     UserNotFound,
+    /// `403` with this text: the control plane's re-check refused the
+    /// actor (its grant or user changed after the node authorized it).
+    #[error("{0}")]
+    Forbidden(String),
     /// `400` with this text.
     #[error("{0}")]
     Invalid(String),
@@ -86,27 +132,41 @@ pub enum AdminError {
 
 /// Topic and user changes the HTTP API forwards to the control plane.
 /// Each answers once the local replica holds the change (read your
-/// writes). Authorization was checked by the caller.
+/// writes). The caller authorized `actor` already; an implementation that
+/// applies through the control plane has it checked again there.
 pub trait Admin: Send + Sync + fmt::Debug {
-    /// Creates a topic; answers with the record as the replica holds it.
-    fn create_topic(&self, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>>;
+    /// Creates a topic owned by `actor` (no owner with security off);
+    /// answers with the record as the replica holds it.
+    fn create_topic(&self, actor: Actor, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>>;
     /// Deletes a topic.
-    fn delete_topic(&self, name: String) -> AdminFuture<'_, ()>;
+    fn delete_topic(&self, actor: Actor, name: String) -> AdminFuture<'_, ()>;
     /// Changes a topic; answers with the record after the last group.
-    fn alter_topic(&self, name: String, alter: AlterTopic) -> AdminFuture<'_, Arc<TopicMeta>>;
+    fn alter_topic(
+        &self,
+        actor: Actor,
+        name: String,
+        alter: AlterTopic,
+    ) -> AdminFuture<'_, Arc<TopicMeta>>;
     /// Creates a user (the password already hashed).
-    fn create_user(&self, user: User) -> AdminFuture<'_, Arc<User>>;
+    fn create_user(&self, actor: Actor, user: User) -> AdminFuture<'_, Arc<User>>;
     /// Deletes a user.
-    fn delete_user(&self, username: String) -> AdminFuture<'_, ()>;
+    fn delete_user(&self, actor: Actor, username: String) -> AdminFuture<'_, ()>;
     /// Replaces a user's grants.
-    fn set_grants(&self, username: String, grants: Vec<Grant>) -> AdminFuture<'_, Arc<User>>;
+    fn set_grants(
+        &self,
+        actor: Actor,
+        username: String,
+        grants: Vec<Grant>,
+    ) -> AdminFuture<'_, Arc<User>>;
     /// Replaces a user's password hash.
-    fn set_password(&self, username: String, password_hash: String) -> AdminFuture<'_, ()>;
+    fn set_password(&self, actor: Actor, change: PasswordChange) -> AdminFuture<'_, ()>;
 }
 
 /// Applies admin changes to a local replica directly: one data node, no
 /// Raft. Every partition goes to `owner`; ids are minted from a counter
-/// seeded at construction.
+/// seeded at construction. It trusts the caller's authorization: the actor
+/// only names a created topic's owner, and a checked password hash is not
+/// compared again.
 pub struct ReplicaAdmin {
     replica: Arc<MetadataReplica>,
     owner: NodeId,
@@ -174,7 +234,7 @@ impl ReplicaAdmin {
 }
 
 impl Admin for ReplicaAdmin {
-    fn create_topic(&self, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
+    fn create_topic(&self, actor: Actor, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
         Box::pin(async move {
             let _change = self.changes.lock();
             let view = self.replica.view();
@@ -205,7 +265,7 @@ impl Admin for ReplicaAdmin {
                 })
             });
             topic.schema_history = topic.schema.iter().cloned().collect();
-            topic.owner = request.owner;
+            topic.owner = actor.username().map(str::to_owned);
             topic.created_at_ms = now_unix_ms();
             self.replica
                 .apply_delta(self.next_index(), MetadataDelta::PutTopic(topic));
@@ -215,7 +275,7 @@ impl Admin for ReplicaAdmin {
         })
     }
 
-    fn create_user(&self, user: User) -> AdminFuture<'_, Arc<User>> {
+    fn create_user(&self, _actor: Actor, user: User) -> AdminFuture<'_, Arc<User>> {
         Box::pin(async move {
             let _change = self.changes.lock();
             let (existing, _) = self.replica.user(&user.username);
@@ -232,7 +292,7 @@ impl Admin for ReplicaAdmin {
         })
     }
 
-    fn delete_user(&self, username: String) -> AdminFuture<'_, ()> {
+    fn delete_user(&self, _actor: Actor, username: String) -> AdminFuture<'_, ()> {
         Box::pin(async move {
             let _change = self.changes.lock();
             if self.replica.user(&username).0.is_none() {
@@ -244,7 +304,12 @@ impl Admin for ReplicaAdmin {
         })
     }
 
-    fn set_grants(&self, username: String, grants: Vec<Grant>) -> AdminFuture<'_, Arc<User>> {
+    fn set_grants(
+        &self,
+        _actor: Actor,
+        username: String,
+        grants: Vec<Grant>,
+    ) -> AdminFuture<'_, Arc<User>> {
         Box::pin(async move {
             let _change = self.changes.lock();
             let user = self.changed_user(&username, |user| user.grants = grants)?;
@@ -252,15 +317,25 @@ impl Admin for ReplicaAdmin {
         })
     }
 
-    fn set_password(&self, username: String, password_hash: String) -> AdminFuture<'_, ()> {
+    fn set_password(&self, _actor: Actor, change: PasswordChange) -> AdminFuture<'_, ()> {
         Box::pin(async move {
             let _change = self.changes.lock();
+            let PasswordChange {
+                username,
+                password_hash,
+                ..
+            } = change;
             self.changed_user(&username, |user| user.password_hash = password_hash)?;
             Ok(())
         })
     }
 
-    fn alter_topic(&self, name: String, alter: AlterTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
+    fn alter_topic(
+        &self,
+        _actor: Actor,
+        name: String,
+        alter: AlterTopic,
+    ) -> AdminFuture<'_, Arc<TopicMeta>> {
         Box::pin(async move {
             let _change = self.changes.lock();
             if alter.retention_ms.is_some() {
@@ -295,7 +370,7 @@ impl Admin for ReplicaAdmin {
         })
     }
 
-    fn delete_topic(&self, name: String) -> AdminFuture<'_, ()> {
+    fn delete_topic(&self, _actor: Actor, name: String) -> AdminFuture<'_, ()> {
         Box::pin(async move {
             let _change = self.changes.lock();
             if self.replica.topic_meta(&name).is_none() {

@@ -401,6 +401,8 @@ fn action_name(action: GrantAction) -> &'static str {
 }
 
 #[cfg(test)]
+mod actor_tests;
+#[cfg(test)]
 mod consume_tests;
 #[cfg(test)]
 mod tests;

@@ -12,9 +12,10 @@ use narad_wal::Wal;
 use tower::ServiceExt;
 
 use super::{ApiConfig, ApiState, Health, router};
-use crate::admin::ReplicaAdmin;
+use crate::admin::{Admin, ReplicaAdmin};
 use crate::ingress::Acceptor;
 use crate::ingress::partition::key_partition;
+use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::testing::{LOCAL_NODE, basic, replica, sim_wal, wal_records};
 
@@ -34,6 +35,19 @@ fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
 }
 
 fn api_with_parts(config: ApiConfig, budget_bytes: usize, validation_slots: usize) -> Api {
+    api_with_admin(config, budget_bytes, validation_slots, |replica| {
+        Arc::new(ReplicaAdmin::new(replica, LOCAL_NODE, 0x100))
+    })
+}
+
+/// An API whose admin changes go to the admin `admin` makes over the
+/// test replica.
+pub(super) fn api_with_admin(
+    config: ApiConfig,
+    budget_bytes: usize,
+    validation_slots: usize,
+    admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
+) -> Api {
     let (sim, wal) = sim_wal(11);
     let replica = replica();
     let acceptor = Arc::new(
@@ -50,7 +64,7 @@ fn api_with_parts(config: ApiConfig, budget_bytes: usize, validation_slots: usiz
         Arc::new(NodeMetrics::new()),
         health,
         Arc::new(AtomicU64::new(0)),
-        Arc::new(ReplicaAdmin::new(admin_replica, LOCAL_NODE, 0x100)),
+        admin(admin_replica),
     );
     state.body_budget = super::body::BodyBudget::new(budget_bytes);
     let disk: Arc<dyn narad_disk::Disk> = Arc::new(sim.clone());

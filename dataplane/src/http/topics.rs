@@ -16,7 +16,7 @@ use super::body::read_limited;
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
-use crate::admin::{AdminError, AlterTopic, CreateTopic};
+use crate::admin::{Actor, AdminError, AlterTopic, CreateTopic};
 use crate::dispatch::{Destination, NodeId, Route, Topology};
 use crate::forward::STATS_BUDGET;
 use crate::ingress::MESSAGE_BYTES_MAX;
@@ -87,16 +87,16 @@ pub(crate) async fn create(
             "no create grant on this topic",
         ));
     }
-    let create = validate(request, user.as_deref())?;
+    let create = validate(request)?;
     let topic = state
         .admin
-        .create_topic(create)
+        .create_topic(Actor::of(user.as_deref()), create)
         .await
         .map_err(admin_error)?;
     Ok(json_response(StatusCode::CREATED, &record(&topic)))
 }
 
-fn validate(body: CreateBody, user: Option<&User>) -> Result<CreateTopic, ApiError> {
+fn validate(body: CreateBody) -> Result<CreateTopic, ApiError> {
     check_name(&body.name)?;
     if body.parent.is_some() || body.fanout_delay_ms.is_some_and(|delay| delay != 0) {
         return Err(ApiError::new(
@@ -160,7 +160,6 @@ fn validate(body: CreateBody, user: Option<&User>) -> Result<CreateTopic, ApiErr
             "max_acked_ahead_per_partition",
         )?,
         schema,
-        owner: user.map(|user| user.username.clone()),
     })
 }
 
@@ -198,6 +197,7 @@ pub(crate) fn admin_error(error: AdminError) -> ApiError {
     let status = match &error {
         AdminError::Conflict(_) => StatusCode::CONFLICT,
         AdminError::NotFound | AdminError::UserNotFound => StatusCode::NOT_FOUND,
+        AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
         AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
     };
@@ -278,12 +278,15 @@ async fn readable_topic(
     name: &str,
 ) -> Result<Arc<TopicMeta>, ApiError> {
     let refusal = "no grant on this topic";
-    authorized_topic(state, method, headers, name, User::may_read, refusal).await
+    let (_, topic) =
+        authorized_topic(state, method, headers, name, User::may_read, refusal).await?;
+    Ok(topic)
 }
 
-/// Authenticates the caller and returns the topic if `allowed` says the
-/// caller may act on it: 404 for an unknown topic, 403 with `refusal`
-/// otherwise. With security off there is no caller and every act is allowed.
+/// Authenticates the caller and returns who acts and the topic if `allowed`
+/// says the caller may act on it: 404 for an unknown topic, 403 with
+/// `refusal` otherwise. With security off there is no caller and every act
+/// is allowed.
 async fn authorized_topic(
     state: &ApiState,
     method: &Method,
@@ -291,7 +294,7 @@ async fn authorized_topic(
     name: &str,
     allowed: fn(&User, &TopicMeta) -> bool,
     refusal: &str,
-) -> Result<Arc<TopicMeta>, ApiError> {
+) -> Result<(Actor, Arc<TopicMeta>), ApiError> {
     let user = authenticate(state, method, headers).await?;
     let topic = state
         .replica
@@ -302,7 +305,7 @@ async fn authorized_topic(
     {
         return Err(ApiError::new(StatusCode::FORBIDDEN, refusal));
     }
-    Ok(topic)
+    Ok((Actor::of(user.as_deref()), topic))
 }
 
 /// `GET /v1/topics/{topic}`: the record, schema and partition statistics.
@@ -467,7 +470,7 @@ pub(crate) async fn alter(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    authorized_topic(
+    let (actor, _) = authorized_topic(
         &state,
         &method,
         &headers,
@@ -482,7 +485,7 @@ pub(crate) async fn alter(
     let alter = validate_alter(request)?;
     let topic = state
         .admin
-        .alter_topic(name, alter)
+        .alter_topic(actor, name, alter)
         .await
         .map_err(admin_error)?;
     let mut body = record(&topic);
@@ -591,7 +594,7 @@ pub(crate) async fn delete(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorized_topic(
+    let (actor, _) = authorized_topic(
         &state,
         &method,
         &headers,
@@ -600,7 +603,11 @@ pub(crate) async fn delete(
         "deleting a topic needs its ownership or admin",
     )
     .await?;
-    state.admin.delete_topic(name).await.map_err(admin_error)?;
+    state
+        .admin
+        .delete_topic(actor, name)
+        .await
+        .map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -15,6 +15,7 @@ use super::body::read_limited;
 use super::error::ApiError;
 use super::topics::{admin_error, json_response};
 use super::{ApiState, authenticate};
+use crate::admin::{Actor, PasswordChange};
 use crate::ingress::now_unix_ms;
 use crate::metadata::{Grant, GrantAction, User};
 
@@ -125,7 +126,11 @@ pub(crate) async fn create(
         created_at_ms: now,
         updated_at_ms: now,
     };
-    let user = state.admin.create_user(user).await.map_err(admin_error)?;
+    let user = state
+        .admin
+        .create_user(Actor::of(caller.as_deref()), user)
+        .await
+        .map_err(admin_error)?;
     Ok(json_response(StatusCode::CREATED, &user_json(&user)))
 }
 
@@ -176,7 +181,7 @@ pub(crate) async fn delete(
     }
     state
         .admin
-        .delete_user(username)
+        .delete_user(Actor::of(caller.as_deref()), username)
         .await
         .map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -208,7 +213,7 @@ pub(crate) async fn set_grants(
     check_admin_grant_giver(&grants, caller.as_deref())?;
     let user = state
         .admin
-        .set_grants(username, grants)
+        .set_grants(Actor::of(caller.as_deref()), username, grants)
         .await
         .map_err(admin_error)?;
     Ok(json_response(StatusCode::OK, &user_json(&user)))
@@ -228,6 +233,9 @@ pub(crate) async fn set_password(
     let request: PasswordBody = read_json(&headers, body).await?;
     check_password(&request.new_password, "new_password")?;
     let user = state.replica.user(&username).0.ok_or_else(user_not_found)?;
+    // The hash `current_password` was verified against travels with the
+    // change, so the control plane refuses it if the password changed since.
+    let mut checked_hash = None;
     if let Some(caller) = caller.as_deref() {
         let own = caller.username == username;
         if user.root && !caller.root {
@@ -248,15 +256,21 @@ pub(crate) async fn set_password(
             {
                 return Err(forbidden("current_password is wrong"));
             }
+            checked_hash = Some(user.password_hash.clone());
         }
     }
-    let hash = state
+    let password_hash = state
         .auth
         .hash_password(request.new_password, state.config.bcrypt_cost)
         .await?;
+    let change = PasswordChange {
+        username,
+        password_hash,
+        checked_hash,
+    };
     state
         .admin
-        .set_password(username, hash)
+        .set_password(Actor::of(caller.as_deref()), change)
         .await
         .map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())
