@@ -1,9 +1,19 @@
 //! The Raft log and vote, in redb.
+//!
+//! A log entry is stored binary, version [`STORED_ENTRY_VERSION`]: the
+//! version byte, then the entry as `AppendEntries` carries it (log id,
+//! payload kind, the command in the metastore's command codec or a
+//! membership). An entry whose first byte is `{` is the serde JSON an older
+//! build stored; it is still read, so a log written before the binary codec
+//! replays. The vote, the commit hint and the purge mark stay serde JSON:
+//! small records, written rarely.
 
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use narad_protocol::{DecodeError, Reader, Writer};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, StorageIOError, Vote};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
@@ -11,6 +21,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, META};
+use crate::metastore::codec::{from_json, is_bare_json};
+use crate::network::raft_fields::{get_entry, put_entry};
 use crate::raft::{ControlNodeId, Entry, LogId, StorageError, TypeConfig};
 
 /// The log and the vote. Cloning shares the database; openraft uses clones
@@ -60,7 +72,7 @@ impl LogStore {
         let Some((_, raw)) = table.last()? else {
             return Ok(None);
         };
-        let entry: Entry = serde_json::from_slice(raw.value()).map_err(corrupt)?;
+        let entry = decode_stored_entry(raw.value()).map_err(corrupt)?;
         Ok(Some(entry.log_id))
     }
 
@@ -70,7 +82,7 @@ impl LogStore {
         let mut entries = Vec::new();
         for item in table.range(range)? {
             let (index, raw) = item?;
-            let entry: Entry = serde_json::from_slice(raw.value()).map_err(corrupt)?;
+            let entry = decode_stored_entry(raw.value()).map_err(corrupt)?;
             // Read back what was written: a key and its entry must agree.
             assert_eq!(
                 entry.log_id.index,
@@ -87,8 +99,8 @@ impl LogStore {
         {
             let mut table = txn.open_table(LOG)?;
             for entry in &entries {
-                let bytes = serde_json::to_vec(entry).map_err(corrupt)?;
-                table.insert(entry.log_id.index, bytes.as_slice())?;
+                let bytes = encode_stored_entry(entry);
+                table.insert(entry.log_id.index, bytes.as_ref())?;
             }
         }
         // Durability::Immediate (redb's default): fsynced when this returns.
@@ -120,6 +132,44 @@ impl LogStore {
         txn.commit()?;
         Ok(())
     }
+}
+
+/// Version of a stored log entry's binary form. Older builds stored bare
+/// serde JSON, which starts with `{`; no version byte is that.
+pub(crate) const STORED_ENTRY_VERSION: u8 = 1;
+
+const _: () = assert!(STORED_ENTRY_VERSION != b'{');
+
+/// A log entry as the log table stores it.
+fn encode_stored_entry(entry: &Entry) -> Bytes {
+    let mut writer = Writer::new();
+    writer.u8(STORED_ENTRY_VERSION);
+    put_entry(&mut writer, entry);
+    writer.finish()
+}
+
+/// Reads an entry written by [`encode_stored_entry`] or, as bare JSON, by
+/// an older build.
+///
+/// # Errors
+/// [`DecodeError::UnsupportedVersion`] naming `stored log entry`, the
+/// entry's field errors, trailing bytes, or JSON that is not an entry.
+fn decode_stored_entry(raw: &[u8]) -> Result<Entry, DecodeError> {
+    if is_bare_json(raw) {
+        return from_json(raw, "stored log entry json (column of the first error)");
+    }
+    let mut reader = Reader::new(Bytes::copy_from_slice(raw));
+    let found = reader.u8("stored log entry version")?;
+    if found != STORED_ENTRY_VERSION {
+        return Err(DecodeError::UnsupportedVersion {
+            what: "stored log entry",
+            found,
+            supported: STORED_ENTRY_VERSION,
+        });
+    }
+    let entry = get_entry(&mut reader)?;
+    reader.finish()?;
+    Ok(entry)
 }
 
 /// A stored record that does not decode (or encode): the database holds
@@ -214,5 +264,116 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.purge_durably(log_id)
             .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+}
+
+#[cfg(test)]
+mod stored_entry_tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use proptest::prelude::*;
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::metastore::{Command, Heartbeat};
+
+    fn heartbeat_entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+            payload: EntryPayload::Normal(Command::Heartbeat(Heartbeat {
+                id: "n1".into(),
+                at_ms: 1_000,
+            })),
+        }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    #[test]
+    fn a_stored_entry_encodes_to_its_golden_bytes() {
+        let golden = [
+            "01",                                                 // stored entry version
+            "0000000000000002 0000000000000001 0000000000000007", // log id: term 2, node 1, index 7
+            "01",                                                 // normal: a command
+            "02 09 00000002 6e31 00000000000003e8",               // heartbeat "n1" at 1,000 ms
+        ];
+        let bytes = encode_stored_entry(&heartbeat_entry(7));
+        assert_eq!(hex(&bytes), golden.concat().replace(' ', ""));
+        assert_eq!(decode_stored_entry(&bytes), Ok(heartbeat_entry(7)));
+    }
+
+    #[test]
+    fn another_stored_entry_version_is_refused_by_name() {
+        let mut bytes = encode_stored_entry(&heartbeat_entry(7)).to_vec();
+        bytes[0] = 2;
+        assert_eq!(
+            decode_stored_entry(&bytes).map_err(|e| e.to_string()),
+            Err("stored log entry version 2 is not supported (this build speaks version 1)".into())
+        );
+    }
+
+    #[test]
+    fn a_log_stored_as_json_by_an_older_build_is_read_alongside_binary_entries() {
+        let dir = TempDir::new().expect("temporary directory");
+        let (log, _) =
+            super::super::open(&dir.path().join(super::super::DATABASE_FILE)).expect("opens");
+        let txn = log.database.begin_write().expect("transaction");
+        {
+            let mut table = txn.open_table(LOG).expect("log table");
+            for index in 1..=2 {
+                let json = serde_json::to_vec(&heartbeat_entry(index)).expect("serializes");
+                table.insert(index, json.as_slice()).expect("inserts");
+            }
+        }
+        txn.commit().expect("commits");
+        log.append_durably(vec![heartbeat_entry(3)])
+            .expect("appends");
+        let entries = log.entries(1..=3).expect("reads");
+        assert_eq!(entries, (1..=3).map(heartbeat_entry).collect::<Vec<_>>());
+        assert_eq!(
+            log.last_entry_id().expect("reads"),
+            Some(heartbeat_entry(3).log_id)
+        );
+    }
+
+    #[test]
+    fn a_stored_topic_create_is_smaller_than_its_json() {
+        let create = crate::metastore::CreateTopic {
+            actor: crate::metastore::Actor::SecurityOff,
+            name: "bench-topic-0001".into(),
+            id: crate::metastore::IncarnationId::from_bits(0x9e37_79b9_7f4a_7c15),
+            partitions: None,
+            retention_ms: None,
+            visibility_timeout_ms: None,
+            max_in_flight_per_partition: None,
+            max_acked_ahead_per_partition: None,
+            schema: None,
+            parent: None,
+            defaults: crate::metastore::TopicDefaults::default(),
+            created_at_ms: 1_764_000_000_001,
+        };
+        let entry = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(7, 1), 1_001),
+            payload: EntryPayload::Normal(Command::CreateTopic(create)),
+        };
+        let binary = encode_stored_entry(&entry).len();
+        let json = serde_json::to_vec(&entry).expect("serializes").len();
+        println!("stored topic create: binary {binary} bytes, JSON {json} bytes");
+        assert!(binary < json, "binary {binary} >= JSON {json}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_the_stored_entry_decoder(
+            body in proptest::collection::vec(any::<u8>(), 0..128),
+        ) {
+            let mut raw = vec![STORED_ENTRY_VERSION];
+            raw.extend(&body);
+            let _ = decode_stored_entry(&raw);
+            let _ = decode_stored_entry(&body);
+        }
     }
 }

@@ -26,9 +26,10 @@
 //! byte. An older build cannot read the binary forms: it refuses a
 //! version-2 command by name, and fails to parse a binary snapshot.
 //!
-//! The Raft log in redb stays serde JSON of openraft's entries (commands
-//! included): it is storage, read only by the node that wrote it, and
-//! `openraft` requires serde on the command type anyway.
+//! The Raft log in redb stores entries in the same binary form (see
+//! `store/log.rs`), and reads the serde JSON entries of older builds too.
+//! The serde derives of the command and state types stay: openraft
+//! requires them, and they read the JSON of older builds.
 
 mod command;
 mod state;
