@@ -46,6 +46,10 @@ use crate::commit::{LocalLogs, partition_dir};
 use crate::dispatch::Destination;
 use crate::metadata::{MetadataReplica, TopicMeta};
 
+mod hold;
+
+pub use hold::HeldRecord;
+
 /// Records one consume returns at most (`max` is clamped to it).
 pub const CONSUME_RECORDS_MAX: usize = 100;
 
@@ -624,36 +628,16 @@ impl ConsumeService {
             };
             let records_left = batch.records_max - batch.deliveries.len();
             let bytes_left = batch.bytes_max.saturating_sub(batch.bytes).max(1);
-            match ahead.entry(&shard.log, lease.offset, records_left, bytes_left) {
-                Ok(Some(ReadEntry::Record(record))) => batch.push(Delivery {
+            let entry = ahead.entry(&shard.log, lease.offset, records_left, bytes_left);
+            match read_leased(shard, lease.offset, lease.nonce, entry) {
+                Leased::Record(record) => batch.push(Delivery {
                     topic: Arc::clone(&meta.name),
                     partition: shard.destination.partition,
                     record,
                     nonce: lease.nonce,
                 }),
-                Ok(Some(ReadEntry::Unreadable { .. })) => {
-                    shard
-                        .state
-                        .lock()
-                        .skip_unreadable(lease.offset..lease.offset + 1);
-                    shard.touch();
-                    tracing::warn!(destination = %shard.destination, offset = lease.offset, "skipped permanently-unreadable record");
-                }
-                Err(LogError::OffsetTrimmed { oldest, .. }) => {
-                    let gap = shard.state.lock().skip_to(oldest);
-                    shard.touch();
-                    tracing::warn!(destination = %shard.destination, oldest, gap, "consumer frontier fell behind retention; skipped to oldest retained offset");
-                }
-                Ok(None) | Err(LogError::Closed) => {
-                    // The log no longer has it (closed or replaced under
-                    // us): transient, never a gap.
-                    shard.state.lock().release(lease.offset, lease.nonce);
-                    return Ok(());
-                }
-                Err(error) => {
-                    shard.state.lock().release(lease.offset, lease.nonce);
-                    return Err(ConsumeError::Read(error.to_string()));
-                }
+                Leased::Skipped => {}
+                Leased::Stop(outcome) => return outcome,
             }
         }
         Ok(())
@@ -1056,6 +1040,59 @@ fn splitmix64(state: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// What became of a leased offset once read.
+#[derive(Debug)]
+enum Leased {
+    /// Deliver it.
+    Record(Record),
+    /// Settled as unreadable, or passed over by retention: look further.
+    Skipped,
+    /// Released: the log no longer has it (`Ok`), or the read failed.
+    Stop(Result<(), ConsumeError>),
+}
+
+/// Settles what reading the leased `offset` found: a record is delivered;
+/// an unreadable one is skipped for good; an offset retention deleted
+/// moves the frontier to the oldest kept; a log that no longer has it
+/// (closed or replaced under us: transient, never a gap) or a failed read
+/// releases the lease.
+fn read_leased(
+    shard: &PartitionShard,
+    offset: u64,
+    nonce: u64,
+    entry: Result<Option<ReadEntry>, LogError>,
+) -> Leased {
+    match entry {
+        Ok(Some(ReadEntry::Record(record))) => {
+            assert_eq!(
+                record.offset, offset,
+                "read a record other than the leased one"
+            );
+            Leased::Record(record)
+        }
+        Ok(Some(ReadEntry::Unreadable { .. })) => {
+            shard.state.lock().skip_unreadable(offset..offset + 1);
+            shard.touch();
+            tracing::warn!(destination = %shard.destination, offset, "skipped permanently-unreadable record");
+            Leased::Skipped
+        }
+        Err(LogError::OffsetTrimmed { oldest, .. }) => {
+            let gap = shard.state.lock().skip_to(oldest);
+            shard.touch();
+            tracing::warn!(destination = %shard.destination, oldest, gap, "consumer frontier fell behind retention; skipped to oldest retained offset");
+            Leased::Skipped
+        }
+        Ok(None) | Err(LogError::Closed) => {
+            shard.state.lock().release(offset, nonce);
+            Leased::Stop(Ok(()))
+        }
+        Err(error) => {
+            shard.state.lock().release(offset, nonce);
+            Leased::Stop(Err(ConsumeError::Read(error.to_string())))
+        }
+    }
 }
 
 /// Reads ahead of the offset being leased, so a batch of consecutive

@@ -925,3 +925,94 @@ async fn competing_consumers_that_abandon_leases_still_ack_every_record_exactly_
     .await;
     assert_eq!(acked, every_record_of_compete());
 }
+
+/// How long the hold tests hold a record.
+const HOLD: Duration = Duration::from_millis(500);
+
+#[tokio::test]
+async fn a_held_record_is_skipped_by_consumes_until_its_hold_lapses() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+
+    let held = node.service.hold(TOPIC, 1, HOLD);
+
+    assert_eq!(held.len(), 1);
+    assert!(node.consume(None, 1).await.is_empty());
+    node.clock.advance(499);
+    assert!(node.consume(None, 1).await.is_empty());
+    node.clock.advance(1);
+    assert_eq!(payloads(&node.consume(None, 1).await), vec!["a"]);
+}
+
+#[tokio::test]
+async fn holds_are_bounded_by_the_records_ready() {
+    let node = sim_node();
+    node.commit(0, &["a", "b", "c"]);
+    let leased = node.consume(Some(0), 1).await;
+    node.settle(&node.consume(Some(0), 1).await[0], Settle::Ack)
+        .expect("ack");
+
+    let held = node.service.hold(TOPIC, 5, HOLD);
+
+    assert_eq!(leased.len(), 1);
+    assert_eq!(
+        held.iter().map(|held| held.offset).collect::<Vec<_>>(),
+        vec![2],
+        "one leased, one acked ahead: one of three is ready"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_turns_a_hold_into_a_lease_of_the_visibility_timeout() {
+    let node = sim_node();
+    node.commit(1, &["a"]);
+    let held = node.service.hold(TOPIC, 1, HOLD);
+
+    let claimed = node.service.claim(TOPIC, &held, 1);
+
+    assert_eq!(payloads(&claimed), vec!["a"]);
+    assert_eq!(claimed[0].nonce, held[0].nonce);
+    node.clock.advance(VISIBILITY_MS - 1);
+    assert!(node.consume(None, 1).await.is_empty(), "still leased");
+    node.settle(&claimed[0], Settle::Ack)
+        .expect("the claim's lease");
+}
+
+#[tokio::test]
+async fn a_claim_after_the_hold_lapsed_gets_nothing_and_the_record_is_ready_again() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let held = node.service.hold(TOPIC, 1, HOLD);
+    node.clock.advance(500);
+
+    let claimed = node.service.claim(TOPIC, &held, 1);
+
+    assert!(claimed.is_empty());
+    assert_eq!(payloads(&node.consume(None, 1).await), vec!["a"]);
+}
+
+#[tokio::test]
+async fn holds_past_the_claims_max_are_released_at_once() {
+    let node = sim_node();
+    node.commit(0, &["a", "b"]);
+    let held = node.service.hold(TOPIC, 2, HOLD);
+    assert_eq!(held.len(), 2);
+
+    let claimed = node.service.claim(TOPIC, &held, 1);
+
+    assert_eq!(payloads(&claimed), vec!["a"]);
+    assert_eq!(payloads(&node.consume(None, 1).await), vec!["b"]);
+}
+
+#[tokio::test]
+async fn a_parked_consume_gets_a_held_record_when_its_hold_lapses() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let held = node.service.hold(TOPIC, 1, HOLD);
+    assert_eq!(held.len(), 1);
+    let task = node.parked_consume(None).await;
+
+    node.clock.advance(500);
+
+    assert_eq!(payloads(&answer(task).await), vec!["a"]);
+}

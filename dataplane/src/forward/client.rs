@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,7 @@ pub struct Forwarder {
     rotation: AtomicUsize,
     ack_lanes: Mutex<AckLanes>,
     tokens: OnceLock<Arc<TokenInbox>>,
+    unreceived_total: AtomicU64,
 }
 
 /// Where a partition lives, as far as forwarding cares.
@@ -111,6 +112,7 @@ impl Forwarder {
             rotation: AtomicUsize::new(0),
             ack_lanes: Mutex::new(AckLanes::new(single_max, QUEUED_ACKS_MAX)),
             tokens: OnceLock::new(),
+            unreceived_total: AtomicU64::new(0),
         })
     }
 
@@ -246,27 +248,102 @@ impl Forwarder {
     /// One non-blocking probe of `node` for up to `max` records of any
     /// partition of `topic` it owns, within [`PROBE_BUDGET`]. Every failure
     /// reads as "nothing there" (the spec's queue consume keeps looking).
-    pub async fn probe(&self, node: NodeId, topic: &str, max: usize) -> Vec<ForwardedRecord> {
+    /// When `node` notified this node of a record it holds for it, the
+    /// probe carries the `Claim` flag and takes that record first.
+    pub async fn probe(
+        self: &Arc<Self>,
+        node: NodeId,
+        topic: &str,
+        max: usize,
+    ) -> Vec<ForwardedRecord> {
         let Some(peer) = self.addresses.rpc_addr(node) else {
             return Vec::new();
         };
+        let claim = self
+            .tokens
+            .get()
+            .is_some_and(|inbox| inbox.take_claim(topic, peer, Instant::now()));
         let request = ForwardConsume {
             topic: topic.to_owned(),
             scope: ConsumeScope::Any,
             wait_ms: 0,
-            claim: false,
+            claim,
             max: max.clamp(1, 100) as u32,
         };
-        let answer = self
-            .call::<_, ConsumeAnswer>(peer, Lane::Consume, Opcode::CONSUME, &request, PROBE_BUDGET)
-            .await;
-        match answer {
-            Ok(answer) => answer.map(|answer| answer.records).unwrap_or_default(),
+        match self.consume_detached(peer, request, PROBE_BUDGET).await {
+            Ok(records) => records,
             Err(error) => {
                 tracing::debug!(node, %peer, %error, "consume probe of a remote owner found nothing");
                 Vec::new()
             }
         }
+    }
+
+    /// Sends a forwarded consume from a task of its own, so that the owner's
+    /// answer is still received when the caller goes away meanwhile (its
+    /// HTTP client left): the records it leased then are nacked at once
+    /// instead of staying leased for a visibility timeout. A long poll
+    /// (`wait_ms` > 0) is cancelled when the caller goes away while it
+    /// waits, since the owner may hold it for up to a minute; its answer
+    /// can then still cross the cancel, and those leases lapse.
+    async fn consume_detached(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        request: ForwardConsume,
+        budget: Duration,
+    ) -> Result<Vec<ForwardedRecord>, ForwardError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let forwarder = Arc::clone(self);
+        tokio::spawn(async move {
+            let call = forwarder.call::<_, ConsumeAnswer>(
+                peer,
+                Lane::Consume,
+                Opcode::CONSUME,
+                &request,
+                budget,
+            );
+            let mut sender = sender;
+            let answer = if request.wait_ms > 0 {
+                tokio::select! {
+                    answer = call => answer,
+                    () = sender.closed() => return,
+                }
+            } else {
+                call.await
+            };
+            let records = answer.map(|answer| answer.map(|a| a.records).unwrap_or_default());
+            if let Err(Ok(records)) = sender.send(records) {
+                forwarder.release_unreceived(&request.topic, records).await;
+            }
+        });
+        receiver.await.unwrap_or_else(|_| {
+            Err(ForwardError::NoAnswer(
+                "the forwarded consume's task ended without an answer".to_owned(),
+            ))
+        })
+    }
+
+    /// Nacks `records` leased for a consume that went away before it got
+    /// them, so they are redelivered at once.
+    async fn release_unreceived(self: &Arc<Self>, topic: &str, records: Vec<ForwardedRecord>) {
+        self.unreceived_total
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        for record in records {
+            let handle = ReceiptHandle {
+                partition: record.partition,
+                offset: record.offset,
+                nonce: record.nonce,
+            };
+            if let Err(error) = self.settle(topic, handle, Settle::Nack).await {
+                tracing::debug!(topic, %handle, %error, "releasing a record of a consume that went away failed; its lease lapses");
+            }
+        }
+    }
+
+    /// Records leased for consumes that went away before the owner's
+    /// answer reached them, nacked since (tests, diagnostics).
+    pub fn unreceived_total(&self) -> u64 {
+        self.unreceived_total.load(Ordering::Relaxed)
     }
 
     /// A consume pinned to `partition`, held by its owner up to `wait`;
@@ -275,7 +352,7 @@ impl Forwarder {
     /// # Errors
     /// [`ForwardError`].
     pub async fn consume_pinned(
-        &self,
+        self: &Arc<Self>,
         topic: &str,
         partition: u32,
         max: usize,
@@ -293,10 +370,7 @@ impl Forwarder {
             max: max.clamp(1, 100) as u32,
         };
         let budget = Duration::from_millis(u64::from(wait_ms)) + LONG_POLL_GRACE;
-        let answer = self
-            .call::<_, ConsumeAnswer>(peer, Lane::Consume, Opcode::CONSUME, &request, budget)
-            .await?;
-        Ok(answer.map(|answer| answer.records).unwrap_or_default())
+        self.consume_detached(peer, request, budget).await
     }
 
     /// The record at `offset` of `partition`, read by its owner without a

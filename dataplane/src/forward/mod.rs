@@ -26,11 +26,13 @@
 //!
 //! A parked queue consume re-probes remote owners on a 100 ms → 1 s
 //! cadence, and, with a routed [`tokens::TokenInbox`], holds delivery
-//! tokens at them so a commit there wakes it at once.
+//! tokens at them: a commit there leases a ready record for the token's
+//! node for [`tokens::CLAIM_HOLD`], wakes the consume at once, and its next
+//! probe of that owner claims the record (the `Claim` flag).
 //!
-//! What it does not do: an owner does not hold a record back for the node
-//! it notified (the spec's claim); the notified consume simply probes. See
-//! `docs/internals/forwarding.md`.
+//! A forwarded consume runs on a task of its own: records an owner leased
+//! for a consume that went away before the answer arrived are nacked at
+//! once. What it does not do is listed in `docs/internals/forwarding.md`.
 
 mod client;
 pub mod coalesce;

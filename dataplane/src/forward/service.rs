@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ use narad_protocol::{Lane, Node, Request};
 use parking_lot::Mutex;
 
 use super::PROBE_BUDGET;
-use super::tokens::TokenTable;
+use super::tokens::{CLAIM_HOLD, HoldTable, TokenTable};
 
 use crate::commit::LocalLogs;
 use crate::consume::service::{
@@ -48,6 +49,12 @@ pub struct ForwardService {
     /// this service.
     transport: OnceLock<Weak<Node>>,
     tokens: Mutex<TokenTable>,
+    /// Records held for token holders' claims.
+    holds: Mutex<HoldTable>,
+    /// Where the holders to notify start, so no holder is always last.
+    rotation: AtomicUsize,
+    /// Records handed to claimants through their holds.
+    claimed_total: AtomicU64,
     /// Partitions whose high watermark a task watches for token holders.
     watched: Mutex<HashSet<Destination>>,
 }
@@ -67,6 +74,9 @@ impl ForwardService {
             serving: OnceLock::new(),
             transport: OnceLock::new(),
             tokens: Mutex::new(TokenTable::default()),
+            holds: Mutex::new(HoldTable::default()),
+            rotation: AtomicUsize::new(0),
+            claimed_total: AtomicU64::new(0),
             watched: Mutex::new(HashSet::new()),
         })
     }
@@ -157,7 +167,7 @@ impl ForwardService {
         })?;
         let body = inbound.request.body;
         match inbound.request.opcode {
-            Opcode::CONSUME => serving.consume(decode(body)?).await,
+            Opcode::CONSUME => self.consume(serving, decode(body)?, inbound.peer).await,
             Opcode::ACK => serving.settle(decode(body)?, Settle::Ack),
             Opcode::EXTEND_ACK => serving.settle(decode(body)?, Settle::Extend),
             Opcode::NACK => serving.settle(decode(body)?, Settle::Nack),
@@ -248,9 +258,45 @@ impl ForwardService {
         self.tokens.lock().has_live(topic, Instant::now())
     }
 
-    /// Notifies every live token holder of `topic`, each once.
+    /// A commit to a partition of `topic`: spends one live token per
+    /// record that can be held (HWM − frontier − in-flight − acked-ahead
+    /// bounds the holds), holds a record for each spent token's holder
+    /// for [`CLAIM_HOLD`], and notifies it. Tokens left over stay live
+    /// for the next commit.
     fn spend_tokens(&self, topic: &str) {
-        let holders = self.tokens.lock().spend(topic, Instant::now());
+        let Some(serving) = self.serving.get() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut holders = self.tokens.lock().live_holders(topic, now);
+        {
+            let mut holds = self.holds.lock();
+            holders.retain(|holder| holds.has_room(topic, *holder, now));
+        }
+        if holders.is_empty() {
+            return;
+        }
+        let start = self.rotation.fetch_add(1, Ordering::Relaxed) % holders.len();
+        holders.rotate_left(start);
+        let held = serving.consume.hold(topic, holders.len(), CLAIM_HOLD);
+        let deadline = now + CLAIM_HOLD;
+        let mut notified = Vec::with_capacity(held.len());
+        {
+            let mut tokens = self.tokens.lock();
+            let mut holds = self.holds.lock();
+            for (holder, held) in holders.into_iter().zip(held) {
+                tokens.spend(topic, holder);
+                holds.insert(topic, holder, held, deadline);
+                notified.push(holder);
+            }
+        }
+        self.notify(topic, notified);
+    }
+
+    /// Sends `TokenNotify` to each of `holders` (500 ms budget each,
+    /// failures ignored: the holder's re-probes find the record once its
+    /// hold lapses).
+    fn notify(&self, topic: &str, holders: Vec<SocketAddr>) {
         let Some(transport) = self.transport.get().and_then(Weak::upgrade) else {
             return;
         };
@@ -273,6 +319,48 @@ impl ForwardService {
             });
         }
     }
+
+    /// A forwarded consume from `peer`. A claim (the `Claim` flag) first
+    /// takes the records held for `peer`, then fills up to `max` as any
+    /// consume would.
+    async fn consume(
+        &self,
+        serving: &Serving,
+        request: ForwardConsume,
+        peer: SocketAddr,
+    ) -> Result<Response, RpcError> {
+        let claimed = match request.scope {
+            ConsumeScope::Any if request.claim => {
+                let held = self.holds.lock().take(&request.topic, peer, Instant::now());
+                let claimed = serving
+                    .consume
+                    .claim(&request.topic, &held, request.max as usize);
+                self.claimed_total
+                    .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+                claimed
+            }
+            _ => Vec::new(),
+        };
+        serving.consume(request, claimed).await
+    }
+
+    /// Live delivery tokens of `topic` held here (tests).
+    #[cfg(test)]
+    pub(crate) fn live_tokens(&self, topic: &str) -> usize {
+        self.tokens.lock().live(topic, Instant::now())
+    }
+
+    /// Records held here for `holder`'s claim (tests).
+    #[cfg(test)]
+    pub(crate) fn held_for(&self, topic: &str, holder: SocketAddr) -> usize {
+        self.holds.lock().count(topic, holder, Instant::now())
+    }
+
+    /// Records handed to claimants through their holds (tests,
+    /// diagnostics).
+    pub fn claimed_total(&self) -> u64 {
+        self.claimed_total.load(Ordering::Relaxed)
+    }
 }
 
 fn decode<M: Message>(body: bytes::Bytes) -> Result<M, RpcError> {
@@ -289,10 +377,16 @@ pub(crate) fn settle_of(kind: SettleKind) -> Settle {
 }
 
 impl Serving {
-    async fn consume(&self, request: ForwardConsume) -> Result<Response, RpcError> {
+    async fn consume(
+        &self,
+        request: ForwardConsume,
+        claimed: Vec<Delivery>,
+    ) -> Result<Response, RpcError> {
         let (partition, offset) = match request.scope {
             ConsumeScope::Replay { partition, offset } => (partition, offset),
-            ConsumeScope::Any | ConsumeScope::Pinned(_) => return self.lease(request).await,
+            ConsumeScope::Any | ConsumeScope::Pinned(_) => {
+                return self.lease(request, claimed).await;
+            }
         };
         let record = self
             .consume
@@ -313,25 +407,40 @@ impl Serving {
     }
 
     /// A queue probe (any owned partition) or a pinned consume, waiting at
-    /// most the asked wait (the consume service cuts it to its own cap). If
-    /// the requester cancels, the transport drops this future, and the
-    /// consume service leaves no lease behind.
-    async fn lease(&self, request: ForwardConsume) -> Result<Response, RpcError> {
+    /// most the asked wait (the consume service cuts it to its own cap),
+    /// after the `claimed` records (a claim's; they never wait). If the
+    /// requester cancels, the transport drops this future, and the consume
+    /// service leaves no lease behind.
+    async fn lease(
+        &self,
+        request: ForwardConsume,
+        claimed: Vec<Delivery>,
+    ) -> Result<Response, RpcError> {
+        let max = request.max as usize;
+        if !claimed.is_empty() && claimed.len() >= max {
+            return Ok(answer(claimed));
+        }
         let pinned = match request.scope {
             ConsumeScope::Pinned(partition) => Some(partition),
             _ => None,
+        };
+        let wait = if claimed.is_empty() {
+            Duration::from_millis(u64::from(request.wait_ms))
+        } else {
+            Duration::ZERO
         };
         let deliveries = self
             .consume
             .consume(ConsumeRequest {
                 topic: request.topic.clone(),
                 partition: pinned,
-                max: request.max as usize,
-                wait: Duration::from_millis(u64::from(request.wait_ms)),
+                max: max - claimed.len(),
+                wait,
             })
             .await;
         let deliveries = match deliveries {
             Ok(deliveries) => deliveries,
+            Err(_) if !claimed.is_empty() => Vec::new(),
             // A probe of a topic none of whose partitions is owned here any
             // more finds nothing; only a pinned consume hears about it.
             Err(ConsumeError::OwnerUnavailable { partition }) => {
@@ -339,8 +448,7 @@ impl Serving {
             }
             Err(error) => return Err(consume_refusal(error)),
         };
-        let records = deliveries.into_iter().map(forwarded).collect();
-        Ok(Response::message(&ConsumeAnswer { records }))
+        Ok(answer(claimed.into_iter().chain(deliveries).collect()))
     }
 
     fn settle(&self, request: ForwardSettle, how: Settle) -> Result<Response, RpcError> {
@@ -428,6 +536,11 @@ impl Serving {
             .collect();
         Response::message(&TopicPartitionStatsAnswer { entries })
     }
+}
+
+fn answer(deliveries: Vec<Delivery>) -> Response {
+    let records = deliveries.into_iter().map(forwarded).collect();
+    Response::message(&ConsumeAnswer { records })
 }
 
 fn forwarded(delivery: Delivery) -> ForwardedRecord {

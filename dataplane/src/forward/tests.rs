@@ -883,5 +883,286 @@ async fn a_parked_consume_holds_a_token_at_the_owner_and_is_notified_of_a_commit
         !cluster.b_service.holds_token("remote"),
         "a token is single use"
     );
+    assert_eq!(
+        cluster.b_service.claimed_total(),
+        1,
+        "the notified consume claimed the held record"
+    );
     Arc::into_inner(cluster).expect("sole owner").stop();
+}
+
+/// A node of its own with a token inbox, to hold tokens at B besides A.
+fn token_holder() -> (Node, Arc<super::tokens::TokenInbox>) {
+    let inbox = super::tokens::TokenInbox::new();
+    let node = Node::bind(
+        NodeConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), auth()),
+        inbox.route(narad_protocol::Router::new()),
+    )
+    .expect("bind a token holder");
+    (node, inbox)
+}
+
+/// Takes a delivery token of `remote` at B for `from`, as a parked
+/// consume's node would.
+async fn register_at_b(cluster: &Cluster, from: &Node) {
+    let request = narad_protocol::TokenRegister {
+        topic: "remote".into(),
+        ttl_ms: 60_000,
+    };
+    from.call_with_timeout(
+        cluster.b_transport.local_addr(),
+        narad_protocol::Lane::Consume,
+        narad_protocol::Request::new(
+            narad_protocol::Opcode::TOKEN_REGISTER,
+            narad_protocol::codec::encode_message(&request),
+        ),
+        CEILING,
+    )
+    .await
+    .expect("the token is taken");
+}
+
+/// A non-blocking consume of `remote` at B from `from`, with or without
+/// the `Claim` flag: the payloads it got.
+async fn probe_b(cluster: &Cluster, from: &Node, claim: bool) -> Vec<String> {
+    let request = narad_protocol::ForwardConsume {
+        topic: "remote".into(),
+        scope: narad_protocol::ConsumeScope::Any,
+        wait_ms: 0,
+        claim,
+        max: 1,
+    };
+    let response = from
+        .call_with_timeout(
+            cluster.b_transport.local_addr(),
+            narad_protocol::Lane::Consume,
+            narad_protocol::Request::new(
+                narad_protocol::Opcode::CONSUME,
+                narad_protocol::codec::encode_message(&request),
+            ),
+            CEILING,
+        )
+        .await
+        .expect("answered");
+    let answer: narad_protocol::ConsumeAnswer =
+        narad_protocol::codec::decode_message(response.body).expect("a consume answer");
+    answer
+        .records
+        .iter()
+        .map(|record| String::from_utf8_lossy(&record.payload).into_owned())
+        .collect()
+}
+
+async fn notified(inboxes: &[&super::tokens::TokenInbox], count: u64) {
+    tokio::time::timeout(CEILING, async {
+        while inboxes
+            .iter()
+            .map(|inbox| inbox.notified_total())
+            .sum::<u64>()
+            < count
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the owner notifies a token holder");
+}
+
+/// A consume on B itself, as a local client's would be.
+async fn consume_on_b(cluster: &Cluster, wait: Duration) -> Vec<String> {
+    cluster
+        .b
+        .consume()
+        .consume(crate::consume::service::ConsumeRequest {
+            topic: "remote".into(),
+            partition: None,
+            max: 1,
+            wait,
+        })
+        .await
+        .expect("consumed")
+        .into_iter()
+        .map(|delivery| String::from_utf8_lossy(&delivery.record.payload).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_spends_no_more_tokens_than_records_it_can_hold() {
+    let cluster = Cluster::start();
+    let (other, other_inbox) = token_holder();
+    register_at_b(&cluster, &cluster.a_transport).await;
+    register_at_b(&cluster, &other).await;
+    assert_eq!(cluster.b_service.live_tokens("remote"), 2);
+
+    cluster.produce_on_b("remote", 0, "one").await;
+    notified(&[&cluster.inbox, &other_inbox], 1).await;
+
+    assert_eq!(
+        cluster.b_service.live_tokens("remote"),
+        1,
+        "one record, one notification: the other token stays live"
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notified_record_is_held_back_from_other_consumers_until_its_holder_claims_it() {
+    let cluster = Cluster::start();
+    let (other, _other_inbox) = token_holder();
+    register_at_b(&cluster, &cluster.a_transport).await;
+    cluster.produce_on_b("remote", 1, "held").await;
+    notified(&[&cluster.inbox], 1).await;
+    let holder = cluster.a_transport.local_addr();
+    assert_eq!(cluster.b_service.held_for("remote", holder), 1);
+
+    let local = consume_on_b(&cluster, Duration::ZERO).await;
+    let other_claim = probe_b(&cluster, &other, true).await;
+    let unclaimed_probe = probe_b(&cluster, &cluster.a_transport, false).await;
+    let claim = probe_b(&cluster, &cluster.a_transport, true).await;
+
+    assert!(local.is_empty(), "a local consume skips the held record");
+    assert!(
+        other_claim.is_empty(),
+        "another node's claim does not take it"
+    );
+    assert!(unclaimed_probe.is_empty(), "only a claim takes a hold");
+    assert_eq!(claim, vec!["held".to_owned()]);
+    assert_eq!(cluster.b_service.claimed_total(), 1);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_hold_lapses_and_a_parked_local_consume_gets_the_record() {
+    let cluster = Cluster::start();
+    register_at_b(&cluster, &cluster.a_transport).await;
+    cluster.produce_on_b("remote", 0, "lapsed").await;
+    notified(&[&cluster.inbox], 1).await;
+
+    // Parks on B behind the hold; without the deadline the record would
+    // stay leased past this wait.
+    let local = consume_on_b(&cluster, Duration::from_secs(10)).await;
+
+    assert_eq!(local, vec!["lapsed".to_owned()]);
+    let late_claim = probe_b(&cluster, &cluster.a_transport, true).await;
+    assert!(late_claim.is_empty(), "the lapsed hold was not kept");
+    assert_eq!(cluster.b_service.claimed_total(), 0);
+    cluster.stop();
+}
+
+/// An owner that answers a consume with one leased record once released,
+/// and records the nacks it gets.
+#[derive(Debug)]
+struct SlowOwner {
+    release: tokio::sync::Semaphore,
+    consumes: std::sync::atomic::AtomicUsize,
+    nacks: parking_lot::Mutex<Vec<(u64, u64)>>,
+}
+
+/// The record [`SlowOwner`] leases: partition 0, offset 5, nonce 77.
+fn slow_owner_record() -> narad_protocol::ForwardedRecord {
+    narad_protocol::ForwardedRecord {
+        partition: 0,
+        offset: 5,
+        key: Bytes::new(),
+        payload: Bytes::from_static(b"late"),
+        committed_at_ms: 1,
+        nonce: 77,
+    }
+}
+
+impl SlowOwner {
+    fn router(self: &Arc<Self>) -> narad_protocol::Router {
+        let limit = narad_protocol::OperationLimit::new("slow", 64);
+        let consume = Arc::clone(self);
+        let nack = Arc::clone(self);
+        narad_protocol::Router::new()
+            .route(
+                narad_protocol::Opcode::CONSUME,
+                limit,
+                move |_inbound: narad_protocol::Inbound| {
+                    let owner = Arc::clone(&consume);
+                    async move {
+                        owner
+                            .consumes
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let permit = owner.release.acquire().await.expect("open");
+                        permit.forget();
+                        Ok(narad_protocol::Response::message(
+                            &narad_protocol::ConsumeAnswer {
+                                records: vec![slow_owner_record()],
+                            },
+                        ))
+                    }
+                },
+            )
+            .route(
+                narad_protocol::Opcode::NACK,
+                limit,
+                move |inbound: narad_protocol::Inbound| {
+                    let owner = Arc::clone(&nack);
+                    async move {
+                        let settle = inbound.message::<narad_protocol::ForwardSettle>()?;
+                        owner
+                            .nacks
+                            .lock()
+                            .push((settle.lease.offset, settle.lease.nonce));
+                        Ok(narad_protocol::Response::no_content())
+                    }
+                },
+            )
+    }
+}
+
+/// A forwarder on node A whose only peer, B, is `router`.
+fn forwarder_to(router: narad_protocol::Router) -> (Arc<Forwarder>, Node) {
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let owner = Node::bind(NodeConfig::new(loopback, auth()), router).expect("bind owner");
+    let caller = Arc::new(
+        Node::bind(
+            NodeConfig::new(loopback, auth()),
+            narad_protocol::Router::new(),
+        )
+        .expect("bind caller"),
+    );
+    let replica = Arc::new(MetadataReplica::new(A));
+    replica.apply_snapshot(snapshot());
+    let addresses = Arc::new(AddressTable::new());
+    addresses.set(B, owner.local_addr());
+    (Forwarder::new(caller, addresses, replica), owner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_answered_to_a_consume_that_went_away_meanwhile_are_nacked_at_their_owner() {
+    let owner = Arc::new(SlowOwner {
+        release: tokio::sync::Semaphore::new(0),
+        consumes: std::sync::atomic::AtomicUsize::new(0),
+        nacks: parking_lot::Mutex::new(Vec::new()),
+    });
+    let (forwarder, _owner_node) = forwarder_to(owner.router());
+    let probing = {
+        let forwarder = Arc::clone(&forwarder);
+        tokio::spawn(async move { forwarder.probe(B, "remote", 1).await })
+    };
+    tokio::time::timeout(CEILING, async {
+        while owner.consumes.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the probe reaches the owner");
+
+    // The HTTP client goes away while the owner is answering.
+    probing.abort();
+    let _ = probing.await;
+    owner.release.add_permits(1);
+
+    tokio::time::timeout(CEILING, async {
+        while owner.nacks.lock().is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the record leased for the vanished consume is nacked");
+    assert_eq!(*owner.nacks.lock(), vec![(5, 77)]);
+    assert_eq!(forwarder.unreceived_total(), 1);
 }

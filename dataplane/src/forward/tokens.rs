@@ -1,18 +1,18 @@
-//! Delivery tokens, simplified (spec §3 "Cross-node consume"): a node with
+//! Delivery tokens and claims (spec §3 "Cross-node consume"): a node with
 //! consumes of a topic parked registers a token with each live remote owner
-//! (`TokenRegister`, 30); when a record of the topic commits there, the
-//! owner spends every live token of the topic by telling its holder
-//! (`TokenNotify`, 31), whose parked consumes then probe at once instead of
-//! waiting for the next re-probe.
-//!
-//! Unlike the spec, the owner does not hold the record back for the
-//! notified node's claim: another consumer may take it first, and the
-//! notified consume then finds nothing and parks again. The re-probe
+//! (`TokenRegister`, 30). When a record of the topic commits there, the
+//! owner spends one token per record it can hold: it leases a ready record
+//! for [`CLAIM_HOLD`] under a nonce only it knows, and tells the token's
+//! holder (`TokenNotify`, 31). The holder's next probe of that owner
+//! carries the `Claim` flag, and the owner hands it the held records as
+//! ordinary leases. A hold nobody claims lapses at its deadline like any
+//! lease, and the record goes to whoever asks or waits first. The re-probe
 //! cadence stays as the safety net.
 //!
 //! - [`TokenTable`] (owner): live tokens per topic, single use.
-//! - [`TokenInbox`] (requester): the handler of opcode 31 and the memory of
-//!   which owners hold a live token of this node.
+//! - [`HoldTable`] (owner): which held records wait for which holder.
+//! - [`TokenInbox`] (requester): the handler of opcode 31, the memory of
+//!   which owners hold a live token of this node, and the claims owed.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,6 +25,7 @@ use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::consume::service::{CONSUME_RECORDS_MAX, HeldRecord};
 use crate::dispatch::NodeId;
 
 /// Token holders one topic keeps at most on an owner; a registration past
@@ -45,6 +46,23 @@ pub const TOKEN_RENEW_BEFORE: Duration = Duration::from_millis(500);
 /// A registration is renewed at least this often while consumes stay
 /// parked (spec: at least every 5 s).
 pub const TOKEN_RENEW_EVERY: Duration = Duration::from_secs(5);
+
+/// How long an owner holds a notified record for its holder's claim. The
+/// spec names no figure. 500 ms is the notification's own budget
+/// ([`PROBE_BUDGET`](super::PROBE_BUDGET)): a notify that takes longer has
+/// failed anyway, while notify + claim take about one round trip (~16 ms
+/// measured by the spec), so the margin is wide; and a local consume that
+/// arrives during a hold waits at most this long for that record.
+pub const CLAIM_HOLD: Duration = Duration::from_millis(500);
+
+/// Records held for one holder of one topic at most; a holder at the limit
+/// is not notified again (its token stays live) until it claims or its
+/// holds lapse.
+pub const HOLDS_PER_HOLDER_MAX: usize = CONSUME_RECORDS_MAX;
+
+/// Claims a requester keeps owed at most (topic × owner); past it a
+/// notification is not turned into a claim and the hold lapses.
+pub const CLAIMS_OWED_MAX: usize = 4_096;
 
 /// Why a token was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,19 +110,36 @@ impl TokenTable {
         Ok(())
     }
 
-    /// Spends every live token of `topic`: the holders to notify. Expired
+    /// The holders of live tokens of `topic`, in address order; expired
     /// tokens lapse silently.
-    pub fn spend(&mut self, topic: &str, now: Instant) -> Vec<SocketAddr> {
-        let Some(holders) = self.topics.remove(topic) else {
+    pub fn live_holders(&mut self, topic: &str, now: Instant) -> Vec<SocketAddr> {
+        let Some(holders) = self.topics.get_mut(topic) else {
             return Vec::new();
         };
-        let mut live: Vec<SocketAddr> = holders
-            .into_iter()
-            .filter(|(_, expiry)| *expiry > now)
-            .map(|(holder, _)| holder)
-            .collect();
+        holders.retain(|_, expiry| *expiry > now);
+        let mut live: Vec<SocketAddr> = holders.keys().copied().collect();
+        if live.is_empty() {
+            self.topics.remove(topic);
+        }
         live.sort_unstable();
         live
+    }
+
+    /// Spends `holder`'s token of `topic` (single use).
+    pub fn spend(&mut self, topic: &str, holder: SocketAddr) {
+        if let Some(holders) = self.topics.get_mut(topic) {
+            holders.remove(&holder);
+            if holders.is_empty() {
+                self.topics.remove(topic);
+            }
+        }
+    }
+
+    /// Live tokens of `topic`.
+    pub fn live(&self, topic: &str, now: Instant) -> usize {
+        self.topics.get(topic).map_or(0, |holders| {
+            holders.values().filter(|expiry| **expiry > now).count()
+        })
     }
 
     /// Whether `topic` has a token that has not expired.
@@ -115,12 +150,85 @@ impl TokenTable {
     }
 }
 
+/// The owner's held records, per topic and holder, each with the instant
+/// its hold lapses. Entries exist only for spent tokens, so the token
+/// table's limits bound it, and [`HOLDS_PER_HOLDER_MAX`] each holder.
+#[derive(Debug, Default)]
+pub struct HoldTable {
+    holds: HashMap<(String, SocketAddr), Vec<(HeldRecord, Instant)>>,
+}
+
+impl HoldTable {
+    /// Keeps `held` for `holder`'s claim until `deadline`.
+    ///
+    /// # Panics
+    /// If the holder already has [`HOLDS_PER_HOLDER_MAX`] live holds (the
+    /// caller checks [`HoldTable::has_room`] first).
+    pub fn insert(&mut self, topic: &str, holder: SocketAddr, held: HeldRecord, deadline: Instant) {
+        let key = (topic.to_owned(), holder);
+        if !self.holds.contains_key(&key) {
+            // Drop lapsed holders' entries now and then, not on each call.
+            if self.holds.len() >= TOKEN_TOPICS_MAX {
+                self.holds.retain(|_, holds| {
+                    holds.retain(|(_, until)| *until > deadline - CLAIM_HOLD);
+                    !holds.is_empty()
+                });
+            }
+        }
+        let holds = self.holds.entry(key).or_default();
+        assert!(
+            holds.len() < HOLDS_PER_HOLDER_MAX,
+            "a holder was given more than {HOLDS_PER_HOLDER_MAX} holds"
+        );
+        holds.push((held, deadline));
+    }
+
+    /// Whether `holder` may be given another hold of `topic` (lapsed holds
+    /// are dropped first).
+    pub fn has_room(&mut self, topic: &str, holder: SocketAddr, now: Instant) -> bool {
+        let key = (topic.to_owned(), holder);
+        let Some(holds) = self.holds.get_mut(&key) else {
+            return true;
+        };
+        holds.retain(|(_, until)| *until > now);
+        if holds.is_empty() {
+            self.holds.remove(&key);
+            return true;
+        }
+        holds.len() < HOLDS_PER_HOLDER_MAX
+    }
+
+    /// Takes `claimant`'s holds of `topic` that have not lapsed, oldest
+    /// first.
+    pub fn take(&mut self, topic: &str, claimant: SocketAddr, now: Instant) -> Vec<HeldRecord> {
+        self.holds
+            .remove(&(topic.to_owned(), claimant))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, until)| *until > now)
+            .map(|(held, _)| held)
+            .collect()
+    }
+
+    /// Live holds of `topic` for `holder` (tests, diagnostics).
+    pub fn count(&self, topic: &str, holder: SocketAddr, now: Instant) -> usize {
+        self.holds
+            .get(&(topic.to_owned(), holder))
+            .map_or(0, |holds| {
+                holds.iter().filter(|(_, until)| *until > now).count()
+            })
+    }
+}
+
 /// The requester's side of tokens: wakes parked consumes when an owner
-/// notifies, and remembers which owners hold a live token of this node.
+/// notifies, remembers which owners hold a live token of this node, and
+/// which owners are owed a claim.
 #[derive(Debug, Default)]
 pub struct TokenInbox {
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
     registered: Mutex<HashMap<(NodeId, String), Instant>>,
+    /// Per topic and notifying owner's address: until when its hold lasts.
+    claims: Mutex<HashMap<(String, SocketAddr), Instant>>,
     notified_total: AtomicU64,
 }
 
@@ -146,14 +254,25 @@ impl TokenInbox {
 
     fn handle(&self, inbound: &Inbound) -> Result<Response, RpcError> {
         let notify = decode_forward_request::<TokenNotify>(inbound.request.body.clone())?;
-        self.notified(&notify.topic);
+        self.notified(&notify.topic, inbound.peer, Instant::now());
         Ok(Response::no_content())
     }
 
-    /// A record of `topic` committed at some owner: tokens of the topic
-    /// are spent (single use), parked consumes wake.
-    pub fn notified(&self, topic: &str) {
+    /// The owner at `owner` holds a record of `topic` for this node: the
+    /// next probe of that owner claims it; tokens of the topic are spent
+    /// (single use), parked consumes wake.
+    pub fn notified(&self, topic: &str, owner: SocketAddr, now: Instant) {
         self.notified_total.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut claims = self.claims.lock();
+            let key = (topic.to_owned(), owner);
+            if !claims.contains_key(&key) && claims.len() >= CLAIMS_OWED_MAX {
+                claims.retain(|_, until| *until > now);
+            }
+            if claims.contains_key(&key) || claims.len() < CLAIMS_OWED_MAX {
+                claims.insert(key, now + CLAIM_HOLD);
+            }
+        }
         self.registered
             .lock()
             .retain(|(_, registered), _| registered != topic);
@@ -190,6 +309,16 @@ impl TokenInbox {
         true
     }
 
+    /// Whether a probe of `topic` at `owner` must carry the `Claim` flag:
+    /// `owner` notified this node and its hold has not lapsed. The claim is
+    /// owed once: the first probe takes it.
+    pub fn take_claim(&self, topic: &str, owner: SocketAddr, now: Instant) -> bool {
+        self.claims
+            .lock()
+            .remove(&(topic.to_owned(), owner))
+            .is_some_and(|until| until > now)
+    }
+
     /// Notifications received (tests, diagnostics).
     pub fn notified_total(&self) -> u64 {
         self.notified_total.load(Ordering::Relaxed)
@@ -211,8 +340,9 @@ mod tests {
         table
             .register("t", holder(1), now + Duration::from_secs(1), now)
             .expect("taken");
-        assert_eq!(table.spend("t", now), vec![holder(1)]);
-        assert!(table.spend("t", now).is_empty());
+        assert_eq!(table.live_holders("t", now), vec![holder(1)]);
+        table.spend("t", holder(1));
+        assert!(table.live_holders("t", now).is_empty());
     }
 
     #[test]
@@ -224,7 +354,7 @@ mod tests {
             .expect("taken");
         let later = now + Duration::from_secs(1);
         assert!(!table.has_live("t", later));
-        assert!(table.spend("t", later).is_empty());
+        assert!(table.live_holders("t", later).is_empty());
     }
 
     #[test]
@@ -254,8 +384,63 @@ mod tests {
         assert!(!inbox.claim_registration(2, "t", ttl, now + Duration::from_secs(1)));
         // Held for at most 5 s: renewed within its last 500 ms.
         assert!(inbox.claim_registration(2, "t", ttl, now + Duration::from_millis(4_600)));
-        inbox.notified("t");
+        inbox.notified("t", holder(9), now);
         assert!(inbox.claim_registration(2, "t", ttl, now + Duration::from_millis(4_700)));
         assert_eq!(inbox.notified_total(), 1);
+    }
+
+    fn held(offset: u64) -> HeldRecord {
+        HeldRecord {
+            partition: 0,
+            offset,
+            nonce: 7,
+            expires_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_notification_owes_one_claim_to_the_notifying_owner() {
+        let now = Instant::now();
+        let inbox = TokenInbox::default();
+        inbox.notified("t", holder(1), now);
+
+        assert!(!inbox.take_claim("t", holder(2), now), "another owner");
+        assert!(!inbox.take_claim("u", holder(1), now), "another topic");
+        assert!(inbox.take_claim("t", holder(1), now));
+        assert!(!inbox.take_claim("t", holder(1), now), "owed once");
+    }
+
+    #[test]
+    fn a_claim_is_not_owed_once_the_hold_lapsed() {
+        let now = Instant::now();
+        let inbox = TokenInbox::default();
+        inbox.notified("t", holder(1), now);
+        assert!(!inbox.take_claim("t", holder(1), now + CLAIM_HOLD));
+    }
+
+    #[test]
+    fn holds_are_taken_by_their_holder_only_and_only_before_their_deadline() {
+        let now = Instant::now();
+        let mut holds = HoldTable::default();
+        holds.insert("t", holder(1), held(3), now + CLAIM_HOLD);
+        holds.insert("t", holder(1), held(4), now + Duration::from_millis(10));
+
+        assert!(holds.take("t", holder(2), now).is_empty());
+        let later = now + Duration::from_millis(20);
+        assert_eq!(holds.take("t", holder(1), later), vec![held(3)]);
+        assert!(holds.take("t", holder(1), later).is_empty(), "taken once");
+    }
+
+    #[test]
+    fn a_holder_has_room_for_a_bounded_number_of_holds() {
+        let now = Instant::now();
+        let mut holds = HoldTable::default();
+        for offset in 0..HOLDS_PER_HOLDER_MAX as u64 {
+            assert!(holds.has_room("t", holder(1), now));
+            holds.insert("t", holder(1), held(offset), now + CLAIM_HOLD);
+        }
+        assert!(!holds.has_room("t", holder(1), now));
+        assert!(holds.has_room("t", holder(2), now));
+        assert!(holds.has_room("t", holder(1), now + CLAIM_HOLD), "lapsed");
     }
 }
