@@ -231,18 +231,7 @@ impl Forwarder {
         message: &Q,
         budget: Duration,
     ) -> Result<Option<A>, ForwardError> {
-        let request = Request::new(opcode, encode_message(message));
-        let response = self
-            .transport
-            .call_with_timeout(peer, lane, request, budget)
-            .await
-            .map_err(|error| call_failure(peer, error))?;
-        if response.status == Status::NO_CONTENT {
-            return Ok(None);
-        }
-        decode_message(response.body).map(Some).map_err(|error| {
-            ForwardError::NoAnswer(format!("malformed answer from {peer}: {error}"))
-        })
+        call_on(&self.transport, peer, lane, opcode, message, budget).await
     }
 
     /// One non-blocking probe of `node` for up to `max` records of any
@@ -459,16 +448,11 @@ impl Forwarder {
         lease: LeaseRef,
         how: Settle,
     ) -> Result<(), ForwardError> {
-        let opcode = match how {
-            Settle::Ack => Opcode::ACK,
-            Settle::Extend => Opcode::EXTEND_ACK,
-            Settle::Nack => Opcode::NACK,
-        };
         let request = ForwardSettle {
             topic: topic.to_owned(),
             lease,
         };
-        self.call::<_, AckBatchAnswer>(peer, Lane::Ack, opcode, &request, SETTLE_BUDGET)
+        self.call::<_, AckBatchAnswer>(peer, Lane::Ack, single_opcode(how), &request, SETTLE_BUDGET)
             .await
             .map(|_| ())
     }
@@ -476,7 +460,7 @@ impl Forwarder {
     /// A slot to `node` freed: send what queued behind it, in the same
     /// slot, as one `AckBatch`.
     fn slot_freed(self: &Arc<Self>, node: NodeId) {
-        let Some(batch) = self.ack_lanes.lock().slot_freed(node) else {
+        let Some(batch) = self.ack_lanes.lock().slot_freed(node, Instant::now()) else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -572,15 +556,26 @@ impl Forwarder {
             .collect()
     }
 
+    /// Settles `batch` at `node` in one `AckBatch`, or singly, all at
+    /// once, when `node` answers `AckBatch` with `400` (an older release;
+    /// remembered for 2 min, during which it gets singles only).
     async fn settle_batch(&self, node: NodeId, batch: &AckBatch) -> Vec<SettleOutcome> {
         let every = |error: ForwardError| vec![outcome_of(&error); batch.leases.len()];
         let peer = match self.address(node, true) {
             Ok(peer) => peer,
             Err(error) => return every(error),
         };
+        if self.ack_lanes.lock().refuses_batches(node, Instant::now()) {
+            return self.settle_singly(peer, batch).await;
+        }
         let answer = self
             .call::<_, AckBatchAnswer>(peer, Lane::Ack, Opcode::ACK_BATCH, batch, SETTLE_BUDGET)
             .await;
+        if let Err(ForwardError::Refused { status: 400, .. }) = &answer {
+            tracing::info!(node, %peer, "owner refuses AckBatch (an older release): acks go singly to it for 2 min");
+            self.ack_lanes.lock().batch_refused(node, Instant::now());
+            return self.settle_singly(peer, batch).await;
+        }
         match answer {
             Ok(Some(answer)) if answer.statuses.len() == batch.leases.len() => answer
                 .statuses
@@ -595,6 +590,52 @@ impl Forwarder {
             ))),
             Err(error) => every(error),
         }
+    }
+
+    /// Settles every lease of `batch` at `peer` with its own RPC, all at
+    /// once, each within [`SETTLE_BUDGET`]; outcomes in `batch` order.
+    async fn settle_singly(&self, peer: SocketAddr, batch: &AckBatch) -> Vec<SettleOutcome> {
+        let how = super::service::settle_of(batch.how);
+        let mut calls = JoinSet::new();
+        for (index, lease) in batch.leases.iter().enumerate() {
+            let transport = Arc::clone(&self.transport);
+            let request = ForwardSettle {
+                topic: batch.topic.clone(),
+                lease: *lease,
+            };
+            calls.spawn(async move {
+                let answer = call_on::<_, AckBatchAnswer>(
+                    &transport,
+                    peer,
+                    Lane::Ack,
+                    single_opcode(how),
+                    &request,
+                    SETTLE_BUDGET,
+                )
+                .await;
+                let outcome = match answer {
+                    Ok(_) => SettleOutcome {
+                        status: 204,
+                        message: None,
+                    },
+                    Err(error) => outcome_of(&error),
+                };
+                (index, outcome)
+            });
+        }
+        let mut outcomes = vec![None; batch.leases.len()];
+        while let Some(joined) = calls.join_next().await {
+            match joined {
+                Ok((index, outcome)) => outcomes[index] = Some(outcome),
+                Err(error) => tracing::error!(%error, "a forwarded single ack task failed"),
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| outcome_of(&ForwardError::NoAnswer("task failed".into())))
+            })
+            .collect()
     }
 
     /// The statistics of `partitions` of `topic` from `node`, or `None`
@@ -666,6 +707,38 @@ fn kind_of(how: Settle) -> SettleKind {
         Settle::Ack => SettleKind::Ack,
         Settle::Extend => SettleKind::Extend,
         Settle::Nack => SettleKind::Nack,
+    }
+}
+
+/// One call through `transport`: `None` for a `204`, else the decoded
+/// answer.
+async fn call_on<Q: Message, A: Message>(
+    transport: &Node,
+    peer: SocketAddr,
+    lane: Lane,
+    opcode: Opcode,
+    message: &Q,
+    budget: Duration,
+) -> Result<Option<A>, ForwardError> {
+    let request = Request::new(opcode, encode_message(message));
+    let response = transport
+        .call_with_timeout(peer, lane, request, budget)
+        .await
+        .map_err(|error| call_failure(peer, error))?;
+    if response.status == Status::NO_CONTENT {
+        return Ok(None);
+    }
+    decode_message(response.body)
+        .map(Some)
+        .map_err(|error| ForwardError::NoAnswer(format!("malformed answer from {peer}: {error}")))
+}
+
+/// The single settle's opcode.
+fn single_opcode(how: Settle) -> Opcode {
+    match how {
+        Settle::Ack => Opcode::ACK,
+        Settle::Extend => Opcode::EXTEND_ACK,
+        Settle::Nack => Opcode::NACK,
     }
 }
 

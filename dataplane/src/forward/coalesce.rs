@@ -4,10 +4,16 @@
 //! `AckBatch` (at most 64, one topic and one kind) when a slot frees. Each
 //! queued ack still gets its own answer.
 //!
-//! `AckLanes` only decides: who may send, what leaves when a slot frees.
-//! The forwarder sends.
+//! An owner on an older release answers `AckBatch` with `400`: the acks are
+//! resent singly, and the owner is remembered for
+//! [`ACK_BATCH_REFUSAL_MEMORY`] so that the acks queued for it meanwhile
+//! leave one per freed slot, singly.
+//!
+//! `AckLanes` only decides: who may send, what leaves when a slot frees,
+//! which owners refuse batches. The forwarder sends.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use narad_protocol::LeaseRef;
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
@@ -20,6 +26,10 @@ use crate::dispatch::NodeId;
 /// Acks queued for one owner at most; an ack past it is answered `503`
 /// at once.
 pub const QUEUED_ACKS_MAX: usize = 4_096;
+
+/// How long an owner that answered `AckBatch` with `400` (an older
+/// release) gets single acks only (spec: remembered for 2 min).
+pub const ACK_BATCH_REFUSAL_MEMORY: Duration = Duration::from_secs(120);
 
 /// Single ack RPCs in flight to one owner before acks queue:
 /// max(128, 8 × cores).
@@ -70,6 +80,9 @@ pub(crate) struct AckLanes {
     queued_max: usize,
     next_id: u64,
     lanes: HashMap<NodeId, Lane>,
+    /// Owners that refused an `AckBatch`, until when they get singles
+    /// only. Bounded by the cluster's members.
+    batches_refused: HashMap<NodeId, Instant>,
 }
 
 impl AckLanes {
@@ -82,6 +95,7 @@ impl AckLanes {
             queued_max,
             next_id: 0,
             lanes: HashMap::new(),
+            batches_refused: HashMap::new(),
         }
     }
 
@@ -117,10 +131,32 @@ impl AckLanes {
         }
     }
 
-    /// A slot to `node` freed. Returns the next batch to send in it (the
-    /// oldest queued ack and up to 63 more of its topic and kind, skipping
-    /// acks nobody waits for), or frees the slot when nothing is queued.
-    pub(crate) fn slot_freed(&mut self, node: NodeId) -> Option<Vec<Queued>> {
+    /// `node` answered an `AckBatch` with `400` at `now`: it gets single
+    /// acks only for [`ACK_BATCH_REFUSAL_MEMORY`].
+    pub(crate) fn batch_refused(&mut self, node: NodeId, now: Instant) {
+        self.batches_refused.retain(|_, until| *until > now);
+        self.batches_refused
+            .insert(node, now + ACK_BATCH_REFUSAL_MEMORY);
+    }
+
+    /// Whether `node` refused an `AckBatch` within the last
+    /// [`ACK_BATCH_REFUSAL_MEMORY`].
+    pub(crate) fn refuses_batches(&self, node: NodeId, now: Instant) -> bool {
+        self.batches_refused
+            .get(&node)
+            .is_some_and(|until| *until > now)
+    }
+
+    /// A slot to `node` freed at `now`. Returns the next batch to send in
+    /// it (the oldest queued ack and up to 63 more of its topic and kind,
+    /// skipping acks nobody waits for; only the oldest when `node` refuses
+    /// batches), or frees the slot when nothing is queued.
+    pub(crate) fn slot_freed(&mut self, node: NodeId, now: Instant) -> Option<Vec<Queued>> {
+        let batch_max = if self.refuses_batches(node, now) {
+            1
+        } else {
+            ACK_BATCH_RECORDS_MAX as usize
+        };
         let lane = self.lanes.get_mut(&node)?;
         assert!(lane.in_flight > 0, "a slot freed that was never taken");
         lane.queued.retain(|queued| !queued.answer.is_closed());
@@ -135,7 +171,7 @@ impl AckLanes {
         let mut rest = VecDeque::with_capacity(lane.queued.len());
         while let Some(queued) = lane.queued.pop_front() {
             let same = queued.topic == batch[0].topic && queued.how == batch[0].how;
-            if same && batch.len() < ACK_BATCH_RECORDS_MAX as usize {
+            if same && batch.len() < batch_max {
                 batch.push(queued);
             } else {
                 rest.push_back(queued);
@@ -181,6 +217,10 @@ mod tests {
         }
     }
 
+    fn now() -> Instant {
+        Instant::now()
+    }
+
     fn offsets(batch: &[Queued]) -> Vec<u64> {
         batch.iter().map(|queued| queued.lease.offset).collect()
     }
@@ -215,12 +255,12 @@ mod tests {
             .map(|offset| lanes.admit(7, "t", Settle::Ack, lease(offset)))
             .collect();
 
-        let batch = lanes.slot_freed(7).expect("a batch leaves");
+        let batch = lanes.slot_freed(7, now()).expect("a batch leaves");
 
         assert_eq!(offsets(&batch), vec![1, 2, 3]);
         assert_eq!(lanes.in_flight(7), 1, "the batch took the freed slot");
         drop(batch);
-        assert!(lanes.slot_freed(7).is_none());
+        assert!(lanes.slot_freed(7, now()).is_none());
         assert_eq!(lanes.in_flight(7), 0);
         drop(waiting);
     }
@@ -236,14 +276,17 @@ mod tests {
         waiting.push(lanes.admit(7, "t", Settle::Nack, lease(100)));
         waiting.push(lanes.admit(7, "u", Settle::Ack, lease(200)));
 
-        let first = lanes.slot_freed(7).expect("batch");
-        let second = lanes.slot_freed(7).expect("batch");
-        let third = lanes.slot_freed(7).expect("batch");
+        let first = lanes.slot_freed(7, now()).expect("batch");
+        let second = lanes.slot_freed(7, now()).expect("batch");
+        let third = lanes.slot_freed(7, now()).expect("batch");
 
         assert_eq!(offsets(&first), (1..=64).collect::<Vec<_>>());
         assert_eq!(offsets(&second), vec![65, 66, 67, 68, 69, 70]);
         assert_eq!(offsets(&third), vec![100]);
-        assert_eq!(offsets(&lanes.slot_freed(7).expect("batch")), vec![200]);
+        assert_eq!(
+            offsets(&lanes.slot_freed(7, now()).expect("batch")),
+            vec![200]
+        );
     }
 
     #[test]
@@ -254,7 +297,7 @@ mod tests {
         let kept = lanes.admit(7, "t", Settle::Ack, lease(2));
         drop(gone);
 
-        let batch = lanes.slot_freed(7).expect("batch");
+        let batch = lanes.slot_freed(7, now()).expect("batch");
 
         assert_eq!(offsets(&batch), vec![2]);
         drop(kept);
@@ -270,7 +313,7 @@ mod tests {
 
         assert!(lanes.withdraw(7, id));
         assert!(!lanes.withdraw(7, id));
-        assert!(lanes.slot_freed(7).is_none());
+        assert!(lanes.slot_freed(7, now()).is_none());
         drop(answer);
     }
 
@@ -283,5 +326,33 @@ mod tests {
             lanes.admit(7, "t", Settle::Ack, lease(2)),
             Admission::Full
         ));
+    }
+
+    #[test]
+    fn an_owner_that_refused_a_batch_gets_one_ack_per_freed_slot_for_two_minutes() {
+        let start = Instant::now();
+        let mut lanes = AckLanes::new(1, 10);
+        let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
+        let waiting: Vec<Admission> = (1..5)
+            .map(|offset| lanes.admit(7, "t", Settle::Ack, lease(offset)))
+            .collect();
+
+        lanes.batch_refused(7, start);
+
+        let first = lanes.slot_freed(7, start).expect("a single leaves");
+        assert_eq!(offsets(&first), vec![1]);
+        let later = start + ACK_BATCH_REFUSAL_MEMORY - Duration::from_millis(1);
+        assert_eq!(
+            offsets(&lanes.slot_freed(7, later).expect("single")),
+            vec![2]
+        );
+        assert!(!lanes.refuses_batches(8, start), "other owners batch");
+        let forgotten = start + ACK_BATCH_REFUSAL_MEMORY;
+        assert!(!lanes.refuses_batches(7, forgotten));
+        assert_eq!(
+            offsets(&lanes.slot_freed(7, forgotten).expect("batch")),
+            vec![3, 4]
+        );
+        drop(waiting);
     }
 }

@@ -1166,3 +1166,157 @@ async fn records_answered_to_a_consume_that_went_away_meanwhile_are_nacked_at_th
     assert_eq!(*owner.nacks.lock(), vec![(5, 77)]);
     assert_eq!(forwarder.unreceived_total(), 1);
 }
+
+/// An owner of an older release: single acks wait until released, and an
+/// `AckBatch` is answered `400 unsupported rpc operation`.
+#[derive(Debug)]
+struct OlderOwner {
+    release: tokio::sync::Semaphore,
+    singles: std::sync::atomic::AtomicUsize,
+    batches_refused: std::sync::atomic::AtomicUsize,
+}
+
+impl OlderOwner {
+    fn new(permits: usize) -> Arc<Self> {
+        Arc::new(Self {
+            release: tokio::sync::Semaphore::new(permits),
+            singles: std::sync::atomic::AtomicUsize::new(0),
+            batches_refused: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn singles(&self) -> usize {
+        self.singles.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn batches_refused(&self) -> usize {
+        self.batches_refused
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn router(self: &Arc<Self>) -> narad_protocol::Router {
+        let limit = narad_protocol::OperationLimit::new("older", 64);
+        let single = Arc::clone(self);
+        let batch = Arc::clone(self);
+        narad_protocol::Router::new()
+            .route(
+                narad_protocol::Opcode::ACK,
+                limit,
+                move |_inbound: narad_protocol::Inbound| {
+                    let owner = Arc::clone(&single);
+                    async move {
+                        owner
+                            .singles
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let permit = owner.release.acquire().await.expect("open");
+                        permit.forget();
+                        Ok(narad_protocol::Response::no_content())
+                    }
+                },
+            )
+            .route(
+                narad_protocol::Opcode::ACK_BATCH,
+                limit,
+                move |_inbound: narad_protocol::Inbound| {
+                    let owner = Arc::clone(&batch);
+                    async move {
+                        owner
+                            .batches_refused
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Err(narad_protocol::RpcError::unsupported_operation(
+                            narad_protocol::Opcode::ACK_BATCH,
+                        ))
+                    }
+                },
+            )
+    }
+}
+
+async fn until(what: &str, done: impl Fn() -> bool) {
+    tokio::time::timeout(CEILING, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}
+
+fn remote_handle(offset: u64) -> crate::consume::handle::ReceiptHandle {
+    crate::consume::handle::ReceiptHandle {
+        partition: 0,
+        offset,
+        nonce: 1,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_refused_by_an_older_owner_is_resent_singly() {
+    let owner = OlderOwner::new(64);
+    let (forwarder, _owner_node) = forwarder_to(owner.router());
+    let handles = [remote_handle(0), remote_handle(1), remote_handle(2)];
+
+    let outcomes = forwarder
+        .settle_many("remote", &handles, crate::consume::shard::Settle::Ack)
+        .await;
+
+    let statuses: Vec<u16> = outcomes.iter().map(|outcome| outcome.status).collect();
+    assert_eq!(statuses, vec![204, 204, 204]);
+    assert_eq!(owner.batches_refused(), 1);
+    assert_eq!(owner.singles(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_afterwards() {
+    let owner = OlderOwner::new(0);
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let owner_node = Node::bind(NodeConfig::new(loopback, auth()), owner.router()).expect("bind");
+    let caller = Arc::new(
+        Node::bind(
+            NodeConfig::new(loopback, auth()),
+            narad_protocol::Router::new(),
+        )
+        .expect("bind caller"),
+    );
+    let replica = Arc::new(MetadataReplica::new(A));
+    replica.apply_snapshot(snapshot());
+    let addresses = Arc::new(AddressTable::new());
+    addresses.set(B, owner_node.local_addr());
+    let forwarder = Forwarder::with_single_acks_max(caller, addresses, replica, 1);
+    let ack = |offset: u64| {
+        let forwarder = Arc::clone(&forwarder);
+        tokio::spawn(async move {
+            forwarder
+                .settle(
+                    "remote",
+                    remote_handle(offset),
+                    crate::consume::shard::Settle::Ack,
+                )
+                .await
+        })
+    };
+
+    for round in 0..2_u64 {
+        let singles_before = owner.singles();
+        let first = ack(3 * round);
+        until("the first ack holds the only slot", || {
+            owner.singles() == singles_before + 1
+        })
+        .await;
+        let queued = [ack(3 * round + 1), ack(3 * round + 2)];
+        until("the next two acks queue", || forwarder.queued_acks(B) == 2).await;
+
+        owner.release.add_permits(3);
+
+        assert_eq!(first.await.expect("task"), Ok(()));
+        for answer in queued {
+            assert_eq!(answer.await.expect("task"), Ok(()), "round {round}");
+        }
+    }
+    assert_eq!(
+        owner.batches_refused(),
+        1,
+        "after the refusal the owner is not sent AckBatch again"
+    );
+    assert_eq!(owner.singles(), 6);
+}
