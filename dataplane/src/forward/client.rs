@@ -185,7 +185,8 @@ impl Forwarder {
     }
 
     /// The other nodes owning partitions of `topic` that membership says
-    /// are alive, starting from a rotating one so probes spread.
+    /// are alive: those owed a claim first, then from a rotating one so
+    /// probes spread.
     pub fn live_remote_owners(&self, topic: &str) -> Vec<NodeId> {
         let Some(meta) = self.replica.topic_meta(topic) else {
             return Vec::new();
@@ -201,6 +202,17 @@ impl Forwarder {
         if !owners.is_empty() {
             let start = self.rotation.fetch_add(1, Ordering::Relaxed) % owners.len();
             owners.rotate_left(start);
+        }
+        // Owners holding a record for this node come first, so a consume
+        // that fills up early still claims it.
+        if let Some(inbox) = self.tokens.get() {
+            let now = Instant::now();
+            owners.sort_by_key(|node| {
+                !self
+                    .addresses
+                    .rpc_addr(*node)
+                    .is_some_and(|peer| inbox.owes_claim(topic, peer, now))
+            });
         }
         owners
     }

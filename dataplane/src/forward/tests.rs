@@ -46,7 +46,8 @@ const CEILING: Duration = Duration::from_secs(30);
 const LEASE_GONE: &str = "receipt handle no longer matches an active reservation";
 
 /// Every node's view: `remote` (2 partitions, both on B), `split` (0 on A,
-/// 1 on B), `ghost` (on the dead node), `silent` (on the silent node).
+/// 1 on B), `ghost` (on the dead node), `silent` (on the silent node),
+/// `pair` (0 on the silent node, 1 on B).
 fn snapshot() -> MetadataSnapshot {
     let mut snapshot = MetadataSnapshot {
         applied_index: 1,
@@ -54,9 +55,12 @@ fn snapshot() -> MetadataSnapshot {
     };
     let mut split = TopicMeta::new("split", Some("00000000000000e5"), 2, A);
     split.owners[1] = Some(B);
+    let mut pair = TopicMeta::new("pair", None, 2, SILENT);
+    pair.owners[1] = Some(B);
     for topic in [
         TopicMeta::new("remote", Some("00000000000000a1"), 2, B),
         split,
+        pair,
         TopicMeta::new("ghost", None, 1, DEAD),
         TopicMeta::new("silent", None, 1, SILENT),
         TopicMeta::new("nowhere", None, 1, NOWHERE),
@@ -1319,4 +1323,20 @@ async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_afterwards()
         "after the refusal the owner is not sent AckBatch again"
     );
     assert_eq!(owner.singles(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_holding_a_record_for_this_node_is_probed_first() {
+    let owner = OlderOwner::new(0);
+    let (forwarder, owner_node) = forwarder_to(owner.router());
+    let inbox = super::tokens::TokenInbox::new();
+    forwarder.use_tokens(Arc::clone(&inbox));
+    inbox.notified("pair", owner_node.local_addr(), std::time::Instant::now());
+
+    // The rotation alternates the start; the owed claim overrides it.
+    let first = forwarder.live_remote_owners("pair");
+    let second = forwarder.live_remote_owners("pair");
+
+    assert_eq!(first, vec![B, SILENT]);
+    assert_eq!(second, vec![B, SILENT]);
 }

@@ -319,6 +319,14 @@ impl TokenInbox {
             .is_some_and(|until| until > now)
     }
 
+    /// Whether a claim of `topic` is owed to `owner` (without taking it).
+    pub fn owes_claim(&self, topic: &str, owner: SocketAddr, now: Instant) -> bool {
+        self.claims
+            .lock()
+            .get(&(topic.to_owned(), owner))
+            .is_some_and(|until| *until > now)
+    }
+
     /// Notifications received (tests, diagnostics).
     pub fn notified_total(&self) -> u64 {
         self.notified_total.load(Ordering::Relaxed)
@@ -404,10 +412,12 @@ mod tests {
         let inbox = TokenInbox::default();
         inbox.notified("t", holder(1), now);
 
+        assert!(inbox.owes_claim("t", holder(1), now));
         assert!(!inbox.take_claim("t", holder(2), now), "another owner");
         assert!(!inbox.take_claim("u", holder(1), now), "another topic");
         assert!(inbox.take_claim("t", holder(1), now));
         assert!(!inbox.take_claim("t", holder(1), now), "owed once");
+        assert!(!inbox.owes_claim("t", holder(1), now));
     }
 
     #[test]
