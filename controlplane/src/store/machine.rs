@@ -277,9 +277,21 @@ fn note_applied(metastore: &mut Metastore, index: u64) {
     }
 }
 
-/// A snapshot's data: the binary form, or the JSON of an older build.
+/// A snapshot's data, in the binary form.
+///
+/// # Panics
+/// If the bytes do not decode to `state` again: a snapshot is the state
+/// machine's durable form, and one this build cannot read back would stop
+/// the node at its next start, so it is checked before it is stored.
 fn encode_snapshot(state: &MachineState) -> Vec<u8> {
-    Vec::from(encode_message(state))
+    let data = encode_message(state);
+    let back = decode_snapshot(data.clone());
+    assert!(
+        matches!(&back, Ok(decoded) if decoded == state),
+        "a snapshot does not decode to the state it was built from (error: {:?})",
+        back.as_ref().err()
+    );
+    Vec::from(data)
 }
 
 /// Reads snapshot data written by [`encode_snapshot`] or, as bare JSON, by
