@@ -22,6 +22,10 @@
 //! looks for ready records before it joins a line, so it may take a record
 //! that arrived just before the pump ran.
 //!
+//! For delivery tokens (`hold`), a record can be leased for a short hold
+//! on behalf of another node and turned into a full lease by that node's
+//! claim; an unclaimed hold lapses as any lease does.
+//!
 //! What it does not do: serve partitions owned elsewhere (queue consumes
 //! skip them, pinned ones get [`ConsumeError::OwnerUnavailable`]; forwarding
 //! is issue #8), or count delivery metrics (the HTTP layer does, from what
