@@ -2,57 +2,28 @@
 //! environment variables, then flags (a later layer wins), validated as a
 //! whole before anything is opened. Every error names the setting (its
 //! file key, or the variable of an environment-only one) and where the bad
-//! value came from. The shape follows `narad control`'s configuration.
+//! value came from. The layering is `narad control`'s
+//! ([`narad_controlplane::node::config::layered`]); this module names the
+//! data node's settings and validates them.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use narad_controlplane::node::config::parse_duration;
+use narad_controlplane::node::config::layered::{
+    self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration, parse_log_level,
+};
+pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting, Source};
 use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
 use narad_protocol::ClusterSecret;
 use serde_json::Value;
 
-/// Where a value came from, for error texts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// The JSON config file.
-    File,
-    /// An environment variable.
-    Env,
-    /// A command-line flag.
-    Flag,
-}
-
-/// One setting: its file key, environment variable and flag.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Setting {
-    /// Dotted key in the config file (`cluster.node_id`).
-    pub(crate) key: &'static str,
-    /// Environment variable.
-    pub(crate) env: &'static str,
-    /// Command-line flag, without `--`.
-    pub(crate) flag: &'static str,
-}
-
-macro_rules! settings {
-    ($($name:ident = $key:literal, $env:literal, $flag:literal;)*) => {
-        $(
-            #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
-            pub(crate) const $name: Setting = Setting { key: $key, env: $env, flag: $flag };
-        )*
-        /// Every setting, in documentation order.
-        pub(crate) const ALL: &[Setting] = &[$($name),*];
-    };
-}
-
 /// The settings of a data node.
 pub(crate) mod keys {
-    use super::Setting;
-    settings! {
+    narad_controlplane::settings! {
+        pub(crate),
         NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id";
         CONTROL_NODES = "cluster.control_nodes", "NARAD_CLUSTER_CONTROL_NODES", "control-nodes";
         RPC_ADDR = "cluster.rpc_addr", "NARAD_CLUSTER_RPC_ADDR", "rpc-addr";
@@ -105,37 +76,6 @@ const BCRYPT_COST_MAX: u32 = 31;
 /// Control nodes a data node may follow: the spec's largest control plane
 /// is 5 voters; the rest is room for a replacement being added.
 pub(crate) const CONTROL_NODES_MAX: usize = 16;
-
-/// An invalid configuration: the setting, where its value came from, why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigError {
-    /// The file key (or environment variable of an environment-only one).
-    pub(crate) setting: String,
-    /// ` (from NARAD_X)`, ` (from --x)`, ` (from the config file)` or empty.
-    pub(crate) from: String,
-    /// What is wrong and what is expected.
-    pub(crate) reason: String,
-}
-
-impl ConfigError {
-    fn new(setting: &str, from: String, reason: impl Into<String>) -> Self {
-        Self {
-            setting: setting.to_owned(),
-            from,
-            reason: reason.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid configuration: {}{}: {}",
-            self.setting, self.from, self.reason
-        )
-    }
-}
 
 /// How the node authenticates on the cluster plane. The secret's `Debug`
 /// never prints its bytes.
@@ -196,133 +136,25 @@ fn host_port(host: &str, port: u16) -> String {
     }
 }
 
-/// Raw values by file key, one map per layer.
-#[derive(Debug, Clone)]
-pub(crate) struct Layer {
-    source: Source,
-    values: BTreeMap<&'static str, String>,
-}
+/// The data node's table of settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DataSettings;
 
-impl Layer {
-    /// An empty layer of `source`.
-    pub(crate) fn new(source: Source) -> Self {
-        Self {
-            source,
-            values: BTreeMap::new(),
+impl Settings for DataSettings {
+    const ALL: &'static [Setting] = keys::ALL;
+
+    /// Control nodes in a file: `["host:port", ...]`.
+    fn file_list(setting: &Setting, items: &[Value]) -> Option<String> {
+        if *setting != keys::CONTROL_NODES {
+            return None;
         }
-    }
-
-    /// Sets `setting` to `value`.
-    pub(crate) fn set(&mut self, setting: Setting, value: impl Into<String>) {
-        self.values.insert(setting.key, value.into());
-    }
-
-    /// The environment layer: every setting whose variable is set.
-    pub(crate) fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let mut layer = Self::new(Source::Env);
-        for setting in keys::ALL {
-            if let Some(value) = lookup(setting.env) {
-                layer.set(*setting, value);
-            }
-        }
-        layer
-    }
-
-    /// The file layer from JSON text: an object of sections
-    /// (`{"cluster": {"node_id": 1}}`). An unknown section or key is
-    /// refused, so a typo never falls back to a default unnoticed.
-    pub(crate) fn from_json(text: &str) -> Result<Self, ConfigError> {
-        let file = |reason: String| ConfigError::new("config file", String::new(), reason);
-        let root: Value = serde_json::from_str(text).map_err(|e| file(e.to_string()))?;
-        let Value::Object(sections) = root else {
-            return Err(file("the top level must be an object of sections".into()));
-        };
-        let mut layer = Self::new(Source::File);
-        for (section, body) in sections {
-            let Value::Object(fields) = body else {
-                return Err(file(format!("section {section:?} must be an object")));
-            };
-            for (field, value) in fields {
-                let key = format!("{section}.{field}");
-                let Some(setting) = keys::ALL.iter().find(|s| s.key == key) else {
-                    return Err(file(format!("unknown setting {key:?}")));
-                };
-                layer.set(*setting, file_value(setting, &value)?);
-            }
-        }
-        Ok(layer)
+        let addrs: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+        addrs.map(|addrs| addrs.join(","))
     }
 }
 
-/// A file value as the text an environment variable would hold.
-fn file_value(setting: &Setting, value: &Value) -> Result<String, ConfigError> {
-    let wrong = || {
-        ConfigError::new(
-            setting.key,
-            " (from the config file)".into(),
-            format!("unexpected value {value}"),
-        )
-    };
-    match value {
-        Value::String(text) => Ok(text.clone()),
-        Value::Number(number) => Ok(number.to_string()),
-        Value::Bool(flag) => Ok(flag.to_string()),
-        // Control nodes in a file: ["host:port", ...].
-        Value::Array(items) if setting.key == keys::CONTROL_NODES.key => {
-            let addrs: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
-            Ok(addrs.ok_or_else(wrong)?.join(","))
-        }
-        _ => Err(wrong()),
-    }
-}
-
-/// The layers merged: a later layer's value wins.
-#[derive(Debug)]
-struct Merged {
-    values: BTreeMap<&'static str, (String, Source)>,
-}
-
-impl Merged {
-    fn raw(&self, setting: Setting) -> Option<(&str, String)> {
-        self.values.get(setting.key).map(|(value, source)| {
-            let from = match source {
-                Source::File => " (from the config file)".to_owned(),
-                Source::Env => format!(" (from {})", setting.env),
-                Source::Flag => format!(" (from --{})", setting.flag),
-            };
-            (value.as_str(), from)
-        })
-    }
-
-    /// Parses `setting`, or answers `default` when nothing set it (`None`:
-    /// the setting is required).
-    fn parse<T>(
-        &self,
-        setting: Setting,
-        default: Option<T>,
-        parse: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<T, ConfigError> {
-        match self.raw(setting) {
-            Some((value, from)) => {
-                parse(value).map_err(|reason| ConfigError::new(setting.key, from, reason))
-            }
-            None => default.ok_or_else(|| {
-                ConfigError::new(
-                    setting.key,
-                    String::new(),
-                    format!(
-                        "required: set it in the config file, {} or --{}",
-                        setting.env, setting.flag
-                    ),
-                )
-            }),
-        }
-    }
-
-    fn from(&self, setting: Setting) -> String {
-        self.raw(setting).map(|(_, from)| from).unwrap_or_default()
-    }
-}
+/// Raw values by file key from one source.
+pub(crate) type Layer = layered::Layer<DataSettings>;
 
 /// Builds and validates the configuration from `layers` (in increasing
 /// precedence) and the environment-only values read through `env`.
@@ -330,18 +162,12 @@ pub(crate) fn resolve(
     layers: &[Layer],
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<DataConfig, ConfigError> {
-    let mut values = BTreeMap::new();
-    for layer in layers {
-        for (key, value) in &layer.values {
-            values.insert(*key, (value.clone(), layer.source));
-        }
-    }
-    let merged = Merged { values };
+    let merged = Merged::of(layers);
     let node_id = merged.parse(keys::NODE_ID, None, parse_node_id)?;
     let control_nodes = merged.parse(keys::CONTROL_NODES, None, parse_control_nodes)?;
     let http_addr = merged.parse(
         keys::HTTP_ADDR,
-        Some(parse_addr(defaults::HTTP_ADDR).map_err(built_in)?),
+        Some(parse_addr(defaults::HTTP_ADDR).map_err(ConfigError::built_in)?),
         parse_addr,
     )?;
     // The spec's node RPC port is the API port number over UDP.
@@ -364,9 +190,8 @@ pub(crate) fn resolve(
         parse_wait,
     )?;
     if shutdown_grace < max_consume_wait {
-        return Err(ConfigError::new(
-            keys::SHUTDOWN_GRACE.key,
-            merged.from(keys::SHUTDOWN_GRACE),
+        return Err(merged.error(
+            keys::SHUTDOWN_GRACE,
             format!(
                 "must be at least http.max_consume_wait ({max_consume_wait:?}), so a long poll can finish"
             ),
@@ -389,13 +214,7 @@ pub(crate) fn resolve(
     let data_dir = merged.parse(
         keys::DATA_DIR,
         Some(PathBuf::from(defaults::DATA_DIR)),
-        |v| {
-            if v.is_empty() {
-                Err("must not be empty".into())
-            } else {
-                Ok(PathBuf::from(v))
-            }
-        },
+        parse_data_dir,
     )?;
     let consumer_offset_commit_interval =
         merged.parse(keys::OFFSET_COMMIT_INTERVAL, Some(None), |v| {
@@ -425,10 +244,7 @@ pub(crate) fn resolve(
     let log_level = merged.parse(
         keys::LOG_LEVEL,
         Some(defaults::LOG_LEVEL.to_owned()),
-        |v| match v {
-            "debug" | "info" | "warn" | "error" => Ok(v.to_owned()),
-            _ => Err(format!("{v:?} is not one of debug, info, warn, error")),
-        },
+        parse_log_level,
     )?;
     let cluster_security =
         cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
@@ -457,10 +273,6 @@ pub(crate) fn resolve(
         cluster_security,
         log_level,
     })
-}
-
-fn built_in(reason: String) -> ConfigError {
-    ConfigError::new("built-in default", String::new(), reason)
 }
 
 /// The host others reach this node at when none is configured: the listen
@@ -504,9 +316,8 @@ fn cluster_security(
             "required when security.enabled is true: data and control nodes prove it to each other",
         )),
         None if allow_insecure => Ok(ClusterSecurity::Insecure),
-        None => Err(ConfigError::new(
-            keys::ALLOW_INSECURE.key,
-            merged.from(keys::ALLOW_INSECURE),
+        None => Err(merged.error(
+            keys::ALLOW_INSECURE,
             "without NARAD_CLUSTER_SECRET the cluster plane is open to anyone who reaches it; \
              set security.allow_insecure_cluster=true to accept that (dev only)",
         )),
@@ -520,17 +331,6 @@ fn parse_node_id(value: &str) -> Result<NodeId, String> {
             "{value:?} is not a data node id: data nodes are numbered 1, 2, 3, ..."
         )),
     }
-}
-
-fn parse_addr(value: &str) -> Result<SocketAddr, String> {
-    // The spec writes ":7942" for "every interface".
-    let value = match value.strip_prefix(':') {
-        Some(port) => format!("{}:{port}", Ipv4Addr::UNSPECIFIED),
-        None => value.to_owned(),
-    };
-    value
-        .parse()
-        .map_err(|_| format!("{value:?} is not an ip:port address"))
 }
 
 fn parse_host(value: &str) -> Result<String, String> {
@@ -550,14 +350,6 @@ fn parse_wait(value: &str) -> Result<Duration, String> {
     match value {
         "0" | "0s" | "0ms" => Ok(Duration::ZERO),
         _ => parse_duration(value),
-    }
-}
-
-fn parse_bool(value: &str) -> Result<bool, String> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(format!("{value:?} is not true or false")),
     }
 }
 

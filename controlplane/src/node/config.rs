@@ -1,9 +1,12 @@
 //! `narad control` configuration: settings from built-in defaults, a JSON
-//! file, environment variables and flags (later layers win), validated as a
-//! whole before anything is opened. Every error names the setting (its file
-//! key, and where the bad value came from).
+//! file, environment variables and flags (later layers win, see
+//! [`layered`]), validated as a whole before anything is opened. Every
+//! error names the setting (its file key, and where the bad value came
+//! from).
 
-use std::collections::{BTreeMap, BTreeSet};
+pub mod layered;
+
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,45 +14,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use self::layered::{ConfigError, Setting, Source, parse_duration};
+use self::layered::{Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_log_level};
 use crate::raft::ControlNodeId;
-
-/// Where a value came from, for error texts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// The JSON config file.
-    File,
-    /// An environment variable.
-    Env,
-    /// A command-line flag.
-    Flag,
-}
-
-/// One configurable setting: its file key, environment variable and flag.
-#[derive(Debug, Clone, Copy)]
-pub struct Setting {
-    /// Dotted key in the config file (`cluster.node_id`).
-    pub key: &'static str,
-    /// Environment variable.
-    pub env: &'static str,
-    /// Command-line flag (without `--`).
-    pub flag: &'static str,
-}
-
-macro_rules! settings {
-    ($($name:ident = $key:literal, $env:literal, $flag:literal;)*) => {
-        $(
-            #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
-            pub const $name: Setting = Setting { key: $key, env: $env, flag: $flag };
-        )*
-        /// Every setting, in documentation order.
-        pub const ALL: &[Setting] = &[$($name),*];
-    };
-}
 
 /// The settings of a control node.
 pub mod keys {
-    use super::Setting;
-    settings! {
+    crate::settings! {
+        pub,
         NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id";
         CLUSTER_ADDR = "cluster.addr", "NARAD_CLUSTER_ADDR", "cluster-addr";
         ADVERTISE_ADDR = "cluster.advertise_addr", "NARAD_CLUSTER_ADVERTISE_ADDR", "advertise-addr";
@@ -105,28 +77,6 @@ pub const PEERS_MIN: usize = 3;
 /// An election timeout shorter than this many heartbeats would start
 /// elections on ordinary jitter.
 pub const ELECTION_HEARTBEATS_MIN: u32 = 3;
-
-/// An invalid configuration: the setting, where its value came from, why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid configuration: {setting}{from}: {reason}")]
-pub struct ConfigError {
-    /// The setting's file key (or environment variable for env-only ones).
-    pub setting: String,
-    /// ` (from NARAD_X)`, ` (from --x)`, ` (from the config file)` or empty.
-    pub from: String,
-    /// What is wrong and what is expected.
-    pub reason: String,
-}
-
-impl ConfigError {
-    fn new(setting: &str, from: String, reason: impl Into<String>) -> Self {
-        Self {
-            setting: setting.to_owned(),
-            from,
-            reason: reason.into(),
-        }
-    }
-}
 
 /// One initial voter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,140 +149,30 @@ impl ControlConfig {
     }
 }
 
-/// Raw values by file key, one map per layer.
-#[derive(Debug, Clone, Default)]
-pub struct Layer {
-    source: Option<Source>,
-    values: BTreeMap<&'static str, String>,
-}
+/// The control node's table of settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ControlSettings;
 
-impl Layer {
-    /// An empty layer of `source`.
-    pub fn new(source: Source) -> Self {
-        Self {
-            source: Some(source),
-            values: BTreeMap::new(),
+impl Settings for ControlSettings {
+    const ALL: &'static [Setting] = keys::ALL;
+
+    /// Peers in a file: `[{"id": 1, "addr": "host:port"}, ...]`.
+    fn file_list(setting: &Setting, items: &[Value]) -> Option<String> {
+        if *setting != keys::PEERS {
+            return None;
         }
-    }
-
-    /// Sets `setting` to `value` (flags use this).
-    pub fn set(&mut self, setting: Setting, value: impl Into<String>) {
-        self.values.insert(setting.key, value.into());
-    }
-
-    /// The environment layer: every setting's variable that is set.
-    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let mut layer = Self::new(Source::Env);
-        for setting in keys::ALL {
-            if let Some(value) = lookup(setting.env) {
-                layer.set(*setting, value);
-            }
+        let mut parts = Vec::new();
+        for item in items {
+            let id = item.get("id").and_then(Value::as_u64)?;
+            let addr = item.get("addr").and_then(Value::as_str)?;
+            parts.push(format!("{id}@{addr}"));
         }
-        layer
-    }
-
-    /// The file layer from JSON text: an object of sections
-    /// (`{"cluster": {"node_id": 1}}`). Unknown sections or keys are
-    /// refused, so a typo never silently falls back to a default.
-    ///
-    /// # Errors
-    /// Unparseable JSON, an unknown key, or a value of the wrong shape.
-    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
-        let file = |reason: String| ConfigError::new("config file", String::new(), reason);
-        let root: Value = serde_json::from_str(text).map_err(|e| file(e.to_string()))?;
-        let Value::Object(sections) = root else {
-            return Err(file("the top level must be an object of sections".into()));
-        };
-        let mut layer = Self::new(Source::File);
-        for (section, body) in sections {
-            let Value::Object(fields) = body else {
-                return Err(file(format!("section {section:?} must be an object")));
-            };
-            for (field, value) in fields {
-                let key = format!("{section}.{field}");
-                let Some(setting) = keys::ALL.iter().find(|s| s.key == key) else {
-                    return Err(file(format!("unknown setting {key:?}")));
-                };
-                layer.set(*setting, file_value(setting, &value)?);
-            }
-        }
-        Ok(layer)
+        Some(parts.join(","))
     }
 }
 
-/// A file value as the same text an environment variable would hold.
-fn file_value(setting: &Setting, value: &Value) -> Result<String, ConfigError> {
-    let wrong = || {
-        ConfigError::new(
-            setting.key,
-            " (from the config file)".into(),
-            format!("unexpected value {value}"),
-        )
-    };
-    match value {
-        Value::String(text) => Ok(text.clone()),
-        Value::Number(number) => Ok(number.to_string()),
-        Value::Bool(flag) => Ok(flag.to_string()),
-        // Peers in a file: [{"id": 1, "addr": "host:port"}, ...].
-        Value::Array(items) if setting.key == keys::PEERS.key => {
-            let mut parts = Vec::new();
-            for item in items {
-                let id = item.get("id").and_then(Value::as_u64).ok_or_else(wrong)?;
-                let addr = item.get("addr").and_then(Value::as_str).ok_or_else(wrong)?;
-                parts.push(format!("{id}@{addr}"));
-            }
-            Ok(parts.join(","))
-        }
-        _ => Err(wrong()),
-    }
-}
-
-/// The layers merged: a later layer's value wins.
-#[derive(Debug)]
-struct Merged {
-    values: BTreeMap<&'static str, (String, Source)>,
-}
-
-impl Merged {
-    fn raw(&self, setting: Setting) -> Option<(&str, String)> {
-        self.values.get(setting.key).map(|(value, source)| {
-            let from = match source {
-                Source::File => " (from the config file)".to_owned(),
-                Source::Env => format!(" (from {})", setting.env),
-                Source::Flag => format!(" (from --{})", setting.flag),
-            };
-            (value.as_str(), from)
-        })
-    }
-
-    /// Parses `setting`, or returns `default` when nothing set it.
-    fn parse<T>(
-        &self,
-        setting: Setting,
-        default: Option<T>,
-        parse: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<T, ConfigError> {
-        match self.raw(setting) {
-            Some((value, from)) => {
-                parse(value).map_err(|reason| ConfigError::new(setting.key, from, reason))
-            }
-            None => default.ok_or_else(|| {
-                ConfigError::new(
-                    setting.key,
-                    String::new(),
-                    format!(
-                        "required: set it in the config file, {} or --{}",
-                        setting.env, setting.flag
-                    ),
-                )
-            }),
-        }
-    }
-
-    fn from(&self, setting: Setting) -> String {
-        self.raw(setting).map(|(_, from)| from).unwrap_or_default()
-    }
-}
+/// Raw values by file key from one source.
+pub type Layer = layered::Layer<ControlSettings>;
 
 /// Builds and validates the configuration from `layers` (in increasing
 /// precedence) and the environment-only secrets.
@@ -343,29 +183,21 @@ pub fn resolve(
     layers: &[Layer],
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<ControlConfig, ConfigError> {
-    let mut values = BTreeMap::new();
-    for layer in layers {
-        let source = layer.source.unwrap_or(Source::Flag);
-        for (key, value) in &layer.values {
-            values.insert(*key, (value.clone(), source));
-        }
-    }
-    let merged = Merged { values };
+    let merged = Merged::of(layers);
     let node_id = merged.parse(keys::NODE_ID, None, parse_node_id)?;
     let cluster_addr = merged.parse(
         keys::CLUSTER_ADDR,
-        Some(parse_addr(defaults::CLUSTER_ADDR)?),
-        parse_addr_str,
+        Some(parse_addr(defaults::CLUSTER_ADDR).map_err(ConfigError::built_in)?),
+        parse_addr,
     )?;
     let http_addr = merged.parse(
         keys::HTTP_ADDR,
-        Some(parse_addr(defaults::HTTP_ADDR)?),
-        parse_addr_str,
+        Some(parse_addr(defaults::HTTP_ADDR).map_err(ConfigError::built_in)?),
+        parse_addr,
     )?;
     if http_addr == cluster_addr {
-        return Err(ConfigError::new(
-            keys::HTTP_ADDR.key,
-            merged.from(keys::HTTP_ADDR),
+        return Err(merged.error(
+            keys::HTTP_ADDR,
             format!("must differ from cluster.addr ({cluster_addr})"),
         ));
     }
@@ -385,9 +217,8 @@ pub fn resolve(
     let election_timeout =
         merged.parse(keys::ELECTION, Some(defaults::ELECTION), parse_duration)?;
     if election_timeout < heartbeat_interval * ELECTION_HEARTBEATS_MIN {
-        return Err(ConfigError::new(
-            keys::ELECTION.key,
-            merged.from(keys::ELECTION),
+        return Err(merged.error(
+            keys::ELECTION,
             format!(
                 "must be at least {ELECTION_HEARTBEATS_MIN} heartbeat intervals ({:?})",
                 heartbeat_interval * ELECTION_HEARTBEATS_MIN
@@ -409,23 +240,14 @@ pub fn resolve(
     let data_dir = merged.parse(
         keys::DATA_DIR,
         Some(PathBuf::from(defaults::DATA_DIR)),
-        |v| {
-            if v.is_empty() {
-                Err("must not be empty".into())
-            } else {
-                Ok(PathBuf::from(v))
-            }
-        },
+        parse_data_dir,
     )?;
     let security_enabled = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let allow_insecure = merged.parse(keys::ALLOW_INSECURE, Some(false), parse_bool)?;
     let log_level = merged.parse(
         keys::LOG_LEVEL,
         Some(defaults::LOG_LEVEL.to_owned()),
-        |v| match v {
-            "debug" | "info" | "warn" | "error" => Ok(v.to_owned()),
-            _ => Err(format!("{v:?} is not one of debug, info, warn, error")),
-        },
+        parse_log_level,
     )?;
     let cluster_security = cluster_security(
         env(ENV_CLUSTER_SECRET),
@@ -467,9 +289,8 @@ fn advertise_addr(
         return Ok(own.addr.clone());
     }
     if !peers.is_empty() {
-        return Err(ConfigError::new(
-            keys::ADVERTISE_ADDR.key,
-            merged.from(keys::ADVERTISE_ADDR),
+        return Err(merged.error(
+            keys::ADVERTISE_ADDR,
             format!(
                 "required: node {node_id} is not in cluster.peers, so it joins and must say where others reach it"
             ),
@@ -516,51 +337,6 @@ fn parse_node_id(value: &str) -> Result<ControlNodeId, String> {
             "{value:?} is not a control node id: control nodes are numbered 1, 2, 3, ..."
         )),
     }
-}
-
-fn parse_addr(value: &str) -> Result<SocketAddr, ConfigError> {
-    parse_addr_str(value)
-        .map_err(|reason| ConfigError::new("built-in default", String::new(), reason))
-}
-
-fn parse_addr_str(value: &str) -> Result<SocketAddr, String> {
-    // The spec writes ":7943" for "every interface".
-    let value = if value.starts_with(':') {
-        format!("0.0.0.0{value}")
-    } else {
-        value.to_owned()
-    };
-    value
-        .parse()
-        .map_err(|_| format!("{value:?} is not an ip:port address"))
-}
-
-fn parse_bool(value: &str) -> Result<bool, String> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(format!("{value:?} is not true or false")),
-    }
-}
-
-/// `"250ms"`, `"1s"`, `"2m"`.
-pub fn parse_duration(value: &str) -> Result<Duration, String> {
-    let bad = || format!("{value:?} is not a duration like \"250ms\", \"1s\" or \"2m\"");
-    let (number, unit) = value
-        .find(|c: char| !c.is_ascii_digit())
-        .map(|at| value.split_at(at))
-        .ok_or_else(bad)?;
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(number),
-        "s" => Duration::from_secs(number),
-        "m" => Duration::from_secs(number * 60),
-        _ => return Err(bad()),
-    };
-    if duration.is_zero() {
-        return Err(format!("{value:?} must be longer than zero"));
-    }
-    Ok(duration)
 }
 
 /// `id@host:port,...`: at least three, unique ids and addresses.
