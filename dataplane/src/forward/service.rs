@@ -281,14 +281,29 @@ impl ForwardService {
         let held = serving.consume.hold(topic, holders.len(), CLAIM_HOLD);
         let deadline = now + CLAIM_HOLD;
         let mut notified = Vec::with_capacity(held.len());
+        let mut unused = Vec::new();
         {
+            // Checked again under both locks: another partition's commit
+            // may have spent a token since (each token gives one hold).
             let mut tokens = self.tokens.lock();
             let mut holds = self.holds.lock();
-            for (holder, held) in holders.into_iter().zip(held) {
-                tokens.spend(topic, holder);
-                holds.insert(topic, holder, held, deadline);
-                notified.push(holder);
+            let mut holders = holders.into_iter();
+            for record in held {
+                let taker = holders.by_ref().find(|holder| {
+                    holds.has_room(topic, *holder, now) && tokens.spend(topic, *holder, now)
+                });
+                match taker {
+                    Some(holder) => {
+                        holds.insert(topic, holder, record, deadline);
+                        notified.push(holder);
+                    }
+                    None => unused.push(record),
+                }
             }
+        }
+        if !unused.is_empty() {
+            // Released at once: a claim of none of them.
+            serving.consume.claim(topic, &unused, 0);
         }
         self.notify(topic, notified);
     }

@@ -125,14 +125,17 @@ impl TokenTable {
         live
     }
 
-    /// Spends `holder`'s token of `topic` (single use).
-    pub fn spend(&mut self, topic: &str, holder: SocketAddr) {
-        if let Some(holders) = self.topics.get_mut(topic) {
-            holders.remove(&holder);
-            if holders.is_empty() {
-                self.topics.remove(topic);
-            }
+    /// Spends `holder`'s token of `topic` (single use). Returns whether it
+    /// was live; an expired one lapses.
+    pub fn spend(&mut self, topic: &str, holder: SocketAddr, now: Instant) -> bool {
+        let Some(holders) = self.topics.get_mut(topic) else {
+            return false;
+        };
+        let live = holders.remove(&holder).is_some_and(|expiry| expiry > now);
+        if holders.is_empty() {
+            self.topics.remove(topic);
         }
+        live
     }
 
     /// Live tokens of `topic`.
@@ -349,7 +352,8 @@ mod tests {
             .register("t", holder(1), now + Duration::from_secs(1), now)
             .expect("taken");
         assert_eq!(table.live_holders("t", now), vec![holder(1)]);
-        table.spend("t", holder(1));
+        assert!(table.spend("t", holder(1), now));
+        assert!(!table.spend("t", holder(1), now));
         assert!(table.live_holders("t", now).is_empty());
     }
 
