@@ -2,12 +2,14 @@
 //! once, starts `narad control` processes on loopback with free ports,
 //! talks to them over the cluster transport (with the same secret), starts
 //! `narad data` processes following them ([`DataProcess`], and
-//! [`DataCluster`] for control and data nodes together, security on), and
-//! kills every process it started when dropped.
+//! [`DataCluster`] for control and data nodes together, security on, and
+//! optionally with every data node behind UDP relays so a test can cut one
+//! off the network and heal it: [`DataCluster::start_relayed`]), and kills
+//! every process it started when dropped.
 //!
 //! Every wait is bounded and fails with what it was waiting for.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -16,6 +18,8 @@ use std::time::{Duration, Instant};
 use narad_controlplane::node::ControlClient;
 use narad_controlplane::node::wire::Status;
 use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
+
+use crate::relay::Relay;
 
 /// The cluster secret every test cluster shares.
 pub const SECRET: &str = "narad-test-cluster-secret-0123456789";
@@ -680,6 +684,61 @@ pub fn basic_authorization((name, password): (&str, &str)) -> String {
     format!("Authorization: Basic {encoded}")
 }
 
+/// The loopback address relayed data nodes advertise and their relays
+/// listen on (Linux routes all of 127.0.0.0/8 to the loopback interface, so
+/// no root is needed). The nodes themselves bind 127.0.0.1.
+pub const RELAY_HOST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+/// The relays between one data node and the rest of a relayed
+/// [`DataCluster`].
+#[derive(Debug)]
+pub struct NodeRelays {
+    /// At the node's advertised RPC address ([`RELAY_HOST`] and the node's
+    /// RPC port), forwarding to its cluster socket on 127.0.0.1: every other
+    /// node reaches it through this.
+    pub rpc: Relay,
+    /// One per control node: the addresses this data node follows (its
+    /// `--control-nodes`), so its heartbeats and metadata feed can be cut.
+    pub control: Vec<Relay>,
+}
+
+impl NodeRelays {
+    /// Relays to every control node of `control`, and a relay at
+    /// ([`RELAY_HOST`], port of a free 127.0.0.1 UDP address) to that
+    /// address, which the node is then to bind.
+    fn start(control: &ControlCluster) -> (Self, SocketAddr) {
+        let relays = control
+            .nodes
+            .iter()
+            .map(|node| {
+                Relay::start(SocketAddr::from((RELAY_HOST, 0)), node.cluster_addr)
+                    .expect("control relay starts")
+            })
+            .collect();
+        for _ in 0..100 {
+            let node_addr = free_udp_addr();
+            let listen = SocketAddr::from((RELAY_HOST, node_addr.port()));
+            if let Ok(rpc) = Relay::start(listen, node_addr) {
+                let relays = Self {
+                    rpc,
+                    control: relays,
+                };
+                return (relays, node_addr);
+            }
+        }
+        panic!("no free port pair on 127.0.0.1 and {RELAY_HOST}");
+    }
+
+    /// `--control-nodes` through the control relays.
+    fn control_nodes(&self) -> String {
+        self.control
+            .iter()
+            .map(|relay| relay.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 /// Control nodes with security on (users, the root admin [`ADMIN`]) and
 /// data nodes `1..=n` following all of them, on loopback with the cluster
 /// secret. Every process is killed when dropped.
@@ -689,6 +748,9 @@ pub struct DataCluster {
     pub control: ControlCluster,
     /// The data nodes, by position (id = position + 1).
     pub data: Vec<DataProcess>,
+    /// Each data node's relays, by position; empty unless the cluster was
+    /// started with [`DataCluster::start_relayed`].
+    pub relays: Vec<NodeRelays>,
 }
 
 impl DataCluster {
@@ -711,7 +773,86 @@ impl DataCluster {
             node.spawn_ready(true).await;
             data.push(node);
         }
-        Self { control, data }
+        Self {
+            control,
+            data,
+            relays: Vec::new(),
+        }
+    }
+
+    /// As [`DataCluster::start`], with every data node behind relays
+    /// ([`NodeRelays`]): it binds its cluster socket on 127.0.0.1,
+    /// advertises [`RELAY_HOST`] (where its RPC relay listens on the same
+    /// port) and follows the control nodes through relays of its own, so
+    /// [`DataCluster::cut`] can take it off the network without root. Its
+    /// HTTP API stays on 127.0.0.1, where the tests talk to it; the HTTP
+    /// address it advertises on [`RELAY_HOST`] is not served (nothing in
+    /// the cluster dials it).
+    ///
+    /// # Panics
+    /// As [`DataCluster::start`], or if a relay cannot be started.
+    pub async fn start_relayed(control_nodes: u64, data_nodes: u64) -> Self {
+        let control = ControlCluster::start_with_env(
+            control_nodes,
+            &["--security-enabled", "true"],
+            &[("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)],
+        )
+        .await;
+        let advertise = RELAY_HOST.to_string();
+        let mut data = Vec::new();
+        let mut relays = Vec::new();
+        for id in 1..=data_nodes {
+            let (node_relays, rpc_addr) = NodeRelays::start(&control);
+            let mut node = DataProcess::new(&control, id, &["--advertise-host", &advertise]);
+            node.rpc_addr = rpc_addr;
+            node.control_nodes = node_relays.control_nodes();
+            // Its RPC port is fixed by the relay: a port taken meanwhile is
+            // waited for, never replaced.
+            node.spawn_ready(false).await;
+            data.push(node);
+            relays.push(node_relays);
+        }
+        Self {
+            control,
+            data,
+            relays,
+        }
+    }
+
+    /// Cuts data node `index` off the network: its RPC relay, its relays
+    /// to the control nodes, and its datagrams to every other data node's
+    /// relay all drop everything, both ways. The process keeps running.
+    ///
+    /// # Panics
+    /// If the cluster is not relayed.
+    pub fn cut(&self, index: usize) {
+        let cut_off = &self.relays[index];
+        cut_off.rpc.cut();
+        for relay in &cut_off.control {
+            relay.cut();
+        }
+        for (other, relays) in self.relays.iter().enumerate() {
+            if other != index {
+                relays.rpc.cut_client(self.data[index].rpc_addr);
+            }
+        }
+    }
+
+    /// Undoes [`DataCluster::cut`].
+    ///
+    /// # Panics
+    /// If the cluster is not relayed.
+    pub fn heal(&self, index: usize) {
+        let healed = &self.relays[index];
+        for (other, relays) in self.relays.iter().enumerate() {
+            if other != index {
+                relays.rpc.heal_client(self.data[index].rpc_addr);
+            }
+        }
+        for relay in &healed.control {
+            relay.heal();
+        }
+        healed.rpc.heal();
     }
 
     /// One create attempt through data node `via`: `Some(true)` created (or

@@ -9,3 +9,4 @@ pub mod cluster;
 pub mod dependency_rules;
 pub mod dev;
 pub mod placement;
+pub mod relay;

@@ -1,13 +1,16 @@
 //! Chaos tests of a cluster of three `narad control` and three `narad data`
 //! processes on loopback, security on, one cluster secret.
 //!
-//! Messages are accounted for without consuming them: after the data nodes
+//! Messages are accounted for in the partition logs: after the data nodes
 //! stop gracefully, the test opens every partition log in every node's data
 //! directory and matches what it finds against what the producers sent.
 //! Every message answered `202` must be stored at least once, key and
 //! payload byte for byte, and nothing that was never sent may appear.
 //! Duplicates are allowed by the delivery contract (spec §2); they are
-//! counted and printed.
+//! counted and printed. Tests that also consume (and ack) through the data
+//! nodes while the fault lasts check that every message answered `202` was
+//! delivered at least once, that nothing delivered was never sent, and
+//! that every acked message is stored.
 //!
 //! Placement: keyed messages belong to the partition of the key hash
 //! (FNV-1a 32 of the key, mod partitions), pinned ones to the partition
@@ -15,13 +18,21 @@
 //! from its partition only when the owner is dead or failing for 3 s, so
 //! the tests name the messages for which that may happen.
 //!
-//! Which requests a kill overlaps depends on scheduling, so every assertion
-//! holds for any interleaving; the waits are bounded and assert no speed.
+//! A data node is lost either by SIGKILL or by cutting it off the network
+//! with the harness's UDP relays (`narad_tests::relay`; no root needed),
+//! and given back by a restart or by healing the relays.
+//!
+//! Which requests a fault overlaps depends on scheduling, so every
+//! assertion holds for any interleaving; the waits are bounded. One bound
+//! is on time: the first rerouted record must reach a live sibling within
+//! [`REROUTE_BOUND`] of the loss (the seed says 3 s; the bound leaves room
+//! for a loaded machine and fails a reroute that waits for the transport's
+//! 10 s idle timeout). The measured time is printed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -59,6 +70,9 @@ struct Sent {
     status: Option<u16>,
     /// Whether the fault had been injected before the request was sent.
     after_fault: bool,
+    /// Whether the lost node was being given back before the request was
+    /// sent (restarted or healed).
+    regained: bool,
 }
 
 impl Sent {
@@ -87,6 +101,8 @@ struct Run {
     authorization: String,
     stop: AtomicBool,
     fault: AtomicBool,
+    /// Set when the lost node starts being given back.
+    regained: AtomicBool,
     /// `202`s before the fault, then after it.
     accepted_before_fault: AtomicU64,
     accepted_after_fault: AtomicU64,
@@ -116,6 +132,7 @@ impl Run {
             authorization: basic_authorization(ADMIN),
             stop: AtomicBool::new(false),
             fault: AtomicBool::new(false),
+            regained: AtomicBool::new(false),
             accepted_before_fault: AtomicU64::new(0),
             accepted_after_fault: AtomicU64::new(0),
             watched,
@@ -123,27 +140,19 @@ impl Run {
         })
     }
 
-    /// Sends one message `name` placed as `placement` to the node on `port`.
+    /// Sends one message `name` placed as `placement` to the node on `port`,
+    /// to the topic of the current phase, and counts its `202`.
     fn send(&self, port: u16, name: &str, n: usize, placement: Placement) -> Sent {
-        let payload = format!("{name}-{n}").into_bytes();
-        let Placed { key, query, home } =
-            placement.place(&format!("{name}-k{}", n % KEYS_PER_PRODUCER), PARTITIONS);
-        let after_fault = self.fault.load(Ordering::Acquire);
-        let topic = if after_fault {
+        let topic = if self.fault.load(Ordering::Acquire) {
             self.topic_after_fault
         } else {
             self.topic
         };
-        let path = format!("/v1/topics/{topic}/produce{query}");
-        let headers = [self.authorization.as_str()];
-        let status = Request::post(&path, "application/octet-stream", &payload)
-            .with_headers(&headers)
-            .send(port)
-            .map(|answer| answer.status);
-        match status {
-            Some(202) if after_fault => {
+        let sent = self.send_to(topic, port, name, n, placement);
+        match sent.status {
+            Some(202) if sent.after_fault => {
                 self.accepted_after_fault.fetch_add(1, Ordering::AcqRel);
-                if home.is_some_and(|home| self.watched.contains(&home)) {
+                if sent.home.is_some_and(|home| self.watched.contains(&home)) {
                     self.accepted_after_fault_watched
                         .fetch_add(1, Ordering::AcqRel);
                 }
@@ -151,8 +160,34 @@ impl Run {
             Some(202) => {
                 self.accepted_before_fault.fetch_add(1, Ordering::AcqRel);
             }
-            Some(_) => {}
-            None => thread::sleep(RETRY_PAUSE),
+            _ => {}
+        }
+        sent
+    }
+
+    /// Sends one message `name-<n>` placed as `placement` to `topic`
+    /// through the node on `port`; counts nothing.
+    fn send_to(
+        &self,
+        topic: &'static str,
+        port: u16,
+        name: &str,
+        n: usize,
+        placement: Placement,
+    ) -> Sent {
+        let payload = format!("{name}-{n}").into_bytes();
+        let Placed { key, query, home } =
+            placement.place(&format!("{name}-k{}", n % KEYS_PER_PRODUCER), PARTITIONS);
+        let after_fault = self.fault.load(Ordering::Acquire);
+        let regained = self.regained.load(Ordering::Acquire);
+        let path = format!("/v1/topics/{topic}/produce{query}");
+        let headers = [self.authorization.as_str()];
+        let status = Request::post(&path, "application/octet-stream", &payload)
+            .with_headers(&headers)
+            .send(port)
+            .map(|answer| answer.status);
+        if status.is_none() {
+            thread::sleep(RETRY_PAUSE);
         }
         Sent {
             topic,
@@ -161,6 +196,7 @@ impl Run {
             home,
             status,
             after_fault,
+            regained,
         }
     }
 
@@ -506,21 +542,327 @@ fn probes_held_max(senders: usize, dead_partitions: usize) -> usize {
     senders * dead_partitions
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is_lost() {
-    // Producers switch topics at the kill, so every record of the second
-    // topic was accepted while its owner of some partitions was dead.
-    const BEFORE: &str = "before-kill";
-    const AFTER: &str = "after-kill";
-    let mut cluster = DataCluster::start(3, 3).await;
+/// How a test takes a data node that owns partitions away, and gives it
+/// back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL; then a restart on the same addresses and data directory.
+    Kill,
+    /// Cut off the network by its relays while the process runs on; then
+    /// healed.
+    Cut,
+}
+
+/// A bound on the time from losing an owner to the first record of one of
+/// its partitions stored by a live sibling. The seed reroutes 3 s after the
+/// start of the first failed commit; the rest is room for a loaded CI
+/// machine. It turns a reroute that waits for the transport's 10 s idle
+/// timeout into a failure; it is not a speed claim.
+const REROUTE_BOUND: Duration = Duration::from_secs(6);
+
+/// Pause between two messages of the marker producer.
+const MARKER_PAUSE: Duration = Duration::from_millis(20);
+
+/// Batch consumes name their client (spec: `X-Narad-Client`).
+const CLIENT_HEADER: &str = "X-Narad-Client: data-chaos-test";
+
+/// A ceiling on the consumers' drain after the producers stopped: it turns
+/// a lost message into a failure, it asserts no speed.
+const CONSUME_DRAIN_MAX: Duration = Duration::from_secs(60);
+
+/// Starts the marker producer: messages `marker-<n>` pinned to `partition`
+/// of `topic` through the node on `port`, one every [`MARKER_PAUSE`],
+/// until [`Run::stop`].
+fn start_marker(
+    run: &Arc<Run>,
+    port: u16,
+    topic: &'static str,
+    partition: u32,
+) -> JoinHandle<Vec<Sent>> {
+    let run = Arc::clone(run);
+    thread::spawn(move || {
+        let mut sent = Vec::new();
+        for n in 0..MESSAGES_PER_PRODUCER_MAX {
+            if run.stop.load(Ordering::Acquire) {
+                break;
+            }
+            sent.push(run.send_to(topic, port, "marker", n, Placement::Pinned(partition)));
+            thread::sleep(MARKER_PAUSE);
+        }
+        sent
+    })
+}
+
+/// Whether `topic`/`partition` holds a record at `offset`, read by offset
+/// through data node `index`, which should own it so the read stays local
+/// (a describe would ask every owner, and wait up to 2 s for one that is
+/// away); `None` if it does not answer.
+async fn holds_record(
+    cluster: &DataCluster,
+    index: usize,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+) -> Option<bool> {
+    let path = format!("/v1/topics/{topic}/consume?offset={offset}&partition={partition}");
+    let (status, _) = cluster.data[index]
+        .request(Some(ADMIN), "GET", &path, "")
+        .await?;
+    match status {
+        200 => Some(true),
+        204 => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether any partition of `topic` that a node other than `victim_id`
+/// owns holds a record, each read at its owner; `None` if one does not
+/// answer.
+async fn stored_off_victim(
+    cluster: &DataCluster,
+    topic: &str,
+    owners: &[u64],
+    victim_id: u64,
+) -> Option<bool> {
+    for (partition, owner) in (0..PARTITIONS).zip(owners) {
+        if *owner == victim_id {
+            continue;
+        }
+        let index = cluster.data.iter().position(|node| node.id == *owner)?;
+        if holds_record(cluster, index, topic, partition, 0).await? {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// What the consumers saw, by payload.
+#[derive(Debug, Default)]
+struct Consumed {
+    /// Deliveries per payload.
+    deliveries: HashMap<Vec<u8>, usize>,
+    /// Payloads whose ack was answered `204`.
+    acked: HashSet<Vec<u8>>,
+    /// Acks not answered `204`, by status (per handle, or for a whole
+    /// batch its status).
+    ack_refusals: BTreeMap<u16, usize>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().expect("lock")
+}
+
+/// One consume of up to 100 messages of `topic` through the node on
+/// `port`, acked in one request; how many came, `None` when the node did
+/// not answer.
+///
+/// # Panics
+/// On a `4xx` answer: the test asked something wrong.
+fn consume_once(
+    port: u16,
+    topic: &str,
+    authorization: &str,
+    consumed: &Mutex<Consumed>,
+) -> Option<usize> {
+    let headers = [authorization, CLIENT_HEADER];
+    let path = format!("/v1/topics/{topic}/consume?max=100&wait=100ms");
+    let answer = Request::get(&path).with_headers(&headers).send(port)?;
+    assert!(
+        !(400..500).contains(&answer.status),
+        "consume {topic}: {} {}",
+        answer.status,
+        answer.body
+    );
+    if answer.status != 200 {
+        return Some(0);
+    }
+    let body: serde_json::Value = serde_json::from_str(&answer.body).ok()?;
+    let mut payloads = Vec::new();
+    let mut handles = Vec::new();
+    for message in body["messages"].as_array()? {
+        payloads.push(message["payload"].as_str()?.as_bytes().to_vec());
+        handles.push(message["receipt_handle"].clone());
+    }
+    {
+        let mut consumed = lock(consumed);
+        for payload in &payloads {
+            *consumed.deliveries.entry(payload.clone()).or_default() += 1;
+        }
+    }
+    let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+    let path = format!("/v1/topics/{topic}/ack");
+    let answer = Request::post(&path, "application/json", body.as_bytes())
+        .with_headers(&headers)
+        .send(port);
+    let mut consumed = lock(consumed);
+    let status = answer.as_ref().map_or(0, |answer| answer.status);
+    let Some(answer) = answer.filter(|answer| answer.status == 200) else {
+        // 0: no answer.
+        *consumed.ack_refusals.entry(status).or_default() += payloads.len();
+        return Some(payloads.len());
+    };
+    let results: serde_json::Value = serde_json::from_str(&answer.body).ok()?;
+    let results = results["results"].as_array()?;
+    assert_eq!(results.len(), payloads.len(), "one ack result per handle");
+    let count = payloads.len();
+    for (payload, result) in payloads.into_iter().zip(results) {
+        match result["status"].as_u64() {
+            Some(204) => {
+                consumed.acked.insert(payload);
+            }
+            other => {
+                let status = other.and_then(|s| u16::try_from(s).ok()).unwrap_or(0);
+                *consumed.ack_refusals.entry(status).or_default() += 1;
+            }
+        }
+    }
+    Some(count)
+}
+
+/// Consumers: one thread per port in `ports`, each consuming and acking
+/// `topics` in turn until `stop`.
+fn start_consumers(
+    run: &Run,
+    ports: &[u16],
+    topics: &[&'static str],
+    consumed: &Arc<Mutex<Consumed>>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<JoinHandle<()>> {
+    ports
+        .iter()
+        .map(|&port| {
+            let topics = topics.to_vec();
+            let authorization = run.authorization.clone();
+            let (consumed, stop) = (Arc::clone(consumed), Arc::clone(stop));
+            thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    for topic in &topics {
+                        if consume_once(port, topic, &authorization, &consumed).is_none() {
+                            thread::sleep(RETRY_PAUSE);
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Lets the consumers run until every message answered `202` in `sent` was
+/// delivered at least once, then stops them.
+///
+/// # Panics
+/// If that takes longer than [`CONSUME_DRAIN_MAX`], naming what is missing.
+async fn drain_consumers(
+    sent: &[Sent],
+    consumed: &Mutex<Consumed>,
+    stop: &AtomicBool,
+    consumers: Vec<JoinHandle<()>>,
+) {
+    let deadline = Instant::now() + CONSUME_DRAIN_MAX;
+    loop {
+        let missing: Vec<String> = {
+            let consumed = lock(consumed);
+            sent.iter()
+                .filter(|message| message.acknowledged())
+                .filter(|message| !consumed.deliveries.contains_key(&message.payload))
+                .map(|message| String::from_utf8_lossy(&message.payload).into_owned())
+                .collect()
+        };
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} acknowledged messages never consumed within {CONSUME_DRAIN_MAX:?}: {:?}",
+            missing.len(),
+            &missing[..missing.len().min(20)]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Release);
+    tokio::task::block_in_place(|| {
+        for consumer in consumers {
+            consumer.join().expect("consumer thread");
+        }
+    });
+}
+
+/// Asserts that every consumed message was sent, and every acked one is
+/// stored; prints what the consumers saw.
+///
+/// # Panics
+/// If a consumed message was never sent, or an acked one is not stored.
+fn assert_consumed(test: &str, accounting: &Accounting<'_>, consumed: &Consumed) {
+    let sent: HashSet<&[u8]> = accounting
+        .sent
+        .iter()
+        .map(|message| message.payload.as_slice())
+        .collect();
+    for payload in consumed.deliveries.keys() {
+        assert!(
+            sent.contains(payload.as_slice()),
+            "consumed a message never sent: {}",
+            String::from_utf8_lossy(payload)
+        );
+    }
+    for payload in &consumed.acked {
+        assert!(
+            accounting.copies.contains_key(payload.as_slice()),
+            "acked but not stored: {}",
+            String::from_utf8_lossy(payload)
+        );
+    }
+    let deliveries: usize = consumed.deliveries.values().sum();
+    let redelivered = consumed
+        .deliveries
+        .values()
+        .filter(|count| **count > 1)
+        .count();
+    println!(
+        "{test}: consumed {} distinct messages in {deliveries} deliveries ({redelivered} \
+         delivered more than once), {} acked (204), ack refusals by status {:?}; every \
+         message answered 202 was consumed",
+        consumed.deliveries.len(),
+        consumed.acked.len(),
+        consumed.ack_refusals
+    );
+}
+
+/// Takes a data node that owns partitions away while producers run
+/// against the others, measures when its partitions' records reach live
+/// siblings, gives it back, waits for its own partitions to get records
+/// again, then accounts for every message (and, if `consume`, consumes
+/// and acks throughout and checks that every `202` was consumed).
+#[allow(clippy::too_many_lines)]
+async fn lose_and_regain_an_owner(fault: Fault, consume: bool) {
+    // Producers switch topics at the loss, so every record of the second
+    // topic was accepted while its owner of some partitions was away; the
+    // marker topic gets messages only after the loss, all for one of the
+    // lost node's partitions, so any of them on a live node was rerouted.
+    const BEFORE: &str = "before-loss";
+    const AFTER: &str = "after-loss";
+    const MARKER: &str = "marker";
+    let test = match fault {
+        Fault::Kill => "data node SIGKILLed",
+        Fault::Cut => "data node cut off",
+    };
+    let mut cluster = match fault {
+        Fault::Kill => DataCluster::start(3, 3).await,
+        Fault::Cut => DataCluster::start_relayed(3, 3).await,
+    };
     let owners_before = create_spread_topic(&cluster, BEFORE).await;
     let owners_after = create_spread_topic(&cluster, AFTER).await;
+    let owners_marker = create_spread_topic(&cluster, MARKER).await;
     let (live, victim) = ([0, 1], 2);
     let victim_id = cluster.data[victim].id;
     let dead_partitions: Vec<u32> = (0..PARTITIONS)
         .filter(|&partition| owners_after[partition as usize] == victim_id)
         .collect();
-    let probes_max = probes_held_max(live.len(), dead_partitions.len());
+    let marker_partition = (0..PARTITIONS)
+        .find(|&partition| owners_marker[partition as usize] == victim_id)
+        .expect("the victim owns a marker partition");
+    // The marker's one sender keeps one probe for the marker partition.
+    let probes_max = probes_held_max(live.len(), dead_partitions.len()) + 1;
     let run = Run::switching(BEFORE, AFTER, dead_partitions.clone());
     let producers = start_producers(
         &run,
@@ -529,10 +871,44 @@ async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is
         &dead_partitions,
         MESSAGES_PER_PRODUCER_MAX,
     );
+    let consumed = Arc::new(Mutex::new(Consumed::default()));
+    let consumers_stop = Arc::new(AtomicBool::new(false));
+    let consumers = if consume {
+        let ports: Vec<u16> = live
+            .iter()
+            .map(|&index| cluster.data[index].http_addr.port())
+            .collect();
+        start_consumers(
+            &run,
+            &ports,
+            &[BEFORE, AFTER, MARKER],
+            &consumed,
+            &consumers_stop,
+        )
+    } else {
+        Vec::new()
+    };
     wait_accepted(&cluster, &run.accepted_before_fault, ACCEPTED_AROUND_FAULT).await;
-    cluster.data[victim].kill();
-    let killed_at = Instant::now();
+    match fault {
+        Fault::Kill => cluster.data[victim].kill(),
+        Fault::Cut => cluster.cut(victim),
+    }
+    let lost_at = Instant::now();
     run.fault.store(true, Ordering::Release);
+    let marker = start_marker(
+        &run,
+        cluster.data[live[0]].http_addr.port(),
+        MARKER,
+        marker_partition,
+    );
+    cluster.data[live[0]]
+        .wait_until("a marker record stored by a live sibling", || async {
+            stored_off_victim(&cluster, MARKER, &owners_marker, victim_id)
+                .await?
+                .then_some(())
+        })
+        .await;
+    let rerouted_after = lost_at.elapsed();
     wait_accepted(&cluster, &run.accepted_after_fault, ACCEPTED_AROUND_FAULT).await;
     let for_dead_owner_min = u64::try_from(probes_max).expect("small") * 10;
     wait_accepted(
@@ -541,40 +917,48 @@ async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is
         for_dead_owner_min,
     )
     .await;
-    let sent = stop_producers(&run, producers);
 
-    // Every record of the second topic is on a live node, but for the
-    // probes: the reroute moved the dead owner's share to live siblings.
-    let accepted_after = sent.iter().filter(|m| m.topic == AFTER && m.acknowledged());
-    let on_live_min = u64::try_from(accepted_after.count() - probes_max).expect("fits");
-    cluster.data[live[0]]
-        .wait_until("the rerouted records stored", || async {
-            let mut stored = 0;
-            for node in live {
-                stored += cluster.local_high_watermarks(node, AFTER).await?;
-            }
-            (stored >= on_live_min).then_some(())
+    run.regained.store(true, Ordering::Release);
+    let lost_for = lost_at.elapsed();
+    let regain_started = Instant::now();
+    match fault {
+        Fault::Kill => cluster.data[victim].spawn_ready(false).await,
+        Fault::Cut => cluster.heal(victim),
+    }
+    // More marker records on their own partition than the one probe: the
+    // probe landed and the partition takes records again.
+    cluster.data[victim]
+        .wait_until("marker records back on their own partition", || async {
+            holds_record(&cluster, victim, MARKER, marker_partition, 1)
+                .await?
+                .then_some(())
         })
         .await;
-    let rerouted_after = killed_at.elapsed();
-    cluster.data[victim].spawn_ready(false).await;
+    let home_again_after = regain_started.elapsed();
+    let mut sent = stop_producers(&run, producers);
+    sent.extend(join_producers(vec![marker]));
     for index in 0..cluster.data.len() {
         cluster.wait_drained(index).await;
     }
+    if consume {
+        drain_consumers(&sent, &consumed, &consumers_stop, consumers).await;
+    }
     cluster.terminate_data_nodes().await;
 
-    let stored = stored_everywhere(&cluster, &[BEFORE, AFTER]);
+    let stored = stored_everywhere(&cluster, &[BEFORE, AFTER, MARKER]);
     let accounting = Accounting::new(&sent, &stored);
-    accounting.assert_every_acknowledged_stored("data node SIGKILLed");
+    accounting.assert_every_acknowledged_stored(test);
+    if consume {
+        assert_consumed(test, &accounting, &lock(&consumed));
+    }
     assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
     assert_stored_by_owners(&stored, BEFORE, &owners_before);
     assert_stored_by_owners(&stored, AFTER, &owners_after);
-    let owners_of = |topic| {
-        if topic == BEFORE {
-            &owners_before
-        } else {
-            &owners_after
-        }
+    assert_stored_by_owners(&stored, MARKER, &owners_marker);
+    let owners_of = |topic| match topic {
+        BEFORE => &owners_before,
+        AFTER => &owners_after,
+        _ => &owners_marker,
     };
     let (mut for_dead_owner, mut on_dead_owner) = (0, 0);
     for message in accounting.acknowledged() {
@@ -584,7 +968,7 @@ async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is
             for copy in copies {
                 assert_eq!(copy.partition, home, "partition of {message:?}");
             }
-        } else if message.topic == AFTER {
+        } else if message.topic != BEFORE && !message.regained {
             for_dead_owner += 1;
             if copies.iter().any(|copy| copy.node == victim_id) {
                 on_dead_owner += 1;
@@ -593,20 +977,40 @@ async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is
     }
     assert!(
         on_dead_owner <= probes_max,
-        "{on_dead_owner} messages accepted while their owner was dead were stored by it, \
+        "{on_dead_owner} messages accepted while their owner was away were stored by it, \
          more than the {probes_max} probes"
     );
     println!(
-        "data node SIGKILLed: {for_dead_owner} keyed or pinned messages for its partitions \
-         accepted after the kill, {} stored by live siblings, {on_dead_owner} by it after its \
-         restart (probes); the live nodes stored them {rerouted_after:?} after the kill",
+        "{test}: the first record of its partitions reached a live sibling {rerouted_after:?} \
+         after the loss (bound {REROUTE_BOUND:?}); {for_dead_owner} keyed, pinned or marker \
+         messages for its partitions accepted while it was away ({lost_for:?}), {} stored by \
+         live siblings, {on_dead_owner} by it once back (probes, at most {probes_max}); its own \
+         partition took records again {home_again_after:?} after it was given back",
         for_dead_owner - on_dead_owner
+    );
+    assert!(
+        rerouted_after <= REROUTE_BOUND,
+        "records reached a live sibling only {rerouted_after:?} after the loss"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_data_plane_answers_202_while_the_control_leader_is_sigkilled_and_creates_resume() {
+async fn records_for_a_sigkilled_owner_are_rerouted_to_live_siblings_and_none_is_lost() {
+    lose_and_regain_an_owner(Fault::Kill, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_for_an_owner_cut_off_the_network_are_rerouted_and_none_is_lost_or_unconsumed() {
+    lose_and_regain_an_owner(Fault::Cut, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_plane_answers_202_and_serves_consumes_while_the_control_leader_is_sigkilled() {
     const TOPIC: &str = "steady";
+    /// Deliveries the consumers must get after the kill before a create
+    /// under the new leader is asked for.
+    const DELIVERED_AFTER_KILL: usize = 100;
+    let test = "control leader SIGKILLed";
     let mut cluster = DataCluster::start(3, 3).await;
     let owners = create_spread_topic(&cluster, TOPIC).await;
     let run = Run::new(TOPIC);
@@ -618,29 +1022,49 @@ async fn the_data_plane_answers_202_while_the_control_leader_is_sigkilled_and_cr
         &every_partition,
         MESSAGES_PER_PRODUCER_MAX,
     );
+    let consumed = Arc::new(Mutex::new(Consumed::default()));
+    let consumers_stop = Arc::new(AtomicBool::new(false));
+    let ports: Vec<u16> = cluster
+        .data
+        .iter()
+        .map(|node| node.http_addr.port())
+        .collect();
+    let consumers = start_consumers(&run, &ports, &[TOPIC], &consumed, &consumers_stop);
     wait_accepted(&cluster, &run.accepted_before_fault, ACCEPTED_AROUND_FAULT).await;
     let old_leader = cluster.control.wait_for_leader().await;
     cluster.control.kill(old_leader);
+    let delivered_at_kill: usize = lock(&consumed).deliveries.values().sum();
     run.fault.store(true, Ordering::Release);
     wait_accepted(&cluster, &run.accepted_after_fault, ACCEPTED_AROUND_FAULT).await;
+    cluster.data[0]
+        .wait_until("deliveries after the leader's kill", || async {
+            let delivered: usize = lock(&consumed).deliveries.values().sum();
+            (delivered >= delivered_at_kill + DELIVERED_AFTER_KILL).then_some(())
+        })
+        .await;
     cluster.create_topic(1, &topic_body("after-failover")).await;
+    let delivered_until_create: usize = lock(&consumed).deliveries.values().sum();
     let sent = stop_producers(&run, producers);
     let new_leader = cluster.control.wait_for_leader().await;
     assert_ne!(new_leader, old_leader);
     for index in 0..cluster.data.len() {
         cluster.wait_drained(index).await;
     }
+    drain_consumers(&sent, &consumed, &consumers_stop, consumers).await;
     cluster.terminate_data_nodes().await;
 
     let stored = stored_everywhere(&cluster, &[TOPIC]);
     let accounting = Accounting::new(&sent, &stored);
-    accounting.assert_every_acknowledged_stored("control leader SIGKILLed");
+    accounting.assert_every_acknowledged_stored(test);
+    assert_consumed(test, &accounting, &lock(&consumed));
     assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
     assert_stored_by_owners(&stored, TOPIC, &owners);
     let after_kill = sent.iter().filter(|message| message.after_fault).count();
     println!(
-        "control leader SIGKILLed: {after_kill} produces sent after the kill, until a create \
-         under the new leader succeeded; every one answered 202"
+        "{test}: {after_kill} produces sent after the kill, until a create under the new \
+         leader succeeded, every one answered 202; {} deliveries to consumers between the \
+         kill and that create",
+        delivered_until_create - delivered_at_kill
     );
 }
 
