@@ -55,6 +55,9 @@ pub struct ForwardService {
     rotation: AtomicUsize,
     /// Records handed to claimants through their holds.
     claimed_total: AtomicU64,
+    /// How long a notified record is held: [`CLAIM_HOLD`]; tests that must
+    /// not see a hold lapse under a stalled machine lengthen it.
+    claim_hold_ms: AtomicU64,
     /// Partitions whose high watermark a task watches for token holders.
     watched: Mutex<HashSet<Destination>>,
 }
@@ -77,6 +80,7 @@ impl ForwardService {
             holds: Mutex::new(HoldTable::default()),
             rotation: AtomicUsize::new(0),
             claimed_total: AtomicU64::new(0),
+            claim_hold_ms: AtomicU64::new(CLAIM_HOLD.as_millis() as u64),
             watched: Mutex::new(HashSet::new()),
         })
     }
@@ -278,8 +282,9 @@ impl ForwardService {
         }
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % holders.len();
         holders.rotate_left(start);
-        let held = serving.consume.hold(topic, holders.len(), CLAIM_HOLD);
-        let deadline = now + CLAIM_HOLD;
+        let hold = Duration::from_millis(self.claim_hold_ms.load(Ordering::Relaxed));
+        let held = serving.consume.hold(topic, holders.len(), hold);
+        let deadline = now + hold;
         let mut notified = Vec::with_capacity(held.len());
         let mut unused = Vec::new();
         {
@@ -294,7 +299,7 @@ impl ForwardService {
                 });
                 match taker {
                     Some(holder) => {
-                        holds.insert(topic, holder, record, deadline);
+                        holds.insert(topic, holder, record, now, deadline);
                         notified.push(holder);
                     }
                     None => unused.push(record),
@@ -357,6 +362,13 @@ impl ForwardService {
             _ => Vec::new(),
         };
         serving.consume(request, claimed).await
+    }
+
+    /// Holds notified records for `hold` instead of [`CLAIM_HOLD`] (tests).
+    #[cfg(test)]
+    pub(crate) fn set_claim_hold(&self, hold: Duration) {
+        self.claim_hold_ms
+            .store(hold.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Live delivery tokens of `topic` held here (tests).

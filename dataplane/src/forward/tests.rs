@@ -859,6 +859,9 @@ async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_consume_holds_a_token_at_the_owner_and_is_notified_of_a_commit() {
     let cluster = Arc::new(Cluster::start());
+    // Held past the consume's wait: only the notified node's claim can
+    // take the record in time.
+    cluster.b_service.set_claim_hold(CEILING);
     let waiting = {
         let cluster = Arc::clone(&cluster);
         tokio::spawn(async move { cluster.get("/v1/topics/remote/consume?wait=10s").await })
@@ -1012,6 +1015,8 @@ async fn a_commit_spends_no_more_tokens_than_records_it_can_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notified_record_is_held_back_from_other_consumers_until_its_holder_claims_it() {
     let cluster = Cluster::start();
+    // Long enough that no stall of the test machine lets the hold lapse.
+    cluster.b_service.set_claim_hold(CEILING);
     let (other, _other_inbox) = token_holder();
     register_at_b(&cluster, &cluster.a_transport).await;
     cluster.produce_on_b("remote", 1, "held").await;

@@ -162,18 +162,26 @@ pub struct HoldTable {
 }
 
 impl HoldTable {
-    /// Keeps `held` for `holder`'s claim until `deadline`.
+    /// Keeps `held` for `holder`'s claim until `deadline` (`now` is the
+    /// present, to drop lapsed entries).
     ///
     /// # Panics
     /// If the holder already has [`HOLDS_PER_HOLDER_MAX`] live holds (the
     /// caller checks [`HoldTable::has_room`] first).
-    pub fn insert(&mut self, topic: &str, holder: SocketAddr, held: HeldRecord, deadline: Instant) {
+    pub fn insert(
+        &mut self,
+        topic: &str,
+        holder: SocketAddr,
+        held: HeldRecord,
+        now: Instant,
+        deadline: Instant,
+    ) {
         let key = (topic.to_owned(), holder);
         if !self.holds.contains_key(&key) {
             // Drop lapsed holders' entries now and then, not on each call.
             if self.holds.len() >= TOKEN_TOPICS_MAX {
                 self.holds.retain(|_, holds| {
-                    holds.retain(|(_, until)| *until > deadline - CLAIM_HOLD);
+                    holds.retain(|(_, until)| *until > now);
                     !holds.is_empty()
                 });
             }
@@ -436,8 +444,14 @@ mod tests {
     fn holds_are_taken_by_their_holder_only_and_only_before_their_deadline() {
         let now = Instant::now();
         let mut holds = HoldTable::default();
-        holds.insert("t", holder(1), held(3), now + CLAIM_HOLD);
-        holds.insert("t", holder(1), held(4), now + Duration::from_millis(10));
+        holds.insert("t", holder(1), held(3), now, now + CLAIM_HOLD);
+        holds.insert(
+            "t",
+            holder(1),
+            held(4),
+            now,
+            now + Duration::from_millis(10),
+        );
 
         assert!(holds.take("t", holder(2), now).is_empty());
         let later = now + Duration::from_millis(20);
@@ -451,7 +465,7 @@ mod tests {
         let mut holds = HoldTable::default();
         for offset in 0..HOLDS_PER_HOLDER_MAX as u64 {
             assert!(holds.has_room("t", holder(1), now));
-            holds.insert("t", holder(1), held(offset), now + CLAIM_HOLD);
+            holds.insert("t", holder(1), held(offset), now, now + CLAIM_HOLD);
         }
         assert!(!holds.has_room("t", holder(1), now));
         assert!(holds.has_room("t", holder(2), now));
