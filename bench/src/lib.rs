@@ -8,10 +8,13 @@
 //! JSON under `target/bench/` with a PNG chart beside them.
 //!
 //! This library holds what every benchmark binary shares: latency statistics
-//! ([`stats`]), the raw-disk baselines ([`baseline`]) and the report writer
-//! ([`report`]). Each benchmark is a binary in `src/bin/`.
+//! ([`stats`]), the raw-disk baselines ([`baseline`]), the report writer
+//! ([`report`]) and the brokers a benchmark drives, one `narad dev`
+//! ([`node`]) or a cluster of control and data nodes ([`cluster`]). Each
+//! benchmark is a binary in `src/bin/`.
 
 pub mod baseline;
+pub mod cluster;
 pub mod http;
 pub mod node;
 pub mod report;

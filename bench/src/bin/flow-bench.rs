@@ -22,6 +22,13 @@
 //! write + fdatasync on the same disk.
 //!
 //! Writes `target/bench/flow.json` and `flow.png`.
+//!
+//! With `--cluster N` it drives N `narad control` and N `narad data`
+//! processes instead of `narad dev` (see [`narad_bench::cluster`]): producer
+//! and consumer connections spread round robin over the data nodes, each
+//! phase starts once every data node sees its topic assigned and has
+//! drained its dispatch backlog, and `*_narad_cores` sums every process. It
+//! writes `flow-cluster.json` and `.png`, with the same keys.
 
 use std::fs;
 use std::io;
@@ -31,8 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
+use narad_bench::cluster::{Broker, cluster_arg, spread};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
-use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 use serde_json::Value;
@@ -64,10 +72,23 @@ const TARGET_BATCH_MSGS_PER_S: f64 = 150_000.0;
 const TARGET_VISIBLE_P99_MS: f64 = 10.0;
 
 fn main() -> io::Result<()> {
+    let cluster = cluster_arg(std::env::args().skip(1))?;
     let scratch = narad_bench::bench_dir()?.join(format!("flow-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch)?;
-    let mut report = Report::new("flow");
+    let mut report = Report::new(if cluster.is_some() {
+        "flow-cluster"
+    } else {
+        "flow"
+    });
+    if let Some(nodes) = cluster {
+        report.note(
+            "cluster",
+            &format!(
+                "{nodes} narad control + {nodes} narad data processes on loopback, security off;                  producer and consumer connections round robin over the data nodes;                  *_narad_cores sums every process"
+            ),
+        );
+    }
     report.note("load_average_at_start", &load_average());
     report.note(
         "method",
@@ -96,7 +117,7 @@ fn main() -> io::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(measure(&scratch, &mut report))?;
+    runtime.block_on(measure(&scratch, &mut report, cluster))?;
     report.note("load_average_at_end", &load_average());
     let path = report.write()?;
     println!(
@@ -108,36 +129,40 @@ fn main() -> io::Result<()> {
     Ok(())
 }
 
-async fn measure(scratch: &std::path::Path, report: &mut Report) -> io::Result<()> {
+async fn measure(
+    scratch: &std::path::Path,
+    report: &mut Report,
+    cluster: Option<usize>,
+) -> io::Result<()> {
     let noop = NoopServer::start().await?;
     let noop_per_s = noop_baseline(noop.addr).await?;
     noop.stop();
     report.set("baseline_http_noop_c64_per_s", noop_per_s);
 
-    let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
-    let pid = node.pid().to_string();
+    let node = Broker::start(&narad_binary(), &scratch.join("node"), cluster).await?;
+    let addrs = node.addrs();
 
-    let cpu_before = cpu_seconds(&pid);
-    let single = flow(node.addr, "flow-single", Shape::Single).await?;
+    let cpu_before = node.cpu_seconds();
+    let single = flow(&addrs, "flow-single", Shape::Single).await?;
     report.set("flow_single_msgs_per_s", single.acked_per_s);
     report.set("flow_single_produced_msgs_per_s", single.produced_per_s);
     report.set(
         "flow_single_narad_cores",
-        (cpu_seconds(&pid) - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
+        (node.cpu_seconds() - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
     );
 
-    report.set("drain_before_batch_ms", drain(node.addr).await?);
-    let cpu_before = cpu_seconds(&pid);
-    let batch = flow(node.addr, "flow-batch", Shape::Batch).await?;
+    report.set("drain_before_batch_ms", drain_all(&addrs).await?);
+    let cpu_before = node.cpu_seconds();
+    let batch = flow(&addrs, "flow-batch", Shape::Batch).await?;
     report.set("flow_batch_msgs_per_s", batch.acked_per_s);
     report.set("flow_batch_produced_msgs_per_s", batch.produced_per_s);
     report.set(
         "flow_batch_narad_cores",
-        (cpu_seconds(&pid) - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
+        (node.cpu_seconds() - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
     );
 
-    report.set("drain_before_visible_ms", drain(node.addr).await?);
-    let (mut visible, mut lateness) = visible_latency(node.addr).await?;
+    report.set("drain_before_visible_ms", drain_all(&addrs).await?);
+    let (mut visible, mut lateness) = visible_latency(&addrs).await?;
     report.set("visible_send_lateness_p50_ms", lateness.p50_us() / 1_000.0);
     report.set("visible_send_lateness_p99_ms", lateness.p99_us() / 1_000.0);
     report.set("visible_p50_ms", visible.p50_us() / 1_000.0);
@@ -229,8 +254,10 @@ struct Counters {
     stop: AtomicBool,
 }
 
-async fn flow(addr: SocketAddr, topic: &str, shape: Shape) -> io::Result<FlowFigures> {
-    create_topic(addr, topic).await?;
+/// One flow phase on a new topic, its connections round robin over
+/// `addrs`.
+async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<FlowFigures> {
+    create_topic(addrs, topic).await?;
     let counters = Arc::new(Counters::default());
     let (producers, consumers) = match shape {
         Shape::Single => (SINGLE_PRODUCERS, SINGLE_CONSUMERS),
@@ -245,8 +272,8 @@ async fn flow(addr: SocketAddr, topic: &str, shape: Shape) -> io::Result<FlowFig
         Shape::Batch => BATCH as u64,
     };
     let mut tasks = Vec::new();
-    for _ in 0..producers {
-        let mut connection = Connection::open(addr).await?;
+    for index in 0..producers {
+        let mut connection = Connection::open(spread(addrs, index)).await?;
         let (request, counters) = (Arc::clone(&produce), Arc::clone(&counters));
         tasks.push(tokio::spawn(async move {
             while !counters.stop.load(Ordering::Relaxed) {
@@ -258,8 +285,8 @@ async fn flow(addr: SocketAddr, topic: &str, shape: Shape) -> io::Result<FlowFig
             io::Result::Ok(())
         }));
     }
-    for _ in 0..consumers {
-        let mut connection = Connection::open(addr).await?;
+    for index in 0..consumers {
+        let mut connection = Connection::open(spread(addrs, index)).await?;
         let (topic, counters) = (topic.to_owned(), Arc::clone(&counters));
         tasks.push(tokio::spawn(async move {
             while !counters.stop.load(Ordering::Relaxed) {
@@ -364,9 +391,9 @@ async fn consume_batch(connection: &mut Connection, topic: &str) -> io::Result<V
 /// Produce at [`VISIBLE_RATE`] for [`PHASE`]: message `i` is due at
 /// `i / rate` and carries `i` as its payload; consumers note when each
 /// arrives. Returns the visible latencies and how late each send was.
-async fn visible_latency(addr: SocketAddr) -> io::Result<(Latencies, Latencies)> {
+async fn visible_latency(addrs: &[SocketAddr]) -> io::Result<(Latencies, Latencies)> {
     let topic = "flow-visible";
-    create_topic(addr, topic).await?;
+    create_topic(addrs, topic).await?;
     let total = VISIBLE_RATE * PHASE.as_secs();
     let interval = Duration::from_secs(1) / u32::try_from(VISIBLE_RATE).unwrap_or(u32::MAX);
     let next = Arc::new(AtomicU64::new(0));
@@ -376,8 +403,8 @@ async fn visible_latency(addr: SocketAddr) -> io::Result<(Latencies, Latencies)>
     // (0 = not yet).
     let sent_us: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
     let mut consumers = Vec::new();
-    for _ in 0..VISIBLE_CONSUMERS {
-        let mut connection = Connection::open(addr).await?;
+    for index in 0..VISIBLE_CONSUMERS {
+        let mut connection = Connection::open(spread(addrs, index)).await?;
         let (stop, sent_us) = (Arc::clone(&stop), Arc::clone(&sent_us));
         consumers.push(tokio::spawn(async move {
             let mut latencies = Latencies::new();
@@ -411,8 +438,8 @@ async fn visible_latency(addr: SocketAddr) -> io::Result<(Latencies, Latencies)>
         }));
     }
     let mut producers = Vec::new();
-    for _ in 0..VISIBLE_PRODUCERS {
-        let mut connection = Connection::open(addr).await?;
+    for index in 0..VISIBLE_PRODUCERS {
+        let mut connection = Connection::open(spread(addrs, index)).await?;
         let (next, sent_us) = (Arc::clone(&next), Arc::clone(&sent_us));
         producers.push(tokio::spawn(async move {
             let mut lateness = Latencies::new();
@@ -453,6 +480,15 @@ async fn visible_latency(addr: SocketAddr) -> io::Result<(Latencies, Latencies)>
         visible.merge(&consumer.await.map_err(io::Error::other)??);
     }
     Ok((visible, lateness))
+}
+
+/// [`drain`] on every node in turn; the total time, in ms.
+async fn drain_all(addrs: &[SocketAddr]) -> io::Result<f64> {
+    let mut total_ms = 0.0;
+    for addr in addrs {
+        total_ms += drain(*addr).await?;
+    }
+    Ok(total_ms)
 }
 
 /// Waits until the node's dispatcher has committed everything a previous
@@ -498,15 +534,21 @@ fn produce_request(topic: &str, bytes: usize) -> Vec<u8> {
     )
 }
 
-async fn create_topic(addr: SocketAddr, topic: &str) -> io::Result<()> {
+/// Creates `topic` through the first of `addrs` and waits until each of
+/// them sees its partitions assigned.
+async fn create_topic(addrs: &[SocketAddr], topic: &str) -> io::Result<()> {
     let body = format!(
         "{{\"name\":\"{topic}\",\"partitions\":{PARTITIONS},\"visibility_timeout_ms\":30000}}"
     );
     let request = http_request("POST", "/v1/topics", "application/json", body.as_bytes());
-    let mut connection = Connection::open(addr).await?;
+    let mut connection = Connection::open(addrs[0]).await?;
     let response = connection.send(&request).await?;
     if response.status == 201 {
-        wait_assigned(&mut connection, topic).await
+        wait_assigned(&mut connection, topic).await?;
+        for addr in &addrs[1..] {
+            wait_assigned(&mut Connection::open(*addr).await?, topic).await?;
+        }
+        Ok(())
     } else {
         Err(io::Error::other(format!(
             "creating {topic} answered {}: {}",

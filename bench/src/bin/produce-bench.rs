@@ -16,6 +16,13 @@
 //! (driven by the same client), and 4 KiB write + fdatasync on the same disk.
 //!
 //! Writes `target/bench/produce.json` and `produce.png`.
+//!
+//! With `--cluster N` it drives N `narad control` and N `narad data`
+//! processes instead of `narad dev` (see [`narad_bench::cluster`]): the
+//! producer connections spread round robin over the data nodes, the topic
+//! is produced to once every data node sees its partitions assigned, and
+//! `<phase>_narad_cores` sums every process. It writes
+//! `produce-cluster.json` and `.png`, with the same keys.
 
 use std::fs;
 use std::io;
@@ -25,8 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
+use narad_bench::cluster::{Broker, cluster_arg, spread, wait_assigned};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
-use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 
@@ -59,11 +67,24 @@ const TARGET_SINGLE_C64_MSGS_PER_S: f64 = 40_000.0;
 const TARGET_BATCH100_MSGS_PER_S: f64 = 300_000.0;
 
 fn main() -> io::Result<()> {
+    let cluster = cluster_arg(std::env::args().skip(1))?;
     // Per process, so two runs at once cannot delete each other's node.
     let scratch = narad_bench::bench_dir()?.join(format!("produce-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch)?;
-    let mut report = Report::new("produce");
+    let mut report = Report::new(if cluster.is_some() {
+        "produce-cluster"
+    } else {
+        "produce"
+    });
+    if let Some(nodes) = cluster {
+        report.note(
+            "cluster",
+            &format!(
+                "{nodes} narad control + {nodes} narad data processes on loopback, security off;                  producer connections round robin over the data nodes; *_narad_cores sums every                  process"
+            ),
+        );
+    }
     report.note("load_average_at_start", &load_average());
     report.note(
         "method",
@@ -88,7 +109,7 @@ fn main() -> io::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(measure(&scratch, &mut report))?;
+    runtime.block_on(measure(&scratch, &mut report, cluster))?;
     fdatasync.sample(&scratch)?;
     fdatasync.record(&mut report);
     report.note("load_average_at_end", &load_average());
@@ -103,7 +124,7 @@ fn main() -> io::Result<()> {
     Ok(())
 }
 
-async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
+async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) -> io::Result<()> {
     let single_request = Arc::new(http_request(
         "POST",
         &format!("/v1/topics/{TOPIC}/produce"),
@@ -112,22 +133,27 @@ async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
     ));
 
     let noop = NoopServer::start().await?;
-    let mut noop_c1 = drive(noop.addr, &single_request, 1, 1, PHASE).await?;
-    let mut noop_c64 = drive(noop.addr, &single_request, NOOP_PRODUCERS, 1, PHASE).await?;
+    let mut noop_c1 = drive(&[noop.addr], &single_request, 1, 1, PHASE).await?;
+    let mut noop_c64 = drive(&[noop.addr], &single_request, NOOP_PRODUCERS, 1, PHASE).await?;
     noop.stop();
     record(report, "baseline_http_noop_c1", &mut noop_c1);
     record(report, "baseline_http_noop_c64", &mut noop_c64);
     report.set("baseline_http_noop_c64_per_s", noop_c64.msgs_per_s());
 
-    let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
-    create_topic(node.addr).await?;
-    drive(node.addr, &single_request, 16, 1, WARMUP).await?;
-    let node_pid = node.pid().to_string();
-    let idle_cpu = cpu_seconds(&node_pid);
+    let node = Broker::start(&narad_binary(), &scratch.join("node"), cluster).await?;
+    let addrs = node.addrs();
+    create_topic(addrs[0]).await?;
+    if cluster.is_some() {
+        for addr in &addrs {
+            wait_assigned(*addr, TOPIC, PARTITIONS as usize).await?;
+        }
+    }
+    drive(&addrs, &single_request, 16, 1, WARMUP).await?;
+    let idle_cpu = node.cpu_seconds();
     tokio::time::sleep(IDLE).await;
     report.set(
         "idle_narad_cores",
-        (cpu_seconds(&node_pid) - idle_cpu) / IDLE.as_secs_f64(),
+        (node.cpu_seconds() - idle_cpu) / IDLE.as_secs_f64(),
     );
     let mut phases: Vec<(String, Arc<Vec<u8>>, usize, u64)> = SINGLE_PRODUCERS
         .iter()
@@ -152,13 +178,13 @@ async fn measure(scratch: &Path, report: &mut Report) -> io::Result<()> {
         ));
     }
     for (name, request, producers, msgs_per_request) in phases {
-        let node_cpu = cpu_seconds(&node_pid);
+        let node_cpu = node.cpu_seconds();
         let client_cpu = cpu_seconds("self");
-        let mut phase = drive(node.addr, &request, producers, msgs_per_request, PHASE).await?;
+        let mut phase = drive(&addrs, &request, producers, msgs_per_request, PHASE).await?;
         let seconds = phase.elapsed.as_secs_f64();
         report.set(
             &format!("{name}_narad_cores"),
-            (cpu_seconds(&node_pid) - node_cpu) / seconds,
+            (node.cpu_seconds() - node_cpu) / seconds,
         );
         report.set(
             &format!("{name}_client_cores"),
@@ -323,19 +349,20 @@ impl Phase {
     }
 }
 
-/// `producers` connections each sending `request` back to back until
-/// `duration` has passed; each `202` counts `msgs_per_request` messages.
-/// The phase's time runs from the first request to the last answer.
+/// `producers` connections, round robin over `addrs`, each sending
+/// `request` back to back until `duration` has passed; each `202` counts
+/// `msgs_per_request` messages. The phase's time runs from the first
+/// request to the last answer.
 async fn drive(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     request: &Arc<Vec<u8>>,
     producers: usize,
     msgs_per_request: u64,
     duration: Duration,
 ) -> io::Result<Phase> {
     let mut connections = Vec::with_capacity(producers);
-    for _ in 0..producers {
-        connections.push(Connection::open(addr).await?);
+    for index in 0..producers {
+        connections.push(Connection::open(spread(addrs, index)).await?);
     }
     let started = Instant::now();
     let deadline = started + duration;
