@@ -85,7 +85,9 @@ fn main() -> io::Result<()> {
         report.note(
             "cluster",
             &format!(
-                "{nodes} narad control + {nodes} narad data processes on loopback, security off;                  producer and consumer connections round robin over the data nodes;                  *_narad_cores sums every process"
+                "{nodes} narad control + {nodes} narad data processes on loopback, security off; \
+                 producer and consumer connections round robin over the data nodes; \
+                 *_narad_cores sums every process"
             ),
         );
     }
