@@ -29,7 +29,7 @@
 //! for a loaded machine and fails a reroute that waits for the transport's
 //! 10 s idle timeout). The measured time is printed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -934,6 +934,23 @@ async fn lose_and_regain_an_owner(fault: Fault, consume: bool) {
                 .then_some(())
         })
         .await;
+    // And each of its partitions that a producer pins messages to holds
+    // more records of the second topic than the probes its senders kept
+    // for it (one per sender).
+    let probes_per_partition = u64::try_from(live.len()).expect("small");
+    let pinned_home: BTreeSet<u32> = live
+        .iter()
+        .map(|&node| dead_partitions[(node + 1) % dead_partitions.len()])
+        .collect();
+    for &partition in &pinned_home {
+        cluster.data[victim]
+            .wait_until("records back on each of its own partitions", || async {
+                holds_record(&cluster, victim, AFTER, partition, probes_per_partition)
+                    .await?
+                    .then_some(())
+            })
+            .await;
+    }
     let home_again_after = regain_started.elapsed();
     let mut sent = stop_producers(&run, producers);
     sent.extend(join_producers(vec![marker]));
@@ -985,7 +1002,8 @@ async fn lose_and_regain_an_owner(fault: Fault, consume: bool) {
          after the loss (bound {REROUTE_BOUND:?}); {for_dead_owner} keyed, pinned or marker \
          messages for its partitions accepted while it was away ({lost_for:?}), {} stored by \
          live siblings, {on_dead_owner} by it once back (probes, at most {probes_max}); its own \
-         partition took records again {home_again_after:?} after it was given back",
+         partitions {pinned_home:?} and the marker's took records again within \
+         {home_again_after:?} after it was given back",
         for_dead_owner - on_dead_owner
     );
     assert!(
