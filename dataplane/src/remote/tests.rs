@@ -610,3 +610,41 @@ async fn a_commit_its_runtime_drops_is_reported_failed() {
 
     assert_eq!(run(&target, order).await, (CommitOutcome::Failed, 1));
 }
+
+/// An owner that answers every commit, but only after `delay`: slow, yet
+/// present (its transport answers pings and acknowledges packets).
+fn slow_owner(delay: Duration) -> Router {
+    Router::new().route(
+        Opcode::COMMIT_PRODUCE_BATCH,
+        OperationLimit::messaging(),
+        move |inbound: Inbound| async move {
+            tokio::time::sleep(delay).await;
+            let batch = decode_commit_request(inbound.request.body)?;
+            let records = batch.records().len() as u64;
+            Ok(Response::message(&CommitProduceBatchAnswer {
+                offsets: 0..records,
+            }))
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_owner_keeps_its_commit_while_its_liveness_is_checked() {
+    // Hung after 50 ms, so the owner's liveness is checked at 50 ms and
+    // about every second after while the commit waits 2.5 s for its answer;
+    // a present owner answers the pings, and the commit is not cut short.
+    let owner = bind(slow_owner(Duration::from_millis(2_500)));
+    let target = sender(owner.local_addr(), Arc::default())
+        .with_liveness_check_after(Duration::from_millis(50));
+    let order = order(
+        &replica(SENDER, OWNER, ORDERS_ID),
+        "orders",
+        0,
+        &[
+            ("", "slow", Some(ORDERS_ID)),
+            ("", "slower", Some(ORDERS_ID)),
+        ],
+    );
+
+    assert_eq!(run(&target, order).await, (CommitOutcome::Committed, 2));
+}
