@@ -10,7 +10,10 @@
 //!   the trailing incarnation section as an unknown field (`400 unsupported
 //!   rpc operation`, an older build) gets the batch again without it on what
 //!   is left of the budget, and its batches go without ids for 2 minutes
-//!   ([`LegacyOwners`]).
+//!   ([`LegacyOwners`]). A commit still unanswered at the hung threshold
+//!   (1 s) has the transport check the owner's liveness, so an owner that
+//!   died fails the commit about 2 s into it rather than at the transport's
+//!   10 s idle timeout, and the dispatcher's 3 s reroute grace holds.
 //! - the owning side, [`CommitService`]: the handler of opcode 11. It hands
 //!   the batch to the partition's combiner, which re-checks ownership and
 //!   the incarnation under the produce lock exactly as for a local commit,
