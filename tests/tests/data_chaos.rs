@@ -41,6 +41,7 @@ use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::cluster::{ADMIN, DataCluster, basic_authorization};
 use narad_tests::dev::Request;
 use narad_tests::placement::{Placed, Placement};
+use narad_tests::relay::Relay;
 
 const PARTITIONS: u32 = 6;
 /// Producer threads per data node produced to; producer `p` is keyed,
@@ -952,6 +953,15 @@ async fn lose_and_regain_an_owner(fault: Fault, consume: bool) {
             .await;
     }
     let home_again_after = regain_started.elapsed();
+    if let Some(relays) = cluster.relays.get(victim) {
+        let control_dropped: u64 = relays.control.iter().map(Relay::dropped).sum();
+        println!(
+            "{test}: its RPC relay forwarded {} and dropped {} datagrams; its control relays \
+             dropped {control_dropped}",
+            relays.rpc.forwarded(),
+            relays.rpc.dropped()
+        );
+    }
     let mut sent = stop_producers(&run, producers);
     sent.extend(join_producers(vec![marker]));
     for index in 0..cluster.data.len() {
