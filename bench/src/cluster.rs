@@ -289,6 +289,38 @@ pub async fn wait_assigned(addr: SocketAddr, topic: &str, partitions: usize) -> 
     )))
 }
 
+/// How many of `topic`'s partitions each data node owns, as `addr`
+/// describes them: `"1:3 2:3 3:2"` (node id, then partitions), so a
+/// report says how the controller spread the load.
+///
+/// # Errors
+/// When `addr` does not answer.
+pub async fn partition_owners(addr: SocketAddr, topic: &str) -> io::Result<String> {
+    let request = http_request(
+        "GET",
+        &format!("/v1/topics/{topic}"),
+        "application/json",
+        b"",
+    );
+    let response = Connection::open(addr).await?.send(&request).await?;
+    let described: serde_json::Value =
+        serde_json::from_slice(&response.body).unwrap_or(serde_json::Value::Null);
+    let mut owners = std::collections::BTreeMap::<String, usize>::new();
+    for entry in described["partition_stats"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let owner = entry["owner_node"].as_str().unwrap_or("none").to_owned();
+        *owners.entry(owner).or_default() += 1;
+    }
+    Ok(owners
+        .iter()
+        .map(|(owner, partitions)| format!("{owner}:{partitions}"))
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
 /// The address of client connection `index`: round robin over `addrs`.
 ///
 /// # Panics

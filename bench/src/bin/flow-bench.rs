@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
-use narad_bench::cluster::{Broker, cluster_arg, spread};
+use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
 use narad_bench::node::{load_average, narad_binary};
 use narad_bench::report::Report;
@@ -171,6 +171,12 @@ async fn measure(
     report.set("visible_p99_ms", visible.p99_us() / 1_000.0);
     report.set("visible_p999_ms", visible.p999_us() / 1_000.0);
     report.set("visible_samples", visible.len() as f64);
+    if cluster.is_some() {
+        for topic in ["flow-single", "flow-batch", "flow-visible"] {
+            let owners = partition_owners(addrs[0], topic).await?;
+            report.note(&format!("partition_owners_{topic}"), &owners);
+        }
+    }
     node.stop();
 
     report.set(

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
-use narad_bench::cluster::{Broker, cluster_arg, spread, wait_assigned};
+use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
 use narad_bench::node::{cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
@@ -149,6 +149,10 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
         for addr in &addrs {
             wait_assigned(*addr, TOPIC, PARTITIONS as usize).await?;
         }
+        report.note(
+            "partition_owners",
+            &partition_owners(addrs[0], TOPIC).await?,
+        );
     }
     drive(&addrs, &single_request, 16, 1, WARMUP).await?;
     let idle_cpu = node.cpu_seconds();
