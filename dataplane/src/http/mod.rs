@@ -405,6 +405,8 @@ mod actor_tests;
 #[cfg(test)]
 mod consume_tests;
 #[cfg(test)]
+mod placement_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod topic_tests;

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -21,7 +22,8 @@ use crate::dispatch::{Destination, NodeId, Route, Topology};
 use crate::forward::STATS_BUDGET;
 use crate::ingress::MESSAGE_BYTES_MAX;
 use crate::metadata::{
-    GrantAction, RETENTION_MS_DEFAULT, TopicMeta, User, VISIBILITY_TIMEOUT_MS_DEFAULT,
+    GrantAction, MetadataReplica, RETENTION_MS_DEFAULT, TopicMeta, User,
+    VISIBILITY_TIMEOUT_MS_DEFAULT,
 };
 use narad_protocol::PartitionStatsEntry;
 
@@ -33,6 +35,12 @@ pub const PARTITIONS_MIN: u32 = 3;
 pub const PARTITIONS_MAX: u32 = 108;
 /// Partitions of a topic created without a count.
 pub const PARTITIONS_DEFAULT: u32 = 3;
+/// Longest a create waits for the controller to place the new topic's
+/// partitions before answering, so that a client producing, consuming or
+/// replaying right after its `201` finds every partition owned. Past it (no
+/// live data node, or a slow leader) the create answers anyway; the
+/// partitions are placed once a data node is alive.
+pub const CREATE_PLACEMENT_WAIT: Duration = Duration::from_secs(2);
 /// Shortest retention other than 0 (keep forever): one hour.
 pub const RETENTION_MS_MIN: i64 = 3_600_000;
 /// Topics on one list page by default, and at most.
@@ -93,7 +101,33 @@ pub(crate) async fn create(
         .create_topic(Actor::of(user.as_deref()), create)
         .await
         .map_err(admin_error)?;
-    Ok(json_response(StatusCode::CREATED, &record(&topic)))
+    let placed = tokio::time::timeout(CREATE_PLACEMENT_WAIT, placement(&state.replica, &topic))
+        .await
+        .unwrap_or_else(|_| Arc::clone(&topic));
+    Ok(json_response(StatusCode::CREATED, &record(&placed)))
+}
+
+/// Waits until this node's replica holds `created` (the same incarnation)
+/// with an owner for every partition, and answers with that record. A
+/// cluster without a live data node places nothing, so there is nothing to
+/// wait for: the record is answered as it is.
+async fn placement(replica: &MetadataReplica, created: &Arc<TopicMeta>) -> Arc<TopicMeta> {
+    let mut changes = replica.watch_changes();
+    loop {
+        let view = replica.view();
+        if let Some(current) = view.topics.get(&created.name)
+            && current.incarnation_id == created.incarnation_id
+            && current.owners.iter().all(Option::is_some)
+        {
+            return Arc::clone(current);
+        }
+        if !view.members.values().any(|member| member.alive) {
+            return Arc::clone(created);
+        }
+        if changes.changed().await.is_err() {
+            return Arc::clone(created);
+        }
+    }
 }
 
 fn validate(body: CreateBody) -> Result<CreateTopic, ApiError> {
