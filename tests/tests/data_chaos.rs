@@ -1096,37 +1096,55 @@ async fn the_data_plane_answers_202_and_serves_consumes_while_the_control_leader
     );
 }
 
+/// Data node that accepts the held records, and the one SIGKILLed under
+/// them, in [`held_for_a_dead_owner`].
+const HOLDER: usize = 0;
+const VICTIM: usize = 2;
+
+/// Starts a cluster, creates `topic` spread over the three data nodes,
+/// SIGKILLs [`VICTIM`] and sends `messages` messages named `name-<n>`
+/// through [`HOLDER`], pinned to a partition the victim owns. Every one must
+/// get a `202`, and some must stay held in the holder's WAL (the
+/// dispatcher keeps a probe record for the dead owner's partition; the rest
+/// may go to a sibling). Returns the cluster, the producers' run and how
+/// many records the holder still holds.
+async fn held_for_a_dead_owner(
+    topic: &'static str,
+    name: &str,
+    messages: usize,
+) -> (DataCluster, Arc<Run>, u64) {
+    let mut cluster = DataCluster::start(3, 3).await;
+    let owners = create_spread_topic(&cluster, topic).await;
+    let victim_id = cluster.data[VICTIM].id;
+    let dead_partition = (0..PARTITIONS)
+        .find(|&partition| owners[partition as usize] == victim_id)
+        .expect("the victim owns a partition");
+    cluster.data[VICTIM].kill();
+
+    let run = Run::new(topic);
+    let port = cluster.data[HOLDER].http_addr.port();
+    let sent: Vec<Sent> = tokio::task::block_in_place(|| {
+        (0..messages)
+            .map(|n| run.send(port, name, n, Placement::Pinned(dead_partition)))
+            .collect()
+    });
+    assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
+    let held = cluster.backlog_records(HOLDER).await.expect("metrics");
+    assert!(held > 0, "records held for the dead owner");
+    (cluster, run, held)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_held_for_a_sigkilled_owner_are_discarded_when_their_topic_is_deleted() {
     const TOPIC: &str = "doomed";
     const MESSAGES: usize = 50;
-    let mut cluster = DataCluster::start(3, 3).await;
-    let owners = create_spread_topic(&cluster, TOPIC).await;
-    let (sender, victim) = (0, 2);
-    let victim_id = cluster.data[victim].id;
-    let dead_partition = (0..PARTITIONS)
-        .find(|&partition| owners[partition as usize] == victim_id)
-        .expect("the victim owns a partition");
-    cluster.data[victim].kill();
-
-    let run = Run::new(TOPIC);
-    let port = cluster.data[sender].http_addr.port();
-    let sent: Vec<Sent> = tokio::task::block_in_place(|| {
-        (0..MESSAGES)
-            .map(|n| run.send(port, "doomed", n, Placement::Pinned(dead_partition)))
-            .collect()
-    });
-    assert!(sent.iter().all(Sent::acknowledged), "every produce a 202");
-    // The dispatcher keeps a probe record for the dead owner's partition
-    // (the rest may have gone to a sibling), so the WAL is not drained.
-    let held = cluster.backlog_records(sender).await.expect("metrics");
-    assert!(held > 0, "records held for the dead owner");
+    let (mut cluster, _run, held) = held_for_a_dead_owner(TOPIC, "doomed", MESSAGES).await;
 
     delete_topic(&cluster, 1, TOPIC).await;
     // With the owner still dead, only the discard of the deleted topic's
     // records (after the leader confirms the delete) empties the backlog.
-    cluster.wait_drained(sender).await;
-    cluster.data[victim].spawn_ready(false).await;
+    cluster.wait_drained(HOLDER).await;
+    cluster.data[VICTIM].spawn_ready(false).await;
     for index in 0..cluster.data.len() {
         cluster.wait_drained(index).await;
     }
@@ -1163,31 +1181,13 @@ async fn a_topic_recreated_under_its_name_never_receives_records_of_its_old_inca
     const TOPIC: &str = "reborn";
     const OLD_MESSAGES: usize = 50;
     const NEW_PER_PARTITION: usize = 5;
-    let mut cluster = DataCluster::start(3, 3).await;
-    let owners = create_spread_topic(&cluster, TOPIC).await;
-    let (sender, victim) = (0, 2);
-    let victim_id = cluster.data[victim].id;
-    let dead_partition = (0..PARTITIONS)
-        .find(|&partition| owners[partition as usize] == victim_id)
-        .expect("the victim owns a partition");
-    cluster.data[victim].kill();
-
-    // Old-incarnation records, accepted by the sender for the dead owner:
-    // some stay held in its WAL, some may be rerouted to live siblings.
-    let run = Run::new(TOPIC);
-    let port = cluster.data[sender].http_addr.port();
-    let old: Vec<Sent> = tokio::task::block_in_place(|| {
-        (0..OLD_MESSAGES)
-            .map(|n| run.send(port, "old", n, Placement::Pinned(dead_partition)))
-            .collect()
-    });
-    assert!(old.iter().all(Sent::acknowledged), "every produce a 202");
-    let held = cluster.backlog_records(sender).await.expect("metrics");
-    assert!(held > 0, "records held for the dead owner");
+    // Old-incarnation records, accepted for the dead owner: some stay held
+    // in the holder's WAL, some may be rerouted to live siblings.
+    let (mut cluster, run, held) = held_for_a_dead_owner(TOPIC, "old", OLD_MESSAGES).await;
 
     delete_topic(&cluster, 1, TOPIC).await;
     cluster.create_topic(1, &topic_body(TOPIC)).await;
-    let held_at_recreate = cluster.backlog_records(sender).await.expect("metrics");
+    let held_at_recreate = cluster.backlog_records(HOLDER).await.expect("metrics");
 
     // New-incarnation messages through both live nodes, to every partition.
     let live_ports = [
@@ -1218,7 +1218,7 @@ async fn a_topic_recreated_under_its_name_never_receives_records_of_its_old_inca
         "every new produce a 202"
     );
 
-    cluster.data[victim].spawn_ready(false).await;
+    cluster.data[VICTIM].spawn_ready(false).await;
     for index in 0..cluster.data.len() {
         cluster.wait_drained(index).await;
     }
