@@ -8,6 +8,41 @@ use std::sync::Arc;
 
 use crate::{Completion, IoBuf};
 
+/// The fdatasync part of a [`DiskFile::write_and_sync`] failed (the write
+/// completed): the fdatasync's own error, wrapped so that callers which
+/// treat the two differently (a failed fdatasync must never be retried) can
+/// tell them apart with [`sync_failure`].
+#[derive(Debug)]
+struct SyncFailed(io::Error);
+
+impl fmt::Display for SyncFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fdatasync failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for SyncFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Marks `error` as the failure of a write-and-sync's fdatasync part; for
+/// backends implementing [`DiskFile::write_and_sync`].
+pub fn sync_failed(error: io::Error) -> io::Error {
+    io::Error::new(error.kind(), SyncFailed(error))
+}
+
+/// When `error` came from the fdatasync part of a
+/// [`DiskFile::write_and_sync`], that fdatasync's own error (with its OS
+/// error number); `None` for a failed write and for any other error.
+pub fn sync_failure(error: &io::Error) -> Option<&io::Error> {
+    error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<SyncFailed>())
+        .map(|failed| &failed.0)
+}
+
 /// Which backend serves a [`Disk`]; logged at start-up and exported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -147,8 +182,10 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     /// Completes `Ok` only when every byte was written and the fdatasync that
     /// followed succeeded. Otherwise it completes with the error of the part
     /// that failed: the write's (no fdatasync then runs), or the
-    /// fdatasync's, which is never retried. Short writes are continued, and
-    /// the fdatasync always runs after the last byte was written.
+    /// fdatasync's, which is never retried. The fdatasync's error comes
+    /// wrapped so the caller can tell the two apart ([`sync_failure`] gives
+    /// it back). Short writes are continued, and the fdatasync always runs
+    /// after the last byte was written.
     ///
     /// The default waits for the write and then for the fdatasync on the
     /// calling thread, so it returns only when both finished: right for a
@@ -159,7 +196,7 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
         let result = self
             .write_at(offset, buf)
             .wait()
-            .and_then(|buf| self.fdatasync().wait().map(|()| buf));
+            .and_then(|buf| self.fdatasync().wait().map_err(sync_failed).map(|()| buf));
         Completion::ready(result)
     }
 

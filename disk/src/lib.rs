@@ -39,4 +39,4 @@ pub mod uring;
 pub use backend::{BackendChoice, open_backend};
 pub use buf::{IO_ALIGN, IoBuf};
 pub use completion::{Completion, CompletionSender};
-pub use file::{BackendKind, Disk, DiskFile, FileHandle, OpenOptions};
+pub use file::{BackendKind, Disk, DiskFile, FileHandle, OpenOptions, sync_failed, sync_failure};

@@ -212,7 +212,7 @@ impl DiskFile for PortableFile {
         self.disk.run(move || {
             file.write_all_at(&buf, offset)?;
             // Never retried: see the crate documentation.
-            file.sync_data()?;
+            file.sync_data().map_err(crate::sync_failed)?;
             Ok(buf)
         })
     }

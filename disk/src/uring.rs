@@ -266,6 +266,10 @@ enum Settled {
     /// Complete with this result (0 or a negative errno); a result of 0 with
     /// bytes left unwritten is reported as `WriteZero`.
     Done(i32),
+    /// The write completed and its fdatasync failed with this negative
+    /// errno: complete with it, marked as the fdatasync's
+    /// ([`crate::sync_failure`]). Never retried.
+    SyncFailed(i32),
 }
 
 /// Decides a write-and-sync's next step from its finished round and counts
@@ -297,7 +301,7 @@ fn settle(round: SyncRound, len: usize, written: &mut usize) -> Settled {
     }
     match round.sync {
         Some(0) if !round.split && *written == len => Settled::Done(0),
-        Some(result) if result < 0 && result != -libc::ECANCELED => Settled::Done(result),
+        Some(result) if result < 0 && result != -libc::ECANCELED => Settled::SyncFailed(result),
         _ => Settled::Again,
     }
 }
@@ -783,14 +787,14 @@ impl Worker {
     /// otherwise takes a slot and queues its first entry.
     fn start(&mut self, op: Op) {
         match &op.kind {
-            OpKind::Write { buf, .. } if buf.is_empty() => return complete(op, 0),
-            OpKind::Read { len: 0, .. } => return complete(op, 0),
+            OpKind::Write { buf, .. } if buf.is_empty() => return complete(op, 0, false),
+            OpKind::Read { len: 0, .. } => return complete(op, 0, false),
             &OpKind::Truncate { len, .. } if !self.features.ftruncate => {
                 let result = op.file.set_len(len);
                 let errno = result
                     .err()
                     .map_or(0, |error| -error.raw_os_error().unwrap_or(libc::EIO));
-                return complete(op, errno);
+                return complete(op, errno, false);
             }
             _ => {}
         }
@@ -977,7 +981,7 @@ impl Worker {
                 self.queue(&mut op, slot);
                 self.slots[slot] = Some(op);
             }
-            Settled::Done(result) => {
+            Settled::Done(result) | Settled::SyncFailed(result) => {
                 self.free_slots.push(slot);
                 if let OpKind::Write {
                     fixed: Some(index), ..
@@ -988,7 +992,8 @@ impl Worker {
                 {
                     self.fixed_busy[usize::from(index)] -= 1;
                 }
-                complete(op, result);
+                let sync_failed = matches!(outcome, Settled::SyncFailed(_));
+                complete(op, result, sync_failed);
             }
         }
     }
@@ -1060,8 +1065,17 @@ fn advance(op: &mut Op, result: i32) -> bool {
 }
 
 /// Completes a finished operation with the kernel's result.
-fn complete(op: Op, result: i32) {
-    let error = (result < 0).then(|| io::Error::from_raw_os_error(-result));
+/// Completes `op` with the kernel's `result`; `sync_failed` marks a
+/// write-and-sync whose fdatasync part failed.
+fn complete(op: Op, result: i32, sync_failed: bool) {
+    let error = (result < 0).then(|| {
+        let error = io::Error::from_raw_os_error(-result);
+        if sync_failed {
+            crate::sync_failed(error)
+        } else {
+            error
+        }
+    });
     match op.kind {
         OpKind::Write {
             buf, written, done, ..
@@ -1366,7 +1380,7 @@ mod tests {
         assert!(advance(&mut op, 4));
         assert!(matches!(op.kind, OpKind::Write { written: 4, .. }));
         assert!(!advance(&mut op, 6));
-        complete(op, 6);
+        complete(op, 6, false);
         assert_eq!(completion.wait().unwrap().len(), 10);
     }
 
@@ -1376,7 +1390,7 @@ mod tests {
         let (mut op, completion) = write_op(&file, 10);
         assert!(advance(&mut op, 3));
         assert!(!advance(&mut op, 0));
-        complete(op, 0);
+        complete(op, 0, false);
         let error = completion.wait().unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::WriteZero);
     }
@@ -1393,7 +1407,7 @@ mod tests {
         let (_dir, file) = temp_file();
         let (mut op, completion) = write_op(&file, 10);
         assert!(!advance(&mut op, -libc::ENOSPC));
-        complete(op, -libc::ENOSPC);
+        complete(op, -libc::ENOSPC, false);
         let error = completion.wait().unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::ENOSPC));
     }
@@ -1404,7 +1418,7 @@ mod tests {
         let (mut op, completion) = read_op(&file, 10);
         assert!(advance(&mut op, 4));
         assert!(!advance(&mut op, 0));
-        complete(op, 0);
+        complete(op, 0, false);
         assert_eq!(completion.wait().unwrap().len(), 4);
     }
 
@@ -1417,11 +1431,26 @@ mod tests {
             kind: OpKind::Sync { done },
         };
         assert!(!advance(&mut op, -libc::EINTR));
-        complete(op, -libc::EIO);
+        complete(op, -libc::EIO, false);
         assert_eq!(
             completion.wait().unwrap_err().raw_os_error(),
             Some(libc::EIO)
         );
+    }
+
+    #[test]
+    fn a_write_and_sync_whose_fdatasync_failed_says_so() {
+        let (_dir, file) = temp_file();
+        let (op, completion) = write_sync_op(&file, b"bytes");
+        complete(op, -libc::EIO, true);
+        let error = completion.wait().unwrap_err();
+        let sync = crate::sync_failure(&error).expect("marked as the fdatasync's");
+        assert_eq!(sync.raw_os_error(), Some(libc::EIO));
+        let (op, completion) = write_sync_op(&file, b"bytes");
+        complete(op, -libc::ENOSPC, false);
+        let error = completion.wait().unwrap_err();
+        assert!(crate::sync_failure(&error).is_none());
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC));
     }
 
     fn write_sync_op(file: &Arc<fs::File>, bytes: &[u8]) -> (Op, Completion<IoBuf>) {
@@ -1485,7 +1514,7 @@ mod tests {
         let mut written = 0;
         assert_eq!(
             settle(round(Some(10), Some(-libc::EIO)), 10, &mut written),
-            Settled::Done(-libc::EIO)
+            Settled::SyncFailed(-libc::EIO)
         );
     }
 
@@ -1586,7 +1615,7 @@ mod tests {
                         assert_eq!(written, len, "seed {seed}: Ok for a partial write");
                         break 0;
                     }
-                    Settled::Done(error) => {
+                    Settled::Done(error) | Settled::SyncFailed(error) => {
                         assert!(error < 0 && error != -libc::ECANCELED, "seed {seed}");
                         assert!(written <= len && written >= before, "seed {seed}");
                         break error;
@@ -1611,7 +1640,7 @@ mod tests {
             settle(round(Some(0), Some(-libc::ECANCELED)), 10, written),
             Settled::Done(0)
         );
-        complete(op, 0);
+        complete(op, 0, false);
         let error = completion.wait().unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::WriteZero);
     }

@@ -553,7 +553,8 @@ mod sim_faults {
             .write_and_sync(7, IoBuf::from_slice(b"+lost"))
             .wait()
             .unwrap_err();
-        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        let sync = narad_disk::sync_failure(&error).expect("marked as the fdatasync's");
+        assert_eq!(sync.raw_os_error(), Some(libc::EIO));
         assert_eq!(
             disk.read_file(Path::new(PATH)).unwrap(),
             b"durable+lost",
@@ -577,6 +578,10 @@ mod sim_faults {
             .wait()
             .unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        assert!(
+            narad_disk::sync_failure(&error).is_none(),
+            "a write failure"
+        );
         assert_eq!(disk.op_count(), before + 1, "only the write ran");
         disk.crash(Tear::None);
         assert_eq!(disk.read_file(Path::new(PATH)).unwrap(), b"durable");

@@ -3,8 +3,8 @@
 //! One dedicated thread owns the active segment. It wakes on every append
 //! (with a backstop for a missed wakeup), takes every staged chunk at once,
 //! and for each: rolls to the chunk's segment if it differs, writes the
-//! chunk, fdatasyncs, advances the durable frontier and completes the
-//! chunk's waiters with the true outcome. Each write is synced before the
+//! chunk and fdatasyncs it (one `write_and_sync` request), advances the
+//! durable frontier and completes the chunk's waiters with the true outcome. Each write is synced before the
 //! next one is issued, so a file never has more than one unsynced write: a
 //! crash can tear only the last write of the last segment.
 //!
@@ -145,17 +145,19 @@ impl SyncLoop {
             self.shared.options.record_bytes_max,
         );
         let end = chunk.offset + chunk.buf.len() as u64;
+        // One request for both parts: on io_uring the write is linked to
+        // its fdatasync, which saves a round trip through the storage thread
+        // per group commit (about a fifth more single-message produces at 64
+        // producers, docs/benchmarks.md).
         let buf = self
             .active
             .file
-            .write_at(chunk.offset, chunk.buf)
+            .write_and_sync(chunk.offset, chunk.buf)
             .wait()
-            .map_err(|e| IoFailure::new(FailedOp::Write, &e))?;
-        self.active
-            .file
-            .fdatasync()
-            .wait()
-            .map_err(|e| IoFailure::new(FailedOp::Sync, &e))?;
+            .map_err(|e| match narad_disk::sync_failure(&e) {
+                Some(sync) => IoFailure::new(FailedOp::Sync, sync),
+                None => IoFailure::new(FailedOp::Write, &e),
+            })?;
         self.active.end = end;
         self.shared.segments.lock().insert(self.active.base, end);
         self.shared.frontier.advance(chunk.end_seq);
