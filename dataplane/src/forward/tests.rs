@@ -22,7 +22,7 @@ use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 
-use super::{ForwardService, Forwarder};
+use super::{ForwardError, ForwardService, Forwarder};
 use crate::admin::ReplicaAdmin;
 use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
 use crate::http::ApiConfig;
@@ -708,28 +708,49 @@ async fn a_forward_service_not_attached_yet_answers_503() {
     }
 }
 
-/// An owner whose single acks wait until released, and which records the
-/// `AckBatch`es it gets.
+/// An owner whose single acks wait until released (`release` starts with
+/// the permits it is built with). A current one answers each `AckBatch`
+/// and records its size; an older release refuses `AckBatch` with `400
+/// unsupported rpc operation` and counts the refusals.
 #[derive(Debug)]
-struct HeldOwner {
+struct AckOwner {
+    refuses_batches: bool,
     release: tokio::sync::Semaphore,
     singles: std::sync::atomic::AtomicUsize,
     batches: parking_lot::Mutex<Vec<usize>>,
+    batches_refused: std::sync::atomic::AtomicUsize,
 }
 
-impl Default for HeldOwner {
-    fn default() -> Self {
-        Self {
-            release: tokio::sync::Semaphore::new(0),
+impl AckOwner {
+    fn current(permits: usize) -> Arc<Self> {
+        Self::new(permits, false)
+    }
+
+    fn older(permits: usize) -> Arc<Self> {
+        Self::new(permits, true)
+    }
+
+    fn new(permits: usize, refuses_batches: bool) -> Arc<Self> {
+        Arc::new(Self {
+            refuses_batches,
+            release: tokio::sync::Semaphore::new(permits),
             singles: std::sync::atomic::AtomicUsize::new(0),
             batches: parking_lot::Mutex::new(Vec::new()),
-        }
+            batches_refused: std::sync::atomic::AtomicUsize::new(0),
+        })
     }
-}
 
-impl HeldOwner {
+    fn singles(&self) -> usize {
+        self.singles.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn batches_refused(&self) -> usize {
+        self.batches_refused
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn router(self: &Arc<Self>) -> narad_protocol::Router {
-        let limit = narad_protocol::OperationLimit::new("held", 64);
+        let limit = narad_protocol::OperationLimit::new("acks", 64);
         let single = Arc::clone(self);
         let batch = Arc::clone(self);
         narad_protocol::Router::new()
@@ -754,6 +775,14 @@ impl HeldOwner {
                 move |inbound: narad_protocol::Inbound| {
                     let owner = Arc::clone(&batch);
                     async move {
+                        if owner.refuses_batches {
+                            owner
+                                .batches_refused
+                                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            return Err(narad_protocol::RpcError::unsupported_operation(
+                                narad_protocol::Opcode::ACK_BATCH,
+                            ));
+                        }
                         let request = inbound.message::<narad_protocol::AckBatch>()?;
                         owner.batches.lock().push(request.leases.len());
                         let statuses = vec![204; request.leases.len()];
@@ -766,60 +795,31 @@ impl HeldOwner {
     }
 }
 
+/// Acks the remote handle at `offset` through `forwarder`, in a task.
+fn spawn_ack(
+    forwarder: &Arc<Forwarder>,
+    offset: u64,
+) -> tokio::task::JoinHandle<Result<(), ForwardError>> {
+    let forwarder = Arc::clone(forwarder);
+    tokio::spawn(async move {
+        forwarder
+            .settle(
+                "remote",
+                remote_handle(offset),
+                crate::consume::shard::Settle::Ack,
+            )
+            .await
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_beyond_the_single_slots_leave_as_one_ack_batch_and_each_gets_its_answer() {
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let owner = Arc::new(HeldOwner::default());
-    let owner_node =
-        Node::bind(NodeConfig::new(loopback, auth()), owner.router()).expect("bind owner");
-    let caller = Arc::new(
-        Node::bind(
-            NodeConfig::new(loopback, auth()),
-            narad_protocol::Router::new(),
-        )
-        .expect("bind caller"),
-    );
-    let replica = Arc::new(MetadataReplica::new(A));
-    replica.apply_snapshot(snapshot());
-    let addresses = Arc::new(AddressTable::new());
-    addresses.set(B, owner_node.local_addr());
-    let forwarder = Forwarder::with_single_acks_max(caller, addresses, replica, 1);
-    let ack = |offset: u64| {
-        let forwarder = Arc::clone(&forwarder);
-        tokio::spawn(async move {
-            let handle = crate::consume::handle::ReceiptHandle {
-                partition: 0,
-                offset,
-                nonce: 1,
-            };
-            forwarder
-                .settle("remote", handle, crate::consume::shard::Settle::Ack)
-                .await
-        })
-    };
-    let first = ack(0);
-    let wait_for = |what: &'static str, done: Box<dyn Fn() -> bool + Send>| async move {
-        tokio::time::timeout(CEILING, async {
-            while !done() {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("{what}"));
-    };
-    let seen = Arc::clone(&owner);
-    wait_for(
-        "the first ack reaches the owner",
-        Box::new(move || seen.singles.load(std::sync::atomic::Ordering::SeqCst) == 1),
-    )
-    .await;
-    let queued = [ack(1), ack(2)];
-    let lanes = Arc::clone(&forwarder);
-    wait_for(
-        "the next two acks queue",
-        Box::new(move || lanes.queued_acks(B) == 2),
-    )
-    .await;
+    let owner = AckOwner::current(0);
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1);
+    let first = spawn_ack(&forwarder, 0);
+    until("the first ack reaches the owner", || owner.singles() == 1).await;
+    let queued = [spawn_ack(&forwarder, 1), spawn_ack(&forwarder, 2)];
+    until("the next two acks queue", || forwarder.queued_acks(B) == 2).await;
 
     owner.release.add_permits(1);
 
@@ -827,7 +827,7 @@ async fn acks_beyond_the_single_slots_leave_as_one_ack_batch_and_each_gets_its_a
     for answer in queued {
         assert_eq!(answer.await.expect("task"), Ok(()));
     }
-    assert_eq!(owner.singles.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(owner.singles(), 1);
     assert_eq!(*owner.batches.lock(), vec![2]);
 }
 
@@ -1124,6 +1124,22 @@ impl SlowOwner {
 
 /// A forwarder on node A whose only peer, B, is `router`.
 fn forwarder_to(router: narad_protocol::Router) -> (Arc<Forwarder>, Node) {
+    bind_forwarder(router, None)
+}
+
+/// [`forwarder_to`], with at most `single_acks_max` single ack RPCs in
+/// flight to the owner before acks queue for an `AckBatch`.
+fn forwarder_with_single_acks(
+    router: narad_protocol::Router,
+    single_acks_max: usize,
+) -> (Arc<Forwarder>, Node) {
+    bind_forwarder(router, Some(single_acks_max))
+}
+
+fn bind_forwarder(
+    router: narad_protocol::Router,
+    single_acks_max: Option<usize>,
+) -> (Arc<Forwarder>, Node) {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let owner = Node::bind(NodeConfig::new(loopback, auth()), router).expect("bind owner");
     let caller = Arc::new(
@@ -1137,7 +1153,11 @@ fn forwarder_to(router: narad_protocol::Router) -> (Arc<Forwarder>, Node) {
     replica.apply_snapshot(snapshot());
     let addresses = Arc::new(AddressTable::new());
     addresses.set(B, owner.local_addr());
-    (Forwarder::new(caller, addresses, replica), owner)
+    let forwarder = match single_acks_max {
+        Some(max) => Forwarder::with_single_acks_max(caller, addresses, replica, max),
+        None => Forwarder::new(caller, addresses, replica),
+    };
+    (forwarder, owner)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1176,71 +1196,6 @@ async fn records_answered_to_a_consume_that_went_away_meanwhile_are_nacked_at_th
     assert_eq!(forwarder.unreceived_total(), 1);
 }
 
-/// An owner of an older release: single acks wait until released, and an
-/// `AckBatch` is answered `400 unsupported rpc operation`.
-#[derive(Debug)]
-struct OlderOwner {
-    release: tokio::sync::Semaphore,
-    singles: std::sync::atomic::AtomicUsize,
-    batches_refused: std::sync::atomic::AtomicUsize,
-}
-
-impl OlderOwner {
-    fn new(permits: usize) -> Arc<Self> {
-        Arc::new(Self {
-            release: tokio::sync::Semaphore::new(permits),
-            singles: std::sync::atomic::AtomicUsize::new(0),
-            batches_refused: std::sync::atomic::AtomicUsize::new(0),
-        })
-    }
-
-    fn singles(&self) -> usize {
-        self.singles.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn batches_refused(&self) -> usize {
-        self.batches_refused
-            .load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn router(self: &Arc<Self>) -> narad_protocol::Router {
-        let limit = narad_protocol::OperationLimit::new("older", 64);
-        let single = Arc::clone(self);
-        let batch = Arc::clone(self);
-        narad_protocol::Router::new()
-            .route(
-                narad_protocol::Opcode::ACK,
-                limit,
-                move |_inbound: narad_protocol::Inbound| {
-                    let owner = Arc::clone(&single);
-                    async move {
-                        owner
-                            .singles
-                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let permit = owner.release.acquire().await.expect("open");
-                        permit.forget();
-                        Ok(narad_protocol::Response::no_content())
-                    }
-                },
-            )
-            .route(
-                narad_protocol::Opcode::ACK_BATCH,
-                limit,
-                move |_inbound: narad_protocol::Inbound| {
-                    let owner = Arc::clone(&batch);
-                    async move {
-                        owner
-                            .batches_refused
-                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        Err(narad_protocol::RpcError::unsupported_operation(
-                            narad_protocol::Opcode::ACK_BATCH,
-                        ))
-                    }
-                },
-            )
-    }
-}
-
 async fn until(what: &str, done: impl Fn() -> bool) {
     tokio::time::timeout(CEILING, async {
         while !done() {
@@ -1261,7 +1216,7 @@ fn remote_handle(offset: u64) -> crate::consume::handle::ReceiptHandle {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_ack_refused_by_an_older_owner_is_resent_singly() {
-    let owner = OlderOwner::new(64);
+    let owner = AckOwner::older(64);
     let (forwarder, _owner_node) = forwarder_to(owner.router());
     let handles = [remote_handle(0), remote_handle(1), remote_handle(2)];
 
@@ -1277,42 +1232,20 @@ async fn a_batch_ack_refused_by_an_older_owner_is_resent_singly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_afterwards() {
-    let owner = OlderOwner::new(0);
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let owner_node = Node::bind(NodeConfig::new(loopback, auth()), owner.router()).expect("bind");
-    let caller = Arc::new(
-        Node::bind(
-            NodeConfig::new(loopback, auth()),
-            narad_protocol::Router::new(),
-        )
-        .expect("bind caller"),
-    );
-    let replica = Arc::new(MetadataReplica::new(A));
-    replica.apply_snapshot(snapshot());
-    let addresses = Arc::new(AddressTable::new());
-    addresses.set(B, owner_node.local_addr());
-    let forwarder = Forwarder::with_single_acks_max(caller, addresses, replica, 1);
-    let ack = |offset: u64| {
-        let forwarder = Arc::clone(&forwarder);
-        tokio::spawn(async move {
-            forwarder
-                .settle(
-                    "remote",
-                    remote_handle(offset),
-                    crate::consume::shard::Settle::Ack,
-                )
-                .await
-        })
-    };
+    let owner = AckOwner::older(0);
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1);
 
     for round in 0..2_u64 {
         let singles_before = owner.singles();
-        let first = ack(3 * round);
+        let first = spawn_ack(&forwarder, 3 * round);
         until("the first ack holds the only slot", || {
             owner.singles() == singles_before + 1
         })
         .await;
-        let queued = [ack(3 * round + 1), ack(3 * round + 2)];
+        let queued = [
+            spawn_ack(&forwarder, 3 * round + 1),
+            spawn_ack(&forwarder, 3 * round + 2),
+        ];
         until("the next two acks queue", || forwarder.queued_acks(B) == 2).await;
 
         owner.release.add_permits(3);
@@ -1332,7 +1265,7 @@ async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_afterwards()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_holding_a_record_for_this_node_is_probed_first() {
-    let owner = OlderOwner::new(0);
+    let owner = AckOwner::older(0);
     let (forwarder, owner_node) = forwarder_to(owner.router());
     let inbox = super::tokens::TokenInbox::new();
     forwarder.use_tokens(Arc::clone(&inbox));
