@@ -352,6 +352,20 @@ impl PartitionLog {
     /// Makes a verified commit visible: index entries, size and high
     /// watermark in one step under the table lock, then wakes waiters.
     fn publish(&self, writer: &mut Writer, position: u64, plan: &Plan) {
+        // The read-back matched these bytes, so these are the records a read
+        // of the segment would decode; decoded before the table is locked.
+        let decoded = (self.config.tail_cache_bytes > 0)
+            .then(|| {
+                plan.frames
+                    .iter()
+                    .map(|planned| {
+                        frame::decode_frame(&planned.bytes, self.config.frame_bytes_max)
+                            .map(|(_, records)| records)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .ok()
+            })
+            .flatten();
         {
             let mut table = self.table.write();
             assert_eq!(
@@ -366,6 +380,10 @@ impl PartitionLog {
             for planned in &plan.frames {
                 table.active.index.note_frame(planned.base_offset, at);
                 at += planned.bytes.len() as u64;
+            }
+            match decoded {
+                Some(frames) => frames.into_iter().for_each(|f| table.tail.push(f)),
+                None => table.tail.clear(),
             }
             table.active.committed_bytes = at;
             table.active.oldest_ms.get_or_insert(plan.oldest_ms);

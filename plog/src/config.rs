@@ -1,6 +1,7 @@
 //! How a partition log is configured, with the named limits.
 
 use crate::frame::{Codec, CompressionLevel, FRAME_BYTES_MAX};
+pub use crate::tail::TAIL_CACHE_BYTES_DEFAULT;
 
 /// Size at which the active segment rolls (lazily, before the next commit).
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
@@ -44,6 +45,9 @@ pub struct LogConfig {
     /// The active segment rolls before a commit that finds its oldest
     /// record older than this (the topic's retention); 0 never rolls by age.
     pub roll_age_ms: u64,
+    /// Bytes of the newest records kept decoded in memory for reads
+    /// (`tail` module); 0 keeps none.
+    pub tail_cache_bytes: usize,
 }
 
 impl Default for LogConfig {
@@ -58,6 +62,7 @@ impl Default for LogConfig {
             codec: Codec::None,
             compression_level: CompressionLevel::Default,
             roll_age_ms: 0,
+            tail_cache_bytes: TAIL_CACHE_BYTES_DEFAULT,
         }
     }
 }

@@ -35,12 +35,13 @@ mod recovery;
 pub mod retention;
 mod scan;
 pub mod segment;
+mod tail;
 mod watch;
 
 pub use commit::CommitOutcome;
 pub use config::{
     COMMIT_BYTES_MAX_DEFAULT, FRAME_PAYLOAD_BYTES_TARGET_DEFAULT, FRAME_RECORDS_MAX_DEFAULT,
-    INDEX_INTERVAL_BYTES_DEFAULT, LogConfig, SEGMENT_BYTES_DEFAULT,
+    INDEX_INTERVAL_BYTES_DEFAULT, LogConfig, SEGMENT_BYTES_DEFAULT, TAIL_CACHE_BYTES_DEFAULT,
 };
 pub use error::LogError;
 pub use frame::{Codec, CompressionLevel, FrameError};

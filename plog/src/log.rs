@@ -18,6 +18,7 @@ use crate::error::LogError;
 use crate::hwm;
 use crate::recovery;
 use crate::segment::{self, SparseIndex};
+use crate::tail::TailCache;
 use crate::watch::{HwmState, HwmWatch};
 
 /// One partition's log. Share it behind an `Arc`: commits serialize on an
@@ -82,6 +83,8 @@ pub(crate) struct Table {
     pub(crate) sealed: Vec<Arc<SealedSegment>>,
     pub(crate) active: ActiveSegment,
     pub(crate) high_watermark: u64,
+    /// The newest committed records, ending at the high watermark.
+    pub(crate) tail: TailCache,
 }
 
 impl Table {
@@ -181,6 +184,7 @@ impl PartitionLog {
             high_watermark,
             closed: false,
         });
+        let tail = TailCache::new(config.tail_cache_bytes);
         Ok(Self {
             disk,
             dir: dir.to_path_buf(),
@@ -196,6 +200,7 @@ impl PartitionLog {
                 sealed,
                 active,
                 high_watermark,
+                tail,
             }),
             poisoned: AtomicBool::new(false),
             hwm_sender,

@@ -89,6 +89,9 @@ impl PartitionLog {
             bytes: 0,
             limits,
         };
+        if self.read_cached(&mut reader, until) {
+            return Ok(reader.into_batch());
+        }
         while !reader.full() {
             let Some((view, high_watermark)) = self.locate(reader.next_offset)? else {
                 break;
@@ -102,10 +105,24 @@ impl PartitionLog {
                 break;
             }
         }
-        Ok(ReadBatch {
-            entries: reader.entries,
-            next_offset: reader.next_offset,
-        })
+        Ok(reader.into_batch())
+    }
+
+    /// Serves a read from the tail cache when the cache holds its first
+    /// offset. The cache ends at the high watermark, so it then holds
+    /// everything the read may return. Offsets below the oldest kept are
+    /// left to the segments' path, which reports them trimmed.
+    fn read_cached(&self, reader: &mut Reader, until: u64) -> bool {
+        let table = self.table.read();
+        let from = reader.next_offset;
+        if from >= table.high_watermark || from < table.oldest_offset() {
+            return false;
+        }
+        let Some(records) = table.tail.records_from(from) else {
+            return false;
+        };
+        reader.take_cached(records, until.min(table.high_watermark));
+        true
     }
 
     /// Reads the one entry holding `offset`, or `None` at or above the high
@@ -249,7 +266,7 @@ impl Reader {
         bound: u64,
         frame_bytes_max: u32,
     ) -> Result<(), LogError> {
-        let mut scanner = FrameScanner::new(
+        let mut scanner = FrameScanner::bounded(
             &view.file,
             view.start.position,
             view.scan_end_bytes,
@@ -289,22 +306,47 @@ impl Reader {
         Ok(())
     }
 
+    fn into_batch(self) -> ReadBatch {
+        ReadBatch {
+            entries: self.entries,
+            next_offset: self.next_offset,
+        }
+    }
+
     fn take_records(&mut self, records: Vec<Record>, bound: u64) {
         for record in records {
             if record.offset < self.next_offset {
                 continue;
             }
-            if record.offset >= bound || self.full() {
+            if !self.wants(record.offset, bound) {
                 break;
             }
-            assert_eq!(
-                record.offset, self.next_offset,
-                "records come back contiguous"
-            );
-            self.bytes += record.key.len() + record.payload.len();
-            self.next_offset = record.offset + 1;
-            self.entries.push(ReadEntry::Record(record));
+            self.take(record);
         }
+    }
+
+    /// Takes records from the tail cache, which start at `next_offset`.
+    fn take_cached<'r>(&mut self, records: impl Iterator<Item = &'r Record>, bound: u64) {
+        for record in records {
+            if !self.wants(record.offset, bound) {
+                break;
+            }
+            self.take(record.clone());
+        }
+    }
+
+    fn wants(&self, offset: u64, bound: u64) -> bool {
+        offset < bound && !self.full()
+    }
+
+    fn take(&mut self, record: Record) {
+        assert_eq!(
+            record.offset, self.next_offset,
+            "records come back contiguous"
+        );
+        self.bytes += record.key.len() + record.payload.len();
+        self.next_offset = record.offset + 1;
+        self.entries.push(ReadEntry::Record(record));
     }
 
     fn unreadable(&mut self, offsets: Range<u64>, bound: u64) {

@@ -13,8 +13,14 @@ use narad_disk::{Completion, FileHandle};
 
 use crate::frame::{self, FRAME_HEADER_BYTES, FRAME_MAGIC, FrameHeader};
 
-/// Bytes read from the file at a time when a scan needs more.
+/// Most bytes read from the file at a time when a scan needs more.
 pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+/// First read of a bounded read (a consume or a replay): enough for the
+/// index interval (4 KiB) in front of the wanted offset and a commit's
+/// frame or a batch of records, without copying a megabyte to deliver one
+/// message. Each further read doubles, up to [`SCAN_CHUNK_BYTES`].
+pub(crate) const READ_FIRST_CHUNK_BYTES: usize = 64 << 10;
 
 /// One step of a scan.
 #[derive(Debug)]
@@ -40,6 +46,14 @@ pub(crate) struct FrameScanner<'f> {
     frame_bytes_max: u32,
     buf: Vec<u8>,
     buf_start: u64,
+    /// Bytes the next read from the file asks for at least.
+    chunk: usize,
+    /// Reads from the file so far.
+    reads: u32,
+    /// Whether to ask for the next chunk before it is needed: from the
+    /// start for whole-segment walks, and once a bounded read came back for
+    /// more (it is then a long read).
+    read_ahead: bool,
     /// The next chunk, already asked of the disk, so it reads while the
     /// caller decodes.
     ahead: Option<ReadAhead>,
@@ -53,7 +67,8 @@ struct ReadAhead {
 
 impl<'f> FrameScanner<'f> {
     /// A scan of `[start, end)`, where the frame at `start` (if valid) has a
-    /// base offset of at least `expected_offset`.
+    /// base offset of at least `expected_offset`, that will walk all of it
+    /// (recovery, index rebuilds): megabyte reads with one read ahead.
     pub(crate) fn new(
         file: &'f FileHandle,
         start: u64,
@@ -69,7 +84,27 @@ impl<'f> FrameScanner<'f> {
             frame_bytes_max,
             buf: Vec::new(),
             buf_start: start,
+            chunk: SCAN_CHUNK_BYTES,
+            reads: 0,
+            read_ahead: true,
             ahead: None,
+        }
+    }
+
+    /// A scan like [`FrameScanner::new`] for a read that likely stops after
+    /// a few frames: it reads [`READ_FIRST_CHUNK_BYTES`] first and doubles
+    /// each time it needs more, and reads ahead only from its second read.
+    pub(crate) fn bounded(
+        file: &'f FileHandle,
+        start: u64,
+        end: u64,
+        expected_offset: u64,
+        frame_bytes_max: u32,
+    ) -> Self {
+        Self {
+            chunk: READ_FIRST_CHUNK_BYTES,
+            read_ahead: false,
+            ..Self::new(file, start, end, expected_offset, frame_bytes_max)
         }
     }
 
@@ -135,6 +170,17 @@ impl<'f> FrameScanner<'f> {
         Ok(self.end)
     }
 
+    /// After each read from the file: a bounded read that needed more than
+    /// its first read is a long one, so it reads in doubling chunks and
+    /// ahead from then on.
+    fn note_read(&mut self) {
+        if self.reads > 0 {
+            self.read_ahead = true;
+            self.chunk = (self.chunk * 2).min(SCAN_CHUNK_BYTES);
+        }
+        self.reads += 1;
+    }
+
     /// Up to `len` bytes at `position`, fewer only at the end of the scan.
     fn window(&mut self, position: u64, len: usize) -> io::Result<&[u8]> {
         let want_end = (position + len as u64).min(self.end);
@@ -155,11 +201,12 @@ impl<'f> FrameScanner<'f> {
                     Some(ahead) if ahead.position == buf_end => ahead.completion.wait()?,
                     _ => {
                         let read_len = (want_end - buf_end)
-                            .max(SCAN_CHUNK_BYTES as u64)
+                            .max(self.chunk as u64)
                             .min(self.end - buf_end);
                         self.file.read_at(buf_end, read_len as usize).wait()?
                     }
                 };
+                self.note_read();
                 if bytes.is_empty() {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -172,8 +219,8 @@ impl<'f> FrameScanner<'f> {
                 self.buf.extend_from_slice(&bytes);
                 buf_end += bytes.len() as u64;
             }
-            if buf_end < self.end && self.ahead.is_none() {
-                let read_len = (self.end - buf_end).min(SCAN_CHUNK_BYTES as u64);
+            if self.read_ahead && buf_end < self.end && self.ahead.is_none() {
+                let read_len = (self.end - buf_end).min(self.chunk as u64);
                 self.ahead = Some(ReadAhead {
                     position: buf_end,
                     completion: self.file.read_at(buf_end, read_len as usize),

@@ -21,7 +21,7 @@ use narad_plog::frame::{self, FRAME_BYTES_MAX};
 use narad_plog::segment::segment_file_name;
 use narad_plog::{
     Codec, CommitRecord, CompressionLevel, HWM_FILE_NAME, LogConfig, LogError, PartitionLog,
-    ReadEntry,
+    ReadEntry, Record,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -473,6 +473,8 @@ fn a_read_error_in_a_sealed_segment_fails_only_the_reads_that_need_it() {
     let sim = SimDisk::new(18);
     let config = LogConfig {
         segment_bytes: 256,
+        // Every read goes to the segments.
+        tail_cache_bytes: 0,
         ..LogConfig::default()
     };
     let log = open(&sim, &config);
@@ -514,4 +516,96 @@ fn a_commit_of_many_batches_and_frames_costs_one_write_one_fdatasync_and_one_rea
     assert_eq!(outcome.offsets, 1..10);
     assert_eq!(sim.op_count() - before, 3, "write, fdatasync, read back");
     sim.clear_faults();
+}
+
+#[test]
+fn reads_at_the_head_are_served_from_memory_with_the_records_on_disk() {
+    let sim = SimDisk::new(20);
+    let config = LogConfig {
+        segment_bytes: 512,
+        frame_records_max: 3,
+        codec: Codec::Zstd,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    for n in 0..10 {
+        commit(&log, &numbered(n * 4, 4, 1)).unwrap();
+    }
+    let before = sim.op_count();
+    let cached: Vec<Vec<Record>> = (0..40).map(|from| read_records(&log, from)).collect();
+    assert_eq!(sim.op_count(), before, "no read reached the disk");
+    drop(log);
+    let reopened = open(&sim, &config);
+    let before = sim.op_count();
+    let from_disk: Vec<Vec<Record>> = (0..40).map(|from| read_records(&reopened, from)).collect();
+    assert!(sim.op_count() > before, "a reopened log reads its segments");
+    assert_eq!(cached, from_disk);
+    assert_eq!(cached[0].len(), 40);
+}
+
+#[test]
+fn reads_older_than_the_tail_cache_go_to_the_segments() {
+    let sim = SimDisk::new(21);
+    // Room for exactly the newest two commits of four records.
+    let newest_two = numbered(32, 8, 1)
+        .iter()
+        .map(|o| o.key.len() + o.payload.len() + size_of::<Record>())
+        .sum();
+    let config = LogConfig {
+        tail_cache_bytes: newest_two,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    for n in 0..10 {
+        commit(&log, &numbered(n * 4, 4, 1)).unwrap();
+    }
+    let before = sim.op_count();
+    assert_eq!(read_records(&log, 32).len(), 8);
+    assert_eq!(
+        sim.op_count(),
+        before,
+        "the newest two commits are in memory"
+    );
+    let all = read_records(&log, 0);
+    assert!(
+        sim.op_count() > before,
+        "older records come from the segment"
+    );
+    assert_eq!(
+        all.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        (0..40).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn reading_one_record_of_a_large_segment_reads_only_near_it() {
+    let sim = SimDisk::new(22);
+    let config = LogConfig {
+        frame_records_max: 10,
+        tail_cache_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    let body = "b".repeat(1_000);
+    for batch in 0..20u64 {
+        let records: Vec<Owned> = (0..100)
+            .map(|n| Owned::new("", &format!("{}{body}", batch * 100 + n), 1))
+            .collect();
+        commit(&log, &records).unwrap();
+    }
+    assert!(
+        log.stats().unwrap().size_bytes > 1 << 20,
+        "a segment of over 1 MiB"
+    );
+    let before = sim.op_count();
+    let record = log.read_record(10).unwrap();
+    assert!(matches!(record, Some(ReadEntry::Record(r)) if r.offset == 10));
+    assert_eq!(
+        sim.op_count() - before,
+        1,
+        "one read, with nothing read ahead of a one-record read"
+    );
+    let before = sim.op_count();
+    assert_eq!(read_records(&log, 0).len(), 2_000);
+    assert!(sim.op_count() - before > 2, "a long read goes on in chunks");
 }

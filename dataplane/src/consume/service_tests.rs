@@ -58,11 +58,18 @@ impl Node {
         seed: u64,
         config: ConsumeConfig,
     ) -> Self {
-        let logs = Arc::new(LocalLogs::new(
-            Arc::clone(&disk),
-            data_dir,
-            LogConfig::default(),
-        ));
+        Self::with_log_config(disk, data_dir, replica, seed, config, LogConfig::default())
+    }
+
+    fn with_log_config(
+        disk: Arc<dyn Disk>,
+        data_dir: &Path,
+        replica: Arc<MetadataReplica>,
+        seed: u64,
+        config: ConsumeConfig,
+        log_config: LogConfig,
+    ) -> Self {
+        let logs = Arc::new(LocalLogs::new(Arc::clone(&disk), data_dir, log_config));
         let store = ConsumerStateStore::new(Arc::clone(&disk), ConsumerStateConfig::default());
         let clock = Arc::new(ManualClock::new(1_000));
         let service = ConsumeService::new(
@@ -166,6 +173,27 @@ fn temp_node() -> (tempfile::TempDir, Node) {
     let dir = tempfile::tempdir().expect("tempdir");
     let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
     let node = Node::on(disk, dir.path(), replica(), 5);
+    (dir, node)
+}
+
+/// A node on a real directory whose logs read every record from their
+/// segments, as they do for records their tail cache no longer holds, so
+/// damage written behind a log's back is seen.
+fn temp_node_without_tail_cache() -> (tempfile::TempDir, Node) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("disk"));
+    let log_config = LogConfig {
+        tail_cache_bytes: 0,
+        ..LogConfig::default()
+    };
+    let node = Node::with_log_config(
+        disk,
+        dir.path(),
+        replica(),
+        5,
+        ConsumeConfig::default(),
+        log_config,
+    );
     (dir, node)
 }
 
@@ -652,7 +680,7 @@ async fn a_consume_behind_retention_jumps_to_the_oldest_record_and_counts_the_ga
 
 #[tokio::test]
 async fn a_damaged_record_is_skipped_and_counted() {
-    let (dir, node) = temp_node();
+    let (dir, node) = temp_node_without_tail_cache();
     node.commit(0, &["good"]);
     let segment = dir
         .path()
@@ -675,7 +703,7 @@ async fn a_damaged_record_is_skipped_and_counted() {
 
 #[tokio::test]
 async fn a_damaged_record_replays_as_unreadable() {
-    let (dir, node) = temp_node();
+    let (dir, node) = temp_node_without_tail_cache();
     node.commit(0, &["damaged-record"]);
     let segment = dir
         .path()
