@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use narad_bench::baseline::{self, FileMode};
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
-use narad_bench::node::{load_average, narad_binary};
+use narad_bench::node::{cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 use serde_json::Value;
@@ -145,7 +145,13 @@ async fn measure(
     let addrs = node.addrs();
 
     let cpu_before = node.cpu_seconds();
-    let single = flow(&addrs, "flow-single", Shape::Single).await?;
+    let client_before = cpu_seconds("self");
+    let mut single = flow(&addrs, "flow-single", Shape::Single).await?;
+    single.timings.record(report, "flow_single");
+    report.set(
+        "flow_single_client_cores",
+        (cpu_seconds("self") - client_before) / (PHASE + WARMUP).as_secs_f64(),
+    );
     report.set("flow_single_msgs_per_s", single.acked_per_s);
     report.set("flow_single_produced_msgs_per_s", single.produced_per_s);
     report.set(
@@ -155,7 +161,13 @@ async fn measure(
 
     report.set("drain_before_batch_ms", drain_all(&addrs).await?);
     let cpu_before = node.cpu_seconds();
-    let batch = flow(&addrs, "flow-batch", Shape::Batch).await?;
+    let client_before = cpu_seconds("self");
+    let mut batch = flow(&addrs, "flow-batch", Shape::Batch).await?;
+    batch.timings.record(report, "flow_batch");
+    report.set(
+        "flow_batch_client_cores",
+        (cpu_seconds("self") - client_before) / (PHASE + WARMUP).as_secs_f64(),
+    );
     report.set("flow_batch_msgs_per_s", batch.acked_per_s);
     report.set("flow_batch_produced_msgs_per_s", batch.produced_per_s);
     report.set(
@@ -252,6 +264,51 @@ enum Shape {
 struct FlowFigures {
     acked_per_s: f64,
     produced_per_s: f64,
+    /// Per request of the measured phase: produces answered `202`,
+    /// consumes answered `200` and acks.
+    timings: Timings,
+}
+
+/// Request latencies of one phase, request written to response read.
+#[derive(Debug, Default)]
+struct Timings {
+    produce: Latencies,
+    consume: Latencies,
+    ack: Latencies,
+}
+
+impl Timings {
+    fn merge(&mut self, other: &Timings) {
+        self.produce.merge(&other.produce);
+        self.consume.merge(&other.consume);
+        self.ack.merge(&other.ack);
+    }
+
+    /// Sets `<prefix>_{produce,consume,ack}_{p50,p99}_us`.
+    fn record(&mut self, report: &mut Report, prefix: &str) {
+        for (name, latencies) in [
+            ("produce", &mut self.produce),
+            ("consume", &mut self.consume),
+            ("ack", &mut self.ack),
+        ] {
+            report.set(&format!("{prefix}_{name}_p50_us"), latencies.p50_us());
+            report.set(&format!("{prefix}_{name}_p99_us"), latencies.p99_us());
+        }
+    }
+}
+
+/// Times one request into `into` when the phase is being measured.
+async fn timed(
+    connection: &mut Connection,
+    request: &[u8],
+    into: Option<&mut Latencies>,
+) -> io::Result<narad_bench::http::Response> {
+    let started = Instant::now();
+    let response = connection.send(request).await?;
+    if let Some(latencies) = into {
+        latencies.record(started.elapsed());
+    }
+    Ok(response)
 }
 
 /// Counters shared by the tasks of one phase.
@@ -260,6 +317,8 @@ struct Counters {
     produced: AtomicU64,
     acked: AtomicU64,
     stop: AtomicBool,
+    /// Set once the warmup is over.
+    measuring: AtomicBool,
 }
 
 /// One flow phase on a new topic, its connections round robin over
@@ -284,30 +343,42 @@ async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<Flo
         let mut connection = Connection::open(spread(addrs, index)).await?;
         let (request, counters) = (Arc::clone(&produce), Arc::clone(&counters));
         tasks.push(tokio::spawn(async move {
+            let mut timings = Timings::default();
             while !counters.stop.load(Ordering::Relaxed) {
+                let measuring = counters.measuring.load(Ordering::Relaxed);
+                let started = Instant::now();
                 let response = connection.send(&request).await?;
                 if response.status == 202 {
                     counters.produced.fetch_add(per_request, Ordering::Relaxed);
+                    if measuring {
+                        timings.produce.record(started.elapsed());
+                    }
                 }
             }
-            io::Result::Ok(())
+            io::Result::Ok(timings)
         }));
     }
     for index in 0..consumers {
         let mut connection = Connection::open(spread(addrs, index)).await?;
         let (topic, counters) = (topic.to_owned(), Arc::clone(&counters));
         tasks.push(tokio::spawn(async move {
+            let mut timings = Timings::default();
             while !counters.stop.load(Ordering::Relaxed) {
+                let measure = counters
+                    .measuring
+                    .load(Ordering::Relaxed)
+                    .then_some(&mut timings);
                 let acked = match shape {
-                    Shape::Single => consume_and_ack_one(&mut connection, &topic).await?,
-                    Shape::Batch => consume_and_ack_batch(&mut connection, &topic).await?,
+                    Shape::Single => consume_and_ack_one(&mut connection, &topic, measure).await?,
+                    Shape::Batch => consume_and_ack_batch(&mut connection, &topic, measure).await?,
                 };
                 counters.acked.fetch_add(acked, Ordering::Relaxed);
             }
-            io::Result::Ok(())
+            io::Result::Ok(timings)
         }));
     }
     tokio::time::sleep(WARMUP).await;
+    counters.measuring.store(true, Ordering::Relaxed);
     let (produced_before, acked_before) = (
         counters.produced.load(Ordering::Relaxed),
         counters.acked.load(Ordering::Relaxed),
@@ -316,27 +387,37 @@ async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<Flo
     let produced = counters.produced.load(Ordering::Relaxed) - produced_before;
     let acked = counters.acked.load(Ordering::Relaxed) - acked_before;
     counters.stop.store(true, Ordering::Relaxed);
+    let mut timings = Timings::default();
     for task in tasks {
-        task.await.map_err(io::Error::other)??;
+        timings.merge(&task.await.map_err(io::Error::other)??);
     }
     Ok(FlowFigures {
         acked_per_s: acked as f64 / PHASE.as_secs_f64(),
         produced_per_s: produced as f64 / PHASE.as_secs_f64(),
+        timings,
     })
 }
 
 /// One single consume (long poll of 1 s) and its ack; how many acks were
 /// answered `204` (0 or 1).
-async fn consume_and_ack_one(connection: &mut Connection, topic: &str) -> io::Result<u64> {
+async fn consume_and_ack_one(
+    connection: &mut Connection,
+    topic: &str,
+    mut timings: Option<&mut Timings>,
+) -> io::Result<u64> {
     let consume = http_request(
         "GET",
         &format!("/v1/topics/{topic}/consume?wait=1s"),
         "application/json",
         b"",
     );
+    let started = Instant::now();
     let response = connection.send(&consume).await?;
     if response.status != 200 {
         return Ok(0);
+    }
+    if let Some(timings) = timings.as_deref_mut() {
+        timings.consume.record(started.elapsed());
     }
     let message: Value = serde_json::from_slice(&response.body).map_err(io::Error::other)?;
     let handle = message["receipt_handle"].as_str().unwrap_or_default();
@@ -346,15 +427,24 @@ async fn consume_and_ack_one(connection: &mut Connection, topic: &str) -> io::Re
         "application/json",
         b"",
     );
-    Ok(u64::from(connection.send(&ack).await?.status == 204))
+    let response = timed(connection, &ack, timings.map(|t| &mut t.ack)).await?;
+    Ok(u64::from(response.status == 204))
 }
 
 /// One batch consume of up to [`BATCH`] and one batch ack of what came; how
 /// many handles were answered `204`.
-async fn consume_and_ack_batch(connection: &mut Connection, topic: &str) -> io::Result<u64> {
+async fn consume_and_ack_batch(
+    connection: &mut Connection,
+    topic: &str,
+    mut timings: Option<&mut Timings>,
+) -> io::Result<u64> {
+    let started = Instant::now();
     let messages = consume_batch(connection, topic).await?;
     if messages.is_empty() {
         return Ok(0);
+    }
+    if let Some(timings) = timings.as_deref_mut() {
+        timings.consume.record(started.elapsed());
     }
     let handles: Vec<&Value> = messages.iter().map(|m| &m["receipt_handle"]).collect();
     let body = serde_json::json!({ "receipt_handles": handles }).to_string();
@@ -364,7 +454,7 @@ async fn consume_and_ack_batch(connection: &mut Connection, topic: &str) -> io::
         "application/json",
         body.as_bytes(),
     ));
-    let response = connection.send(&ack).await?;
+    let response = timed(connection, &ack, timings.map(|t| &mut t.ack)).await?;
     if response.status != 200 {
         return Ok(0);
     }
