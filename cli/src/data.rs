@@ -99,6 +99,9 @@ pub(crate) struct DataArgs {
     /// 10 to 60000: storage.consumer_offset_commit_interval_ms.
     #[arg(long)]
     consumer_offset_commit_interval_ms: Option<String>,
+    /// true or false: storage.ingress_wal_prealloc.
+    #[arg(long)]
+    ingress_wal_prealloc: Option<String>,
     /// true or false: security.enabled.
     #[arg(long)]
     security_enabled: Option<String>,
@@ -116,7 +119,7 @@ pub(crate) struct DataArgs {
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
         let mut layer = Layer::new(Source::Flag);
-        let pairs: [(Setting, &Option<String>); 16] = [
+        let pairs: [(Setting, &Option<String>); 17] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -138,6 +141,7 @@ impl DataArgs {
                 keys::OFFSET_COMMIT_INTERVAL,
                 &self.consumer_offset_commit_interval_ms,
             ),
+            (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
             (keys::SECURITY, &self.security_enabled),
             (keys::BCRYPT_COST, &self.bcrypt_cost),
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
@@ -328,6 +332,7 @@ async fn serve_node(
     if let Some(interval) = config.consumer_offset_commit_interval {
         node_config.consumer_state.durable_interval = interval;
     }
+    node_config.wal.prealloc = config.ingress_wal_prealloc;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

@@ -39,6 +39,10 @@ fn defaults_fill_every_setting_but_the_node_id_and_the_control_nodes() {
     assert_eq!(config.shutdown_grace, defaults::SHUTDOWN_GRACE);
     assert_eq!(config.data_dir, PathBuf::from("data"));
     assert!(config.api.security);
+    assert!(
+        !config.ingress_wal_prealloc,
+        "off by default, as in the spec"
+    );
     assert_eq!(config.api.bcrypt_cost, BCRYPT_COST_DEFAULT);
     assert!(matches!(
         config.cluster_security,
@@ -210,4 +214,22 @@ fn a_consumer_offset_commit_interval_outside_its_bounds_is_refused() {
     let layer = flags(&[(keys::OFFSET_COMMIT_INTERVAL, "5")]);
     let error = error(&[required(), layer], env_with_secret);
     assert_eq!(error.setting, "storage.consumer_offset_commit_interval_ms");
+}
+
+#[test]
+fn ingress_wal_prealloc_is_read_from_the_file() {
+    let file = Layer::from_json(
+        r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "storage": {"ingress_wal_prealloc": true}}"#,
+    )
+    .expect("file");
+    let config = resolve(&[file], env_with_secret).expect("valid");
+    assert!(config.ingress_wal_prealloc);
+}
+
+#[test]
+fn an_ingress_wal_prealloc_that_is_not_a_boolean_is_refused() {
+    let layer = flags(&[(keys::WAL_PREALLOC, "sometimes")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "storage.ingress_wal_prealloc");
 }
