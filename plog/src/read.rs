@@ -266,13 +266,14 @@ impl Reader {
         bound: u64,
         frame_bytes_max: u32,
     ) -> Result<(), LogError> {
-        let mut scanner = FrameScanner::bounded(
+        let mut scanner = FrameScanner::new(
             &view.file,
             view.start.position,
             view.scan_end_bytes,
             view.start.base_offset,
             frame_bytes_max,
-        );
+        )
+        .bounded();
         let mut expected = view.start.base_offset;
         while self.next_offset < bound && !self.full() {
             let Some(item) = scanner

@@ -91,20 +91,14 @@ impl<'f> FrameScanner<'f> {
         }
     }
 
-    /// A scan like [`FrameScanner::new`] for a read that likely stops after
-    /// a few frames: it reads [`READ_FIRST_CHUNK_BYTES`] first and doubles
-    /// each time it needs more, and reads ahead only from its second read.
-    pub(crate) fn bounded(
-        file: &'f FileHandle,
-        start: u64,
-        end: u64,
-        expected_offset: u64,
-        frame_bytes_max: u32,
-    ) -> Self {
+    /// Makes this the scan of a read that likely stops after a few frames:
+    /// it reads [`READ_FIRST_CHUNK_BYTES`] first and doubles each time it
+    /// needs more, and reads ahead only from its second read.
+    pub(crate) fn bounded(self) -> Self {
         Self {
             chunk: READ_FIRST_CHUNK_BYTES,
             read_ahead: false,
-            ..Self::new(file, start, end, expected_offset, frame_bytes_max)
+            ..self
         }
     }
 

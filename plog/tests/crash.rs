@@ -214,6 +214,15 @@ fn log_with(sim: &SimDisk, count: u64) -> PartitionLog {
     log
 }
 
+/// A log under `config` holding offsets 0..40, committed four at a time.
+fn forty_records_in_ten_commits(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
+    let log = open(sim, config);
+    for n in 0..10 {
+        commit(&log, &numbered(n * 4, 4, 1)).unwrap();
+    }
+    log
+}
+
 fn segment_bytes(sim: &SimDisk) -> usize {
     sim.read_file(&dir().join(segment_file_name(0)))
         .unwrap()
@@ -477,10 +486,7 @@ fn a_read_error_in_a_sealed_segment_fails_only_the_reads_that_need_it() {
         tail_cache_bytes: 0,
         ..LogConfig::default()
     };
-    let log = open(&sim, &config);
-    for n in 0..10 {
-        commit(&log, &numbered(n * 4, 4, 1)).unwrap();
-    }
+    let log = forty_records_in_ten_commits(&sim, &config);
     fail_next(&sim, FaultOp::Read, FaultError::Eio);
     assert!(matches!(
         log.read(0, u64::MAX, Default::default()),
@@ -527,10 +533,7 @@ fn reads_at_the_head_are_served_from_memory_with_the_records_on_disk() {
         codec: Codec::Zstd,
         ..LogConfig::default()
     };
-    let log = open(&sim, &config);
-    for n in 0..10 {
-        commit(&log, &numbered(n * 4, 4, 1)).unwrap();
-    }
+    let log = forty_records_in_ten_commits(&sim, &config);
     let before = sim.op_count();
     let cached: Vec<Vec<Record>> = (0..40).map(|from| read_records(&log, from)).collect();
     assert_eq!(sim.op_count(), before, "no read reached the disk");
@@ -555,10 +558,7 @@ fn reads_older_than_the_tail_cache_go_to_the_segments() {
         tail_cache_bytes: newest_two,
         ..LogConfig::default()
     };
-    let log = open(&sim, &config);
-    for n in 0..10 {
-        commit(&log, &numbered(n * 4, 4, 1)).unwrap();
-    }
+    let log = forty_records_in_ten_commits(&sim, &config);
     let before = sim.op_count();
     assert_eq!(read_records(&log, 32).len(), 8);
     assert_eq!(

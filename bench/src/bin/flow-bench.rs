@@ -144,36 +144,9 @@ async fn measure(
     let node = Broker::start(&narad_binary(), &scratch.join("node"), cluster).await?;
     let addrs = node.addrs();
 
-    let cpu_before = node.cpu_seconds();
-    let client_before = cpu_seconds("self");
-    let mut single = flow(&addrs, "flow-single", Shape::Single).await?;
-    single.timings.record(report, "flow_single");
-    report.set(
-        "flow_single_client_cores",
-        (cpu_seconds("self") - client_before) / (PHASE + WARMUP).as_secs_f64(),
-    );
-    report.set("flow_single_msgs_per_s", single.acked_per_s);
-    report.set("flow_single_produced_msgs_per_s", single.produced_per_s);
-    report.set(
-        "flow_single_narad_cores",
-        (node.cpu_seconds() - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
-    );
-
+    let single = recorded_flow(&node, &addrs, report, Shape::Single).await?;
     report.set("drain_before_batch_ms", drain_all(&addrs).await?);
-    let cpu_before = node.cpu_seconds();
-    let client_before = cpu_seconds("self");
-    let mut batch = flow(&addrs, "flow-batch", Shape::Batch).await?;
-    batch.timings.record(report, "flow_batch");
-    report.set(
-        "flow_batch_client_cores",
-        (cpu_seconds("self") - client_before) / (PHASE + WARMUP).as_secs_f64(),
-    );
-    report.set("flow_batch_msgs_per_s", batch.acked_per_s);
-    report.set("flow_batch_produced_msgs_per_s", batch.produced_per_s);
-    report.set(
-        "flow_batch_narad_cores",
-        (node.cpu_seconds() - cpu_before) / (PHASE + WARMUP).as_secs_f64(),
-    );
+    let batch = recorded_flow(&node, &addrs, report, Shape::Batch).await?;
 
     report.set("drain_before_visible_ms", drain_all(&addrs).await?);
     let (mut visible, mut lateness) = visible_latency(&addrs).await?;
@@ -319,6 +292,40 @@ struct Counters {
     stop: AtomicBool,
     /// Set once the warmup is over.
     measuring: AtomicBool,
+}
+
+/// One flow phase on topic `flow-<name>`, with its figures set in
+/// `report` as `flow_<name>_*`: messages acked and produced per second,
+/// request latencies, and the cores of narad and of this client.
+async fn recorded_flow(
+    node: &Broker,
+    addrs: &[SocketAddr],
+    report: &mut Report,
+    shape: Shape,
+) -> io::Result<FlowFigures> {
+    let name = match shape {
+        Shape::Single => "single",
+        Shape::Batch => "batch",
+    };
+    let cores = |before: f64, after: f64| (after - before) / (PHASE + WARMUP).as_secs_f64();
+    let (narad_before, client_before) = (node.cpu_seconds(), cpu_seconds("self"));
+    let mut figures = flow(addrs, &format!("flow-{name}"), shape).await?;
+    let prefix = format!("flow_{name}");
+    report.set(
+        &format!("{prefix}_narad_cores"),
+        cores(narad_before, node.cpu_seconds()),
+    );
+    report.set(
+        &format!("{prefix}_client_cores"),
+        cores(client_before, cpu_seconds("self")),
+    );
+    report.set(&format!("{prefix}_msgs_per_s"), figures.acked_per_s);
+    report.set(
+        &format!("{prefix}_produced_msgs_per_s"),
+        figures.produced_per_s,
+    );
+    figures.timings.record(report, &prefix);
+    Ok(figures)
 }
 
 /// One flow phase on a new topic, its connections round robin over
