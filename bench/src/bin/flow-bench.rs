@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
-use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread};
+use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
 use narad_bench::node::{cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
@@ -649,9 +649,8 @@ async fn create_topic(addrs: &[SocketAddr], topic: &str) -> io::Result<()> {
     let mut connection = Connection::open(addrs[0]).await?;
     let response = connection.send(&request).await?;
     if response.status == 201 {
-        wait_assigned(&mut connection, topic).await?;
-        for addr in &addrs[1..] {
-            wait_assigned(&mut Connection::open(*addr).await?, topic).await?;
+        for addr in addrs {
+            wait_assigned(*addr, topic, PARTITIONS as usize).await?;
         }
         Ok(())
     } else {
@@ -661,36 +660,6 @@ async fn create_topic(addrs: &[SocketAddr], topic: &str) -> io::Result<()> {
             String::from_utf8_lossy(&response.body)
         )))
     }
-}
-
-/// Waits until every partition of `topic` has an owner: the controller
-/// assigns a new topic's partitions shortly after the create commits, and
-/// records accepted before that wait for it, which is not what the phases
-/// measure.
-async fn wait_assigned(connection: &mut Connection, topic: &str) -> io::Result<()> {
-    const ASSIGN_MAX: Duration = Duration::from_secs(30);
-    let started = Instant::now();
-    let request = http_request(
-        "GET",
-        &format!("/v1/topics/{topic}"),
-        "application/json",
-        b"",
-    );
-    while started.elapsed() < ASSIGN_MAX {
-        let response = connection.send(&request).await?;
-        let described: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
-        let assigned = described["partition_stats"]
-            .as_array()
-            .is_some_and(|stats| {
-                stats.len() == PARTITIONS as usize
-                    && stats.iter().all(|entry| entry["status"] == "ok")
-            });
-        if assigned {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(io::Error::other(format!("{topic} was never assigned")))
 }
 
 #[cfg(test)]
