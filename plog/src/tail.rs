@@ -46,14 +46,17 @@ impl CachedFrame {
     fn base_offset(&self) -> u64 {
         self.records.first().map_or(0, |r| r.offset)
     }
+
+    /// First offset after the frame.
+    fn end_offset(&self) -> u64 {
+        self.base_offset() + self.records.len() as u64
+    }
 }
 
 /// The newest committed records of one partition.
 #[derive(Debug)]
 pub(crate) struct TailCache {
     frames: VecDeque<CachedFrame>,
-    /// First offset after the newest cached record.
-    end: u64,
     bytes: usize,
     budget: usize,
 }
@@ -63,7 +66,6 @@ impl TailCache {
     pub(crate) fn new(budget: usize) -> Self {
         Self {
             frames: VecDeque::new(),
-            end: 0,
             bytes: 0,
             budget,
         }
@@ -86,7 +88,11 @@ impl TailCache {
         let Some(first) = records.first() else {
             return;
         };
-        if self.start().is_some() && first.offset != self.end {
+        if self
+            .frames
+            .back()
+            .is_some_and(|newest| newest.end_offset() != first.offset)
+        {
             self.clear();
         }
         let bytes = records
@@ -103,7 +109,6 @@ impl TailCache {
             };
             self.bytes -= oldest.bytes;
         }
-        self.end = first.offset + records.len() as u64;
         self.bytes += bytes;
         self.frames.push_back(CachedFrame { records, bytes });
     }
@@ -123,9 +128,7 @@ impl TailCache {
             return None;
         }
         // Frames are contiguous: the first one that ends past `from`.
-        let first = self
-            .frames
-            .partition_point(|f| f.base_offset() + f.records.len() as u64 <= from);
+        let first = self.frames.partition_point(|f| f.end_offset() <= from);
         Some(
             self.frames
                 .range(first..)
