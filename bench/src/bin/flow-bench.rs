@@ -270,18 +270,15 @@ impl Timings {
     }
 }
 
-/// Times one request into `into` when the phase is being measured.
-async fn timed(
+/// Sends `request` and says how long its answer took, request written to
+/// response read.
+async fn send_timed(
     connection: &mut Connection,
     request: &[u8],
-    into: Option<&mut Latencies>,
-) -> io::Result<narad_bench::http::Response> {
+) -> io::Result<(narad_bench::http::Response, Duration)> {
     let started = Instant::now();
     let response = connection.send(request).await?;
-    if let Some(latencies) = into {
-        latencies.record(started.elapsed());
-    }
-    Ok(response)
+    Ok((response, started.elapsed()))
 }
 
 /// Counters shared by the tasks of one phase.
@@ -353,12 +350,11 @@ async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<Flo
             let mut timings = Timings::default();
             while !counters.stop.load(Ordering::Relaxed) {
                 let measuring = counters.measuring.load(Ordering::Relaxed);
-                let started = Instant::now();
-                let response = connection.send(&request).await?;
+                let (response, took) = send_timed(&mut connection, &request).await?;
                 if response.status == 202 {
                     counters.produced.fetch_add(per_request, Ordering::Relaxed);
                     if measuring {
-                        timings.produce.record(started.elapsed());
+                        timings.produce.record(took);
                     }
                 }
             }
@@ -418,13 +414,12 @@ async fn consume_and_ack_one(
         "application/json",
         b"",
     );
-    let started = Instant::now();
-    let response = connection.send(&consume).await?;
+    let (response, took) = send_timed(connection, &consume).await?;
     if response.status != 200 {
         return Ok(0);
     }
     if let Some(timings) = timings.as_deref_mut() {
-        timings.consume.record(started.elapsed());
+        timings.consume.record(took);
     }
     let message: Value = serde_json::from_slice(&response.body).map_err(io::Error::other)?;
     let handle = message["receipt_handle"].as_str().unwrap_or_default();
@@ -434,7 +429,10 @@ async fn consume_and_ack_one(
         "application/json",
         b"",
     );
-    let response = timed(connection, &ack, timings.map(|t| &mut t.ack)).await?;
+    let (response, took) = send_timed(connection, &ack).await?;
+    if let Some(timings) = timings {
+        timings.ack.record(took);
+    }
     Ok(u64::from(response.status == 204))
 }
 
@@ -461,7 +459,10 @@ async fn consume_and_ack_batch(
         "application/json",
         body.as_bytes(),
     ));
-    let response = timed(connection, &ack, timings.map(|t| &mut t.ack)).await?;
+    let (response, took) = send_timed(connection, &ack).await?;
+    if let Some(timings) = timings {
+        timings.ack.record(took);
+    }
     if response.status != 200 {
         return Ok(0);
     }
