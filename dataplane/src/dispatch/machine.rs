@@ -38,6 +38,13 @@ struct DestinationState<P> {
     queue: VecDeque<Held<P>>,
     in_flight: Option<CommitId>,
     failing: Option<Failing<P>>,
+    /// The `queued_at` of the record heading the queue when the destination
+    /// began to linger beside running commits. While that record still heads
+    /// the queue, the destination waits out its deadline even if those
+    /// commits land first. Otherwise the partitions of one busy moment all
+    /// leave together whenever its last commit lands, and pay their fsyncs
+    /// side by side, on the disk the WAL's next group commit waits for.
+    lingering_since: Option<Duration>,
 }
 
 impl<P> Default for DestinationState<P> {
@@ -46,6 +53,7 @@ impl<P> Default for DestinationState<P> {
             queue: VecDeque::new(),
             in_flight: None,
             failing: None,
+            lingering_since: None,
         }
     }
 }
@@ -672,7 +680,10 @@ impl<P> Dispatcher<P> {
                 // the next poll.
                 continue;
             };
-            if others_running && self.lingers(&destination, node, now) {
+            if self.lingers(&destination, node, now, others_running) {
+                if let Some(state) = self.destinations.get_mut(&destination) {
+                    state.lingering_since = state.queue.front().map(|record| record.queued_at);
+                }
                 continue;
             }
             let batch = self.take_batch(&destination, local, topology);
@@ -687,21 +698,36 @@ impl<P> Dispatcher<P> {
 
     /// A destination holding fewer than 64 records waits for company while
     /// other commits run: up to twice its owner's recent commit latency since
-    /// its oldest record, at most 50 ms. An idle dispatcher, an owner with no
-    /// latency measured yet, and a failing destination commit at once.
-    fn lingers(&self, destination: &Destination, node: NodeId, now: Duration) -> bool {
-        self.linger_deadline(destination, node)
+    /// its oldest record, at most 50 ms. Once it lingers it waits out that
+    /// deadline, even if the other commits land first. An idle dispatcher
+    /// (`others_running` is judged once per poll), an owner with no latency
+    /// measured yet, and a failing destination commit at once.
+    fn lingers(
+        &self,
+        destination: &Destination,
+        node: NodeId,
+        now: Duration,
+        others_running: bool,
+    ) -> bool {
+        self.linger_deadline(destination, node, others_running)
             .is_some_and(|deadline| now < deadline)
     }
 
-    fn linger_deadline(&self, destination: &Destination, node: NodeId) -> Option<Duration> {
+    fn linger_deadline(
+        &self,
+        destination: &Destination,
+        node: NodeId,
+        others_running: bool,
+    ) -> Option<Duration> {
         let state = self.destinations.get(destination)?;
-        let others_running = self.commits.values().any(|commit| !commit.hung);
-        if !others_running || state.queue.len() >= TARGET_RECORDS_PER_DESTINATION {
+        if state.queue.len() >= TARGET_RECORDS_PER_DESTINATION {
+            return None;
+        }
+        let oldest = state.queue.front()?.queued_at;
+        if !others_running && state.lingering_since != Some(oldest) {
             return None;
         }
         let latency = self.owner_latency.get(&node)?;
-        let oldest = state.queue.front()?.queued_at;
         Some(oldest + (*latency * LINGER_LATENCY_FACTOR).min(self.config.linger_max))
     }
 
@@ -719,6 +745,7 @@ impl<P> Dispatcher<P> {
         let Some(state) = self.destinations.get_mut(destination) else {
             return Vec::new();
         };
+        state.lingering_since = None;
         let mut batch = Vec::new();
         let mut stale = Vec::new();
         let mut bytes = 0u64;
@@ -905,11 +932,12 @@ impl<P> Dispatcher<P> {
             .destinations
             .iter()
             .filter(|(_, state)| !state.queue.is_empty() && state.in_flight.is_none());
+        let others_running = self.commits.values().any(|commit| !commit.hung);
         let mut lingers = Vec::new();
         for (destination, _) in waiting {
             match topology.route(destination) {
                 Route::Owner { node, .. } => {
-                    lingers.extend(self.linger_deadline(destination, node))
+                    lingers.extend(self.linger_deadline(destination, node, others_running))
                 }
                 Route::Unassigned => lingers.push(now + self.config.unresolved_retry),
             }

@@ -472,6 +472,39 @@ fn a_small_batch_lingers_while_other_commits_run() {
 }
 
 #[test]
+fn a_lingering_batch_waits_out_its_deadline_after_the_other_commit_lands() {
+    let mut h = Harness::new();
+    h.topic("orders", &[REMOTE, LOCAL]);
+    // Teach the dispatcher the remote owner's latency: 10 ms.
+    h.produce("orders", 0, 1);
+    let order = h.step().remove(0);
+    h.advance(ms(10));
+    h.finish(order, CommitOutcome::Committed);
+    h.produce("orders", 1, 1);
+    let busy = h.step().remove(0);
+    h.produce("orders", 0, 1);
+    assert!(h.step().is_empty(), "lingers beside the running commit");
+    h.advance(ms(5));
+    h.finish(busy, CommitOutcome::Committed);
+    assert!(
+        h.step().is_empty(),
+        "the dispatcher is idle now, but the batch already lingers: it keeps its deadline"
+    );
+    h.advance(ms(14));
+    assert!(h.step().is_empty());
+    h.advance(ms(1));
+    let lingered = h.step();
+    assert_eq!(lingered.len(), 1, "sent once 20 ms passed");
+    h.finish(lingered.into_iter().next().expect("one order"), CommitOutcome::Committed);
+    h.produce("orders", 0, 1);
+    assert_eq!(
+        h.step().len(),
+        1,
+        "a batch that finds the dispatcher idle still leaves at once"
+    );
+}
+
+#[test]
 fn linger_never_exceeds_fifty_milliseconds() {
     let mut h = Harness::new();
     h.topic("orders", &[REMOTE, LOCAL]);
