@@ -1303,7 +1303,9 @@ impl UringFile {
                     Some(libc::EINTR) => {}
                     // Not cached (`EAGAIN`): the ring reads the rest.
                     Some(libc::EOPNOTSUPP | libc::EINVAL) => {
-                        shared.cached_reads_supported.store(false, Ordering::Relaxed);
+                        shared
+                            .cached_reads_supported
+                            .store(false, Ordering::Relaxed);
                         break;
                     }
                     // Anything else: the ring's own read reports it.
@@ -1341,7 +1343,10 @@ impl DiskFile for UringFile {
         let mut target = ReadTarget::new(len, self.direct_io);
         let (filled, finished) = self.read_cached(offset, &mut target.as_mut_slice()[..len]);
         if finished {
-            self.disk.shared.cached_reads.fetch_add(1, Ordering::Relaxed);
+            self.disk
+                .shared
+                .cached_reads
+                .fetch_add(1, Ordering::Relaxed);
             return Completion::ready(Ok(target.into_vec(filled)));
         }
         let (done, completion) = Completion::channel();
@@ -1803,13 +1808,16 @@ mod tests {
         let std_file = fs::File::open(&path).unwrap();
         std_file.sync_all().unwrap();
         // SAFETY: a plain advisory call on a descriptor `std_file` keeps open.
-        let advised = unsafe {
-            libc::posix_fadvise(std_file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
-        };
+        let advised =
+            unsafe { libc::posix_fadvise(std_file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(advised, 0);
         let file = disk.open(&path, crate::OpenOptions::EXISTING).unwrap();
         assert_eq!(file.read_at(0, data.len()).wait().unwrap(), data);
-        assert_eq!(disk.cached_reads(), 0, "clean pages were dropped, so the ring read them");
+        assert_eq!(
+            disk.cached_reads(),
+            0,
+            "clean pages were dropped, so the ring read them"
+        );
     }
 
     #[test]

@@ -495,7 +495,10 @@ fn a_lingering_batch_waits_out_its_deadline_after_the_other_commit_lands() {
     h.advance(ms(1));
     let lingered = h.step();
     assert_eq!(lingered.len(), 1, "sent once 20 ms passed");
-    h.finish(lingered.into_iter().next().expect("one order"), CommitOutcome::Committed);
+    h.finish(
+        lingered.into_iter().next().expect("one order"),
+        CommitOutcome::Committed,
+    );
     h.produce("orders", 0, 1);
     assert_eq!(
         h.step().len(),
