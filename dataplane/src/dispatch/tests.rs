@@ -450,18 +450,24 @@ fn skipped_records_come_back_in_wal_order() {
     assert_eq!(seqs(&next[0]), vec![1, 2, 3, 4]);
 }
 
-#[test]
-fn a_small_batch_lingers_while_other_commits_run() {
+/// A dispatcher that measured the remote owner of `orders/0` at `latency`,
+/// with a commit to the local `orders/1` running (its owner's latency is not
+/// known yet, so it never lingers). Returns that running commit.
+fn beside_a_running_commit(latency: Duration) -> (Harness, CommitOrder<u64>) {
     let mut h = Harness::new();
     h.topic("orders", &[REMOTE, LOCAL]);
-    // Teach the dispatcher the remote owner's latency: 10 ms.
     h.produce("orders", 0, 1);
     let order = h.step().remove(0);
-    h.advance(ms(10));
+    h.advance(latency);
     h.finish(order, CommitOutcome::Committed);
-    // Another commit is running (to the local owner, latency unknown: no linger).
     h.produce("orders", 1, 1);
     let busy = h.step().remove(0);
+    (h, busy)
+}
+
+#[test]
+fn a_small_batch_lingers_while_other_commits_run() {
+    let (mut h, busy) = beside_a_running_commit(ms(10));
     h.produce("orders", 0, 1);
     assert!(h.step().is_empty(), "lingers for twice the owner's latency");
     h.advance(ms(19));
@@ -473,15 +479,7 @@ fn a_small_batch_lingers_while_other_commits_run() {
 
 #[test]
 fn a_lingering_batch_waits_out_its_deadline_after_the_other_commit_lands() {
-    let mut h = Harness::new();
-    h.topic("orders", &[REMOTE, LOCAL]);
-    // Teach the dispatcher the remote owner's latency: 10 ms.
-    h.produce("orders", 0, 1);
-    let order = h.step().remove(0);
-    h.advance(ms(10));
-    h.finish(order, CommitOutcome::Committed);
-    h.produce("orders", 1, 1);
-    let busy = h.step().remove(0);
+    let (mut h, busy) = beside_a_running_commit(ms(10));
     h.produce("orders", 0, 1);
     assert!(h.step().is_empty(), "lingers beside the running commit");
     h.advance(ms(5));
@@ -509,14 +507,8 @@ fn a_lingering_batch_waits_out_its_deadline_after_the_other_commit_lands() {
 
 #[test]
 fn linger_never_exceeds_fifty_milliseconds() {
-    let mut h = Harness::new();
-    h.topic("orders", &[REMOTE, LOCAL]);
-    h.produce("orders", 0, 1);
-    let order = h.step().remove(0);
-    h.advance(Duration::from_secs(2)); // a very slow owner
-    h.finish(order, CommitOutcome::Committed);
-    h.produce("orders", 1, 1);
-    let _busy = h.step().remove(0);
+    // A very slow owner.
+    let (mut h, _busy) = beside_a_running_commit(Duration::from_secs(2));
     h.produce("orders", 0, 1);
     assert!(h.step().is_empty());
     h.advance(ms(49));
@@ -527,14 +519,7 @@ fn linger_never_exceeds_fifty_milliseconds() {
 
 #[test]
 fn a_full_target_batch_does_not_linger() {
-    let mut h = Harness::new();
-    h.topic("orders", &[REMOTE, LOCAL]);
-    h.produce("orders", 0, 1);
-    let order = h.step().remove(0);
-    h.advance(ms(10));
-    h.finish(order, CommitOutcome::Committed);
-    h.produce("orders", 1, 1);
-    let _busy = h.step().remove(0);
+    let (mut h, _busy) = beside_a_running_commit(ms(10));
     h.produce("orders", 0, TARGET_RECORDS_PER_DESTINATION);
     assert_eq!(h.step().len(), 1);
 }
