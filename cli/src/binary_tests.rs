@@ -43,3 +43,83 @@ fn control_help_lists_its_settings() {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }
+
+/// A copy of `narad` (a hard link, so `current_exe` names it) alone in a
+/// fresh directory, where `narad bench` looks for the benchmarks.
+fn narad_alone() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let narad = dir.path().join("narad");
+    std::fs::hard_link(NARAD, &narad).expect("hard link to narad");
+    (dir, narad)
+}
+
+#[test]
+fn bench_without_the_benchmark_built_says_how_to_build_it() {
+    let (_dir, narad) = narad_alone();
+    let output = Command::new(&narad)
+        .args(["bench", "flow"])
+        .env_remove("NARAD_BIN")
+        .output()
+        .expect("narad runs");
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        error.contains("cargo build --release -p narad -p narad-bench"),
+        "{error}"
+    );
+}
+
+#[test]
+fn bench_runs_the_benchmark_beside_it_against_itself() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let (dir, narad) = narad_alone();
+    let seen = dir.path().join("seen");
+    let script = dir.path().join("flow-bench");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$NARAD_BIN\" \"$@\" > '{}'\nexit 7\n",
+            seen.display()
+        ),
+    )
+    .expect("write the stand-in benchmark");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        .expect("make it executable");
+    // A process another test forked while the script was open for writing
+    // holds it open until that process execs; until then the script cannot
+    // run (ETXTBSY). Wait for that once here, so narad's own start is not
+    // the one that meets it.
+    for _ in 0..500 {
+        match Command::new(&script).status() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => break,
+        }
+    }
+    let _ = std::fs::remove_file(&seen);
+    let status = Command::new(&narad)
+        .args(["bench", "flow", "--cluster", "3"])
+        .env_remove("NARAD_BIN")
+        .status()
+        .expect("narad runs");
+    assert_eq!(status.code(), Some(7), "the benchmark's exit status");
+    let seen = std::fs::read_to_string(&seen).expect("the benchmark ran");
+    assert_eq!(
+        seen,
+        format!("{}\n--cluster\n3\n", narad.display()),
+        "NARAD_BIN names this narad, and the arguments pass through"
+    );
+}
+
+#[test]
+fn bench_refuses_an_unknown_benchmark() {
+    let output = Command::new(NARAD)
+        .args(["bench", "nonesuch"])
+        .output()
+        .expect("narad runs");
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("possible values"), "{error}");
+}

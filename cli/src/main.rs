@@ -1,9 +1,10 @@
 //! The `narad` binary: the only crate that links both planes.
 //!
 //! Subcommands: `narad control` (a control-plane voter), `narad data` (a data
-//! node), and `narad dev` (one of each in a single process on loopback, for a
-//! laptop).
+//! node), `narad dev` (one of each in a single process on loopback, for a
+//! laptop), and `narad bench` (a benchmark against this binary).
 
+mod bench;
 mod bridge;
 mod control;
 mod data;
@@ -41,6 +42,9 @@ enum Command {
     /// Run one control node and one data node in this process, on loopback,
     /// with security off.
     Dev(dev::DevArgs),
+    /// Run a benchmark (its binary built beside this one) against this
+    /// binary.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +53,6 @@ fn main() -> ExitCode {
         Command::Control(args) => control::run(&args),
         Command::Dev(args) => dev::run(&args),
         Command::Data(args) => data::run(&args),
+        Command::Bench(args) => bench::run(&args),
     }
 }
