@@ -6,7 +6,7 @@
 //! already set) and passes the remaining arguments through.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::Args;
@@ -70,7 +70,7 @@ pub(crate) fn run(args: &BenchArgs) -> ExitCode {
 }
 
 /// The binary of benchmark `name` in the directory of `narad`, if it is there.
-fn benchmark_beside(narad: &std::path::Path, name: &str) -> Option<PathBuf> {
+fn benchmark_beside(narad: &Path, name: &str) -> Option<PathBuf> {
     let (_, binary) = BENCHMARKS.iter().find(|(known, _)| *known == name)?;
     let path = narad.parent()?.join(binary);
     path.is_file().then_some(path)

@@ -611,9 +611,15 @@ impl<P> Dispatcher<P> {
         }
     }
 
+    /// Commits in flight that are not hung: the ones holding a slot.
+    fn commits_running(&self) -> usize {
+        self.commits.values().filter(|commit| !commit.hung).count()
+    }
+
     fn free_slots(&self) -> usize {
-        let busy = self.commits.values().filter(|commit| !commit.hung).count();
-        self.config.commit_slots.saturating_sub(busy)
+        self.config
+            .commit_slots
+            .saturating_sub(self.commits_running())
     }
 
     fn send_probes(&mut self, topology: &dyn Topology, now: Duration) {
@@ -650,7 +656,7 @@ impl<P> Dispatcher<P> {
     fn send_commits(&mut self, topology: &dyn Topology, now: Duration) {
         // Whether other commits run is judged once, before this poll starts
         // any: an idle dispatcher sends every destination at once.
-        let others_running = self.commits.values().any(|commit| !commit.hung);
+        let others_running = self.commits_running() > 0;
         let ready: Vec<Destination> = self
             .destinations
             .iter()
@@ -932,7 +938,7 @@ impl<P> Dispatcher<P> {
             .destinations
             .iter()
             .filter(|(_, state)| !state.queue.is_empty() && state.in_flight.is_none());
-        let others_running = self.commits.values().any(|commit| !commit.hung);
+        let others_running = self.commits_running() > 0;
         let mut lingers = Vec::new();
         for (destination, _) in waiting {
             match topology.route(destination) {
