@@ -29,7 +29,6 @@
 //! metrics). See `docs/internals/controlplane.md` and `docs/operations.md`.
 
 pub mod controller;
-pub mod metastore;
 pub mod network;
 pub mod node;
 pub mod raft;

@@ -10,18 +10,21 @@ use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
 use narad_disk::sim::{SimDisk, Tear};
+use narad_meta::{Actor, Command, DeleteTopic};
 use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_wal::CheckpointConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::admin::ReplicaAdmin;
+use crate::admin::LocalAdmin;
 use crate::commit::partition_dir;
 use crate::dispatch::{DispatchConfig, NoRemoteTarget, ReplicaLeader};
 use crate::ingress::ProduceMessage;
-use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta};
+use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
-use crate::testing::{LOCAL_NODE, basic, replica};
+use crate::testing::{
+    LOCAL_NODE, apply, assign, basic, create_command, mark_dead, register, replica, topic,
+};
 
 const DATA_DIR: &str = "/node";
 
@@ -48,11 +51,35 @@ fn start(disk: Arc<dyn Disk>, replica: &Arc<MetadataReplica>, config: DataNodeCo
             replica: Arc::clone(replica),
             leader: Arc::new(ReplicaLeader::new(Arc::clone(replica))),
             remote: Arc::new(NoRemoteTarget),
-            admin: Arc::new(ReplicaAdmin::new(Arc::clone(replica), LOCAL_NODE, 0x100)),
+            admin: Arc::new(LocalAdmin::new(Arc::clone(replica))),
         },
         config,
     )
     .expect("start node")
+}
+
+/// A replica of [`LOCAL_NODE`] where `orders` (3 partitions, id `a1`)
+/// exists but no partition is placed yet: its records wait in the WAL.
+fn unplaced_orders() -> Arc<MetadataReplica> {
+    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
+    register(&replica, LOCAL_NODE);
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("orders", 0xa1, 3)),
+    );
+    replica
+}
+
+/// Deletes topic `name`, as its owner would.
+fn delete(replica: &MetadataReplica, name: &str) {
+    apply(
+        replica,
+        Command::DeleteTopic(DeleteTopic {
+            actor: Actor::SecurityOff,
+            name: name.to_owned(),
+            expected_id: None,
+        }),
+    );
 }
 
 /// Waits for `done`, polling; a ceiling, not a timing assertion: it only
@@ -201,18 +228,8 @@ async fn concurrent_http_produces_all_land_in_their_partition_logs() {
 fn records_of_a_deleted_topic_are_discarded_after_leader_confirmation() {
     let sim = SimDisk::new(5);
     let disk: Arc<dyn Disk> = Arc::new(sim);
-    let replica = replica();
     // Nobody owns `orders` yet: its records wait in the WAL.
-    for partition in 0..3 {
-        replica.apply_delta(
-            2 + u64::from(partition),
-            MetadataDelta::SetOwner {
-                topic: "orders".into(),
-                partition,
-                owner: None,
-            },
-        );
-    }
+    let replica = unplaced_orders();
     let node = start(disk, &replica, config(Path::new(DATA_DIR), 1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -230,12 +247,7 @@ fn records_of_a_deleted_topic_are_discarded_after_leader_confirmation() {
     runtime
         .block_on(node.api().acceptor.accept(&topic, &message))
         .expect("accept");
-    replica.apply_delta(
-        10,
-        MetadataDelta::DeleteTopic {
-            name: "orders".into(),
-        },
-    );
+    delete(&replica, "orders");
     wait_until("the discard", || node.drained());
     assert_eq!(node.dispatch_status().discarded.load(Ordering::Relaxed), 1);
     node.shutdown();
@@ -245,22 +257,21 @@ fn records_of_a_deleted_topic_are_discarded_after_leader_confirmation() {
 fn records_for_a_dead_remote_owner_are_rerouted_to_a_local_sibling() {
     let sim = SimDisk::new(6);
     let disk: Arc<dyn Disk> = Arc::new(sim);
-    let replica = replica();
-    replica.apply_delta(
-        2,
-        MetadataDelta::SetOwner {
-            topic: "orders".into(),
-            partition: 0,
-            owner: Some(LOCAL_NODE + 1),
-        },
+    // `orders`/0 is on another node, which then died; its siblings are
+    // here.
+    let remote = LOCAL_NODE + 1;
+    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
+    register(&replica, LOCAL_NODE);
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("orders", 0xa1, 3)),
     );
-    replica.apply_delta(
-        3,
-        MetadataDelta::PutMember(crate::metadata::Member {
-            id: LOCAL_NODE + 1,
-            alive: false,
-        }),
+    assign(
+        &replica,
+        "orders",
+        &[(0, remote), (1, LOCAL_NODE), (2, LOCAL_NODE)],
     );
+    mark_dead(&replica, remote);
     let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -413,9 +424,10 @@ fn a_topic_created_after_start_is_dispatched_once_assigned() {
     let disk: Arc<dyn Disk> = Arc::new(sim);
     let replica = replica();
     let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
-    let mut fresh = TopicMeta::new("fresh", Some("00000000000000e5"), 3, LOCAL_NODE);
-    fresh.owners = vec![None; 3];
-    replica.apply_delta(2, MetadataDelta::PutTopic(fresh));
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("fresh", 0xe5, 3)),
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
@@ -432,14 +444,7 @@ fn a_topic_created_after_start_is_dispatched_once_assigned() {
     runtime
         .block_on(node.api().acceptor.accept(&topic, &message))
         .expect("accept");
-    replica.apply_delta(
-        3,
-        MetadataDelta::SetOwner {
-            topic: "fresh".into(),
-            partition: 2,
-            owner: Some(LOCAL_NODE),
-        },
-    );
+    assign(&replica, "fresh", &[(2, LOCAL_NODE)]);
     wait_until("the assigned partition to take the record", || {
         node.drained()
     });
@@ -496,17 +501,7 @@ fn the_wal_compacts_behind_the_synced_checkpoint() {
 fn records_of_a_replaced_incarnation_are_discarded_and_the_new_one_commits() {
     let sim = SimDisk::new(13);
     let disk: Arc<dyn Disk> = Arc::new(sim);
-    let replica = replica();
-    for partition in 0..3 {
-        replica.apply_delta(
-            2 + u64::from(partition),
-            MetadataDelta::SetOwner {
-                topic: "orders".into(),
-                partition,
-                owner: None,
-            },
-        );
-    }
+    let replica = unplaced_orders();
     let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -528,21 +523,8 @@ fn records_of_a_replaced_incarnation_are_discarded_and_the_new_one_commits() {
     };
     accept(b"old incarnation");
     // Deleted and recreated under the same name while the record waited.
-    replica.apply_delta(
-        10,
-        MetadataDelta::DeleteTopic {
-            name: "orders".into(),
-        },
-    );
-    replica.apply_delta(
-        11,
-        MetadataDelta::PutTopic(TopicMeta::new(
-            "orders",
-            Some("00000000000000b2"),
-            3,
-            LOCAL_NODE,
-        )),
-    );
+    delete(&replica, "orders");
+    topic(&replica, "orders", 0xb2, 3, LOCAL_NODE);
     accept(b"new incarnation");
     wait_until("dispatch", || node.drained());
     assert_eq!(node.dispatch_status().discarded.load(Ordering::Relaxed), 1);
@@ -602,7 +584,7 @@ async fn http_over_tcp_as(
 async fn a_standalone_node_serves_create_and_produce_over_tcp() {
     let sim = SimDisk::new(14);
     let disk: Arc<dyn Disk> = Arc::new(sim);
-    let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE, 0x200);
+    let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE);
     let mut config = config(Path::new(DATA_DIR), 1);
     config.api.security = false;
     let node = Arc::new(DataNode::start(services, config).expect("start"));

@@ -18,7 +18,7 @@ use narad_disk::Disk;
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
-use crate::admin::{Admin, ReplicaAdmin};
+use crate::admin::{Admin, LocalAdmin};
 use crate::commit::{Combiners, LocalLogs};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
 use crate::consume::clock::SystemClock;
@@ -30,8 +30,10 @@ use crate::dispatch::{
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
-use crate::metadata::{Member, MetadataReplica, MetadataSnapshot};
+use crate::ingress::now_unix_ms;
+use crate::metadata::{MetadataReplica, member_id};
 use crate::metrics::NodeMetrics;
+use narad_meta::{Command, RegisterMember};
 
 mod housekeeping;
 
@@ -119,27 +121,26 @@ pub struct NodeServices {
 }
 
 impl NodeServices {
-    /// Services for one data node with no control plane: an empty replica
-    /// that counts as caught up, topic and user changes applied to it
-    /// directly, leader confirmation answered from it, and no remote
-    /// owners. For tests and single-process setups until the metadata
-    /// stream and the cluster transport are wired in.
-    pub fn standalone(disk: Arc<dyn Disk>, node: NodeId, seed: u64) -> Self {
+    /// Services for one data node with no control plane: a replica that is
+    /// its own log, holding this node as its only live member, topic and
+    /// user changes applied to it directly ([`LocalAdmin`]), leader
+    /// confirmation answered from it, and no remote owners.
+    pub fn standalone(disk: Arc<dyn Disk>, node: NodeId) -> Self {
         let replica = Arc::new(MetadataReplica::new(node));
-        let mut snapshot = MetadataSnapshot::default();
-        snapshot.members.insert(
-            node,
-            Member {
-                id: node,
-                alive: true,
-            },
-        );
-        replica.apply_snapshot(snapshot);
+        let register = Command::RegisterMember(RegisterMember {
+            id: member_id(node),
+            http_addr: format!("node-{node}:http"),
+            rpc_addr: format!("node-{node}:rpc"),
+            at_ms: now_unix_ms(),
+        });
+        if let Err(error) = replica.apply_next(&register) {
+            panic!("an empty metastore refused member {node}: {error}");
+        }
         Self {
             disk,
             leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
             remote: Arc::new(NoRemoteTarget),
-            admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), node, seed)),
+            admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
             replica,
         }
     }

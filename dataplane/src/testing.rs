@@ -9,9 +9,13 @@ use narad_disk::Disk;
 use narad_disk::sim::SimDisk;
 use narad_wal::{Wal, WalOptions, WalRecord};
 
-use crate::metadata::{
-    Grant, GrantAction, MetadataReplica, MetadataSnapshot, TopicMeta, TopicSchema, User,
+use narad_meta::{
+    Actor, AssignPartitions, Command, CreateTopic, CreateUser, IncarnationId, MarkDead, NewLink,
+    PartitionOwner, PasswordHash, RegisterMember, SeedAdmin, TopicDefaults,
 };
+
+use crate::dispatch::NodeId;
+use crate::metadata::{Grant, GrantAction, MetadataReplica, member_id};
 
 /// The node id tests run as.
 pub(crate) const LOCAL_NODE: u64 = 1;
@@ -19,71 +23,191 @@ pub(crate) const LOCAL_NODE: u64 = 1;
 /// bcrypt cost for test users: the minimum, so tests stay fast.
 const TEST_BCRYPT_COST: u32 = 4;
 
-/// A user with `password` hashed at the test cost.
-pub(crate) fn user(name: &str, password: &str, grants: Vec<Grant>, root: bool) -> User {
-    User {
-        username: name.to_owned(),
-        password_hash: bcrypt::hash(password, TEST_BCRYPT_COST).expect("bcrypt hash"),
-        root,
-        grants,
-        created_at_ms: 0,
-        updated_at_ms: 0,
+/// Applies `command` as the replica's next entry; the test's setup is
+/// wrong if the metastore refuses it.
+pub(crate) fn apply(replica: &MetadataReplica, command: Command) {
+    if let Err(error) = replica.apply_next(&command) {
+        panic!("the metastore refused {command:?}: {error}");
     }
 }
 
-/// A snapshot with topics `orders` (3 partitions, id), `legacy` (no id),
-/// `typed` (schema: object with integer `amount`), `delayed` (a delay child),
-/// all owned by [`LOCAL_NODE`], and users `alice` (produce on `ord*`),
-/// `bob` (no grants) and `root`.
-pub(crate) fn snapshot() -> MetadataSnapshot {
-    let mut snapshot = MetadataSnapshot {
-        applied_index: 1,
-        ..MetadataSnapshot::default()
-    };
-    let mut typed = TopicMeta::new("typed", Some("00000000000000c3"), 3, LOCAL_NODE);
-    typed.schema = Some(Arc::new(TopicSchema {
-        version: 1,
-        document: serde_json::json!({
+/// Registers data node `node` as a live member.
+pub(crate) fn register(replica: &MetadataReplica, node: NodeId) {
+    apply(
+        replica,
+        Command::RegisterMember(RegisterMember {
+            id: member_id(node),
+            http_addr: format!("node-{node}:http"),
+            rpc_addr: format!("node-{node}:rpc"),
+            at_ms: 1,
+        }),
+    );
+}
+
+/// Marks registered node `node` dead, as the controller does.
+pub(crate) fn mark_dead(replica: &MetadataReplica, node: NodeId) {
+    let id = member_id(node);
+    let observed_heartbeat_ms = replica
+        .view()
+        .metastore
+        .member(&id)
+        .map_or(0, |member| member.last_heartbeat_ms);
+    apply(
+        replica,
+        Command::MarkDead(MarkDead {
+            id,
+            observed_heartbeat_ms,
+        }),
+    );
+}
+
+/// The create command of a topic with default settings, made with
+/// security off.
+pub(crate) fn create_command(name: &str, id: u64, partitions: u32) -> CreateTopic {
+    CreateTopic {
+        actor: Actor::SecurityOff,
+        name: name.to_owned(),
+        id: IncarnationId::from_bits(id),
+        partitions: Some(i64::from(partitions)),
+        retention_ms: None,
+        visibility_timeout_ms: None,
+        max_in_flight_per_partition: None,
+        max_acked_ahead_per_partition: None,
+        schema: None,
+        parent: None,
+        defaults: TopicDefaults::default(),
+        created_at_ms: 0,
+    }
+}
+
+/// Places the listed partitions of `name` on their nodes, registering each
+/// node first if it is not a member yet.
+pub(crate) fn assign(replica: &MetadataReplica, name: &str, owners: &[(u32, NodeId)]) {
+    for &(_, node) in owners {
+        if replica.view().metastore.member(&member_id(node)).is_none() {
+            register(replica, node);
+        }
+    }
+    let id = replica
+        .view()
+        .metastore
+        .topic(name)
+        .map(|topic| topic.id.clone())
+        .unwrap_or_else(|| panic!("no topic {name}"));
+    let owners = owners
+        .iter()
+        .map(|&(partition, node)| PartitionOwner {
+            partition,
+            owner: member_id(node),
+        })
+        .collect();
+    apply(
+        replica,
+        Command::AssignPartitions(AssignPartitions {
+            topic: name.to_owned(),
+            id,
+            owners,
+        }),
+    );
+}
+
+/// Creates `create` and places every partition on `owner`.
+pub(crate) fn place(replica: &MetadataReplica, create: CreateTopic, owner: NodeId) {
+    let name = create.name.clone();
+    let partitions = create.partitions.unwrap_or(3);
+    apply(replica, Command::CreateTopic(create));
+    let all: Vec<(u32, NodeId)> = (0..u32::try_from(partitions).unwrap_or(0))
+        .map(|partition| (partition, owner))
+        .collect();
+    assign(replica, &name, &all);
+}
+
+/// Creates topic `name` (incarnation `id`) with `partitions` partitions,
+/// all on `owner`.
+pub(crate) fn topic(
+    replica: &MetadataReplica,
+    name: &str,
+    id: u64,
+    partitions: u32,
+    owner: NodeId,
+) {
+    place(replica, create_command(name, id, partitions), owner);
+}
+
+/// A bcrypt hash of `password` at the test cost.
+pub(crate) fn password_hash(password: &str) -> PasswordHash {
+    let hash = bcrypt::hash(password, TEST_BCRYPT_COST).expect("bcrypt hash");
+    PasswordHash::try_from(hash).expect("a bcrypt hash")
+}
+
+/// Seeds root user `name` (the metastore takes one only while it has no
+/// user).
+pub(crate) fn seed_root(replica: &MetadataReplica, name: &str, password: &str) {
+    apply(
+        replica,
+        Command::SeedAdmin(SeedAdmin {
+            username: name.to_owned(),
+            password_hash: password_hash(password),
+            at_ms: 0,
+        }),
+    );
+}
+
+/// Creates user `name` with `grants`, as root would.
+pub(crate) fn add_user(replica: &MetadataReplica, name: &str, password: &str, grants: Vec<Grant>) {
+    apply(
+        replica,
+        Command::CreateUser(CreateUser {
+            actor: Actor::SecurityOff,
+            username: name.to_owned(),
+            password_hash: password_hash(password),
+            grants,
+            at_ms: 0,
+        }),
+    );
+}
+
+/// The incarnation id text of `bits`.
+pub(crate) fn id_text(bits: u64) -> String {
+    IncarnationId::from_bits(bits).as_str().to_owned()
+}
+
+/// A replica with topics `orders` (3 partitions, id `a1`), `legacy` (id
+/// `b2`), `typed` (schema: object with integer `amount`, id `c3`),
+/// `delayed` (a delay child of `legacy`, delay 60 s, id `d4`), all owned by
+/// [`LOCAL_NODE`], and users `root`, `alice` (produce on `ord*`, `typed`,
+/// `delayed`) and `bob` (no grants).
+pub(crate) fn replica() -> Arc<MetadataReplica> {
+    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
+    register(&replica, LOCAL_NODE);
+    topic(&replica, "orders", 0xa1, 3, LOCAL_NODE);
+    topic(&replica, "legacy", 0xb2, 3, LOCAL_NODE);
+    let mut typed = create_command("typed", 0xc3, 3);
+    typed.schema = Some(
+        serde_json::json!({
             "type": "object",
             "properties": {"amount": {"type": "integer"}},
             "required": ["amount"]
-        }),
-    }));
-    let mut delayed = TopicMeta::new("delayed", Some("00000000000000d4"), 3, LOCAL_NODE);
-    delayed.fanout_delay_ms = 60_000;
-    for topic in [
-        TopicMeta::new("orders", Some("00000000000000a1"), 3, LOCAL_NODE),
-        TopicMeta::new("legacy", None, 3, LOCAL_NODE),
-        typed,
-        delayed,
-    ] {
-        snapshot
-            .topics
-            .insert(Arc::clone(&topic.name), Arc::new(topic));
-    }
-    for user in [
-        user(
-            "alice",
-            "alice-pw",
-            vec![Grant {
-                action: GrantAction::Produce,
-                patterns: vec!["ord*".into(), "typed".into(), "delayed".into()],
-            }],
-            false,
-        ),
-        user("bob", "bob-pw", Vec::new(), false),
-        user("root", "root-pw", Vec::new(), true),
-    ] {
-        snapshot.users.insert(user.username.clone(), Arc::new(user));
-    }
-    snapshot.users_version = 1;
-    snapshot
-}
-
-/// A replica holding [`snapshot`].
-pub(crate) fn replica() -> Arc<MetadataReplica> {
-    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
-    replica.apply_snapshot(snapshot());
+        })
+        .to_string(),
+    );
+    place(&replica, typed, LOCAL_NODE);
+    let mut delayed = create_command("delayed", 0xd4, 3);
+    delayed.parent = Some(NewLink {
+        parent: "legacy".into(),
+        parent_id: IncarnationId::from_bits(0xb2),
+        fanout_delay_ms: Some(60_000),
+        attach_epoch: narad_meta::AttachEpoch::from_bits(1),
+        attach_offsets: vec![0; 3],
+    });
+    place(&replica, delayed, LOCAL_NODE);
+    seed_root(&replica, "root", "root-pw");
+    let alice = Grant {
+        action: GrantAction::Produce,
+        patterns: vec!["ord*".into(), "typed".into(), "delayed".into()],
+    };
+    add_user(&replica, "alice", "alice-pw", vec![alice]);
+    add_user(&replica, "bob", "bob-pw", Vec::new());
     replica
 }
 

@@ -34,6 +34,7 @@ mod client_stream;
 pub mod codec;
 pub mod commit;
 pub mod consume;
+pub mod fields;
 pub mod frame;
 mod lane;
 pub mod limits;

@@ -4,9 +4,11 @@
 //! - `narad-disk` depends on no workspace crate;
 //! - `narad-wal` and `narad-plog` depend on `narad-disk` only;
 //! - `narad-protocol` depends on no workspace crate;
-//! - `narad-controlplane` depends on `narad-protocol` only;
-//! - `narad-dataplane` depends on `narad-protocol`, `narad-wal`, `narad-plog`
-//!   and `narad-disk` only;
+//! - `narad-meta` (the metastore both planes share) depends on
+//!   `narad-protocol` only;
+//! - `narad-controlplane` depends on `narad-protocol` and `narad-meta` only;
+//! - `narad-dataplane` depends on `narad-protocol`, `narad-meta`,
+//!   `narad-wal`, `narad-plog` and `narad-disk` only;
 //! - no crate but `narad` (the binary) links both planes, directly or
 //!   through other crates.
 //!
@@ -20,6 +22,7 @@ pub const DISK: &str = "narad-disk";
 pub const WAL: &str = "narad-wal";
 pub const PLOG: &str = "narad-plog";
 pub const PROTOCOL: &str = "narad-protocol";
+pub const META: &str = "narad-meta";
 pub const CONTROLPLANE: &str = "narad-controlplane";
 pub const DATAPLANE: &str = "narad-dataplane";
 /// The one crate allowed to link both planes.
@@ -30,10 +33,11 @@ pub fn allowed_direct_dependencies() -> BTreeMap<&'static str, BTreeSet<&'static
     BTreeMap::from([
         (DISK, BTreeSet::new()),
         (PROTOCOL, BTreeSet::new()),
+        (META, BTreeSet::from([PROTOCOL])),
         (WAL, BTreeSet::from([DISK])),
         (PLOG, BTreeSet::from([DISK])),
-        (CONTROLPLANE, BTreeSet::from([PROTOCOL])),
-        (DATAPLANE, BTreeSet::from([PROTOCOL, WAL, PLOG, DISK])),
+        (CONTROLPLANE, BTreeSet::from([PROTOCOL, META])),
+        (DATAPLANE, BTreeSet::from([PROTOCOL, META, WAL, PLOG, DISK])),
     ])
 }
 
@@ -111,10 +115,11 @@ mod tests {
         let edges: &[(&str, &[&str])] = &[
             (DISK, &[]),
             (PROTOCOL, &[]),
+            (META, &[PROTOCOL]),
             (WAL, &[DISK]),
             (PLOG, &[DISK]),
-            (CONTROLPLANE, &[PROTOCOL]),
-            (DATAPLANE, &[PROTOCOL, WAL, PLOG, DISK]),
+            (CONTROLPLANE, &[PROTOCOL, META]),
+            (DATAPLANE, &[PROTOCOL, META, WAL, PLOG, DISK]),
             (BINARY, &[CONTROLPLANE, DATAPLANE]),
             ("narad-bench", &[DISK, WAL]),
         ];
@@ -157,6 +162,20 @@ mod tests {
         assert_eq!(
             violations(&graph),
             vec!["narad-disk must not depend on narad-protocol"]
+        );
+    }
+
+    #[test]
+    fn the_metastore_depending_on_a_plane_is_refused() {
+        let mut graph = clean_graph();
+        add_edge(&mut graph, META, DATAPLANE);
+        // Through the shared model, the control plane would link both.
+        assert_eq!(
+            violations(&graph),
+            vec![
+                format!("{META} must not depend on {DATAPLANE}"),
+                format!("{CONTROLPLANE} links both planes; only {BINARY} may"),
+            ]
         );
     }
 

@@ -12,8 +12,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use narad_controlplane::metastore::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
-use narad_controlplane::node::{ControlClient, MetadataReplica};
+use narad_controlplane::node::ControlClient;
+use narad_meta::follow::Follower as MetadataReplica;
+use narad_meta::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
 use narad_tests::cluster::ControlCluster;
 use tokio::sync::watch;
 

@@ -3,11 +3,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use narad_controlplane::metastore::{
-    Actor, Command, CreateTopic, DeleteTopic, IncarnationId, TopicDefaults,
-};
 use narad_controlplane::node::wire::{ConfirmQuestion, MemberReport};
-use narad_controlplane::raft::AppliedOutcome;
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::{Actor, Command, CreateTopic, DeleteTopic, IncarnationId, TopicDefaults};
 use narad_tests::cluster::{ControlCluster, http_get};
 
 fn create_topic(name: &str) -> Command {

@@ -5,9 +5,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use narad_controlplane::metastore::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
-use narad_controlplane::node::{ControlClient, MetadataReplica};
-use narad_controlplane::raft::AppliedOutcome;
+use narad_controlplane::node::ControlClient;
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::follow::Follower as MetadataReplica;
+use narad_meta::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
 use narad_tests::cluster::ControlCluster;
 
 fn create_topic(name: &str) -> Command {

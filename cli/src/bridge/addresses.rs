@@ -14,11 +14,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_dataplane::dispatch::NodeId;
+use narad_dataplane::metadata::node_of;
 use narad_dataplane::remote::AddressTable;
+use narad_meta::Metastore;
 use tracing::{info, warn};
 
 /// Each data node's RPC address as its member record spells it.
 pub(crate) type MemberAddrs = BTreeMap<NodeId, String>;
+
+/// Each data node's RPC address as its member record spells it
+/// (`host:port`, the host maybe a name).
+pub(crate) fn member_rpc_addrs(metastore: &Metastore) -> MemberAddrs {
+    metastore
+        .members()
+        .filter_map(|member| Some((node_of(&member.id)?, member.rpc_addr.clone())))
+        .collect()
+}
 
 /// How often every member's address is resolved again when nothing
 /// changed.

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_controlplane::metastore::IncarnationId;
 use narad_controlplane::node::wire::ConfirmQuestion;
 use narad_dataplane::dispatch::{GoneQuestion, LeaderConfirm};
+use narad_meta::IncarnationId;
 use tokio::runtime::Handle;
 
 use super::Bridge;

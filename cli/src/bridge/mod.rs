@@ -3,16 +3,15 @@
 //! nodes on other hosts) and in `narad dev` (one control node in the same
 //! process, on loopback):
 //!
-//! - the metadata stream feeds the data node's replica: each batch is
-//!   applied to a control-plane subscriber replica, whose state is then
-//!   converted whole into the data plane's types and swapped in;
+//! - the metadata stream feeds the data node's replica, which applies each
+//!   batch with the metastore's own `apply` (`narad_meta`);
 //! - the data node registers as a member and heartbeats, so the controller
 //!   assigns partitions to it;
 //! - [`ControlConfirm`] asks the leader, after its barrier, whether a
 //!   topic or one incarnation of it is gone;
-//! - [`ControlAdmin`] turns the HTTP API's topic and user changes into
-//!   control-plane commands, proposed through the leader and answered once
-//!   the data node's replica holds them;
+//! - [`ControlAdmin`] proposes the metastore commands the HTTP API builds
+//!   through the leader, and answers once the data node's replica holds
+//!   them;
 //! - [`LeaderHeard`] records when a leader was last heard, for `/readyz`;
 //! - the address book ([`addresses`]) resolves the data nodes' RPC
 //!   addresses from their member records, for commits to partitions other
@@ -26,7 +25,6 @@
 mod addresses;
 mod admin;
 mod confirm;
-mod convert;
 mod leader;
 mod nodes;
 
@@ -36,11 +34,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_controlplane::controller::constants::HEARTBEAT_INTERVAL;
+use narad_controlplane::node::ControlClient;
 use narad_controlplane::node::client::ClientError;
 use narad_controlplane::node::wire::MemberReport;
-use narad_controlplane::node::{ControlClient, MetadataReplica as Subscriber};
 use narad_dataplane::dispatch::NodeId;
-use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::metadata::{MetadataReplica, member_id};
 use narad_dataplane::remote::AddressTable;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -131,10 +129,8 @@ impl Bridge {
     }
 
     async fn feed(&self) {
-        let mut subscriber = Subscriber::new();
-        let mut fed_once = false;
         loop {
-            let after = subscriber.applied_index();
+            let after = self.replica.view().applied_index;
             let batch = match self
                 .call(Repeat::Safe, |addr| {
                     self.client.fetch_metadata(addr, after, FETCH_WAIT_MS)
@@ -148,26 +144,19 @@ impl Bridge {
                     continue;
                 }
             };
-            if let Err(error) = subscriber.apply(&batch) {
+            if let Err(error) = self.replica.apply_batch(&batch) {
                 warn!(%error, "metadata batch refused; fetching again from the replica's index");
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
-            let applied = subscriber.applied_index();
-            if !fed_once || applied > after {
-                self.replica
-                    .apply_snapshot(convert::snapshot(subscriber.metastore(), applied));
-                let addrs = convert::member_rpc_addrs(subscriber.metastore());
-                self.member_addrs.send_if_modified(|current| {
-                    let changed = *current != addrs;
-                    *current = addrs;
-                    changed
-                });
-                fed_once = true;
-            }
-            self.replica
-                .set_leader_commit_index(batch.leader_commit_index);
-            self.fed.send_replace(applied);
+            let view = self.replica.view();
+            let addrs = addresses::member_rpc_addrs(&view.metastore);
+            self.member_addrs.send_if_modified(|current| {
+                let changed = *current != addrs;
+                *current = addrs;
+                changed
+            });
+            self.fed.send_replace(view.applied_index);
         }
     }
 
@@ -217,7 +206,7 @@ impl Bridge {
     /// a leader takes it.
     pub(crate) async fn register(&self, http_addr: &str, rpc_addr: &str) {
         let report = MemberReport::Register {
-            id: convert::member_id(self.node),
+            id: member_id(self.node),
             http_addr: http_addr.to_owned(),
             rpc_addr: rpc_addr.to_owned(),
         };
@@ -242,7 +231,7 @@ impl Bridge {
             loop {
                 ticks.tick().await;
                 let report = MemberReport::Heartbeat {
-                    id: convert::member_id(bridge.node),
+                    id: member_id(bridge.node),
                 };
                 match bridge
                     .call(Repeat::Safe, |addr| {

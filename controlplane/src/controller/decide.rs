@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::metastore::{
+use narad_meta::{
     AssignPartitions, Command, MarkDead, Member, MemberStatus, Metastore, PartitionOwner, Topic,
 };
 
@@ -46,7 +46,7 @@ pub struct Decision {
     /// Commands to propose, dead markings first, then placements (one
     /// command per topic, topics in name order, parents before children).
     pub commands: Vec<Command>,
-    /// Propose a root admin ([`crate::metastore::SeedAdmin`]): security is
+    /// Propose a root admin ([`narad_meta::SeedAdmin`]): security is
     /// on and there are no users. The runtime picks and hashes the password.
     pub seed_admin: bool,
     /// Members that are overdue but were not marked dead because the

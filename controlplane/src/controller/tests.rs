@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::metastore::{
+use narad_meta::{
     Actor, ApplyContext, AssignPartitions, AttachEpoch, Command, CreateTopic, Heartbeat,
     IncarnationId, MarkDead, Metastore, NewLink, PartitionOwner, RegisterMember, SetDraining,
     TopicDefaults,
@@ -481,8 +481,8 @@ fn a_secured_cluster_without_users_needs_its_root_admin() {
 #[test]
 fn a_cluster_with_users_needs_no_seed() {
     let mut cluster = Cluster::new();
-    let hash = crate::metastore::hash_password(b"pw", 4, [0; 16]).unwrap();
-    cluster.apply(&Command::SeedAdmin(crate::metastore::SeedAdmin {
+    let hash = narad_meta::hash_password(b"pw", 4, [0; 16]).unwrap();
+    cluster.apply(&Command::SeedAdmin(narad_meta::SeedAdmin {
         username: "admin".into(),
         password_hash: hash,
         at_ms: 0,

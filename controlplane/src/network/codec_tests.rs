@@ -22,15 +22,16 @@ use super::messages::{
     AppendEntries, AppendEntriesAnswer, CONTROL_MESSAGE_VERSION, InstallSnapshot,
     InstallSnapshotAnswer, Vote, VoteAnswer,
 };
-use crate::metastore::{
-    Actor, AssignPartitions, AttachEpoch, Command, CreateTopic, DeleteTopic, Heartbeat,
-    IncarnationId, ParentLink, PartitionOwner, RegisterMember, SchemaVersion, Topic, TopicDefaults,
-};
 use crate::node::wire::{
     ConfirmAnswer, ConfirmQuestion, ConfirmRequest, JoinAnswer, JoinRequest, LocalRead,
     LocalReadAnswer, MemberReport, MemberRequest, ProposeRequest, Status,
 };
-use crate::raft::{Applied, AppliedOutcome, ControlNodeId, Entry, LogId, SnapshotMeta};
+use crate::raft::{Applied, ControlNodeId, Entry, LogId, SnapshotMeta};
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::{
+    Actor, AssignPartitions, AttachEpoch, Command, CreateTopic, DeleteTopic, Heartbeat,
+    IncarnationId, ParentLink, PartitionOwner, RegisterMember, SchemaVersion, Topic, TopicDefaults,
+};
 
 // ---- strategies ------------------------------------------------------------
 

@@ -15,13 +15,13 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 
-use super::fields::{get_bool, get_count, invalid, put_bool, put_count};
 use super::raft_fields::{
     ENTRY_BYTES_MIN, get_entry, get_fatal, get_install_snapshot_error, get_opt_log_id,
     get_snapshot_meta, get_vote, put_entry, put_fatal, put_install_snapshot_error, put_opt_log_id,
     put_snapshot_meta, put_vote,
 };
 use crate::raft::{ControlNodeId, TypeConfig};
+use narad_protocol::fields::{get_bool, get_count, invalid, put_bool, put_count};
 
 /// Opcodes of the control plane's own operations. The spec's numbers end at
 /// 32 with later ones unnamed there; the control plane takes 64 and up.

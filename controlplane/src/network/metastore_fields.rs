@@ -1,10 +1,10 @@
 //! Encodings of metastore values inside control-plane messages: the
 //! command a log entry or a proposal carries, topic records, and the
 //! 8-byte ids. They are the metastore's own binary codecs
-//! ([`crate::metastore::codec`], which also reads the JSON command blob of
+//! ([`narad_meta::codec`], which also reads the JSON command blob of
 //! older peers); this module names the ones the messages use.
 
-pub(crate) use crate::metastore::codec::{
+pub(crate) use narad_meta::codec::{
     PARTITION_SLOTS_MAX, get_command, get_epoch, get_incarnation, get_topic, put_command,
     put_epoch, put_incarnation, put_topic,
 };

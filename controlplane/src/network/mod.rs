@@ -6,7 +6,6 @@
 //! mode); nothing here trusts a peer beyond that.
 
 pub mod client;
-pub(crate) mod fields;
 pub mod messages;
 pub(crate) mod metastore_fields;
 pub(crate) mod raft_fields;

@@ -16,9 +16,11 @@ use openraft::{
     Membership, SnapshotSegmentId, StorageError, StorageIOError, Violation, Vote,
 };
 
-use super::fields::{get_bool, get_count, get_option, invalid, put_bool, put_count, put_option};
 use super::metastore_fields::{get_command, put_command};
 use crate::raft::{ControlNodeId, Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use narad_protocol::fields::{
+    get_bool, get_count, get_option, invalid, put_bool, put_count, put_option,
+};
 
 /// The most configurations a membership holds: one, or two while a joint
 /// consensus moves from the old voters to the new.

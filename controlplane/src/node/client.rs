@@ -11,9 +11,9 @@ use super::wire::{
     ConfirmAnswer, ConfirmQuestion, ConfirmRequest, LocalRead, LocalReadAnswer, MemberReport,
     MemberRequest, ProposeRequest, Status,
 };
-use crate::metastore::{Command, Topic};
 use crate::network::messages::opcodes;
 use crate::raft::Applied;
+use narad_meta::{Command, Topic};
 
 /// Why a call to a control node failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

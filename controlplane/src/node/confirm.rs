@@ -12,8 +12,8 @@ use openraft::ServerState;
 use super::propose::call_leader;
 use super::runtime::Shared;
 use super::wire::{ConfirmAnswer, ConfirmQuestion, ConfirmRequest};
-use crate::metastore::Metastore;
 use crate::network::messages::opcodes;
+use narad_meta::Metastore;
 
 /// Whether the answer to `question` is "still current" in `state`.
 fn is_current(state: &Metastore, question: &ConfirmQuestion) -> bool {

@@ -10,8 +10,8 @@ use tracing::{debug, info, warn};
 use super::propose::propose;
 use super::runtime::Shared;
 use crate::controller::{Controller, ControllerConfig};
-use crate::metastore::{BCRYPT_COST, Command, SeedAdmin, admin_password, hash_password};
-use crate::raft::AppliedOutcome;
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::{BCRYPT_COST, Command, SeedAdmin, admin_password, hash_password};
 
 /// The root admin's username.
 const ROOT_ADMIN: &str = "admin";

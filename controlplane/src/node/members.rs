@@ -10,9 +10,9 @@ use openraft::ServerState;
 use super::propose::{call_leader, propose};
 use super::runtime::Shared;
 use super::wire::{MemberReport, MemberRequest};
-use crate::metastore::{Command, Heartbeat, RegisterMember};
 use crate::network::messages::opcodes;
 use crate::raft::Applied;
+use narad_meta::{Command, Heartbeat, RegisterMember};
 
 fn now_ms() -> u64 {
     let since = SystemTime::now()

@@ -20,6 +20,6 @@ pub mod wire;
 
 pub use client::ControlClient;
 pub use config::{ConfigError, ControlConfig};
-pub use metadata::{MetadataReplica, ReplicaChange, ReplicaError};
+
 pub use propose::ProposeError;
 pub use runtime::{ControlNode, StartError};

@@ -13,12 +13,12 @@ use tokio::time::timeout;
 use super::runtime::{PROPOSE_TIMEOUT, Shared};
 use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest};
 use super::{confirm, join, members, metadata};
-use crate::metastore::Command;
 use crate::network::messages::opcodes;
 use crate::raft::{Applied, ControlNodeId};
+use narad_meta::Command;
 
 /// Why a proposal got no outcome. A refusal by the metastore is not an
-/// error here: it is an outcome ([`crate::raft::AppliedOutcome::Refused`]).
+/// error here: it is an outcome ([`narad_meta::follow::AppliedOutcome::Refused`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProposeError {

@@ -197,7 +197,7 @@ impl ControlNode {
     /// See [`ProposeError`].
     pub async fn propose(
         &self,
-        command: crate::metastore::Command,
+        command: narad_meta::Command,
     ) -> Result<crate::raft::Applied, propose::ProposeError> {
         propose::propose(&self.shared, command, false).await
     }

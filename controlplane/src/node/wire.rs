@@ -7,17 +7,18 @@
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::{Deserialize, Serialize};
 
-use crate::metastore::{AttachEpoch, Command, IncarnationId, Topic};
-use crate::network::fields::{
-    get_bool, get_count, get_option, invalid, put_bool, put_count, put_option,
-};
 use crate::network::messages::CONTROL_MESSAGE_VERSION;
 use crate::network::metastore_fields::{
     PARTITION_SLOTS_MAX, get_command, get_epoch, get_incarnation, get_topic, put_command,
     put_epoch, put_incarnation, put_topic,
 };
 use crate::network::raft_fields::MEMBERSHIP_NODES_MAX;
-use crate::raft::{Applied, AppliedOutcome, ControlNodeId};
+use crate::raft::{Applied, ControlNodeId};
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::{AttachEpoch, Command, IncarnationId, Topic};
+use narad_protocol::fields::{
+    get_bool, get_count, get_option, invalid, put_bool, put_count, put_option,
+};
 
 /// A proposed metastore command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

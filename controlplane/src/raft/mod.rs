@@ -7,7 +7,8 @@ use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metastore::{Command, MetastoreError, Outcome};
+use narad_meta::Command;
+use narad_meta::follow::AppliedOutcome;
 
 /// A control node's Raft id. openraft wants an integer; operators give it as
 /// `cluster.node_id` (a positive number for control nodes).
@@ -45,38 +46,4 @@ pub struct Applied {
     pub index: u64,
     /// The result.
     pub outcome: AppliedOutcome,
-}
-
-/// The result of applying one entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AppliedOutcome {
-    /// The command changed the state.
-    Applied,
-    /// The command was accepted and changed nothing.
-    Unchanged,
-    /// The command was refused: the metastore's status and text, for the
-    /// client that proposed it.
-    Refused {
-        /// HTTP status the spec pairs with the refusal.
-        status: u16,
-        /// The client-facing text.
-        message: String,
-    },
-    /// The entry carried no command (blank or membership entry).
-    NoCommand,
-}
-
-impl AppliedOutcome {
-    /// The outcome of `Metastore::apply`.
-    pub fn of(result: Result<Outcome, MetastoreError>) -> Self {
-        match result {
-            Ok(Outcome::Applied) => Self::Applied,
-            Ok(Outcome::Unchanged) => Self::Unchanged,
-            Err(error) => Self::Refused {
-                status: error.status(),
-                message: error.to_string(),
-            },
-        }
-    }
 }

@@ -21,9 +21,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, META};
-use crate::metastore::codec::{from_json, is_bare_json};
 use crate::network::raft_fields::{get_entry, put_entry};
 use crate::raft::{ControlNodeId, Entry, LogId, StorageError, TypeConfig};
+use narad_meta::codec::{from_json, is_bare_json};
 
 /// The log and the vote. Cloning shares the database; openraft uses clones
 /// as log readers for replication.
@@ -274,7 +274,7 @@ mod stored_entry_tests {
     use tempfile::TempDir;
 
     use super::*;
-    use crate::metastore::{Command, Heartbeat};
+    use narad_meta::{Command, Heartbeat};
 
     fn heartbeat_entry(index: u64) -> Entry {
         Entry {
@@ -339,10 +339,10 @@ mod stored_entry_tests {
 
     #[test]
     fn a_stored_topic_create_is_smaller_than_its_json() {
-        let create = crate::metastore::CreateTopic {
-            actor: crate::metastore::Actor::SecurityOff,
+        let create = narad_meta::CreateTopic {
+            actor: narad_meta::Actor::SecurityOff,
             name: "bench-topic-0001".into(),
-            id: crate::metastore::IncarnationId::from_bits(0x9e37_79b9_7f4a_7c15),
+            id: narad_meta::IncarnationId::from_bits(0x9e37_79b9_7f4a_7c15),
             partitions: None,
             retention_ms: None,
             visibility_timeout_ms: None,
@@ -350,7 +350,7 @@ mod stored_entry_tests {
             max_acked_ahead_per_partition: None,
             schema: None,
             parent: None,
-            defaults: crate::metastore::TopicDefaults::default(),
+            defaults: narad_meta::TopicDefaults::default(),
             created_at_ms: 1_764_000_000_001,
         };
         let entry = Entry {

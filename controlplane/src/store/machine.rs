@@ -25,14 +25,15 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, META};
-use crate::metastore::codec::{from_json, get_state, is_bare_json, put_state};
-use crate::metastore::{ApplyContext, Command, Metastore};
 use crate::network::raft_fields::{
     get_opt_log_id, get_stored_membership, put_opt_log_id, put_stored_membership,
 };
 use crate::raft::{
-    Applied, AppliedOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+    Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+use narad_meta::codec::{from_json, get_state, is_bare_json, put_state};
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::{ApplyContext, Command, Metastore};
 
 /// The metadata stream serves changes from memory: the last this many
 /// applied commands. A subscriber further behind gets a snapshot instead.
@@ -446,7 +447,7 @@ mod snapshot_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::metastore::{Heartbeat, RegisterMember};
+    use narad_meta::{Heartbeat, RegisterMember};
 
     /// A state machine after a membership entry at 1 and a registration at 2.
     fn sample_state() -> MachineState {
@@ -553,7 +554,7 @@ mod snapshot_tests {
         // The state's version byte follows the last applied id (25 bytes)
         // and the membership (25 + 12 + 8 + 19 bytes).
         let at = 1 + 25 + 25 + 12 + 8 + 19;
-        assert_eq!(data[at], crate::metastore::codec::STATE_VERSION);
+        assert_eq!(data[at], narad_meta::codec::STATE_VERSION);
         data[at] = 9;
         let error = decode_snapshot(Bytes::from(data)).expect_err("refused");
         assert!(error.contains("metastore state version 9"), "{error}");

@@ -7,8 +7,9 @@ use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader, Vote};
 use tempfile::TempDir;
 
 use super::{DATABASE_FILE, LogStore, StateMachine, open};
-use crate::metastore::{Command, Heartbeat};
-use crate::raft::{AppliedOutcome, Entry, LogId, StorageError, TypeConfig};
+use crate::raft::{Entry, LogId, StorageError, TypeConfig};
+use narad_meta::follow::AppliedOutcome;
+use narad_meta::{Command, Heartbeat};
 
 /// Builds a fresh store in its own temporary directory, kept alive by the
 /// guard for as long as the suite uses the store.

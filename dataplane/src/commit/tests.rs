@@ -11,9 +11,9 @@ use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem, LocalLogs};
 use crate::dispatch::Destination;
-use crate::metadata::MetadataDelta;
 use crate::metrics::NodeMetrics;
-use crate::testing::{LOCAL_NODE, replica};
+use crate::testing::{LOCAL_NODE, apply, assign, create_command, id_text, replica};
+use narad_meta::{Actor, Command, DeleteTopic};
 
 fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(3));
@@ -96,18 +96,17 @@ fn records_without_an_id_commit_by_name() {
 #[test]
 fn a_partition_owned_elsewhere_is_refused() {
     let (combiners, replica) = combiners();
-    replica.apply_delta(
-        2,
-        MetadataDelta::SetOwner {
-            topic: "orders".into(),
-            partition: 2,
-            owner: Some(LOCAL_NODE + 1),
-        },
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("split", 0xe5, 3)),
     );
+    let owners = [(0, LOCAL_NODE), (1, LOCAL_NODE), (2, LOCAL_NODE + 1)];
+    assign(&replica, "split", &owners);
+    let split_id = id_text(0xe5);
     let error = combiners
         .commit(
-            &Destination::new("orders", 2),
-            batch(&["a"], Some(ORDERS_ID)),
+            &Destination::new("split", 2),
+            batch(&["a"], Some(&split_id)),
         )
         .unwrap_err();
     assert!(matches!(error, CommitError::NotOwner));
@@ -129,12 +128,12 @@ fn a_batch_whose_caller_gave_up_is_left_out() {
 #[test]
 fn a_deleted_topic_is_refused() {
     let (combiners, replica) = combiners();
-    replica.apply_delta(
-        2,
-        MetadataDelta::DeleteTopic {
-            name: "orders".into(),
-        },
-    );
+    let delete = DeleteTopic {
+        actor: Actor::SecurityOff,
+        name: "orders".into(),
+        expected_id: None,
+    };
+    apply(&replica, Command::DeleteTopic(delete));
     assert!(
         combiners
             .commit(

@@ -23,11 +23,13 @@ use super::service::{
 use super::shard::Settle;
 use crate::commit::LocalLogs;
 use crate::dispatch::Destination;
-use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta, VISIBILITY_TIMEOUT_MS_DEFAULT};
-use crate::testing::{LOCAL_NODE, replica};
+use crate::metadata::MetadataReplica;
+use crate::testing::{LOCAL_NODE, apply, assign, create_command, register, replica};
+use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic, TopicDefaults};
 
 const TOPIC: &str = "orders";
-const VISIBILITY_MS: u64 = VISIBILITY_TIMEOUT_MS_DEFAULT;
+/// The lease length of a topic created without one (`TopicDefaults`).
+const VISIBILITY_MS: u64 = 30_000;
 /// A long poll that only the manual clock can end.
 const LONG_WAIT: Duration = Duration::from_secs(10);
 /// How long a test awaits a parked consume's answer: a ceiling that turns
@@ -128,13 +130,41 @@ impl Node {
         )
     }
 
-    /// Replaces the topic with a changed copy.
-    fn alter_topic(&self, change: impl FnOnce(&mut TopicMeta)) {
-        let mut meta = TopicMeta::clone(&self.replica.topic_meta(TOPIC).expect("topic"));
-        change(&mut meta);
-        let index = self.replica.view().applied_index + 1;
-        self.replica
-            .apply_delta(index, MetadataDelta::PutTopic(meta));
+    /// Alters the topic as a client's `PATCH` does: `change` sets the
+    /// fields of one alter group.
+    fn alter_topic(&self, change: impl FnOnce(&mut AlterTopic)) {
+        let mut alter = AlterTopic {
+            actor: Actor::SecurityOff,
+            name: TOPIC.into(),
+            expected_id: None,
+            retention_ms: None,
+            max_in_flight_per_partition: None,
+            max_acked_ahead_per_partition: None,
+            partitions: None,
+            defaults: TopicDefaults::default(),
+        };
+        change(&mut alter);
+        apply(&self.replica, Command::AlterTopic(alter));
+    }
+
+    /// Deletes the topic and creates it again as incarnation `id`, every
+    /// partition on this node.
+    fn recreate_topic(&self, id: u64) {
+        let delete = DeleteTopic {
+            actor: Actor::SecurityOff,
+            name: TOPIC.into(),
+            expected_id: None,
+        };
+        apply(&self.replica, Command::DeleteTopic(delete));
+        apply(
+            &self.replica,
+            Command::CreateTopic(create_command(TOPIC, id, 3)),
+        );
+        assign(
+            &self.replica,
+            TOPIC,
+            &[(0, LOCAL_NODE), (1, LOCAL_NODE), (2, LOCAL_NODE)],
+        );
     }
 
     /// A consume with a long wait, running on its own task, once it has
@@ -196,6 +226,37 @@ fn temp_node_without_tail_cache() -> (tempfile::TempDir, Node) {
     );
     (dir, node)
 }
+
+/// A replica holding only topic `orders` (3 partitions), created as
+/// `create` says, with partition i placed on `owners[i]` (`None`:
+/// unassigned).
+fn orders_replica(
+    owners: [Option<u64>; 3],
+    create: impl FnOnce(&mut CreateTopic),
+) -> Arc<MetadataReplica> {
+    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
+    register(&replica, LOCAL_NODE);
+    let mut command = create_command(TOPIC, 0xa1, 3);
+    create(&mut command);
+    apply(&replica, Command::CreateTopic(command));
+    let placed: Vec<(u32, u64)> = (0..3)
+        .zip(owners)
+        .filter_map(|(partition, owner)| Some((partition, owner?)))
+        .collect();
+    if !placed.is_empty() {
+        assign(&replica, TOPIC, &placed);
+    }
+    replica
+}
+
+/// A node on the simulated disk over `replica`.
+fn sim_node_over(replica: Arc<MetadataReplica>) -> Node {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(11));
+    Node::on(disk, Path::new("/node"), replica, 5)
+}
+
+const ELSEWHERE: Option<u64> = Some(LOCAL_NODE + 1);
+const HERE: Option<u64> = Some(LOCAL_NODE);
 
 fn sim_node() -> Node {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(11));
@@ -260,16 +321,14 @@ async fn queue_consumes_start_at_a_rotating_partition() {
 
 #[tokio::test]
 async fn a_queue_consume_skips_partitions_owned_elsewhere() {
-    let node = sim_node();
+    let node = sim_node_over(orders_replica([HERE, ELSEWHERE, HERE], |_| {}));
     node.commit(1, &["elsewhere"]);
-    node.alter_topic(|meta| meta.owners[1] = Some(LOCAL_NODE + 1));
     assert!(node.consume(None, 10).await.is_empty());
 }
 
 #[tokio::test]
 async fn a_pinned_consume_of_a_partition_owned_elsewhere_is_owner_unavailable() {
-    let node = sim_node();
-    node.alter_topic(|meta| meta.owners[2] = Some(LOCAL_NODE + 1));
+    let node = sim_node_over(orders_replica([HERE, HERE, ELSEWHERE], |_| {}));
     let outcome = node
         .service
         .consume(request(Some(2), 1, Duration::ZERO))
@@ -418,8 +477,7 @@ async fn a_settle_on_a_partition_never_consumed_is_lease_gone() {
 
 #[tokio::test]
 async fn a_settle_on_a_partition_owned_elsewhere_is_owner_unavailable() {
-    let node = sim_node();
-    node.alter_topic(|meta| meta.owners[1] = Some(LOCAL_NODE + 1));
+    let node = sim_node_over(orders_replica([HERE, ELSEWHERE, HERE], |_| {}));
     assert_eq!(
         node.service.settle(TOPIC, 1, 0, 42, Settle::Ack),
         Err(SettleError::OwnerUnavailable { partition: 1 })
@@ -433,7 +491,7 @@ async fn a_settle_on_a_partition_owned_elsewhere_is_owner_unavailable() {
 #[tokio::test]
 async fn the_in_flight_cap_limits_what_one_partition_leases() {
     let node = sim_node();
-    node.alter_topic(|meta| meta.max_in_flight_per_partition = 2);
+    node.alter_topic(|alter| alter.max_in_flight_per_partition = Some(2));
     node.commit(0, &["a", "b", "c"]);
     let got = node.consume(Some(0), 10).await;
     assert_eq!(offsets(&got), vec![0, 1]);
@@ -445,7 +503,7 @@ async fn the_in_flight_cap_limits_what_one_partition_leases() {
 #[tokio::test]
 async fn at_the_acked_ahead_cap_only_the_frontier_hole_is_delivered() {
     let node = sim_node();
-    node.alter_topic(|meta| meta.max_acked_ahead_per_partition = 2);
+    node.alter_topic(|alter| alter.max_acked_ahead_per_partition = Some(2));
     node.commit(0, &["a", "b", "c", "d", "e"]);
     let got = node.consume(Some(0), 3).await;
     node.settle(&got[1], Settle::Ack).expect("ack 1");
@@ -469,15 +527,14 @@ async fn a_long_poll_is_answered_by_a_commit() {
 
 #[tokio::test]
 async fn a_long_poll_parked_before_its_partitions_had_an_owner_is_answered_by_a_commit() {
-    let node = sim_node();
     // A topic created a moment ago: the controller has not assigned it.
-    node.alter_topic(|meta| meta.owners.iter_mut().for_each(|owner| *owner = None));
+    let node = sim_node_over(orders_replica([None, None, None], |_| {}));
     let task = node.parked_consume(None).await;
-    node.alter_topic(|meta| {
-        meta.owners
-            .iter_mut()
-            .for_each(|owner| *owner = Some(LOCAL_NODE));
-    });
+    assign(
+        &node.replica,
+        TOPIC,
+        &[(0, LOCAL_NODE), (1, LOCAL_NODE), (2, LOCAL_NODE)],
+    );
     // Let the metadata pump open the newly owned partitions' watchers.
     for _ in 0..PARK_YIELDS_MAX {
         tokio::task::yield_now().await;
@@ -535,9 +592,9 @@ async fn a_long_poll_is_answered_by_a_nack() {
 
 #[tokio::test]
 async fn a_long_poll_is_answered_by_a_lease_expiry() {
-    let node = sim_node();
     // Shorter than the long poll, so the expiry comes first.
-    node.alter_topic(|meta| meta.visibility_timeout_ms = 5_000);
+    let short = |create: &mut CreateTopic| create.visibility_timeout_ms = Some(5_000);
+    let node = sim_node_over(orders_replica([HERE, HERE, HERE], short));
     node.commit(0, &["a"]);
     let held = node.consume(Some(0), 1).await;
     let task = node.parked_consume(Some(0)).await;
@@ -550,7 +607,7 @@ async fn a_long_poll_is_answered_by_a_lease_expiry() {
 #[tokio::test]
 async fn a_long_poll_is_answered_by_an_ack_that_frees_a_cap_slot() {
     let node = sim_node();
-    node.alter_topic(|meta| meta.max_in_flight_per_partition = 1);
+    node.alter_topic(|alter| alter.max_in_flight_per_partition = Some(1));
     node.commit(0, &["a", "b"]);
     let held = node.consume(Some(0), 1).await;
     let task = node.parked_consume(Some(0)).await;
@@ -733,7 +790,7 @@ async fn a_recreated_topic_is_served_from_a_fresh_shard() {
     let (_dir, node) = temp_node();
     node.commit(0, &["old"]);
     let old = node.consume(Some(0), 1).await;
-    node.alter_topic(|meta| meta.incarnation_id = Some(Arc::from("00000000000000b2")));
+    node.recreate_topic(0xb2);
     node.commit(0, &["new"]);
     let got = node.consume(Some(0), 1).await;
     assert_eq!(payloads(&got), vec!["new"]);

@@ -18,18 +18,20 @@ use axum::http::{HeaderMap, Request, StatusCode};
 use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::sim::SimDisk;
+use narad_meta::Command;
 use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 
 use super::{ForwardError, ForwardService, Forwarder};
-use crate::admin::ReplicaAdmin;
+use crate::admin::LocalAdmin;
 use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
 use crate::http::ApiConfig;
 use crate::ingress::ProduceMessage;
-use crate::metadata::{Member, MetadataReplica, MetadataSnapshot, TopicMeta};
+use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::remote::AddressTable;
+use crate::testing::{apply, assign, create_command, mark_dead, register, topic};
 
 const A: NodeId = 1;
 const B: NodeId = 2;
@@ -45,40 +47,33 @@ const CEILING: Duration = Duration::from_secs(30);
 
 const LEASE_GONE: &str = "receipt handle no longer matches an active reservation";
 
-/// Every node's view: `remote` (2 partitions, both on B), `split` (0 on A,
-/// 1 on B), `ghost` (on the dead node), `silent` (on the silent node),
-/// `pair` (0 on the silent node, 1 on B).
-fn snapshot() -> MetadataSnapshot {
-    let mut snapshot = MetadataSnapshot {
-        applied_index: 1,
-        ..MetadataSnapshot::default()
-    };
-    let mut split = TopicMeta::new("split", Some("00000000000000e5"), 2, A);
-    split.owners[1] = Some(B);
-    let mut pair = TopicMeta::new("pair", None, 2, SILENT);
-    pair.owners[1] = Some(B);
-    for topic in [
-        TopicMeta::new("remote", Some("00000000000000a1"), 2, B),
-        split,
-        pair,
-        TopicMeta::new("ghost", None, 1, DEAD),
-        TopicMeta::new("silent", None, 1, SILENT),
-        TopicMeta::new("nowhere", None, 1, NOWHERE),
-    ] {
-        snapshot
-            .topics
-            .insert(Arc::clone(&topic.name), Arc::new(topic));
+/// Node `node`'s replica of the metadata every node holds: `remote` (3
+/// partitions, all on B), `split` (0 on A, 1 and 2 on B), `pair` (0 on the
+/// silent node, 1 and 2 on B), `ghost` (on the dead node), `silent` (on the
+/// silent node), `nowhere` (on the node without an address).
+fn replica_of(node: NodeId) -> Arc<MetadataReplica> {
+    let replica = Arc::new(MetadataReplica::new(node));
+    for member in [A, B, DEAD, SILENT, NOWHERE] {
+        register(&replica, member);
     }
-    for (id, alive) in [
-        (A, true),
-        (B, true),
-        (DEAD, false),
-        (SILENT, true),
-        (NOWHERE, true),
-    ] {
-        snapshot.members.insert(id, Member { id, alive });
-    }
-    snapshot
+    topic(&replica, "remote", 0xa1, 3, B);
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("split", 0xe5, 3)),
+    );
+    assign(&replica, "split", &[(0, A), (1, B), (2, B)]);
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("pair", 0xe6, 3)),
+    );
+    assign(&replica, "pair", &[(0, SILENT), (1, B), (2, B)]);
+    topic(&replica, "ghost", 0xe7, 3, DEAD);
+    topic(&replica, "silent", 0xe8, 3, SILENT);
+    topic(&replica, "nowhere", 0xe9, 3, NOWHERE);
+    // Dead only once its partitions are placed: the metastore places
+    // partitions on live members alone.
+    mark_dead(&replica, DEAD);
+    replica
 }
 
 fn auth() -> ClusterAuth {
@@ -87,8 +82,7 @@ fn auth() -> ClusterAuth {
 
 fn data_node(id: NodeId, seed: u64) -> (DataNode, Arc<MetadataReplica>) {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(seed));
-    let replica = Arc::new(MetadataReplica::new(id));
-    replica.apply_snapshot(snapshot());
+    let replica = replica_of(id);
     let mut config = DataNodeConfig::new(Path::new("/node"));
     config.seed = seed;
     config.consume_seed = seed;
@@ -101,13 +95,13 @@ fn data_node(id: NodeId, seed: u64) -> (DataNode, Arc<MetadataReplica>) {
         replica: Arc::clone(&replica),
         leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
         remote: Arc::new(NoRemoteTarget),
-        admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), id, 0x100)),
+        admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");
     (node, replica)
 }
 
-/// Node A (requester) and node B (owner of `remote` and `split`/1), their
+/// Node A (requester) and node B (owner of `remote` and `split`/1-2), their
 /// transports joined; A finds B, and the silent node at a UDP socket that
 /// never answers.
 struct Cluster {
@@ -1149,8 +1143,7 @@ fn bind_forwarder(
         )
         .expect("bind caller"),
     );
-    let replica = Arc::new(MetadataReplica::new(A));
-    replica.apply_snapshot(snapshot());
+    let replica = replica_of(A);
     let addresses = Arc::new(AddressTable::new());
     addresses.set(B, owner.local_addr());
     let forwarder = match single_acks_max {

@@ -11,11 +11,9 @@ use parking_lot::Mutex;
 use super::ApiConfig;
 use super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX;
 use super::tests::{ALICE, Api, api_with_admin, send};
-use crate::admin::{
-    Actor, Admin, AdminFuture, AlterTopic, CreateTopic, PasswordChange, ReplicaAdmin,
-};
-use crate::metadata::{Grant, TopicMeta, User};
-use crate::testing::{LOCAL_NODE, basic};
+use crate::admin::{Admin, AdminFuture, LocalAdmin};
+use crate::testing::basic;
+use narad_meta::{Actor, Command};
 
 const ROOT: (&str, &str) = ("root", "root-pw");
 
@@ -27,71 +25,42 @@ struct Call {
     checked_hash: Option<String>,
 }
 
-/// Records each call, then applies it with a [`ReplicaAdmin`].
+/// Records each proposal, then applies it with a [`LocalAdmin`].
 #[derive(Debug)]
 struct RecordingAdmin {
-    inner: ReplicaAdmin,
+    inner: LocalAdmin,
     calls: Arc<Mutex<Vec<Call>>>,
 }
 
-impl RecordingAdmin {
-    fn note(&self, operation: &'static str, actor: &Actor) {
-        self.note_password(operation, actor, None);
-    }
-
-    fn note_password(&self, operation: &'static str, actor: &Actor, checked: Option<String>) {
-        self.calls.lock().push(Call {
-            operation,
-            actor: actor.clone(),
-            checked_hash: checked,
-        });
+/// The operation a command carries out, its actor, and the password hash a
+/// password change was checked against.
+fn call_of(command: &Command) -> Call {
+    let (operation, actor, checked_hash) = match command {
+        Command::CreateTopic(create) => ("create_topic", &create.actor, None),
+        Command::DeleteTopic(delete) => ("delete_topic", &delete.actor, None),
+        Command::AlterTopic(alter) => ("alter_topic", &alter.actor, None),
+        Command::AddSchemaVersion(add) => ("alter_topic", &add.actor, None),
+        Command::CreateUser(create) => ("create_user", &create.actor, None),
+        Command::DeleteUser(delete) => ("delete_user", &delete.actor, None),
+        Command::SetGrants(set) => ("set_grants", &set.actor, None),
+        Command::SetPassword(set) => (
+            "set_password",
+            &set.actor,
+            set.checked_hash.clone().map(String::from),
+        ),
+        other => panic!("the HTTP API proposed an unexpected command {other:?}"),
+    };
+    Call {
+        operation,
+        actor: actor.clone(),
+        checked_hash,
     }
 }
 
 impl Admin for RecordingAdmin {
-    fn create_topic(&self, actor: Actor, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
-        self.note("create_topic", &actor);
-        self.inner.create_topic(actor, request)
-    }
-
-    fn delete_topic(&self, actor: Actor, name: String) -> AdminFuture<'_, ()> {
-        self.note("delete_topic", &actor);
-        self.inner.delete_topic(actor, name)
-    }
-
-    fn alter_topic(
-        &self,
-        actor: Actor,
-        name: String,
-        alter: AlterTopic,
-    ) -> AdminFuture<'_, Arc<TopicMeta>> {
-        self.note("alter_topic", &actor);
-        self.inner.alter_topic(actor, name, alter)
-    }
-
-    fn create_user(&self, actor: Actor, user: User) -> AdminFuture<'_, Arc<User>> {
-        self.note("create_user", &actor);
-        self.inner.create_user(actor, user)
-    }
-
-    fn delete_user(&self, actor: Actor, username: String) -> AdminFuture<'_, ()> {
-        self.note("delete_user", &actor);
-        self.inner.delete_user(actor, username)
-    }
-
-    fn set_grants(
-        &self,
-        actor: Actor,
-        username: String,
-        grants: Vec<Grant>,
-    ) -> AdminFuture<'_, Arc<User>> {
-        self.note("set_grants", &actor);
-        self.inner.set_grants(actor, username, grants)
-    }
-
-    fn set_password(&self, actor: Actor, change: PasswordChange) -> AdminFuture<'_, ()> {
-        self.note_password("set_password", &actor, change.checked_hash.clone());
-        self.inner.set_password(actor, change)
+    fn propose(&self, command: Command) -> AdminFuture<'_, ()> {
+        self.calls.lock().push(call_of(&command));
+        self.inner.propose(command)
     }
 }
 
@@ -106,7 +75,7 @@ fn recorded_api(security: bool) -> (Api, Arc<Mutex<Vec<Call>>>) {
     let recorded = Arc::clone(&calls);
     let api = api_with_admin(config, BATCH_BODY_BYTES_IN_FLIGHT_MAX, 2, move |replica| {
         Arc::new(RecordingAdmin {
-            inner: ReplicaAdmin::new(replica, LOCAL_NODE, 0x100),
+            inner: LocalAdmin::new(replica),
             calls: recorded,
         })
     });
@@ -218,7 +187,7 @@ async fn an_own_password_change_carries_the_hash_its_current_password_matched() 
     let expected = Call {
         operation: "set_password",
         actor: user("alice"),
-        checked_hash: Some(stored),
+        checked_hash: Some(stored.into()),
     };
     assert_eq!(*calls.lock(), vec![expected]);
 }

@@ -179,7 +179,7 @@ impl Authenticator {
             Arc::clone(verified.entry(key.clone()).or_default())
         });
         let ok = *cell
-            .get_or_try_init(|| self.run_bcrypt(password, user.password_hash.clone()))
+            .get_or_try_init(|| self.run_bcrypt(password, user.password_hash.as_str().to_owned()))
             .await?;
         if ok {
             return Ok(user);

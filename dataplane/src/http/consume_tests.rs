@@ -26,11 +26,12 @@ use tower::ServiceExt;
 
 use super::ApiConfig;
 use super::tests::{Answer, api};
-use crate::admin::ReplicaAdmin;
+use crate::admin::LocalAdmin;
 use crate::dispatch::{Destination, NoRemoteTarget, ReplicaLeader};
-use crate::metadata::{Grant, GrantAction, MetadataReplica, TopicMeta};
+use crate::metadata::{Grant, GrantAction};
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
-use crate::testing::{LOCAL_NODE, basic, snapshot, user};
+use crate::testing::{LOCAL_NODE, add_user, apply, assign, basic, create_command, replica};
+use narad_meta::Command;
 
 const ROOT: (&str, &str) = ("root", "root-pw");
 /// Consume and produce on `ord*` only.
@@ -60,9 +61,9 @@ impl Node {
     /// A node on `sim`, which may hold an earlier node's data.
     fn on(sim: SimDisk, api: ApiConfig, seed: u64) -> Self {
         let disk: Arc<dyn Disk> = Arc::new(sim);
-        let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
-        let mut snapshot = snapshot();
-        let carol = user(
+        let replica = replica();
+        add_user(
+            &replica,
             "carol",
             "carol-pw",
             vec![
@@ -75,16 +76,13 @@ impl Node {
                     patterns: vec!["ord*".into()],
                 },
             ],
-            false,
         );
-        snapshot.users.insert("carol".into(), Arc::new(carol));
-        let mut split = TopicMeta::new("split", Some("00000000000000e5"), 3, LOCAL_NODE);
-        split.owners[1] = Some(OTHER_NODE);
-        split.owners[2] = Some(OTHER_NODE);
-        snapshot
-            .topics
-            .insert(Arc::clone(&split.name), Arc::new(split));
-        replica.apply_snapshot(snapshot);
+        apply(
+            &replica,
+            Command::CreateTopic(create_command("split", 0xe5, 3)),
+        );
+        let owners = [(0, LOCAL_NODE), (1, OTHER_NODE), (2, OTHER_NODE)];
+        assign(&replica, "split", &owners);
         let mut config = DataNodeConfig::new(Path::new("/node"));
         config.seed = seed;
         config.api = api;
@@ -94,7 +92,7 @@ impl Node {
                 replica: Arc::clone(&replica),
                 leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
                 remote: Arc::new(NoRemoteTarget),
-                admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), LOCAL_NODE, 0x100)),
+                admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
             },
             config,
         )

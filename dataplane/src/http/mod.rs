@@ -407,6 +407,8 @@ mod consume_tests;
 #[cfg(test)]
 mod placement_tests;
 #[cfg(test)]
+mod shared_rules_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod topic_tests;

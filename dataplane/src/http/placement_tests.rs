@@ -11,86 +11,46 @@ use super::ApiConfig;
 use super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX;
 use super::tests::{Api, api_with_admin, send};
 use super::topics::CREATE_PLACEMENT_WAIT;
-use crate::admin::{
-    Actor, Admin, AdminFuture, AlterTopic, CreateTopic, PasswordChange, ReplicaAdmin,
-};
-use crate::metadata::{Grant, Member, MetadataDelta, MetadataReplica, TopicMeta, User};
-use crate::testing::{LOCAL_NODE, basic};
+use crate::admin::{Admin, AdminFuture};
+use crate::metadata::MetadataReplica;
+use crate::testing::{LOCAL_NODE, assign, basic, mark_dead};
+use narad_meta::Command;
 
 const ROOT: (&str, &str) = ("root", "root-pw");
 
-/// Creates topics unplaced, as the control plane applies a create; the
+/// Applies creates unplaced, as the control plane applies a create; the
 /// placement (the controller's next proposal) arrives when the test calls
 /// [`PlacesLater::place`].
 #[derive(Debug)]
 struct PlacesLater {
-    inner: ReplicaAdmin,
     replica: Arc<MetadataReplica>,
-    placed: Mutex<Option<TopicMeta>>,
+    created: Mutex<Option<String>>,
 }
 
 impl PlacesLater {
-    fn apply(&self, delta: MetadataDelta) {
-        let index = self.replica.view().applied_index + 1;
-        self.replica.apply_delta(index, delta);
-    }
-
-    /// Applies the owners of the topic created last.
+    /// Places every partition of the topic created last on this node.
     fn place(&self) {
-        let topic = self.placed.lock().take().expect("a topic was created");
-        self.apply(MetadataDelta::PutTopic(topic));
+        let name = self.created.lock().take().expect("a topic was created");
+        let partitions = self.replica.topic_meta(&name).expect("created").partitions;
+        let owners: Vec<(u32, u64)> = (0..partitions).map(|p| (p, LOCAL_NODE)).collect();
+        assign(&self.replica, &name, &owners);
     }
 }
 
 impl Admin for PlacesLater {
-    fn create_topic(&self, actor: Actor, request: CreateTopic) -> AdminFuture<'_, Arc<TopicMeta>> {
+    fn propose(&self, command: Command) -> AdminFuture<'_, ()> {
         Box::pin(async move {
-            let placed = self.inner.create_topic(actor, request).await?;
-            let mut unplaced = (*placed).clone();
-            unplaced.owners = vec![None; unplaced.owners.len()];
-            self.apply(MetadataDelta::PutTopic(unplaced.clone()));
-            *self.placed.lock() = Some((*placed).clone());
-            Ok(Arc::new(unplaced))
+            if let Command::CreateTopic(create) = &command {
+                *self.created.lock() = Some(create.name.clone());
+            }
+            self.replica.apply_next(&command)?;
+            Ok(())
         })
-    }
-
-    fn delete_topic(&self, actor: Actor, name: String) -> AdminFuture<'_, ()> {
-        self.inner.delete_topic(actor, name)
-    }
-
-    fn alter_topic(
-        &self,
-        actor: Actor,
-        name: String,
-        alter: AlterTopic,
-    ) -> AdminFuture<'_, Arc<TopicMeta>> {
-        self.inner.alter_topic(actor, name, alter)
-    }
-
-    fn create_user(&self, actor: Actor, user: User) -> AdminFuture<'_, Arc<User>> {
-        self.inner.create_user(actor, user)
-    }
-
-    fn delete_user(&self, actor: Actor, username: String) -> AdminFuture<'_, ()> {
-        self.inner.delete_user(actor, username)
-    }
-
-    fn set_grants(
-        &self,
-        actor: Actor,
-        username: String,
-        grants: Vec<Grant>,
-    ) -> AdminFuture<'_, Arc<User>> {
-        self.inner.set_grants(actor, username, grants)
-    }
-
-    fn set_password(&self, actor: Actor, change: PasswordChange) -> AdminFuture<'_, ()> {
-        self.inner.set_password(actor, change)
     }
 }
 
-/// An API over a [`PlacesLater`] admin; `alive` adds a live data node to
-/// the replica's membership.
+/// An API over a [`PlacesLater`] admin; unless `alive`, the replica's only
+/// data node is marked dead.
 fn api_placing_later(alive: bool) -> (Api, Arc<PlacesLater>) {
     let mut admin = None;
     let api = api_with_admin(
@@ -98,17 +58,13 @@ fn api_placing_later(alive: bool) -> (Api, Arc<PlacesLater>) {
         BATCH_BODY_BYTES_IN_FLIGHT_MAX,
         2,
         |replica| {
-            let places = Arc::new(PlacesLater {
-                inner: ReplicaAdmin::new(Arc::clone(&replica), LOCAL_NODE, 0x100),
-                replica,
-                placed: Mutex::new(None),
-            });
-            if alive {
-                places.apply(MetadataDelta::PutMember(Member {
-                    id: LOCAL_NODE,
-                    alive: true,
-                }));
+            if !alive {
+                mark_dead(&replica, LOCAL_NODE);
             }
+            let places = Arc::new(PlacesLater {
+                replica,
+                created: Mutex::new(None),
+            });
             admin = Some(Arc::clone(&places));
             places
         },

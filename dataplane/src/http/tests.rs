@@ -12,12 +12,12 @@ use narad_wal::Wal;
 use tower::ServiceExt;
 
 use super::{ApiConfig, ApiState, Health, router};
-use crate::admin::{Admin, ReplicaAdmin};
+use crate::admin::{Admin, LocalAdmin};
 use crate::ingress::Acceptor;
 use crate::ingress::partition::key_partition;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
-use crate::testing::{LOCAL_NODE, basic, replica, sim_wal, wal_records};
+use crate::testing::{basic, replica, sim_wal, wal_records};
 
 pub(super) struct Api {
     pub(super) router: Router,
@@ -36,7 +36,7 @@ fn api_with_budget(config: ApiConfig, budget_bytes: usize) -> Api {
 
 fn api_with_parts(config: ApiConfig, budget_bytes: usize, validation_slots: usize) -> Api {
     api_with_admin(config, budget_bytes, validation_slots, |replica| {
-        Arc::new(ReplicaAdmin::new(replica, LOCAL_NODE, 0x100))
+        Arc::new(LocalAdmin::new(replica))
     })
 }
 
@@ -154,18 +154,6 @@ async fn produce_answers_202_after_staging_a_format_2_record() {
     assert_eq!(record.partition, 1);
     assert_eq!(record.payload, b"hello");
     assert!(record.key.is_empty());
-}
-
-#[tokio::test]
-async fn produce_to_a_topic_without_id_writes_format_1() {
-    let api = api();
-    let answer = send(
-        &api,
-        produce_request("/v1/topics/legacy/produce", ("root", "root-pw"), "x"),
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::ACCEPTED);
-    assert_eq!(wal_records(&api.wal)[0].1.incarnation_id, None);
 }
 
 #[tokio::test]

@@ -5,8 +5,9 @@ use axum::http::{Request, StatusCode, header};
 use serde_json::Value;
 
 use super::tests::{ALICE, Answer, api, produce_request, send};
-use crate::metadata::MetadataDelta;
 use crate::testing::{LOCAL_NODE, basic};
+use crate::testing::{add_user, apply, assign, create_command};
+use narad_meta::Command;
 
 const ROOT: (&str, &str) = ("root", "root-pw");
 
@@ -203,15 +204,14 @@ async fn describe_reports_local_partition_stats() {
 #[tokio::test]
 async fn describe_marks_a_remote_partition_unavailable() {
     let api = api();
-    api.state.replica.apply_delta(
-        2,
-        MetadataDelta::SetOwner {
-            topic: "orders".into(),
-            partition: 1,
-            owner: Some(LOCAL_NODE + 1),
-        },
+    let replica = &api.state.replica;
+    apply(
+        replica,
+        Command::CreateTopic(create_command("split", 0xe5, 3)),
     );
-    let body = json(&send(&api, get(ROOT, "/v1/topics/orders")).await);
+    let owners = [(0, LOCAL_NODE), (1, LOCAL_NODE + 1), (2, LOCAL_NODE)];
+    assign(replica, "split", &owners);
+    let body = json(&send(&api, get(ROOT, "/v1/topics/split")).await);
     assert_eq!(body["partial"], true);
     assert_eq!(body["partition_stats"][1]["status"], "owner_unavailable");
     assert_eq!(body["partition_stats"][1]["owner_liveness"], "unreachable");
@@ -259,18 +259,11 @@ async fn delete_by_a_non_owner_is_403() {
 #[tokio::test]
 async fn the_creator_may_delete_its_topic() {
     let api = api();
-    let with_create = crate::testing::user(
-        "carol",
-        "carol-pw",
-        vec![crate::metadata::Grant {
-            action: crate::metadata::GrantAction::Create,
-            patterns: vec!["carol-*".into()],
-        }],
-        false,
-    );
-    api.state
-        .replica
-        .apply_delta(2, MetadataDelta::PutUser(with_create));
+    let with_create = crate::metadata::Grant {
+        action: crate::metadata::GrantAction::Create,
+        patterns: vec!["carol-*".into()],
+    };
+    add_user(&api.state.replica, "carol", "carol-pw", vec![with_create]);
     let carol = ("carol", "carol-pw");
     assert_eq!(
         send(&api, create(carol, r#"{"name":"carol-x"}"#))

@@ -13,42 +13,32 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use narad_meta::{
+    AddSchemaVersion, AlterTopic, Command, CreateTopic, DeleteTopic, IncarnationId, MetastoreError,
+    TopicDefaults, rules,
+};
+use narad_protocol::PartitionStatsEntry;
+
 use super::body::read_limited;
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
-use crate::admin::{Actor, AdminError, AlterTopic, CreateTopic};
+use crate::admin::{AdminError, actor_of};
 use crate::dispatch::{Destination, NodeId, Route, Topology};
 use crate::forward::STATS_BUDGET;
-use crate::ingress::MESSAGE_BYTES_MAX;
-use crate::metadata::{
-    GrantAction, MetadataReplica, RETENTION_MS_DEFAULT, TopicMeta, User,
-    VISIBILITY_TIMEOUT_MS_DEFAULT,
-};
-use narad_protocol::PartitionStatsEntry;
+use crate::ingress::{MESSAGE_BYTES_MAX, now_unix_ms};
+use crate::metadata::{MetadataReplica, TopicMeta};
 
-/// New topic names are at most this many bytes.
-pub const TOPIC_NAME_BYTES_MAX: usize = 200;
-/// Fewest partitions a topic has.
-pub const PARTITIONS_MIN: u32 = 3;
-/// Most partitions a topic has (`topic.max_partitions`).
-pub const PARTITIONS_MAX: u32 = 108;
-/// Partitions of a topic created without a count.
-pub const PARTITIONS_DEFAULT: u32 = 3;
 /// Longest a create waits for the controller to place the new topic's
 /// partitions before answering, so that a client producing, consuming or
 /// replaying right after its `201` finds every partition owned. Past it (no
 /// live data node, or a slow leader) the create answers anyway; the
 /// partitions are placed once a data node is alive.
 pub const CREATE_PLACEMENT_WAIT: Duration = Duration::from_secs(2);
-/// Shortest retention other than 0 (keep forever): one hour.
-pub const RETENTION_MS_MIN: i64 = 3_600_000;
 /// Topics on one list page by default, and at most.
 pub const LIST_LIMIT_DEFAULT: usize = 100;
 /// See [`LIST_LIMIT_DEFAULT`].
 pub const LIST_LIMIT_MAX: usize = 1_000;
-/// Default per-partition caps.
-pub const CAP_DEFAULT: u32 = 1_024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,20 +77,25 @@ pub(crate) async fn create(
     let body = read_limited(&headers, body, MESSAGE_BYTES_MAX, None).await?;
     let request: CreateBody = serde_json::from_slice(&body)
         .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
-    if let Some(user) = &user
-        && !user.may(GrantAction::Create, &request.name)
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "no create grant on this topic",
-        ));
-    }
-    let create = validate(request)?;
-    let topic = state
+    let actor = actor_of(user.as_deref());
+    state
+        .replica
+        .view()
+        .metastore
+        .require_create(&actor, &request.name)
+        .map_err(refused)?;
+    let create = create_command(actor, request)?;
+    let (name, id) = (create.name.clone(), create.id.clone());
+    state
         .admin
-        .create_topic(Actor::of(user.as_deref()), create)
+        .propose(Command::CreateTopic(create))
         .await
         .map_err(admin_error)?;
+    let topic = state
+        .replica
+        .topic_meta(&name)
+        .filter(|topic| topic.id == id)
+        .ok_or_else(|| admin_error(AdminError::Unavailable("topic changed after create".into())))?;
     let placed = tokio::time::timeout(CREATE_PLACEMENT_WAIT, placement(&state.replica, &topic))
         .await
         .unwrap_or_else(|_| Arc::clone(&topic));
@@ -130,110 +125,50 @@ async fn placement(replica: &MetadataReplica, created: &Arc<TopicMeta>) -> Arc<T
     }
 }
 
-fn validate(body: CreateBody) -> Result<CreateTopic, ApiError> {
-    check_name(&body.name)?;
+/// The create command of `body`, checked with the rules the metastore
+/// applies; the proposer's part (an incarnation id, the clock, the schema
+/// engine) is done here.
+fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTopic, ApiError> {
+    rules::check_new_topic_name(&body.name).map_err(refused)?;
     if body.parent.is_some() || body.fanout_delay_ms.is_some_and(|delay| delay != 0) {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
-            "fan-out children are not supported by this node yet",
+            "fan-out children are not supported by this node",
         ));
     }
-    let partitions = match body.partitions.unwrap_or(0) {
-        0 => PARTITIONS_DEFAULT,
-        p if p < i64::from(PARTITIONS_MIN) => {
-            return Err(ApiError::bad_request(
-                "partitions must be >= 3 (0 = use default)",
-            ));
-        }
-        p if p > i64::from(PARTITIONS_MAX) => {
-            return Err(ApiError::bad_request(format!(
-                "partitions must be <= {PARTITIONS_MAX}"
-            )));
-        }
-        p => u32::try_from(p).unwrap_or(PARTITIONS_MAX),
-    };
-    let retention_ms = match body.retention_ms {
-        None => RETENTION_MS_DEFAULT,
-        Some(r) if r < 0 => return Err(ApiError::bad_request("retention_ms must be >= 0")),
-        Some(r) if r != 0 && r < RETENTION_MS_MIN => {
-            return Err(ApiError::bad_request(
-                "retention_ms must be 0 (keep forever) or at least 3600000 (1 hour)",
-            ));
-        }
-        Some(r) => r.unsigned_abs(),
-    };
-    let schema = match body.schema {
-        None => None,
-        Some(schema @ (Value::Object(_) | Value::Bool(true))) => {
-            if let Err(error) = jsonschema::validator_for(&schema) {
-                return Err(ApiError::bad_request(format!("schema: {error}")));
-            }
-            Some(schema)
-        }
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "schema must be a JSON object or true",
-            ));
-        }
-    };
-    Ok(CreateTopic {
+    let schema = body
+        .schema
+        .map(|schema| compile_schema(schema).map(|schema| schema.to_string()))
+        .transpose()?;
+    let create = CreateTopic {
+        actor,
         name: body.name,
-        partitions,
-        retention_ms,
-        visibility_timeout_ms: positive_or(
-            body.visibility_timeout_ms,
-            VISIBILITY_TIMEOUT_MS_DEFAULT,
-            "visibility_timeout_ms",
-        )?,
-        max_in_flight_per_partition: cap(
-            body.max_in_flight_per_partition,
-            "max_in_flight_per_partition",
-        )?,
-        max_acked_ahead_per_partition: cap(
-            body.max_acked_ahead_per_partition,
-            "max_acked_ahead_per_partition",
-        )?,
+        id: IncarnationId::mint(&mut rand::rng()),
+        partitions: body.partitions,
+        retention_ms: body.retention_ms,
+        visibility_timeout_ms: body.visibility_timeout_ms,
+        max_in_flight_per_partition: body.max_in_flight_per_partition,
+        max_acked_ahead_per_partition: body.max_acked_ahead_per_partition,
         schema,
-    })
+        parent: None,
+        defaults: TopicDefaults::default(),
+        created_at_ms: now_unix_ms(),
+    };
+    rules::new_topic(&create, None).map_err(refused)?;
+    Ok(create)
 }
 
-fn positive_or(value: Option<i64>, default: u64, field: &str) -> Result<u64, ApiError> {
-    match value {
-        None | Some(0) => Ok(default),
-        Some(v) if v < 0 => Err(ApiError::bad_request(format!("{field} must be >= 0"))),
-        Some(v) => Ok(v.unsigned_abs()),
-    }
-}
-
-fn cap(value: Option<i64>, field: &str) -> Result<u32, ApiError> {
-    let value = positive_or(value, u64::from(CAP_DEFAULT), field)?;
-    u32::try_from(value).map_err(|_| ApiError::bad_request(format!("{field} is too large")))
-}
-
-/// 1–200 bytes of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-fn check_name(name: &str) -> Result<(), ApiError> {
-    if name.len() > TOPIC_NAME_BYTES_MAX {
-        return Err(ApiError::bad_request(format!(
-            "topic name is {} bytes; new topic names are limited to {TOPIC_NAME_BYTES_MAX} bytes",
-            name.len()
-        )));
-    }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if name.is_empty() || name == "." || name == ".." || !name.chars().all(allowed) {
-        return Err(ApiError::bad_request(
-            "invalid topic name: use 1-200 characters of A-Z a-z 0-9 . _ - (not . or ..)",
-        ));
-    }
-    Ok(())
+/// The metastore's refusal as the API's error: its status and text.
+pub(crate) fn refused(error: MetastoreError) -> ApiError {
+    admin_error(AdminError::from(error))
 }
 
 pub(crate) fn admin_error(error: AdminError) -> ApiError {
     let status = match &error {
-        AdminError::Conflict(_) => StatusCode::CONFLICT,
-        AdminError::NotFound | AdminError::UserNotFound => StatusCode::NOT_FOUND,
-        AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
+        AdminError::Refused { status, .. } => {
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
+        }
         AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
     };
     ApiError::new(status, error.to_string())
 }
@@ -304,42 +239,51 @@ fn list_query(query: &str) -> Result<(usize, Option<String>), ApiError> {
 }
 
 /// Authenticates the caller and returns the topic they may read: 404 for an
-/// unknown topic, 403 without a grant on it.
+/// unknown topic, 403 without a grant on it. With security off every topic
+/// is readable.
 async fn readable_topic(
     state: &ApiState,
     method: &Method,
     headers: &HeaderMap,
     name: &str,
 ) -> Result<Arc<TopicMeta>, ApiError> {
-    let refusal = "no grant on this topic";
-    let (_, topic) =
-        authorized_topic(state, method, headers, name, User::may_read, refusal).await?;
+    let user = authenticate(state, method, headers).await?;
+    let topic = known_topic(state, name)?;
+    if let Some(user) = &user
+        && !user.may_read(topic.record())
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "no grant on this topic",
+        ));
+    }
     Ok(topic)
 }
 
-/// Authenticates the caller and returns who acts and the topic if `allowed`
-/// says the caller may act on it: 404 for an unknown topic, 403 with
-/// `refusal` otherwise. With security off there is no caller and every act
-/// is allowed.
-async fn authorized_topic(
+/// Authenticates the caller and returns who acts and the topic, if the
+/// caller may manage it by the metastore's rule (ownership or admin): 404
+/// for an unknown topic, the metastore's 403 otherwise.
+async fn managed_topic(
     state: &ApiState,
     method: &Method,
     headers: &HeaderMap,
     name: &str,
-    allowed: fn(&User, &TopicMeta) -> bool,
-    refusal: &str,
-) -> Result<(Actor, Arc<TopicMeta>), ApiError> {
+) -> Result<(narad_meta::Actor, Arc<TopicMeta>), ApiError> {
     let user = authenticate(state, method, headers).await?;
-    let topic = state
+    let actor = actor_of(user.as_deref());
+    let view = state.replica.view();
+    let topic = known_topic(state, name)?;
+    view.metastore
+        .require_manage(&actor, topic.record())
+        .map_err(refused)?;
+    Ok((actor, topic))
+}
+
+fn known_topic(state: &ApiState, name: &str) -> Result<Arc<TopicMeta>, ApiError> {
+    state
         .replica
         .topic_meta(name)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "topic not found"))?;
-    if let Some(user) = &user
-        && !allowed(user, &topic)
-    {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, refusal));
-    }
-    Ok((Actor::of(user.as_deref()), topic))
+        .ok_or_else(|| refused(MetastoreError::TopicNotFound))
 }
 
 /// `GET /v1/topics/{topic}`: the record, schema and partition statistics.
@@ -360,8 +304,8 @@ pub(crate) async fn describe(
             stats
         })
         .collect();
-    body["schema_version"] = json!(topic.schema.as_ref().map_or(0, |schema| schema.version));
-    if let Some(schema) = &topic.schema {
+    body["schema_version"] = json!(topic.schema().map_or(0, |schema| schema.version));
+    if let Some(schema) = topic.schema() {
         body["schema"] = schema.document.clone();
     }
     body["partition_stats"] = Value::Array(stats);
@@ -504,91 +448,128 @@ pub(crate) async fn alter(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (actor, _) = authorized_topic(
-        &state,
-        &method,
-        &headers,
-        &name,
-        User::may_manage,
-        "altering a topic needs its ownership or admin",
-    )
-    .await?;
+    let (actor, current) = managed_topic(&state, &method, &headers, &name).await?;
     let body = read_limited(&headers, body, MESSAGE_BYTES_MAX, None).await?;
     let request: AlterBody<'_> = serde_json::from_slice(&body)
         .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
-    let alter = validate_alter(request)?;
-    let topic = state
-        .admin
-        .alter_topic(actor, name, alter)
-        .await
-        .map_err(admin_error)?;
+    // The first refusal answers and the earlier groups stay applied.
+    for command in alter_commands(&actor, &current, request)? {
+        state.admin.propose(command).await.map_err(admin_error)?;
+    }
+    let topic = known_topic(&state, &name)?;
     let mut body = record(&topic);
-    body["schema_version"] = json!(topic.schema.as_ref().map_or(0, |schema| schema.version));
-    if let Some(schema) = &topic.schema {
+    body["schema_version"] = json!(topic.schema().map_or(0, |schema| schema.version));
+    if let Some(schema) = topic.schema() {
         body["schema"] = schema.document.clone();
     }
     Ok(json_response(StatusCode::OK, &body))
 }
 
-fn validate_alter(body: AlterBody<'_>) -> Result<AlterTopic, ApiError> {
-    let nothing = body.retention_ms.is_none()
-        && body.max_in_flight_per_partition.is_none()
-        && body.max_acked_ahead_per_partition.is_none()
-        && body.partitions.is_none()
-        && body.schema.is_none();
-    if nothing {
-        return Err(ApiError::bad_request(
-            "nothing to change: send at least one field",
-        ));
+/// The commands of one alter of `topic`, in the spec's group order
+/// (retention, caps, partitions, schema), each group its own command, each
+/// checked first with the rule the metastore applies to it.
+fn alter_commands(
+    actor: &narad_meta::Actor,
+    topic: &TopicMeta,
+    body: AlterBody<'_>,
+) -> Result<Vec<Command>, ApiError> {
+    let defaults = TopicDefaults::default();
+    let alter = || AlterTopic {
+        actor: actor.clone(),
+        name: topic.name.to_string(),
+        expected_id: Some(topic.id.clone()),
+        retention_ms: None,
+        max_in_flight_per_partition: None,
+        max_acked_ahead_per_partition: None,
+        partitions: None,
+        defaults,
+    };
+    let mut commands = Vec::new();
+    if let Some(retention) = body.retention_ms {
+        rules::retention_ms(Some(retention), &defaults).map_err(refused)?;
+        let retention_ms = Some(retention);
+        commands.push(Command::AlterTopic(AlterTopic {
+            retention_ms,
+            ..alter()
+        }));
     }
-    let retention_ms = match body.retention_ms {
-        None => None,
-        Some(r) if r < 0 => return Err(ApiError::bad_request("retention_ms must be >= 0")),
-        Some(r) if r != 0 && r < RETENTION_MS_MIN => {
-            return Err(ApiError::bad_request(
-                "retention_ms must be 0 (keep forever) or at least 3600000 (1 hour)",
-            ));
+    let (in_flight, acked_ahead) = (
+        body.max_in_flight_per_partition,
+        body.max_acked_ahead_per_partition,
+    );
+    if in_flight.is_some() || acked_ahead.is_some() {
+        if in_flight.is_some() {
+            rules::max_in_flight(in_flight, &defaults).map_err(refused)?;
         }
-        Some(r) => Some(r.unsigned_abs()),
-    };
-    let partitions = match body.partitions {
-        None => None,
-        Some(p) if p > i64::from(PARTITIONS_MAX) => {
-            return Err(ApiError::bad_request(format!(
-                "partitions must be <= {PARTITIONS_MAX}"
-            )));
+        if acked_ahead.is_some() {
+            rules::max_acked_ahead(acked_ahead, &defaults).map_err(refused)?;
         }
-        Some(p) if p < i64::from(PARTITIONS_MIN) => {
-            return Err(ApiError::bad_request("partitions can only grow"));
-        }
-        Some(p) => Some(u32::try_from(p).unwrap_or(PARTITIONS_MAX)),
-    };
-    let schema = match body.schema {
-        None => None,
-        Some(raw) => Some(parse_schema(raw.get())?),
-    };
-    Ok(AlterTopic {
-        retention_ms,
-        max_in_flight_per_partition: body
-            .max_in_flight_per_partition
-            .map(|value| cap(Some(value), "max_in_flight_per_partition"))
-            .transpose()?,
-        max_acked_ahead_per_partition: body
-            .max_acked_ahead_per_partition
-            .map(|value| cap(Some(value), "max_acked_ahead_per_partition"))
-            .transpose()?,
-        partitions,
-        schema,
-        schema_base_version: body.schema_base_version.filter(|&base| base != 0),
-    })
+        commands.push(Command::AlterTopic(AlterTopic {
+            max_in_flight_per_partition: in_flight,
+            max_acked_ahead_per_partition: acked_ahead,
+            ..alter()
+        }));
+    }
+    if let Some(partitions) = body.partitions {
+        rules::bounded_partitions(partitions, &defaults).map_err(refused)?;
+        let partitions = Some(partitions);
+        commands.push(Command::AlterTopic(AlterTopic {
+            partitions,
+            ..alter()
+        }));
+    }
+    if let Some(raw) = body.schema {
+        let document = parse_schema(raw.get())?;
+        check_widening(topic, &document)?;
+        commands.push(Command::AddSchemaVersion(AddSchemaVersion {
+            actor: actor.clone(),
+            name: topic.name.to_string(),
+            expected_id: Some(topic.id.clone()),
+            document: document.to_string(),
+            base_version: body.schema_base_version.filter(|&base| base != 0),
+        }));
+    }
+    if commands.is_empty() {
+        return Err(refused(MetastoreError::AlterEmpty));
+    }
+    Ok(commands)
 }
 
-/// A schema document: a JSON object or `true`, that compiles.
+/// The proposer's compatibility check of a new schema version: fail-closed
+/// widening. A change is accepted only when it provably widens what the
+/// topic accepts, which this check proves for two cases: the topic had no
+/// schema, or the new schema accepts everything (`true` or `{}`). An
+/// identical document passes (the metastore makes it a no-op). Anything
+/// else is refused.
+fn check_widening(topic: &TopicMeta, document: &Value) -> Result<(), ApiError> {
+    let Some(current) = topic.schema() else {
+        return Ok(());
+    };
+    let accepts_all = *document == Value::Bool(true) || *document == json!({});
+    if current.document == *document || accepts_all {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "schema change is not a compatible widening of the current schema",
+    ))
+}
+
+/// A schema document as sent in an alter: not `null`, and as
+/// [`compile_schema`] wants it.
 fn parse_schema(text: &str) -> Result<Value, ApiError> {
     let schema: Value = serde_json::from_str(text)
         .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
+    if schema.is_null() {
+        return Err(ApiError::bad_request("schema must not be null"));
+    }
+    compile_schema(schema)
+}
+
+/// A schema document: a JSON object or `true`, that the schema engine
+/// compiles (the proposer's check: the metastore holds no schema engine).
+fn compile_schema(schema: Value) -> Result<Value, ApiError> {
     match schema {
-        Value::Null => Err(ApiError::bad_request("schema must not be null")),
         Value::Object(_) | Value::Bool(true) => {
             jsonschema::validator_for(&schema)
                 .map_err(|error| ApiError::bad_request(format!("schema: {error}")))?;
@@ -615,7 +596,7 @@ pub(crate) async fn schema_history(
         .collect();
     let body = json!({
         "topic": &*topic.name,
-        "version": topic.schema.as_ref().map_or(0, |schema| schema.version),
+        "version": topic.schema().map_or(0, |schema| schema.version),
         "versions": versions,
     });
     Ok(json_response(StatusCode::OK, &body))
@@ -628,18 +609,15 @@ pub(crate) async fn delete(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (actor, _) = authorized_topic(
-        &state,
-        &method,
-        &headers,
-        &name,
-        User::may_manage,
-        "deleting a topic needs its ownership or admin",
-    )
-    .await?;
+    let (actor, topic) = managed_topic(&state, &method, &headers, &name).await?;
+    let delete = DeleteTopic {
+        actor,
+        name,
+        expected_id: Some(topic.id.clone()),
+    };
     state
         .admin
-        .delete_topic(actor, name)
+        .propose(Command::DeleteTopic(delete))
         .await
         .map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())

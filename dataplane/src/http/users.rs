@@ -11,23 +11,22 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use narad_meta::{
+    Actor, Command, CreateUser, DeleteUser, MetastoreError, PasswordHash, SetGrants, SetPassword,
+    rules,
+};
+
 use super::body::read_limited;
 use super::error::ApiError;
-use super::topics::{admin_error, json_response};
+use super::topics::{admin_error, json_response, refused};
 use super::{ApiState, authenticate};
-use crate::admin::{Actor, PasswordChange};
+use crate::admin::actor_of;
 use crate::ingress::now_unix_ms;
 use crate::metadata::{Grant, GrantAction, User};
 
 /// User request bodies are at most this large; over it answers `400`, not
 /// `413` (spec §1.1).
 pub const USER_BODY_BYTES_MAX: usize = 1024 * 1024;
-/// Longest username.
-pub const USERNAME_CHARS_MAX: usize = 64;
-/// Longest password in bytes (bcrypt reads no further).
-pub const PASSWORD_BYTES_MAX: usize = 72;
-/// Longest grant pattern.
-pub const PATTERN_CHARS_MAX: usize = 255;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,32 +59,17 @@ struct PasswordBody {
     current_password: Option<String>,
 }
 
-fn forbidden(message: &str) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, message)
-}
-
-/// Security off passes as an admin with no identity.
-fn require_admin(user: Option<&User>) -> Result<(), ApiError> {
-    match user {
-        Some(user) if !user.is_admin() => Err(forbidden("admin required")),
-        _ => Ok(()),
-    }
-}
-
-fn caller_is_root(user: Option<&User>) -> bool {
-    user.is_none_or(|user| user.root)
-}
-
-/// Only root may give the admin grant, whether creating a user or replacing
-/// a user's grants.
-fn check_admin_grant_giver(grants: &[Grant], caller: Option<&User>) -> Result<(), ApiError> {
-    let gives_admin = grants
-        .iter()
-        .any(|grant| grant.action == GrantAction::Admin);
-    if gives_admin && !caller_is_root(caller) {
-        return Err(forbidden("only root may give the admin grant"));
-    }
-    Ok(())
+/// Who acts, if the metastore's rule lets them manage users (an admin;
+/// everyone with security off); returns also whether the actor is root.
+fn require_admin(state: &ApiState, user: Option<&User>) -> Result<(Actor, bool), ApiError> {
+    let actor = actor_of(user);
+    let root = state
+        .replica
+        .view()
+        .metastore
+        .require_admin(&actor)
+        .map_err(refused)?;
+    Ok((actor, root))
 }
 
 async fn read_json<T: for<'de> Deserialize<'de>>(
@@ -107,31 +91,46 @@ pub(crate) async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&state, &method, &headers).await?;
-    require_admin(caller.as_deref())?;
+    let (actor, root) = require_admin(&state, caller.as_deref())?;
     let request: CreateBody = read_json(&headers, body).await?;
-    check_username(&request.username)?;
-    check_password(&request.password, "password")?;
+    rules::check_username(&request.username).map_err(refused)?;
+    check_password(&request.password)?;
     let grants = parse_grants(request.grants)?;
-    check_admin_grant_giver(&grants, caller.as_deref())?;
-    let password_hash = state
-        .auth
-        .hash_password(request.password, state.config.bcrypt_cost)
-        .await?;
-    let now = now_unix_ms();
-    let user = User {
-        username: request.username,
+    rules::check_admin_grant_giver(&grants, root).map_err(refused)?;
+    let password_hash = hash(&state, request.password).await?;
+    let username = request.username;
+    let create = CreateUser {
+        actor,
+        username: username.clone(),
         password_hash,
-        root: false,
         grants,
-        created_at_ms: now,
-        updated_at_ms: now,
+        at_ms: now_unix_ms(),
     };
-    let user = state
+    state
         .admin
-        .create_user(Actor::of(caller.as_deref()), user)
+        .propose(Command::CreateUser(create))
         .await
         .map_err(admin_error)?;
+    let user = known_user(&state, &username)?;
     Ok(json_response(StatusCode::CREATED, &user_json(&user)))
+}
+
+/// `password` hashed at the node's bcrypt cost, under the bcrypt slots.
+async fn hash(state: &ApiState, password: String) -> Result<PasswordHash, ApiError> {
+    let hash = state
+        .auth
+        .hash_password(password, state.config.bcrypt_cost)
+        .await?;
+    PasswordHash::try_from(hash)
+        .map_err(|error| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))
+}
+
+fn known_user(state: &ApiState, username: &str) -> Result<Arc<User>, ApiError> {
+    state
+        .replica
+        .user(username)
+        .0
+        .ok_or_else(|| refused(MetastoreError::UserNotFound))
 }
 
 /// `GET /v1/users` → every user in name order, without hashes.
@@ -141,7 +140,7 @@ pub(crate) async fn list(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&state, &method, &headers).await?;
-    require_admin(caller.as_deref())?;
+    require_admin(&state, caller.as_deref())?;
     let view = state.replica.view();
     let users: Vec<Value> = view.users.values().map(|user| user_json(user)).collect();
     Ok(json_response(StatusCode::OK, &Value::Array(users)))
@@ -155,12 +154,13 @@ pub(crate) async fn describe(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&state, &method, &headers).await?;
-    require_admin(caller.as_deref())?;
-    let user = state.replica.user(&username).0.ok_or_else(user_not_found)?;
+    require_admin(&state, caller.as_deref())?;
+    let user = known_user(&state, &username)?;
     Ok(json_response(StatusCode::OK, &user_json(&user)))
 }
 
-/// `DELETE /v1/users/{user}` → `204`; never root, never oneself.
+/// `DELETE /v1/users/{user}` → `204`; never root, never oneself (the
+/// metastore's rules).
 pub(crate) async fn delete(
     State(state): State<Arc<ApiState>>,
     Path(username): Path<String>,
@@ -168,27 +168,18 @@ pub(crate) async fn delete(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&state, &method, &headers).await?;
-    require_admin(caller.as_deref())?;
-    let user = state.replica.user(&username).0.ok_or_else(user_not_found)?;
-    if user.root {
-        return Err(forbidden("the root user cannot be deleted"));
-    }
-    if caller
-        .as_deref()
-        .is_some_and(|caller| caller.username == username)
-    {
-        return Err(forbidden("a user cannot delete itself"));
-    }
+    let (actor, _) = require_admin(&state, caller.as_deref())?;
+    known_user(&state, &username)?;
     state
         .admin
-        .delete_user(Actor::of(caller.as_deref()), username)
+        .propose(Command::DeleteUser(DeleteUser { actor, username }))
         .await
         .map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `PUT /v1/users/{user}/grants` → `200` User; not one's own, not root's,
-/// and `admin` only from root.
+/// and `admin` only from root (the metastore's rules).
 pub(crate) async fn set_grants(
     State(state): State<Arc<ApiState>>,
     Path(username): Path<String>,
@@ -197,25 +188,23 @@ pub(crate) async fn set_grants(
     body: Body,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&state, &method, &headers).await?;
-    require_admin(caller.as_deref())?;
+    let (actor, root) = require_admin(&state, caller.as_deref())?;
     let request: GrantsBody = read_json(&headers, body).await?;
     let grants = parse_grants(request.grants)?;
-    let user = state.replica.user(&username).0.ok_or_else(user_not_found)?;
-    if user.root {
-        return Err(forbidden("the root user's grants cannot be changed"));
-    }
-    if caller
-        .as_deref()
-        .is_some_and(|caller| caller.username == username)
-    {
-        return Err(forbidden("a user cannot change its own grants"));
-    }
-    check_admin_grant_giver(&grants, caller.as_deref())?;
-    let user = state
+    known_user(&state, &username)?;
+    rules::check_admin_grant_giver(&grants, root).map_err(refused)?;
+    let set = SetGrants {
+        actor,
+        username: username.clone(),
+        grants,
+        at_ms: now_unix_ms(),
+    };
+    state
         .admin
-        .set_grants(Actor::of(caller.as_deref()), username, grants)
+        .propose(Command::SetGrants(set))
         .await
         .map_err(admin_error)?;
+    let user = known_user(&state, &username)?;
     Ok(json_response(StatusCode::OK, &user_json(&user)))
 }
 
@@ -230,77 +219,51 @@ pub(crate) async fn set_password(
     body: Body,
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&state, &method, &headers).await?;
+    let actor = actor_of(caller.as_deref());
     let request: PasswordBody = read_json(&headers, body).await?;
-    check_password(&request.new_password, "new_password")?;
-    let user = state.replica.user(&username).0.ok_or_else(user_not_found)?;
-    // The hash `current_password` was verified against travels with the
-    // change, so the control plane refuses it if the password changed since.
+    check_password(&request.new_password)?;
+    let target = known_user(&state, &username)?;
+    // A non-admin proves its current password here; the hash it was
+    // verified against travels with the change, so the metastore refuses
+    // it if the password changed since.
+    let must_prove = caller.as_deref().is_some_and(|caller| !caller.is_admin());
+    let proves = must_prove && request.current_password.is_some();
+    state
+        .replica
+        .view()
+        .metastore
+        .check_set_password(&actor, &username, proves)
+        .map_err(refused)?;
     let mut checked_hash = None;
-    if let Some(caller) = caller.as_deref() {
-        let own = caller.username == username;
-        if user.root && !caller.root {
-            return Err(forbidden("only root may change root's password"));
+    if let (true, Some(current)) = (must_prove, request.current_password) {
+        let stored = target.password_hash.as_str().to_owned();
+        if !state.auth.verify_password(current, stored).await? {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "current_password is wrong",
+            ));
         }
-        if !caller.is_admin() {
-            if !own {
-                return Err(forbidden("a user may change only its own password"));
-            }
-            let current = request
-                .current_password
-                .clone()
-                .ok_or_else(|| ApiError::bad_request("current_password required"))?;
-            if !state
-                .auth
-                .verify_password(current, user.password_hash.clone())
-                .await?
-            {
-                return Err(forbidden("current_password is wrong"));
-            }
-            checked_hash = Some(user.password_hash.clone());
-        }
+        checked_hash = Some(target.password_hash.clone());
     }
-    let password_hash = state
-        .auth
-        .hash_password(request.new_password, state.config.bcrypt_cost)
-        .await?;
-    let change = PasswordChange {
+    let set = SetPassword {
+        actor,
         username,
-        password_hash,
+        password_hash: hash(&state, request.new_password).await?,
         checked_hash,
+        at_ms: now_unix_ms(),
     };
     state
         .admin
-        .set_password(Actor::of(caller.as_deref()), change)
+        .propose(Command::SetPassword(set))
         .await
         .map_err(admin_error)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn user_not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "user not found")
-}
-
-/// 1–64 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-fn check_username(name: &str) -> Result<(), ApiError> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if name.is_empty()
-        || name.len() > USERNAME_CHARS_MAX
-        || name == "."
-        || name == ".."
-        || !name.chars().all(allowed)
-    {
-        return Err(ApiError::bad_request(
-            "invalid username: use 1-64 characters of A-Z a-z 0-9 . _ - (not . or ..)",
-        ));
-    }
-    Ok(())
-}
-
-fn check_password(password: &str, field: &str) -> Result<(), ApiError> {
-    if password.is_empty() || password.len() > PASSWORD_BYTES_MAX {
-        return Err(ApiError::bad_request(format!("{field} must be 1-72 bytes")));
-    }
-    Ok(())
+/// A password field, by the metastore's length rule (the proposer checks
+/// it: the metastore sees only hashes).
+fn check_password(password: &str) -> Result<(), ApiError> {
+    rules::check_password(password.as_bytes()).map_err(refused)
 }
 
 fn parse_grants(wire: Vec<WireGrant>) -> Result<Vec<Grant>, ApiError> {
@@ -308,54 +271,14 @@ fn parse_grants(wire: Vec<WireGrant>) -> Result<Vec<Grant>, ApiError> {
 }
 
 fn parse_grant(wire: WireGrant) -> Result<Grant, ApiError> {
-    let action = match wire.action.as_str() {
-        "produce" => GrantAction::Produce,
-        "consume" => GrantAction::Consume,
-        "create" => GrantAction::Create,
-        "admin" => GrantAction::Admin,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "unknown grant action {other:?}"
-            )));
-        }
-    };
-    match (action, wire.patterns.is_empty()) {
-        (GrantAction::Admin, false) => {
-            return Err(ApiError::bad_request("the admin grant takes no patterns"));
-        }
-        (GrantAction::Admin, true) => {}
-        (_, true) => {
-            return Err(ApiError::bad_request(format!(
-                "the {} grant needs at least one pattern",
-                wire.action
-            )));
-        }
-        (_, false) => {}
-    }
-    for pattern in &wire.patterns {
-        check_pattern(pattern)?;
-    }
-    Ok(Grant {
+    let action = GrantAction::from_name(&wire.action)
+        .ok_or_else(|| ApiError::bad_request(format!("unknown grant action {:?}", wire.action)))?;
+    let grant = Grant {
         action,
         patterns: wire.patterns,
-    })
-}
-
-/// Topic-name characters (at most 255), optionally ending in one `*`.
-fn check_pattern(pattern: &str) -> Result<(), ApiError> {
-    let body = pattern.strip_suffix('*').unwrap_or(pattern);
-    if body.contains('*') {
-        return Err(ApiError::bad_request(format!(
-            "invalid pattern {pattern:?}: '*' may only end a pattern"
-        )));
-    }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if pattern.is_empty() || pattern.len() > PATTERN_CHARS_MAX || !body.chars().all(allowed) {
-        return Err(ApiError::bad_request(format!(
-            "invalid pattern {pattern:?}"
-        )));
-    }
-    Ok(())
+    };
+    rules::check_grants(std::slice::from_ref(&grant)).map_err(refused)?;
+    Ok(grant)
 }
 
 /// The User JSON: no hash; `grants` absent when none; `root` only on root.
@@ -370,12 +293,7 @@ fn user_json(user: &User) -> Value {
             .grants
             .iter()
             .map(|grant| {
-                let action = match grant.action {
-                    GrantAction::Produce => "produce",
-                    GrantAction::Consume => "consume",
-                    GrantAction::Create => "create",
-                    GrantAction::Admin => "admin",
-                };
+                let action = grant.action.name();
                 if grant.patterns.is_empty() {
                     json!({ "action": action })
                 } else {

@@ -153,7 +153,7 @@ impl Acceptor {
         topic: &TopicMeta,
         messages: &[ProduceMessage],
     ) -> Result<Option<OwnedSemaphorePermit>, AcceptError> {
-        let costly = topic.schema.is_some()
+        let costly = topic.schema().is_some()
             && messages
                 .iter()
                 .any(|message| message.payload.len() > SCHEMA_SLOT_PAYLOAD_BYTES_MIN);
@@ -181,7 +181,7 @@ impl Acceptor {
             .replica
             .topic_meta(name)
             .ok_or(AcceptError::TopicNotFound)?;
-        if topic.fanout_delay_ms > 0 {
+        if topic.fanout_delay_ms() > 0 {
             return Err(AcceptError::DelayedChild);
         }
         Ok(topic)

@@ -47,7 +47,7 @@ impl SchemaCache {
     /// # Errors
     /// [`SchemaError`] with the text the client sees.
     pub fn check(&self, topic: &TopicMeta, payload: &[u8]) -> Result<(), SchemaError> {
-        let Some(schema) = &topic.schema else {
+        let Some(schema) = topic.schema() else {
             return Ok(());
         };
         if nesting_depth(payload) > PAYLOAD_NESTING_MAX {
@@ -159,15 +159,22 @@ fn truncate(mut text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::TopicSchema;
+    use crate::metadata::MetadataReplica;
+    use crate::testing::{create_command, place, register};
+
+    /// Topic `orders` created with `schema` (`None`: without one).
+    fn topic(schema: Option<serde_json::Value>) -> TopicMeta {
+        let replica = MetadataReplica::new(1);
+        register(&replica, 1);
+        let mut create = create_command("orders", 0xaa, 3);
+        create.schema = schema.map(|schema| schema.to_string());
+        place(&replica, create, 1);
+        let topic = replica.topic_meta("orders").expect("created");
+        TopicMeta::clone(&topic)
+    }
 
     fn topic_with(schema: serde_json::Value) -> TopicMeta {
-        let mut topic = TopicMeta::new("orders", Some("00000000000000aa"), 3, 1);
-        topic.schema = Some(Arc::new(TopicSchema {
-            version: 1,
-            document: schema,
-        }));
-        topic
+        topic(Some(schema))
     }
 
     fn amount_schema() -> TopicMeta {
@@ -234,7 +241,7 @@ mod tests {
     #[test]
     fn topic_without_schema_accepts_any_bytes() {
         let cache = SchemaCache::default();
-        let topic = TopicMeta::new("raw", None, 3, 1);
+        let topic = topic(None);
         assert_eq!(cache.check(&topic, &[0xff, 0x00]), Ok(()));
     }
 }

@@ -1,24 +1,26 @@
 //! The data node's local replica of the cluster metadata.
 //!
-//! The control plane streams a full snapshot, then ordered deltas, each
-//! stamped with the log index it was applied at; [`MetadataReplica`] keeps
-//! the newest state behind one `Arc` swap, so a reader (a produce, the
-//! dispatcher) takes one consistent view with one lock-free-ish load and
-//! never sees half a delta. It is the dispatcher's [`crate::dispatch::Topology`].
+//! The control plane streams a full snapshot, then ordered changes, each
+//! stamped with the log index it was applied at. [`MetadataReplica`]
+//! applies them to its own copy of the metastore with the metastore's own
+//! `apply` (`narad_meta`), the same one the control plane's Raft state
+//! machine runs, and keeps the newest [`MetadataView`] behind one `Arc`
+//! swap: a reader (a produce, the dispatcher) takes one consistent view
+//! and never sees half a batch. It is the dispatcher's
+//! [`crate::dispatch::Topology`].
 //!
-//! The types here are the data plane's own: they carry what the data plane
-//! needs (partition owners, incarnation ids, schemas, caps, users and
-//! grants) and nothing of how the control plane stores them, so the data
-//! plane does not depend on `narad-controlplane`. Whoever links both planes
-//! feeds it: `narad dev` subscribes to the control plane's metadata stream
-//! and converts each state it reaches (`cli/src/bridge/`); tests feed it
-//! directly.
+//! The view reads the metastore's own types; what it adds is derived once
+//! per change for the hot paths ([`TopicMeta`]: numeric owners and parsed
+//! schemas). Whoever links the planes feeds it: `narad data` and `narad
+//! dev` from the control plane's metadata stream; a node without a
+//! control plane, and tests, by applying commands to it directly
+//! ([`MetadataReplica::apply_next`]).
 
 mod replica;
-mod types;
+mod topic;
+mod view;
 
+pub use narad_meta::{Grant, GrantAction, User};
 pub use replica::MetadataReplica;
-pub use types::{
-    Grant, GrantAction, Member, MetadataDelta, MetadataSnapshot, RETENTION_MS_DEFAULT, TopicMeta,
-    TopicSchema, User, VISIBILITY_TIMEOUT_MS_DEFAULT,
-};
+pub use topic::{TopicMeta, TopicSchema};
+pub use view::{Member, MetadataView, member_id, node_of};

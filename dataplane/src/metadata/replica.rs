@@ -1,42 +1,50 @@
-//! The replica: the newest snapshot behind an `Arc` swap.
+//! The replica: the metastore followed from the metadata stream, behind an
+//! `Arc` swap.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::RwLock;
+use narad_meta::follow::{Follower, ReplicaError};
+use narad_meta::{Command, MetastoreError, Outcome};
+use narad_protocol::metadata::MetadataBatch;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
-use super::types::{MetadataDelta, MetadataSnapshot, TopicMeta, User};
+use super::topic::TopicMeta;
+use super::view::MetadataView;
 use crate::dispatch::{Destination, NodeId, Route, TopicView, Topology};
+use narad_meta::User;
 
-/// The local metadata replica of one data node. Writers (the stream
-/// client) apply snapshots and deltas in log order; readers take
-/// [`MetadataReplica::view`], an immutable snapshot.
+/// The local metadata replica of one data node. One writer at a time (the
+/// stream feed, or a local admin) applies batches or commands in log order
+/// with the metastore's own `apply`; readers take [`MetadataReplica::view`],
+/// an immutable view.
 #[derive(Debug)]
 pub struct MetadataReplica {
     local_node: NodeId,
-    state: RwLock<Arc<MetadataSnapshot>>,
-    has_snapshot: AtomicBool,
+    /// The writer's copy: batches and commands apply to it.
+    follower: Mutex<Follower>,
+    state: RwLock<Arc<MetadataView>>,
     leader_commit_index: AtomicU64,
-    /// Counts state changes (snapshots and deltas), so waiters that depend
-    /// on topic records (a partition now owned here, caps raised) wake.
+    /// Counts applied batches and commands, so waiters that depend on
+    /// topic records (a partition now owned here, caps raised) wake.
     changes: watch::Sender<u64>,
 }
 
 impl MetadataReplica {
-    /// An empty replica of node `local_node`, not caught up until it gets a
-    /// snapshot.
+    /// An empty replica of node `local_node`, not caught up until it
+    /// applies a snapshot or a command.
     pub fn new(local_node: NodeId) -> Self {
         Self {
             local_node,
-            state: RwLock::new(Arc::new(MetadataSnapshot::default())),
-            has_snapshot: AtomicBool::new(false),
+            follower: Mutex::new(Follower::new()),
+            state: RwLock::new(Arc::new(MetadataView::default())),
             leader_commit_index: AtomicU64::new(0),
             changes: watch::channel(0).0,
         }
     }
 
-    /// A subscription that wakes after every applied snapshot or delta.
+    /// A subscription that wakes after every applied batch or command.
     pub fn watch_changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
@@ -46,63 +54,50 @@ impl MetadataReplica {
         self.local_node
     }
 
-    /// The current state, consistent as a whole.
-    pub fn view(&self) -> Arc<MetadataSnapshot> {
+    /// The current view, consistent as a whole.
+    pub fn view(&self) -> Arc<MetadataView> {
         Arc::clone(&self.state.read())
     }
 
-    /// Replaces the whole state with a snapshot.
+    /// Applies one batch of the metadata stream (a snapshot, or the ordered
+    /// changes after the applied index).
     ///
-    /// # Panics
-    /// If a topic in it is malformed (see [`TopicMeta::assert_valid`]).
-    pub fn apply_snapshot(&self, snapshot: MetadataSnapshot) {
-        for topic in snapshot.topics.values() {
-            topic.assert_valid();
+    /// # Errors
+    /// [`ReplicaError`] when the batch does not decode or is out of order;
+    /// the replica is unchanged.
+    pub fn apply_batch(&self, batch: &MetadataBatch) -> Result<(), ReplicaError> {
+        self.set_leader_commit_index(batch.leader_commit_index);
+        let mut follower = self.follower.lock();
+        let before = follower.applied_index();
+        let had_snapshot = before > 0;
+        follower.apply(batch)?;
+        if follower.applied_index() != before || !had_snapshot {
+            self.publish(&follower);
         }
-        *self.state.write() = Arc::new(snapshot);
-        self.has_snapshot.store(true, Ordering::Release);
-        self.changes.send_modify(|count| *count += 1);
+        Ok(())
     }
 
-    /// Applies one delta stamped with log index `index`.
+    /// Applies `command` as the next log entry: for a replica that is its
+    /// own log (a data node run without a control plane, and tests).
     ///
-    /// # Panics
-    /// If `index` does not follow the applied index (the stream delivers in
-    /// order; a gap or a replay means the replica would lie), or the delta
-    /// is malformed.
-    pub fn apply_delta(&self, index: u64, delta: MetadataDelta) {
-        let mut guard = self.state.write();
-        assert!(
-            index > guard.applied_index,
-            "metadata delta at index {index} does not follow the applied index {}",
-            guard.applied_index
-        );
-        let mut next = MetadataSnapshot::clone(&guard);
-        next.applied_index = index;
-        apply(&mut next, delta);
-        *guard = Arc::new(next);
-        drop(guard);
-        self.changes.send_modify(|count| *count += 1);
+    /// # Errors
+    /// The metastore's refusal; the refused command changes nothing but the
+    /// applied index.
+    pub fn apply_next(&self, command: &Command) -> Result<Outcome, MetastoreError> {
+        let mut follower = self.follower.lock();
+        let result = follower.apply_next(command);
+        self.set_leader_commit_index(follower.applied_index());
+        self.publish(&follower);
+        result
     }
 
-    /// Moves the applied index to `index` without a change: log entries
-    /// that carry none (a new leader's blank entry) still advance it, and
-    /// the stream reports where a batch leaves the replica.
-    ///
-    /// # Panics
-    /// If `index` is below the applied index.
-    pub fn advance_applied_index(&self, index: u64) {
-        let mut guard = self.state.write();
-        assert!(
-            index >= guard.applied_index,
-            "metadata applied index would go back from {} to {index}",
-            guard.applied_index
-        );
-        if index > guard.applied_index {
-            let mut next = MetadataSnapshot::clone(&guard);
-            next.applied_index = index;
-            *guard = Arc::new(next);
-        }
+    /// Swaps in the view of `follower`'s state; the caller holds the writer
+    /// lock, so views are published in log order.
+    fn publish(&self, follower: &Follower) {
+        let previous = self.view();
+        let next = MetadataView::derive(&previous, follower.shared(), follower.applied_index());
+        *self.state.write() = Arc::new(next);
+        self.changes.send_modify(|count| *count += 1);
     }
 
     /// The commit index the leader last reported: the replica is caught up
@@ -111,11 +106,11 @@ impl MetadataReplica {
         self.leader_commit_index.fetch_max(index, Ordering::AcqRel);
     }
 
-    /// Whether the replica holds a snapshot and has applied the leader's
-    /// last reported commit index.
+    /// Whether the replica holds a state and has applied the leader's last
+    /// reported commit index.
     pub fn is_caught_up(&self) -> bool {
-        self.has_snapshot.load(Ordering::Acquire)
-            && self.state.read().applied_index >= self.leader_commit_index.load(Ordering::Acquire)
+        let applied = self.state.read().applied_index;
+        applied > 0 && applied >= self.leader_commit_index.load(Ordering::Acquire)
     }
 
     /// The topic under `name`.
@@ -127,43 +122,6 @@ impl MetadataReplica {
     pub fn user(&self, name: &str) -> (Option<Arc<User>>, u64) {
         let state = self.state.read();
         (state.users.get(name).cloned(), state.users_version)
-    }
-}
-
-fn apply(state: &mut MetadataSnapshot, delta: MetadataDelta) {
-    match delta {
-        MetadataDelta::PutTopic(topic) => {
-            topic.assert_valid();
-            state
-                .topics
-                .insert(Arc::clone(&topic.name), Arc::new(topic));
-        }
-        MetadataDelta::DeleteTopic { name } => {
-            state.topics.remove(name.as_str());
-        }
-        MetadataDelta::SetOwner {
-            topic,
-            partition,
-            owner,
-        } => {
-            if let Some(meta) = state.topics.get_mut(topic.as_str()) {
-                let meta = Arc::make_mut(meta);
-                if let Some(slot) = meta.owners.get_mut(partition as usize) {
-                    *slot = owner;
-                }
-            }
-        }
-        MetadataDelta::PutMember(member) => {
-            state.members.insert(member.id, member);
-        }
-        MetadataDelta::PutUser(user) => {
-            state.users.insert(user.username.clone(), Arc::new(user));
-            state.users_version += 1;
-        }
-        MetadataDelta::DeleteUser { username } => {
-            state.users.remove(&username);
-            state.users_version += 1;
-        }
     }
 }
 
@@ -201,25 +159,31 @@ impl Topology for MetadataReplica {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::metadata::Member;
+    use narad_meta::codec::{encode_command, encode_state};
+    use narad_meta::{Actor, Command, DeleteTopic, GrantAction, Heartbeat, Metastore};
+    use narad_protocol::metadata::MetadataChange;
 
-    fn replica_with(topic: TopicMeta) -> MetadataReplica {
+    use super::*;
+    use crate::testing::{add_user, assign, create_command, mark_dead, register, topic};
+
+    fn replica_with_orders_on(owner: NodeId) -> MetadataReplica {
         let replica = MetadataReplica::new(1);
-        let mut snapshot = MetadataSnapshot {
-            applied_index: 5,
-            ..MetadataSnapshot::default()
-        };
-        snapshot
-            .topics
-            .insert(Arc::clone(&topic.name), Arc::new(topic));
-        replica.apply_snapshot(snapshot);
+        register(&replica, 1);
+        topic(&replica, "orders", 0xaa, 3, owner);
         replica
+    }
+
+    fn delete_orders() -> Command {
+        Command::DeleteTopic(DeleteTopic {
+            actor: Actor::SecurityOff,
+            name: "orders".into(),
+            expected_id: None,
+        })
     }
 
     #[test]
     fn route_is_local_for_partitions_this_node_owns() {
-        let replica = replica_with(TopicMeta::new("orders", Some("00000000000000aa"), 3, 1));
+        let replica = replica_with_orders_on(1);
         let route = replica.route(&Destination::new("orders", 2));
         assert_eq!(
             route,
@@ -233,14 +197,8 @@ mod tests {
 
     #[test]
     fn route_reports_a_dead_member_as_not_alive() {
-        let replica = replica_with(TopicMeta::new("orders", None, 3, 7));
-        replica.apply_delta(
-            6,
-            MetadataDelta::PutMember(Member {
-                id: 7,
-                alive: false,
-            }),
-        );
+        let replica = replica_with_orders_on(7);
+        mark_dead(&replica, 7);
         let route = replica.route(&Destination::new("orders", 0));
         assert_eq!(
             route,
@@ -254,86 +212,127 @@ mod tests {
 
     #[test]
     fn unassigned_partition_routes_nowhere() {
-        let replica = replica_with(TopicMeta::new("orders", None, 3, 1));
-        replica.apply_delta(
-            6,
-            MetadataDelta::SetOwner {
-                topic: "orders".into(),
-                partition: 1,
-                owner: None,
-            },
-        );
+        let replica = MetadataReplica::new(1);
+        register(&replica, 1);
+        replica
+            .apply_next(&Command::CreateTopic(create_command("orders", 0xaa, 3)))
+            .expect("create");
+        assign(&replica, "orders", &[(0, 1), (2, 1)]);
         assert_eq!(
             replica.route(&Destination::new("orders", 1)),
             Route::Unassigned
         );
+        assert_eq!(
+            replica.topic_meta("orders").expect("topic").owners,
+            [Some(1), None, Some(1)]
+        );
+    }
+
+    fn batch(applied_index: u64, leader: u64, changes: &[(u64, Command)]) -> MetadataBatch {
+        MetadataBatch {
+            applied_index,
+            leader_commit_index: leader,
+            snapshot: None,
+            changes: changes
+                .iter()
+                .map(|(index, command)| MetadataChange {
+                    index: *index,
+                    command: encode_command(command),
+                })
+                .collect(),
+        }
     }
 
     #[test]
-    fn caught_up_only_after_snapshot_and_leader_index() {
+    fn caught_up_only_after_a_state_and_the_leader_index() {
         let replica = MetadataReplica::new(1);
         assert!(!replica.is_caught_up());
-        replica.apply_snapshot(MetadataSnapshot {
+        let snapshot = MetadataBatch {
             applied_index: 3,
-            ..MetadataSnapshot::default()
-        });
+            leader_commit_index: 3,
+            snapshot: Some(encode_state(&Metastore::new())),
+            changes: Vec::new(),
+        };
+        replica.apply_batch(&snapshot).expect("snapshot");
         assert!(replica.is_caught_up());
         replica.set_leader_commit_index(4);
         assert!(!replica.is_caught_up());
-        replica.apply_delta(4, MetadataDelta::DeleteTopic { name: "x".into() });
+        let heartbeat = Command::Heartbeat(Heartbeat {
+            id: "unknown".into(),
+            at_ms: 1,
+        });
+        replica
+            .apply_batch(&batch(4, 4, &[(4, heartbeat)]))
+            .expect("changes");
         assert!(replica.is_caught_up());
     }
 
     #[test]
-    fn an_entry_without_a_change_still_catches_the_replica_up() {
-        let replica = replica_with(TopicMeta::new("orders", None, 3, 1));
-        replica.set_leader_commit_index(9);
+    fn a_batch_without_changes_still_catches_the_replica_up() {
+        let replica = replica_with_orders_on(1);
+        let applied = replica.view().applied_index;
+        replica.set_leader_commit_index(applied + 5);
         assert!(!replica.is_caught_up());
-        replica.advance_applied_index(9);
+        replica
+            .apply_batch(&batch(applied + 5, applied + 5, &[]))
+            .expect("empty batch");
         assert!(replica.is_caught_up());
         assert!(replica.topic_meta("orders").is_some());
     }
 
     #[test]
-    #[should_panic(expected = "does not follow the applied index")]
-    fn a_delta_out_of_order_is_refused() {
-        let replica = replica_with(TopicMeta::new("orders", None, 3, 1));
-        replica.apply_delta(
-            5,
-            MetadataDelta::DeleteTopic {
-                name: "orders".into(),
-            },
+    fn a_batch_out_of_order_is_refused_and_changes_nothing() {
+        let replica = replica_with_orders_on(1);
+        let at = replica.view().applied_index;
+        let changes = [(at + 2, delete_orders()), (at + 1, delete_orders())];
+        assert!(
+            replica
+                .apply_batch(&batch(at + 2, at + 2, &changes))
+                .is_err()
         );
+        assert_eq!(replica.view().applied_index, at);
+        assert!(replica.topic_meta("orders").is_some());
+    }
+
+    #[test]
+    fn a_change_to_one_topic_leaves_the_others_views_shared() {
+        let replica = replica_with_orders_on(1);
+        topic(&replica, "shipments", 0xbb, 3, 1);
+        let before = replica.topic_meta("shipments").expect("shipments");
+        replica.apply_next(&delete_orders()).expect("delete");
+        let after = replica.topic_meta("shipments").expect("shipments");
+        assert!(Arc::ptr_eq(&before, &after), "shipments was derived again");
+        assert!(replica.topic_meta("orders").is_none());
     }
 
     #[test]
     fn user_changes_bump_the_users_version() {
-        let replica = replica_with(TopicMeta::new("orders", None, 3, 1));
+        let replica = replica_with_orders_on(1);
         let (_, before) = replica.user("alice");
-        replica.apply_delta(
-            6,
-            MetadataDelta::PutUser(User {
-                username: "alice".into(),
-                password_hash: String::new(),
-                root: false,
-                grants: Vec::new(),
-                created_at_ms: 0,
-                updated_at_ms: 0,
-            }),
-        );
+        add_user(&replica, "alice", "pw", Vec::new());
         let (user, after) = replica.user("alice");
         assert!(user.is_some());
         assert!(after > before);
     }
 
     #[test]
+    fn a_refused_command_answers_the_metastores_error_and_changes_nothing() {
+        let replica = replica_with_orders_on(1);
+        let again = Command::CreateTopic(create_command("orders", 0xcc, 3));
+        let error = replica.apply_next(&again).expect_err("exists");
+        assert_eq!(error.to_string(), "topic already exists");
+        let topic = replica.topic_meta("orders").expect("orders");
+        assert_eq!(topic.incarnation_id.as_deref(), Some("00000000000000aa"));
+    }
+
+    #[test]
     fn wildcard_grant_matches_by_prefix_only() {
-        let grant = crate::metadata::Grant {
-            action: crate::metadata::GrantAction::Produce,
+        let grant = narad_meta::Grant {
+            action: GrantAction::Produce,
             patterns: vec!["ord*".into()],
         };
-        assert!(grant.allows(crate::metadata::GrantAction::Produce, "orders"));
-        assert!(!grant.allows(crate::metadata::GrantAction::Produce, "shipments"));
-        assert!(!grant.allows(crate::metadata::GrantAction::Consume, "orders"));
+        assert!(grant.covers(GrantAction::Produce, "orders"));
+        assert!(!grant.covers(GrantAction::Produce, "shipments"));
+        assert!(!grant.covers(GrantAction::Consume, "orders"));
     }
 }

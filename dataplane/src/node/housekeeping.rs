@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::commit::{LocalLogs, MarkerToken, Retirement, TopicDirError};
 use crate::dispatch::{GoneQuestion, LeaderConfirm};
-use crate::metadata::{MetadataReplica, MetadataSnapshot};
+use crate::metadata::{MetadataReplica, MetadataView};
 use crate::metrics::NodeMetrics;
 
 /// Cadences of the housekeeping thread.
@@ -135,7 +135,7 @@ impl LeaderConfirm for StoppableLeader {
 }
 
 /// The topic incarnations of `view`, by name.
-fn incarnations(view: &MetadataSnapshot) -> HashMap<Arc<str>, Option<Arc<str>>> {
+fn incarnations(view: &MetadataView) -> HashMap<Arc<str>, Option<Arc<str>>> {
     view.topics
         .iter()
         .map(|(name, topic)| (Arc::clone(name), topic.incarnation_id.clone()))

@@ -11,16 +11,19 @@ use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
 use narad_disk::portable::PortableDisk;
+use narad_meta::{Actor, Command, CreateTopic, DeleteTopic};
 use narad_plog::LogConfig;
 use tempfile::TempDir;
 
 use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
 use crate::commit::LocalLogs;
 use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm, ReplicaLeader};
-use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta};
+use crate::metadata::MetadataReplica;
+use crate::testing::{apply, create_command, id_text, place};
 
 const NODE: u64 = 1;
-const ORDERS_ID: &str = "00000000000000d4";
+/// The incarnation id of `orders` (and of the orphaned `ghost`), as bits.
+const ORDERS_ID: u64 = 0xd4;
 
 /// A ceiling that turns a hang into a failure; no speed is asserted.
 const WAIT_MAX: Duration = Duration::from_secs(20);
@@ -56,20 +59,18 @@ fn portable() -> Arc<dyn Disk> {
     Arc::new(PortableDisk::new(1).expect("portable disk"))
 }
 
-/// A standalone node under `data_dir` whose replica holds `topics` from
-/// the start (so the housekeeping's first tick sees them), whose
-/// housekeeping ticks every few milliseconds and asks `GatedLeader`
-/// (returned, closed).
+/// A standalone node under `data_dir` whose replica holds `topics`, every
+/// partition placed on the node, from the start (so the housekeeping's
+/// first tick sees them), whose housekeeping ticks every few milliseconds
+/// and asks `GatedLeader` (returned, closed).
 fn start(
     disk: Arc<dyn Disk>,
     data_dir: &Path,
-    topics: Vec<TopicMeta>,
+    topics: Vec<CreateTopic>,
 ) -> (DataNode, Arc<GatedLeader>) {
-    let mut services = NodeServices::standalone(disk, NODE, 7);
-    for (index, topic) in (1..).zip(topics) {
-        services
-            .replica
-            .apply_delta(index, MetadataDelta::PutTopic(topic));
+    let mut services = NodeServices::standalone(disk, NODE);
+    for topic in topics {
+        place(&services.replica, topic, NODE);
     }
     let leader = Arc::new(GatedLeader {
         open: AtomicBool::new(false),
@@ -102,7 +103,7 @@ fn replica_of(node: &DataNode) -> &MetadataReplica {
 #[test]
 fn a_deleted_topics_directory_is_quarantined_then_removed_once_the_leader_confirms() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let orders = TopicMeta::new("orders", Some(ORDERS_ID), 1, NODE);
+    let orders = create_command("orders", ORDERS_ID, 3);
     let (node, leader) = start(portable(), dir.path(), vec![orders]);
     let replica = replica_of(&node);
     // The gauges are set at the end of a tick: from then on the
@@ -114,17 +115,22 @@ fn a_deleted_topics_directory_is_quarantined_then_removed_once_the_leader_confir
             .contains("narad_quarantined_copies")
     });
     node.logs()
-        .resolve(&Destination::new("orders", 0), Some(&Arc::from(ORDERS_ID)))
+        .resolve(
+            &Destination::new("orders", 0),
+            Some(&Arc::from(id_text(ORDERS_ID))),
+        )
         .expect("log opens");
     assert!(topics(&dir).join("orders").exists());
 
-    replica.apply_delta(
-        2,
-        MetadataDelta::DeleteTopic {
+    apply(
+        replica,
+        Command::DeleteTopic(DeleteTopic {
+            actor: Actor::SecurityOff,
             name: "orders".into(),
-        },
+            expected_id: None,
+        }),
     );
-    let stale = stale_copy(&dir, "orders", ORDERS_ID);
+    let stale = stale_copy(&dir, "orders", &id_text(ORDERS_ID));
     wait_until("the directory renamed to its quarantined name", || {
         stale.exists() && !topics(&dir).join("orders").exists()
     });
@@ -144,7 +150,10 @@ fn a_directory_of_a_topic_the_replica_never_had_is_kept_until_the_leader_confirm
     let disk = portable();
     let earlier = LocalLogs::new(Arc::clone(&disk), dir.path(), LogConfig::default());
     earlier
-        .resolve(&Destination::new("ghost", 0), Some(&Arc::from(ORDERS_ID)))
+        .resolve(
+            &Destination::new("ghost", 0),
+            Some(&Arc::from(id_text(ORDERS_ID))),
+        )
         .expect("log opens");
     earlier.close_all();
 
@@ -155,7 +164,7 @@ fn a_directory_of_a_topic_the_replica_never_had_is_kept_until_the_leader_confirm
     assert!(topics(&dir).join("ghost").exists());
 
     leader.open.store(true, Ordering::Release);
-    let stale = stale_copy(&dir, "ghost", ORDERS_ID);
+    let stale = stale_copy(&dir, "ghost", &id_text(ORDERS_ID));
     wait_until("the orphan directory retired and swept", || {
         !topics(&dir).join("ghost").exists() && !stale.exists()
     });

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::sim::SimDisk;
+use narad_meta::{Command as MetaCommand, CreateTopic};
 use narad_plog::{LogConfig, ReadEntry, ReadLimits, Record};
 use narad_protocol::codec::encode_message;
 use narad_protocol::commit::{
@@ -28,7 +29,7 @@ use super::{
     AddressTable, CommitService, LEGACY_OWNER_TTL, MonotonicClock, OwnerAddresses,
     RemoteCommitTarget,
 };
-use crate::admin::ReplicaAdmin;
+use crate::admin::LocalAdmin;
 use crate::commit::{Combiners, LocalLogs};
 use crate::dispatch::ReplicaLeader;
 use crate::dispatch::runtime::Event;
@@ -37,9 +38,10 @@ use crate::dispatch::{
     Dispatcher, NodeId, RecordMeta, WalPayload,
 };
 use crate::ingress::ProduceMessage;
-use crate::metadata::{MetadataDelta, MetadataReplica, MetadataSnapshot, TopicMeta};
+use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
+use crate::testing::{apply, assign, create_command, place, register, topic};
 
 /// Generous bound on waits for an outcome that must come; never a
 /// performance claim.
@@ -60,23 +62,22 @@ fn bind(router: Router) -> Node {
     Node::bind(NodeConfig::new(loopback, auth()), router).expect("bind")
 }
 
+/// The create command of `orders` (3 partitions) under incarnation
+/// `orders_id`.
+fn create_orders(orders_id: &str) -> CreateTopic {
+    let mut orders = create_command("orders", 0, 3);
+    orders.id = narad_meta::IncarnationId::try_from(orders_id.to_owned()).expect("an id");
+    orders
+}
+
 /// A replica of `local` where `orders` (incarnation `orders_id`) and
-/// `legacy` (no incarnation) have every partition owned by `owner`.
+/// `legacy` have every partition owned by `owner`. The metastore gives
+/// every topic an incarnation id; the tests send `legacy`'s records without
+/// one, as records accepted into WAL format 1 are.
 fn replica(local: NodeId, owner: NodeId, orders_id: &str) -> Arc<MetadataReplica> {
     let replica = Arc::new(MetadataReplica::new(local));
-    let mut snapshot = MetadataSnapshot {
-        applied_index: 1,
-        ..MetadataSnapshot::default()
-    };
-    for topic in [
-        TopicMeta::new("orders", Some(orders_id), 3, owner),
-        TopicMeta::new("legacy", None, 3, owner),
-    ] {
-        snapshot
-            .topics
-            .insert(Arc::clone(&topic.name), Arc::new(topic));
-    }
-    replica.apply_snapshot(snapshot);
+    place(&replica, create_orders(orders_id), owner);
+    topic(&replica, "legacy", 0xc3, 3, owner);
     replica
 }
 
@@ -255,6 +256,8 @@ async fn a_commit_order_lands_in_the_owners_partition_log() {
 async fn records_without_an_incarnation_commit_by_name() {
     let (owned, owner) = owning(OWNER, ORDERS_ID);
     let target = sender(owner.local_addr(), Arc::default());
+    // `legacy` has an incarnation id (every topic has one); the record
+    // has none, as one written in WAL format 1.
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
         "legacy",
@@ -521,15 +524,18 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
     let (owned, owner) = owning(OWNER, ORDERS_ID);
     let target = sender(owner.local_addr(), Arc::default());
-    let sender_replica = crate::testing::replica();
-    assert_eq!(sender_replica.local_node(), SENDER);
-    sender_replica.apply_delta(
-        2,
-        MetadataDelta::SetOwner {
-            topic: "orders".into(),
-            partition: 1,
-            owner: Some(OWNER),
-        },
+    // The sender owns `orders` but for partition 1, which the owning node
+    // holds.
+    let sender_replica = Arc::new(MetadataReplica::new(SENDER));
+    register(&sender_replica, SENDER);
+    apply(
+        &sender_replica,
+        MetaCommand::CreateTopic(create_orders(ORDERS_ID)),
+    );
+    assign(
+        &sender_replica,
+        "orders",
+        &[(0, SENDER), (1, OWNER), (2, SENDER)],
     );
     let mut config = DataNodeConfig::new("/sender");
     config.checkpoint = CheckpointConfig {
@@ -539,7 +545,7 @@ async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
         disk: Arc::new(SimDisk::new(5)),
         leader: Arc::new(ReplicaLeader::new(Arc::clone(&sender_replica))),
         remote: Arc::new(target),
-        admin: Arc::new(ReplicaAdmin::new(Arc::clone(&sender_replica), SENDER, 3)),
+        admin: Arc::new(LocalAdmin::new(Arc::clone(&sender_replica))),
         replica: sender_replica,
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");

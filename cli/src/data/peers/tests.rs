@@ -6,20 +6,24 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narad_dataplane::admin::ReplicaAdmin;
+use narad_dataplane::admin::LocalAdmin;
 use narad_dataplane::dispatch::{Destination, NodeId, ReplicaLeader};
 use narad_dataplane::ingress::ProduceMessage;
-use narad_dataplane::metadata::{Member, MetadataReplica, MetadataSnapshot, TopicMeta};
+use narad_dataplane::metadata::{MetadataReplica, member_id};
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::remote::AddressTable;
 use narad_disk::{BackendChoice, open_backend};
+use narad_meta::{
+    Actor, AssignPartitions, Command, CreateTopic, IncarnationId, PartitionOwner, RegisterMember,
+    TopicDefaults,
+};
 use narad_protocol::{ClusterAuth, ClusterSecret};
 
 use super::Peers;
 
 const ACCEPTING: NodeId = 1;
 const OWNING: NodeId = 2;
-const ORDERS_ID: &str = "00000000000000c3";
+const ORDERS_ID: u64 = 0xc3;
 
 /// A ceiling that turns a hang into a failure; no speed is asserted.
 const WAIT_MAX: Duration = Duration::from_secs(20);
@@ -28,22 +32,48 @@ fn auth() -> ClusterAuth {
     ClusterAuth::Secret(ClusterSecret::new(vec![9; 32]).expect("32 bytes"))
 }
 
-/// The replica of `local`: both nodes alive, `orders` with one partition
+/// The replica of `local`: both nodes alive, `orders` with every partition
 /// owned by [`OWNING`].
 fn replica(local: NodeId) -> Arc<MetadataReplica> {
     let replica = Arc::new(MetadataReplica::new(local));
-    let mut snapshot = MetadataSnapshot {
-        applied_index: 1,
-        ..MetadataSnapshot::default()
+    let apply = |command: Command| {
+        replica
+            .apply_next(&command)
+            .expect("the metastore takes it");
     };
     for id in [ACCEPTING, OWNING] {
-        snapshot.members.insert(id, Member { id, alive: true });
+        apply(Command::RegisterMember(RegisterMember {
+            id: member_id(id),
+            http_addr: format!("node-{id}:http"),
+            rpc_addr: format!("node-{id}:rpc"),
+            at_ms: 1,
+        }));
     }
-    let topic = TopicMeta::new("orders", Some(ORDERS_ID), 1, OWNING);
-    snapshot
-        .topics
-        .insert(Arc::clone(&topic.name), Arc::new(topic));
-    replica.apply_snapshot(snapshot);
+    apply(Command::CreateTopic(CreateTopic {
+        actor: Actor::SecurityOff,
+        name: "orders".into(),
+        id: IncarnationId::from_bits(ORDERS_ID),
+        partitions: None,
+        retention_ms: None,
+        visibility_timeout_ms: None,
+        max_in_flight_per_partition: None,
+        max_acked_ahead_per_partition: None,
+        schema: None,
+        parent: None,
+        defaults: TopicDefaults::default(),
+        created_at_ms: 1,
+    }));
+    let partitions = replica.topic_meta("orders").expect("orders").partitions;
+    apply(Command::AssignPartitions(AssignPartitions {
+        topic: "orders".into(),
+        id: IncarnationId::from_bits(ORDERS_ID),
+        owners: (0..partitions)
+            .map(|partition| PartitionOwner {
+                partition,
+                owner: member_id(OWNING),
+            })
+            .collect(),
+    }));
     replica
 }
 
@@ -62,7 +92,7 @@ fn start(
         disk: open_backend(BackendChoice::Auto).expect("disk backend"),
         leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
         remote: peers.remote_commit_target(addresses),
-        admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), id, 5)),
+        admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
         replica: Arc::clone(&replica),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("starts");
@@ -133,7 +163,7 @@ async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log_an
     for i in 0..3_u8 {
         let message = ProduceMessage {
             key: vec![i],
-            partition: None,
+            partition: Some(0),
             payload: vec![b'm', i].into(),
         };
         accepting

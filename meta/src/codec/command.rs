@@ -1,0 +1,482 @@
+//! The binary encoding of [`Command`]: a kind tag, then the command's
+//! fields in declaration order. The version byte in front is
+//! [`Command::VERSION`](narad_protocol::Message::VERSION), written by
+//! whoever frames the command (a message's command field, a metadata
+//! change).
+
+use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
+
+use super::values::{
+    PARTITION_SLOTS_MAX, STR_BYTES_MIN, get_epoch, get_grants, get_hash, get_incarnation, get_list,
+    get_offsets, get_opt_i64, get_opt_incarnation, get_opt_str, put_epoch, put_grants, put_hash,
+    put_incarnation, put_list, put_offsets, put_opt_i64, put_opt_incarnation, put_opt_str,
+};
+use crate::{
+    Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, Command, CreateTopic,
+    CreateUser, DeleteTopic, DeleteUser, DetachChild, Heartbeat, MarkDead, NewLink, PartitionOwner,
+    RegisterMember, SeedAdmin, SetDraining, SetGrants, SetPassword, TopicDefaults,
+};
+use narad_protocol::fields::{get_bool, get_option, invalid, put_bool, put_option};
+
+/// The version of the binary command encoding. Version 1 was the serde
+/// JSON of [`Command`] in a length-prefixed blob; decoders still read it
+/// (see [`super::get_command`]).
+pub const COMMAND_VERSION: u8 = 2;
+
+impl Message for Command {
+    const NAME: &'static str = "metastore command";
+    const VERSION: u8 = COMMAND_VERSION;
+}
+
+/// Kind tags of [`Command`], in declaration order.
+mod kind {
+    pub(super) const CREATE_TOPIC: u8 = 1;
+    pub(super) const ALTER_TOPIC: u8 = 2;
+    pub(super) const DELETE_TOPIC: u8 = 3;
+    pub(super) const ADD_SCHEMA_VERSION: u8 = 4;
+    pub(super) const ATTACH_CHILD: u8 = 5;
+    pub(super) const DETACH_CHILD: u8 = 6;
+    pub(super) const ASSIGN_PARTITIONS: u8 = 7;
+    pub(super) const REGISTER_MEMBER: u8 = 8;
+    pub(super) const HEARTBEAT: u8 = 9;
+    pub(super) const MARK_DEAD: u8 = 10;
+    pub(super) const SET_DRAINING: u8 = 11;
+    pub(super) const SEED_ADMIN: u8 = 12;
+    pub(super) const CREATE_USER: u8 = 13;
+    pub(super) const DELETE_USER: u8 = 14;
+    pub(super) const SET_PASSWORD: u8 = 15;
+    pub(super) const SET_GRANTS: u8 = 16;
+}
+
+impl Encode for Command {
+    fn encode(&self, writer: &mut Writer) {
+        let (tag, body): (u8, &dyn Encode) = match self {
+            Self::CreateTopic(body) => (kind::CREATE_TOPIC, body),
+            Self::AlterTopic(body) => (kind::ALTER_TOPIC, body),
+            Self::DeleteTopic(body) => (kind::DELETE_TOPIC, body),
+            Self::AddSchemaVersion(body) => (kind::ADD_SCHEMA_VERSION, body),
+            Self::AttachChild(body) => (kind::ATTACH_CHILD, body),
+            Self::DetachChild(body) => (kind::DETACH_CHILD, body),
+            Self::AssignPartitions(body) => (kind::ASSIGN_PARTITIONS, body),
+            Self::RegisterMember(body) => (kind::REGISTER_MEMBER, body),
+            Self::Heartbeat(body) => (kind::HEARTBEAT, body),
+            Self::MarkDead(body) => (kind::MARK_DEAD, body),
+            Self::SetDraining(body) => (kind::SET_DRAINING, body),
+            Self::SeedAdmin(body) => (kind::SEED_ADMIN, body),
+            Self::CreateUser(body) => (kind::CREATE_USER, body),
+            Self::DeleteUser(body) => (kind::DELETE_USER, body),
+            Self::SetPassword(body) => (kind::SET_PASSWORD, body),
+            Self::SetGrants(body) => (kind::SET_GRANTS, body),
+        };
+        writer.u8(tag);
+        body.encode(writer);
+    }
+}
+
+impl Decode for Command {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match reader.u8("metastore command kind")? {
+            kind::CREATE_TOPIC => Self::CreateTopic(CreateTopic::decode(reader)?),
+            kind::ALTER_TOPIC => Self::AlterTopic(AlterTopic::decode(reader)?),
+            kind::DELETE_TOPIC => Self::DeleteTopic(DeleteTopic::decode(reader)?),
+            kind::ADD_SCHEMA_VERSION => Self::AddSchemaVersion(AddSchemaVersion::decode(reader)?),
+            kind::ATTACH_CHILD => Self::AttachChild(AttachChild::decode(reader)?),
+            kind::DETACH_CHILD => Self::DetachChild(DetachChild::decode(reader)?),
+            kind::ASSIGN_PARTITIONS => Self::AssignPartitions(AssignPartitions::decode(reader)?),
+            kind::REGISTER_MEMBER => Self::RegisterMember(RegisterMember::decode(reader)?),
+            kind::HEARTBEAT => Self::Heartbeat(Heartbeat::decode(reader)?),
+            kind::MARK_DEAD => Self::MarkDead(MarkDead::decode(reader)?),
+            kind::SET_DRAINING => Self::SetDraining(SetDraining::decode(reader)?),
+            kind::SEED_ADMIN => Self::SeedAdmin(SeedAdmin::decode(reader)?),
+            kind::CREATE_USER => Self::CreateUser(CreateUser::decode(reader)?),
+            kind::DELETE_USER => Self::DeleteUser(DeleteUser::decode(reader)?),
+            kind::SET_PASSWORD => Self::SetPassword(SetPassword::decode(reader)?),
+            kind::SET_GRANTS => Self::SetGrants(SetGrants::decode(reader)?),
+            other => return Err(invalid("metastore command kind", other)),
+        })
+    }
+}
+
+impl Encode for NewLink {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.parent);
+        put_incarnation(writer, &self.parent_id);
+        put_opt_i64(writer, self.fanout_delay_ms);
+        put_epoch(writer, &self.attach_epoch);
+        put_offsets(writer, &self.attach_offsets);
+    }
+}
+
+impl Decode for NewLink {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            parent: reader.str("link parent")?,
+            parent_id: get_incarnation(reader, "link parent id")?,
+            fanout_delay_ms: get_opt_i64(reader, "link fanout_delay_ms")?,
+            attach_epoch: get_epoch(reader, "link attach epoch")?,
+            attach_offsets: get_offsets(reader)?,
+        })
+    }
+}
+
+impl Encode for CreateTopic {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.name);
+        put_incarnation(writer, &self.id);
+        put_opt_i64(writer, self.partitions);
+        put_opt_i64(writer, self.retention_ms);
+        put_opt_i64(writer, self.visibility_timeout_ms);
+        put_opt_i64(writer, self.max_in_flight_per_partition);
+        put_opt_i64(writer, self.max_acked_ahead_per_partition);
+        put_opt_str(writer, self.schema.as_deref());
+        put_option(writer, self.parent.as_ref(), |writer, link| {
+            link.encode(writer);
+        });
+        self.defaults.encode(writer);
+        writer.u64(self.created_at_ms);
+    }
+}
+
+impl Decode for CreateTopic {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            name: reader.str("topic name")?,
+            id: get_incarnation(reader, "topic incarnation id")?,
+            partitions: get_opt_i64(reader, "partitions")?,
+            retention_ms: get_opt_i64(reader, "retention_ms")?,
+            visibility_timeout_ms: get_opt_i64(reader, "visibility_timeout_ms")?,
+            max_in_flight_per_partition: get_opt_i64(reader, "max_in_flight_per_partition")?,
+            max_acked_ahead_per_partition: get_opt_i64(reader, "max_acked_ahead_per_partition")?,
+            schema: get_opt_str(reader, "schema")?,
+            parent: get_option(reader, "parent link", NewLink::decode)?,
+            defaults: TopicDefaults::decode(reader)?,
+            created_at_ms: reader.u64("created_at_ms")?,
+        })
+    }
+}
+
+impl Encode for AlterTopic {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.name);
+        put_opt_incarnation(writer, self.expected_id.as_ref());
+        put_opt_i64(writer, self.retention_ms);
+        put_opt_i64(writer, self.max_in_flight_per_partition);
+        put_opt_i64(writer, self.max_acked_ahead_per_partition);
+        put_opt_i64(writer, self.partitions);
+        self.defaults.encode(writer);
+    }
+}
+
+impl Decode for AlterTopic {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            name: reader.str("topic name")?,
+            expected_id: get_opt_incarnation(reader, "expected incarnation id")?,
+            retention_ms: get_opt_i64(reader, "retention_ms")?,
+            max_in_flight_per_partition: get_opt_i64(reader, "max_in_flight_per_partition")?,
+            max_acked_ahead_per_partition: get_opt_i64(reader, "max_acked_ahead_per_partition")?,
+            partitions: get_opt_i64(reader, "partitions")?,
+            defaults: TopicDefaults::decode(reader)?,
+        })
+    }
+}
+
+impl Encode for DeleteTopic {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.name);
+        put_opt_incarnation(writer, self.expected_id.as_ref());
+    }
+}
+
+impl Decode for DeleteTopic {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            name: reader.str("topic name")?,
+            expected_id: get_opt_incarnation(reader, "expected incarnation id")?,
+        })
+    }
+}
+
+impl Encode for AddSchemaVersion {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.name);
+        put_opt_incarnation(writer, self.expected_id.as_ref());
+        writer.str(&self.document);
+        put_option(writer, self.base_version.as_ref(), |writer, version| {
+            writer.u32(*version);
+        });
+    }
+}
+
+impl Decode for AddSchemaVersion {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            name: reader.str("topic name")?,
+            expected_id: get_opt_incarnation(reader, "expected incarnation id")?,
+            document: reader.str("schema document")?,
+            base_version: get_option(reader, "schema_base_version", |reader| {
+                reader.u32("schema_base_version")
+            })?,
+        })
+    }
+}
+
+impl Encode for AttachChild {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.parent);
+        put_opt_incarnation(writer, self.parent_id.as_ref());
+        writer.str(&self.child);
+        put_opt_incarnation(writer, self.child_id.as_ref());
+        put_opt_i64(writer, self.delay_ms);
+        put_epoch(writer, &self.attach_epoch);
+        put_offsets(writer, &self.attach_offsets);
+    }
+}
+
+impl Decode for AttachChild {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            parent: reader.str("parent name")?,
+            parent_id: get_opt_incarnation(reader, "parent incarnation id")?,
+            child: reader.str("child name")?,
+            child_id: get_opt_incarnation(reader, "child incarnation id")?,
+            delay_ms: get_opt_i64(reader, "delay_ms")?,
+            attach_epoch: get_epoch(reader, "attach epoch")?,
+            attach_offsets: get_offsets(reader)?,
+        })
+    }
+}
+
+impl Encode for DetachChild {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.parent);
+        writer.str(&self.child);
+    }
+}
+
+impl Decode for DetachChild {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            parent: reader.str("parent name")?,
+            child: reader.str("child name")?,
+        })
+    }
+}
+
+impl Encode for AssignPartitions {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.topic);
+        put_incarnation(writer, &self.id);
+        put_list(
+            writer,
+            "partition owners",
+            &self.owners,
+            PARTITION_SLOTS_MAX,
+            |writer, placement| {
+                writer.u32(placement.partition);
+                writer.str(&placement.owner);
+            },
+        );
+    }
+}
+
+impl Decode for AssignPartitions {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: reader.str("topic name")?,
+            id: get_incarnation(reader, "topic incarnation id")?,
+            owners: get_list(
+                reader,
+                "partition owners",
+                PARTITION_SLOTS_MAX,
+                4 + STR_BYTES_MIN,
+                |reader| {
+                    Ok(PartitionOwner {
+                        partition: reader.u32("placement partition")?,
+                        owner: reader.str("placement owner")?,
+                    })
+                },
+            )?,
+        })
+    }
+}
+
+impl Encode for RegisterMember {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.id);
+        writer.str(&self.http_addr);
+        writer.str(&self.rpc_addr);
+        writer.u64(self.at_ms);
+    }
+}
+
+impl Decode for RegisterMember {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            id: reader.str("member id")?,
+            http_addr: reader.str("member http_addr")?,
+            rpc_addr: reader.str("member rpc_addr")?,
+            at_ms: reader.u64("at_ms")?,
+        })
+    }
+}
+
+impl Encode for Heartbeat {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.id);
+        writer.u64(self.at_ms);
+    }
+}
+
+impl Decode for Heartbeat {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            id: reader.str("member id")?,
+            at_ms: reader.u64("at_ms")?,
+        })
+    }
+}
+
+impl Encode for MarkDead {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.id);
+        writer.u64(self.observed_heartbeat_ms);
+    }
+}
+
+impl Decode for MarkDead {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            id: reader.str("member id")?,
+            observed_heartbeat_ms: reader.u64("observed_heartbeat_ms")?,
+        })
+    }
+}
+
+impl Encode for SetDraining {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.id);
+        put_bool(writer, self.draining);
+    }
+}
+
+impl Decode for SetDraining {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            id: reader.str("member id")?,
+            draining: get_bool(reader, "draining")?,
+        })
+    }
+}
+
+impl Encode for SeedAdmin {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.username);
+        put_hash(writer, &self.password_hash);
+        writer.u64(self.at_ms);
+    }
+}
+
+impl Decode for SeedAdmin {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            username: reader.str("username")?,
+            password_hash: get_hash(reader, "password hash (length)")?,
+            at_ms: reader.u64("at_ms")?,
+        })
+    }
+}
+
+impl Encode for CreateUser {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.username);
+        put_hash(writer, &self.password_hash);
+        put_grants(writer, &self.grants);
+        writer.u64(self.at_ms);
+    }
+}
+
+impl Decode for CreateUser {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            username: reader.str("username")?,
+            password_hash: get_hash(reader, "password hash (length)")?,
+            grants: get_grants(reader)?,
+            at_ms: reader.u64("at_ms")?,
+        })
+    }
+}
+
+impl Encode for DeleteUser {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.username);
+    }
+}
+
+impl Decode for DeleteUser {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            username: reader.str("username")?,
+        })
+    }
+}
+
+impl Encode for SetPassword {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.username);
+        put_hash(writer, &self.password_hash);
+        put_option(writer, self.checked_hash.as_ref(), put_hash);
+        writer.u64(self.at_ms);
+    }
+}
+
+impl Decode for SetPassword {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            username: reader.str("username")?,
+            password_hash: get_hash(reader, "password hash (length)")?,
+            checked_hash: get_option(reader, "checked hash", |reader| {
+                get_hash(reader, "checked hash (length)")
+            })?,
+            at_ms: reader.u64("at_ms")?,
+        })
+    }
+}
+
+impl Encode for SetGrants {
+    fn encode(&self, writer: &mut Writer) {
+        self.actor.encode(writer);
+        writer.str(&self.username);
+        put_grants(writer, &self.grants);
+        writer.u64(self.at_ms);
+    }
+}
+
+impl Decode for SetGrants {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            actor: Actor::decode(reader)?,
+            username: reader.str("username")?,
+            grants: get_grants(reader)?,
+            at_ms: reader.u64("at_ms")?,
+        })
+    }
+}

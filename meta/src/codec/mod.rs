@@ -1,0 +1,170 @@
+//! Binary codecs of the metastore: a [`Command`] (in Raft entries,
+//! proposals and metadata-stream changes) and the whole [`Metastore`]
+//! (metadata-stream snapshots, and the state inside a Raft snapshot).
+//! Layouts are drawn in `docs/internals/controlplane.md` ("Metastore
+//! formats").
+//!
+//! - A command is `u8 version` ([`COMMAND_VERSION`], 2), a kind tag, then
+//!   the command's fields in declaration order.
+//! - A state is `u8 version` ([`STATE_VERSION`], 1), then topics,
+//!   placements, members and users, each map in key order, the change
+//!   counters and the applied index. The same state always gives the same
+//!   bytes.
+//!
+//! Every decoder refuses trailing bytes, an unknown version (naming the
+//! type), an unknown kind or enum tag (naming the type and the tag), and a
+//! count that the remaining input cannot hold, before reserving anything.
+//!
+//! **The JSON of earlier builds is still read, never written.** Before
+//! these codecs a command crossed the wire as format byte 1 and its serde
+//! JSON, length-prefixed ([`COMMAND_FORMAT_JSON`]); a metadata-stream change
+//! or snapshot was the bare JSON; a Raft snapshot was the bare JSON of the
+//! state machine. The decoders here take all of these, so a redb snapshot
+//! written by an older build still opens, and an entry or proposal from an
+//! older peer still applies. Bare JSON is told apart by its first byte:
+//! serde JSON of a struct or an enum starts with `{`, which is no version
+//! byte. An older build cannot read the binary forms: it refuses a
+//! version-2 command by name, and fails to parse a binary snapshot.
+//!
+//! The Raft log in redb stores entries in the same binary form (see
+//! `store/log.rs`), and reads the serde JSON entries of older builds too.
+//! The serde derives of the command and state types stay: openraft
+//! requires them, and they read the JSON of older builds.
+
+mod command;
+mod state;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+use bytes::Bytes;
+use narad_protocol::codec::{decode_message, encode_message};
+use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
+use serde::de::DeserializeOwned;
+
+pub use command::COMMAND_VERSION;
+pub use state::STATE_VERSION;
+pub use values::{
+    PARTITION_SLOTS_MAX, get_epoch, get_incarnation, get_topic, put_epoch, put_incarnation,
+    put_topic,
+};
+
+use super::{Command, Metastore};
+use narad_protocol::fields::invalid;
+
+/// Format byte of a command in a message whose bytes are the serde JSON of
+/// [`Command`], length-prefixed: what builds before [`COMMAND_VERSION`]
+/// wrote. Read, never written.
+pub const COMMAND_FORMAT_JSON: u8 = 1;
+
+/// The first byte of every serde JSON value the metastore wrote (an object).
+pub const BARE_JSON_FIRST_BYTE: u8 = b'{';
+
+const _: () = assert!(COMMAND_VERSION != COMMAND_FORMAT_JSON);
+const _: () = assert!(COMMAND_VERSION != BARE_JSON_FIRST_BYTE);
+const _: () = assert!(STATE_VERSION != BARE_JSON_FIRST_BYTE);
+
+/// Appends a command inside a message: its version byte, then its fields.
+pub fn put_command(writer: &mut Writer, command: &Command) {
+    writer.u8(COMMAND_VERSION);
+    command.encode(writer);
+}
+
+/// Reads a command written by [`put_command`], or by an older build as
+/// [`COMMAND_FORMAT_JSON`].
+///
+/// # Errors
+/// [`DecodeError::UnsupportedVersion`] naming `metastore command` for
+/// another version byte; the command's field errors; for the JSON form,
+/// [`DecodeError::InvalidValue`] carrying the column where parsing stopped.
+pub fn get_command(reader: &mut Reader) -> Result<Command, DecodeError> {
+    match reader.u8("metastore command version")? {
+        COMMAND_VERSION => Command::decode(reader),
+        COMMAND_FORMAT_JSON => {
+            let json = reader.bytes("command json")?;
+            from_json(&json, "command json (column of the first error)")
+        }
+        found => Err(DecodeError::UnsupportedVersion {
+            what: Command::NAME,
+            found,
+            supported: COMMAND_VERSION,
+        }),
+    }
+}
+
+/// A command alone, as a metadata-stream change carries it.
+pub fn encode_command(command: &Command) -> Bytes {
+    encode_message(command)
+}
+
+/// Reads a command written by [`encode_command`], by [`put_command`] (the
+/// same bytes), or as bare JSON by an older build.
+///
+/// # Errors
+/// As [`get_command`], and [`DecodeError::TrailingBytes`].
+pub fn decode_command(bytes: Bytes) -> Result<Command, DecodeError> {
+    if is_bare_json(&bytes) {
+        return from_json(&bytes, "command json (column of the first error)");
+    }
+    let mut reader = Reader::new(bytes);
+    let command = get_command(&mut reader)?;
+    reader.finish()?;
+    Ok(command)
+}
+
+/// Appends a whole state inside a larger value: its version byte, then its
+/// fields.
+pub fn put_state(writer: &mut Writer, metastore: &Metastore) {
+    writer.u8(STATE_VERSION);
+    metastore.encode(writer);
+}
+
+/// Reads a state written by [`put_state`].
+///
+/// # Errors
+/// [`DecodeError::UnsupportedVersion`] naming `metastore state`, then the
+/// state's field errors.
+pub fn get_state(reader: &mut Reader) -> Result<Metastore, DecodeError> {
+    let found = reader.u8("metastore state version")?;
+    if found != STATE_VERSION {
+        return Err(DecodeError::UnsupportedVersion {
+            what: Metastore::NAME,
+            found,
+            supported: STATE_VERSION,
+        });
+    }
+    Metastore::decode(reader)
+}
+
+/// A whole state alone, as a metadata-stream snapshot carries it.
+pub fn encode_state(metastore: &Metastore) -> Bytes {
+    encode_message(metastore)
+}
+
+/// Reads a state written by [`encode_state`], or as bare JSON by an older
+/// build.
+///
+/// # Errors
+/// As [`get_state`], and [`DecodeError::TrailingBytes`]; for the JSON form,
+/// [`DecodeError::InvalidValue`] carrying the column where parsing stopped.
+pub fn decode_state(bytes: Bytes) -> Result<Metastore, DecodeError> {
+    if is_bare_json(&bytes) {
+        return from_json(&bytes, "metastore state json (column of the first error)");
+    }
+    decode_message(bytes)
+}
+
+/// Whether `bytes` are the bare serde JSON an older build wrote.
+pub fn is_bare_json(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&BARE_JSON_FIRST_BYTE)
+}
+
+/// Parses serde JSON written by an older build.
+///
+/// # Errors
+/// [`DecodeError::InvalidValue`] named `field`, carrying the column where
+/// parsing stopped.
+pub fn from_json<T: DeserializeOwned>(json: &[u8], field: &'static str) -> Result<T, DecodeError> {
+    serde_json::from_slice(json).map_err(|error| invalid(field, error.column() as u64))
+}

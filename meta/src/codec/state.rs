@@ -1,0 +1,220 @@
+//! The binary encoding of the whole [`Metastore`]: the form of a metadata
+//! stream snapshot and of the metastore inside a Raft snapshot.
+//!
+//! Maps travel as lists in key order (every map is a `BTreeMap`), and a
+//! record's key is its own name or id, so the same state always gives the
+//! same bytes. The decoder refuses keys that are not strictly ascending, so
+//! the bytes of a state are also unique.
+//!
+//! The decoder checks the encoding, not the metastore's cross-record rules
+//! (a child's parent lists it, a placement names a member): a state that
+//! decodes was written by a replica's `apply`, which keeps them.
+
+use std::collections::BTreeMap;
+
+use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
+
+use super::values::{
+    MEMBER_BYTES_MIN, PARTITION_SLOTS_MAX, STR_BYTES_MIN, TOPIC_BYTES_MIN, USER_BYTES_MIN,
+    get_list, put_list,
+};
+use crate::{Assignment, DomainVersions, Member, Metastore, Topic, User};
+use narad_protocol::fields::{get_count, get_option, put_count, put_option};
+
+/// The version of the state encoding. The serde JSON that snapshots held
+/// before has no version byte; it starts with `{`, which no version is.
+pub const STATE_VERSION: u8 = 1;
+
+/// The most records of one kind (topics, placements, members, users) a
+/// state holds. Far above any cluster's (each topic costs directories on
+/// the data nodes and memory on every replica); the bound only stops a
+/// forged count.
+pub(crate) const STATE_RECORDS_MAX: u32 = 1 << 24;
+
+impl Message for Metastore {
+    const NAME: &'static str = "metastore state";
+    const VERSION: u8 = STATE_VERSION;
+}
+
+/// How one map of the state travels: the name of its count, the name of
+/// the error for a key out of order, and the least bytes a record takes.
+struct MapField {
+    count: &'static str,
+    order: &'static str,
+    record_bytes_min: usize,
+}
+
+const TOPICS: MapField = MapField {
+    count: "metastore topics",
+    order: "position of a metastore topic out of name order",
+    record_bytes_min: TOPIC_BYTES_MIN,
+};
+
+const PLACEMENTS: MapField = MapField {
+    count: "metastore placements",
+    order: "position of a metastore placement out of topic order",
+    // The topic name's prefix and the slot count.
+    record_bytes_min: STR_BYTES_MIN + 4,
+};
+
+const MEMBERS: MapField = MapField {
+    count: "metastore members",
+    order: "position of a metastore member out of id order",
+    record_bytes_min: MEMBER_BYTES_MIN,
+};
+
+const USERS: MapField = MapField {
+    count: "metastore users",
+    order: "position of a metastore user out of name order",
+    record_bytes_min: USER_BYTES_MIN,
+};
+
+impl Encode for Metastore {
+    fn encode(&self, writer: &mut Writer) {
+        put_records(writer, &TOPICS, &self.topics, |writer, name, topic| {
+            assert_eq!(name, topic.name, "a topic filed under another name");
+            topic.encode(writer);
+        });
+        put_records(
+            writer,
+            &PLACEMENTS,
+            &self.assignments,
+            |writer, topic, slots| {
+                writer.str(topic);
+                put_list(
+                    writer,
+                    "placement slots",
+                    slots,
+                    PARTITION_SLOTS_MAX,
+                    put_slot,
+                );
+            },
+        );
+        put_records(writer, &MEMBERS, &self.members, |writer, id, member| {
+            assert_eq!(id, member.id, "a member filed under another id");
+            member.encode(writer);
+        });
+        put_records(writer, &USERS, &self.users, |writer, name, user| {
+            assert_eq!(name, user.username, "a user filed under another name");
+            user.encode(writer);
+        });
+        self.versions.encode(writer);
+        writer.u64(self.applied_index);
+    }
+}
+
+impl Decode for Metastore {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topics: get_records(reader, &TOPICS, |reader| {
+                let topic = Topic::decode(reader)?;
+                Ok((topic.name.clone(), topic))
+            })?,
+            assignments: get_records(reader, &PLACEMENTS, get_placement)?,
+            members: get_records(reader, &MEMBERS, |reader| {
+                let member = Member::decode(reader)?;
+                Ok((member.id.clone(), member))
+            })?,
+            users: get_records(reader, &USERS, |reader| {
+                let user = User::decode(reader)?;
+                Ok((user.username.clone(), user))
+            })?,
+            versions: DomainVersions::decode(reader)?,
+            applied_index: reader.u64("metastore applied_index")?,
+        })
+    }
+}
+
+/// Appends a map's entries in key order (the map's own order).
+fn put_records<T>(
+    writer: &mut Writer,
+    map: &MapField,
+    records: &BTreeMap<String, T>,
+    mut put: impl FnMut(&mut Writer, &str, &T),
+) {
+    put_count(writer, map.count, records.len(), STATE_RECORDS_MAX);
+    for (key, record) in records {
+        put(writer, key, record);
+    }
+}
+
+/// Reads entries written by [`put_records`] back into their map, refusing
+/// a key that does not follow the previous one.
+fn get_records<T>(
+    reader: &mut Reader,
+    map: &MapField,
+    mut get: impl FnMut(&mut Reader) -> Result<(String, T), DecodeError>,
+) -> Result<BTreeMap<String, T>, DecodeError> {
+    let count = get_count(reader, map.count, STATE_RECORDS_MAX, map.record_bytes_min)?;
+    let mut records = BTreeMap::new();
+    for position in 0..count {
+        let (key, record) = get(reader)?;
+        check_ascending(&records, &key, map.order, position)?;
+        records.insert(key, record);
+    }
+    Ok(records)
+}
+
+/// Refuses `name` unless it sorts after every key already read: a map has
+/// one encoding, and a duplicate cannot replace an earlier record. The
+/// error names `order` and carries the record's position.
+fn check_ascending<T>(
+    records: &BTreeMap<String, T>,
+    name: &str,
+    order: &'static str,
+    position: usize,
+) -> Result<(), DecodeError> {
+    match records.last_key_value() {
+        Some((last, _)) if last.as_str() >= name => Err(DecodeError::InvalidValue {
+            field: order,
+            value: position as u64,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Appends one placement slot: the owner, or nothing while it waits.
+fn put_slot(writer: &mut Writer, slot: &Option<Assignment>) {
+    put_option(writer, slot.as_ref(), |writer, assignment| {
+        writer.str(&assignment.owner);
+    });
+}
+
+/// Reads one topic's placements: its name, then one slot per partition.
+fn get_placement(reader: &mut Reader) -> Result<(String, Vec<Option<Assignment>>), DecodeError> {
+    let topic = reader.str("placement topic")?;
+    let slots = get_list(
+        reader,
+        "placement slots",
+        PARTITION_SLOTS_MAX,
+        1,
+        |reader| {
+            get_option(reader, "placement slot", |reader| {
+                Ok(Assignment {
+                    owner: reader.str("placement owner")?,
+                })
+            })
+        },
+    )?;
+    Ok((topic, slots))
+}
+
+impl Encode for DomainVersions {
+    fn encode(&self, writer: &mut Writer) {
+        writer.u64(self.topics);
+        writer.u64(self.assignments);
+        writer.u64(self.members);
+        writer.u64(self.users);
+    }
+}
+
+impl Decode for DomainVersions {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topics: reader.u64("topics version")?,
+            assignments: reader.u64("assignments version")?,
+            members: reader.u64("members version")?,
+            users: reader.u64("users version")?,
+        })
+    }
+}

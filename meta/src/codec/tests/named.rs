@@ -1,0 +1,399 @@
+//! Named behaviours of the metastore codecs: golden bytes, the JSON of
+//! older builds, refusals by name, and determinism of the state bytes.
+
+use bytes::Bytes;
+use narad_protocol::{DecodeError, Reader, Writer};
+
+use super::super::values::put_list;
+use super::super::{
+    COMMAND_FORMAT_JSON, STATE_VERSION, decode_command, decode_state, encode_command, encode_state,
+    get_command,
+};
+use crate::tests::{Store, assign, attach, create_user, grant, link, register};
+use crate::{
+    Actor, ApplyContext, Command, CreateTopic, GrantAction, Heartbeat, SetDraining, TopicDefaults,
+};
+
+/// Lowercase hex of `bytes`, for golden comparisons that show the bytes.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A create as a proposer makes it: one option of each kind set.
+fn golden_command() -> Command {
+    Command::CreateTopic(CreateTopic {
+        actor: Actor::User("ann".into()),
+        name: "orders".into(),
+        id: crate::IncarnationId::from_bits(0x0123_4567_89ab_cdef),
+        partitions: Some(4),
+        retention_ms: None,
+        visibility_timeout_ms: None,
+        max_in_flight_per_partition: None,
+        max_acked_ahead_per_partition: Some(-1),
+        schema: Some("true".into()),
+        parent: None,
+        defaults: TopicDefaults::default(),
+        created_at_ms: 1_700_000_000_000,
+    })
+}
+
+/// A small cluster: two members, a parent with a delayed child, placements
+/// (one slot waiting), root and one user.
+fn sample_store() -> Store {
+    let mut store = Store::new();
+    store.member("n1");
+    store.member("n2");
+    store.ok(create("p"));
+    store.ok(Command::CreateTopic(CreateTopic {
+        parent: Some(link("p")),
+        ..crate::tests::create("c")
+    }));
+    store.ok(assign("p", &[(0, "n1"), (1, "n2")]));
+    store.ok(Command::SetDraining(SetDraining {
+        id: "n2".into(),
+        draining: true,
+    }));
+    let root = store.root();
+    store.ok(create_user(
+        root,
+        "bob",
+        vec![grant(GrantAction::Produce, &["p", "c*"])],
+    ));
+    store
+}
+
+fn create(name: &str) -> Command {
+    crate::tests::create_cmd(name)
+}
+
+#[test]
+fn a_command_encodes_to_its_golden_bytes() {
+    let bytes = encode_command(&golden_command());
+    assert_eq!(hex(&bytes), golden(GOLDEN_COMMAND));
+    assert_eq!(decode_command(bytes).expect("decodes"), golden_command());
+}
+
+#[test]
+fn a_state_encodes_to_its_golden_bytes() {
+    let state = sample_store().meta;
+    let bytes = encode_state(&state);
+    assert_eq!(hex(&bytes), golden(GOLDEN_STATE));
+    assert_eq!(decode_state(bytes).expect("decodes"), state);
+}
+
+/// [`golden_command`], field by field (spaces are for reading only).
+const GOLDEN_COMMAND: &[&str] = &[
+    "02",                                // command version
+    "01",                                // kind: create topic
+    "02 00000003 616e6e",                // actor: user "ann"
+    "00000006 6f7264657273",             // name "orders"
+    "0123456789abcdef",                  // incarnation id
+    "01 0000000000000004",               // partitions: 4
+    "00 00 00",                          // retention, visibility timeout, in-flight cap: omitted
+    "01 ffffffffffffffff",               // acked-ahead cap: -1
+    "01 00000004 74727565",              // schema "true"
+    "00",                                // no parent link
+    "00000003 0000006c",                 // defaults: 3 partitions, at most 108
+    "00000000240c8400 0000000000007530", // default retention and visibility timeout
+    "0000000000000400 0000000000000400", // default caps
+    "0000018bcfe56800",                  // created_at_ms
+];
+
+/// The state of [`sample_store`], field by field (spaces are for reading
+/// only). Password hashes are the test helper's: `$2b$04$` and 53 letters.
+const GOLDEN_STATE: &[&str] = &[
+    "01",                                                        // state version
+    "00000002",                                                  // topics, in name order
+    "00000001 63 af63de4c8601eff2 00000003",                     // "c", id, partitions
+    "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
+    "0000000000000400 0000000000000400", // in-flight and acked-ahead caps 1,024
+    "00000000000003e8",                  // created_at_ms
+    "00 00000000",                       // no owner, no schema
+    "01 00000001 70",                    // parent "p"
+    "0000000000000009 0000000000000000", // attach epoch, delay 0
+    "00000003 000000000000000000000000000000000000000000000000", // attach offsets 0, 0, 0
+    "00000000",                          // no children
+    "00000001 70 af63ed4c8602096f 00000003", // "p", id, partitions
+    "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
+    "0000000000000400 0000000000000400", // in-flight and acked-ahead caps 1,024
+    "00000000000003e8",                  // created_at_ms
+    "00 00000000 00",                    // no owner, no schema, no parent
+    "00000001 00000001 63",              // children: "c"
+    "00000002",                          // placements, in topic order
+    "00000001 63 00000003 00 00 00",     // "c": three slots waiting
+    "00000001 70 00000003",              // "p": three slots
+    "01 00000002 6e31 01 00000002 6e32 00", // n1, n2, waiting
+    "00000002",                          // members, in id order
+    "00000002 6e31",                     // "n1"
+    "00000007 6e313a37393432 00000007 6e313a37393432", // addresses "n1:7942"
+    "00000000000003e8 01 00",            // heartbeat, alive, not draining
+    "00000002 6e32",                     // "n2"
+    "00000007 6e323a37393432 00000007 6e323a37393432", // addresses "n2:7942"
+    "00000000000003e8 01 01",            // heartbeat, alive, draining
+    "00000002",                          // users, in name order
+    "00000005 61646d696e",               // "admin"
+    "0000003c 24326224303424",           // hash
+    "626262626262626262626262626262626262626262626262626262626262",
+    "6262626262626262626262626262626262626262626262",
+    "01 00000000",                       // root, no grants
+    "0000000000000001 0000000000000001", // created, updated
+    "00000003 626f62",                   // "bob"
+    "0000003c 24326224303424",           // hash
+    "636363636363636363636363636363636363636363636363636363636363",
+    "6363636363636363636363636363636363636363636363",
+    "00 00000001",                           // not root, one grant
+    "01 00000002 00000001 70 00000002 632a", // produce on "p" and "c*"
+    "0000000000000005 0000000000000005",     // created, updated
+    "0000000000000002 0000000000000003",     // versions: topics, placements
+    "0000000000000003 0000000000000002",     // versions: members, users
+    "0000000000000008",                      // applied index
+];
+
+/// A golden table as the hex the encoder gives.
+fn golden(chunks: &[&str]) -> String {
+    chunks.concat().replace(' ', "")
+}
+
+#[test]
+fn the_bare_json_of_an_older_build_still_decodes() {
+    let command = golden_command();
+    let json = serde_json::to_vec(&command).expect("serializes");
+    assert_eq!(decode_command(Bytes::from(json)), Ok(command));
+    let state = sample_store().meta;
+    let json = serde_json::to_vec(&state).expect("serializes");
+    assert_eq!(decode_state(Bytes::from(json)), Ok(state));
+}
+
+#[test]
+fn the_json_command_blob_of_an_older_peer_still_decodes() {
+    let command = golden_command();
+    let mut writer = Writer::new();
+    writer.u8(COMMAND_FORMAT_JSON);
+    writer.bytes(&serde_json::to_vec(&command).expect("serializes"));
+    let mut reader = Reader::new(writer.finish());
+    assert_eq!(get_command(&mut reader), Ok(command));
+    assert_eq!(reader.remaining(), 0);
+}
+
+#[test]
+fn json_that_is_no_command_is_refused_with_its_column() {
+    let error = decode_command(Bytes::from_static(b"{\"nope\":1}")).expect_err("refused");
+    assert!(matches!(
+        error,
+        DecodeError::InvalidValue {
+            field: "command json (column of the first error)",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_unknown_command_kind_is_refused_naming_the_type_and_tag() {
+    let error = decode_command(Bytes::from_static(&[2, 99])).expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "metastore command kind has the invalid value 99"
+    );
+}
+
+/// A binary command of kind `kind` whose fields are `body`, to reach the
+/// enum tags nested in commands.
+fn command_bytes(kind: u8, body: &[u8]) -> Bytes {
+    let mut bytes = vec![2, kind];
+    bytes.extend(body);
+    Bytes::from(bytes)
+}
+
+#[test]
+fn an_unknown_actor_kind_is_refused_naming_the_type_and_tag() {
+    // DeleteUser (kind 14) starts with its actor.
+    let error = decode_command(command_bytes(14, &[7])).expect_err("refused");
+    assert_eq!(error.to_string(), "Actor kind has the invalid value 7");
+}
+
+#[test]
+fn an_unknown_grant_action_is_refused_naming_the_type_and_tag() {
+    let mut writer = Writer::new();
+    writer.u8(2);
+    writer.u8(16); // SetGrants
+    writer.u8(1); // security off
+    writer.str("bob");
+    writer.u32(1); // one grant
+    writer.u8(5); // no such action
+    writer.u32(0);
+    writer.u64(0);
+    let error = decode_command(writer.finish()).expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "GrantAction kind has the invalid value 5"
+    );
+}
+
+#[test]
+fn an_unknown_member_status_is_refused_naming_the_type_and_tag() {
+    let mut writer = Writer::new();
+    writer.u8(STATE_VERSION);
+    writer.u32(0); // topics
+    writer.u32(0); // placements
+    writer.u32(1); // members
+    writer.str("n1");
+    writer.str("h");
+    writer.str("r");
+    writer.u64(0);
+    writer.u8(3); // no such status
+    writer.u8(0);
+    let error = decode_state(writer.finish()).expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "MemberStatus kind has the invalid value 3"
+    );
+}
+
+#[test]
+fn a_malformed_password_hash_is_refused_by_length_without_its_text() {
+    let mut writer = Writer::new();
+    writer.u8(2);
+    writer.u8(12); // SeedAdmin
+    writer.str("admin");
+    writer.str("secret");
+    writer.u64(0);
+    let error = decode_command(writer.finish()).expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "password hash (length) has the invalid value 6"
+    );
+}
+
+#[test]
+fn a_forged_topic_count_is_refused_before_anything_is_reserved() {
+    let mut writer = Writer::new();
+    writer.u8(STATE_VERSION);
+    writer.u32(1_000_000);
+    writer.u64(0);
+    let error = decode_state(writer.finish()).expect_err("refused");
+    assert!(
+        matches!(
+            error,
+            DecodeError::LengthExceedsInput {
+                field: "metastore topics",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_topic_count_over_the_limit_is_refused() {
+    let mut bytes = vec![STATE_VERSION];
+    bytes.extend(u32::MAX.to_be_bytes());
+    assert_eq!(
+        decode_state(Bytes::from(bytes)),
+        Err(DecodeError::InvalidValue {
+            field: "metastore topics",
+            value: u64::from(u32::MAX)
+        })
+    );
+}
+
+#[test]
+fn a_forged_pattern_count_is_refused_before_anything_is_reserved() {
+    let mut writer = Writer::new();
+    writer.u8(2);
+    writer.u8(16); // SetGrants
+    writer.u8(1);
+    writer.str("bob");
+    writer.u32(1);
+    writer.u8(1);
+    writer.u32(4_000_000);
+    let error = decode_command(writer.finish()).expect_err("refused");
+    assert!(
+        matches!(
+            error,
+            DecodeError::LengthExceedsInput {
+                field: "grant patterns",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+/// A state whose topics are the given records, in the given order.
+fn state_with_topics(names: &[&str]) -> Bytes {
+    let topics: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let mut store = Store::new();
+            store.ok(create(name));
+            store.topic(name).clone()
+        })
+        .collect();
+    let mut writer = Writer::new();
+    writer.u8(STATE_VERSION);
+    put_list(&mut writer, "topics", &topics, 8, |writer, topic| {
+        narad_protocol::Encode::encode(topic, writer);
+    });
+    writer.u32(0);
+    writer.u32(0);
+    writer.u32(0);
+    for _ in 0..5 {
+        writer.u64(0);
+    }
+    writer.finish()
+}
+
+#[test]
+fn topics_out_of_name_order_are_refused() {
+    assert!(decode_state(state_with_topics(&["a", "b"])).is_ok());
+    assert_eq!(
+        decode_state(state_with_topics(&["b", "a"])),
+        Err(DecodeError::InvalidValue {
+            field: "position of a metastore topic out of name order",
+            value: 1
+        })
+    );
+}
+
+#[test]
+fn a_topic_listed_twice_is_refused() {
+    assert_eq!(
+        decode_state(state_with_topics(&["a", "a"])),
+        Err(DecodeError::InvalidValue {
+            field: "position of a metastore topic out of name order",
+            value: 1
+        })
+    );
+}
+
+#[test]
+fn replicas_that_applied_the_same_log_encode_the_same_bytes() {
+    let (first, second) = (sample_store(), sample_store());
+    assert_eq!(encode_state(&first.meta), encode_state(&second.meta));
+}
+
+#[test]
+fn a_decoded_state_applies_the_rest_of_the_log_like_the_original() {
+    let mut original = sample_store().meta;
+    let mut restored = decode_state(encode_state(&original)).expect("decodes");
+    let rest = [
+        register("n3", 5_000),
+        Command::CreateTopic(crate::tests::create("q")),
+        Command::AttachChild(attach("p", "q")),
+        assign("q", &[(2, "n3")]),
+        Command::Heartbeat(Heartbeat {
+            id: "n1".into(),
+            at_ms: 9_000,
+        }),
+    ];
+    let first = original.applied_index() + 1;
+    for (index, command) in (first..).zip(&rest) {
+        let context = ApplyContext { index };
+        assert_eq!(
+            original.apply(command, context),
+            restored.apply(command, context)
+        );
+    }
+    assert_eq!(encode_state(&restored), encode_state(&original));
+    restored.assert_invariants();
+}

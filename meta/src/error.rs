@@ -1,0 +1,313 @@
+//! The metastore's per-operation errors. Each carries the text a client
+//! sees, and [`MetastoreError::status`] gives the HTTP status the spec pairs
+//! with it. Where the spec or the wire contract quotes a text, the text here
+//! is that quote, because clients match on substrings of it.
+
+use super::limits::{
+    CHILDREN_MAX, FANOUT_DELAY_MS_MAX, PASSWORD_BYTES_MAX, SCHEMA_CLUSTER_BYTES_MAX,
+    SCHEMA_DOCUMENT_BYTES_MAX, SCHEMA_TOPIC_BYTES_MAX, SCHEMA_VERSIONS_MAX, TOPIC_NAME_BYTES_MAX,
+};
+
+/// Why a command was refused. A refused command changes nothing, except an
+/// alter that failed in a later group (see [`super::Command::AlterTopic`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetastoreError {
+    // ---- Topic names and settings (400) ----
+    /// The topic name is empty.
+    #[error("topic name required")]
+    TopicNameEmpty,
+    /// The topic name is longer than new names may be.
+    #[error(
+        "topic name is {bytes} bytes; new topic names are limited to {TOPIC_NAME_BYTES_MAX} bytes"
+    )]
+    TopicNameTooLong {
+        /// Length of the refused name in bytes.
+        bytes: usize,
+    },
+    /// The topic name has a character outside `A-Z a-z 0-9 . _ -`, or is
+    /// `.` or `..`.
+    #[error(
+        "invalid topic name {name:?}: use only the characters A-Z a-z 0-9 . _ - (and not \".\" or \"..\")"
+    )]
+    TopicNameInvalid {
+        /// The refused name.
+        name: String,
+    },
+    /// Fewer partitions than the floor.
+    #[error("partitions must be >= 3 (0 = use default)")]
+    PartitionsTooFew,
+    /// More partitions than the configured ceiling.
+    #[error("partitions must be <= {max}")]
+    PartitionsTooMany {
+        /// The ceiling in force (`topic.max_partitions`).
+        max: u32,
+    },
+    /// An alter asked for no more partitions than the topic has.
+    #[error("partitions can only grow: the topic has {current}, asked for {requested}")]
+    PartitionsCannotShrink {
+        /// The topic's partition count.
+        current: u32,
+        /// The refused count.
+        requested: u32,
+    },
+    /// A retention under zero.
+    #[error("retention_ms must not be negative")]
+    RetentionNegative,
+    /// A retention between zero and one hour.
+    #[error(
+        "retention_ms must be 0 (keep forever) or at least 3600000 (1 hour), got {retention_ms}"
+    )]
+    RetentionBelowFloor {
+        /// The refused retention.
+        retention_ms: u64,
+    },
+    /// A visibility timeout under zero (zero asks for the default).
+    #[error("visibility_timeout_ms must not be negative")]
+    VisibilityTimeoutNegative,
+    /// A per-partition cap under zero (zero asks for the default).
+    #[error("{field} must not be negative")]
+    CapNegative {
+        /// The JSON field name of the cap.
+        field: &'static str,
+    },
+    /// An alter that changes nothing at all.
+    #[error("nothing to change: give at least one field")]
+    AlterEmpty,
+
+    // ---- Topic state (404 / 409) ----
+    /// No topic of that name.
+    #[error("topic not found")]
+    TopicNotFound,
+    /// The parent named in a create does not exist.
+    #[error("parent topic not found")]
+    ParentNotFound,
+    /// A topic of exactly that name exists.
+    #[error("topic already exists")]
+    TopicExists,
+    /// A topic whose name differs only in letter case exists.
+    #[error(
+        "topic already exists: {name:?} differs only in letter case from the existing topic {existing:?}; on a case-insensitive filesystem both would share one directory, so choose another name"
+    )]
+    TopicNameCaseClash {
+        /// The refused name.
+        name: String,
+        /// The existing topic's name.
+        existing: String,
+    },
+    /// The topic was deleted (and perhaps recreated) since the proposer read
+    /// it: the command names an incarnation or a shape that is gone.
+    #[error("topic changed since it was read")]
+    TopicChanged,
+
+    // ---- Fan-out (400 / 404 / 409) ----
+    /// An attach without a child name.
+    #[error("child required")]
+    ChildRequired,
+    /// An attach of a topic to itself.
+    #[error("a topic cannot be attached to itself")]
+    ChildIsParent,
+    /// A fan-out delay under zero.
+    #[error("fan-out delay must not be negative")]
+    FanoutDelayNegative,
+    /// A fan-out delay over one year.
+    #[error("fan-out delay too long: at most {FANOUT_DELAY_MS_MAX} ms (1 year)")]
+    FanoutDelayTooLong,
+    /// The link would break the flat roles (one parent per child, no
+    /// children under a child, no chains).
+    #[error("fan-out role conflict: {reason}")]
+    FanoutRoleConflict {
+        /// Which rule the link would break.
+        reason: String,
+    },
+    /// The parent already has the most children allowed.
+    #[error("fan-out child limit reached: a parent has at most {CHILDREN_MAX} children")]
+    ChildLimit,
+    /// The parent would keep records for less than a child's delay + 1 h.
+    #[error(
+        "parent retention must be at least the fan-out delay plus 1 hour: retention_ms is {retention_ms}, needs at least {required_ms}"
+    )]
+    DelayExceedsRetention {
+        /// The parent's (proposed) retention.
+        retention_ms: u64,
+        /// The least retention the delay allows.
+        required_ms: u64,
+    },
+    /// The two topics' schema histories cannot be made identical.
+    #[error("fan-out schema mismatch: {reason}")]
+    SchemaMismatch {
+        /// What differs.
+        reason: String,
+    },
+    /// A detach of a topic that is not this parent's child.
+    #[error("child is not attached to this parent")]
+    NotLinked,
+
+    // ---- Schemas (400 / 409) ----
+    /// An empty schema document.
+    #[error("schema required")]
+    SchemaEmpty,
+    /// A schema document over the per-document limit.
+    #[error("schema document is {bytes} bytes; the limit is {SCHEMA_DOCUMENT_BYTES_MAX} bytes")]
+    SchemaTooLarge {
+        /// Size of the refused document.
+        bytes: usize,
+    },
+    /// The `schema_base_version` given is not the topic's current version.
+    #[error("schema version conflict")]
+    SchemaVersionConflict {
+        /// The topic's schema version.
+        current: u32,
+        /// The version the change was based on.
+        base: u32,
+    },
+    /// A schema change on a child: its parent manages its schema.
+    #[error("schema managed by parent: a fan-out child takes its schema from its parent topic")]
+    SchemaManaged,
+    /// The history already holds the most versions allowed.
+    #[error("schema history full: a topic keeps at most {SCHEMA_VERSIONS_MAX} schema versions")]
+    SchemaVersionsFull,
+    /// The topic's history would exceed its byte budget.
+    #[error(
+        "schema byte budget exceeded: a topic's schema history is limited to {SCHEMA_TOPIC_BYTES_MAX} bytes"
+    )]
+    SchemaTopicBudget,
+    /// The cluster's schema histories would exceed their byte budget.
+    #[error(
+        "schema byte budget exceeded: all schema histories together are limited to {SCHEMA_CLUSTER_BYTES_MAX} bytes"
+    )]
+    SchemaClusterBudget,
+
+    // ---- Members and assignments ----
+    /// A member id that is empty or too long.
+    #[error("invalid member id {id:?}")]
+    MemberIdInvalid {
+        /// The refused id.
+        id: String,
+    },
+    /// A member address that is empty.
+    #[error("member {id:?} needs both an HTTP and an RPC address")]
+    MemberAddressMissing {
+        /// The member.
+        id: String,
+    },
+    /// No member with that id.
+    #[error("member not found")]
+    MemberNotFound,
+    /// A dead-marking decided on a heartbeat that has since been superseded.
+    #[error("member heartbeat changed since it was read")]
+    HeartbeatChanged,
+    /// An assignment to a member that is dead or draining.
+    #[error("member {id:?} does not take partitions (dead or draining)")]
+    MemberNotReceiver {
+        /// The member.
+        id: String,
+    },
+    /// A create while every alive data node is draining: its partitions
+    /// could never be placed. (With no alive data node at all a create
+    /// succeeds, and its partitions wait for one.)
+    #[error(
+        "every live data node is being decommissioned, so no node can take the new topic's partitions; retry later"
+    )]
+    AllNodesDraining,
+    /// An assignment of a partition the topic does not have.
+    #[error("partition {partition} out of range")]
+    PartitionOutOfRange {
+        /// The refused partition.
+        partition: u32,
+    },
+    /// An assignment of a partition that has an owner: an owner changes only
+    /// through a move, never by assignment (a dead owner's data is on its disk).
+    #[error("partition {partition} already has an owner")]
+    PartitionAssigned {
+        /// The partition.
+        partition: u32,
+    },
+
+    // ---- Users and grants ----
+    /// A username outside the rules.
+    #[error(
+        "invalid username {name:?}: use 1-64 characters of A-Z a-z 0-9 . _ - (and not \".\" or \"..\")"
+    )]
+    UsernameInvalid {
+        /// The refused name.
+        name: String,
+    },
+    /// A password outside 1 to 72 bytes.
+    #[error("password must be 1-{PASSWORD_BYTES_MAX} bytes")]
+    PasswordLength,
+    /// A grant that breaks the grant rules.
+    #[error("invalid grant: {reason}")]
+    GrantInvalid {
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// A user of that name exists.
+    #[error("user already exists")]
+    UserExists,
+    /// No user of that name.
+    #[error("user not found")]
+    UserNotFound,
+    /// The password changed between the proposer's check of the current
+    /// password and this command.
+    #[error("password changed since it was checked; try again")]
+    PasswordChanged,
+    /// The actor may not do this.
+    #[error("{reason}")]
+    Forbidden {
+        /// What the actor lacks, as the client sees it.
+        reason: &'static str,
+    },
+}
+
+impl MetastoreError {
+    /// The HTTP status the spec pairs with this error.
+    pub fn status(&self) -> u16 {
+        use MetastoreError::*;
+        match self {
+            TopicNotFound | ParentNotFound | NotLinked | MemberNotFound | UserNotFound => 404,
+            Forbidden { .. } => 403,
+            AllNodesDraining => 503,
+            TopicExists
+            | TopicNameCaseClash { .. }
+            | TopicChanged
+            | FanoutRoleConflict { .. }
+            | ChildLimit
+            | DelayExceedsRetention { .. }
+            | SchemaMismatch { .. }
+            | SchemaVersionConflict { .. }
+            | SchemaManaged
+            | SchemaVersionsFull
+            | SchemaTopicBudget
+            | SchemaClusterBudget
+            | HeartbeatChanged
+            | MemberNotReceiver { .. }
+            | PartitionAssigned { .. }
+            | UserExists
+            | PasswordChanged => 409,
+            TopicNameEmpty
+            | TopicNameTooLong { .. }
+            | TopicNameInvalid { .. }
+            | PartitionsTooFew
+            | PartitionsTooMany { .. }
+            | PartitionsCannotShrink { .. }
+            | RetentionNegative
+            | RetentionBelowFloor { .. }
+            | VisibilityTimeoutNegative
+            | CapNegative { .. }
+            | AlterEmpty
+            | ChildRequired
+            | ChildIsParent
+            | FanoutDelayNegative
+            | FanoutDelayTooLong
+            | SchemaEmpty
+            | SchemaTooLarge { .. }
+            | MemberIdInvalid { .. }
+            | MemberAddressMissing { .. }
+            | PartitionOutOfRange { .. }
+            | UsernameInvalid { .. }
+            | PasswordLength
+            | GrantInvalid { .. } => 400,
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The metastore's limits and floors, each with the reason for its value.
+//! They are spec rules, the same on every replica, so `apply` checks them
+//! itself. Settings an operator may change (default partition count, the
+//! partition ceiling, default retention) are not here: the proposer resolves
+//! them (see [`super::TopicDefaults`]).
+
+/// New topic names are at most this many bytes: a topic name is a directory
+/// name, and the spec leaves room below the common 255-byte file name limit
+/// for the `.stale-<id>` suffix of a quarantined incarnation.
+pub const TOPIC_NAME_BYTES_MAX: usize = 200;
+
+/// Names up to this many bytes, created by older releases, keep working
+/// (they can be looked up, granted and deleted), but no new one is accepted.
+pub const TOPIC_NAME_BYTES_MAX_LEGACY: usize = 255;
+
+/// A topic has at least this many partitions (the spec's floor), so a queue
+/// spreads over three owners on a cluster of three or more data nodes.
+pub const PARTITIONS_MIN: u32 = 3;
+
+/// Retention is `0` (keep forever) or at least one hour: a shorter age would
+/// delete sealed segments faster than consumers and fan-out cursors can
+/// reasonably be expected to recover from a short outage.
+pub const RETENTION_MS_MIN: u64 = 3_600_000;
+
+/// A parent keeps a record at least this long past a delay child's delay, so
+/// the record still exists when it falls due and its cursor reads it.
+pub const DELAY_RETENTION_MARGIN_MS: u64 = 3_600_000;
+
+/// A fan-out delay is at most one year (365 days): beyond that a delay child
+/// is an archive, and the parent would have to keep a year of data anyway.
+pub const FANOUT_DELAY_MS_MAX: u64 = 31_536_000_000;
+
+/// A parent has at most this many children (the spec's number, equal to the
+/// default partition ceiling): each child costs one cursor per parent
+/// partition on the parent's owners, so the bound caps that work.
+pub const CHILDREN_MAX: usize = 108;
+
+/// A topic keeps at most this many schema versions, which bounds the history
+/// every replica stores and every produce path may consult.
+pub const SCHEMA_VERSIONS_MAX: usize = 1_000;
+
+/// One schema document is at most 256 KiB, so compiling it stays cheap.
+pub const SCHEMA_DOCUMENT_BYTES_MAX: usize = 256 * 1024;
+
+/// A topic's whole schema history is at most 4 MiB.
+pub const SCHEMA_TOPIC_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// All schema histories of the cluster together are at most 256 MiB: every
+/// replica holds them in memory and in every snapshot.
+pub const SCHEMA_CLUSTER_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// Usernames are 1 to 64 characters: they appear in logs, grants and topic
+/// ownership, and a short bound keeps the users domain small.
+pub const USERNAME_BYTES_MAX: usize = 64;
+
+/// Passwords are 1 to 72 bytes: bcrypt reads only the first 72 bytes, and a
+/// longer password would silently be checked on its prefix only.
+pub const PASSWORD_BYTES_MAX: usize = 72;
+
+/// A grant pattern (without its `*`) is a topic name, so it is bounded by
+/// the legacy name limit.
+pub const GRANT_PATTERN_BYTES_MAX: usize = TOPIC_NAME_BYTES_MAX_LEGACY;
+
+/// Incarnation ids and attach epochs are 8 random bytes written as this many
+/// lowercase hex characters.
+pub const HEX_ID_CHARS: usize = 16;
+
+/// A member id is a node name (by default the host name, at most 253
+/// characters in DNS).
+pub const MEMBER_ID_BYTES_MAX: usize = 253;
+
+const _: () = assert!(TOPIC_NAME_BYTES_MAX <= TOPIC_NAME_BYTES_MAX_LEGACY);
+const _: () = assert!(SCHEMA_DOCUMENT_BYTES_MAX as u64 <= SCHEMA_TOPIC_BYTES_MAX);
+const _: () = assert!(SCHEMA_TOPIC_BYTES_MAX <= SCHEMA_CLUSTER_BYTES_MAX);
+const _: () = assert!(FANOUT_DELAY_MS_MAX == 365 * 24 * 3_600_000);
