@@ -122,8 +122,8 @@ impl NodeServices {
     /// Services for one data node with no control plane: an empty replica
     /// that counts as caught up, topic and user changes applied to it
     /// directly, leader confirmation answered from it, and no remote
-    /// owners. For tests and single-process setups until the metadata
-    /// stream and the cluster transport are wired in.
+    /// owners. For tests; `narad dev` and `narad data` build their
+    /// services around a control plane instead.
     pub fn standalone(disk: Arc<dyn Disk>, node: NodeId, seed: u64) -> Self {
         let replica = Arc::new(MetadataReplica::new(node));
         let mut snapshot = MetadataSnapshot::default();
