@@ -7,7 +7,8 @@
 //! marking), the metadata stream that data nodes subscribe to, and leader
 //! confirmation. Client admin requests reach it as commands through the
 //! generic proposer API; the translation from HTTP requests lives with the
-//! caller (today `narad dev`'s bridge in `cli/src/bridge/`).
+//! caller (the `narad` binary's bridge, used by `narad data` and
+//! `narad dev`).
 //!
 //! Guarantees: a change is answered only once it is committed by a Raft
 //! majority and applied by the answering node; the vote and every
@@ -26,7 +27,8 @@
 //! suite; [`network`] carries Raft over the cluster transport; [`node`] is
 //! the `narad control` process (bootstrap and join, the proposer API, the
 //! controller loop, the metadata stream, leader confirmation, health and
-//! metrics). See `docs/internals/controlplane.md` and `docs/operations.md`.
+//! metrics). See `docs/internals/controlplane.md` (a map of the pages on
+//! each part) and `docs/operations.md`.
 
 pub mod controller;
 pub mod network;

@@ -6,7 +6,7 @@
 //! owner, and the consume path on the owner (leases, long polls, acks,
 //! replay reads, and consumer positions that survive restarts), and the
 //! forwarding of consumes and acks to partitions another node owns
-//! ([`forward`]). Fan-out comes later.
+//! ([`forward`]). It has no fan-out or delay children.
 //!
 //! Guarantees it is built to give: a `202` is answered only after the message
 //! is fsynced in this node's ingress WAL, and no crash of any node loses it; a

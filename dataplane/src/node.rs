@@ -124,7 +124,9 @@ impl NodeServices {
     /// Services for one data node with no control plane: a replica that is
     /// its own log, holding this node as its only live member, topic and
     /// user changes applied to it directly ([`LocalAdmin`]), leader
-    /// confirmation answered from it, and no remote owners.
+    /// confirmation answered from it, and no remote owners. For tests;
+    /// `narad dev` and `narad data` build their services around a control
+    /// plane instead.
     pub fn standalone(disk: Arc<dyn Disk>, node: NodeId) -> Self {
         let replica = Arc::new(MetadataReplica::new(node));
         let register = Command::RegisterMember(RegisterMember {

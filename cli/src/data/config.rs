@@ -255,8 +255,9 @@ pub(crate) fn resolve(
     )?;
     let cluster_security =
         cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
-    // ApiConfig grows with the API: settings added later keep their
-    // defaults here until they are configurable.
+    // Every field is set above, but the update from the defaults stays:
+    // an ApiConfig field that `narad data` takes no setting for then keeps
+    // its default without a change here.
     #[allow(clippy::needless_update)]
     let api = ApiConfig {
         security,

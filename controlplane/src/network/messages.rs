@@ -5,8 +5,8 @@
 //! peer's `Result<response, RaftError>` the same way, so a refusal by the
 //! peer's Raft (not a transport failure) reaches the caller's openraft
 //! intact. The control node's own messages (`Propose`, `ReadLocal`, …) are
-//! the types of `node::wire`. Layouts: `docs/internals/controlplane.md`,
-//! "Wire formats".
+//! the types of `node::wire`. Layouts:
+//! `docs/internals/controlplane-rpc.md`, "Wire formats".
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Opcode, Reader, Writer};
 use openraft::error::{Infallible, InstallSnapshotError, RaftError};

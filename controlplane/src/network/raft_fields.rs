@@ -1,7 +1,7 @@
 //! Field-by-field encodings of the openraft 0.9.25 values that travel in
 //! Raft RPCs: votes, log ids, log entries, memberships, snapshot metadata
 //! and the errors a peer's Raft answers with. Layouts are drawn in
-//! `docs/internals/controlplane.md` ("Wire formats"); a change to one is a
+//! `docs/internals/controlplane-rpc.md` ("Wire formats"); a change to one is a
 //! new message version.
 
 use std::collections::{BTreeMap, BTreeSet};

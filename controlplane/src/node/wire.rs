@@ -1,7 +1,7 @@
 //! The control node's messages (`Propose`, `ReadLocal`, `LeaderConfirm`,
 //! `RegisterMember`, `JoinCluster`) and their binary encodings: each is a
 //! [`Message`] of version [`CONTROL_MESSAGE_VERSION`], field by field, as
-//! drawn in `docs/internals/controlplane.md` ("Wire formats"). The serde
+//! drawn in `docs/internals/controlplane-rpc.md` ("Wire formats"). The serde
 //! derives serve `/status` and logs, not the wire.
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};

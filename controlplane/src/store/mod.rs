@@ -9,7 +9,7 @@
 //! snapshot (the metastore's binary state, with the last applied log id and
 //! membership); after a restart openraft re-applies the log from the
 //! snapshot up to the saved commit index. Layout and crash cases:
-//! `docs/internals/controlplane.md`.
+//! `docs/internals/raft.md`.
 
 mod log;
 mod machine;

@@ -27,8 +27,9 @@
 //! claim; an unclaimed hold lapses as any lease does.
 //!
 //! What it does not do: serve partitions owned elsewhere (queue consumes
-//! skip them, pinned ones get [`ConsumeError::OwnerUnavailable`]; forwarding
-//! is issue #8), or count delivery metrics (the HTTP layer does, from what
+//! skip them, pinned ones get [`ConsumeError::OwnerUnavailable`]; the HTTP
+//! layer sends those to their owner through [`crate::forward`]), or count
+//! delivery metrics (the HTTP layer does, from what
 //! it returns); [`ConsumeService::gauges`] reports the per-partition state.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -190,8 +191,8 @@ pub enum SettleError {
         /// The handle's partition.
         partition: u32,
     },
-    /// Kept for the forwarded settle (issue #8); a local settle does no
-    /// I/O and never returns it.
+    /// Never returned: a settle does no I/O. The HTTP layer maps it
+    /// to `500` and the forward service to `503`.
     #[error("settle failed: {0}")]
     Read(String),
 }

@@ -1,6 +1,6 @@
 //! What the dispatcher runtime acts through: commit targets (the local
-//! combiner now, remote owners over QUIC later) and the leader's answer to
-//! "is this topic gone?".
+//! combiner here, remote owners over QUIC in [`crate::remote`]) and the
+//! leader's answer to "is this topic gone?".
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -158,9 +158,10 @@ fn commit_locally(combiners: &Combiners, order: &CommitOrder<WalPayload>) -> Com
     }
 }
 
-/// Remote owners, until the cluster transport's `CommitProduceBatch` is
-/// wired in: every remote commit fails, so the dispatcher probes the owner
-/// and reroutes its records to a local sibling after the grace.
+/// The remote target of a node with no cluster transport (`narad dev`'s
+/// only data node, tests): every remote commit fails, so the dispatcher
+/// probes the owner and reroutes its records to a local sibling after the
+/// grace.
 #[derive(Debug, Default)]
 pub struct NoRemoteTarget;
 
@@ -172,9 +173,9 @@ impl CommitTarget for NoRemoteTarget {
 }
 
 /// A leader stand-in answering from a metadata replica it trusts as the
-/// leader's own (tests, and a single-process setup whose replica is fed by
-/// the leader directly): gone when the topic is absent or holds another
-/// incarnation.
+/// leader's own (tests, through
+/// [`crate::node::NodeServices::standalone`]): gone when the topic is
+/// absent or holds another incarnation.
 #[derive(Debug)]
 pub struct ReplicaLeader {
     replica: Arc<MetadataReplica>,

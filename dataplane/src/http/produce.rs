@@ -120,7 +120,8 @@ pub(crate) async fn produce_batch(
 }
 
 /// Who a produce counts against: the user, or one shared identity with
-/// security off (the client address is not carried to handlers yet).
+/// security off (unlike the consume cap, this one does not key on the
+/// client address).
 fn identity(user: Option<&crate::metadata::User>) -> String {
     user.map_or_else(|| "anonymous".to_owned(), |user| user.username.clone())
 }

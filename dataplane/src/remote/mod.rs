@@ -47,7 +47,7 @@ pub use verdict::{Verdict, judge};
 use crate::dispatch::NodeId;
 
 /// Where a data node's cluster RPC endpoint is. The metadata replica's
-/// member records carry no address yet, so whoever feeds membership (the
+/// member records carry no address, so whoever feeds membership (the
 /// control-plane bridge) provides this.
 pub trait OwnerAddresses: Send + Sync + fmt::Debug {
     /// The RPC address of `node`, or `None` if it is not known.
