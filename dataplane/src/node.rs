@@ -15,13 +15,13 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use narad_disk::Disk;
+use narad_disk::clock::SystemClock;
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
 use crate::admin::{Admin, ReplicaAdmin};
 use crate::commit::{Combiners, LocalLogs};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
-use crate::consume::clock::SystemClock;
 use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
