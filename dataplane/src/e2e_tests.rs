@@ -49,6 +49,7 @@ fn start(disk: Arc<dyn Disk>, replica: &Arc<MetadataReplica>, config: DataNodeCo
             leader: Arc::new(ReplicaLeader::new(Arc::clone(replica))),
             remote: Arc::new(NoRemoteTarget),
             admin: Arc::new(ReplicaAdmin::new(Arc::clone(replica), LOCAL_NODE, 0x100)),
+            clock: Arc::new(narad_disk::clock::SystemClock::new()),
         },
         config,
     )

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use narad_disk::Disk;
-use narad_disk::clock::SystemClock;
+use narad_disk::clock::{Clock, SystemClock};
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
@@ -116,14 +116,17 @@ pub struct NodeServices {
     pub remote: Arc<dyn CommitTarget>,
     /// Topic changes (the control plane).
     pub admin: Arc<dyn Admin>,
+    /// The node's clock: consume leases and long polls run on it, and
+    /// forwarding's token holds and claims with them.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl NodeServices {
     /// Services for one data node with no control plane: an empty replica
     /// that counts as caught up, topic and user changes applied to it
     /// directly, leader confirmation answered from it, and no remote
-    /// owners. For tests and single-process setups until the metadata
-    /// stream and the cluster transport are wired in.
+    /// owners, on the system clock. For tests and single-process setups
+    /// until the metadata stream and the cluster transport are wired in.
     pub fn standalone(disk: Arc<dyn Disk>, node: NodeId, seed: u64) -> Self {
         let replica = Arc::new(MetadataReplica::new(node));
         let mut snapshot = MetadataSnapshot::default();
@@ -141,6 +144,7 @@ impl NodeServices {
             remote: Arc::new(NoRemoteTarget),
             admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), node, seed)),
             replica,
+            clock: Arc::new(SystemClock::new()),
         }
     }
 }
@@ -227,7 +231,7 @@ impl DataNode {
             Arc::clone(&services.replica),
             consumer_state,
             config.data_dir.clone(),
-            Arc::new(SystemClock::new()),
+            services.clock,
             ConsumeConfig {
                 max_wait: effective_wait_max(config.api.max_consume_wait),
                 ..config.consume.clone()

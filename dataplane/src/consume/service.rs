@@ -533,6 +533,11 @@ impl ConsumeService {
         self.waiters.count(topic)
     }
 
+    /// The clock leases lapse and long polls end on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// Graceful stop: parked consumes answer empty, new consumes answer
     /// empty at once, then every partition's position is made durable
     /// (blocking fdatasyncs). Idempotent; a second call flushes again, so

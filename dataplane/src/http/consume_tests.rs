@@ -95,6 +95,7 @@ impl Node {
                 leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
                 remote: Arc::new(NoRemoteTarget),
                 admin: Arc::new(ReplicaAdmin::new(Arc::clone(&replica), LOCAL_NODE, 0x100)),
+                clock: Arc::new(narad_disk::clock::SystemClock::new()),
             },
             config,
         )
