@@ -29,7 +29,7 @@ use tower::ServiceExt;
 
 use super::coalesce::ACK_BATCH_REFUSAL_MEMORY;
 use super::tokens::CLAIM_HOLD;
-use super::{ForwardError, ForwardService, Forwarder};
+use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
 use crate::admin::ReplicaAdmin;
 use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
 use crate::http::ApiConfig;
@@ -1101,6 +1101,57 @@ async fn an_unclaimed_hold_lapses_at_claim_hold_and_a_parked_local_consume_gets_
     Arc::into_inner(cluster).expect("sole owner").stop();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_is_claimed_one_millisecond_before_it_lapses() {
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    register_at_b(&cluster, &cluster.a_transport).await;
+    cluster.produce_on_b("remote", 1, "just in time").await;
+    notified(&[&cluster.inbox], 1).await;
+
+    clock.advance(ms(CLAIM_HOLD) - 1);
+    let claim = probe_b(&cluster, &cluster.a_transport, true).await;
+
+    assert_eq!(claim, vec!["just in time".to_owned()]);
+    assert_eq!(cluster.b_service.claimed_total(), 1);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_the_hold_lapsed_takes_the_record_as_a_plain_probe() {
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    register_at_b(&cluster, &cluster.a_transport).await;
+    cluster.produce_on_b("remote", 1, "free again").await;
+    notified(&[&cluster.inbox], 1).await;
+    let holder = cluster.a_transport.local_addr();
+
+    clock.advance(ms(CLAIM_HOLD));
+
+    assert_eq!(cluster.b_service.held_for("remote", holder), 0);
+    let claim = probe_b(&cluster, &cluster.a_transport, true).await;
+    assert_eq!(claim, vec!["free again".to_owned()]);
+    assert_eq!(
+        cluster.b_service.claimed_total(),
+        0,
+        "nothing was handed over through the hold"
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lapses_at_its_ttl_on_the_owners_clock() {
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    register_at_b(&cluster, &cluster.a_transport).await;
+
+    clock.advance(u64::from(TOKEN_TTL_MS) - 1);
+    assert_eq!(cluster.b_service.live_tokens("remote"), 1);
+    clock.advance(1);
+    assert_eq!(cluster.b_service.live_tokens("remote"), 0);
+    cluster.stop();
+}
+
 /// An owner that answers a consume with one leased record once released,
 /// and records the nacks it gets.
 #[derive(Debug)]
@@ -1314,6 +1365,23 @@ async fn an_owner_holding_a_record_for_this_node_is_probed_first() {
     assert_eq!(second, vec![B, SILENT]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_whose_hold_lapsed_takes_its_turn_in_the_rotation_again() {
+    let owner = AckOwner::older(0);
+    let clock = manual_clock();
+    let (forwarder, owner_node) = forwarder_to(owner.router(), &clock);
+    let inbox = super::tokens::TokenInbox::new(Arc::clone(&clock) as Arc<dyn Clock>);
+    forwarder.use_tokens(Arc::clone(&inbox));
+    inbox.notified("pair", owner_node.local_addr());
+
+    clock.advance(ms(CLAIM_HOLD));
+    let first = forwarder.live_remote_owners("pair");
+    let second = forwarder.live_remote_owners("pair");
+
+    assert_ne!(first, second, "the rotation alternates the start again");
+    assert!(!inbox.owes_claim("pair", owner_node.local_addr()));
+}
+
 /// One ack to `owner` holding the forwarder's only slot, two more queued
 /// behind it, then all released: each answers `Ok`.
 async fn overflow_three_acks(owner: &Arc<AckOwner>, forwarder: &Arc<Forwarder>, round: u64) {
@@ -1335,4 +1403,48 @@ async fn overflow_three_acks(owner: &Arc<AckOwner>, forwarder: &Arc<Forwarder>, 
     for answer in queued {
         assert_eq!(answer.await.expect("task"), Ok(()), "round {round}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_refused_ack_batch_is_sent_one_again_after_two_minutes() {
+    let owner = AckOwner::older(0);
+    let clock = manual_clock();
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1, &clock);
+    overflow_three_acks(&owner, &forwarder, 0).await;
+
+    clock.advance(ms(ACK_BATCH_REFUSAL_MEMORY));
+    overflow_three_acks(&owner, &forwarder, 1).await;
+
+    assert_eq!(
+        owner.batches_refused(),
+        2,
+        "the refusal was forgotten, so the overflow left as an AckBatch again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_ack_still_waiting_when_its_settle_budget_runs_out_is_withdrawn_and_answers_503() {
+    let owner = AckOwner::current(0);
+    let clock = manual_clock();
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1, &clock);
+    let first = spawn_ack(&forwarder, 0);
+    until("the first ack holds the only slot", || owner.singles() == 1).await;
+    let queued = spawn_ack(&forwarder, 1);
+    until("the next ack queues", || forwarder.queued_acks(B) == 1).await;
+
+    clock.advance(ms(SETTLE_BUDGET));
+
+    let answer = tokio::time::timeout(CEILING, queued)
+        .await
+        .expect("the budget ends the wait")
+        .expect("task");
+    assert!(
+        matches!(answer, Err(ForwardError::Refused { status: 503, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(forwarder.queued_acks(B), 0);
+    owner.release.add_permits(1);
+    assert_eq!(first.await.expect("task"), Ok(()));
+    assert_eq!(owner.singles(), 1, "the withdrawn ack was never sent");
+    assert!(owner.batches.lock().is_empty());
 }

@@ -422,6 +422,23 @@ mod tests {
     }
 
     #[test]
+    fn a_full_topic_takes_a_new_holder_once_an_old_token_expired() {
+        let mut table = TokenTable::default();
+        for port in 0..TOKEN_HOLDERS_PER_TOPIC_MAX as u16 {
+            let until_ms = NOW_MS + 1_000 + u64::from(port);
+            table
+                .register("t", holder(port), until_ms, NOW_MS)
+                .expect("taken");
+        }
+        let first_lapsed_ms = NOW_MS + 1_000;
+        assert!(
+            table
+                .register("t", holder(u16::MAX), NOW_MS + 5_000, first_lapsed_ms)
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn a_registration_is_renewed_only_near_its_end_and_after_a_notify() {
         let (inbox, clock) = inbox();
         let ttl = Duration::from_secs(10);
@@ -435,6 +452,17 @@ mod tests {
         clock.advance(100);
         assert!(inbox.claim_registration(2, "t", ttl));
         assert_eq!(inbox.notified_total(), 1);
+    }
+
+    #[test]
+    fn a_registration_is_renewed_once_half_a_second_or_less_is_left() {
+        let (inbox, clock) = inbox();
+        let ttl = Duration::from_secs(2);
+        assert!(inbox.claim_registration(2, "t", ttl));
+        clock.advance(ms(ttl - TOKEN_RENEW_BEFORE) - 1);
+        assert!(!inbox.claim_registration(2, "t", ttl), "501 ms left");
+        clock.advance(1);
+        assert!(inbox.claim_registration(2, "t", ttl), "500 ms left");
     }
 
     fn held(offset: u64, expires_at_ms: u64) -> HeldRecord {
@@ -457,6 +485,30 @@ mod tests {
         assert!(inbox.take_claim("t", holder(1)));
         assert!(!inbox.take_claim("t", holder(1)), "owed once");
         assert!(!inbox.owes_claim("t", holder(1)));
+    }
+
+    #[test]
+    fn a_claim_is_owed_until_the_claim_hold_has_passed_on_the_clock() {
+        let (inbox, clock) = inbox();
+        inbox.notified("t", holder(1));
+
+        clock.advance(ms(CLAIM_HOLD) - 1);
+        assert!(inbox.owes_claim("t", holder(1)), "1 ms of the hold left");
+        clock.advance(1);
+        assert!(!inbox.owes_claim("t", holder(1)));
+        assert!(!inbox.take_claim("t", holder(1)));
+    }
+
+    #[test]
+    fn a_second_notification_restarts_the_claim_window() {
+        let (inbox, clock) = inbox();
+        inbox.notified("t", holder(1));
+        clock.advance(ms(CLAIM_HOLD) - 1);
+        inbox.notified("t", holder(1));
+
+        clock.advance(ms(CLAIM_HOLD) - 1);
+
+        assert!(inbox.take_claim("t", holder(1)));
     }
 
     #[test]
