@@ -31,6 +31,7 @@ use clap::Args;
 use narad_controlplane::node::ControlClient;
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
+use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::ClusterAuth;
 use tokio::task::JoinHandle;
@@ -288,8 +289,13 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .map_err(|e| Failure::Start(format!("cannot listen on {}: {e}", config.http_addr)))?;
-    let peers = Peers::bind(config.rpc_addr, cluster_auth(&config.cluster_security))
-        .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let peers = Peers::bind(
+        config.rpc_addr,
+        cluster_auth(&config.cluster_security),
+        clock,
+    )
+    .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?;
     let replica = Arc::new(MetadataReplica::new(config.node_id));
     let bridge = Bridge::new(
         ControlClient::new(Arc::clone(peers.transport())),
@@ -342,6 +348,7 @@ async fn serve_node(
         remote: peers.remote_commit_target(bridge.addresses()),
         admin: Arc::new(ControlAdmin::new(Arc::clone(bridge))),
         replica: Arc::clone(&replica),
+        clock: Arc::clone(peers.clock()),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, node_config))
         .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;

@@ -21,6 +21,7 @@ use narad_controlplane::node::{ControlClient, ControlNode};
 use narad_dataplane::dispatch::{NoRemoteTarget, NodeId};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
+use narad_disk::clock::SystemClock;
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, Node, NodeConfig, Router};
 use tracing::{error, info};
@@ -190,6 +191,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
         remote: Arc::new(NoRemoteTarget),
         admin: Arc::new(ControlAdmin::new(Arc::clone(&bridge))),
         replica: Arc::clone(&replica),
+        clock: Arc::new(SystemClock::new()),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config))
         .map_err(|e| format!("data node did not start: {e}"))?;

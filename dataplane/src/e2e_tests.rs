@@ -52,6 +52,7 @@ fn start(disk: Arc<dyn Disk>, replica: &Arc<MetadataReplica>, config: DataNodeCo
             leader: Arc::new(ReplicaLeader::new(Arc::clone(replica))),
             remote: Arc::new(NoRemoteTarget),
             admin: Arc::new(LocalAdmin::new(Arc::clone(replica))),
+            clock: Arc::new(narad_disk::clock::SystemClock::new()),
         },
         config,
     )

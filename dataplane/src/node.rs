@@ -15,13 +15,13 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use narad_disk::Disk;
+use narad_disk::clock::{Clock, SystemClock};
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
 use crate::admin::{Admin, LocalAdmin};
 use crate::commit::{Combiners, LocalLogs};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
-use crate::consume::clock::SystemClock;
 use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
@@ -118,15 +118,18 @@ pub struct NodeServices {
     pub remote: Arc<dyn CommitTarget>,
     /// Topic changes (the control plane).
     pub admin: Arc<dyn Admin>,
+    /// The node's clock: consume leases and long polls run on it, and
+    /// forwarding's token holds and claims with them.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl NodeServices {
     /// Services for one data node with no control plane: a replica that is
     /// its own log, holding this node as its only live member, topic and
     /// user changes applied to it directly ([`LocalAdmin`]), leader
-    /// confirmation answered from it, and no remote owners. For tests;
-    /// `narad dev` and `narad data` build their services around a control
-    /// plane instead.
+    /// confirmation answered from it, no remote owners, and the system
+    /// clock. For tests; `narad dev` and `narad data` build their services
+    /// around a control plane instead.
     pub fn standalone(disk: Arc<dyn Disk>, node: NodeId) -> Self {
         let replica = Arc::new(MetadataReplica::new(node));
         let register = Command::RegisterMember(RegisterMember {
@@ -144,6 +147,7 @@ impl NodeServices {
             remote: Arc::new(NoRemoteTarget),
             admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
             replica,
+            clock: Arc::new(SystemClock::new()),
         }
     }
 }
@@ -230,7 +234,7 @@ impl DataNode {
             Arc::clone(&services.replica),
             consumer_state,
             config.data_dir.clone(),
-            Arc::new(SystemClock::new()),
+            services.clock,
             ConsumeConfig {
                 max_wait: effective_wait_max(config.api.max_consume_wait),
                 ..config.consume.clone()

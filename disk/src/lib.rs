@@ -27,9 +27,14 @@
 //!
 //! Operations are asynchronous: each returns a [`Completion`] that can be
 //! awaited from async code or waited on from a plain thread.
+//!
+//! It also holds the workspace's [`clock::Clock`], the narrow trait time
+//! reaches the core through, because every crate that reads time depends
+//! on this one and on no other in common.
 
 mod backend;
 mod buf;
+pub mod clock;
 mod completion;
 mod file;
 pub mod portable;

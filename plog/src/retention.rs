@@ -10,13 +10,13 @@
 //! Record lifetime is bounded by roll age + retention + sweep interval:
 //! about twice the retention when the roll age is the retention.
 
-use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::LogError;
@@ -265,26 +265,6 @@ fn last_record_time(tail: &[u8], frame_bytes_max: u32) -> Option<u64> {
         })
 }
 
-/// Where a worker gets the time.
-pub trait Clock: Send + Sync + fmt::Debug {
-    /// Now, in Unix milliseconds.
-    fn now_ms(&self) -> u64;
-}
-
-/// The system's wall clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| {
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            })
-    }
-}
-
 /// What one pass of the worker did over all its logs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerPass {
@@ -364,7 +344,8 @@ impl RetentionWorker {
         pass
     }
 
-    /// Runs passes every `interval` on a thread until the handle is dropped.
+    /// Runs passes every `interval` on a thread until the handle is dropped,
+    /// each at `clock`'s Unix time (records are stamped in it).
     ///
     /// # Errors
     /// When the thread cannot be spawned.
@@ -387,7 +368,7 @@ impl RetentionWorker {
                         return;
                     }
                     drop(stop);
-                    worker.run_pass(clock.now_ms());
+                    worker.run_pass(clock.unix_ms());
                 }
             })?;
         Ok(WorkerHandle {

@@ -576,7 +576,7 @@ fn the_retention_worker_thread_stops_when_its_handle_drops() {
     let handle = worker
         .spawn(
             std::time::Duration::from_secs(3_600),
-            Arc::new(narad_plog::retention::SystemClock),
+            Arc::new(narad_disk::clock::SystemClock::new()),
         )
         .unwrap();
     drop(handle);

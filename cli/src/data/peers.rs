@@ -18,6 +18,7 @@ use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
+use narad_disk::clock::Clock;
 use narad_protocol::{ClusterAuth, Node, NodeConfig, NodeError, Router};
 
 /// The services this node serves to other nodes, routed before the data
@@ -47,31 +48,46 @@ fn rpc_router(served: &Served) -> Router {
 pub(crate) struct Peers {
     transport: Arc<Node>,
     served: Served,
+    clock: Arc<dyn Clock>,
 }
 
 impl Peers {
     /// Binds the cluster socket at `addr`, authenticated by `auth` as the
-    /// control nodes' is, serving the routes of [`rpc_router`].
+    /// control nodes' is, serving the routes of [`rpc_router`]. `clock` is
+    /// the node's: the data node attached later must run on it too.
     ///
     /// # Errors
     /// The socket could not be bound.
-    pub(crate) fn bind(addr: SocketAddr, auth: ClusterAuth) -> Result<Self, NodeError> {
+    pub(crate) fn bind(
+        addr: SocketAddr,
+        auth: ClusterAuth,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, NodeError> {
         let served = Served {
             commits: CommitService::new(),
             forward: ForwardService::new(),
-            tokens: TokenInbox::new(),
+            tokens: TokenInbox::new(Arc::clone(&clock)),
         };
         let transport = Arc::new(Node::bind(
             NodeConfig::new(addr, auth),
             rpc_router(&served),
         )?);
         served.forward.attach_transport(&transport);
-        Ok(Self { transport, served })
+        Ok(Self {
+            transport,
+            served,
+            clock,
+        })
     }
 
     /// The cluster transport.
     pub(crate) fn transport(&self) -> &Arc<Node> {
         &self.transport
+    }
+
+    /// The node's clock, given to [`Peers::bind`].
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// How this node's dispatcher commits to partitions other nodes own:
@@ -113,6 +129,7 @@ impl Peers {
             Arc::clone(&self.transport),
             Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
             Arc::clone(&replica),
+            Arc::clone(&self.clock),
         );
         forwarder.use_tokens(Arc::clone(&self.served.tokens));
         if node.api().forwarder.set(forwarder).is_err() {

@@ -10,7 +10,6 @@
 //!   of the HTTP API.
 
 pub mod ahead;
-pub mod clock;
 pub mod handle;
 pub mod render;
 pub mod service;

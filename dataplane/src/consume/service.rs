@@ -38,13 +38,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use narad_plog::{HwmWatch, LogError, PartitionLog, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::ahead::{ConsumerPosition, ConsumerStateStore, PositionSource, StateTicket};
-use super::clock::Clock;
 use super::shard::{InFlightShard, Reserve, Settle, ShardLimits};
 use super::waiters::{Line, Waiters};
 use crate::commit::{LocalLogs, partition_dir};
@@ -532,6 +532,11 @@ impl ConsumeService {
     /// Consumes parked on `topic` now (tests, diagnostics).
     pub fn parked(&self, topic: &str) -> usize {
         self.waiters.count(topic)
+    }
+
+    /// The clock leases lapse and long polls end on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// Graceful stop: parked consumes answer empty, new consumes answer

@@ -10,13 +10,13 @@ use std::task::Poll;
 use std::time::Duration;
 
 use narad_disk::Disk;
+use narad_disk::clock::ManualClock;
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_plog::segment::segment_file_name;
 use narad_plog::{CommitRecord, LogConfig};
 
 use super::ahead::{ConsumerStateConfig, ConsumerStateStore};
-use super::clock::ManualClock;
 use super::service::{
     ConsumeConfig, ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
 };

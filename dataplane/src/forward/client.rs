@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use narad_protocol::codec::{Message, decode_message, encode_message};
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
 use narad_protocol::{
@@ -65,6 +66,9 @@ pub struct Forwarder {
     transport: Arc<Node>,
     addresses: Arc<dyn OwnerAddresses>,
     replica: Arc<MetadataReplica>,
+    /// Queued acks' budgets and the memory of owners refusing `AckBatch`
+    /// are measured on it.
+    clock: Arc<dyn Clock>,
     rotation: AtomicUsize,
     ack_lanes: Mutex<AckLanes>,
     tokens: OnceLock<Arc<TokenInbox>>,
@@ -87,13 +91,14 @@ pub(crate) enum Placement {
 
 impl Forwarder {
     /// A forwarder calling owners through `transport`, finding them with
-    /// `addresses` and `replica` (the node's own).
+    /// `addresses` and `replica` (the node's own), on `clock` (the node's).
     pub fn new(
         transport: Arc<Node>,
         addresses: Arc<dyn OwnerAddresses>,
         replica: Arc<MetadataReplica>,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
-        Self::with_single_acks_max(transport, addresses, replica, single_acks_max())
+        Self::with_single_acks_max(transport, addresses, replica, clock, single_acks_max())
     }
 
     /// As [`Forwarder::new`], with `single_max` single ack RPCs in flight
@@ -103,12 +108,14 @@ impl Forwarder {
         transport: Arc<Node>,
         addresses: Arc<dyn OwnerAddresses>,
         replica: Arc<MetadataReplica>,
+        clock: Arc<dyn Clock>,
         single_max: usize,
     ) -> Arc<Self> {
         Arc::new(Self {
             transport,
             addresses,
             replica,
+            clock,
             rotation: AtomicUsize::new(0),
             ack_lanes: Mutex::new(AckLanes::new(single_max, QUEUED_ACKS_MAX)),
             tokens: OnceLock::new(),
@@ -142,9 +149,8 @@ impl Forwarder {
         let ttl = (left + TOKEN_SHARE_WINDOW).min(Duration::from_millis(u64::from(
             narad_protocol::consume::TOKEN_TTL_MS_MAX,
         )));
-        let now = Instant::now();
         for node in self.live_remote_owners(topic) {
-            if !inbox.claim_registration(node, topic, ttl, now) {
+            if !inbox.claim_registration(node, topic, ttl) {
                 continue;
             }
             let Some(peer) = self.addresses.rpc_addr(node) else {
@@ -206,12 +212,11 @@ impl Forwarder {
         // Owners holding a record for this node come first, so a consume
         // that fills up early still claims it.
         if let Some(inbox) = self.tokens.get() {
-            let now = Instant::now();
             owners.sort_by_key(|node| {
                 !self
                     .addresses
                     .rpc_addr(*node)
-                    .is_some_and(|peer| inbox.owes_claim(topic, peer, now))
+                    .is_some_and(|peer| inbox.owes_claim(topic, peer))
             });
         }
         owners
@@ -263,7 +268,7 @@ impl Forwarder {
         let claim = self
             .tokens
             .get()
-            .is_some_and(|inbox| inbox.take_claim(topic, peer, Instant::now()));
+            .is_some_and(|inbox| inbox.take_claim(topic, peer));
         let request = ForwardConsume {
             topic: topic.to_owned(),
             scope: ConsumeScope::Any,
@@ -432,15 +437,24 @@ impl Forwarder {
                 self.settle_single(peer, topic, lease, how).await
             }
             Admission::Queued { id, answer } => {
-                match tokio::time::timeout(SETTLE_BUDGET, answer).await {
-                    Ok(Ok(answer)) => answer,
-                    Ok(Err(_)) => Err(ForwardError::NoAnswer(
-                        "the queued ack's batch was dropped".to_owned(),
-                    )),
-                    Err(_) if self.ack_lanes.lock().withdraw(node, id) => Err(could_not_leave()),
-                    Err(_) => Err(ForwardError::NoAnswer(
-                        "the queued ack's batch did not answer in time".to_owned(),
-                    )),
+                let deadline_ms = self.clock.now_ms().saturating_add(SETTLE_BUDGET_MS);
+                tokio::select! {
+                    // An answer that is there when the budget runs out wins.
+                    biased;
+                    answer = answer => answer.unwrap_or_else(|_| {
+                        Err(ForwardError::NoAnswer(
+                            "the queued ack's batch was dropped".to_owned(),
+                        ))
+                    }),
+                    () = self.clock.sleep_until(deadline_ms) => {
+                        if self.ack_lanes.lock().withdraw(node, id) {
+                            Err(could_not_leave())
+                        } else {
+                            Err(ForwardError::NoAnswer(
+                                "the queued ack's batch did not answer in time".to_owned(),
+                            ))
+                        }
+                    }
                 }
             }
             Admission::Full => Err(could_not_leave()),
@@ -472,7 +486,8 @@ impl Forwarder {
     /// A slot to `node` freed: send what queued behind it, in the same
     /// slot, as one `AckBatch`.
     fn slot_freed(self: &Arc<Self>, node: NodeId) {
-        let Some(batch) = self.ack_lanes.lock().slot_freed(node, Instant::now()) else {
+        let now_ms = self.clock.now_ms();
+        let Some(batch) = self.ack_lanes.lock().slot_freed(node, now_ms) else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -577,7 +592,11 @@ impl Forwarder {
             Ok(peer) => peer,
             Err(error) => return every(error),
         };
-        if self.ack_lanes.lock().refuses_batches(node, Instant::now()) {
+        if self
+            .ack_lanes
+            .lock()
+            .refuses_batches(node, self.clock.now_ms())
+        {
             return self.settle_singly(peer, batch).await;
         }
         let answer = self
@@ -585,7 +604,8 @@ impl Forwarder {
             .await;
         if let Err(ForwardError::Refused { status: 400, .. }) = &answer {
             tracing::info!(node, %peer, "owner refuses AckBatch (an older release): acks go singly to it for 2 min");
-            self.ack_lanes.lock().batch_refused(node, Instant::now());
+            let now_ms = self.clock.now_ms();
+            self.ack_lanes.lock().batch_refused(node, now_ms);
             return self.settle_singly(peer, batch).await;
         }
         match answer {
@@ -697,6 +717,9 @@ impl Drop for Slot {
     }
 }
 
+/// [`SETTLE_BUDGET`] in milliseconds on the clock.
+const SETTLE_BUDGET_MS: u64 = SETTLE_BUDGET.as_millis() as u64;
+
 /// The spec's v3.2.2 `503`: the forward could not leave within 2 s, and
 /// nothing was applied.
 fn could_not_leave() -> ForwardError {
@@ -723,7 +746,8 @@ fn kind_of(how: Settle) -> SettleKind {
 }
 
 /// One call through `transport`: `None` for a `204`, else the decoded
-/// answer.
+/// answer. The budget runs on the transport's own Tokio timer, not on the
+/// clock: it only bounds the wait for an answer, and decides nothing here.
 async fn call_on<Q: Message, A: Message>(
     transport: &Node,
     peer: SocketAddr,

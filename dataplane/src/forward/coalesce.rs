@@ -10,10 +10,11 @@
 //! leave one per freed slot, singly.
 //!
 //! `AckLanes` only decides: who may send, what leaves when a slot frees,
-//! which owners refuse batches. The forwarder sends.
+//! which owners refuse batches. The forwarder sends, and tells it the time
+//! (milliseconds on the node's monotonic clock).
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_protocol::LeaseRef;
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
@@ -80,9 +81,9 @@ pub(crate) struct AckLanes {
     queued_max: usize,
     next_id: u64,
     lanes: HashMap<NodeId, Lane>,
-    /// Owners that refused an `AckBatch`, until when they get singles
-    /// only. Bounded by the cluster's members.
-    batches_refused: HashMap<NodeId, Instant>,
+    /// Owners that refused an `AckBatch`, until when (ms) they get
+    /// singles only. Bounded by the cluster's members.
+    batches_refused: HashMap<NodeId, u64>,
 }
 
 impl AckLanes {
@@ -131,28 +132,30 @@ impl AckLanes {
         }
     }
 
-    /// `node` answered an `AckBatch` with `400` at `now`: it gets single
+    /// `node` answered an `AckBatch` with `400` at `now_ms`: it gets single
     /// acks only for [`ACK_BATCH_REFUSAL_MEMORY`].
-    pub(crate) fn batch_refused(&mut self, node: NodeId, now: Instant) {
-        self.batches_refused.retain(|_, until| *until > now);
+    pub(crate) fn batch_refused(&mut self, node: NodeId, now_ms: u64) {
         self.batches_refused
-            .insert(node, now + ACK_BATCH_REFUSAL_MEMORY);
+            .retain(|_, until_ms| *until_ms > now_ms);
+        let memory_ms = u64::try_from(ACK_BATCH_REFUSAL_MEMORY.as_millis()).unwrap_or(u64::MAX);
+        self.batches_refused
+            .insert(node, now_ms.saturating_add(memory_ms));
     }
 
     /// Whether `node` refused an `AckBatch` within the last
     /// [`ACK_BATCH_REFUSAL_MEMORY`].
-    pub(crate) fn refuses_batches(&self, node: NodeId, now: Instant) -> bool {
+    pub(crate) fn refuses_batches(&self, node: NodeId, now_ms: u64) -> bool {
         self.batches_refused
             .get(&node)
-            .is_some_and(|until| *until > now)
+            .is_some_and(|until_ms| *until_ms > now_ms)
     }
 
-    /// A slot to `node` freed at `now`. Returns the next batch to send in
+    /// A slot to `node` freed at `now_ms`. Returns the next batch to send in
     /// it (the oldest queued ack and up to 63 more of its topic and kind,
     /// skipping acks nobody waits for; only the oldest when `node` refuses
     /// batches), or frees the slot when nothing is queued.
-    pub(crate) fn slot_freed(&mut self, node: NodeId, now: Instant) -> Option<Vec<Queued>> {
-        let batch_max = if self.refuses_batches(node, now) {
+    pub(crate) fn slot_freed(&mut self, node: NodeId, now_ms: u64) -> Option<Vec<Queued>> {
+        let batch_max = if self.refuses_batches(node, now_ms) {
             1
         } else {
             ACK_BATCH_RECORDS_MAX as usize
@@ -217,9 +220,7 @@ mod tests {
         }
     }
 
-    fn now() -> Instant {
-        Instant::now()
-    }
+    const NOW_MS: u64 = 1_000;
 
     fn offsets(batch: &[Queued]) -> Vec<u64> {
         batch.iter().map(|queued| queued.lease.offset).collect()
@@ -255,12 +256,12 @@ mod tests {
             .map(|offset| lanes.admit(7, "t", Settle::Ack, lease(offset)))
             .collect();
 
-        let batch = lanes.slot_freed(7, now()).expect("a batch leaves");
+        let batch = lanes.slot_freed(7, NOW_MS).expect("a batch leaves");
 
         assert_eq!(offsets(&batch), vec![1, 2, 3]);
         assert_eq!(lanes.in_flight(7), 1, "the batch took the freed slot");
         drop(batch);
-        assert!(lanes.slot_freed(7, now()).is_none());
+        assert!(lanes.slot_freed(7, NOW_MS).is_none());
         assert_eq!(lanes.in_flight(7), 0);
         drop(waiting);
     }
@@ -276,15 +277,15 @@ mod tests {
         waiting.push(lanes.admit(7, "t", Settle::Nack, lease(100)));
         waiting.push(lanes.admit(7, "u", Settle::Ack, lease(200)));
 
-        let first = lanes.slot_freed(7, now()).expect("batch");
-        let second = lanes.slot_freed(7, now()).expect("batch");
-        let third = lanes.slot_freed(7, now()).expect("batch");
+        let first = lanes.slot_freed(7, NOW_MS).expect("batch");
+        let second = lanes.slot_freed(7, NOW_MS).expect("batch");
+        let third = lanes.slot_freed(7, NOW_MS).expect("batch");
 
         assert_eq!(offsets(&first), (1..=64).collect::<Vec<_>>());
         assert_eq!(offsets(&second), vec![65, 66, 67, 68, 69, 70]);
         assert_eq!(offsets(&third), vec![100]);
         assert_eq!(
-            offsets(&lanes.slot_freed(7, now()).expect("batch")),
+            offsets(&lanes.slot_freed(7, NOW_MS).expect("batch")),
             vec![200]
         );
     }
@@ -297,7 +298,7 @@ mod tests {
         let kept = lanes.admit(7, "t", Settle::Ack, lease(2));
         drop(gone);
 
-        let batch = lanes.slot_freed(7, now()).expect("batch");
+        let batch = lanes.slot_freed(7, NOW_MS).expect("batch");
 
         assert_eq!(offsets(&batch), vec![2]);
         drop(kept);
@@ -313,7 +314,7 @@ mod tests {
 
         assert!(lanes.withdraw(7, id));
         assert!(!lanes.withdraw(7, id));
-        assert!(lanes.slot_freed(7, now()).is_none());
+        assert!(lanes.slot_freed(7, NOW_MS).is_none());
         drop(answer);
     }
 
@@ -330,7 +331,7 @@ mod tests {
 
     #[test]
     fn an_owner_that_refused_a_batch_gets_one_ack_per_freed_slot_for_two_minutes() {
-        let start = Instant::now();
+        let start = NOW_MS;
         let mut lanes = AckLanes::new(1, 10);
         let _ = lanes.admit(7, "t", Settle::Ack, lease(0));
         let waiting: Vec<Admission> = (1..5)
@@ -341,13 +342,14 @@ mod tests {
 
         let first = lanes.slot_freed(7, start).expect("a single leaves");
         assert_eq!(offsets(&first), vec![1]);
-        let later = start + ACK_BATCH_REFUSAL_MEMORY - Duration::from_millis(1);
+        let memory_ms = ACK_BATCH_REFUSAL_MEMORY.as_millis() as u64;
+        let later = start + memory_ms - 1;
         assert_eq!(
             offsets(&lanes.slot_freed(7, later).expect("single")),
             vec![2]
         );
         assert!(!lanes.refuses_batches(8, start), "other owners batch");
-        let forgotten = start + ACK_BATCH_REFUSAL_MEMORY;
+        let forgotten = start + memory_ms;
         assert!(!lanes.refuses_batches(7, forgotten));
         assert_eq!(
             offsets(&lanes.slot_freed(7, forgotten).expect("batch")),

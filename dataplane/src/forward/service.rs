@@ -5,8 +5,9 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use narad_protocol::codec::Message;
 use narad_protocol::commit::not_owner;
 use narad_protocol::consume::decode_forward_request;
@@ -55,9 +56,6 @@ pub struct ForwardService {
     rotation: AtomicUsize,
     /// Records handed to claimants through their holds.
     claimed_total: AtomicU64,
-    /// How long a notified record is held: [`CLAIM_HOLD`]; tests that must
-    /// not see a hold lapse under a stalled machine lengthen it.
-    claim_hold_ms: AtomicU64,
     /// Partitions whose high watermark a task watches for token holders.
     watched: Mutex<HashSet<Destination>>,
 }
@@ -67,6 +65,9 @@ struct Serving {
     consume: Arc<ConsumeService>,
     logs: Arc<LocalLogs>,
     replica: Arc<MetadataReplica>,
+    /// The consume service's: a hold is a lease there, so token expiries
+    /// and holds are judged on the clock its leases lapse on.
+    clock: Arc<dyn Clock>,
 }
 
 impl ForwardService {
@@ -80,7 +81,6 @@ impl ForwardService {
             holds: Mutex::new(HoldTable::default()),
             rotation: AtomicUsize::new(0),
             claimed_total: AtomicU64::new(0),
-            claim_hold_ms: AtomicU64::new(CLAIM_HOLD.as_millis() as u64),
             watched: Mutex::new(HashSet::new()),
         })
     }
@@ -109,7 +109,8 @@ impl ForwardService {
         service
     }
 
-    /// Starts serving from `consume`, `logs` and `replica` (the node's own).
+    /// Starts serving from `consume`, `logs` and `replica` (the node's own),
+    /// on `consume`'s clock.
     ///
     /// # Panics
     /// If attached already.
@@ -120,6 +121,7 @@ impl ForwardService {
         replica: Arc<MetadataReplica>,
     ) {
         let serving = Serving {
+            clock: Arc::clone(consume.clock()),
             consume,
             logs,
             replica,
@@ -200,11 +202,11 @@ impl ForwardService {
             .replica
             .topic_meta(&request.topic)
             .ok_or_else(topic_not_found)?;
-        let now = Instant::now();
-        let expires_at = now + Duration::from_millis(u64::from(request.ttl_ms));
+        let now_ms = serving.clock.now_ms();
+        let expires_at_ms = now_ms.saturating_add(u64::from(request.ttl_ms));
         self.tokens
             .lock()
-            .register(&request.topic, holder, expires_at, now)
+            .register(&request.topic, holder, expires_at_ms, now_ms)
             .map_err(|_| RpcError::unavailable("too many delivery tokens; probe instead"))?;
         for partition in 0..meta.partitions {
             let destination = Destination::new(&request.topic, partition);
@@ -221,7 +223,11 @@ impl ForwardService {
                 .logs
                 .resolve(&destination, meta.incarnation_id.as_ref());
             match log {
-                Ok(log) => self.watch(destination, log.watch_high_watermark()),
+                Ok(log) => self.watch(
+                    destination,
+                    log.watch_high_watermark(),
+                    Arc::clone(&serving.clock),
+                ),
                 Err(_) => {
                     self.watched.lock().remove(&destination);
                 }
@@ -232,7 +238,12 @@ impl ForwardService {
 
     /// Until no live token of the topic is left, each commit to
     /// `destination` spends the topic's tokens.
-    fn watch(&self, destination: Destination, mut watch: narad_plog::HwmWatch) {
+    fn watch(
+        &self,
+        destination: Destination,
+        mut watch: narad_plog::HwmWatch,
+        clock: Arc<dyn Clock>,
+    ) {
         let Some(service) = self.this.upgrade() else {
             return;
         };
@@ -247,7 +258,7 @@ impl ForwardService {
                 if !service
                     .tokens
                     .lock()
-                    .has_live(&destination.topic, Instant::now())
+                    .has_live(&destination.topic, clock.now_ms())
                 {
                     break;
                 }
@@ -256,10 +267,19 @@ impl ForwardService {
         });
     }
 
+    /// Now on the attached consume service's clock (tests).
+    ///
+    /// # Panics
+    /// If not attached.
+    #[cfg(test)]
+    fn now_ms(&self) -> u64 {
+        self.serving.get().expect("attached").clock.now_ms()
+    }
+
     /// Whether a live delivery token of `topic` is held here (tests).
     #[cfg(test)]
     pub(crate) fn holds_token(&self, topic: &str) -> bool {
-        self.tokens.lock().has_live(topic, Instant::now())
+        self.tokens.lock().has_live(topic, self.now_ms())
     }
 
     /// A commit to a partition of `topic`: spends one live token per
@@ -271,20 +291,18 @@ impl ForwardService {
         let Some(serving) = self.serving.get() else {
             return;
         };
-        let now = Instant::now();
-        let mut holders = self.tokens.lock().live_holders(topic, now);
+        let now_ms = serving.clock.now_ms();
+        let mut holders = self.tokens.lock().live_holders(topic, now_ms);
         {
             let mut holds = self.holds.lock();
-            holders.retain(|holder| holds.has_room(topic, *holder, now));
+            holders.retain(|holder| holds.has_room(topic, *holder, now_ms));
         }
         if holders.is_empty() {
             return;
         }
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % holders.len();
         holders.rotate_left(start);
-        let hold = Duration::from_millis(self.claim_hold_ms.load(Ordering::Relaxed));
-        let held = serving.consume.hold(topic, holders.len(), hold);
-        let deadline = now + hold;
+        let held = serving.consume.hold(topic, holders.len(), CLAIM_HOLD);
         let mut notified = Vec::with_capacity(held.len());
         let mut unused = Vec::new();
         {
@@ -295,11 +313,11 @@ impl ForwardService {
             let mut holders = holders.into_iter();
             for record in held {
                 let taker = holders.by_ref().find(|holder| {
-                    holds.has_room(topic, *holder, now) && tokens.spend(topic, *holder, now)
+                    holds.has_room(topic, *holder, now_ms) && tokens.spend(topic, *holder, now_ms)
                 });
                 match taker {
                     Some(holder) => {
-                        holds.insert(topic, holder, record, now, deadline);
+                        holds.insert(topic, holder, record, now_ms);
                         notified.push(holder);
                     }
                     None => unused.push(record),
@@ -351,7 +369,8 @@ impl ForwardService {
     ) -> Result<Response, RpcError> {
         let claimed = match request.scope {
             ConsumeScope::Any if request.claim => {
-                let held = self.holds.lock().take(&request.topic, peer, Instant::now());
+                let now_ms = serving.clock.now_ms();
+                let held = self.holds.lock().take(&request.topic, peer, now_ms);
                 let claimed = serving
                     .consume
                     .claim(&request.topic, &held, request.max as usize);
@@ -364,23 +383,16 @@ impl ForwardService {
         serving.consume(request, claimed).await
     }
 
-    /// Holds notified records for `hold` instead of [`CLAIM_HOLD`] (tests).
-    #[cfg(test)]
-    pub(crate) fn set_claim_hold(&self, hold: Duration) {
-        self.claim_hold_ms
-            .store(hold.as_millis() as u64, Ordering::Relaxed);
-    }
-
     /// Live delivery tokens of `topic` held here (tests).
     #[cfg(test)]
     pub(crate) fn live_tokens(&self, topic: &str) -> usize {
-        self.tokens.lock().live(topic, Instant::now())
+        self.tokens.lock().live(topic, self.now_ms())
     }
 
     /// Records held here for `holder`'s claim (tests).
     #[cfg(test)]
     pub(crate) fn held_for(&self, topic: &str, holder: SocketAddr) -> usize {
-        self.holds.lock().count(topic, holder, Instant::now())
+        self.holds.lock().count(topic, holder, self.now_ms())
     }
 
     /// Records handed to claimants through their holds (tests,

@@ -5,7 +5,11 @@
 //! dead (`503`) and the owner silent (`502`).
 //!
 //! Waits here are ceilings that turn a hang into a failure, never timing
-//! assertions.
+//! assertions. Where time decides (holds, token TTLs, claims, queued acks'
+//! budgets, the memory of owners refusing `AckBatch`), the parts run on a
+//! [`ManualClock`] the test moves; the polls that wait for an event (a
+//! commit, a park, a notification) sleep on Tokio's timer, since they
+//! decide nothing.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -17,13 +21,16 @@ use axum::body::{Body, to_bytes};
 use axum::http::{HeaderMap, Request, StatusCode};
 use bytes::Bytes;
 use narad_disk::Disk;
+use narad_disk::clock::{Clock, ManualClock, SystemClock};
 use narad_disk::sim::SimDisk;
 use narad_meta::Command;
 use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 
-use super::{ForwardError, ForwardService, Forwarder};
+use super::coalesce::ACK_BATCH_REFUSAL_MEMORY;
+use super::tokens::CLAIM_HOLD;
+use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
 use crate::admin::LocalAdmin;
 use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
 use crate::http::ApiConfig;
@@ -80,7 +87,16 @@ fn auth() -> ClusterAuth {
     ClusterAuth::Secret(ClusterSecret::new(vec![9; 32]).expect("32 bytes"))
 }
 
-fn data_node(id: NodeId, seed: u64) -> (DataNode, Arc<MetadataReplica>) {
+/// A clock the test moves, at 1 s.
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(1_000))
+}
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).expect("fits")
+}
+
+fn data_node(id: NodeId, seed: u64, clock: Arc<dyn Clock>) -> (DataNode, Arc<MetadataReplica>) {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(seed));
     let replica = replica_of(id);
     let mut config = DataNodeConfig::new(Path::new("/node"));
@@ -96,6 +112,7 @@ fn data_node(id: NodeId, seed: u64) -> (DataNode, Arc<MetadataReplica>) {
         leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
         remote: Arc::new(NoRemoteTarget),
         admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
+        clock,
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");
     (node, replica)
@@ -116,10 +133,22 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// Every part on the system clock.
     fn start() -> Self {
+        Self::start_on(Arc::new(SystemClock::new()))
+    }
+
+    /// B, and A's token inbox and forwarder, on `clock`: holds, token TTLs
+    /// and claims lapse only when the test moves it. A's data node stays
+    /// on the system clock, so its long polls and re-probes still end.
+    fn start_on_manual_clock(clock: &Arc<ManualClock>) -> Self {
+        Self::start_on(Arc::clone(clock) as Arc<dyn Clock>)
+    }
+
+    fn start_on(clock: Arc<dyn Clock>) -> Self {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let (a, a_replica) = data_node(A, 11);
-        let (b, b_replica) = data_node(B, 12);
+        let (a, a_replica) = data_node(A, 11, Arc::new(SystemClock::new()));
+        let (b, b_replica) = data_node(B, 12, Arc::clone(&clock));
         let service =
             ForwardService::with_consume(Arc::clone(b.consume()), Arc::clone(b.logs()), b_replica);
         let b_transport = Arc::new(
@@ -130,7 +159,7 @@ impl Cluster {
             .expect("bind B"),
         );
         service.attach_transport(&b_transport);
-        let inbox = super::tokens::TokenInbox::new();
+        let inbox = super::tokens::TokenInbox::new(Arc::clone(&clock));
         let a_transport = Arc::new(
             Node::bind(
                 NodeConfig::new(loopback, auth()),
@@ -142,7 +171,7 @@ impl Cluster {
         let addresses = Arc::new(AddressTable::new());
         addresses.set(B, b_transport.local_addr());
         addresses.set(SILENT, silent.local_addr().expect("address"));
-        let forwarder = Forwarder::new(Arc::clone(&a_transport), addresses, a_replica);
+        let forwarder = Forwarder::new(Arc::clone(&a_transport), addresses, a_replica, clock);
         forwarder.use_tokens(Arc::clone(&inbox));
         assert!(a.api().forwarder.set(forwarder).is_ok());
         let router = a.router();
@@ -296,9 +325,11 @@ async fn a_parked_consume_on_a_gets_a_record_committed_later_on_b() {
         let cluster = Arc::clone(&cluster);
         tokio::spawn(async move { cluster.get("/v1/topics/remote/consume?wait=10s").await })
     };
-    // Let the consume find nothing and park before the record exists; the
-    // answer is the same either way, so this is no timing assertion.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A consume that found nothing takes a token at B as it parks.
+    until("the consume parks before the record exists", || {
+        cluster.b_service.holds_token("remote")
+    })
+    .await;
     cluster.produce_on_b("remote", 0, "late").await;
 
     let answer = waiting.await.expect("consume task");
@@ -809,7 +840,7 @@ fn spawn_ack(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_beyond_the_single_slots_leave_as_one_ack_batch_and_each_gets_its_answer() {
     let owner = AckOwner::current(0);
-    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1);
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1, &manual_clock());
     let first = spawn_ack(&forwarder, 0);
     until("the first ack reaches the owner", || owner.singles() == 1).await;
     let queued = [spawn_ack(&forwarder, 1), spawn_ack(&forwarder, 2)];
@@ -852,10 +883,10 @@ async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_consume_holds_a_token_at_the_owner_and_is_notified_of_a_commit() {
-    let cluster = Arc::new(Cluster::start());
-    // Held past the consume's wait: only the notified node's claim can
-    // take the record in time.
-    cluster.b_service.set_claim_hold(CEILING);
+    // The clock stands still, so the hold outlasts the consume's wait:
+    // only the notified node's claim can take the record in time.
+    let clock = manual_clock();
+    let cluster = Arc::new(Cluster::start_on_manual_clock(&clock));
     let waiting = {
         let cluster = Arc::clone(&cluster);
         tokio::spawn(async move { cluster.get("/v1/topics/remote/consume?wait=10s").await })
@@ -892,9 +923,10 @@ async fn a_parked_consume_holds_a_token_at_the_owner_and_is_notified_of_a_commit
     Arc::into_inner(cluster).expect("sole owner").stop();
 }
 
-/// A node of its own with a token inbox, to hold tokens at B besides A.
-fn token_holder() -> (Node, Arc<super::tokens::TokenInbox>) {
-    let inbox = super::tokens::TokenInbox::new();
+/// A node of its own with a token inbox on `clock`, to hold tokens at B
+/// besides A.
+fn token_holder(clock: &Arc<ManualClock>) -> (Node, Arc<super::tokens::TokenInbox>) {
+    let inbox = super::tokens::TokenInbox::new(Arc::clone(clock) as Arc<dyn Clock>);
     let node = Node::bind(
         NodeConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), auth()),
         inbox.route(narad_protocol::Router::new()),
@@ -903,12 +935,15 @@ fn token_holder() -> (Node, Arc<super::tokens::TokenInbox>) {
     (node, inbox)
 }
 
+/// The TTL of the tokens [`register_at_b`] takes.
+const TOKEN_TTL_MS: u32 = 60_000;
+
 /// Takes a delivery token of `remote` at B for `from`, as a parked
 /// consume's node would.
 async fn register_at_b(cluster: &Cluster, from: &Node) {
     let request = narad_protocol::TokenRegister {
         topic: "remote".into(),
-        ttl_ms: 60_000,
+        ttl_ms: TOKEN_TTL_MS,
     };
     from.call_with_timeout(
         cluster.b_transport.local_addr(),
@@ -989,8 +1024,9 @@ async fn consume_on_b(cluster: &Cluster, wait: Duration) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_spends_no_more_tokens_than_records_it_can_hold() {
-    let cluster = Cluster::start();
-    let (other, other_inbox) = token_holder();
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    let (other, other_inbox) = token_holder(&clock);
     register_at_b(&cluster, &cluster.a_transport).await;
     register_at_b(&cluster, &other).await;
     assert_eq!(cluster.b_service.live_tokens("remote"), 2);
@@ -1008,10 +1044,9 @@ async fn a_commit_spends_no_more_tokens_than_records_it_can_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notified_record_is_held_back_from_other_consumers_until_its_holder_claims_it() {
-    let cluster = Cluster::start();
-    // Long enough that no stall of the test machine lets the hold lapse.
-    cluster.b_service.set_claim_hold(CEILING);
-    let (other, _other_inbox) = token_holder();
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    let (other, _other_inbox) = token_holder(&clock);
     register_at_b(&cluster, &cluster.a_transport).await;
     cluster.produce_on_b("remote", 1, "held").await;
     notified(&[&cluster.inbox], 1).await;
@@ -1035,20 +1070,79 @@ async fn a_notified_record_is_held_back_from_other_consumers_until_its_holder_cl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unclaimed_hold_lapses_and_a_parked_local_consume_gets_the_record() {
-    let cluster = Cluster::start();
+async fn an_unclaimed_hold_lapses_at_claim_hold_and_a_parked_local_consume_gets_the_record() {
+    let clock = manual_clock();
+    let cluster = Arc::new(Cluster::start_on_manual_clock(&clock));
     register_at_b(&cluster, &cluster.a_transport).await;
     cluster.produce_on_b("remote", 0, "lapsed").await;
     notified(&[&cluster.inbox], 1).await;
+    let local = {
+        let cluster = Arc::clone(&cluster);
+        tokio::spawn(async move { consume_on_b(&cluster, Duration::from_secs(10)).await })
+    };
+    parked_on_b_until(&cluster, "the local consume parks behind the hold", 1).await;
 
-    // Parks on B behind the hold; without the deadline the record would
-    // stay leased past this wait.
-    let local = consume_on_b(&cluster, Duration::from_secs(10)).await;
+    clock.advance(ms(CLAIM_HOLD));
 
+    let local = tokio::time::timeout(CEILING, local)
+        .await
+        .expect("the lapse wakes the parked consume")
+        .expect("consume task");
     assert_eq!(local, vec!["lapsed".to_owned()]);
     let late_claim = probe_b(&cluster, &cluster.a_transport, true).await;
     assert!(late_claim.is_empty(), "the lapsed hold was not kept");
     assert_eq!(cluster.b_service.claimed_total(), 0);
+    Arc::into_inner(cluster).expect("sole owner").stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_is_claimed_one_millisecond_before_it_lapses() {
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    register_at_b(&cluster, &cluster.a_transport).await;
+    cluster.produce_on_b("remote", 1, "just in time").await;
+    notified(&[&cluster.inbox], 1).await;
+
+    clock.advance(ms(CLAIM_HOLD) - 1);
+    let claim = probe_b(&cluster, &cluster.a_transport, true).await;
+
+    assert_eq!(claim, vec!["just in time".to_owned()]);
+    assert_eq!(cluster.b_service.claimed_total(), 1);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_the_hold_lapsed_takes_the_record_as_a_plain_probe() {
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    register_at_b(&cluster, &cluster.a_transport).await;
+    cluster.produce_on_b("remote", 1, "free again").await;
+    notified(&[&cluster.inbox], 1).await;
+    let holder = cluster.a_transport.local_addr();
+
+    clock.advance(ms(CLAIM_HOLD));
+
+    assert_eq!(cluster.b_service.held_for("remote", holder), 0);
+    let claim = probe_b(&cluster, &cluster.a_transport, true).await;
+    assert_eq!(claim, vec!["free again".to_owned()]);
+    assert_eq!(
+        cluster.b_service.claimed_total(),
+        0,
+        "nothing was handed over through the hold"
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lapses_at_its_ttl_on_the_owners_clock() {
+    let clock = manual_clock();
+    let cluster = Cluster::start_on_manual_clock(&clock);
+    register_at_b(&cluster, &cluster.a_transport).await;
+
+    clock.advance(u64::from(TOKEN_TTL_MS) - 1);
+    assert_eq!(cluster.b_service.live_tokens("remote"), 1);
+    clock.advance(1);
+    assert_eq!(cluster.b_service.live_tokens("remote"), 0);
     cluster.stop();
 }
 
@@ -1116,9 +1210,12 @@ impl SlowOwner {
     }
 }
 
-/// A forwarder on node A whose only peer, B, is `router`.
-fn forwarder_to(router: narad_protocol::Router) -> (Arc<Forwarder>, Node) {
-    bind_forwarder(router, None)
+/// A forwarder on node A on `clock`, whose only peer, B, is `router`.
+fn forwarder_to(
+    router: narad_protocol::Router,
+    clock: &Arc<ManualClock>,
+) -> (Arc<Forwarder>, Node) {
+    bind_forwarder(router, None, clock)
 }
 
 /// [`forwarder_to`], with at most `single_acks_max` single ack RPCs in
@@ -1126,14 +1223,17 @@ fn forwarder_to(router: narad_protocol::Router) -> (Arc<Forwarder>, Node) {
 fn forwarder_with_single_acks(
     router: narad_protocol::Router,
     single_acks_max: usize,
+    clock: &Arc<ManualClock>,
 ) -> (Arc<Forwarder>, Node) {
-    bind_forwarder(router, Some(single_acks_max))
+    bind_forwarder(router, Some(single_acks_max), clock)
 }
 
 fn bind_forwarder(
     router: narad_protocol::Router,
     single_acks_max: Option<usize>,
+    clock: &Arc<ManualClock>,
 ) -> (Arc<Forwarder>, Node) {
+    let clock = Arc::clone(clock) as Arc<dyn Clock>;
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let owner = Node::bind(NodeConfig::new(loopback, auth()), router).expect("bind owner");
     let caller = Arc::new(
@@ -1147,8 +1247,8 @@ fn bind_forwarder(
     let addresses = Arc::new(AddressTable::new());
     addresses.set(B, owner.local_addr());
     let forwarder = match single_acks_max {
-        Some(max) => Forwarder::with_single_acks_max(caller, addresses, replica, max),
-        None => Forwarder::new(caller, addresses, replica),
+        Some(max) => Forwarder::with_single_acks_max(caller, addresses, replica, clock, max),
+        None => Forwarder::new(caller, addresses, replica, clock),
     };
     (forwarder, owner)
 }
@@ -1160,7 +1260,7 @@ async fn records_answered_to_a_consume_that_went_away_meanwhile_are_nacked_at_th
         consumes: std::sync::atomic::AtomicUsize::new(0),
         nacks: parking_lot::Mutex::new(Vec::new()),
     });
-    let (forwarder, _owner_node) = forwarder_to(owner.router());
+    let (forwarder, _owner_node) = forwarder_to(owner.router(), &manual_clock());
     let probing = {
         let forwarder = Arc::clone(&forwarder);
         tokio::spawn(async move { forwarder.probe(B, "remote", 1).await })
@@ -1210,7 +1310,7 @@ fn remote_handle(offset: u64) -> crate::consume::handle::ReceiptHandle {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_ack_refused_by_an_older_owner_is_resent_singly() {
     let owner = AckOwner::older(64);
-    let (forwarder, _owner_node) = forwarder_to(owner.router());
+    let (forwarder, _owner_node) = forwarder_to(owner.router(), &manual_clock());
     let handles = [remote_handle(0), remote_handle(1), remote_handle(2)];
 
     let outcomes = forwarder
@@ -1224,34 +1324,19 @@ async fn a_batch_ack_refused_by_an_older_owner_is_resent_singly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_afterwards() {
+async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_for_two_minutes() {
     let owner = AckOwner::older(0);
-    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1);
+    let clock = manual_clock();
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1, &clock);
 
-    for round in 0..2_u64 {
-        let singles_before = owner.singles();
-        let first = spawn_ack(&forwarder, 3 * round);
-        until("the first ack holds the only slot", || {
-            owner.singles() == singles_before + 1
-        })
-        .await;
-        let queued = [
-            spawn_ack(&forwarder, 3 * round + 1),
-            spawn_ack(&forwarder, 3 * round + 2),
-        ];
-        until("the next two acks queue", || forwarder.queued_acks(B) == 2).await;
+    overflow_three_acks(&owner, &forwarder, 0).await;
+    clock.advance(ms(ACK_BATCH_REFUSAL_MEMORY) - 1);
+    overflow_three_acks(&owner, &forwarder, 1).await;
 
-        owner.release.add_permits(3);
-
-        assert_eq!(first.await.expect("task"), Ok(()));
-        for answer in queued {
-            assert_eq!(answer.await.expect("task"), Ok(()), "round {round}");
-        }
-    }
     assert_eq!(
         owner.batches_refused(),
         1,
-        "after the refusal the owner is not sent AckBatch again"
+        "within two minutes of the refusal the owner is not sent AckBatch again"
     );
     assert_eq!(owner.singles(), 6);
 }
@@ -1259,10 +1344,11 @@ async fn overflow_acks_to_an_owner_that_refused_ack_batch_go_singly_afterwards()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_holding_a_record_for_this_node_is_probed_first() {
     let owner = AckOwner::older(0);
-    let (forwarder, owner_node) = forwarder_to(owner.router());
-    let inbox = super::tokens::TokenInbox::new();
+    let clock = manual_clock();
+    let (forwarder, owner_node) = forwarder_to(owner.router(), &clock);
+    let inbox = super::tokens::TokenInbox::new(Arc::clone(&clock) as Arc<dyn Clock>);
     forwarder.use_tokens(Arc::clone(&inbox));
-    inbox.notified("pair", owner_node.local_addr(), std::time::Instant::now());
+    inbox.notified("pair", owner_node.local_addr());
 
     // The rotation alternates the start; the owed claim overrides it.
     let first = forwarder.live_remote_owners("pair");
@@ -1270,4 +1356,88 @@ async fn an_owner_holding_a_record_for_this_node_is_probed_first() {
 
     assert_eq!(first, vec![B, SILENT]);
     assert_eq!(second, vec![B, SILENT]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_whose_hold_lapsed_takes_its_turn_in_the_rotation_again() {
+    let owner = AckOwner::older(0);
+    let clock = manual_clock();
+    let (forwarder, owner_node) = forwarder_to(owner.router(), &clock);
+    let inbox = super::tokens::TokenInbox::new(Arc::clone(&clock) as Arc<dyn Clock>);
+    forwarder.use_tokens(Arc::clone(&inbox));
+    inbox.notified("pair", owner_node.local_addr());
+
+    clock.advance(ms(CLAIM_HOLD));
+    let first = forwarder.live_remote_owners("pair");
+    let second = forwarder.live_remote_owners("pair");
+
+    assert_ne!(first, second, "the rotation alternates the start again");
+    assert!(!inbox.owes_claim("pair", owner_node.local_addr()));
+}
+
+/// One ack to `owner` holding the forwarder's only slot, two more queued
+/// behind it, then all released: each answers `Ok`.
+async fn overflow_three_acks(owner: &Arc<AckOwner>, forwarder: &Arc<Forwarder>, round: u64) {
+    let singles_before = owner.singles();
+    let first = spawn_ack(forwarder, 3 * round);
+    until("the first ack holds the only slot", || {
+        owner.singles() == singles_before + 1
+    })
+    .await;
+    let queued = [
+        spawn_ack(forwarder, 3 * round + 1),
+        spawn_ack(forwarder, 3 * round + 2),
+    ];
+    until("the next two acks queue", || forwarder.queued_acks(B) == 2).await;
+
+    owner.release.add_permits(3);
+
+    assert_eq!(first.await.expect("task"), Ok(()));
+    for answer in queued {
+        assert_eq!(answer.await.expect("task"), Ok(()), "round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_refused_ack_batch_is_sent_one_again_after_two_minutes() {
+    let owner = AckOwner::older(0);
+    let clock = manual_clock();
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1, &clock);
+    overflow_three_acks(&owner, &forwarder, 0).await;
+
+    clock.advance(ms(ACK_BATCH_REFUSAL_MEMORY));
+    overflow_three_acks(&owner, &forwarder, 1).await;
+
+    assert_eq!(
+        owner.batches_refused(),
+        2,
+        "the refusal was forgotten, so the overflow left as an AckBatch again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_ack_still_waiting_when_its_settle_budget_runs_out_is_withdrawn_and_answers_503() {
+    let owner = AckOwner::current(0);
+    let clock = manual_clock();
+    let (forwarder, _owner_node) = forwarder_with_single_acks(owner.router(), 1, &clock);
+    let first = spawn_ack(&forwarder, 0);
+    until("the first ack holds the only slot", || owner.singles() == 1).await;
+    let queued = spawn_ack(&forwarder, 1);
+    until("the next ack queues", || forwarder.queued_acks(B) == 1).await;
+
+    clock.advance(ms(SETTLE_BUDGET));
+
+    let answer = tokio::time::timeout(CEILING, queued)
+        .await
+        .expect("the budget ends the wait")
+        .expect("task");
+    assert!(
+        matches!(answer, Err(ForwardError::Refused { status: 503, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(forwarder.queued_acks(B), 0);
+    owner.release.add_permits(1);
+    assert_eq!(first.await.expect("task"), Ok(()));
+    assert_eq!(owner.singles(), 1, "the withdrawn ack was never sent");
+    assert!(owner.batches.lock().is_empty());
 }

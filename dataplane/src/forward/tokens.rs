@@ -13,13 +13,17 @@
 //! - [`HoldTable`] (owner): which held records wait for which holder.
 //! - [`TokenInbox`] (requester): the handler of opcode 31, the memory of
 //!   which owners hold a live token of this node, and the claims owed.
+//!
+//! Every instant here is milliseconds on the node's monotonic
+//! [`Clock`]; the tables are told the time, the inbox reads its clock.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use narad_protocol::consume::decode_forward_request;
 use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError, TokenNotify};
 use parking_lot::Mutex;
@@ -39,7 +43,7 @@ pub const TOKEN_TOPICS_MAX: usize = 4_096;
 /// spec's share window.
 pub const TOKEN_SHARE_WINDOW: Duration = Duration::from_millis(250);
 
-/// A registration is renewed when it has less than this left (spec:
+/// A registration is renewed when it has this long or less left (spec:
 /// re-registered within 500 ms).
 pub const TOKEN_RENEW_BEFORE: Duration = Duration::from_millis(500);
 
@@ -71,14 +75,15 @@ pub enum TokenRefusal {
     Full,
 }
 
-/// The owner's live tokens: per topic, holder → expiry.
+/// The owner's live tokens: per topic, holder → expiry (ms on the clock).
 #[derive(Debug, Default)]
 pub struct TokenTable {
-    topics: HashMap<String, HashMap<SocketAddr, Instant>>,
+    topics: HashMap<String, HashMap<SocketAddr, u64>>,
 }
 
 impl TokenTable {
-    /// Records (or renews) `holder`'s token for `topic` until `expires_at`.
+    /// Records (or renews) `holder`'s token for `topic` until
+    /// `expires_at_ms`; it is live while the clock is before that.
     ///
     /// # Errors
     /// [`TokenRefusal::Full`] at the limits (expired tokens are dropped
@@ -87,12 +92,12 @@ impl TokenTable {
         &mut self,
         topic: &str,
         holder: SocketAddr,
-        expires_at: Instant,
-        now: Instant,
+        expires_at_ms: u64,
+        now_ms: u64,
     ) -> Result<(), TokenRefusal> {
         if !self.topics.contains_key(topic) && self.topics.len() >= TOKEN_TOPICS_MAX {
             self.topics.retain(|_, holders| {
-                holders.retain(|_, expiry| *expiry > now);
+                holders.retain(|_, expiry| *expiry > now_ms);
                 !holders.is_empty()
             });
             if self.topics.len() >= TOKEN_TOPICS_MAX {
@@ -101,22 +106,22 @@ impl TokenTable {
         }
         let holders = self.topics.entry(topic.to_owned()).or_default();
         if !holders.contains_key(&holder) && holders.len() >= TOKEN_HOLDERS_PER_TOPIC_MAX {
-            holders.retain(|_, expiry| *expiry > now);
+            holders.retain(|_, expiry| *expiry > now_ms);
             if holders.len() >= TOKEN_HOLDERS_PER_TOPIC_MAX {
                 return Err(TokenRefusal::Full);
             }
         }
-        holders.insert(holder, expires_at);
+        holders.insert(holder, expires_at_ms);
         Ok(())
     }
 
     /// The holders of live tokens of `topic`, in address order; expired
     /// tokens lapse silently.
-    pub fn live_holders(&mut self, topic: &str, now: Instant) -> Vec<SocketAddr> {
+    pub fn live_holders(&mut self, topic: &str, now_ms: u64) -> Vec<SocketAddr> {
         let Some(holders) = self.topics.get_mut(topic) else {
             return Vec::new();
         };
-        holders.retain(|_, expiry| *expiry > now);
+        holders.retain(|_, expiry| *expiry > now_ms);
         let mut live: Vec<SocketAddr> = holders.keys().copied().collect();
         if live.is_empty() {
             self.topics.remove(topic);
@@ -127,11 +132,13 @@ impl TokenTable {
 
     /// Spends `holder`'s token of `topic` (single use). Returns whether it
     /// was live; an expired one lapses.
-    pub fn spend(&mut self, topic: &str, holder: SocketAddr, now: Instant) -> bool {
+    pub fn spend(&mut self, topic: &str, holder: SocketAddr, now_ms: u64) -> bool {
         let Some(holders) = self.topics.get_mut(topic) else {
             return false;
         };
-        let live = holders.remove(&holder).is_some_and(|expiry| expiry > now);
+        let live = holders
+            .remove(&holder)
+            .is_some_and(|expiry| expiry > now_ms);
         if holders.is_empty() {
             self.topics.remove(topic);
         }
@@ -139,49 +146,48 @@ impl TokenTable {
     }
 
     /// Live tokens of `topic`.
-    pub fn live(&self, topic: &str, now: Instant) -> usize {
+    pub fn live(&self, topic: &str, now_ms: u64) -> usize {
         self.topics.get(topic).map_or(0, |holders| {
-            holders.values().filter(|expiry| **expiry > now).count()
+            holders.values().filter(|expiry| **expiry > now_ms).count()
         })
     }
 
     /// Whether `topic` has a token that has not expired.
-    pub fn has_live(&self, topic: &str, now: Instant) -> bool {
+    pub fn has_live(&self, topic: &str, now_ms: u64) -> bool {
         self.topics
             .get(topic)
-            .is_some_and(|holders| holders.values().any(|expiry| *expiry > now))
+            .is_some_and(|holders| holders.values().any(|expiry| *expiry > now_ms))
     }
 }
 
-/// The owner's held records, per topic and holder, each with the instant
-/// its hold lapses. Entries exist only for spent tokens, so the token
-/// table's limits bound it, and [`HOLDS_PER_HOLDER_MAX`] each holder.
+/// The owner's held records, per topic and holder. Each lapses when its
+/// lease does (`expires_at_ms`, on the consume service's clock), so the
+/// table and the lease under a hold never disagree. Entries exist only for
+/// spent tokens, so the token table's limits bound it, and
+/// [`HOLDS_PER_HOLDER_MAX`] each holder.
 #[derive(Debug, Default)]
 pub struct HoldTable {
-    holds: HashMap<(String, SocketAddr), Vec<(HeldRecord, Instant)>>,
+    holds: HashMap<(String, SocketAddr), Vec<HeldRecord>>,
+}
+
+fn hold_live(held: &HeldRecord, now_ms: u64) -> bool {
+    held.expires_at_ms > now_ms
 }
 
 impl HoldTable {
-    /// Keeps `held` for `holder`'s claim until `deadline` (`now` is the
-    /// present, to drop lapsed entries).
+    /// Keeps `held` for `holder`'s claim until its lease lapses (`now_ms`
+    /// is the present, to drop lapsed entries).
     ///
     /// # Panics
     /// If the holder already has [`HOLDS_PER_HOLDER_MAX`] live holds (the
     /// caller checks [`HoldTable::has_room`] first).
-    pub fn insert(
-        &mut self,
-        topic: &str,
-        holder: SocketAddr,
-        held: HeldRecord,
-        now: Instant,
-        deadline: Instant,
-    ) {
+    pub fn insert(&mut self, topic: &str, holder: SocketAddr, held: HeldRecord, now_ms: u64) {
         let key = (topic.to_owned(), holder);
         if !self.holds.contains_key(&key) {
             // Drop lapsed holders' entries now and then, not on each call.
             if self.holds.len() >= TOKEN_TOPICS_MAX {
                 self.holds.retain(|_, holds| {
-                    holds.retain(|(_, until)| *until > now);
+                    holds.retain(|held| hold_live(held, now_ms));
                     !holds.is_empty()
                 });
             }
@@ -191,17 +197,17 @@ impl HoldTable {
             holds.len() < HOLDS_PER_HOLDER_MAX,
             "a holder was given more than {HOLDS_PER_HOLDER_MAX} holds"
         );
-        holds.push((held, deadline));
+        holds.push(held);
     }
 
     /// Whether `holder` may be given another hold of `topic` (lapsed holds
     /// are dropped first).
-    pub fn has_room(&mut self, topic: &str, holder: SocketAddr, now: Instant) -> bool {
+    pub fn has_room(&mut self, topic: &str, holder: SocketAddr, now_ms: u64) -> bool {
         let key = (topic.to_owned(), holder);
         let Some(holds) = self.holds.get_mut(&key) else {
             return true;
         };
-        holds.retain(|(_, until)| *until > now);
+        holds.retain(|held| hold_live(held, now_ms));
         if holds.is_empty() {
             self.holds.remove(&key);
             return true;
@@ -211,43 +217,56 @@ impl HoldTable {
 
     /// Takes `claimant`'s holds of `topic` that have not lapsed, oldest
     /// first.
-    pub fn take(&mut self, topic: &str, claimant: SocketAddr, now: Instant) -> Vec<HeldRecord> {
+    pub fn take(&mut self, topic: &str, claimant: SocketAddr, now_ms: u64) -> Vec<HeldRecord> {
         self.holds
             .remove(&(topic.to_owned(), claimant))
             .unwrap_or_default()
             .into_iter()
-            .filter(|(_, until)| *until > now)
-            .map(|(held, _)| held)
+            .filter(|held| hold_live(held, now_ms))
             .collect()
     }
 
     /// Live holds of `topic` for `holder` (tests, diagnostics).
-    pub fn count(&self, topic: &str, holder: SocketAddr, now: Instant) -> usize {
+    pub fn count(&self, topic: &str, holder: SocketAddr, now_ms: u64) -> usize {
         self.holds
             .get(&(topic.to_owned(), holder))
             .map_or(0, |holds| {
-                holds.iter().filter(|(_, until)| *until > now).count()
+                holds.iter().filter(|held| hold_live(held, now_ms)).count()
             })
     }
 }
 
+/// `duration` in whole milliseconds, saturating.
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The requester's side of tokens: wakes parked consumes when an owner
 /// notifies, remembers which owners hold a live token of this node, and
-/// which owners are owed a claim.
-#[derive(Debug, Default)]
+/// which owners are owed a claim, measured on the node's clock.
+#[derive(Debug)]
 pub struct TokenInbox {
+    clock: Arc<dyn Clock>,
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
-    registered: Mutex<HashMap<(NodeId, String), Instant>>,
-    /// Per topic and notifying owner's address: until when its hold lasts.
-    claims: Mutex<HashMap<(String, SocketAddr), Instant>>,
+    /// Per owner and topic: until when its registration counts (ms).
+    registered: Mutex<HashMap<(NodeId, String), u64>>,
+    /// Per topic and notifying owner's address: until when its hold lasts
+    /// (ms).
+    claims: Mutex<HashMap<(String, SocketAddr), u64>>,
     notified_total: AtomicU64,
 }
 
 impl TokenInbox {
-    /// An empty inbox; route it with [`TokenInbox::route`] before the
-    /// transport is bound.
-    pub fn new() -> Arc<Self> {
-        Arc::default()
+    /// An empty inbox on `clock`; route it with [`TokenInbox::route`]
+    /// before the transport is bound.
+    pub fn new(clock: Arc<dyn Clock>) -> Arc<Self> {
+        Arc::new(Self {
+            clock,
+            wakers: Mutex::default(),
+            registered: Mutex::default(),
+            claims: Mutex::default(),
+            notified_total: AtomicU64::new(0),
+        })
     }
 
     /// `router` with opcode 31 served by this inbox.
@@ -265,23 +284,24 @@ impl TokenInbox {
 
     fn handle(&self, inbound: &Inbound) -> Result<Response, RpcError> {
         let notify = decode_forward_request::<TokenNotify>(inbound.request.body.clone())?;
-        self.notified(&notify.topic, inbound.peer, Instant::now());
+        self.notified(&notify.topic, inbound.peer);
         Ok(Response::no_content())
     }
 
     /// The owner at `owner` holds a record of `topic` for this node: the
-    /// next probe of that owner claims it; tokens of the topic are spent
-    /// (single use), parked consumes wake.
-    pub fn notified(&self, topic: &str, owner: SocketAddr, now: Instant) {
+    /// next probe of that owner within [`CLAIM_HOLD`] claims it; tokens of
+    /// the topic are spent (single use), parked consumes wake.
+    pub fn notified(&self, topic: &str, owner: SocketAddr) {
+        let now_ms = self.clock.now_ms();
         self.notified_total.fetch_add(1, Ordering::Relaxed);
         {
             let mut claims = self.claims.lock();
             let key = (topic.to_owned(), owner);
             if !claims.contains_key(&key) && claims.len() >= CLAIMS_OWED_MAX {
-                claims.retain(|_, until| *until > now);
+                claims.retain(|_, until_ms| *until_ms > now_ms);
             }
             if claims.contains_key(&key) || claims.len() < CLAIMS_OWED_MAX {
-                claims.insert(key, now + CLAIM_HOLD);
+                claims.insert(key, now_ms.saturating_add(ms(CLAIM_HOLD)));
             }
         }
         self.registered
@@ -299,43 +319,40 @@ impl TokenInbox {
 
     /// Whether `node` must be asked for a token of `topic` now (none, or
     /// the one it holds lapses within 500 ms); if so, it counts as
-    /// registered until `now + min(ttl, 5 s)`.
-    pub fn claim_registration(
-        &self,
-        node: NodeId,
-        topic: &str,
-        ttl: Duration,
-        now: Instant,
-    ) -> bool {
+    /// registered for min(`ttl`, 5 s) from now.
+    pub fn claim_registration(&self, node: NodeId, topic: &str, ttl: Duration) -> bool {
+        let now_ms = self.clock.now_ms();
         let mut registered = self.registered.lock();
-        registered.retain(|_, until| *until > now);
+        registered.retain(|_, until_ms| *until_ms > now_ms);
         let key = (node, topic.to_owned());
         if registered
             .get(&key)
-            .is_some_and(|until| *until > now + TOKEN_RENEW_BEFORE)
+            .is_some_and(|until_ms| *until_ms > now_ms.saturating_add(ms(TOKEN_RENEW_BEFORE)))
         {
             return false;
         }
-        registered.insert(key, now + ttl.min(TOKEN_RENEW_EVERY));
+        registered.insert(key, now_ms.saturating_add(ms(ttl.min(TOKEN_RENEW_EVERY))));
         true
     }
 
     /// Whether a probe of `topic` at `owner` must carry the `Claim` flag:
     /// `owner` notified this node and its hold has not lapsed. The claim is
     /// owed once: the first probe takes it.
-    pub fn take_claim(&self, topic: &str, owner: SocketAddr, now: Instant) -> bool {
+    pub fn take_claim(&self, topic: &str, owner: SocketAddr) -> bool {
+        let now_ms = self.clock.now_ms();
         self.claims
             .lock()
             .remove(&(topic.to_owned(), owner))
-            .is_some_and(|until| until > now)
+            .is_some_and(|until_ms| until_ms > now_ms)
     }
 
     /// Whether a claim of `topic` is owed to `owner` (without taking it).
-    pub fn owes_claim(&self, topic: &str, owner: SocketAddr, now: Instant) -> bool {
+    pub fn owes_claim(&self, topic: &str, owner: SocketAddr) -> bool {
+        let now_ms = self.clock.now_ms();
         self.claims
             .lock()
             .get(&(topic.to_owned(), owner))
-            .is_some_and(|until| *until > now)
+            .is_some_and(|until_ms| *until_ms > now_ms)
     }
 
     /// Notifications received (tests, diagnostics).
@@ -346,129 +363,183 @@ impl TokenInbox {
 
 #[cfg(test)]
 mod tests {
+    use narad_disk::clock::ManualClock;
+
     use super::*;
+
+    const NOW_MS: u64 = 1_000;
 
     fn holder(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
-    #[test]
-    fn a_token_is_spent_once() {
-        let now = Instant::now();
-        let mut table = TokenTable::default();
-        table
-            .register("t", holder(1), now + Duration::from_secs(1), now)
-            .expect("taken");
-        assert_eq!(table.live_holders("t", now), vec![holder(1)]);
-        assert!(table.spend("t", holder(1), now));
-        assert!(!table.spend("t", holder(1), now));
-        assert!(table.live_holders("t", now).is_empty());
+    /// An inbox on a clock the test moves.
+    fn inbox() -> (Arc<TokenInbox>, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(NOW_MS));
+        (TokenInbox::new(Arc::clone(&clock) as Arc<dyn Clock>), clock)
     }
 
     #[test]
-    fn an_expired_token_lapses_without_a_notification() {
-        let now = Instant::now();
+    fn a_token_is_spent_once() {
         let mut table = TokenTable::default();
         table
-            .register("t", holder(1), now + Duration::from_millis(10), now)
+            .register("t", holder(1), NOW_MS + 1_000, NOW_MS)
             .expect("taken");
-        let later = now + Duration::from_secs(1);
-        assert!(!table.has_live("t", later));
-        assert!(table.live_holders("t", later).is_empty());
+        assert_eq!(table.live_holders("t", NOW_MS), vec![holder(1)]);
+        assert!(table.spend("t", holder(1), NOW_MS));
+        assert!(!table.spend("t", holder(1), NOW_MS));
+        assert!(table.live_holders("t", NOW_MS).is_empty());
+    }
+
+    #[test]
+    fn a_token_lapses_at_its_expiry_without_a_notification() {
+        let mut table = TokenTable::default();
+        let expires_at_ms = NOW_MS + 10;
+        table
+            .register("t", holder(1), expires_at_ms, NOW_MS)
+            .expect("taken");
+        assert!(table.has_live("t", expires_at_ms - 1));
+        assert!(!table.has_live("t", expires_at_ms));
+        assert!(table.live_holders("t", expires_at_ms).is_empty());
+        assert!(!table.spend("t", holder(1), expires_at_ms));
     }
 
     #[test]
     fn holders_per_topic_are_bounded() {
-        let now = Instant::now();
         let mut table = TokenTable::default();
-        let until = now + Duration::from_secs(1);
+        let until_ms = NOW_MS + 1_000;
         for port in 0..TOKEN_HOLDERS_PER_TOPIC_MAX as u16 {
             table
-                .register("t", holder(port), until, now)
+                .register("t", holder(port), until_ms, NOW_MS)
                 .expect("taken");
         }
         assert_eq!(
-            table.register("t", holder(u16::MAX), until, now),
+            table.register("t", holder(u16::MAX), until_ms, NOW_MS),
             Err(TokenRefusal::Full)
         );
         // A holder renewing its own token is not a new one.
-        assert!(table.register("t", holder(0), until, now).is_ok());
+        assert!(table.register("t", holder(0), until_ms, NOW_MS).is_ok());
+    }
+
+    #[test]
+    fn a_full_topic_takes_a_new_holder_once_an_old_token_expired() {
+        let mut table = TokenTable::default();
+        for port in 0..TOKEN_HOLDERS_PER_TOPIC_MAX as u16 {
+            let until_ms = NOW_MS + 1_000 + u64::from(port);
+            table
+                .register("t", holder(port), until_ms, NOW_MS)
+                .expect("taken");
+        }
+        let first_lapsed_ms = NOW_MS + 1_000;
+        assert!(
+            table
+                .register("t", holder(u16::MAX), NOW_MS + 5_000, first_lapsed_ms)
+                .is_ok()
+        );
     }
 
     #[test]
     fn a_registration_is_renewed_only_near_its_end_and_after_a_notify() {
-        let now = Instant::now();
-        let inbox = TokenInbox::default();
+        let (inbox, clock) = inbox();
         let ttl = Duration::from_secs(10);
-        assert!(inbox.claim_registration(2, "t", ttl, now));
-        assert!(!inbox.claim_registration(2, "t", ttl, now + Duration::from_secs(1)));
+        assert!(inbox.claim_registration(2, "t", ttl));
+        clock.advance(1_000);
+        assert!(!inbox.claim_registration(2, "t", ttl));
         // Held for at most 5 s: renewed within its last 500 ms.
-        assert!(inbox.claim_registration(2, "t", ttl, now + Duration::from_millis(4_600)));
-        inbox.notified("t", holder(9), now);
-        assert!(inbox.claim_registration(2, "t", ttl, now + Duration::from_millis(4_700)));
+        clock.advance(3_600);
+        assert!(inbox.claim_registration(2, "t", ttl));
+        inbox.notified("t", holder(9));
+        clock.advance(100);
+        assert!(inbox.claim_registration(2, "t", ttl));
         assert_eq!(inbox.notified_total(), 1);
     }
 
-    fn held(offset: u64) -> HeldRecord {
+    #[test]
+    fn a_registration_is_renewed_once_half_a_second_or_less_is_left() {
+        let (inbox, clock) = inbox();
+        let ttl = Duration::from_secs(2);
+        assert!(inbox.claim_registration(2, "t", ttl));
+        clock.advance(ms(ttl - TOKEN_RENEW_BEFORE) - 1);
+        assert!(!inbox.claim_registration(2, "t", ttl), "501 ms left");
+        clock.advance(1);
+        assert!(inbox.claim_registration(2, "t", ttl), "500 ms left");
+    }
+
+    fn held(offset: u64, expires_at_ms: u64) -> HeldRecord {
         HeldRecord {
             partition: 0,
             offset,
             nonce: 7,
-            expires_at_ms: 0,
+            expires_at_ms,
         }
     }
 
     #[test]
     fn a_notification_owes_one_claim_to_the_notifying_owner() {
-        let now = Instant::now();
-        let inbox = TokenInbox::default();
-        inbox.notified("t", holder(1), now);
+        let (inbox, _clock) = inbox();
+        inbox.notified("t", holder(1));
 
-        assert!(inbox.owes_claim("t", holder(1), now));
-        assert!(!inbox.take_claim("t", holder(2), now), "another owner");
-        assert!(!inbox.take_claim("u", holder(1), now), "another topic");
-        assert!(inbox.take_claim("t", holder(1), now));
-        assert!(!inbox.take_claim("t", holder(1), now), "owed once");
-        assert!(!inbox.owes_claim("t", holder(1), now));
+        assert!(inbox.owes_claim("t", holder(1)));
+        assert!(!inbox.take_claim("t", holder(2)), "another owner");
+        assert!(!inbox.take_claim("u", holder(1)), "another topic");
+        assert!(inbox.take_claim("t", holder(1)));
+        assert!(!inbox.take_claim("t", holder(1)), "owed once");
+        assert!(!inbox.owes_claim("t", holder(1)));
     }
 
     #[test]
-    fn a_claim_is_not_owed_once_the_hold_lapsed() {
-        let now = Instant::now();
-        let inbox = TokenInbox::default();
-        inbox.notified("t", holder(1), now);
-        assert!(!inbox.take_claim("t", holder(1), now + CLAIM_HOLD));
+    fn a_claim_is_owed_until_the_claim_hold_has_passed_on_the_clock() {
+        let (inbox, clock) = inbox();
+        inbox.notified("t", holder(1));
+
+        clock.advance(ms(CLAIM_HOLD) - 1);
+        assert!(inbox.owes_claim("t", holder(1)), "1 ms of the hold left");
+        clock.advance(1);
+        assert!(!inbox.owes_claim("t", holder(1)));
+        assert!(!inbox.take_claim("t", holder(1)));
     }
 
     #[test]
-    fn holds_are_taken_by_their_holder_only_and_only_before_their_deadline() {
-        let now = Instant::now();
+    fn a_second_notification_restarts_the_claim_window() {
+        let (inbox, clock) = inbox();
+        inbox.notified("t", holder(1));
+        clock.advance(ms(CLAIM_HOLD) - 1);
+        inbox.notified("t", holder(1));
+
+        clock.advance(ms(CLAIM_HOLD) - 1);
+
+        assert!(inbox.take_claim("t", holder(1)));
+    }
+
+    #[test]
+    fn holds_are_taken_by_their_holder_only_and_only_before_their_lease_lapses() {
         let mut holds = HoldTable::default();
-        holds.insert("t", holder(1), held(3), now, now + CLAIM_HOLD);
-        holds.insert(
-            "t",
-            holder(1),
-            held(4),
-            now,
-            now + Duration::from_millis(10),
-        );
+        holds.insert("t", holder(1), held(3, NOW_MS + 500), NOW_MS);
+        holds.insert("t", holder(1), held(4, NOW_MS + 10), NOW_MS);
 
-        assert!(holds.take("t", holder(2), now).is_empty());
-        let later = now + Duration::from_millis(20);
-        assert_eq!(holds.take("t", holder(1), later), vec![held(3)]);
-        assert!(holds.take("t", holder(1), later).is_empty(), "taken once");
+        assert!(holds.take("t", holder(2), NOW_MS).is_empty());
+        assert_eq!(holds.count("t", holder(1), NOW_MS + 9), 2);
+        let lapsed_ms = NOW_MS + 10;
+        assert_eq!(
+            holds.take("t", holder(1), lapsed_ms),
+            vec![held(3, NOW_MS + 500)]
+        );
+        assert!(
+            holds.take("t", holder(1), lapsed_ms).is_empty(),
+            "taken once"
+        );
     }
 
     #[test]
     fn a_holder_has_room_for_a_bounded_number_of_holds() {
-        let now = Instant::now();
         let mut holds = HoldTable::default();
+        let expires_at_ms = NOW_MS + ms(CLAIM_HOLD);
         for offset in 0..HOLDS_PER_HOLDER_MAX as u64 {
-            assert!(holds.has_room("t", holder(1), now));
-            holds.insert("t", holder(1), held(offset), now, now + CLAIM_HOLD);
+            assert!(holds.has_room("t", holder(1), NOW_MS));
+            holds.insert("t", holder(1), held(offset, expires_at_ms), NOW_MS);
         }
-        assert!(!holds.has_room("t", holder(1), now));
-        assert!(holds.has_room("t", holder(2), now));
-        assert!(holds.has_room("t", holder(1), now + CLAIM_HOLD), "lapsed");
+        assert!(!holds.has_room("t", holder(1), NOW_MS));
+        assert!(holds.has_room("t", holder(2), NOW_MS));
+        assert!(holds.has_room("t", holder(1), expires_at_ms), "lapsed");
     }
 }

@@ -547,6 +547,7 @@ async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
         remote: Arc::new(target),
         admin: Arc::new(LocalAdmin::new(Arc::clone(&sender_replica))),
         replica: sender_replica,
+        clock: Arc::new(narad_disk::clock::SystemClock::new()),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");
     let topic = node

@@ -12,6 +12,7 @@ use narad_dataplane::ingress::ProduceMessage;
 use narad_dataplane::metadata::{MetadataReplica, member_id};
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::remote::AddressTable;
+use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_meta::{
     Actor, AssignPartitions, Command, CreateTopic, IncarnationId, PartitionOwner, RegisterMember,
@@ -30,6 +31,11 @@ const WAIT_MAX: Duration = Duration::from_secs(20);
 
 fn auth() -> ClusterAuth {
     ClusterAuth::Secret(ClusterSecret::new(vec![9; 32]).expect("32 bytes"))
+}
+
+/// Each node its own clock, as each process has.
+fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock::new())
 }
 
 /// The replica of `local`: both nodes alive, `orders` with every partition
@@ -94,6 +100,7 @@ fn start(
         remote: peers.remote_commit_target(addresses),
         admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
         replica: Arc::clone(&replica),
+        clock: Arc::clone(peers.clock()),
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("starts");
     peers.attach(&node, replica, addresses);
@@ -143,8 +150,8 @@ async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log_an
  {
     let dir = tempfile::tempdir().expect("temporary directory");
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let accepting_peers = Peers::bind(loopback, auth()).expect("binds");
-    let owning_peers = Peers::bind(loopback, auth()).expect("binds");
+    let accepting_peers = Peers::bind(loopback, auth(), system_clock()).expect("binds");
+    let owning_peers = Peers::bind(loopback, auth(), system_clock()).expect("binds");
     let addresses = Arc::new(AddressTable::new());
     addresses.set(OWNING, owning_peers.transport().local_addr());
     let owner = start(OWNING, &dir.path().join("owner"), &owning_peers, &addresses);
