@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::dispatch::NodeId;
 use crate::ingress::now_unix_ms;
 use crate::metadata::{Grant, MetadataDelta, MetadataReplica, TopicMeta, TopicSchema, User};
+use crate::topology::NodeId;
 
 /// A future an admin call returns.
 pub type AdminFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, AdminError>> + Send + 'a>>;

@@ -25,13 +25,14 @@ use crate::consume::clock::SystemClock;
 use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
-    LocalCommitTarget, NoRemoteTarget, NodeId, ReplicaLeader,
+    LocalCommitTarget, NoRemoteTarget, ReplicaLeader,
 };
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
 use crate::metadata::{Member, MetadataReplica, MetadataSnapshot};
 use crate::metrics::NodeMetrics;
+use crate::topology::NodeId;
 
 mod housekeeping;
 

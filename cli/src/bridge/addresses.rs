@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::remote::AddressTable;
+use narad_dataplane::topology::NodeId;
 use tracing::{info, warn};
 
 /// Each data node's RPC address as its member record spells it.

@@ -10,10 +10,10 @@ use narad_disk::sim::SimDisk;
 use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem, LocalLogs};
-use crate::dispatch::Destination;
 use crate::metadata::MetadataDelta;
 use crate::metrics::NodeMetrics;
 use crate::testing::{LOCAL_NODE, replica};
+use crate::topology::Destination;
 
 fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(3));

@@ -47,8 +47,8 @@ use super::clock::Clock;
 use super::shard::{InFlightShard, Reserve, Settle, ShardLimits};
 use super::waiters::{Line, Waiters};
 use crate::commit::{LocalLogs, partition_dir};
-use crate::dispatch::Destination;
 use crate::metadata::{MetadataReplica, TopicMeta};
+use crate::topology::Destination;
 
 mod hold;
 

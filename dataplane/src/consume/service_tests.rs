@@ -22,9 +22,9 @@ use super::service::{
 };
 use super::shard::Settle;
 use crate::commit::LocalLogs;
-use crate::dispatch::Destination;
 use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta, VISIBILITY_TIMEOUT_MS_DEFAULT};
 use crate::testing::{LOCAL_NODE, replica};
+use crate::topology::Destination;
 
 const TOPIC: &str = "orders";
 const VISIBILITY_MS: u64 = VISIBILITY_TIMEOUT_MS_DEFAULT;

@@ -28,8 +28,7 @@ pub use targets::{
     WalPayload,
 };
 pub use types::{
-    Command, CommitId, CommitOrder, CommitOutcome, Destination, DispatchConfig, GoneQuestion, Held,
-    NodeId, RecordMeta, Route, TopicView, Topology,
+    Command, CommitId, CommitOrder, CommitOutcome, DispatchConfig, GoneQuestion, Held, RecordMeta,
 };
 
 #[cfg(test)]

@@ -24,12 +24,13 @@ use tower::ServiceExt;
 
 use super::{ForwardError, ForwardService, Forwarder};
 use crate::admin::ReplicaAdmin;
-use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
+use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::http::ApiConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::{Member, MetadataReplica, MetadataSnapshot, TopicMeta};
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::remote::AddressTable;
+use crate::topology::{Destination, NodeId};
 
 const A: NodeId = 1;
 const B: NodeId = 2;

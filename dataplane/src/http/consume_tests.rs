@@ -27,10 +27,11 @@ use tower::ServiceExt;
 use super::ApiConfig;
 use super::tests::{Answer, api};
 use crate::admin::ReplicaAdmin;
-use crate::dispatch::{Destination, NoRemoteTarget, ReplicaLeader};
+use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::metadata::{Grant, GrantAction, MetadataReplica, TopicMeta};
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{LOCAL_NODE, basic, snapshot, user};
+use crate::topology::Destination;
 
 const ROOT: (&str, &str) = ("root", "root-pw");
 /// Consume and produce on `ord*` only.

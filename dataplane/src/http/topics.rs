@@ -18,13 +18,13 @@ use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
 use crate::admin::{Actor, AdminError, AlterTopic, CreateTopic};
-use crate::dispatch::{Destination, NodeId, Route, Topology};
 use crate::forward::STATS_BUDGET;
 use crate::ingress::MESSAGE_BYTES_MAX;
 use crate::metadata::{
     GrantAction, MetadataReplica, RETENTION_MS_DEFAULT, TopicMeta, User,
     VISIBILITY_TIMEOUT_MS_DEFAULT,
 };
+use crate::topology::{Destination, NodeId, Route, Topology};
 use narad_protocol::PartitionStatsEntry;
 
 /// New topic names are at most this many bytes.

@@ -4,7 +4,7 @@
 //! stamped with the log index it was applied at; [`MetadataReplica`] keeps
 //! the newest state behind one `Arc` swap, so a reader (a produce, the
 //! dispatcher) takes one consistent view with one lock-free-ish load and
-//! never sees half a delta. It is the dispatcher's [`crate::dispatch::Topology`].
+//! never sees half a delta. It is the dispatcher's [`crate::topology::Topology`].
 //!
 //! The types here are the data plane's own: they carry what the data plane
 //! needs (partition owners, incarnation ids, schemas, caps, users and

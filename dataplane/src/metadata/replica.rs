@@ -7,7 +7,7 @@ use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use super::types::{MetadataDelta, MetadataSnapshot, TopicMeta, User};
-use crate::dispatch::{Destination, NodeId, Route, TopicView, Topology};
+use crate::topology::{Destination, NodeId, Route, TopicView, Topology};
 
 /// The local metadata replica of one data node. Writers (the stream
 /// client) apply snapshots and deltas in log order; readers take

@@ -16,8 +16,9 @@ use tempfile::TempDir;
 
 use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
 use crate::commit::LocalLogs;
-use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm, ReplicaLeader};
+use crate::dispatch::{GoneQuestion, LeaderConfirm, ReplicaLeader};
 use crate::metadata::{MetadataDelta, MetadataReplica, TopicMeta};
+use crate::topology::Destination;
 
 const NODE: u64 = 1;
 const ORDERS_ID: &str = "00000000000000d4";

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_dataplane::admin::ReplicaAdmin;
-use narad_dataplane::dispatch::{Destination, NodeId, ReplicaLeader};
+use narad_dataplane::dispatch::ReplicaLeader;
 use narad_dataplane::ingress::ProduceMessage;
 use narad_dataplane::metadata::{Member, MetadataReplica, MetadataSnapshot, TopicMeta};
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::remote::AddressTable;
+use narad_dataplane::topology::{Destination, NodeId};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, ClusterSecret};
 
