@@ -19,13 +19,13 @@ use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
 use crate::admin::{Admin, ReplicaAdmin};
-use crate::commit::{Combiners, LocalLogs};
+use crate::commit::{Combiners, LocalCommitTarget, LocalLogs};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
 use crate::consume::clock::SystemClock;
 use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
-    LocalCommitTarget, NoRemoteTarget, ReplicaLeader,
+    NoRemoteTarget, ReplicaLeader,
 };
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
