@@ -6,11 +6,14 @@
 //! - [`service`] serves consumes and settles over the node's partition
 //!   logs, parking long polls in [`waiters`];
 //! - [`ahead`] persists each partition's frontier and acked-ahead set;
+//! - [`front`] routes each consume, replay and settle to this node's
+//!   service or to the partition's owner, for the HTTP handlers;
 //! - [`handle`] and [`render`] are the receipt handle and the message JSON
 //!   of the HTTP API.
 
 pub mod ahead;
 pub mod clock;
+pub mod front;
 pub mod handle;
 pub mod render;
 pub mod service;

@@ -841,7 +841,7 @@ async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_on
     assert_eq!(records.len(), 1);
     let topic: Arc<str> = Arc::from("remote");
 
-    drop(crate::http::consume::LeasedRemotely {
+    drop(crate::consume::front::LeasedRemotely {
         forwarder,
         deliveries: records
             .into_iter()
