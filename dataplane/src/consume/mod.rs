@@ -21,8 +21,6 @@ pub mod shard;
 pub mod waiters;
 
 #[cfg(test)]
-mod ahead_tests;
-#[cfg(test)]
 mod service_tests;
 #[cfg(test)]
 mod shard_tests;
