@@ -30,11 +30,14 @@ pub use settle::SettleResult;
 
 /// Why the front refused: this node's own refusal, or the forward to the
 /// partition's owner failing or being refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FrontError<E> {
     /// This node refused (its consume service's error).
+    #[error(transparent)]
     Local(E),
     /// The forward to the owner got no answer or was refused.
+    #[error(transparent)]
     Forward(ForwardError),
 }
 
