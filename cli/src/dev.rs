@@ -18,9 +18,10 @@ use narad_controlplane::node::config::{
     ClusterSecurity, ControlConfig, ENV_ADMIN_PASSWORD, Peer, defaults,
 };
 use narad_controlplane::node::{ControlClient, ControlNode};
-use narad_dataplane::dispatch::{NoRemoteTarget, NodeId};
+use narad_dataplane::dispatch::NoRemoteTarget;
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
+use narad_dataplane::topology::NodeId;
 use narad_disk::clock::SystemClock;
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, Node, NodeConfig, Router};

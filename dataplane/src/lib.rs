@@ -31,6 +31,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod node;
 pub mod remote;
+pub mod topology;
 
 #[cfg(test)]
 mod e2e_tests;

@@ -20,12 +20,12 @@ use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
 use crate::admin::{Admin, LocalAdmin};
-use crate::commit::{Combiners, LocalLogs};
+use crate::commit::{Combiners, LocalCommitTarget, LocalLogs};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
 use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
-    LocalCommitTarget, NoRemoteTarget, NodeId, ReplicaLeader,
+    NoRemoteTarget, ReplicaLeader,
 };
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
@@ -33,6 +33,7 @@ use crate::ingress::Acceptor;
 use crate::ingress::now_unix_ms;
 use crate::metadata::{MetadataReplica, member_id};
 use crate::metrics::NodeMetrics;
+use crate::topology::NodeId;
 use narad_meta::{Command, RegisterMember};
 
 mod housekeeping;

@@ -14,8 +14,8 @@ use narad_meta::{
     PartitionOwner, PasswordHash, RegisterMember, SeedAdmin, TopicDefaults,
 };
 
-use crate::dispatch::NodeId;
 use crate::metadata::{Grant, GrantAction, MetadataReplica, member_id};
+use crate::topology::NodeId;
 
 /// The node id tests run as.
 pub(crate) const LOCAL_NODE: u64 = 1;

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use narad_controlplane::metastore::{self as cp, MemberStatus, Metastore};
-use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::metadata::{
     Grant, GrantAction, Member, MetadataSnapshot, TopicMeta, TopicSchema, User,
 };
+use narad_dataplane::topology::NodeId;
 
 /// The control plane's member id of data node `node`.
 pub(crate) fn member_id(node: NodeId) -> String {

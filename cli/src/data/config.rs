@@ -15,8 +15,8 @@ use narad_controlplane::node::config::layered::{
     self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration, parse_log_level,
 };
 pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting, Source};
-use narad_dataplane::dispatch::NodeId;
 use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
+use narad_dataplane::topology::NodeId;
 use narad_protocol::ClusterSecret;
 use serde_json::Value;
 

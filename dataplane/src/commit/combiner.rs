@@ -17,10 +17,10 @@ use narad_plog::{CommitRecord, LogError};
 use parking_lot::{Condvar, Mutex};
 
 use super::logs::LocalLogs;
-use crate::dispatch::{Destination, Route, Topology};
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::{self, NodeMetrics};
+use crate::topology::{Destination, Route, Topology};
 
 /// One record of a commit batch.
 #[derive(Clone, Debug, PartialEq, Eq)]

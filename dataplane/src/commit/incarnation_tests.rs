@@ -22,8 +22,9 @@ use super::incarnation::{
 use super::{
     LocalLogs, QuarantineStats, Retirement, SweepReport, TopicDirError, partition_dir, topics_dir,
 };
-use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm};
+use crate::dispatch::{GoneQuestion, LeaderConfirm};
 use crate::metrics::NodeMetrics;
+use crate::topology::Destination;
 
 const OLD_ID: &str = "00000000000000a1";
 const NEW_ID: &str = "00000000000000b2";

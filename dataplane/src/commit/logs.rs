@@ -15,7 +15,8 @@ use parking_lot::Mutex;
 use super::incarnation::{
     self, DirAction, Marker, MarkerToken, QuarantineStats, SweepReport, TopicDirError,
 };
-use crate::dispatch::{Destination, LeaderConfirm};
+use crate::dispatch::LeaderConfirm;
+use crate::topology::Destination;
 
 /// Where a partition's log lives: `<data>/topics/<topic>/p<5 digits>`.
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: u32) -> PathBuf {

@@ -4,14 +4,16 @@
 //! read back and CRC-checked, then visible), after re-checking under the
 //! partition's produce lock that this node still owns the partition, that
 //! each batch's incarnation is the live one, and that each caller still
-//! waits.
+//! waits. [`LocalCommitTarget`] is how this node's dispatcher reaches it.
 
 mod combiner;
 pub mod incarnation;
+mod local_target;
 mod logs;
 
 pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem};
 pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
+pub use local_target::{LOCAL_COMMIT_QUEUE_MAX, LOCAL_COMMIT_WORKERS, LocalCommitTarget};
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use narad_disk::sim::SimDisk;
 use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem, LocalLogs};
-use crate::dispatch::Destination;
 use crate::metrics::NodeMetrics;
 use crate::testing::{LOCAL_NODE, apply, assign, create_command, id_text, replica};
+use crate::topology::Destination;
 use narad_meta::{Actor, Command, DeleteTopic};
 
 fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {

@@ -6,18 +6,19 @@
 //! - [`service`] serves consumes and settles over the node's partition
 //!   logs, parking long polls in [`waiters`];
 //! - [`ahead`] persists each partition's frontier and acked-ahead set;
+//! - [`front`] routes each consume, replay and settle to this node's
+//!   service or to the partition's owner, for the HTTP handlers;
 //! - [`handle`] and [`render`] are the receipt handle and the message JSON
 //!   of the HTTP API.
 
 pub mod ahead;
+pub mod front;
 pub mod handle;
 pub mod render;
 pub mod service;
 pub mod shard;
 pub mod waiters;
 
-#[cfg(test)]
-mod ahead_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]

@@ -1,14 +1,14 @@
 //! The consume service of one node: leases over the partitions it owns,
 //! long polls, replays and settles.
 //!
-//! Each owned partition gets an in-flight shard ([`InFlightShard`]) on
-//! first touch, seeded from the consumer state store. A consume purges
-//! expired leases, reserves the lowest reservable offset, *then* reads it
-//! from the partition log; a damaged record is skipped and counted, an
-//! offset retention already deleted moves the frontier to the oldest
-//! retained one. A batch takes what is ready (never waits to fill) and
-//! stops reserving once its keys and payloads reach
-//! [`ConsumeConfig::batch_bytes_max`].
+//! Each owned partition gets an in-flight shard
+//! ([`InFlightShard`](super::shard::InFlightShard)) on first touch, seeded
+//! from the consumer state store. A consume purges expired leases,
+//! reserves the lowest reservable offset, *then* reads it from the
+//! partition log; a damaged record is skipped and counted, an offset
+//! retention already deleted moves the frontier to the oldest retained one.
+//! A batch takes what is ready (never waits to fill) and stops reserving
+//! once its keys and payloads reach [`ConsumeConfig::batch_bytes_max`].
 //!
 //! A consume that finds nothing parks in the topic's waiter FIFO (pinned
 //! consumes in their partition's FIFO, served first). A pump hands records
@@ -27,175 +27,51 @@
 //! claim; an unclaimed hold lapses as any lease does.
 //!
 //! What it does not do: serve partitions owned elsewhere (queue consumes
-//! skip them, pinned ones get [`ConsumeError::OwnerUnavailable`]; the HTTP
-//! layer sends those to their owner through [`crate::forward`]), or count
-//! delivery metrics (the HTTP layer does, from what
-//! it returns); [`ConsumeService::gauges`] reports the per-partition state.
+//! skip them, pinned ones get [`ConsumeError::OwnerUnavailable`]; the consume
+//! front sends those to their owner through [`crate::forward`]), or count
+//! delivery metrics (the HTTP layer does, from what it returns); [`ConsumeService::gauges`] reports the per-partition state.
+//!
+//! This file holds the service's entry points; the parts live beside it:
+//! `request` and `error` (what goes in and out), `lease` (scan, reserve,
+//! read), `shards` (each owned partition's shard and its persisted
+//! position), `pump` (parked consumes and the pump serving them), `wakeups`
+//! (what runs the pump besides a consume) and `hold` (records held for
+//! delivery tokens).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
 
-use narad_disk::clock::Clock;
-use narad_plog::{HwmWatch, LogError, PartitionLog, ReadEntry, ReadLimits, Record};
+use narad_plog::{LogError, ReadEntry, Record};
 use parking_lot::Mutex;
-use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::AbortHandle;
 
-use super::ahead::{ConsumerPosition, ConsumerStateStore, PositionSource, StateTicket};
-use super::shard::{InFlightShard, Reserve, Settle, ShardLimits};
-use super::waiters::{Line, Waiters};
-use crate::commit::{LocalLogs, partition_dir};
-use crate::dispatch::Destination;
+use super::ahead::ConsumerStateStore;
+use super::shard::{Settle, ShardLimits};
+use super::waiters::Waiters;
+use crate::commit::LocalLogs;
 use crate::metadata::{MetadataReplica, TopicMeta};
+use crate::topology::Destination;
+use narad_disk::clock::Clock;
 
+mod error;
 mod hold;
+mod lease;
+mod pump;
+mod request;
+mod shards;
+mod wakeups;
 
+pub use error::{ConsumeError, ReplayError, SettleError};
 pub use hold::HeldRecord;
-
-/// Records one consume returns at most (`max` is clamped to it).
-pub const CONSUME_RECORDS_MAX: usize = 100;
-
-/// Default bound on the keys and payloads one consume reserves: 4 MiB.
-pub const BATCH_BYTES_MAX_DEFAULT: usize = 4 << 20;
-
-/// Default cap on a long poll (`http.max_consume_wait`): 10 s.
-pub const MAX_WAIT_DEFAULT: Duration = Duration::from_secs(10);
-
-/// How the service serves consumes.
-#[derive(Clone, Debug)]
-pub struct ConsumeConfig {
-    /// Longest long poll; longer waits are cut to it.
-    pub max_wait: Duration,
-    /// A consume stops reserving once the keys and payloads it took reach
-    /// this (its first record is always taken).
-    pub batch_bytes_max: usize,
-}
-
-impl Default for ConsumeConfig {
-    fn default() -> Self {
-        Self {
-            max_wait: MAX_WAIT_DEFAULT,
-            batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
-        }
-    }
-}
-
-/// One consume.
-#[derive(Clone, Debug)]
-pub struct ConsumeRequest {
-    /// The topic.
-    pub topic: String,
-    /// Only this partition, if given.
-    pub partition: Option<u32>,
-    /// Records wanted at most, `1..=100` (clamped).
-    pub max: usize,
-    /// How long to wait when nothing is ready (cut to the configured
-    /// maximum).
-    pub wait: Duration,
-}
-
-/// One leased record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivery {
-    /// Its topic.
-    pub topic: Arc<str>,
-    /// Its partition.
-    pub partition: u32,
-    /// The record (its offset included).
-    pub record: Record,
-    /// The lease's nonce: with partition and offset, the receipt handle.
-    pub nonce: u64,
-}
-
-/// Why a consume was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConsumeError {
-    /// No such topic.
-    #[error("topic not found")]
-    TopicNotFound,
-    /// The pinned partition does not exist.
-    #[error("partition {partition} out of range: topic has {count} partitions")]
-    PartitionOutOfRange {
-        /// The partition asked for.
-        partition: u32,
-        /// The topic's partition count.
-        count: u32,
-    },
-    /// The pinned partition is not owned by this node.
-    #[error("partition {partition} is owned by another node")]
-    OwnerUnavailable {
-        /// The partition asked for.
-        partition: u32,
-    },
-    /// Reading a partition log failed.
-    #[error("consume failed: {0}")]
-    Read(String),
-}
-
-/// Why a replay was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReplayError {
-    /// No such topic.
-    #[error("topic not found")]
-    TopicNotFound,
-    /// The partition does not exist.
-    #[error("partition {partition} out of range: topic has {count} partitions")]
-    PartitionOutOfRange {
-        /// The partition asked for.
-        partition: u32,
-        /// The topic's partition count.
-        count: u32,
-    },
-    /// Retention deleted the offset.
-    #[error("offset {offset} aged out of retention")]
-    Gone {
-        /// The offset asked for.
-        offset: u64,
-    },
-    /// The record is damaged on disk.
-    #[error("offset {offset} is unreadable")]
-    Unreadable {
-        /// The offset asked for.
-        offset: u64,
-    },
-    /// The partition is not owned by this node.
-    #[error("partition {partition} is owned by another node")]
-    OwnerUnavailable {
-        /// The partition asked for.
-        partition: u32,
-    },
-    /// Reading the partition log failed.
-    #[error("replay failed: {0}")]
-    Read(String),
-}
-
-/// Why an ack, extend or nack was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SettleError {
-    /// No such topic.
-    #[error("topic not found")]
-    TopicNotFound,
-    /// The handle names no live lease (lapsed, settled already, leased
-    /// again, or an unknown partition).
-    #[error("receipt handle no longer matches an active reservation")]
-    LeaseGone,
-    /// The partition is not owned by this node.
-    #[error("partition {partition} is owned by another node")]
-    OwnerUnavailable {
-        /// The handle's partition.
-        partition: u32,
-    },
-    /// Never returned: a settle does no I/O. The HTTP layer maps it
-    /// to `500` and the forward service to `503`.
-    #[error("settle failed: {0}")]
-    Read(String),
-}
+use pump::Reply;
+pub use request::{
+    BATCH_BYTES_MAX_DEFAULT, CONSUME_RECORDS_MAX, ConsumeConfig, ConsumeRequest, Delivery,
+    MAX_WAIT_DEFAULT,
+};
+use shards::PartitionShard;
+use wakeups::ExpiryTimer;
 
 /// The consume state of one partition, for metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,78 +91,6 @@ pub struct PartitionGauges {
     pub dropped: u64,
     /// Records skipped as unreadable since the shard was made.
     pub corrupt_skipped_total: u64,
-}
-
-/// What a pump sends a parked consume.
-type Reply = Result<Handoff, ConsumeError>;
-
-/// Records handed to a parked consume. Dropped without
-/// [`Handoff::open`] (the consume went away first), it releases their
-/// leases so they are redelivered at once.
-#[derive(Debug)]
-struct Handoff {
-    service: Weak<ConsumeService>,
-    deliveries: Vec<Delivery>,
-}
-
-impl Handoff {
-    fn open(mut self) -> Vec<Delivery> {
-        std::mem::take(&mut self.deliveries)
-    }
-}
-
-impl Drop for Handoff {
-    fn drop(&mut self) {
-        if self.deliveries.is_empty() {
-            return;
-        }
-        if let Some(service) = self.service.upgrade() {
-            service.release(&self.deliveries);
-        }
-    }
-}
-
-/// One owned partition: its log, its shard, its persistence ticket.
-#[derive(Debug)]
-struct PartitionShard {
-    destination: Destination,
-    incarnation: Option<Arc<str>>,
-    dir: PathBuf,
-    log: Arc<PartitionLog>,
-    state: Mutex<InFlightShard>,
-    ticket: OnceLock<StateTicket>,
-    watcher: Mutex<Option<AbortHandle>>,
-}
-
-impl PositionSource for PartitionShard {
-    fn position(&self) -> ConsumerPosition {
-        self.state.lock().position()
-    }
-}
-
-impl PartitionShard {
-    fn touch(&self) {
-        if let Some(ticket) = self.ticket.get() {
-            ticket.touched();
-        }
-    }
-}
-
-impl Drop for PartitionShard {
-    fn drop(&mut self) {
-        if let Some(watcher) = self.watcher.get_mut().take() {
-            watcher.abort();
-        }
-    }
-}
-
-/// The single expiry timer: sleeps until the earliest lease expiry that a
-/// parked consume waits on.
-#[derive(Debug, Default)]
-struct ExpiryTimer {
-    at_ms: Mutex<Option<u64>>,
-    rearm: Notify,
-    task: OnceLock<AbortHandle>,
 }
 
 /// The consume path of one node. Share it behind the `Arc` that
@@ -311,26 +115,6 @@ pub struct ConsumeService {
     metadata_task: OnceLock<AbortHandle>,
     runtime: OnceLock<tokio::runtime::Handle>,
     shut_down: AtomicBool,
-}
-
-/// What one consume has taken so far.
-#[derive(Debug)]
-struct Batch {
-    deliveries: Vec<Delivery>,
-    bytes: usize,
-    records_max: usize,
-    bytes_max: usize,
-}
-
-impl Batch {
-    fn full(&self) -> bool {
-        self.deliveries.len() >= self.records_max || self.bytes >= self.bytes_max
-    }
-
-    fn push(&mut self, delivery: Delivery) {
-        self.bytes += delivery.record.key.len() + delivery.record.payload.len();
-        self.deliveries.push(delivery);
-    }
 }
 
 impl ConsumeService {
@@ -568,415 +352,6 @@ impl ConsumeService {
     fn owns(&self, meta: &TopicMeta, partition: u32) -> bool {
         meta.owners.get(partition as usize).copied().flatten() == Some(self.replica.local_node())
     }
-
-    /// Takes up to `max` ready records of the topic (or of the pinned
-    /// partition), scanning partitions from a rotating start.
-    fn scan(
-        &self,
-        meta: &TopicMeta,
-        pinned: Option<u32>,
-        max: usize,
-    ) -> Result<Vec<Delivery>, ConsumeError> {
-        let mut batch = Batch {
-            deliveries: Vec::new(),
-            bytes: 0,
-            records_max: max,
-            bytes_max: self.config.batch_bytes_max,
-        };
-        let order: Vec<u32> = match pinned {
-            Some(partition) => vec![partition],
-            None => {
-                let start = self.rotation.fetch_add(1, Ordering::Relaxed) % meta.partitions;
-                (start..meta.partitions).chain(0..start).collect()
-            }
-        };
-        let mut failure = None;
-        for partition in order {
-            if batch.full() {
-                break;
-            }
-            if !self.owns(meta, partition) {
-                if pinned.is_some() {
-                    return Err(ConsumeError::OwnerUnavailable { partition });
-                }
-                continue;
-            }
-            let taken = self
-                .shard(meta, partition)
-                .and_then(|shard| self.take_from(&shard, meta, &mut batch));
-            if let Err(error) = taken {
-                tracing::warn!(topic = %meta.name, partition, %error, "consume could not read a partition");
-                failure.get_or_insert(error);
-            }
-        }
-        match failure {
-            Some(error) if batch.deliveries.is_empty() => Err(error),
-            _ => Ok(batch.deliveries),
-        }
-    }
-
-    /// Reserves and reads records of one partition into `batch` until it
-    /// is full or the partition has nothing more to give.
-    fn take_from(
-        &self,
-        shard: &PartitionShard,
-        meta: &TopicMeta,
-        batch: &mut Batch,
-    ) -> Result<(), ConsumeError> {
-        let limits = limits(meta);
-        let mut ahead = ReadAhead::default();
-        while !batch.full() {
-            let now_ms = self.clock.now_ms();
-            let high_watermark = shard.log.high_watermark();
-            let reserved = {
-                let mut state = shard.state.lock();
-                state.purge_expired(now_ms);
-                state.reserve(now_ms, high_watermark, meta.visibility_timeout_ms, limits)
-            };
-            let Reserve::Reserved(lease) = reserved else {
-                return Ok(());
-            };
-            let records_left = batch.records_max - batch.deliveries.len();
-            let bytes_left = batch.bytes_max.saturating_sub(batch.bytes).max(1);
-            let entry = ahead.entry(&shard.log, lease.offset, records_left, bytes_left);
-            match read_leased(shard, lease.offset, lease.nonce, entry) {
-                Leased::Record(record) => batch.push(Delivery {
-                    topic: Arc::clone(&meta.name),
-                    partition: shard.destination.partition,
-                    record,
-                    nonce: lease.nonce,
-                }),
-                Leased::Skipped => {}
-                Leased::Stop(outcome) => return outcome,
-            }
-        }
-        Ok(())
-    }
-
-    /// The shard of an owned partition, made on first touch: the log is
-    /// opened and the position loaded from the consumer state store.
-    fn shard(&self, meta: &TopicMeta, partition: u32) -> Result<Arc<PartitionShard>, ConsumeError> {
-        let destination = Destination {
-            topic: Arc::clone(&meta.name),
-            partition,
-        };
-        if let Some(shard) = self.existing_shard(meta, partition) {
-            self.ensure_watcher(&shard);
-            return Ok(shard);
-        }
-        // Opening reads and syncs files: it runs under this partition's
-        // gate only, so consumes and settles of other partitions go on.
-        let gate = Arc::clone(self.opening.lock().entry(destination.clone()).or_default());
-        let opened = {
-            let _gate = gate.lock();
-            self.open_shard(&destination, meta)
-        };
-        {
-            let mut opening = self.opening.lock();
-            if opening
-                .get(&destination)
-                .is_some_and(|entry| Arc::ptr_eq(entry, &gate) && Arc::strong_count(entry) == 2)
-            {
-                opening.remove(&destination);
-            }
-        }
-        let shard = opened?;
-        self.ensure_watcher(&shard);
-        Ok(shard)
-    }
-
-    /// Makes the shard of `destination` unless another consume made it
-    /// meanwhile; a shard of an older incarnation is detached first.
-    fn open_shard(
-        &self,
-        destination: &Destination,
-        meta: &TopicMeta,
-    ) -> Result<Arc<PartitionShard>, ConsumeError> {
-        if let Some(shard) = self.existing_shard(meta, destination.partition) {
-            return Ok(shard);
-        }
-        // A request holding an older view of the topic must not replace
-        // the live incarnation's shard.
-        let live = self.replica.topic_meta(&destination.topic);
-        if live.is_none_or(|live| live.incarnation_id != meta.incarnation_id) {
-            return Err(ConsumeError::Read(format!(
-                "topic {} changed during the request",
-                destination.topic
-            )));
-        }
-        // The topic was deleted and made again under the same name.
-        let stale = self.shards.lock().remove(destination);
-        if let Some(stale) = stale {
-            self.store.detach(&stale.dir);
-        }
-        let log = self
-            .logs
-            .resolve(destination, meta.incarnation_id.as_ref())
-            .map_err(|error| ConsumeError::Read(error.to_string()))?;
-        let shard = self.attach_shard(destination.clone(), meta, log)?;
-        self.shards
-            .lock()
-            .insert(destination.clone(), Arc::clone(&shard));
-        Ok(shard)
-    }
-
-    fn attach_shard(
-        &self,
-        destination: Destination,
-        meta: &TopicMeta,
-        log: Arc<PartitionLog>,
-    ) -> Result<Arc<PartitionShard>, ConsumeError> {
-        let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
-        let nonce_seed = nonce_seed(self.seed, &destination, meta.incarnation_id.as_deref());
-        let shard = Arc::new(PartitionShard {
-            destination,
-            incarnation: meta.incarnation_id.clone(),
-            dir,
-            log,
-            state: Mutex::new(InFlightShard::new(ConsumerPosition::default(), nonce_seed)),
-            ticket: OnceLock::new(),
-            watcher: Mutex::new(None),
-        });
-        let source: Weak<dyn PositionSource> = Arc::downgrade(&shard) as Weak<PartitionShard>;
-        {
-            // Held across attach so that the store, which may ask for the
-            // position as soon as attach registered it, waits for the
-            // seeded state instead of reading the placeholder. The store
-            // cannot ask this shard during attach itself: it is not
-            // registered before attach returns.
-            let mut state = shard.state.lock();
-            let (position, ticket) = self
-                .store
-                .attach(&shard.dir, source)
-                .map_err(|error| ConsumeError::Read(error.to_string()))?;
-            *state = InFlightShard::new(position, nonce_seed);
-            // Set once, right after the shard was made.
-            let _ = shard.ticket.set(ticket);
-        }
-        Ok(shard)
-    }
-
-    fn existing_shard(&self, meta: &TopicMeta, partition: u32) -> Option<Arc<PartitionShard>> {
-        let destination = Destination {
-            topic: Arc::clone(&meta.name),
-            partition,
-        };
-        self.shards
-            .lock()
-            .get(&destination)
-            .filter(|shard| shard.incarnation == meta.incarnation_id)
-            .cloned()
-    }
-
-    fn retire_stale_shards(&self) {
-        let view = self.replica.view();
-        let local = self.replica.local_node();
-        let mut shards = self.shards.lock();
-        let stale: Vec<Destination> = shards
-            .iter()
-            .filter(|(destination, shard)| {
-                view.topics.get(&destination.topic).is_none_or(|meta| {
-                    meta.incarnation_id != shard.incarnation
-                        || meta
-                            .owners
-                            .get(destination.partition as usize)
-                            .copied()
-                            .flatten()
-                            != Some(local)
-                })
-            })
-            .map(|(destination, _)| destination.clone())
-            .collect();
-        for destination in stale {
-            if let Some(shard) = shards.remove(&destination) {
-                self.store.detach(&shard.dir);
-                tracing::info!(%destination, "consume shard retired: partition no longer served here");
-            }
-        }
-    }
-
-    /// Parks a consume until the pump answers it or `deadline_ms` passes.
-    async fn park(
-        &self,
-        meta: &Arc<TopicMeta>,
-        partition: Option<u32>,
-        max: usize,
-        deadline_ms: u64,
-    ) -> Result<Vec<Delivery>, ConsumeError> {
-        let topic = &meta.name;
-        let Some((id, mut reply)) = self.waiters.park(topic, partition, max) else {
-            if self.shut_down.load(Ordering::Acquire) {
-                return Ok(Vec::new());
-            }
-            // The line is full: wait without a place in it, look once.
-            self.clock.sleep_until(deadline_ms).await;
-            return self.scan(meta, partition, max);
-        };
-        let parked = Parked {
-            waiters: &self.waiters,
-            topic,
-            id,
-        };
-        self.pump(topic);
-        tokio::select! {
-            biased;
-            answer = &mut reply => return opened(answer),
-            () = self.clock.sleep_until(deadline_ms) => {}
-        }
-        if self.waiters.remove(topic, id) {
-            return Ok(Vec::new());
-        }
-        drop(parked);
-        // A pump holds this waiter right now; its answer is on the way.
-        opened(reply.await)
-    }
-
-    /// Serves the waiters of `topic` until one finds nothing.
-    fn pump(&self, topic: &Arc<str>) {
-        if !self.waiters.begin_pump(topic) {
-            return;
-        }
-        loop {
-            self.pump_pass(topic);
-            if !self.waiters.finish_pass(topic) {
-                break;
-            }
-        }
-    }
-
-    fn pump_pass(&self, topic: &Arc<str>) {
-        let Some(meta) = self.replica.topic_meta(topic) else {
-            self.waiters.drain_topic(topic);
-            return;
-        };
-        for line in self.waiters.lines(topic) {
-            self.serve_line(&meta, line);
-        }
-        if self.waiters.has_waiters(topic)
-            && let Some(at_ms) = self.next_expiry_ms(topic)
-        {
-            self.arm_timer(at_ms);
-        }
-    }
-
-    fn serve_line(&self, meta: &TopicMeta, line: Line) {
-        while let Some(waiter) = self.waiters.pop(&meta.name, line) {
-            if waiter.reply.is_closed() {
-                continue;
-            }
-            let answer = match self.scan(meta, waiter.partition, waiter.max) {
-                Ok(deliveries) if deliveries.is_empty() => {
-                    self.waiters.put_back(&meta.name, waiter);
-                    return;
-                }
-                Ok(deliveries) => Ok(Handoff {
-                    service: self.this.clone(),
-                    deliveries,
-                }),
-                Err(error) => Err(error),
-            };
-            // A consume gone since: the unopened handoff drops here and
-            // gives its leases back.
-            let _ = waiter.reply.send(answer);
-        }
-    }
-
-    /// Gives back the leases of records a consume never received, and
-    /// lets waiters have them.
-    fn release(&self, deliveries: &[Delivery]) {
-        let mut topics: Vec<Arc<str>> = Vec::new();
-        for delivery in deliveries {
-            let destination = Destination {
-                topic: Arc::clone(&delivery.topic),
-                partition: delivery.partition,
-            };
-            let shard = self.shards.lock().get(&destination).cloned();
-            if let Some(shard) = shard {
-                shard
-                    .state
-                    .lock()
-                    .release(delivery.record.offset, delivery.nonce);
-            }
-            if !topics.contains(&delivery.topic) {
-                topics.push(Arc::clone(&delivery.topic));
-            }
-        }
-        for topic in topics {
-            self.pump(&topic);
-        }
-    }
-
-    fn next_expiry_ms(&self, topic: &str) -> Option<u64> {
-        let shards: Vec<Arc<PartitionShard>> = self
-            .shards
-            .lock()
-            .values()
-            .filter(|shard| &*shard.destination.topic == topic)
-            .cloned()
-            .collect();
-        shards
-            .iter()
-            .filter_map(|shard| shard.state.lock().next_expiry_ms())
-            .min()
-    }
-
-    fn arm_timer(&self, at_ms: u64) {
-        let mut armed = self.timer.at_ms.lock();
-        if armed.is_none_or(|current| at_ms < current) {
-            *armed = Some(at_ms);
-            self.timer.rearm.notify_one();
-        }
-    }
-
-    /// Remembers the runtime and starts the expiry timer, on the first
-    /// consume (the service is built outside any runtime).
-    fn start_runtime_tasks(&self) {
-        if self.runtime.get().is_some() {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.runtime.set(handle.clone()).is_err() {
-            return;
-        }
-        let task = handle.spawn(run_expiry_timer(
-            self.this.clone(),
-            Arc::clone(&self.timer),
-            Arc::clone(&self.clock),
-        ));
-        let _ = self.timer.task.set(task.abort_handle());
-        let task = handle.spawn(watch_metadata(
-            self.this.clone(),
-            self.replica.watch_changes(),
-        ));
-        let _ = self.metadata_task.set(task.abort_handle());
-    }
-
-    /// Starts the shard's high-watermark watcher if it has none.
-    fn ensure_watcher(&self, shard: &PartitionShard) {
-        let Some(handle) = self.runtime.get() else {
-            return;
-        };
-        if self.shut_down.load(Ordering::Acquire) {
-            return;
-        }
-        let mut watcher = shard.watcher.lock();
-        if watcher.is_none() {
-            // The starting point is taken now, before the caller reads the
-            // log: a commit landing before the task first runs still wakes
-            // it.
-            let watch = shard.log.watch_high_watermark();
-            let seen = watch.high_watermark();
-            let task = handle.spawn(watch_commits(
-                self.this.clone(),
-                Arc::clone(&shard.destination.topic),
-                watch,
-                seen,
-            ));
-            *watcher = Some(task.abort_handle());
-        }
-    }
 }
 
 impl Drop for ConsumeService {
@@ -987,28 +362,6 @@ impl Drop for ConsumeService {
         if let Some(task) = self.metadata_task.get() {
             task.abort();
         }
-    }
-}
-
-/// Removes a parked consume from its line when the consume goes away.
-struct Parked<'a> {
-    waiters: &'a Waiters<Reply>,
-    topic: &'a str,
-    id: u64,
-}
-
-impl Drop for Parked<'_> {
-    fn drop(&mut self) {
-        self.waiters.remove(self.topic, self.id);
-    }
-}
-
-fn opened(answer: Result<Reply, oneshot::error::RecvError>) -> Result<Vec<Delivery>, ConsumeError> {
-    match answer {
-        Ok(Ok(handoff)) => Ok(handoff.open()),
-        Ok(Err(error)) => Err(error),
-        // The table closed (shutdown) or the topic went away.
-        Err(_) => Ok(Vec::new()),
     }
 }
 
@@ -1026,203 +379,5 @@ fn limits(meta: &TopicMeta) -> ShardLimits {
     ShardLimits {
         max_in_flight: (meta.max_in_flight_per_partition as usize).max(1),
         max_acked_ahead: (meta.max_acked_ahead_per_partition as usize).max(1),
-    }
-}
-
-/// A partition's nonce seed: the service seed mixed with its name and
-/// incarnation (SplitMix64 steps), so partitions draw unrelated streams.
-fn nonce_seed(seed: u64, destination: &Destination, incarnation: Option<&str>) -> u64 {
-    let mut state = seed;
-    let bytes = destination
-        .topic
-        .bytes()
-        .chain([0xff])
-        .chain(destination.partition.to_be_bytes())
-        .chain(incarnation.unwrap_or("").bytes());
-    for byte in bytes {
-        state = splitmix64(state ^ u64::from(byte));
-    }
-    state
-}
-
-fn splitmix64(state: u64) -> u64 {
-    let mut z = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// What became of a leased offset once read.
-#[derive(Debug)]
-enum Leased {
-    /// Deliver it.
-    Record(Record),
-    /// Settled as unreadable, or passed over by retention: look further.
-    Skipped,
-    /// Released: the log no longer has it (`Ok`), or the read failed.
-    Stop(Result<(), ConsumeError>),
-}
-
-/// Settles what reading the leased `offset` found: a record is delivered;
-/// an unreadable one is skipped for good; an offset retention deleted
-/// moves the frontier to the oldest kept; a log that no longer has it
-/// (closed or replaced under us: transient, never a gap) or a failed read
-/// releases the lease.
-fn read_leased(
-    shard: &PartitionShard,
-    offset: u64,
-    nonce: u64,
-    entry: Result<Option<ReadEntry>, LogError>,
-) -> Leased {
-    match entry {
-        Ok(Some(ReadEntry::Record(record))) => {
-            assert_eq!(
-                record.offset, offset,
-                "read a record other than the leased one"
-            );
-            Leased::Record(record)
-        }
-        Ok(Some(ReadEntry::Unreadable { .. })) => {
-            shard.state.lock().skip_unreadable(offset..offset + 1);
-            shard.touch();
-            tracing::warn!(destination = %shard.destination, offset, "skipped permanently-unreadable record");
-            Leased::Skipped
-        }
-        Err(LogError::OffsetTrimmed { oldest, .. }) => {
-            let gap = shard.state.lock().skip_to(oldest);
-            shard.touch();
-            tracing::warn!(destination = %shard.destination, oldest, gap, "consumer frontier fell behind retention; skipped to oldest retained offset");
-            Leased::Skipped
-        }
-        Ok(None) | Err(LogError::Closed) => {
-            shard.state.lock().release(offset, nonce);
-            Leased::Stop(Ok(()))
-        }
-        Err(error) => {
-            shard.state.lock().release(offset, nonce);
-            Leased::Stop(Err(ConsumeError::Read(error.to_string())))
-        }
-    }
-}
-
-/// Reads ahead of the offset being leased, so a batch of consecutive
-/// offsets costs one log read (one frame decode) rather than one per
-/// record. Records are immutable, so reading before leasing is harmless:
-/// only leased offsets are ever delivered.
-#[derive(Debug, Default)]
-struct ReadAhead {
-    entries: VecDeque<ReadEntry>,
-}
-
-impl ReadAhead {
-    fn entry(
-        &mut self,
-        log: &PartitionLog,
-        offset: u64,
-        records_max: usize,
-        bytes_max: usize,
-    ) -> Result<Option<ReadEntry>, LogError> {
-        if let Some(entry) = self.cached(offset) {
-            return Ok(Some(entry));
-        }
-        let read = log.read(
-            offset,
-            u64::MAX,
-            ReadLimits {
-                records_max: records_max.max(1),
-                bytes_max,
-            },
-        )?;
-        self.entries = read.entries.into();
-        Ok(self.cached(offset))
-    }
-
-    fn cached(&mut self, offset: u64) -> Option<ReadEntry> {
-        loop {
-            let (start, end) = match self.entries.front()? {
-                ReadEntry::Record(record) => (record.offset, record.offset + 1),
-                ReadEntry::Unreadable { offsets } => (offsets.start, offsets.end),
-            };
-            if end <= offset {
-                self.entries.pop_front();
-                continue;
-            }
-            if start > offset {
-                return None;
-            }
-            return match self.entries.front()? {
-                ReadEntry::Record(_) => self.entries.pop_front(),
-                ReadEntry::Unreadable { .. } => Some(ReadEntry::Unreadable {
-                    offsets: offset..offset + 1,
-                }),
-            };
-        }
-    }
-}
-
-/// Sleeps until the armed expiry, then pumps every topic with waiters.
-async fn run_expiry_timer(
-    service: Weak<ConsumeService>,
-    timer: Arc<ExpiryTimer>,
-    clock: Arc<dyn Clock>,
-) {
-    loop {
-        let armed = *timer.at_ms.lock();
-        let Some(at_ms) = armed else {
-            timer.rearm.notified().await;
-            continue;
-        };
-        tokio::select! {
-            () = clock.sleep_until(at_ms) => {}
-            () = timer.rearm.notified() => continue,
-        }
-        {
-            let mut armed = timer.at_ms.lock();
-            if *armed == Some(at_ms) {
-                *armed = None;
-            }
-        }
-        let Some(service) = service.upgrade() else {
-            return;
-        };
-        for topic in service.waiters.topics() {
-            service.pump(&topic);
-        }
-    }
-}
-
-/// Pumps every topic with waiters after each metadata change: a parked
-/// consume skipped partitions that had no owner yet (a topic created a
-/// moment ago) or were at a cap, and a commit to such a partition wakes no
-/// watcher until a pump has opened its shard.
-async fn watch_metadata(service: Weak<ConsumeService>, mut changes: watch::Receiver<u64>) {
-    while changes.changed().await.is_ok() {
-        let Some(service) = service.upgrade() else {
-            return;
-        };
-        for topic in service.waiters.topics() {
-            service.pump(&topic);
-        }
-    }
-}
-
-/// Pumps the topic's waiters whenever the partition's high watermark
-/// moves past `seen`; ends when the log closes or the service is gone.
-async fn watch_commits(
-    service: Weak<ConsumeService>,
-    topic: Arc<str>,
-    mut watch: HwmWatch,
-    mut seen: u64,
-) {
-    while let Ok(high_watermark) = watch.wait_beyond(seen).await {
-        seen = high_watermark;
-        let Some(service) = service.upgrade() else {
-            return;
-        };
-        // Unconditionally: a waiter a running pump holds is in no line, so
-        // "anyone waiting?" would say no and the pump would put it back
-        // without having seen this commit. Asking for a pump while one
-        // runs makes that pump go round again.
-        service.pump(&topic);
     }
 }

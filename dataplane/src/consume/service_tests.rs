@@ -22,9 +22,9 @@ use super::service::{
 };
 use super::shard::Settle;
 use crate::commit::LocalLogs;
-use crate::dispatch::Destination;
 use crate::metadata::MetadataReplica;
 use crate::testing::{LOCAL_NODE, apply, assign, create_command, register, replica};
+use crate::topology::Destination;
 use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic, TopicDefaults};
 
 const TOPIC: &str = "orders";

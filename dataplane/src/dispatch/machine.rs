@@ -19,9 +19,9 @@ use super::constants::{
     WINDOW_RECORDS_MIN,
 };
 use super::types::{
-    Command, CommitId, CommitOrder, CommitOutcome, Destination, DispatchConfig, GoneQuestion, Held,
-    NodeId, RecordMeta, Route, Topology,
+    Command, CommitId, CommitOrder, CommitOutcome, DispatchConfig, GoneQuestion, Held, RecordMeta,
 };
+use crate::topology::{Destination, NodeId, Route, Topology};
 
 /// A failing destination: its first failed attempt's start, and the one
 /// record it keeps to probe the owner with.

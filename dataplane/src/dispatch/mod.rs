@@ -24,12 +24,10 @@ mod types;
 pub use machine::{Dispatcher, incarnation_runs};
 pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
 pub use targets::{
-    CommitDone, CommitTarget, LeaderConfirm, LocalCommitTarget, NoRemoteTarget, ReplicaLeader,
-    WalPayload,
+    CommitDone, CommitTarget, LeaderConfirm, NoRemoteTarget, ReplicaLeader, WalPayload,
 };
 pub use types::{
-    Command, CommitId, CommitOrder, CommitOutcome, Destination, DispatchConfig, GoneQuestion, Held,
-    NodeId, RecordMeta, Route, TopicView, Topology,
+    Command, CommitId, CommitOrder, CommitOutcome, DispatchConfig, GoneQuestion, Held, RecordMeta,
 };
 
 #[cfg(test)]

@@ -17,9 +17,8 @@ use narad_wal::{
 use super::targets::{CommitDone, CommitTarget, LeaderConfirm, WalPayload};
 use super::{
     Command, CommitId, CommitOutcome, DispatchConfig, Dispatcher, GoneQuestion, Held, RecordMeta,
-    Topology,
 };
-use crate::dispatch::Destination;
+use crate::topology::{Destination, Topology};
 
 /// How long the runtime sleeps at most without news: a record becoming
 /// durable wakes it at once, so this only bounds a missed wakeup (and is

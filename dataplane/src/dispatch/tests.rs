@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::constants::{COMMIT_SLOTS, TARGET_RECORDS_PER_DESTINATION, WINDOW_RECORDS_MIN};
 use super::*;
+use crate::topology::{Destination, NodeId, Route, TopicView, Topology};
 
 const LOCAL: NodeId = 1;
 const REMOTE: NodeId = 2;

@@ -1,35 +1,10 @@
 //! What the dispatcher reads, asks and orders.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::constants;
-
-/// A partition of a topic: where a record is committed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Destination {
-    /// Topic name.
-    pub topic: Arc<str>,
-    /// Partition index within the topic.
-    pub partition: u32,
-}
-
-impl Destination {
-    /// A destination of `topic`.
-    pub fn new(topic: &str, partition: u32) -> Self {
-        Self {
-            topic: Arc::from(topic),
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for Destination {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.topic, self.partition)
-    }
-}
+use crate::topology::{Destination, NodeId};
 
 /// What the dispatcher needs to know of a WAL record to place it; the
 /// payload travels beside it, opaque.
@@ -56,46 +31,6 @@ pub struct Held<P> {
     /// The record itself, opaque to the dispatcher.
     pub payload: P,
     pub(super) queued_at: Duration,
-}
-
-/// Identity of a data node.
-pub type NodeId = u64;
-
-/// Where a destination's commits go, as the local metadata replica says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// The partition has no owner yet (a topic not assigned yet).
-    Unassigned,
-    /// The partition's owner and whether membership reports it alive.
-    Owner {
-        /// The owning data node.
-        node: NodeId,
-        /// Whether the owner is this node (no byte budget applies).
-        local: bool,
-        /// Whether membership reports the owner alive.
-        alive: bool,
-    },
-}
-
-/// What the local metadata replica says of a topic.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicView {
-    /// Number of partitions.
-    pub partitions: u32,
-    /// The live incarnation id, if the topic has one.
-    pub incarnation: Option<Arc<str>>,
-}
-
-/// The dispatcher's read-only view of the local metadata replica. Queried,
-/// never mutated: the dispatcher does no I/O.
-pub trait Topology {
-    /// The topic under `name`, or `None` if the replica has no such topic.
-    fn topic(&self, name: &str) -> Option<TopicView>;
-    /// Where `destination`'s commits go.
-    fn route(&self, destination: &Destination) -> Route;
-    /// Whether the replica has reached the commit index the leader last
-    /// reported: only then may "absent here" start a discard.
-    fn caught_up(&self) -> bool;
 }
 
 /// A question to the control-plane leader: is this topic (or this

@@ -23,9 +23,9 @@ use super::tokens::{TOKEN_SHARE_WINDOW, TokenInbox};
 use super::{LONG_POLL_GRACE, PROBE_BUDGET, SETTLE_BUDGET, STATS_BUDGET};
 use crate::consume::handle::ReceiptHandle;
 use crate::consume::shard::Settle;
-use crate::dispatch::{Destination, NodeId, Route, Topology};
 use crate::metadata::MetadataReplica;
 use crate::remote::OwnerAddresses;
+use crate::topology::{Destination, NodeId, Route, Topology};
 
 /// Why a forwarded operation has no answer from the owner.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

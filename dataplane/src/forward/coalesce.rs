@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::ForwardError;
 use crate::consume::shard::Settle;
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// Acks queued for one owner at most; an ack past it is answered `503`
 /// at once.

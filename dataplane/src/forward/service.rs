@@ -29,8 +29,8 @@ use crate::consume::service::{
     ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
 };
 use crate::consume::shard::Settle;
-use crate::dispatch::{Destination, Route, Topology};
 use crate::metadata::MetadataReplica;
+use crate::topology::{Destination, Route, Topology};
 
 /// Name of the operation class forwarded settles, probes and statistics
 /// run under: max(64, 4 × cores) permits (spec §7). Forwarded long polls

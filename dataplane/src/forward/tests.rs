@@ -32,13 +32,14 @@ use super::coalesce::ACK_BATCH_REFUSAL_MEMORY;
 use super::tokens::CLAIM_HOLD;
 use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
 use crate::admin::LocalAdmin;
-use crate::dispatch::{Destination, NoRemoteTarget, NodeId, ReplicaLeader};
+use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::http::ApiConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::remote::AddressTable;
 use crate::testing::{apply, assign, create_command, mark_dead, register, topic};
+use crate::topology::{Destination, NodeId};
 
 const A: NodeId = 1;
 const B: NodeId = 2;
@@ -865,7 +866,7 @@ async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_on
     assert_eq!(records.len(), 1);
     let topic: Arc<str> = Arc::from("remote");
 
-    drop(crate::http::consume::LeasedRemotely {
+    drop(crate::consume::front::LeasedRemotely {
         forwarder,
         deliveries: records
             .into_iter()

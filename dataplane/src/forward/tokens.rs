@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::consume::service::{CONSUME_RECORDS_MAX, HeldRecord};
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// Token holders one topic keeps at most on an owner; a registration past
 /// it is refused `503` (the holder's re-probes still find records).

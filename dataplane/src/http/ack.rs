@@ -18,16 +18,15 @@ use axum::response::{IntoResponse, Response};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use super::body::read_limited;
-use super::consume::{forward_refusal, owner_unavailable, topic_not_found};
+use super::consume::{front_refusal, owner_unavailable, topic_not_found};
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
+use crate::consume::front::{ConsumeFront, SettleResult};
 use crate::consume::handle::{HandleError, ReceiptHandle};
-use crate::consume::service::{ConsumeService, SettleError};
+use crate::consume::service::SettleError;
 use crate::consume::shard::Settle;
-use crate::forward::{Forwarder, Placement};
 use crate::metadata::GrantAction;
-use crate::metrics;
 
 /// Handles one batch settles at most.
 pub const ACK_BATCH_MAX: usize = 100;
@@ -229,19 +228,13 @@ pub(crate) async fn ack(
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Consume, &topic)?;
     let params = ack_params(query.as_deref().unwrap_or(""))?;
-    let service = state.consume_service()?;
+    let front = state.consume_front()?;
     if let Some(text) = params.receipt_handle {
         let handle = parse_handle(&text)?;
-        match remote_forwarder(&state, &topic, handle) {
-            Some(forwarder) => {
-                forwarder
-                    .settle(&topic, handle, params.how)
-                    .await
-                    .map_err(forward_refusal)?;
-                count_settle(&state, &topic, params.how);
-            }
-            None => settle(&state, service, &topic, handle, params.how)?,
-        }
+        front
+            .settle(&topic, handle, params.how)
+            .await
+            .map_err(|error| front_refusal(error, settle_refusal))?;
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let body = read_limited(&headers, body, ACK_BATCH_BODY_BYTES_MAX, None).await?;
@@ -252,7 +245,7 @@ pub(crate) async fn ack(
     if state.replica.topic_meta(&topic).is_none() {
         return Err(topic_not_found());
     }
-    let results = settle_batch(&state, service, &topic, &handles, params.how).await;
+    let results = settle_batch(front, &topic, &handles, params.how).await;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -261,94 +254,40 @@ pub(crate) async fn ack(
         .into_response())
 }
 
-/// The forwarder, when `handle`'s partition is owned by another node.
-fn remote_forwarder<'a>(
-    state: &'a ApiState,
-    topic: &str,
-    handle: ReceiptHandle,
-) -> Option<&'a Arc<Forwarder>> {
-    state.forwarder.get().filter(|forwarder| {
-        matches!(
-            forwarder.placement(topic, handle.partition),
-            Placement::Remote { .. }
-        )
-    })
-}
-
-/// Settles a batch's handles in request order: malformed ones `400`,
-/// locally owned ones here, the rest forwarded, one `AckBatch` per owner in
-/// parallel.
+/// Settles a batch's handles in request order: malformed ones `400`, the
+/// rest through the consume front.
 async fn settle_batch(
-    state: &ApiState,
-    service: &ConsumeService,
+    front: ConsumeFront<'_>,
     topic: &str,
     handles: &[String],
     how: Settle,
 ) -> Vec<HandleResult> {
-    let mut results: Vec<Option<HandleResult>> = vec![None; handles.len()];
-    let mut remote: Vec<(usize, ReceiptHandle)> = Vec::new();
-    for (index, text) in handles.iter().enumerate() {
-        let handle = match parse_handle(text) {
-            Ok(handle) => handle,
-            Err(error) => {
-                results[index] = Some(HandleResult::refused(error));
-                continue;
-            }
-        };
-        if remote_forwarder(state, topic, handle).is_some() {
-            remote.push((index, handle));
-            continue;
-        }
-        results[index] = Some(match settle(state, service, topic, handle, how) {
-            Ok(()) => HandleResult::settled(),
-            Err(error) => HandleResult::refused(error),
-        });
-    }
-    if let (Some(forwarder), false) = (state.forwarder.get(), remote.is_empty()) {
-        let forwarded: Vec<ReceiptHandle> = remote.iter().map(|(_, handle)| *handle).collect();
-        let outcomes = forwarder.settle_many(topic, &forwarded, how).await;
-        for ((index, _), outcome) in remote.into_iter().zip(outcomes) {
-            if outcome.status == 204 {
-                count_settle(state, topic, how);
-            }
-            let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::BAD_GATEWAY);
-            results[index] = Some(HandleResult {
-                status,
-                error: outcome.message,
-            });
-        }
-    }
-    results
+    let parsed: Vec<Result<ReceiptHandle, ApiError>> =
+        handles.iter().map(|text| parse_handle(text)).collect();
+    let valid: Vec<ReceiptHandle> = parsed
+        .iter()
+        .filter_map(|handle| handle.as_ref().ok().copied())
+        .collect();
+    let mut settled = front.settle_many(topic, &valid, how).await.into_iter();
+    parsed
         .into_iter()
-        .map(|result| result.expect("every handle has a result"))
+        .map(|handle| match handle {
+            Err(error) => HandleResult::refused(error),
+            Ok(_) => handle_result(settled.next().expect("every handle has a result")),
+        })
         .collect()
 }
 
-/// Counts an extend or a nack.
-fn count_settle(state: &ApiState, topic: &str, how: Settle) {
-    let counter = match how {
-        Settle::Ack => return,
-        Settle::Extend => metrics::ACK_EXTENDED_TOTAL,
-        Settle::Nack => metrics::NACK_TOTAL,
-    };
-    state
-        .metrics
-        .count(counter, &[("topic", topic.to_owned())], 1);
-}
-
-/// Settles one lease and counts extends and nacks.
-fn settle(
-    state: &ApiState,
-    service: &ConsumeService,
-    topic: &str,
-    handle: ReceiptHandle,
-    how: Settle,
-) -> Result<(), ApiError> {
-    service
-        .settle(topic, handle.partition, handle.offset, handle.nonce, how)
-        .map_err(settle_refusal)?;
-    count_settle(state, topic, how);
-    Ok(())
+/// What a single settle of the handle would have answered.
+fn handle_result(result: SettleResult) -> HandleResult {
+    match result {
+        SettleResult::Local(Ok(())) => HandleResult::settled(),
+        SettleResult::Local(Err(error)) => HandleResult::refused(settle_refusal(error)),
+        SettleResult::Forwarded(outcome) => HandleResult {
+            status: StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::BAD_GATEWAY),
+            error: outcome.message,
+        },
+    }
 }
 
 fn settle_refusal(error: SettleError) -> ApiError {

@@ -20,14 +20,13 @@ use super::error::ApiError;
 use super::go_duration::{format_go_duration, parse_go_duration};
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
+use crate::consume::front::{ConsumeFront, FrontError};
 use crate::consume::handle::ReceiptHandle;
 use crate::consume::render::{MessageView, message_capacity, message_json, write_message};
 use crate::consume::service::{
-    CONSUME_RECORDS_MAX, ConsumeError, ConsumeRequest, ConsumeService, Delivery, MAX_WAIT_DEFAULT,
-    ReplayError,
+    CONSUME_RECORDS_MAX, ConsumeError, ConsumeRequest, Delivery, MAX_WAIT_DEFAULT, ReplayError,
 };
-use crate::consume::shard::Settle;
-use crate::forward::{ForwardError, Forwarder, Placement, REPROBE_FIRST, REPROBE_MAX, delivery_of};
+use crate::forward::ForwardError;
 use crate::metadata::{GrantAction, User};
 use crate::metrics::{self, NodeMetrics};
 
@@ -274,31 +273,18 @@ pub(crate) async fn consume(
         headers.contains_key("x-narad-client"),
         state.config.max_consume_wait,
     )?;
-    let service = state.consume_service()?;
+    let front = state.consume_front()?;
     let identity = consumer_identity(user.as_deref(), &extensions);
     let _cap = state
         .consume_cap
         .take(&identity, params.cap_units())
         .map_err(|_| consume_cap_refusal(state.config.consume_in_flight_per_identity))?;
-    let remote = state
-        .forwarder
-        .get()
-        .zip(params.partition)
-        .filter(|(forwarder, partition)| {
-            matches!(
-                forwarder.placement(&topic, *partition),
-                Placement::Remote { .. }
-            )
-        });
-    let mut response = match (params.mode, remote) {
-        (ConsumeMode::Replay { partition, offset }, Some((forwarder, _))) => {
-            forwarded_replay(forwarder, &topic, partition, offset).await?
+    let mut response = match params.mode {
+        ConsumeMode::Replay { partition, offset } => {
+            replay(front, &topic, partition, offset).await?
         }
-        (ConsumeMode::Replay { partition, offset }, None) => {
-            replay(service, &topic, partition, offset)?
-        }
-        (ConsumeMode::Single | ConsumeMode::Batch(_), _) => {
-            queue_consume(&state, service, &topic, &params).await?
+        ConsumeMode::Single | ConsumeMode::Batch(_) => {
+            queue_consume(&state, front, &topic, &params).await?
         }
     };
     if let Some(value) =
@@ -321,15 +307,16 @@ fn consumer_identity(user: Option<&User>, extensions: &Extensions) -> String {
 
 /// The record at `offset`, without a lease: `200` with the message (no
 /// `receipt_handle`), `204` past the end, `410` when it is gone.
-fn replay(
-    service: &ConsumeService,
+async fn replay(
+    front: ConsumeFront<'_>,
     topic: &str,
     partition: u32,
     offset: u64,
 ) -> Result<Response, ApiError> {
-    let record = service
+    let record = front
         .replay(topic, partition, offset)
-        .map_err(replay_refusal)?;
+        .await
+        .map_err(|error| front_refusal(error, replay_refusal))?;
     let Some(record) = record else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
@@ -346,7 +333,7 @@ fn replay(
 /// one message, a `{"messages":[...]}` batch, or `204`.
 async fn queue_consume(
     state: &ApiState,
-    service: &ConsumeService,
+    front: ConsumeFront<'_>,
     topic: &str,
     params: &ConsumeParams,
 ) -> Result<Response, ApiError> {
@@ -361,10 +348,10 @@ async fn queue_consume(
         wait: params.wait.used,
     };
     let timer = WaitTimer::start(&state.metrics, topic, params.wait.used);
-    let deliveries = match state.forwarder.get() {
-        Some(forwarder) => consume_anywhere(forwarder, service, request).await,
-        None => service.consume(request).await.map_err(consume_refusal),
-    };
+    let deliveries = front
+        .consume(request)
+        .await
+        .map_err(|error| front_refusal(error, consume_refusal));
     let deliveries = match deliveries {
         Ok(deliveries) => deliveries,
         Err(error) => {
@@ -383,7 +370,7 @@ async fn queue_consume(
     }
     let batch = matches!(params.mode, ConsumeMode::Batch(_));
     let (body, delivered) = render_deliveries(&deliveries, batch);
-    release_overflow(state, service, &deliveries[delivered..]).await;
+    front.release(&deliveries[delivered..]).await;
     for delivery in &deliveries[..delivered] {
         count_delivery(&state.metrics, delivery);
     }
@@ -435,163 +422,16 @@ fn view(delivery: &Delivery) -> MessageView<'_> {
     }
 }
 
-/// Where a queue consume's records come from: this node's partitions
-/// first; for a pinned partition another node owns, that owner (a
-/// forwarded long poll); otherwise, when nothing is ready here, one
-/// non-blocking probe of every live remote owner. When all are empty the
-/// consume parks here and probes the remote owners again after 100 ms,
-/// the pause doubling to 1 s, until its wait ends.
-///
-/// # Errors
-/// The local refusals, and for a pinned remote partition `503` (owner
-/// down or unknown), `502` (no answer) or the owner's own status.
-async fn consume_anywhere(
-    forwarder: &Arc<Forwarder>,
-    service: &ConsumeService,
-    request: ConsumeRequest,
-) -> Result<Vec<Delivery>, ApiError> {
-    if let Some(partition) = request.partition {
-        if let Placement::Remote { .. } = forwarder.placement(&request.topic, partition) {
-            let records = forwarder
-                .consume_pinned(&request.topic, partition, request.max, request.wait)
-                .await
-                .map_err(forward_refusal)?;
-            let topic: Arc<str> = Arc::from(request.topic.as_str());
-            return Ok(records
-                .into_iter()
-                .map(|record| delivery_of(&topic, record))
-                .collect());
-        }
-        return service.consume(request).await.map_err(consume_refusal);
+/// A refusal of the consume front, as the client hears it: this node's
+/// own through `local`, a forward's through [`forward_refusal`].
+pub(crate) fn front_refusal<E>(
+    error: FrontError<E>,
+    local: impl FnOnce(E) -> ApiError,
+) -> ApiError {
+    match error {
+        FrontError::Local(error) => local(error),
+        FrontError::Forward(error) => forward_refusal(error),
     }
-    if forwarder.live_remote_owners(&request.topic).is_empty() {
-        // Nothing to probe: one park keeps the consume's place in line.
-        return service.consume(request).await.map_err(consume_refusal);
-    }
-    let deadline = Instant::now() + request.wait;
-    let mut pause = REPROBE_FIRST;
-    loop {
-        let now = ConsumeRequest {
-            wait: Duration::ZERO,
-            ..request.clone()
-        };
-        let local = service.consume(now).await.map_err(consume_refusal)?;
-        if !local.is_empty() {
-            return Ok(local);
-        }
-        let remote = probe_remote_owners(forwarder, &request.topic, request.max).await;
-        if !remote.is_empty() {
-            return Ok(remote);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(Vec::new());
-        }
-        forwarder.register_tokens(&request.topic, left);
-        let parked = ConsumeRequest {
-            wait: pause.min(left),
-            ..request.clone()
-        };
-        let parked = match forwarder.token_waker(&request.topic) {
-            // An owner's notification ends the park early: scan and probe
-            // again at once (the consume service's park is cancel safe).
-            Some(waker) => {
-                tokio::select! {
-                    parked = service.consume(parked) => parked.map_err(consume_refusal)?,
-                    () = waker.notified() => Vec::new(),
-                }
-            }
-            None => service.consume(parked).await.map_err(consume_refusal)?,
-        };
-        if !parked.is_empty() {
-            return Ok(parked);
-        }
-        pause = (pause * 2).min(REPROBE_MAX);
-    }
-}
-
-/// One non-blocking probe of each live remote owner of `topic` in turn,
-/// asking each for what is still wanted, until `max` records are in hand.
-/// If the consume goes away between probes (its client left), the records
-/// already leased are nacked at their owners at once.
-async fn probe_remote_owners(forwarder: &Arc<Forwarder>, topic: &str, max: usize) -> Vec<Delivery> {
-    let name: Arc<str> = Arc::from(topic);
-    let mut leased = LeasedRemotely {
-        forwarder: Arc::clone(forwarder),
-        deliveries: Vec::new(),
-    };
-    for node in forwarder.live_remote_owners(topic) {
-        let wanted = max.saturating_sub(leased.deliveries.len());
-        if wanted == 0 {
-            break;
-        }
-        let records = forwarder.probe(node, topic, wanted).await;
-        leased
-            .deliveries
-            .extend(records.into_iter().map(|record| delivery_of(&name, record)));
-    }
-    std::mem::take(&mut leased.deliveries)
-}
-
-/// Records leased at remote owners and not yet handed on. Dropped while
-/// holding some (the consume was cancelled), it nacks them at their owners
-/// so they are redelivered at once instead of after a visibility timeout.
-pub(crate) struct LeasedRemotely {
-    pub(crate) forwarder: Arc<Forwarder>,
-    pub(crate) deliveries: Vec<Delivery>,
-}
-
-impl Drop for LeasedRemotely {
-    fn drop(&mut self) {
-        if self.deliveries.is_empty() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let forwarder = Arc::clone(&self.forwarder);
-        let deliveries = std::mem::take(&mut self.deliveries);
-        runtime.spawn(async move {
-            for delivery in deliveries {
-                let handle = ReceiptHandle {
-                    partition: delivery.partition,
-                    offset: delivery.record.offset,
-                    nonce: delivery.nonce,
-                };
-                if let Err(error) = forwarder
-                    .settle(&delivery.topic, handle, Settle::Nack)
-                    .await
-                {
-                    tracing::debug!(topic = %delivery.topic, %handle, %error, "releasing a record of a cancelled consume failed; its lease lapses");
-                }
-            }
-        });
-    }
-}
-
-/// A replay of a partition another node owns, read by its owner.
-async fn forwarded_replay(
-    forwarder: &Forwarder,
-    topic: &str,
-    partition: u32,
-    offset: u64,
-) -> Result<Response, ApiError> {
-    let record = forwarder
-        .replay(topic, partition, offset)
-        .await
-        .map_err(forward_refusal)?;
-    let Some(record) = record else {
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    };
-    let name: Arc<str> = Arc::from(topic);
-    let delivery = delivery_of(&name, record);
-    let body = message_json(&MessageView {
-        topic,
-        partition,
-        record: &delivery.record,
-        receipt: None,
-    });
-    Ok(json_response(body))
 }
 
 /// A forward that got no answer, as the client hears it: `503` with
@@ -614,59 +454,6 @@ pub(crate) fn forward_refusal(error: ForwardError) -> ApiError {
                 error.retry_after_seconds = Some(1);
             }
             error
-        }
-    }
-}
-
-/// Releases leased records that did not fit the answer, so they are
-/// redelivered at once rather than after a visibility timeout: at this
-/// node, or forwarded as nacks to their owners.
-async fn release_overflow(state: &ApiState, service: &ConsumeService, overflow: &[Delivery]) {
-    let forwarder = state.forwarder.get();
-    for delivery in overflow {
-        let remote = forwarder.filter(|forwarder| {
-            matches!(
-                forwarder.placement(&delivery.topic, delivery.partition),
-                Placement::Remote { .. }
-            )
-        });
-        let released = match remote {
-            Some(forwarder) => forwarder
-                .settle(
-                    &delivery.topic,
-                    ReceiptHandle {
-                        partition: delivery.partition,
-                        offset: delivery.record.offset,
-                        nonce: delivery.nonce,
-                    },
-                    Settle::Nack,
-                )
-                .await
-                .map_err(|error| format!("{error}")),
-            None => service
-                .settle(
-                    &delivery.topic,
-                    delivery.partition,
-                    delivery.record.offset,
-                    delivery.nonce,
-                    Settle::Nack,
-                )
-                .map_err(|error| format!("{error:?}")),
-        };
-        match released {
-            Ok(()) => state.metrics.count(
-                metrics::NACK_TOTAL,
-                &[("topic", delivery.topic.to_string())],
-                1,
-            ),
-            // The lease lapses by itself; the record is redelivered later.
-            Err(error) => tracing::warn!(
-                topic = %delivery.topic,
-                partition = delivery.partition,
-                offset = delivery.record.offset,
-                %error,
-                "releasing a batch consume record past the answer size failed"
-            ),
         }
     }
 }

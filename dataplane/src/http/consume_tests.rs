@@ -27,10 +27,11 @@ use tower::ServiceExt;
 use super::ApiConfig;
 use super::tests::{Answer, api};
 use crate::admin::LocalAdmin;
-use crate::dispatch::{Destination, NoRemoteTarget, ReplicaLeader};
+use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::metadata::{Grant, GrantAction};
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{LOCAL_NODE, add_user, apply, assign, basic, create_command, replica};
+use crate::topology::Destination;
 use narad_meta::Command;
 
 const ROOT: (&str, &str) = ("root", "root-pw");

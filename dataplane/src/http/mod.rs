@@ -33,6 +33,7 @@ use narad_wal::Wal;
 
 use crate::admin::Admin;
 use crate::commit::LocalLogs;
+use crate::consume::front::ConsumeFront;
 use crate::consume::service::ConsumeService;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
@@ -169,6 +170,20 @@ impl ApiState {
                 "consume is not available on this node",
             )
         })
+    }
+
+    /// The consume front over the consume service and, once bound, the
+    /// forwarder.
+    ///
+    /// # Errors
+    /// `503` on a node built without a consume service.
+    fn consume_front(&self) -> Result<ConsumeFront<'_>, ApiError> {
+        let service = self.consume_service()?;
+        Ok(ConsumeFront::new(
+            service,
+            self.forwarder.get(),
+            &self.metrics,
+        ))
     }
 
     /// Refreshes the gauges that are read rather than counted.

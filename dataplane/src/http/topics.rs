@@ -24,10 +24,10 @@ use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
 use crate::admin::{AdminError, actor_of};
-use crate::dispatch::{Destination, NodeId, Route, Topology};
 use crate::forward::STATS_BUDGET;
 use crate::ingress::{MESSAGE_BYTES_MAX, now_unix_ms};
 use crate::metadata::{MetadataReplica, TopicMeta};
+use crate::topology::{Destination, NodeId, Route, Topology};
 
 /// Longest a create waits for the controller to place the new topic's
 /// partitions before answering, so that a client producing, consuming or

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::topic::TopicMeta;
 use super::view::MetadataView;
-use crate::dispatch::{Destination, NodeId, Route, TopicView, Topology};
+use crate::topology::{Destination, NodeId, Route, TopicView, Topology};
 use narad_meta::User;
 
 /// The local metadata replica of one data node. One writer at a time (the

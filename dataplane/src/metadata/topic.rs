@@ -8,7 +8,7 @@ use std::sync::Arc;
 use narad_meta::{Assignment, Topic};
 
 use super::view::node_of;
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// One schema version with its document parsed.
 #[derive(Clone, Debug, PartialEq)]

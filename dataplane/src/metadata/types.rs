@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// A topic's schema: the newest version and its document.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use narad_meta::{MemberStatus, Metastore, User};
 
 use super::topic::{TopicMeta, owners_of};
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// The control plane's member id of data node `node`. The data plane keys
 /// nodes by number and the metastore by the `cluster.node_id` text; a data

@@ -17,9 +17,10 @@ use tempfile::TempDir;
 
 use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
 use crate::commit::LocalLogs;
-use crate::dispatch::{Destination, GoneQuestion, LeaderConfirm, ReplicaLeader};
+use crate::dispatch::{GoneQuestion, LeaderConfirm, ReplicaLeader};
 use crate::metadata::MetadataReplica;
 use crate::testing::{apply, create_command, id_text, place};
+use crate::topology::Destination;
 
 const NODE: u64 = 1;
 /// The incarnation id of `orders` (and of the orphaned `ghost`), as bits.

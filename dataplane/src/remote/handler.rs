@@ -13,8 +13,8 @@ use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError
 
 use crate::commit::{Combiners, CommitBatch, CommitError, CommitItem};
 use crate::dispatch::constants::COMMIT_BUDGET;
-use crate::dispatch::{Destination, Route, Topology};
 use crate::metadata::MetadataReplica;
+use crate::topology::{Destination, Route, Topology};
 
 /// Name of the operation class remote commits run under: their own
 /// max(64, 4 × cores) permits, apart from the other messaging operations

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// How long commits to an owner that refused incarnation ids go without
 /// them (the seed's `produceLegacyOwnerTTL`): long enough that a rolling

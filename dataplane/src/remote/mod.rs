@@ -44,7 +44,7 @@ pub use handler::{COMMIT_OPERATION_LIMIT_NAME, CommitService};
 pub use legacy::{LEGACY_OWNER_TTL, LEGACY_OWNERS_MAX, LegacyOwners};
 pub use verdict::{Verdict, judge};
 
-use crate::dispatch::NodeId;
+use crate::topology::NodeId;
 
 /// Where a data node's cluster RPC endpoint is. The metadata replica's
 /// member records carry no address, so whoever feeds membership (the

@@ -34,14 +34,15 @@ use crate::commit::{Combiners, LocalLogs};
 use crate::dispatch::ReplicaLeader;
 use crate::dispatch::runtime::Event;
 use crate::dispatch::{
-    Command, CommitDone, CommitOrder, CommitOutcome, CommitTarget, Destination, DispatchConfig,
-    Dispatcher, NodeId, RecordMeta, WalPayload,
+    Command, CommitDone, CommitOrder, CommitOutcome, CommitTarget, DispatchConfig, Dispatcher,
+    RecordMeta, WalPayload,
 };
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{apply, assign, create_command, place, register, topic};
+use crate::topology::{Destination, NodeId};
 
 /// Generous bound on waits for an outcome that must come; never a
 /// performance claim.

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_dataplane::admin::LocalAdmin;
-use narad_dataplane::dispatch::{Destination, NodeId, ReplicaLeader};
+use narad_dataplane::dispatch::ReplicaLeader;
 use narad_dataplane::ingress::ProduceMessage;
 use narad_dataplane::metadata::{MetadataReplica, member_id};
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::remote::AddressTable;
+use narad_dataplane::topology::{Destination, NodeId};
 use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_meta::{

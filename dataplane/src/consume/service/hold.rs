@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{ConsumeService, Delivery, Leased, limits, read_leased};
+use super::lease::{Leased, read_leased};
+use super::{ConsumeService, Delivery, limits};
 use crate::consume::shard::{Reserve, Settle};
 
 /// One record held for a token holder: its lease, under the hold's nonce.

@@ -1,0 +1,106 @@
+//! The commit target for partitions this node owns: the dispatcher hands it
+//! commit orders, and a pool of worker threads commits each through the
+//! partition's combiner and reports the outcome back.
+//!
+//! Dispatch defines what a commit target is ([`CommitTarget`]); the commit
+//! stage owns this implementation, so dispatch does not depend on commit.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{Combiners, CommitBatch, CommitError, CommitItem};
+use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, Held, WalPayload};
+
+/// Commit worker threads for local commits. A hung commit holds a worker,
+/// and the dispatcher starts at most 16 commits that are not hung, so this
+/// many workers leave room for as many hung ones.
+pub const LOCAL_COMMIT_WORKERS: usize = 32;
+
+/// Local commits queued for a worker at most; the dispatcher's own limits
+/// keep it far below this.
+pub const LOCAL_COMMIT_QUEUE_MAX: usize = 4_096;
+
+type LocalJob = (CommitOrder<WalPayload>, CommitDone);
+
+/// Commits into this node's partition logs through the combiners, on a
+/// pool of worker threads.
+#[derive(Debug)]
+pub struct LocalCommitTarget {
+    jobs: Sender<LocalJob>,
+}
+
+impl LocalCommitTarget {
+    /// A target with its workers started.
+    ///
+    /// # Errors
+    /// A worker thread could not be spawned.
+    pub fn start_workers(combiners: Arc<Combiners>) -> std::io::Result<Self> {
+        let (jobs, receiver) = crossbeam_channel::bounded::<LocalJob>(LOCAL_COMMIT_QUEUE_MAX);
+        for index in 0..LOCAL_COMMIT_WORKERS {
+            let receiver: Receiver<LocalJob> = receiver.clone();
+            let combiners = Arc::clone(&combiners);
+            std::thread::Builder::new()
+                .name(format!("narad-commit-{index}"))
+                .spawn(move || {
+                    for (order, done) in receiver {
+                        // A panic is a bug; reporting the commit failed
+                        // keeps the records in the WAL and the destination
+                        // alive, where a lost answer would leave it hung.
+                        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            commit_locally(&combiners, &order)
+                        }))
+                        .unwrap_or_else(|_| {
+                            tracing::error!(destination = %order.destination, "local commit panicked");
+                            CommitOutcome::Failed
+                        });
+                        done.finish(order, outcome);
+                    }
+                })?;
+        }
+        Ok(Self { jobs })
+    }
+}
+
+impl CommitTarget for LocalCommitTarget {
+    fn start(&self, order: CommitOrder<WalPayload>, done: CommitDone) {
+        if let Err(error) = self.jobs.send((order, done)) {
+            // Workers are gone only at shutdown.
+            let (order, done) = error.into_inner();
+            done.finish(order, CommitOutcome::Failed);
+        }
+    }
+}
+
+fn commit_locally(combiners: &Combiners, order: &CommitOrder<WalPayload>) -> CommitOutcome {
+    let batch = CommitBatch {
+        items: order
+            .records
+            .iter()
+            .map(|held: &Held<WalPayload>| CommitItem {
+                key: held.payload.key.clone(),
+                payload: held.payload.payload.clone(),
+                incarnation: held.meta.incarnation.clone(),
+            })
+            .collect(),
+        deadline: Instant::now() + order.budget,
+    };
+    match combiners.commit(&order.destination, batch) {
+        Ok(_) => CommitOutcome::Committed,
+        Err(CommitError::IncarnationMismatch { batch, live }) => {
+            tracing::warn!(
+                destination = %order.destination,
+                batch_incarnation = %batch,
+                live_incarnation = %live,
+                "owner refused produce records accepted for another topic incarnation; checking them again"
+            );
+            CommitOutcome::IncarnationMismatch
+        }
+        Err(error) => {
+            tracing::warn!(destination = %order.destination, %error, "local commit failed");
+            CommitOutcome::Failed
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The consumer state store: attaches partitions (loading and priming
+//! their files), rewrites touched partitions' window slots every tick and
+//! writes them out at their writeout points, levels `consumer.offset`, keeps
+//! at most `handles_max` files open, and latches a partition on a disk
+//! error.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use narad_disk::{Disk, FileHandle};
+use parking_lot::Mutex;
+use tracing::debug;
+
+use super::cadence::{next_writeout, writeout_phase};
+use super::config::ConsumerStateConfig;
+use super::error::StateError;
+use super::position::{ConsumerPosition, PositionSource};
+use super::recovery::Recovered;
+
+mod handles;
+mod load;
+mod writeout;
+
+use self::load::log_recovery;
+
+/// Tells the store that a partition's position changed (cheap: an atomic flag).
+#[derive(Clone, Debug)]
+pub struct StateTicket {
+    touched: Arc<AtomicBool>,
+}
+
+impl StateTicket {
+    /// Marks the partition for the next tick's window write.
+    pub fn touched(&self) {
+        self.touched.store(true, Ordering::Release);
+    }
+}
+
+/// Persists each attached partition's position on the two cadences.
+pub struct ConsumerStateStore {
+    disk: Arc<dyn Disk>,
+    config: ConsumerStateConfig,
+    inner: Mutex<Inner>,
+}
+
+impl fmt::Debug for ConsumerStateStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("ConsumerStateStore")
+            .field("config", &self.config)
+            .field("partitions", &inner.partitions.len())
+            .field("handles_open", &inner.handles_open)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The first tick's time: writeout points are counted from it, so a
+    /// run driven by explicit instants is deterministic.
+    epoch: Option<Instant>,
+    partitions: HashMap<PathBuf, Partition>,
+    /// `consumer.ahead` handles held, at most `config.handles_max`.
+    handles_open: usize,
+    /// Counter for least-recently-touched ordering.
+    use_counter: u64,
+}
+
+/// One attached partition.
+#[derive(Debug)]
+struct Partition {
+    source: Weak<dyn PositionSource>,
+    touched: Arc<AtomicBool>,
+    /// The held `consumer.ahead` handle (None after eviction or a latch).
+    file: Option<FileHandle>,
+    /// The slot holding the newest durable record; never written.
+    anchor_slot: usize,
+    anchor_generation: u64,
+    /// The newest position written to the file (window, or anchor when
+    /// `unsynced` is false).
+    written: ConsumerPosition,
+    /// The window holds a record not yet written out.
+    unsynced: bool,
+    /// What `consumer.offset` holds, as far as this process knows.
+    offset_frontier: u64,
+    offset_levelled_at: Option<Instant>,
+    phase: Duration,
+    next_writeout: Option<Instant>,
+    last_used: u64,
+    /// A disk error (or a malformed position) stopped all writes for it.
+    latched: bool,
+    truncation_warned: bool,
+}
+
+impl Partition {
+    fn window_slot(&self) -> usize {
+        1 - self.anchor_slot
+    }
+}
+
+/// The loaded state of a partition's files.
+#[derive(Debug)]
+struct Loaded {
+    file: FileHandle,
+    ahead_created: bool,
+    ahead_size: u64,
+    offset_frontier: Option<u64>,
+    recovered: Recovered,
+}
+
+impl ConsumerStateStore {
+    /// A store writing through `disk`.
+    ///
+    /// # Panics
+    /// If `config` is out of range (see [`ConsumerStateConfig`]).
+    pub fn new(disk: Arc<dyn Disk>, config: ConsumerStateConfig) -> Arc<Self> {
+        config.assert_valid();
+        Arc::new(Self {
+            disk,
+            config,
+            inner: Mutex::new(Inner::default()),
+        })
+    }
+
+    /// The store's configuration.
+    pub fn config(&self) -> &ConsumerStateConfig {
+        &self.config
+    }
+
+    /// Loads (primes) the partition's state from `<dir>/consumer.ahead` and
+    /// `<dir>/consumer.offset` (larger frontier wins) and registers `source`
+    /// for the cadences. Returns the position to seed the shard with and a
+    /// ticket the service touches after every settle.
+    ///
+    /// Priming extends `consumer.ahead` to 8 KiB, writes the position into
+    /// the slot that does not hold the newest valid record and writes it out
+    /// (fdatasync, and a directory sync for new files). The directory must
+    /// exist; it is never created here. Attaching an attached directory
+    /// first writes out the old registration, then loads again; a latched
+    /// one stays latched (loaded, never written).
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when the files cannot be opened or read (the
+    /// position is unknown). A failure while priming writes is not an error:
+    /// the partition is latched (logged) and its position still returned.
+    pub fn attach(
+        &self,
+        dir: &Path,
+        source: Weak<dyn PositionSource>,
+    ) -> Result<(ConsumerPosition, StateTicket), StateError> {
+        let mut inner = self.inner.lock();
+        let mut keep_latched = false;
+        if let Some(mut old) = inner.partitions.remove(dir) {
+            keep_latched = old.latched;
+            self.flush_partition(dir, &mut old);
+            if old.file.take().is_some() {
+                inner.handles_open -= 1;
+            }
+        }
+        inner.make_room(&*self.disk, self.config.handles_max - 1, None);
+        let loaded = self.load(dir)?;
+        log_recovery(dir, &loaded);
+        let touched = Arc::new(AtomicBool::new(false));
+        inner.use_counter += 1;
+        let mut partition = Partition {
+            source,
+            touched: Arc::clone(&touched),
+            file: None,
+            anchor_slot: loaded.recovered.newest_slot.unwrap_or(1),
+            anchor_generation: loaded.recovered.generation,
+            written: loaded.recovered.position.clone(),
+            unsynced: false,
+            offset_frontier: loaded.offset_frontier.unwrap_or(0),
+            offset_levelled_at: None,
+            phase: writeout_phase(dir, &self.config),
+            next_writeout: None,
+            last_used: inner.use_counter,
+            latched: keep_latched,
+            truncation_warned: false,
+        };
+        if !keep_latched {
+            self.prime(dir, &mut partition, &loaded);
+        }
+        if !partition.latched {
+            partition.file = Some(loaded.file);
+            inner.handles_open += 1;
+        }
+        inner.partitions.insert(dir.to_path_buf(), partition);
+        Ok((loaded.recovered.position, StateTicket { touched }))
+    }
+
+    /// Forget a partition (topic deleted / partition moved); nothing more is
+    /// written for it, not even what was touched since the last tick.
+    pub fn detach(&self, dir: &Path) {
+        let mut inner = self.inner.lock();
+        if let Some(partition) = inner.partitions.remove(dir)
+            && partition.file.is_some()
+        {
+            inner.handles_open -= 1;
+        }
+    }
+
+    /// One cadence step at `now` (tests drive it; `spawn` runs it every tick
+    /// on a thread): touched partitions get their window slot rewritten
+    /// (page cache only); partitions whose writeout point has come and whose
+    /// window is unsynced are written out (fdatasync), which flips the slot
+    /// roles; at a writeout point `consumer.offset` is levelled if the last
+    /// levelling is at least `offset_level_interval` old. A partition whose
+    /// source was dropped is written out and forgotten.
+    pub fn tick(&self, now: Instant) {
+        let mut inner = self.inner.lock();
+        let epoch = *inner.epoch.get_or_insert(now);
+        let mut windows = Vec::new();
+        let mut gone = Vec::new();
+        for (dir, partition) in &inner.partitions {
+            if partition.source.strong_count() == 0 {
+                gone.push(dir.clone());
+            } else if !partition.latched
+                && partition.touched.swap(false, Ordering::AcqRel)
+                && let Some(source) = partition.source.upgrade()
+            {
+                windows.push((dir.clone(), source.position()));
+            }
+        }
+        self.write_windows(&mut inner, windows);
+        let interval = self.config.durable_interval;
+        let mut due = Vec::new();
+        for (dir, partition) in &mut inner.partitions {
+            let at = *partition
+                .next_writeout
+                .get_or_insert_with(|| next_writeout(epoch, partition.phase, interval, now));
+            if now >= at && !partition.latched {
+                partition.next_writeout =
+                    Some(next_writeout(epoch, partition.phase, interval, now));
+                due.push(dir.clone());
+            }
+        }
+        self.write_out(&mut inner, &due);
+        self.level_offsets(&mut inner, &due, Some(now));
+        for dir in gone {
+            if let Some(mut partition) = inner.partitions.remove(&dir) {
+                debug!(dir = %dir.display(), "consumer position source dropped; writing out and forgetting the partition");
+                self.flush_partition(&dir, &mut partition);
+                if partition.file.is_some() {
+                    inner.handles_open -= 1;
+                }
+            }
+        }
+        inner.close_latched();
+    }
+
+    /// Graceful stop: writes and fdatasyncs every attached partition's
+    /// position (read from its source now, touched or not) and levels
+    /// `consumer.offset`.
+    ///
+    /// # Errors
+    /// [`StateError::NotDurable`] naming every partition that is latched
+    /// (now or earlier); all others were made durable.
+    pub fn flush_all(&self) -> Result<(), StateError> {
+        let mut inner = self.inner.lock();
+        let mut windows = Vec::new();
+        for (dir, partition) in &inner.partitions {
+            partition.touched.store(false, Ordering::Release);
+            if !partition.latched
+                && let Some(source) = partition.source.upgrade()
+            {
+                windows.push((dir.clone(), source.position()));
+            }
+        }
+        self.write_windows(&mut inner, windows);
+        let dirs: Vec<PathBuf> = inner.partitions.keys().cloned().collect();
+        self.write_out(&mut inner, &dirs);
+        self.level_offsets(&mut inner, &dirs, None);
+        inner.close_latched();
+        let mut failed: Vec<PathBuf> = inner
+            .partitions
+            .iter()
+            .filter(|(_, partition)| partition.latched)
+            .map(|(dir, _)| dir.clone())
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            failed.sort();
+            Err(StateError::NotDurable { dirs: failed })
+        }
+    }
+
+    /// `consumer.ahead` handles held now (at most `config.handles_max`).
+    pub fn handles_open(&self) -> usize {
+        self.inner.lock().handles_open
+    }
+
+    /// Whether the partition is attached and latched by a disk error.
+    pub fn is_latched(&self, dir: &Path) -> bool {
+        self.inner
+            .lock()
+            .partitions
+            .get(dir)
+            .is_some_and(|partition| partition.latched)
+    }
+}

@@ -1,0 +1,227 @@
+//! The shard of each owned partition: made on first touch (its log
+//! opened, its position loaded from the consumer state store, to which it
+//! reports back), replaced when the topic's incarnation changes, retired
+//! when the partition is no longer served here.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock, Weak};
+
+use narad_plog::PartitionLog;
+use parking_lot::Mutex;
+use tokio::task::AbortHandle;
+
+use super::{ConsumeError, ConsumeService};
+use crate::commit::partition_dir;
+use crate::consume::ahead::{ConsumerPosition, PositionSource, StateTicket};
+use crate::consume::shard::InFlightShard;
+use crate::metadata::TopicMeta;
+use crate::topology::Destination;
+
+/// One owned partition: its log, its shard, its persistence ticket.
+#[derive(Debug)]
+pub(super) struct PartitionShard {
+    pub(super) destination: Destination,
+    pub(super) incarnation: Option<Arc<str>>,
+    pub(super) dir: PathBuf,
+    pub(super) log: Arc<PartitionLog>,
+    pub(super) state: Mutex<InFlightShard>,
+    pub(super) ticket: OnceLock<StateTicket>,
+    pub(super) watcher: Mutex<Option<AbortHandle>>,
+}
+
+impl PositionSource for PartitionShard {
+    fn position(&self) -> ConsumerPosition {
+        self.state.lock().position()
+    }
+}
+
+impl PartitionShard {
+    pub(super) fn touch(&self) {
+        if let Some(ticket) = self.ticket.get() {
+            ticket.touched();
+        }
+    }
+}
+
+impl Drop for PartitionShard {
+    fn drop(&mut self) {
+        if let Some(watcher) = self.watcher.get_mut().take() {
+            watcher.abort();
+        }
+    }
+}
+
+impl ConsumeService {
+    /// The shard of an owned partition, made on first touch: the log is
+    /// opened and the position loaded from the consumer state store.
+    pub(super) fn shard(
+        &self,
+        meta: &TopicMeta,
+        partition: u32,
+    ) -> Result<Arc<PartitionShard>, ConsumeError> {
+        let destination = Destination {
+            topic: Arc::clone(&meta.name),
+            partition,
+        };
+        if let Some(shard) = self.existing_shard(meta, partition) {
+            self.ensure_watcher(&shard);
+            return Ok(shard);
+        }
+        // Opening reads and syncs files: it runs under this partition's
+        // gate only, so consumes and settles of other partitions go on.
+        let gate = Arc::clone(self.opening.lock().entry(destination.clone()).or_default());
+        let opened = {
+            let _gate = gate.lock();
+            self.open_shard(&destination, meta)
+        };
+        {
+            let mut opening = self.opening.lock();
+            if opening
+                .get(&destination)
+                .is_some_and(|entry| Arc::ptr_eq(entry, &gate) && Arc::strong_count(entry) == 2)
+            {
+                opening.remove(&destination);
+            }
+        }
+        let shard = opened?;
+        self.ensure_watcher(&shard);
+        Ok(shard)
+    }
+
+    /// Makes the shard of `destination` unless another consume made it
+    /// meanwhile; a shard of an older incarnation is detached first.
+    fn open_shard(
+        &self,
+        destination: &Destination,
+        meta: &TopicMeta,
+    ) -> Result<Arc<PartitionShard>, ConsumeError> {
+        if let Some(shard) = self.existing_shard(meta, destination.partition) {
+            return Ok(shard);
+        }
+        // A request holding an older view of the topic must not replace
+        // the live incarnation's shard.
+        let live = self.replica.topic_meta(&destination.topic);
+        if live.is_none_or(|live| live.incarnation_id != meta.incarnation_id) {
+            return Err(ConsumeError::Read(format!(
+                "topic {} changed during the request",
+                destination.topic
+            )));
+        }
+        // The topic was deleted and made again under the same name.
+        let stale = self.shards.lock().remove(destination);
+        if let Some(stale) = stale {
+            self.store.detach(&stale.dir);
+        }
+        let log = self
+            .logs
+            .resolve(destination, meta.incarnation_id.as_ref())
+            .map_err(|error| ConsumeError::Read(error.to_string()))?;
+        let shard = self.attach_shard(destination.clone(), meta, log)?;
+        self.shards
+            .lock()
+            .insert(destination.clone(), Arc::clone(&shard));
+        Ok(shard)
+    }
+
+    fn attach_shard(
+        &self,
+        destination: Destination,
+        meta: &TopicMeta,
+        log: Arc<PartitionLog>,
+    ) -> Result<Arc<PartitionShard>, ConsumeError> {
+        let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
+        let nonce_seed = nonce_seed(self.seed, &destination, meta.incarnation_id.as_deref());
+        let shard = Arc::new(PartitionShard {
+            destination,
+            incarnation: meta.incarnation_id.clone(),
+            dir,
+            log,
+            state: Mutex::new(InFlightShard::new(ConsumerPosition::default(), nonce_seed)),
+            ticket: OnceLock::new(),
+            watcher: Mutex::new(None),
+        });
+        let source: Weak<dyn PositionSource> = Arc::downgrade(&shard) as Weak<PartitionShard>;
+        {
+            // Held across attach so that the store, which may ask for the
+            // position as soon as attach registered it, waits for the
+            // seeded state instead of reading the placeholder. The store
+            // cannot ask this shard during attach itself: it is not
+            // registered before attach returns.
+            let mut state = shard.state.lock();
+            let (position, ticket) = self
+                .store
+                .attach(&shard.dir, source)
+                .map_err(|error| ConsumeError::Read(error.to_string()))?;
+            *state = InFlightShard::new(position, nonce_seed);
+            // Set once, right after the shard was made.
+            let _ = shard.ticket.set(ticket);
+        }
+        Ok(shard)
+    }
+
+    pub(super) fn existing_shard(
+        &self,
+        meta: &TopicMeta,
+        partition: u32,
+    ) -> Option<Arc<PartitionShard>> {
+        let destination = Destination {
+            topic: Arc::clone(&meta.name),
+            partition,
+        };
+        self.shards
+            .lock()
+            .get(&destination)
+            .filter(|shard| shard.incarnation == meta.incarnation_id)
+            .cloned()
+    }
+
+    pub(super) fn retire_stale_shards(&self) {
+        let view = self.replica.view();
+        let local = self.replica.local_node();
+        let mut shards = self.shards.lock();
+        let stale: Vec<Destination> = shards
+            .iter()
+            .filter(|(destination, shard)| {
+                view.topics.get(&destination.topic).is_none_or(|meta| {
+                    meta.incarnation_id != shard.incarnation
+                        || meta
+                            .owners
+                            .get(destination.partition as usize)
+                            .copied()
+                            .flatten()
+                            != Some(local)
+                })
+            })
+            .map(|(destination, _)| destination.clone())
+            .collect();
+        for destination in stale {
+            if let Some(shard) = shards.remove(&destination) {
+                self.store.detach(&shard.dir);
+                tracing::info!(%destination, "consume shard retired: partition no longer served here");
+            }
+        }
+    }
+}
+
+/// A partition's nonce seed: the service seed mixed with its name and
+/// incarnation (SplitMix64 steps), so partitions draw unrelated streams.
+fn nonce_seed(seed: u64, destination: &Destination, incarnation: Option<&str>) -> u64 {
+    let mut state = seed;
+    let bytes = destination
+        .topic
+        .bytes()
+        .chain([0xff])
+        .chain(destination.partition.to_be_bytes())
+        .chain(incarnation.unwrap_or("").bytes());
+    for byte in bytes {
+        state = splitmix64(state ^ u64::from(byte));
+    }
+    state
+}
+
+fn splitmix64(state: u64) -> u64 {
+    let mut z = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
