@@ -257,8 +257,7 @@ impl User {
     }
 }
 
-/// A partition's placement. Moves (a `target` beside the owner) are not
-/// built yet.
+/// A partition's placement: the one member that holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignment {
     /// The member whose disk holds the partition's only copy.

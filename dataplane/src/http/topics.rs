@@ -86,11 +86,7 @@ pub(crate) async fn create(
         .map_err(refused)?;
     let create = create_command(actor, request)?;
     let (name, id) = (create.name.clone(), create.id.clone());
-    state
-        .admin
-        .propose(Command::CreateTopic(create))
-        .await
-        .map_err(admin_error)?;
+    propose(&state, Command::CreateTopic(create)).await?;
     let topic = state
         .replica
         .topic_meta(&name)
@@ -156,6 +152,12 @@ fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTo
     };
     rules::new_topic(&create, None).map_err(refused)?;
     Ok(create)
+}
+
+/// Proposes `command` through the node's admin; a refusal or an outage
+/// as the API's error.
+pub(crate) async fn propose(state: &ApiState, command: Command) -> Result<(), ApiError> {
+    state.admin.propose(command).await.map_err(admin_error)
 }
 
 /// The metastore's refusal as the API's error: its status and text.
@@ -454,7 +456,7 @@ pub(crate) async fn alter(
         .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))?;
     // The first refusal answers and the earlier groups stay applied.
     for command in alter_commands(&actor, &current, request)? {
-        state.admin.propose(command).await.map_err(admin_error)?;
+        propose(&state, command).await?;
     }
     let topic = known_topic(&state, &name)?;
     let mut body = record(&topic);
@@ -615,11 +617,7 @@ pub(crate) async fn delete(
         name,
         expected_id: Some(topic.id.clone()),
     };
-    state
-        .admin
-        .propose(Command::DeleteTopic(delete))
-        .await
-        .map_err(admin_error)?;
+    propose(&state, Command::DeleteTopic(delete)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

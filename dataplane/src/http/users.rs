@@ -18,7 +18,7 @@ use narad_meta::{
 
 use super::body::read_limited;
 use super::error::ApiError;
-use super::topics::{admin_error, json_response, refused};
+use super::topics::{json_response, propose, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::ingress::now_unix_ms;
@@ -106,11 +106,7 @@ pub(crate) async fn create(
         grants,
         at_ms: now_unix_ms(),
     };
-    state
-        .admin
-        .propose(Command::CreateUser(create))
-        .await
-        .map_err(admin_error)?;
+    propose(&state, Command::CreateUser(create)).await?;
     let user = known_user(&state, &username)?;
     Ok(json_response(StatusCode::CREATED, &user_json(&user)))
 }
@@ -170,11 +166,7 @@ pub(crate) async fn delete(
     let caller = authenticate(&state, &method, &headers).await?;
     let (actor, _) = require_admin(&state, caller.as_deref())?;
     known_user(&state, &username)?;
-    state
-        .admin
-        .propose(Command::DeleteUser(DeleteUser { actor, username }))
-        .await
-        .map_err(admin_error)?;
+    propose(&state, Command::DeleteUser(DeleteUser { actor, username })).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -199,11 +191,7 @@ pub(crate) async fn set_grants(
         grants,
         at_ms: now_unix_ms(),
     };
-    state
-        .admin
-        .propose(Command::SetGrants(set))
-        .await
-        .map_err(admin_error)?;
+    propose(&state, Command::SetGrants(set)).await?;
     let user = known_user(&state, &username)?;
     Ok(json_response(StatusCode::OK, &user_json(&user)))
 }
@@ -252,11 +240,7 @@ pub(crate) async fn set_password(
         checked_hash,
         at_ms: now_unix_ms(),
     };
-    state
-        .admin
-        .propose(Command::SetPassword(set))
-        .await
-        .map_err(admin_error)?;
+    propose(&state, Command::SetPassword(set)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -1,8 +1,7 @@
 //! Binary codecs of the metastore: a [`Command`] (in Raft entries,
 //! proposals and metadata-stream changes) and the whole [`Metastore`]
 //! (metadata-stream snapshots, and the state inside a Raft snapshot).
-//! Layouts are drawn in `docs/internals/controlplane.md` ("Metastore
-//! formats").
+//! Layouts are drawn in `docs/internals/metastore-formats.md`.
 //!
 //! - A command is `u8 version` ([`COMMAND_VERSION`], 2), a kind tag, then
 //!   the command's fields in declaration order.
