@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use narad_meta::{Actor, AssignPartitions, Command, MetastoreError, PartitionOwner, User};
 
-use crate::metadata::{MetadataReplica, member_id};
+use crate::metadata::MetadataReplica;
+use crate::topology::member_id;
 
 /// A future an admin call returns.
 pub type AdminFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, AdminError>> + Send + 'a>>;

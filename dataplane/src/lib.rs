@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod commit;
 pub mod consume;
+pub mod consume_front;
 pub mod dispatch;
 pub mod forward;
 pub mod http;

@@ -31,9 +31,10 @@ use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
 use crate::ingress::now_unix_ms;
-use crate::metadata::{MetadataReplica, member_id};
+use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::topology::NodeId;
+use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
 
 mod housekeeping;

@@ -14,8 +14,9 @@ use narad_meta::{
     PartitionOwner, PasswordHash, RegisterMember, SeedAdmin, TopicDefaults,
 };
 
-use crate::metadata::{Grant, GrantAction, MetadataReplica, member_id};
+use crate::metadata::{Grant, GrantAction, MetadataReplica};
 use crate::topology::NodeId;
+use crate::topology::member_id;
 
 /// The node id tests run as.
 pub(crate) const LOCAL_NODE: u64 = 1;

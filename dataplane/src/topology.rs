@@ -63,8 +63,9 @@ pub struct TopicView {
     pub incarnation: Option<Arc<str>>,
 }
 
-/// The dispatcher's read-only view of the local metadata replica. Queried,
-/// never mutated: the dispatcher does no I/O.
+/// The read-only view of the local metadata replica that the stages route
+/// by (the dispatcher, commit, consume, forwarding, the HTTP API). Queried,
+/// never mutated, and answered from memory: no call does I/O.
 pub trait Topology {
     /// The topic under `name`, or `None` if the replica has no such topic.
     fn topic(&self, name: &str) -> Option<TopicView>;
@@ -73,4 +74,17 @@ pub trait Topology {
     /// Whether the replica has reached the commit index the leader last
     /// reported: only then may "absent here" start a discard.
     fn caught_up(&self) -> bool;
+}
+
+/// The control plane's member id of data node `node`. The data plane keys
+/// nodes by number and the metastore by the `cluster.node_id` text; a data
+/// node registers its number as that text.
+pub fn member_id(node: NodeId) -> String {
+    node.to_string()
+}
+
+/// The data node a member id names; `None` for an id that is not a number
+/// (no data node this plane routes to).
+pub fn node_of(member: &str) -> Option<NodeId> {
+    member.parse().ok()
 }

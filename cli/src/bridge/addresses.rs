@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_dataplane::metadata::node_of;
 use narad_dataplane::remote::AddressTable;
 use narad_dataplane::topology::NodeId;
+use narad_dataplane::topology::node_of;
 use narad_meta::Metastore;
 use tracing::{info, warn};
 

@@ -12,7 +12,6 @@
 //!   of the HTTP API.
 
 pub mod ahead;
-pub mod front;
 pub mod handle;
 pub mod render;
 pub mod service;

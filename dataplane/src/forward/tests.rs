@@ -866,7 +866,7 @@ async fn records_leased_remotely_for_a_consume_that_went_away_are_released_at_on
     assert_eq!(records.len(), 1);
     let topic: Arc<str> = Arc::from("remote");
 
-    drop(crate::consume::front::LeasedRemotely {
+    drop(crate::consume_front::LeasedRemotely {
         forwarder,
         deliveries: records
             .into_iter()

@@ -22,10 +22,10 @@ use super::consume::{front_refusal, owner_unavailable, topic_not_found};
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
-use crate::consume::front::{ConsumeFront, SettleResult};
 use crate::consume::handle::{HandleError, ReceiptHandle};
 use crate::consume::service::SettleError;
 use crate::consume::shard::Settle;
+use crate::consume_front::{ConsumeFront, SettleResult};
 use crate::metadata::GrantAction;
 
 /// Handles one batch settles at most.

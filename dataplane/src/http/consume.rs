@@ -20,12 +20,12 @@ use super::error::ApiError;
 use super::go_duration::{format_go_duration, parse_go_duration};
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
-use crate::consume::front::{ConsumeFront, FrontError};
 use crate::consume::handle::ReceiptHandle;
 use crate::consume::render::{MessageView, message_capacity, message_json, write_message};
 use crate::consume::service::{
     CONSUME_RECORDS_MAX, ConsumeError, ConsumeRequest, Delivery, MAX_WAIT_DEFAULT, ReplayError,
 };
+use crate::consume_front::{ConsumeFront, FrontError};
 use crate::forward::ForwardError;
 use crate::metadata::{GrantAction, User};
 use crate::metrics::{self, NodeMetrics};

@@ -33,8 +33,8 @@ use narad_wal::Wal;
 
 use crate::admin::Admin;
 use crate::commit::LocalLogs;
-use crate::consume::front::ConsumeFront;
 use crate::consume::service::ConsumeService;
+use crate::consume_front::ConsumeFront;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;

@@ -23,4 +23,4 @@ mod view;
 pub use narad_meta::{Grant, GrantAction, User};
 pub use replica::MetadataReplica;
 pub use topic::{TopicMeta, TopicSchema};
-pub use view::{Member, MetadataView, member_id, node_of};
+pub use view::{Member, MetadataView};

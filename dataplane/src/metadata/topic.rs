@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use narad_meta::{Assignment, Topic};
 
-use super::view::node_of;
-use crate::topology::NodeId;
+use crate::topology::{NodeId, node_of};
 
 /// One schema version with its document parsed.
 #[derive(Clone, Debug, PartialEq)]

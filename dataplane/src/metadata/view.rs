@@ -10,20 +10,7 @@ use std::sync::Arc;
 use narad_meta::{MemberStatus, Metastore, User};
 
 use super::topic::{TopicMeta, owners_of};
-use crate::topology::NodeId;
-
-/// The control plane's member id of data node `node`. The data plane keys
-/// nodes by number and the metastore by the `cluster.node_id` text; a data
-/// node registers its number as that text.
-pub fn member_id(node: NodeId) -> String {
-    node.to_string()
-}
-
-/// The data node a member id names; `None` for an id that is not a number
-/// (no data node this plane routes to).
-pub fn node_of(member: &str) -> Option<NodeId> {
-    member.parse().ok()
-}
+use crate::topology::{NodeId, node_of};
 
 /// A data node as membership reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::service::ConsumeService;
+use crate::consume::service::ConsumeService;
 use crate::forward::{ForwardError, Forwarder, Placement};
 use crate::metrics::NodeMetrics;
 
