@@ -11,7 +11,7 @@ use narad_wal::{Wal, WalOptions, WalRecord};
 
 use narad_meta::{
     Actor, AssignPartitions, Command, CreateTopic, CreateUser, IncarnationId, MarkDead, NewLink,
-    PartitionOwner, PasswordHash, RegisterMember, SeedAdmin, TopicDefaults,
+    PartitionOwner, PasswordHash, RegisterMember, SeedAdmin,
 };
 
 use crate::metadata::{Grant, GrantAction, MetadataReplica};
@@ -66,18 +66,13 @@ pub(crate) fn mark_dead(replica: &MetadataReplica, node: NodeId) {
 /// security off.
 pub(crate) fn create_command(name: &str, id: u64, partitions: u32) -> CreateTopic {
     CreateTopic {
-        actor: Actor::SecurityOff,
-        name: name.to_owned(),
-        id: IncarnationId::from_bits(id),
         partitions: Some(i64::from(partitions)),
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
-        created_at_ms: 0,
+        ..CreateTopic::named(
+            Actor::SecurityOff,
+            name,
+            IncarnationId::from_bits(id),
+            0,
+        )
     }
 }
 

@@ -86,6 +86,28 @@ pub struct CreateTopic {
     pub created_at_ms: u64,
 }
 
+impl CreateTopic {
+    /// The create of `name` as incarnation `id` by `actor` at
+    /// `created_at_ms`, with every setting omitted (the defaults decide)
+    /// and no parent: what `POST /v1/topics {"name": ...}` proposes.
+    pub fn named(actor: Actor, name: &str, id: IncarnationId, created_at_ms: u64) -> Self {
+        Self {
+            actor,
+            name: name.to_owned(),
+            id,
+            partitions: None,
+            retention_ms: None,
+            visibility_timeout_ms: None,
+            max_in_flight_per_partition: None,
+            max_acked_ahead_per_partition: None,
+            schema: None,
+            parent: None,
+            defaults: TopicDefaults::default(),
+            created_at_ms,
+        }
+    }
+}
+
 /// The fan-out link of a create-as-child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewLink {

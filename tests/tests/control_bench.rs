@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use narad_controlplane::node::ControlClient;
 use narad_meta::follow::Follower as MetadataReplica;
-use narad_meta::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
+use narad_meta::{Actor, Command, CreateTopic, IncarnationId};
 use narad_tests::cluster::ControlCluster;
 use tokio::sync::watch;
 
@@ -23,20 +23,12 @@ fn create_topic(name: &str) -> Command {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis() as u64;
-    Command::CreateTopic(CreateTopic {
-        actor: Actor::SecurityOff,
-        name: name.into(),
-        id: IncarnationId::mint(&mut rand::rng()),
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
+    Command::CreateTopic(CreateTopic::named(
+        Actor::SecurityOff,
+        name,
+        IncarnationId::mint(&mut rand::rng()),
         created_at_ms,
-    })
+    ))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

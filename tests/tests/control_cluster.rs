@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use narad_controlplane::node::wire::{ConfirmQuestion, MemberReport};
 use narad_meta::follow::AppliedOutcome;
-use narad_meta::{Actor, Command, CreateTopic, DeleteTopic, IncarnationId, TopicDefaults};
+use narad_meta::{Actor, Command, CreateTopic, DeleteTopic, IncarnationId};
 use narad_tests::cluster::{ControlCluster, http_get};
 
 fn create_topic(name: &str) -> Command {
@@ -13,20 +13,12 @@ fn create_topic(name: &str) -> Command {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis() as u64;
-    Command::CreateTopic(CreateTopic {
-        actor: Actor::SecurityOff,
-        name: name.into(),
-        id: IncarnationId::mint(&mut rand::rng()),
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
+    Command::CreateTopic(CreateTopic::named(
+        Actor::SecurityOff,
+        name,
+        IncarnationId::mint(&mut rand::rng()),
         created_at_ms,
-    })
+    ))
 }
 
 /// Creates `name` through the node at `index`, retrying while the cluster

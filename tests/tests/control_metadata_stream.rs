@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use narad_controlplane::node::ControlClient;
 use narad_meta::follow::AppliedOutcome;
 use narad_meta::follow::Follower as MetadataReplica;
-use narad_meta::{Actor, Command, CreateTopic, IncarnationId, TopicDefaults};
+use narad_meta::{Actor, Command, CreateTopic, IncarnationId};
 use narad_tests::cluster::ControlCluster;
 
 fn create_topic(name: &str) -> Command {
@@ -16,20 +16,12 @@ fn create_topic(name: &str) -> Command {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis() as u64;
-    Command::CreateTopic(CreateTopic {
-        actor: Actor::SecurityOff,
-        name: name.into(),
-        id: IncarnationId::mint(&mut rand::rng()),
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
+    Command::CreateTopic(CreateTopic::named(
+        Actor::SecurityOff,
+        name,
+        IncarnationId::mint(&mut rand::rng()),
         created_at_ms,
-    })
+    ))
 }
 
 /// What the subscriber saw: every created topic with its log index, in the

@@ -7,7 +7,6 @@ use super::*;
 use narad_meta::{
     Actor, ApplyContext, AssignPartitions, AttachEpoch, Command, CreateTopic, Heartbeat,
     IncarnationId, MarkDead, Metastore, NewLink, PartitionOwner, RegisterMember, SetDraining,
-    TopicDefaults,
 };
 
 /// When the leader took over in most tests.
@@ -96,18 +95,9 @@ fn id_of(name: &str) -> IncarnationId {
 
 fn create(name: &str, partitions: i64, parent: Option<NewLink>) -> Command {
     Command::CreateTopic(CreateTopic {
-        actor: Actor::SecurityOff,
-        name: name.into(),
-        id: id_of(name),
         partitions: Some(partitions),
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
         parent,
-        defaults: TopicDefaults::default(),
-        created_at_ms: 0,
+        ..CreateTopic::named(Actor::SecurityOff, name, id_of(name), 0)
     })
 }
 

@@ -30,7 +30,7 @@ use crate::raft::{Applied, ControlNodeId, Entry, LogId, SnapshotMeta};
 use narad_meta::follow::AppliedOutcome;
 use narad_meta::{
     Actor, AssignPartitions, AttachEpoch, Command, CreateTopic, DeleteTopic, Heartbeat,
-    IncarnationId, ParentLink, PartitionOwner, RegisterMember, SchemaVersion, Topic, TopicDefaults,
+    IncarnationId, ParentLink, PartitionOwner, RegisterMember, SchemaVersion, Topic,
 };
 
 // ---- strategies ------------------------------------------------------------
@@ -112,20 +112,12 @@ fn command() -> impl Strategy<Value = Command> {
 }
 
 fn create_topic(name: String, id: IncarnationId, created_at_ms: u64) -> Command {
-    Command::CreateTopic(CreateTopic {
-        actor: Actor::SecurityOff,
-        name,
+    Command::CreateTopic(CreateTopic::named(
+        Actor::SecurityOff,
+        &name,
         id,
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
         created_at_ms,
-    })
+    ))
 }
 
 fn entry() -> impl Strategy<Value = Entry> {

@@ -339,20 +339,12 @@ mod stored_entry_tests {
 
     #[test]
     fn a_stored_topic_create_is_smaller_than_its_json() {
-        let create = narad_meta::CreateTopic {
-            actor: narad_meta::Actor::SecurityOff,
-            name: "bench-topic-0001".into(),
-            id: narad_meta::IncarnationId::from_bits(0x9e37_79b9_7f4a_7c15),
-            partitions: None,
-            retention_ms: None,
-            visibility_timeout_ms: None,
-            max_in_flight_per_partition: None,
-            max_acked_ahead_per_partition: None,
-            schema: None,
-            parent: None,
-            defaults: narad_meta::TopicDefaults::default(),
-            created_at_ms: 1_764_000_000_001,
-        };
+        let create = narad_meta::CreateTopic::named(
+            narad_meta::Actor::SecurityOff,
+            "bench-topic-0001",
+            narad_meta::IncarnationId::from_bits(0x9e37_79b9_7f4a_7c15),
+            1_764_000_000_001,
+        );
         let entry = Entry {
             log_id: LogId::new(CommittedLeaderId::new(7, 1), 1_001),
             payload: EntryPayload::Normal(Command::CreateTopic(create)),

@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use narad_meta::{
     Actor, ApplyContext, Command, CreateTopic, CreateUser, Grant, GrantAction, IncarnationId,
-    Metastore, MetastoreError, SeedAdmin, SetGrants, TopicDefaults, rules,
+    Metastore, MetastoreError, SeedAdmin, SetGrants, rules,
 };
 
 use super::tests::{api, send};
@@ -66,20 +66,12 @@ async fn node_refusal(method: &str, uri: &str, body: &str) -> (u16, String) {
 
 /// A create as root of `name` with one numeric field set as sent.
 fn create(name: &str, field: &str, value: i64) -> (String, Command) {
-    let mut create = CreateTopic {
-        actor: Actor::User("root".into()),
-        name: name.into(),
-        id: IncarnationId::from_bits(0xf1),
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
-        created_at_ms: 0,
-    };
+    let mut create = CreateTopic::named(
+        Actor::User("root".into()),
+        name,
+        IncarnationId::from_bits(0xf1),
+        0,
+    );
     let mut body = serde_json::json!({ "name": name });
     if !field.is_empty() {
         body[field] = serde_json::json!(value);

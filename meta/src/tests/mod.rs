@@ -74,20 +74,7 @@ pub(super) fn id_of(name: &str) -> IncarnationId {
 
 /// `CreateTopic` for `name` with everything omitted, security off.
 pub(super) fn create(name: &str) -> CreateTopic {
-    CreateTopic {
-        actor: Actor::SecurityOff,
-        name: name.into(),
-        id: id_of(name),
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
-        created_at_ms: 1_000,
-    }
+    CreateTopic::named(Actor::SecurityOff, name, id_of(name), 1_000)
 }
 
 pub(super) fn create_cmd(name: &str) -> Command {

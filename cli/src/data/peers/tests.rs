@@ -18,7 +18,6 @@ use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_meta::{
     Actor, AssignPartitions, Command, CreateTopic, IncarnationId, PartitionOwner, RegisterMember,
-    TopicDefaults,
 };
 use narad_protocol::{ClusterAuth, ClusterSecret};
 
@@ -57,20 +56,12 @@ fn replica(local: NodeId) -> Arc<MetadataReplica> {
             at_ms: 1,
         }));
     }
-    apply(Command::CreateTopic(CreateTopic {
-        actor: Actor::SecurityOff,
-        name: "orders".into(),
-        id: IncarnationId::from_bits(ORDERS_ID),
-        partitions: None,
-        retention_ms: None,
-        visibility_timeout_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        schema: None,
-        parent: None,
-        defaults: TopicDefaults::default(),
-        created_at_ms: 1,
-    }));
+    apply(Command::CreateTopic(CreateTopic::named(
+        Actor::SecurityOff,
+        "orders",
+        IncarnationId::from_bits(ORDERS_ID),
+        1,
+    )));
     let partitions = replica.topic_meta("orders").expect("orders").partitions;
     apply(Command::AssignPartitions(AssignPartitions {
         topic: "orders".into(),
