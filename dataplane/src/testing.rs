@@ -67,12 +67,7 @@ pub(crate) fn mark_dead(replica: &MetadataReplica, node: NodeId) {
 pub(crate) fn create_command(name: &str, id: u64, partitions: u32) -> CreateTopic {
     CreateTopic {
         partitions: Some(i64::from(partitions)),
-        ..CreateTopic::named(
-            Actor::SecurityOff,
-            name,
-            IncarnationId::from_bits(id),
-            0,
-        )
+        ..CreateTopic::named(Actor::SecurityOff, name, IncarnationId::from_bits(id), 0)
     }
 }
 
