@@ -121,7 +121,9 @@ pub struct NodeServices {
     /// Topic changes (the control plane).
     pub admin: Arc<dyn Admin>,
     /// The node's clock: consume leases and long polls run on it, and
-    /// forwarding's token holds and claims with them.
+    /// forwarding's token holds and claims with them. Whoever builds
+    /// `remote` builds it on this clock too (its budgets and legacy-owner
+    /// memory), so the node has one.
     pub clock: Arc<dyn Clock>,
 }
 

@@ -54,7 +54,8 @@ pub(crate) struct Peers {
 impl Peers {
     /// Binds the cluster socket at `addr`, authenticated by `auth` as the
     /// control nodes' is, serving the routes of [`rpc_router`]. `clock` is
-    /// the node's: the data node attached later must run on it too.
+    /// the node's: its remote commits, token inbox and forwarder run on it,
+    /// and the data node attached later must run on it too.
     ///
     /// # Errors
     /// The socket could not be bound.
@@ -92,7 +93,7 @@ impl Peers {
 
     /// How this node's dispatcher commits to partitions other nodes own:
     /// over this transport, to the addresses `addresses` knows, on the
-    /// current tokio runtime.
+    /// current tokio runtime and the node's clock.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -104,6 +105,7 @@ impl Peers {
             Arc::clone(&self.transport),
             Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
             tokio::runtime::Handle::current(),
+            Arc::clone(&self.clock),
         ))
     }
 

@@ -21,6 +21,8 @@ use crate::metrics::NodeMetrics;
 
 mod route;
 mod settle;
+#[cfg(test)]
+mod tests;
 
 // The forward tests drop one by hand to check that a cancelled consume
 // releases what it leased remotely.

@@ -2,7 +2,7 @@
 //! the routing policy of the consume front.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_plog::Record;
 
@@ -62,7 +62,8 @@ impl ConsumeFront<'_> {
 /// forwarded long poll); otherwise, when nothing is ready here, one
 /// non-blocking probe of every live remote owner. When all are empty the
 /// consume parks here and probes the remote owners again after 100 ms,
-/// the pause doubling to 1 s, until its wait ends.
+/// the pause doubling to 1 s, until its wait ends. The wait and the pauses
+/// run on the consume service's clock, as its parks do.
 ///
 /// # Errors
 /// The local refusals, and for a pinned remote partition the forward's
@@ -90,7 +91,9 @@ async fn consume_anywhere(
         // Nothing to probe: one park keeps the consume's place in line.
         return service.consume(request).await.map_err(FrontError::Local);
     }
-    let deadline = Instant::now() + request.wait;
+    let clock = service.clock();
+    let wait_ms = u64::try_from(request.wait.as_millis()).unwrap_or(u64::MAX);
+    let deadline_ms = clock.now_ms().saturating_add(wait_ms);
     let mut pause = REPROBE_FIRST;
     loop {
         let now = ConsumeRequest {
@@ -105,10 +108,11 @@ async fn consume_anywhere(
         if !remote.is_empty() {
             return Ok(remote);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let left_ms = deadline_ms.saturating_sub(clock.now_ms());
+        if left_ms == 0 {
             return Ok(Vec::new());
         }
+        let left = Duration::from_millis(left_ms);
         forwarder.register_tokens(&request.topic, left);
         let parked = ConsumeRequest {
             wait: pause.min(left),

@@ -3,8 +3,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use narad_protocol::codec::{decode_message, encode_message};
 use narad_protocol::commit::{
     BatchRecord, COMMIT_BATCH_RECORDS_MAX, CommitProduceBatch, CommitProduceBatchAnswer,
@@ -13,9 +14,9 @@ use narad_protocol::commit::{
 use narad_protocol::{CallError, Lane, Node, Opcode, Request};
 use parking_lot::Mutex;
 
+use super::OwnerAddresses;
 use super::legacy::LegacyOwners;
 use super::verdict::{Verdict, judge};
-use super::{MonotonicClock, OwnerAddresses, SystemMonotonic};
 use crate::dispatch::constants::{HUNG_AFTER, WINDOW_RECORDS_MAX};
 use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, WalPayload};
 
@@ -36,6 +37,11 @@ const _: () = assert!(WINDOW_RECORDS_MAX <= COMMIT_BATCH_RECORDS_MAX as usize);
 /// `start` never blocks: the commit runs as a task on the given tokio
 /// runtime and reports through its [`CommitDone`] exactly once, also when
 /// the task panics or the runtime drops it (then as failed).
+///
+/// What is left of an order's budget and the legacy-owner memory are
+/// measured on the node's clock ([`Clock::now_ms`]), the one its consume
+/// service and forwarder run on; the transport's own timeouts and liveness
+/// checks run on the process's time.
 #[derive(Debug, Clone)]
 pub struct RemoteCommitTarget {
     inner: Arc<Inner>,
@@ -46,34 +52,20 @@ struct Inner {
     transport: Arc<Node>,
     addresses: Arc<dyn OwnerAddresses>,
     runtime: tokio::runtime::Handle,
-    clock: Arc<dyn MonotonicClock>,
+    clock: Arc<dyn Clock>,
     legacy: Mutex<LegacyOwners>,
     liveness_check_after: Duration,
 }
 
 impl RemoteCommitTarget {
     /// A target calling owners through `transport`, finding them with
-    /// `addresses`, running its calls on `runtime`.
+    /// `addresses`, running its calls on `runtime`, measuring budgets and
+    /// the legacy-owner memory on `clock` (the node's).
     pub fn new(
         transport: Arc<Node>,
         addresses: Arc<dyn OwnerAddresses>,
         runtime: tokio::runtime::Handle,
-    ) -> Self {
-        Self::with_clock(
-            transport,
-            addresses,
-            runtime,
-            Arc::new(SystemMonotonic::default()),
-        )
-    }
-
-    /// As [`RemoteCommitTarget::new`], with the clock the legacy-owner
-    /// memory reads (tests move it by hand).
-    pub fn with_clock(
-        transport: Arc<Node>,
-        addresses: Arc<dyn OwnerAddresses>,
-        runtime: tokio::runtime::Handle,
-        clock: Arc<dyn MonotonicClock>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -147,7 +139,7 @@ impl Drop for Report {
 
 impl Inner {
     async fn commit(&self, order: &CommitOrder<WalPayload>) -> CommitOutcome {
-        let started = Instant::now();
+        let started_ms = self.clock.now_ms();
         let Some(peer) = self.addresses.rpc_addr(order.node) else {
             tracing::warn!(destination = %order.destination, node = order.node, "remote commit failed: no RPC address known for the owner");
             return CommitOutcome::Failed;
@@ -159,11 +151,14 @@ impl Inner {
                 return CommitOutcome::Failed;
             }
         };
-        if batch.has_incarnations() && !self.legacy.lock().sends_ids(order.node, self.clock.now()) {
+        if batch.has_incarnations() && !self.legacy.lock().sends_ids(order.node, started_ms) {
             batch.strip_incarnations();
         }
         loop {
-            let remaining = order.budget.saturating_sub(started.elapsed());
+            let elapsed_ms = self.clock.now_ms().saturating_sub(started_ms);
+            let remaining = order
+                .budget
+                .saturating_sub(Duration::from_millis(elapsed_ms));
             if remaining.is_zero() {
                 tracing::warn!(destination = %order.destination, node = order.node, "remote commit failed: its budget ran out");
                 return CommitOutcome::Failed;
@@ -173,7 +168,7 @@ impl Inner {
             match judge(&answer, sent_ids, batch.records().len()) {
                 Verdict::RetryWithoutIds => {
                     assert!(sent_ids, "a batch without ids is never sent again");
-                    self.legacy.lock().refused(order.node, self.clock.now());
+                    self.legacy.lock().refused(order.node, self.clock.now_ms());
                     tracing::info!(destination = %order.destination, node = order.node, %peer, "owner refused topic incarnation ids (an older build); sending without them for 2 minutes");
                     batch.strip_incarnations();
                 }

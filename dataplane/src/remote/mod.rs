@@ -35,13 +35,12 @@ mod verdict;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
 pub use client::RemoteCommitTarget;
 pub use handler::{COMMIT_OPERATION_LIMIT_NAME, CommitService};
-pub use legacy::{LEGACY_OWNER_TTL, LEGACY_OWNERS_MAX, LegacyOwners};
+pub use legacy::{LEGACY_OWNER_TTL_MS, LEGACY_OWNERS_MAX, LegacyOwners};
 pub use verdict::{Verdict, judge};
 
 use crate::topology::NodeId;
@@ -80,33 +79,6 @@ impl AddressTable {
 impl OwnerAddresses for AddressTable {
     fn rpc_addr(&self, node: NodeId) -> Option<SocketAddr> {
         self.addresses.read().get(&node).copied()
-    }
-}
-
-/// Monotonic time for the legacy-owner memory, behind a trait so tests can
-/// move it by hand.
-pub trait MonotonicClock: Send + Sync + fmt::Debug {
-    /// Time since an arbitrary, fixed start.
-    fn now(&self) -> Duration;
-}
-
-/// The process's monotonic clock.
-#[derive(Debug)]
-pub struct SystemMonotonic {
-    start: Instant,
-}
-
-impl Default for SystemMonotonic {
-    fn default() -> Self {
-        Self {
-            start: Instant::now(),
-        }
-    }
-}
-
-impl MonotonicClock for SystemMonotonic {
-    fn now(&self) -> Duration {
-        self.start.elapsed()
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use narad_disk::Disk;
+use narad_disk::clock::{Clock, ManualClock, SystemClock};
 use narad_disk::sim::SimDisk;
 use narad_meta::{Command as MetaCommand, CreateTopic};
 use narad_plog::{LogConfig, ReadEntry, ReadLimits, Record};
@@ -23,12 +24,8 @@ use narad_protocol::{
     Request, Response, Router, RpcError, Status,
 };
 use narad_wal::CheckpointConfig;
-use parking_lot::Mutex;
 
-use super::{
-    AddressTable, CommitService, LEGACY_OWNER_TTL, MonotonicClock, OwnerAddresses,
-    RemoteCommitTarget,
-};
+use super::{AddressTable, CommitService, LEGACY_OWNER_TTL_MS, OwnerAddresses, RemoteCommitTarget};
 use crate::admin::LocalAdmin;
 use crate::commit::{Combiners, LocalLogs};
 use crate::dispatch::ReplicaLeader;
@@ -99,26 +96,17 @@ fn owning(owner_of_topics: NodeId, orders_id: &str) -> (Arc<Combiners>, Node) {
     (combiners, bind(service.route(Router::new())))
 }
 
-#[derive(Debug, Default)]
-struct ManualClock(Mutex<Duration>);
-
-impl ManualClock {
-    fn advance(&self, by: Duration) {
-        *self.0.lock() += by;
-    }
+/// A clock that moves only when a test moves it.
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(1_000))
 }
 
-impl MonotonicClock for ManualClock {
-    fn now(&self) -> Duration {
-        *self.0.lock()
-    }
-}
-
-/// A sender: its transport and a target that finds `OWNER` at `owner_addr`.
-fn sender(owner_addr: SocketAddr, clock: Arc<ManualClock>) -> RemoteCommitTarget {
+/// A sender: its transport and a target that finds `OWNER` at `owner_addr`,
+/// on `clock`.
+fn sender(owner_addr: SocketAddr, clock: Arc<dyn Clock>) -> RemoteCommitTarget {
     let addresses = Arc::new(AddressTable::new());
     addresses.set(OWNER, owner_addr);
-    RemoteCommitTarget::with_clock(
+    RemoteCommitTarget::new(
         Arc::new(bind(Router::new())),
         addresses,
         tokio::runtime::Handle::current(),
@@ -228,7 +216,7 @@ fn rejection(answer: Result<Response, CallError>) -> RpcError {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_order_lands_in_the_owners_partition_log() {
     let (owned, owner) = owning(OWNER, ORDERS_ID);
-    let target = sender(owner.local_addr(), Arc::default());
+    let target = sender(owner.local_addr(), manual_clock());
     let inputs: [Input; 3] = [
         ("k1", "first payload", Some(ORDERS_ID)),
         ("", "second", Some(ORDERS_ID)),
@@ -256,7 +244,7 @@ async fn a_commit_order_lands_in_the_owners_partition_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_without_an_incarnation_commit_by_name() {
     let (owned, owner) = owning(OWNER, ORDERS_ID);
-    let target = sender(owner.local_addr(), Arc::default());
+    let target = sender(owner.local_addr(), manual_clock());
     // `legacy` has an incarnation id (every topic has one); the record
     // has none, as one written in WAL format 1.
     let order = order(
@@ -294,7 +282,7 @@ async fn another_live_incarnation_is_refused_412_naming_both_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_412_reaches_the_dispatcher_as_the_retriable_incarnation_mismatch() {
     let (owned, owner) = owning(OWNER, RECREATED_ID);
-    let target = sender(owner.local_addr(), Arc::default());
+    let target = sender(owner.local_addr(), manual_clock());
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
         "orders",
@@ -329,7 +317,7 @@ async fn a_node_that_does_not_own_the_partition_answers_421() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_421_fails_the_commit() {
     let (_, owner) = owning(3, ORDERS_ID);
-    let target = sender(owner.local_addr(), Arc::default());
+    let target = sender(owner.local_addr(), manual_clock());
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
         "orders",
@@ -375,6 +363,7 @@ async fn an_owner_without_a_known_address_fails_the_commit() {
         Arc::new(bind(Router::new())),
         Arc::new(AddressTable::new()),
         tokio::runtime::Handle::current(),
+        manual_clock(),
     );
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
@@ -434,7 +423,7 @@ impl OlderOwner {
 async fn an_owner_refusing_ids_gets_the_batch_again_without_them() {
     let older = Arc::new(OlderOwner::default());
     let owner = bind(older.router());
-    let target = sender(owner.local_addr(), Arc::default());
+    let target = sender(owner.local_addr(), manual_clock());
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
         "orders",
@@ -450,8 +439,8 @@ async fn an_owner_refusing_ids_gets_the_batch_again_without_them() {
 async fn an_owner_refusing_ids_is_sent_none_for_two_minutes() {
     let older = Arc::new(OlderOwner::default());
     let owner = bind(older.router());
-    let clock = Arc::new(ManualClock::default());
-    let target = sender(owner.local_addr(), Arc::clone(&clock));
+    let clock = manual_clock();
+    let target = sender(owner.local_addr(), Arc::clone(&clock) as Arc<dyn Clock>);
     let sender_replica = replica(SENDER, OWNER, ORDERS_ID);
     let one = |payload: &'static str| -> [Input; 1] { [("", payload, Some(ORDERS_ID))] };
 
@@ -459,12 +448,12 @@ async fn an_owner_refusing_ids_is_sent_none_for_two_minutes() {
     assert_eq!(run(&target, first).await.0, CommitOutcome::Committed);
     assert_eq!(older.counts(), (1, 1));
 
-    clock.advance(LEGACY_OWNER_TTL - Duration::from_secs(1));
+    clock.advance(LEGACY_OWNER_TTL_MS - 1_000);
     let within = order(&sender_replica, "orders", 0, &one("within"));
     assert_eq!(run(&target, within).await.0, CommitOutcome::Committed);
     assert_eq!(older.counts(), (1, 2), "no ids sent within the memory");
 
-    clock.advance(Duration::from_secs(1));
+    clock.advance(1_000);
     let after = order(&sender_replica, "orders", 0, &one("after"));
     assert_eq!(run(&target, after).await.0, CommitOutcome::Committed);
     assert_eq!(older.counts(), (2, 3), "ids tried again once it lapsed");
@@ -480,11 +469,11 @@ async fn the_memory_of_a_refusing_owner_does_not_touch_other_owners() {
     addresses.set(third, older_node.local_addr());
     addresses.set(OWNER, current.local_addr());
     assert_eq!(addresses.rpc_addr(third), Some(older_node.local_addr()));
-    let target = RemoteCommitTarget::with_clock(
+    let target = RemoteCommitTarget::new(
         Arc::new(bind(Router::new())),
         addresses,
         tokio::runtime::Handle::current(),
-        Arc::new(ManualClock::default()),
+        manual_clock(),
     );
     let to_older = order(
         &replica(SENDER, third, ORDERS_ID),
@@ -524,7 +513,10 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
     let (owned, owner) = owning(OWNER, ORDERS_ID);
-    let target = sender(owner.local_addr(), Arc::default());
+    // One clock for the sending node: its remote commits and its consume
+    // service run on it.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let target = sender(owner.local_addr(), Arc::clone(&clock));
     // The sender owns `orders` but for partition 1, which the owning node
     // holds.
     let sender_replica = Arc::new(MetadataReplica::new(SENDER));
@@ -548,7 +540,7 @@ async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
         remote: Arc::new(target),
         admin: Arc::new(LocalAdmin::new(Arc::clone(&sender_replica))),
         replica: sender_replica,
-        clock: Arc::new(narad_disk::clock::SystemClock::new()),
+        clock,
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config)).expect("start");
     let topic = node
@@ -586,7 +578,7 @@ async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
 async fn a_commit_whose_budget_is_spent_fails_without_sending() {
     let older = Arc::new(OlderOwner::default());
     let owner = bind(older.router());
-    let target = sender(owner.local_addr(), Arc::default());
+    let target = sender(owner.local_addr(), manual_clock());
     let mut order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
         "orders",
@@ -608,7 +600,12 @@ async fn a_commit_its_runtime_drops_is_reported_failed() {
     gone.shutdown_background();
     let addresses = Arc::new(AddressTable::new());
     addresses.set(OWNER, SocketAddr::from(([127, 0, 0, 1], 9)));
-    let target = RemoteCommitTarget::new(Arc::new(bind(Router::new())), addresses, handle);
+    let target = RemoteCommitTarget::new(
+        Arc::new(bind(Router::new())),
+        addresses,
+        handle,
+        manual_clock(),
+    );
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
         "orders",
@@ -642,7 +639,7 @@ async fn a_slow_owner_keeps_its_commit_while_its_liveness_is_checked() {
     // about every second after while the commit waits 2.5 s for its answer;
     // a present owner answers the pings, and the commit is not cut short.
     let owner = bind(slow_owner(Duration::from_millis(2_500)));
-    let target = sender(owner.local_addr(), Arc::default())
+    let target = sender(owner.local_addr(), manual_clock())
         .with_liveness_check_after(Duration::from_millis(50));
     let order = order(
         &replica(SENDER, OWNER, ORDERS_ID),
