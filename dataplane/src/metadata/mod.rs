@@ -20,6 +20,9 @@ mod replica;
 mod topic;
 mod view;
 
+#[cfg(test)]
+mod measure_tests;
+
 pub use narad_meta::{Grant, GrantAction, User};
 pub use replica::MetadataReplica;
 pub use topic::{TopicMeta, TopicSchema};
