@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use narad_controlplane::node::ControlNode;
-use narad_controlplane::node::config::{self, Layer, Setting, Source, keys};
+use narad_controlplane::node::config::{self, Layer, Setting, keys};
 use tracing::{error, info};
 
 /// Exit code for an invalid configuration.
@@ -63,8 +63,7 @@ pub(crate) struct ControlArgs {
 
 impl ControlArgs {
     fn flag_layer(&self) -> Layer {
-        let mut layer = Layer::new(Source::Flag);
-        let pairs: [(Setting, &Option<String>); 13] = [
+        let flags: [(Setting, &Option<String>); 13] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CLUSTER_ADDR, &self.cluster_addr),
             (keys::ADVERTISE_ADDR, &self.advertise_addr),
@@ -79,23 +78,11 @@ impl ControlArgs {
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
             (keys::LOG_LEVEL, &self.log_level),
         ];
-        for (setting, value) in pairs {
-            if let Some(value) = value {
-                layer.set(setting, value.clone());
-            }
-        }
-        layer
+        Layer::from_flags(flags)
     }
 
     fn resolve(&self) -> Result<config::ControlConfig, String> {
-        let mut layers = Vec::new();
-        if let Some(path) = &self.config {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("invalid configuration: --config {}: {e}", path.display()))?;
-            layers.push(Layer::from_json(&text).map_err(|e| format!("{e} ({})", path.display()))?);
-        }
-        layers.push(Layer::from_env(|name| std::env::var(name).ok()));
-        layers.push(self.flag_layer());
+        let layers = crate::process::config_layers(self.config.as_deref(), self.flag_layer())?;
         config::resolve(&layers, |name| std::env::var(name).ok()).map_err(|e| e.to_string())
     }
 }

@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 pub(crate) use self::config::defaults::SHUTDOWN_GRACE;
-use self::config::{ClusterSecurity, ConfigError, DataConfig, Layer, Setting, Source, keys};
+use self::config::{ClusterSecurity, ConfigError, DataConfig, Layer, Setting, keys};
 use self::http::{ReadyCheck, ReadyGate};
 use self::peers::Peers;
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm, LEADER_HEARD_WITHIN};
@@ -119,8 +119,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let mut layer = Layer::new(Source::Flag);
-        let pairs: [(Setting, &Option<String>); 17] = [
+        let flags: [(Setting, &Option<String>); 17] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -148,23 +147,11 @@ impl DataArgs {
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
             (keys::LOG_LEVEL, &self.log_level),
         ];
-        for (setting, value) in pairs {
-            if let Some(value) = value {
-                layer.set(setting, value.clone());
-            }
-        }
-        layer
+        Layer::from_flags(flags)
     }
 
     fn resolve(&self) -> Result<DataConfig, String> {
-        let mut layers = Vec::new();
-        if let Some(path) = &self.config {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("invalid configuration: --config {}: {e}", path.display()))?;
-            layers.push(Layer::from_json(&text).map_err(|e| format!("{e} ({})", path.display()))?);
-        }
-        layers.push(Layer::from_env(|name| std::env::var(name).ok()));
-        layers.push(self.flag_layer());
+        let layers = crate::process::config_layers(self.config.as_deref(), self.flag_layer())?;
         config::resolve(&layers, |name| std::env::var(name).ok()).map_err(|e| e.to_string())
     }
 }

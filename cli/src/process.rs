@@ -1,10 +1,34 @@
-//! What every long-running `narad` command sets up first: its log output and
-//! the async runtime it runs on.
+//! What every long-running `narad` command sets up first: its configuration
+//! layers, its log output and the async runtime it runs on.
 
+use std::path::Path;
 use std::process::ExitCode;
+
+use narad_controlplane::node::config::layered::{Layer, Settings};
 
 /// Exit status when the process could not start (the environment refused).
 const EXIT_START: u8 = 1;
+
+/// A node command's configuration layers in increasing precedence: the
+/// `--config` file when one is named, the environment, then `flags`.
+///
+/// # Errors
+/// The file could not be read or is not a valid configuration; the text
+/// names the file.
+pub(crate) fn config_layers<S: Settings>(
+    config: Option<&Path>,
+    flags: Layer<S>,
+) -> Result<Vec<Layer<S>>, String> {
+    let mut layers = Vec::new();
+    if let Some(path) = config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("invalid configuration: --config {}: {e}", path.display()))?;
+        layers.push(Layer::from_json(&text).map_err(|e| format!("{e} ({})", path.display()))?);
+    }
+    layers.push(Layer::from_env(|name| std::env::var(name).ok()));
+    layers.push(flags);
+    Ok(layers)
+}
 
 /// Logs to stderr at `log_level` (openraft at `warn` unless asked lower),
 /// then builds the multi-threaded runtime. A runtime that cannot start is

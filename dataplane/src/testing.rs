@@ -24,6 +24,21 @@ pub(crate) const LOCAL_NODE: u64 = 1;
 /// bcrypt cost for test users: the minimum, so tests stay fast.
 const TEST_BCRYPT_COST: u32 = 4;
 
+/// The seed of the crate's property tests: fixed, so every run checks the
+/// same cases.
+const PROPTEST_SEED: u64 = 0x6e61_7261_6407;
+
+/// Settings for a property test: 256 cases from [`PROPTEST_SEED`], and no
+/// failure files (a failure replays from the seed).
+pub(crate) fn seeded_proptest_config() -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(PROPTEST_SEED),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}
+
 /// Applies `command` as the replica's next entry; the test's setup is
 /// wrong if the metastore refuses it.
 pub(crate) fn apply(replica: &MetadataReplica, command: Command) {

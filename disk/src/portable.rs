@@ -64,6 +64,39 @@ impl PortableDisk {
     }
 }
 
+/// The namespace operations of a backend over the real file system: every
+/// such backend creates, lists, removes, renames and syncs directories the
+/// same way, through `std`; only data operations differ. Expands to those
+/// methods of a [`Disk`] impl.
+macro_rules! std_namespace_ops {
+    () => {
+        fn create_dir_all(&self, path: &std::path::Path) -> std::io::Result<()> {
+            $crate::portable::create_dir_all_std(path)
+        }
+
+        fn list_dir(&self, path: &std::path::Path) -> std::io::Result<Vec<String>> {
+            $crate::portable::list_dir_std(path)
+        }
+
+        fn exists(&self, path: &std::path::Path) -> std::io::Result<bool> {
+            path.try_exists()
+        }
+
+        fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+            std::fs::remove_file(path)
+        }
+
+        fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+            std::fs::rename(from, to)
+        }
+
+        fn sync_dir(&self, path: &std::path::Path) -> std::io::Result<()> {
+            $crate::portable::sync_dir_std(path)
+        }
+    };
+}
+pub(crate) use std_namespace_ops;
+
 impl Disk for PortableDisk {
     fn kind(&self) -> BackendKind {
         BackendKind::Portable
@@ -79,29 +112,7 @@ impl Disk for PortableDisk {
         })))
     }
 
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        create_dir_all_std(path)
-    }
-
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        list_dir_std(path)
-    }
-
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        path.try_exists()
-    }
-
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        fs::remove_file(path)
-    }
-
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        fs::rename(from, to)
-    }
-
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        sync_dir_std(path)
-    }
+    std_namespace_ops!();
 }
 
 /// Creates a directory and its parents as every real backend does: 0700.

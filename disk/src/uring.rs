@@ -49,7 +49,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{IoUring, opcode, squeue, types};
 
 use crate::OpenOptions;
-use crate::portable::{create_dir_all_std, list_dir_std, open_std, sync_dir_std};
+use crate::portable::{open_std, std_namespace_ops};
 use crate::{BackendKind, Completion, CompletionSender, Disk, DiskFile, FileHandle, IoBuf};
 
 /// Submission-queue entries per ring. Each operation in flight holds one
@@ -1168,29 +1168,7 @@ impl Disk for UringDisk {
         })))
     }
 
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        create_dir_all_std(path)
-    }
-
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        list_dir_std(path)
-    }
-
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        path.try_exists()
-    }
-
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        fs::remove_file(path)
-    }
-
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        fs::rename(from, to)
-    }
-
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        sync_dir_std(path)
-    }
+    std_namespace_ops!();
 
     /// Registers the buffers on every ring. When the kernel cannot or will
     /// not (no sparse tables, locked-memory limit), the buffers stay
@@ -1412,10 +1390,33 @@ mod tests {
         }
     }
 
+    /// A worker on a ring of its own whose features `adjust` may take away,
+    /// and the sender of its request queue; `None` (the test is skipped)
+    /// where the kernel refuses io_uring.
+    fn lone_worker(
+        adjust: impl FnOnce(RingFeatures) -> RingFeatures,
+    ) -> Option<(Worker, Sender<Request>)> {
+        uring_disk(1)?;
+        let (ring, features) = setup_ring(RingOptions::default()).unwrap();
+        let (requests, queue) = crossbeam_channel::bounded(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let worker = Worker::new(ring, queue, wake, adjust(features), Arc::default()).unwrap();
+        Some((worker, requests))
+    }
+
     fn temp_file() -> (tempfile::TempDir, Arc<fs::File>) {
         let dir = tempfile::tempdir().unwrap();
         let file = open_std(&dir.path().join("f"), crate::OpenOptions::CREATE).unwrap();
         (dir, Arc::new(file))
+    }
+
+    /// A new file opened through `disk`, in a directory removed on drop.
+    fn opened_temp_file(disk: &UringDisk) -> (tempfile::TempDir, FileHandle) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = disk
+            .open(&dir.path().join("f"), crate::OpenOptions::CREATE)
+            .unwrap();
+        (dir, file)
     }
 
     fn write_op(file: &Arc<fs::File>, len: usize) -> (Op, Completion<IoBuf>) {
@@ -1740,11 +1741,9 @@ mod tests {
 
     #[test]
     fn write_and_sync_pushes_a_linked_pair_and_completes_once_both_finish() {
-        let Some(_) = uring_disk(1) else { return };
-        let (ring, features) = setup_ring(RingOptions::default()).unwrap();
-        let (requests, queue) = crossbeam_channel::bounded(8);
-        let wake = Arc::new(Wake::new().unwrap());
-        let mut worker = Worker::new(ring, queue, wake, features, Arc::default()).unwrap();
+        let Some((mut worker, requests)) = lone_worker(|features| features) else {
+            return;
+        };
         let (_dir, file) = temp_file();
         let (op, completion) = write_sync_op(&file, b"linked");
         requests.send(Request::Op(op)).unwrap();
@@ -1758,11 +1757,9 @@ mod tests {
 
     #[test]
     fn linked_pair_the_kernel_took_half_of_is_synced_again() {
-        let Some(_) = uring_disk(1) else { return };
-        let (ring, features) = setup_ring(RingOptions::default()).unwrap();
-        let (requests, queue) = crossbeam_channel::bounded(8);
-        let wake = Arc::new(Wake::new().unwrap());
-        let mut worker = Worker::new(ring, queue, wake, features, Arc::default()).unwrap();
+        let Some((mut worker, requests)) = lone_worker(|features| features) else {
+            return;
+        };
         let (_dir, file) = temp_file();
         let (op, completion) = write_sync_op(&file, b"split");
         requests.send(Request::Op(op)).unwrap();
@@ -1785,10 +1782,7 @@ mod tests {
     #[test]
     fn a_read_of_cached_pages_is_answered_without_the_ring() {
         let Some(disk) = uring_disk(1) else { return };
-        let dir = tempfile::tempdir().unwrap();
-        let file = disk
-            .open(&dir.path().join("f"), crate::OpenOptions::CREATE)
-            .unwrap();
+        let (_dir, file) = opened_temp_file(&disk);
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         file.write_at(0, IoBuf::from_slice(&data)).wait().unwrap();
         assert_eq!(file.read_at(100, 5_000).wait().unwrap(), &data[100..5_100]);
@@ -1871,10 +1865,7 @@ mod tests {
     #[test]
     fn registered_buffers_are_written_with_write_fixed() {
         let Some(disk) = uring_disk(1) else { return };
-        let dir = tempfile::tempdir().unwrap();
-        let file = disk
-            .open(&dir.path().join("f"), crate::OpenOptions::CREATE)
-            .unwrap();
+        let (_dir, file) = opened_temp_file(&disk);
         let mut buffers = [IoBuf::with_capacity(8192)];
         disk.register_buffers(&mut buffers).unwrap();
         let [mut buf] = buffers;
@@ -1891,10 +1882,7 @@ mod tests {
     #[test]
     fn a_buffer_whose_slot_was_reused_falls_back_to_a_plain_write() {
         let Some(disk) = uring_disk(1) else { return };
-        let dir = tempfile::tempdir().unwrap();
-        let file = disk
-            .open(&dir.path().join("f"), crate::OpenOptions::CREATE)
-            .unwrap();
+        let (_dir, file) = opened_temp_file(&disk);
         let mut first = [IoBuf::with_capacity(4096)];
         disk.register_buffers(&mut first).unwrap();
         let mut filler: Vec<IoBuf> = (0..REGISTERED_BUFFERS_MAX)
@@ -1910,11 +1898,9 @@ mod tests {
 
     #[test]
     fn registration_waits_for_writes_using_its_slot_and_holds_back_later_requests() {
-        let Some(_) = uring_disk(1) else { return };
-        let (ring, features) = setup_ring(RingOptions::default()).unwrap();
-        let (requests, queue) = crossbeam_channel::bounded(8);
-        let wake = Arc::new(Wake::new().unwrap());
-        let mut worker = Worker::new(ring, queue, wake, features, Arc::default()).unwrap();
+        let Some((mut worker, requests)) = lone_worker(|features| features) else {
+            return;
+        };
         let buf = IoBuf::with_capacity(4096);
         worker.fixed_busy[3] = 1;
         let (done, registered) = Completion::channel();
@@ -1949,15 +1935,13 @@ mod tests {
 
     #[test]
     fn truncate_runs_on_the_thread_when_the_ring_cannot() {
-        let Some(_) = uring_disk(1) else { return };
-        let (ring, features) = setup_ring(RingOptions::default()).unwrap();
-        let features = RingFeatures {
+        let no_ftruncate = |features| RingFeatures {
             ftruncate: false,
             ..features
         };
-        let (requests, queue) = crossbeam_channel::bounded(8);
-        let wake = Arc::new(Wake::new().unwrap());
-        let mut worker = Worker::new(ring, queue, wake, features, Arc::default()).unwrap();
+        let Some((mut worker, requests)) = lone_worker(no_ftruncate) else {
+            return;
+        };
         let (_dir, file) = temp_file();
         let (done, truncated) = Completion::channel();
         let truncate = Op {

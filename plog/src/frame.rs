@@ -445,17 +445,22 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn uncompressed_frame_round_trips() {
-        let raw = records(3);
-        let frame = encode_frame(
-            &commit_records(&raw),
-            42,
+    /// `raw` as one uncompressed frame at `base_offset`.
+    fn plain_frame(raw: &[(Vec<u8>, Vec<u8>)], base_offset: u64) -> Vec<u8> {
+        encode_frame(
+            &commit_records(raw),
+            base_offset,
             Codec::None,
             CompressionLevel::Default,
             FRAME_BYTES_MAX,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn uncompressed_frame_round_trips() {
+        let raw = records(3);
+        let frame = plain_frame(&raw, 42);
         let (header, decoded) = decode_frame(&frame, FRAME_BYTES_MAX).unwrap();
         assert_eq!(header.codec, Codec::None);
         assert_eq!(header.base_offset, 42);
@@ -517,14 +522,7 @@ mod tests {
     #[test]
     fn header_layout_matches_the_format() {
         let raw = records(1);
-        let frame = encode_frame(
-            &commit_records(&raw),
-            0x0102_0304_0506,
-            Codec::None,
-            CompressionLevel::Default,
-            FRAME_BYTES_MAX,
-        )
-        .unwrap();
+        let frame = plain_frame(&raw, 0x0102_0304_0506);
         assert_eq!(&frame[0..2], &[0xCA, 0xFE]);
         assert_eq!(frame[2], 0);
         assert_eq!(&frame[3..7], &1u32.to_be_bytes());
@@ -545,14 +543,7 @@ mod tests {
     #[test]
     fn every_flipped_byte_is_caught() {
         let raw = records(2);
-        let frame = encode_frame(
-            &commit_records(&raw),
-            9,
-            Codec::None,
-            CompressionLevel::Default,
-            FRAME_BYTES_MAX,
-        )
-        .unwrap();
+        let frame = plain_frame(&raw, 9);
         for at in 0..frame.len() {
             let mut damaged = frame.clone();
             damaged[at] ^= 0x10;
@@ -566,14 +557,7 @@ mod tests {
     #[test]
     fn trailing_bytes_are_refused_by_decode_but_not_by_check() {
         let raw = records(1);
-        let mut frame = encode_frame(
-            &commit_records(&raw),
-            0,
-            Codec::None,
-            CompressionLevel::Default,
-            FRAME_BYTES_MAX,
-        )
-        .unwrap();
+        let mut frame = plain_frame(&raw, 0);
         frame.push(0);
         assert!(check_frame(&frame, FRAME_BYTES_MAX).is_ok());
         assert_eq!(
@@ -605,14 +589,7 @@ mod tests {
     #[test]
     fn reserved_flag_bits_are_refused() {
         let raw = records(1);
-        let mut frame = encode_frame(
-            &commit_records(&raw),
-            0,
-            Codec::None,
-            CompressionLevel::Default,
-            FRAME_BYTES_MAX,
-        )
-        .unwrap();
+        let mut frame = plain_frame(&raw, 0);
         frame[2] |= 0x08;
         assert_eq!(
             FrameHeader::parse(&frame, FRAME_BYTES_MAX),
@@ -623,14 +600,7 @@ mod tests {
     #[test]
     fn short_input_is_truncated_not_a_panic() {
         let raw = records(1);
-        let frame = encode_frame(
-            &commit_records(&raw),
-            0,
-            Codec::None,
-            CompressionLevel::Default,
-            FRAME_BYTES_MAX,
-        )
-        .unwrap();
+        let frame = plain_frame(&raw, 0);
         for len in 0..frame.len() {
             assert!(matches!(
                 check_frame(&frame[..len], FRAME_BYTES_MAX),

@@ -36,6 +36,7 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use crate::codec::{Decode, DecodeError, Encode, Message, Reader, Writer, decode_message};
+use crate::fields::get_count_in;
 use crate::frame::{RpcError, Status};
 
 /// Most records one batch carries: the dispatcher's hard window cap (a
@@ -297,21 +298,13 @@ impl Decode for CommitProduceBatch {
 }
 
 fn decode_records(reader: &mut Reader) -> Result<Vec<BatchRecord>, DecodeError> {
-    let count = reader.u32("record count")?;
-    if count == 0 || count > COMMIT_BATCH_RECORDS_MAX {
-        return Err(DecodeError::InvalidValue {
-            field: "record count",
-            value: u64::from(count),
-        });
-    }
-    let count = count as usize;
-    if count.saturating_mul(RECORD_BYTES_MIN) > reader.remaining() {
-        return Err(DecodeError::LengthExceedsInput {
-            field: "records",
-            claimed: (count * RECORD_BYTES_MIN) as u64,
-            remaining: reader.remaining(),
-        });
-    }
+    let count = get_count_in(
+        reader,
+        "record count",
+        "records",
+        1..=COMMIT_BATCH_RECORDS_MAX,
+        RECORD_BYTES_MIN,
+    )?;
     let mut records = Vec::with_capacity(count);
     for _ in 0..count {
         records.push(BatchRecord {
@@ -324,21 +317,16 @@ fn decode_records(reader: &mut Reader) -> Result<Vec<BatchRecord>, DecodeError> 
 }
 
 fn decode_runs(reader: &mut Reader, records: usize) -> Result<Vec<IncarnationRun>, DecodeError> {
-    let count = reader.u32("incarnation run count")?;
-    if count == 0 || count as usize > records {
-        return Err(DecodeError::InvalidValue {
-            field: "incarnation run count",
-            value: u64::from(count),
-        });
-    }
-    let count = count as usize;
-    if count.saturating_mul(RUN_BYTES_MIN) > reader.remaining() {
-        return Err(DecodeError::LengthExceedsInput {
-            field: "incarnation runs",
-            claimed: (count * RUN_BYTES_MIN) as u64,
-            remaining: reader.remaining(),
-        });
-    }
+    // At most one run a record: `records` is a decoded record count, so it
+    // fits a `u32`.
+    let runs_max = u32::try_from(records).unwrap_or(u32::MAX);
+    let count = get_count_in(
+        reader,
+        "incarnation run count",
+        "incarnation runs",
+        1..=runs_max,
+        RUN_BYTES_MIN,
+    )?;
     let mut runs = Vec::with_capacity(count);
     let mut covered = 0_usize;
     for _ in 0..count {

@@ -55,6 +55,7 @@ use bytes::Bytes;
 
 use crate::codec::{Decode, DecodeError, Encode, Message, Reader, Writer, decode_message};
 use crate::commit::UNSUPPORTED_OPERATION_PREFIX;
+use crate::fields::get_count_in;
 use crate::frame::RpcError;
 
 /// Records one consume answer carries at most (the HTTP `max` limit).
@@ -281,22 +282,7 @@ fn counted(
     max: u32,
     item_bytes: usize,
 ) -> Result<usize, DecodeError> {
-    let count = reader.u32(field)?;
-    if count < min || count > max {
-        return Err(DecodeError::InvalidValue {
-            field,
-            value: u64::from(count),
-        });
-    }
-    let count = count as usize;
-    if count.saturating_mul(item_bytes) > reader.remaining() {
-        return Err(DecodeError::LengthExceedsInput {
-            field,
-            claimed: (count * item_bytes) as u64,
-            remaining: reader.remaining(),
-        });
-    }
-    Ok(count)
+    get_count_in(reader, field, field, min..=max, item_bytes)
 }
 
 /// One lease: `partition:offset:nonce` on the owner.

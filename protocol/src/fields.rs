@@ -3,6 +3,8 @@
 //! lists. Each decoder refuses every byte pattern its encoder never writes,
 //! so a value has exactly one encoding.
 
+use std::ops::RangeInclusive;
+
 use crate::{DecodeError, Reader, Writer};
 
 /// Appends a boolean as one byte, 0 or 1.
@@ -81,16 +83,33 @@ pub fn get_count(
     max: u32,
     item_bytes_min: usize,
 ) -> Result<usize, DecodeError> {
+    get_count_in(reader, field, field, 0..=max, item_bytes_min)
+}
+
+/// Reads a list count like [`get_count`], refusing one outside `range`.
+/// `count_field` names the count where it is cut short or out of range,
+/// `list_field` the list where the input cannot hold it.
+///
+/// # Errors
+/// [`DecodeError::Truncated`], [`DecodeError::InvalidValue`] outside
+/// `range`, or [`DecodeError::LengthExceedsInput`] beyond the input.
+pub fn get_count_in(
+    reader: &mut Reader,
+    count_field: &'static str,
+    list_field: &'static str,
+    range: RangeInclusive<u32>,
+    item_bytes_min: usize,
+) -> Result<usize, DecodeError> {
     const _: () = assert!(u32::BITS <= usize::BITS);
-    let count = reader.u32(field)?;
-    if count > max {
-        return Err(invalid(field, count));
+    let count = reader.u32(count_field)?;
+    if !range.contains(&count) {
+        return Err(invalid(count_field, count));
     }
     let count = count as usize;
     let needed = count.saturating_mul(item_bytes_min);
     if needed > reader.remaining() {
         return Err(DecodeError::LengthExceedsInput {
-            field,
+            field: list_field,
             claimed: needed as u64,
             remaining: reader.remaining(),
         });

@@ -15,6 +15,7 @@
 use bytes::Bytes;
 
 use crate::codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
+use crate::fields::get_count;
 
 /// The most changes one batch carries; a subscriber further behind asks
 /// again (or gets a snapshot). Keeps a batch far below the frame limit for
@@ -128,24 +129,15 @@ impl Decode for MetadataBatch {
                 });
             }
         };
-        let count = reader.u32("change count")?;
-        if count > METADATA_BATCH_CHANGES_MAX {
-            return Err(DecodeError::InvalidValue {
-                field: "change count",
-                value: u64::from(count),
-            });
-        }
         // Every change takes at least its index and its length prefix, so
         // a forged count is refused before anything is reserved.
-        let needed = count as usize * CHANGE_BYTES_MIN;
-        if needed > reader.remaining() {
-            return Err(DecodeError::LengthExceedsInput {
-                field: "change count",
-                claimed: needed as u64,
-                remaining: reader.remaining(),
-            });
-        }
-        let mut changes = Vec::with_capacity(count as usize);
+        let count = get_count(
+            reader,
+            "change count",
+            METADATA_BATCH_CHANGES_MAX,
+            CHANGE_BYTES_MIN,
+        )?;
+        let mut changes = Vec::with_capacity(count);
         for _ in 0..count {
             changes.push(MetadataChange {
                 index: reader.u64("change index")?,

@@ -300,29 +300,20 @@ impl ControlCluster {
     ///
     /// # Panics
     /// After [`WAIT_MAX`], naming `what` and showing every node's log.
-    pub async fn wait_until<T, F, Fut>(&self, what: &str, mut probe: F) -> T
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, probe: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            if let Some(value) = probe().await {
-                return value;
-            }
-            if Instant::now() > deadline {
-                let logs: Vec<String> = self
-                    .nodes
-                    .iter()
-                    .map(|node| format!("--- node {} ---\n{}", node.id, node.log()))
-                    .collect();
-                panic!(
-                    "gave up after {WAIT_MAX:?} waiting for {what}\n{}",
-                    logs.join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll_until(what, probe, || {
+            let logs: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|node| format!("--- node {} ---\n{}", node.id, node.log()))
+                .collect();
+            logs.join("\n")
+        })
+        .await
     }
 }
 
@@ -572,24 +563,15 @@ impl DataProcess {
     ///
     /// # Panics
     /// After [`WAIT_MAX`], naming `what` and showing the node's log.
-    pub async fn wait_until<T, F, Fut>(&self, what: &str, mut probe: F) -> T
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, probe: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            if let Some(value) = probe().await {
-                return value;
-            }
-            assert!(
-                Instant::now() <= deadline,
-                "gave up after {WAIT_MAX:?} waiting for {what}\n--- data node {} ---\n{}",
-                self.id,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll_until(what, probe, || {
+            format!("--- data node {} ---\n{}", self.id, self.log())
+        })
+        .await
     }
 
     /// Waits until `/readyz` answers `200`.
@@ -971,5 +953,26 @@ impl DataCluster {
             let exit = node.terminate().await;
             assert!(exit.success(), "exit {exit:?}\n{}", node.log());
         }
+    }
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`.
+///
+/// # Panics
+/// After [`WAIT_MAX`], naming `what` and showing the `logs` it gathers.
+async fn poll_until<T, F, Fut>(what: &str, mut probe: F, logs: impl FnOnce() -> String) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        if Instant::now() > deadline {
+            panic!("gave up after {WAIT_MAX:?} waiting for {what}\n{}", logs());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

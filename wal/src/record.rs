@@ -615,6 +615,19 @@ mod tests {
         out
     }
 
+    /// `record` encodes to exactly `golden`, as long as it said it would be.
+    fn assert_encodes_to(record: &WalRecord, golden: &[u8]) {
+        assert_eq!(record.encoded_len(), golden.len());
+        assert_eq!(record.encode().unwrap(), golden);
+    }
+
+    /// The encoder refuses `record` and the decoder refuses `bytes`, both
+    /// with `expected`.
+    fn assert_refused_both_ways(record: &WalRecord, bytes: &[u8], expected: RecordError) {
+        assert_eq!(record.encode().err(), Some(expected.clone()));
+        assert_eq!(WalRecordRef::decode(bytes).err(), Some(expected));
+    }
+
     #[test]
     fn golden_format_1_decodes_to_its_fields() {
         let record = WalRecord::decode(GOLDEN_FORMAT_1).unwrap();
@@ -625,9 +638,7 @@ mod tests {
 
     #[test]
     fn golden_format_1_encodes_byte_for_byte() {
-        let record = golden_format_1_record();
-        assert_eq!(record.encoded_len(), GOLDEN_FORMAT_1.len());
-        assert_eq!(record.encode().unwrap(), GOLDEN_FORMAT_1);
+        assert_encodes_to(&golden_format_1_record(), GOLDEN_FORMAT_1);
     }
 
     #[test]
@@ -640,9 +651,7 @@ mod tests {
 
     #[test]
     fn golden_format_2_encodes_byte_for_byte() {
-        let record = golden_format_2_record();
-        assert_eq!(record.encoded_len(), GOLDEN_FORMAT_2.len());
-        assert_eq!(record.encode().unwrap(), GOLDEN_FORMAT_2);
+        assert_encodes_to(&golden_format_2_record(), GOLDEN_FORMAT_2);
     }
 
     #[test]
@@ -768,14 +777,8 @@ mod tests {
         let expected = RecordError::EmptyField {
             field: RecordField::Topic,
         };
-        assert_eq!(
-            WalRecordRef::decode(&raw(1, &[b"", b""], 0, b"p")).err(),
-            Some(expected.clone())
-        );
-        assert_eq!(
-            record_with("", None, b"").encode().err(),
-            Some(expected.clone())
-        );
+        let bytes = raw(1, &[b"", b""], 0, b"p");
+        assert_refused_both_ways(&record_with("", None, b""), &bytes, expected);
     }
 
     #[test]
@@ -784,11 +787,7 @@ mod tests {
             field: RecordField::IncarnationId,
         };
         let bytes = raw(2, &[b"t", b"", b""], 0, b"p");
-        assert_eq!(WalRecordRef::decode(&bytes).err(), Some(expected.clone()));
-        assert_eq!(
-            record_with("t", Some(""), b"").encode().err(),
-            Some(expected.clone())
-        );
+        assert_refused_both_ways(&record_with("t", Some(""), b""), &bytes, expected);
     }
 
     #[test]
@@ -799,12 +798,8 @@ mod tests {
             len: TOPIC_NAME_BYTES_MAX + 1,
             max: TOPIC_NAME_BYTES_MAX,
         };
-        assert_eq!(
-            record_with(&topic, None, b"").encode().err(),
-            Some(expected.clone())
-        );
         let bytes = raw(1, &[topic.as_bytes(), b""], 0, b"p");
-        assert_eq!(WalRecordRef::decode(&bytes).err(), Some(expected.clone()));
+        assert_refused_both_ways(&record_with(&topic, None, b""), &bytes, expected);
     }
 
     #[test]
@@ -821,12 +816,8 @@ mod tests {
             len: INCARNATION_ID_BYTES_MAX + 1,
             max: INCARNATION_ID_BYTES_MAX,
         };
-        assert_eq!(
-            record_with("t", Some(&id), b"").encode().err(),
-            Some(expected.clone())
-        );
         let bytes = raw(2, &[b"t", id.as_bytes(), b""], 0, b"p");
-        assert_eq!(WalRecordRef::decode(&bytes).err(), Some(expected.clone()));
+        assert_refused_both_ways(&record_with("t", Some(&id), b""), &bytes, expected);
     }
 
     #[test]
@@ -844,14 +835,8 @@ mod tests {
             len: KEY_BYTES_MAX + 1,
             max: KEY_BYTES_MAX,
         };
-        assert_eq!(
-            record_with("t", None, &key).encode().err(),
-            Some(expected.clone())
-        );
-        assert_eq!(
-            WalRecordRef::decode(&raw(1, &[b"t", &key], 0, b"p")).err(),
-            Some(expected.clone())
-        );
+        let bytes = raw(1, &[b"t", &key], 0, b"p");
+        assert_refused_both_ways(&record_with("t", None, &key), &bytes, expected);
     }
 
     #[test]
@@ -863,9 +848,8 @@ mod tests {
             len,
             max: RECORD_BYTES_MAX,
         };
-        assert_eq!(record.encode().err(), Some(expected.clone()));
         let bytes = raw(1, &[b"t", b""], 0, &record.payload);
-        assert_eq!(WalRecordRef::decode(&bytes).err(), Some(expected.clone()));
+        assert_refused_both_ways(&record, &bytes, expected);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use narad_controlplane::node::config::layered::{
     self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration, parse_log_level,
 };
-pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting, Source};
+pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting};
 use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
 use narad_dataplane::topology::NodeId;
 use narad_protocol::ClusterSecret;
@@ -169,11 +169,7 @@ pub(crate) fn resolve(
     let merged = Merged::of(layers);
     let node_id = merged.parse(keys::NODE_ID, None, parse_node_id)?;
     let control_nodes = merged.parse(keys::CONTROL_NODES, None, parse_control_nodes)?;
-    let http_addr = merged.parse(
-        keys::HTTP_ADDR,
-        Some(parse_addr(defaults::HTTP_ADDR).map_err(ConfigError::built_in)?),
-        parse_addr,
-    )?;
+    let http_addr = merged.parse_addr(keys::HTTP_ADDR, defaults::HTTP_ADDR)?;
     // The spec's node RPC port is the API port number over UDP.
     let rpc_addr = merged.parse(keys::RPC_ADDR, Some(http_addr), parse_addr)?;
     let advertise_host = match merged.parse(keys::ADVERTISE_HOST, Some(None), |v| {

@@ -1,3 +1,5 @@
+use narad_controlplane::node::config::layered::Source;
+
 use super::*;
 
 const SECRET: &str = "a-cluster-secret-of-enough-bytes";

@@ -8,7 +8,7 @@
 //! the types of `node::wire`. Layouts:
 //! `docs/internals/controlplane-rpc.md`, "Wire formats".
 
-use narad_protocol::{Decode, DecodeError, Encode, Message, Opcode, Reader, Writer};
+use narad_protocol::{Decode, DecodeError, Encode, Opcode, Reader, Writer};
 use openraft::error::{Infallible, InstallSnapshotError, RaftError};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -57,6 +57,18 @@ const _: () = assert!(opcodes::RAFT_APPEND_ENTRIES.0 > 32);
 /// ("RaftVote version 1 is not supported (this build speaks version 2)").
 pub const CONTROL_MESSAGE_VERSION: u8 = 2;
 
+/// Makes each named type a [`Message`](narad_protocol::Message) of version
+/// [`CONTROL_MESSAGE_VERSION`] under its name on the wire.
+macro_rules! control_message {
+    ($($name:ident => $text:literal),* $(,)?) => {
+        $(impl narad_protocol::Message for $name {
+            const NAME: &'static str = $text;
+            const VERSION: u8 = $crate::network::messages::CONTROL_MESSAGE_VERSION;
+        })*
+    };
+}
+pub(crate) use control_message;
+
 /// The most entries one append decodes. openraft sends at most
 /// `max_payload_entries` per append (300 by default, and this crate keeps
 /// the default); the bound only stops a forged count.
@@ -92,15 +104,6 @@ pub struct InstallSnapshotAnswer(
         RaftError<ControlNodeId, InstallSnapshotError>,
     >,
 );
-
-macro_rules! control_message {
-    ($($name:ident => $text:literal),* $(,)?) => {
-        $(impl Message for $name {
-            const NAME: &'static str = $text;
-            const VERSION: u8 = CONTROL_MESSAGE_VERSION;
-        })*
-    };
-}
 
 control_message!(
     AppendEntries => "RaftAppendEntries",

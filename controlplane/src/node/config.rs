@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use self::layered::{ConfigError, Setting, Source, parse_duration};
-use self::layered::{Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_log_level};
+use self::layered::{Merged, Settings, parse_bool, parse_data_dir, parse_log_level};
 use crate::raft::ControlNodeId;
 
 /// The settings of a control node.
@@ -185,16 +185,8 @@ pub fn resolve(
 ) -> Result<ControlConfig, ConfigError> {
     let merged = Merged::of(layers);
     let node_id = merged.parse(keys::NODE_ID, None, parse_node_id)?;
-    let cluster_addr = merged.parse(
-        keys::CLUSTER_ADDR,
-        Some(parse_addr(defaults::CLUSTER_ADDR).map_err(ConfigError::built_in)?),
-        parse_addr,
-    )?;
-    let http_addr = merged.parse(
-        keys::HTTP_ADDR,
-        Some(parse_addr(defaults::HTTP_ADDR).map_err(ConfigError::built_in)?),
-        parse_addr,
-    )?;
+    let cluster_addr = merged.parse_addr(keys::CLUSTER_ADDR, defaults::CLUSTER_ADDR)?;
+    let http_addr = merged.parse_addr(keys::HTTP_ADDR, defaults::HTTP_ADDR)?;
     if http_addr == cluster_addr {
         return Err(merged.error(
             keys::HTTP_ADDR,

@@ -1,13 +1,14 @@
 //! The control node's messages (`Propose`, `ReadLocal`, `LeaderConfirm`,
 //! `RegisterMember`, `JoinCluster`) and their binary encodings: each is a
-//! [`Message`] of version [`CONTROL_MESSAGE_VERSION`], field by field, as
-//! drawn in `docs/internals/controlplane-rpc.md` ("Wire formats"). The serde
-//! derives serve `/status` and logs, not the wire.
+//! [`Message`](narad_protocol::Message) of version
+//! [`CONTROL_MESSAGE_VERSION`](crate::network::messages::CONTROL_MESSAGE_VERSION),
+//! field by field, as drawn in `docs/internals/controlplane-rpc.md` ("Wire
+//! formats"). The serde derives serve `/status` and logs, not the wire.
 
-use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
+use narad_protocol::{Decode, DecodeError, Encode, Reader, Writer};
 use serde::{Deserialize, Serialize};
 
-use crate::network::messages::CONTROL_MESSAGE_VERSION;
+use crate::network::messages::control_message;
 use crate::network::metastore_fields::{
     PARTITION_SLOTS_MAX, get_command, get_epoch, get_incarnation, get_topic, put_command,
     put_epoch, put_incarnation, put_topic,
@@ -197,15 +198,6 @@ pub struct MemberRequest {
 /// cap users; a bound this high is never reached by an operator's users and
 /// stops a forged count.
 pub const USERNAMES_MAX: u32 = 1 << 20;
-
-macro_rules! control_message {
-    ($($name:ident => $text:literal),* $(,)?) => {
-        $(impl Message for $name {
-            const NAME: &'static str = $text;
-            const VERSION: u8 = CONTROL_MESSAGE_VERSION;
-        })*
-    };
-}
 
 control_message!(
     ProposeRequest => "Propose",

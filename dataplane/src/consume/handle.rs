@@ -63,20 +63,11 @@ impl fmt::Display for ReceiptHandle {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use proptest::test_runner::RngSeed;
 
     use super::*;
 
-    /// Fixed, so every run checks the same cases.
-    const SEED: u64 = 0x6e61_7261_6407;
-
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 256,
-            rng_seed: RngSeed::Fixed(SEED),
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::testing::seeded_proptest_config())]
 
         #[test]
         fn every_handle_round_trips(partition: u32, offset: u64, nonce: u64) {

@@ -164,7 +164,6 @@ fn write_json_string(out: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use proptest::test_runner::RngSeed;
 
     use super::*;
 
@@ -177,16 +176,8 @@ mod tests {
         ]
     }
 
-    /// Fixed, so every run checks the same cases.
-    const SEED: u64 = 0x6e61_7261_6407;
-
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 256,
-            rng_seed: RngSeed::Fixed(SEED),
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::testing::seeded_proptest_config())]
 
         #[test]
         fn any_record_renders_as_json_that_gives_its_bytes_back(

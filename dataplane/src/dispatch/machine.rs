@@ -533,15 +533,21 @@ impl<P> Dispatcher<P> {
             .map(|(destination, _)| destination.clone())
             .collect();
         for destination in deleted {
-            let Some(state) = self.destinations.get_mut(&destination) else {
-                continue;
-            };
-            let mut released: Vec<Held<P>> = state.queue.drain(..).collect();
-            if let Some(probe) = state.failing.take().and_then(|failing| failing.probe) {
-                released.push(probe);
-            }
-            self.return_to_wal(released);
+            self.release_destination(&destination);
         }
+    }
+
+    /// `destination` gives up its queue and its failing state: the queued
+    /// records and the probe go back to the WAL.
+    fn release_destination(&mut self, destination: &Destination) {
+        let Some(state) = self.destinations.get_mut(destination) else {
+            return;
+        };
+        let mut released: Vec<Held<P>> = state.queue.drain(..).collect();
+        if let Some(probe) = state.failing.take().and_then(|failing| failing.probe) {
+            released.push(probe);
+        }
+        self.return_to_wal(released);
     }
 
     fn mark_hung_commits(&mut self, now: Duration) {
@@ -585,14 +591,7 @@ impl<P> Dispatcher<P> {
             .map(|(destination, _)| destination.clone())
             .collect();
         for destination in dead {
-            let Some(state) = self.destinations.get_mut(&destination) else {
-                continue;
-            };
-            let mut released: Vec<Held<P>> = state.queue.drain(..).collect();
-            if let Some(probe) = state.failing.take().and_then(|failing| failing.probe) {
-                released.push(probe);
-            }
-            self.return_to_wal(released);
+            self.release_destination(&destination);
         }
     }
 

@@ -208,20 +208,11 @@ fn with_fraction(value: u128, precision: u32) -> String {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use proptest::test_runner::RngSeed;
 
     use super::*;
 
-    /// Fixed, so every run checks the same cases.
-    const SEED: u64 = 0x6e61_7261_6407;
-
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 256,
-            rng_seed: RngSeed::Fixed(SEED),
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::testing::seeded_proptest_config())]
 
         #[test]
         fn every_printed_duration_parses_back_exactly(nanos in 0..=i64::MAX as u64) {

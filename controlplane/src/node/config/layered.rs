@@ -141,6 +141,17 @@ impl<S: Settings> Layer<S> {
         self.values.insert(setting.key, value.into());
     }
 
+    /// The flag layer: every setting whose flag was given.
+    pub fn from_flags<'a>(flags: impl IntoIterator<Item = (Setting, &'a Option<String>)>) -> Self {
+        let mut layer = Self::new(Source::Flag);
+        for (setting, value) in flags {
+            if let Some(value) = value {
+                layer.set(setting, value.clone());
+            }
+        }
+        layer
+    }
+
     /// The environment layer: every setting whose variable is set.
     pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut layer = Self::new(Source::Env);
@@ -256,6 +267,16 @@ impl Merged {
                 )
             }),
         }
+    }
+
+    /// Parses the address `setting`, or answers its built-in `default`.
+    ///
+    /// # Errors
+    /// An address that does not parse, named with where it came from (a
+    /// `default` that does not parse is [`ConfigError::built_in`]).
+    pub fn parse_addr(&self, setting: Setting, default: &str) -> Result<SocketAddr, ConfigError> {
+        let default = parse_addr(default).map_err(ConfigError::built_in)?;
+        self.parse(setting, Some(default), parse_addr)
     }
 
     /// Where `setting`'s value came from, as error texts say it; empty when
