@@ -12,7 +12,7 @@ use std::sync::Arc;
 use narad_protocol::metadata::{MetadataBatch, MetadataChange};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode_command, decode_state};
+use crate::codec::{decode_command, decode_state, encode_command};
 use crate::{ApplyContext, Command, Metastore, MetastoreError, Outcome};
 
 /// The result of applying one entry, as a proposer or a subscriber is told.
@@ -46,6 +46,28 @@ impl AppliedOutcome {
                 message: error.to_string(),
             },
         }
+    }
+}
+
+/// The batch that brings a subscriber to `applied_index` with `changes`
+/// (log index and command, in log order), each command in the binary
+/// command codec; `leader_commit_index` tells it where caught up is.
+pub fn changes_batch(
+    applied_index: u64,
+    leader_commit_index: u64,
+    changes: &[(u64, Command)],
+) -> MetadataBatch {
+    MetadataBatch {
+        applied_index,
+        leader_commit_index,
+        snapshot: None,
+        changes: changes
+            .iter()
+            .map(|(index, command)| MetadataChange {
+                index: *index,
+                command: encode_command(command),
+            })
+            .collect(),
     }
 }
 
@@ -197,7 +219,7 @@ mod tests {
 
     use super::*;
     use crate::Heartbeat;
-    use crate::codec::{encode_command, encode_state};
+    use crate::codec::encode_state;
     use narad_protocol::metadata::MetadataChange;
 
     fn heartbeat(index: u64) -> Command {

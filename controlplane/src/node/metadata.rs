@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_protocol::metadata::{
-    METADATA_BATCH_CHANGES_MAX, METADATA_WAIT_MS_MAX, MetadataBatch, MetadataChange, MetadataFetch,
+    METADATA_BATCH_CHANGES_MAX, METADATA_WAIT_MS_MAX, MetadataBatch, MetadataFetch,
 };
 use narad_protocol::{Inbound, Response, RpcError};
 
 use super::runtime::Shared;
 use crate::store::Catchup;
-use narad_meta::codec::{encode_command, encode_state};
+use narad_meta::codec::encode_state;
+use narad_meta::follow::changes_batch;
 
 /// Serves one `MetadataFetch`: waits (bounded) while this replica has
 /// nothing newer, then answers what the subscriber needs next.
@@ -48,18 +49,7 @@ pub(super) async fn serve(shared: &Arc<Shared>, inbound: Inbound) -> Result<Resp
         Catchup::Changes {
             changes,
             applied_index,
-        } => MetadataBatch {
-            applied_index,
-            leader_commit_index,
-            snapshot: None,
-            changes: changes
-                .iter()
-                .map(|(index, command)| MetadataChange {
-                    index: *index,
-                    command: encode_command(command),
-                })
-                .collect(),
-        },
+        } => changes_batch(applied_index, leader_commit_index, &changes),
     };
     Ok(Response::message(&batch))
 }

@@ -159,9 +159,9 @@ impl Topology for MetadataReplica {
 
 #[cfg(test)]
 mod tests {
-    use narad_meta::codec::{encode_command, encode_state};
+    use narad_meta::codec::encode_state;
+    use narad_meta::follow::changes_batch;
     use narad_meta::{Actor, Command, DeleteTopic, GrantAction, Heartbeat, Metastore};
-    use narad_protocol::metadata::MetadataChange;
 
     use super::*;
     use crate::testing::{add_user, assign, create_command, mark_dead, register, topic};
@@ -229,18 +229,7 @@ mod tests {
     }
 
     fn batch(applied_index: u64, leader: u64, changes: &[(u64, Command)]) -> MetadataBatch {
-        MetadataBatch {
-            applied_index,
-            leader_commit_index: leader,
-            snapshot: None,
-            changes: changes
-                .iter()
-                .map(|(index, command)| MetadataChange {
-                    index: *index,
-                    command: encode_command(command),
-                })
-                .collect(),
-        }
+        changes_batch(applied_index, leader, changes)
     }
 
     #[test]
