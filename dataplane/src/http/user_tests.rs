@@ -246,6 +246,19 @@ async fn a_wrong_current_password_is_refused() {
 }
 
 #[tokio::test]
+async fn an_own_password_change_without_the_current_one_is_400() {
+    let api = api();
+    let body = r#"{"new_password":"alice-2"}"#;
+    let answer = send(
+        &api,
+        request("PUT", "/v1/users/alice/password", ALICE, body),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer.error(), "current_password required");
+}
+
+#[tokio::test]
 async fn a_non_admin_cannot_change_another_password() {
     let api = api();
     let body = r#"{"new_password":"x","current_password":"alice-pw"}"#;

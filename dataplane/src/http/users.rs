@@ -211,17 +211,20 @@ pub(crate) async fn set_password(
     let request: PasswordBody = read_json(&headers, body).await?;
     check_password(&request.new_password)?;
     let target = known_user(&state, &username)?;
-    // A non-admin proves its current password here; the hash it was
+    // Who may change whose password is the metastore's rule; a non-admin
+    // must also prove its current password here, and the hash it was
     // verified against travels with the change, so the metastore refuses
     // it if the password changed since.
-    let must_prove = caller.as_deref().is_some_and(|caller| !caller.is_admin());
-    let proves = must_prove && request.current_password.is_some();
     state
         .replica
         .view()
         .metastore
-        .check_set_password(&actor, &username, proves)
+        .check_set_password(&actor, &username, true)
         .map_err(refused)?;
+    let must_prove = caller.as_deref().is_some_and(|caller| !caller.is_admin());
+    if must_prove && request.current_password.is_none() {
+        return Err(ApiError::bad_request("current_password required"));
+    }
     let mut checked_hash = None;
     if let (true, Some(current)) = (must_prove, request.current_password) {
         let stored = target.password_hash.as_str().to_owned();
