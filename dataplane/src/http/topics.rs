@@ -282,10 +282,15 @@ async fn managed_topic(
 }
 
 fn known_topic(state: &ApiState, name: &str) -> Result<Arc<TopicMeta>, ApiError> {
-    state
-        .replica
-        .topic_meta(name)
-        .ok_or_else(|| refused(MetastoreError::TopicNotFound))
+    found(
+        state.replica.topic_meta(name),
+        MetastoreError::TopicNotFound,
+    )
+}
+
+/// `value`, or the metastore's `missing` refusal (a 404) when there is none.
+pub(crate) fn found<T>(value: Option<T>, missing: MetastoreError) -> Result<T, ApiError> {
+    value.ok_or_else(|| refused(missing))
 }
 
 /// `GET /v1/topics/{topic}`: the record, schema and partition statistics.

@@ -18,7 +18,7 @@ use narad_meta::{
 
 use super::body::read_limited;
 use super::error::ApiError;
-use super::topics::{json_response, propose, refused};
+use super::topics::{found, json_response, propose, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::ingress::now_unix_ms;
@@ -122,11 +122,7 @@ async fn hash(state: &ApiState, password: String) -> Result<PasswordHash, ApiErr
 }
 
 fn known_user(state: &ApiState, username: &str) -> Result<Arc<User>, ApiError> {
-    state
-        .replica
-        .user(username)
-        .0
-        .ok_or_else(|| refused(MetastoreError::UserNotFound))
+    found(state.replica.user(username).0, MetastoreError::UserNotFound)
 }
 
 /// `GET /v1/users` → every user in name order, without hashes.
