@@ -1,6 +1,6 @@
 //! Consume, replay, settle and partition statistics for partitions another
 //! data node owns, over the cluster transport (spec §3 "Cross-node
-//! consume" and "Forwarded acks", §7; issue #8).
+//! consume" and "Forwarded acks", §7).
 //!
 //! Two halves:
 //! - the owning side, [`ForwardService`]: the handler of opcodes 2
