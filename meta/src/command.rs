@@ -158,6 +158,24 @@ pub struct DeleteTopic {
     pub expected_id: Option<IncarnationId>,
 }
 
+impl AlterTopic {
+    /// An alter of `name` (incarnation `expected_id`, if the proposer read
+    /// one) by `actor` that changes no field yet, under the built-in
+    /// defaults: a caller sets the fields of the one group it proposes.
+    pub fn named(actor: Actor, name: &str, expected_id: Option<IncarnationId>) -> Self {
+        Self {
+            actor,
+            name: name.to_owned(),
+            expected_id,
+            retention_ms: None,
+            max_in_flight_per_partition: None,
+            max_acked_ahead_per_partition: None,
+            partitions: None,
+            defaults: TopicDefaults::default(),
+        }
+    }
+}
+
 /// A new schema version (the schema part of `PATCH /v1/topics/{topic}`).
 /// The proposer has validated the document and checked that it is a
 /// compatible widening; an identical document is a no-op.

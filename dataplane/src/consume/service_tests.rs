@@ -25,7 +25,7 @@ use crate::commit::LocalLogs;
 use crate::metadata::MetadataReplica;
 use crate::testing::{LOCAL_NODE, apply, assign, create_command, register, replica};
 use crate::topology::Destination;
-use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic, TopicDefaults};
+use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic};
 
 const TOPIC: &str = "orders";
 /// The lease length of a topic created without one (`TopicDefaults`).
@@ -133,16 +133,7 @@ impl Node {
     /// Alters the topic as a client's `PATCH` does: `change` sets the
     /// fields of one alter group.
     fn alter_topic(&self, change: impl FnOnce(&mut AlterTopic)) {
-        let mut alter = AlterTopic {
-            actor: Actor::SecurityOff,
-            name: TOPIC.into(),
-            expected_id: None,
-            retention_ms: None,
-            max_in_flight_per_partition: None,
-            max_acked_ahead_per_partition: None,
-            partitions: None,
-            defaults: TopicDefaults::default(),
-        };
+        let mut alter = AlterTopic::named(Actor::SecurityOff, TOPIC, None);
         change(&mut alter);
         apply(&self.replica, Command::AlterTopic(alter));
     }

@@ -481,16 +481,7 @@ fn alter_commands(
     body: AlterBody<'_>,
 ) -> Result<Vec<Command>, ApiError> {
     let defaults = TopicDefaults::default();
-    let alter = || AlterTopic {
-        actor: actor.clone(),
-        name: topic.name.to_string(),
-        expected_id: Some(topic.id.clone()),
-        retention_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        partitions: None,
-        defaults,
-    };
+    let alter = || AlterTopic::named(actor.clone(), &topic.name, Some(topic.id.clone()));
     let mut commands = Vec::new();
     if let Some(retention) = body.retention_ms {
         rules::retention_ms(Some(retention), &defaults).map_err(refused)?;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use narad_meta::codec::encode_command;
-use narad_meta::{Actor, AlterTopic, Command, Metastore, TopicDefaults};
+use narad_meta::{Actor, AlterTopic, Command, Metastore};
 use narad_protocol::metadata::{MetadataBatch, MetadataChange};
 
 use super::MetadataReplica;
@@ -32,15 +32,10 @@ fn mean_us(mut run: impl FnMut(u32)) -> u128 {
 
 /// A batch at `index` that alters one topic's retention.
 fn one_alter(index: u64, round: u32) -> MetadataBatch {
+    let name = format!("bench-{:04}", round % 7);
     let alter = Command::AlterTopic(AlterTopic {
-        actor: Actor::SecurityOff,
-        name: format!("bench-{:04}", round % 7),
-        expected_id: None,
         retention_ms: Some(3_600_000 + i64::from(round)),
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        partitions: None,
-        defaults: TopicDefaults::default(),
+        ..AlterTopic::named(Actor::SecurityOff, &name, None)
     });
     MetadataBatch {
         applied_index: index,

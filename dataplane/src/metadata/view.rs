@@ -48,28 +48,27 @@ impl MetadataView {
         metastore: Arc<Metastore>,
         applied_index: u64,
     ) -> Self {
+        // Change counters only grow along the log, so equal counters mean
+        // an equal domain, and its derived lookups carry over as they are.
         let before = previous.metastore.versions();
         let now = metastore.versions();
-        let topics_changed = before.topics != now.topics
-            || before.assignments != now.assignments
-            || previous.topics.len() != metastore.topics().count();
-        let topics = if topics_changed {
-            derive_topics(&previous.topics, &metastore)
-        } else {
+        let topics = if (before.topics, before.assignments) == (now.topics, now.assignments) {
             previous.topics.clone()
-        };
-        let members = if before.members != now.members || previous.members.is_empty() {
-            derive_members(&metastore)
         } else {
-            previous.members.clone()
+            derive_topics(&previous.topics, &metastore)
         };
-        let users = if before.users != now.users || previous.users.is_empty() {
+        let members = if before.members == now.members {
+            previous.members.clone()
+        } else {
+            derive_members(&metastore)
+        };
+        let users = if before.users == now.users {
+            previous.users.clone()
+        } else {
             metastore
                 .users()
                 .map(|user| (user.username.clone(), Arc::new(user.clone())))
                 .collect()
-        } else {
-            previous.users.clone()
         };
         Self {
             applied_index,

@@ -83,16 +83,7 @@ pub(super) fn create_cmd(name: &str) -> Command {
 
 /// `AlterTopic` for `name` with no group set.
 pub(super) fn alter(name: &str) -> AlterTopic {
-    AlterTopic {
-        actor: Actor::SecurityOff,
-        name: name.into(),
-        expected_id: None,
-        retention_ms: None,
-        max_in_flight_per_partition: None,
-        max_acked_ahead_per_partition: None,
-        partitions: None,
-        defaults: TopicDefaults::default(),
-    }
+    AlterTopic::named(Actor::SecurityOff, name, None)
 }
 
 pub(super) fn delete(name: &str) -> Command {
