@@ -6,7 +6,7 @@
 //! owner, and the consume path on the owner (leases, long polls, acks,
 //! replay reads, and consumer positions that survive restarts), and the
 //! forwarding of consumes and acks to partitions another node owns
-//! ([`forward`]). It has no fan-out or delay children.
+//! ([`forward`]), and fan-out into child topics ([`fanout`]).
 //!
 //! Guarantees it is built to give: a `202` is answered only after the message
 //! is fsynced in this node's ingress WAL, and no crash of any node loses it; a
@@ -25,6 +25,7 @@ pub mod commit;
 pub mod consume;
 pub mod consume_front;
 pub mod dispatch;
+pub mod fanout;
 pub mod forward;
 pub mod http;
 pub mod ingress;

@@ -35,6 +35,7 @@ use crate::admin::Admin;
 use crate::commit::LocalLogs;
 use crate::consume::service::ConsumeService;
 use crate::consume_front::ConsumeFront;
+use crate::fanout::FanoutStatus;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
 use crate::http::body::BodyBudget;
@@ -124,6 +125,9 @@ pub struct ApiState {
     /// owns; unset, those answer `503` (owner unavailable). Set once, after
     /// the node's transport is bound.
     pub forwarder: OnceLock<Arc<Forwarder>>,
+    /// Positions of the fan-out cursors this node runs, for the children
+    /// listing's lag.
+    pub fanout: Arc<FanoutStatus>,
 }
 
 impl ApiState {
@@ -144,6 +148,7 @@ impl ApiState {
             logs: None,
             consume: None,
             forwarder: OnceLock::new(),
+            fanout: Arc::new(FanoutStatus::new()),
             config,
             auth: Authenticator::new(Arc::clone(&replica)),
             acceptor,
