@@ -12,6 +12,7 @@
 //! [`FanoutStatus`] is where running cursors report their positions, for
 //! the children listing's lag and the metrics.
 
+pub mod cursor_file;
 mod status;
 
 pub use status::{CursorKey, CursorReport, FanoutStatus};
