@@ -13,6 +13,10 @@
 //! the children listing's lag and the metrics.
 
 pub mod cursor_file;
+pub mod machine;
 mod status;
 
 pub use status::{CursorKey, CursorReport, FanoutStatus};
+
+#[cfg(test)]
+mod machine_tests;
