@@ -65,6 +65,40 @@ pub const ACK_EXTENDED_TOTAL: &str = "narad_ack_extended_total";
 /// records past the answer's size limit.
 pub const NACK_TOTAL: &str = "narad_nack_total";
 
+/// Parent records a cursor has not delivered to its child yet (parent,
+/// child, partition): the parent's high watermark less the cursor.
+pub const FANOUT_LAG_MESSAGES: &str = "narad_fanout_lag_messages";
+/// How late a delay child's oldest due, undelivered record is (parent,
+/// child, partition); the signal for delay children, whose offset lag is
+/// about rate × delay by design.
+pub const FANOUT_DUE_LAG_SECONDS: &str = "narad_fanout_due_lag_seconds";
+/// Records committed to children (parent, child).
+pub const FANOUT_COMMITTED_TOTAL: &str = "narad_fanout_committed_total";
+/// Parent records a cursor skipped (parent, child): aged out by retention
+/// before it read them, or unreadable. Data loss; alert on any increase.
+pub const FANOUT_CHILD_DROPPED_MESSAGES: &str = "narad_fanout_child_dropped_messages";
+/// Records per slab a cursor delivered.
+pub const FANOUT_BATCH_RECORDS: &str = "narad_fanout_batch_records";
+/// Key and payload bytes per slab a cursor delivered.
+pub const FANOUT_BATCH_BYTES: &str = "narad_fanout_batch_bytes";
+
+/// Upper bounds of the `narad_fanout_batch_records` buckets, up to a full
+/// slab.
+pub const FANOUT_BATCH_RECORDS_BUCKETS: [f64; 8] =
+    [1.0, 4.0, 16.0, 64.0, 256.0, 1_024.0, 2_048.0, 4_096.0];
+/// Upper bounds of the `narad_fanout_batch_bytes` buckets, up to a full
+/// slab's 4 MiB.
+pub const FANOUT_BATCH_BYTES_BUCKETS: [f64; 8] = [
+    256.0,
+    4_096.0,
+    16_384.0,
+    65_536.0,
+    262_144.0,
+    1_048_576.0,
+    2_097_152.0,
+    4_194_304.0,
+];
+
 /// Upper bounds of the `narad_consume_wait_seconds` buckets: from a
 /// record that was ready at once to the 10 s wait ceiling.
 pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
@@ -98,7 +132,19 @@ impl NodeMetrics {
                 Matcher::Full(CONSUME_WAIT_SECONDS.to_owned()),
                 &CONSUME_WAIT_BUCKETS_SECONDS,
             )
-            .expect("the bucket list is not empty");
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(FANOUT_BATCH_RECORDS.to_owned()),
+                    &FANOUT_BATCH_RECORDS_BUCKETS,
+                )
+            })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(FANOUT_BATCH_BYTES.to_owned()),
+                    &FANOUT_BATCH_BYTES_BUCKETS,
+                )
+            })
+            .expect("the bucket lists are not empty");
         Self {
             recorder: builder.build_recorder(),
         }
@@ -151,6 +197,14 @@ impl NodeMetrics {
         self.recorder
             .register_histogram(&key(name, labels), &METADATA)
             .record(elapsed.as_secs_f64());
+    }
+
+    /// Records `value` (a count or a size, not a time) in histogram
+    /// `name` with `labels`.
+    pub fn observe_value(&self, name: &'static str, labels: &[(&'static str, String)], value: f64) {
+        self.recorder
+            .register_histogram(&key(name, labels), &METADATA)
+            .record(value);
     }
 
     /// The Prometheus text exposition of every series.

@@ -27,6 +27,8 @@ use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
     NoRemoteTarget, ReplicaLeader,
 };
+use crate::fanout::machine::CursorConfig;
+use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus};
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
@@ -71,6 +73,8 @@ pub struct DataNodeConfig {
     pub consume_seed: u64,
     /// Cadences of the incarnation housekeeping.
     pub housekeeping: HousekeepingConfig,
+    /// Fan-out cursor limits and timings (`fanout.*`).
+    pub fanout: CursorConfig,
 }
 
 impl DataNodeConfig {
@@ -88,6 +92,7 @@ impl DataNodeConfig {
             consumer_state: ConsumerStateConfig::default(),
             consume_seed: rand::random(),
             housekeeping: HousekeepingConfig::default(),
+            fanout: CursorConfig::default(),
         }
     }
 }
@@ -169,7 +174,13 @@ pub struct DataNode {
     consume: Arc<ConsumeService>,
     consumer_state_worker: Option<StateWorker>,
     housekeeping: Option<Housekeeping>,
+    fanout: Option<FanoutRuntime>,
 }
+
+/// Worker threads committing fan-out buckets into this node's partitions,
+/// apart from the dispatcher's so that a busy fan-out cannot starve
+/// produce commits.
+pub const FANOUT_COMMIT_WORKERS: usize = 16;
 
 impl DataNode {
     /// Opens the WAL and checkpoint (recovering them), starts the commit
@@ -203,6 +214,24 @@ impl DataNode {
         ));
         let local: Arc<dyn CommitTarget> =
             Arc::new(LocalCommitTarget::start_workers(Arc::clone(&combiners))?);
+        let fanout_local: Arc<dyn CommitTarget> = Arc::new(LocalCommitTarget::start_pool(
+            Arc::clone(&combiners),
+            FANOUT_COMMIT_WORKERS,
+            "narad-fanout-commit",
+        )?);
+        let fanout_status = Arc::new(FanoutStatus::new());
+        let fanout = FanoutRuntime::start(FanoutParts {
+            disk: Arc::clone(&services.disk),
+            logs: Arc::clone(&logs),
+            replica: Arc::clone(&services.replica),
+            leader: Arc::clone(&services.leader),
+            local: fanout_local,
+            remote: Arc::clone(&services.remote),
+            status: Arc::clone(&fanout_status),
+            metrics: Arc::clone(&metrics),
+            clock: Arc::clone(&services.clock),
+            config: config.fanout,
+        })?;
         let housekeeping = Housekeeping::spawn(
             HousekeepingParts {
                 logs: Arc::clone(&logs),
@@ -257,6 +286,7 @@ impl DataNode {
         );
         api.logs = Some(Arc::clone(&logs));
         api.consume = Some(Arc::clone(&consume));
+        api.fanout = fanout_status;
         let api = Arc::new(api);
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
@@ -271,6 +301,7 @@ impl DataNode {
             consume,
             consumer_state_worker: Some(consumer_state_worker),
             housekeeping: Some(housekeeping),
+            fanout: Some(fanout),
         })
     }
 
@@ -371,6 +402,9 @@ impl DataNode {
             worker.stop();
         }
         self.consume.shutdown();
+        if let Some(fanout) = self.fanout.take() {
+            fanout.shutdown();
+        }
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }
@@ -389,6 +423,9 @@ impl DataNode {
     pub fn abandon(mut self) {
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
+        }
+        if let Some(fanout) = self.fanout.take() {
+            fanout.shutdown();
         }
         if let Some(housekeeping) = self.housekeeping.take() {
             housekeeping.stop();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use narad_controlplane::node::wire::ConfirmQuestion;
 use narad_dataplane::dispatch::{GoneQuestion, LeaderConfirm};
-use narad_meta::IncarnationId;
+use narad_meta::{AttachEpoch, IncarnationId};
 use tokio::runtime::Handle;
 
 use super::Bridge;
@@ -66,17 +66,49 @@ impl ControlConfirm {
     }
 }
 
-impl LeaderConfirm for ControlConfirm {
-    fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {
+impl ControlConfirm {
+    /// The leader's word on `child`'s link: whether it still carries
+    /// `epoch`.
+    async fn ask_epoch(&self, child: &str, epoch: &AttachEpoch) -> Result<bool, String> {
+        let asked = ConfirmQuestion::AttachEpoch {
+            child: child.to_owned(),
+            epoch: epoch.clone(),
+        };
+        let client = &self.bridge.client;
+        let answer = self
+            .bridge
+            .call(Repeat::Safe, |addr| client.confirm(addr, asked.clone()))
+            .await
+            .map_err(|e| format!("leader confirmation: {e}"))?;
+        self.bridge.leader_answered();
+        Ok(answer.current)
+    }
+
+    /// Runs `ask` to completion within [`CONFIRM_WAIT`] from a plain
+    /// thread.
+    fn block_on<F>(&self, ask: F) -> Result<bool, String>
+    where
+        F: Future<Output = Result<bool, String>>,
+    {
         if Handle::try_current().is_ok() {
-            // Blocking here would stall a runtime worker; the dispatcher
-            // asks from its own thread, so this is a wiring error.
+            // Blocking here would stall a runtime worker; callers ask from
+            // their own threads, so this is a wiring error.
             return Err("leader confirmation asked from inside the async runtime".into());
         }
         self.runtime.block_on(async {
-            tokio::time::timeout(CONFIRM_WAIT, self.ask(question))
+            tokio::time::timeout(CONFIRM_WAIT, ask)
                 .await
                 .unwrap_or_else(|_| Err("leader confirmation timed out".into()))
         })
+    }
+}
+
+impl LeaderConfirm for ControlConfirm {
+    fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {
+        self.block_on(self.ask(question))
+    }
+
+    fn confirm_attach_epoch(&self, child: &str, epoch: &AttachEpoch) -> Result<bool, String> {
+        self.block_on(self.ask_epoch(child, epoch))
     }
 }

@@ -38,12 +38,25 @@ impl LocalCommitTarget {
     /// # Errors
     /// A worker thread could not be spawned.
     pub fn start_workers(combiners: Arc<Combiners>) -> std::io::Result<Self> {
+        Self::start_pool(combiners, LOCAL_COMMIT_WORKERS, "narad-commit")
+    }
+
+    /// A target with `workers` threads named `name-N` (fan-out keeps a pool
+    /// of its own).
+    ///
+    /// # Errors
+    /// A worker thread could not be spawned.
+    pub fn start_pool(
+        combiners: Arc<Combiners>,
+        workers: usize,
+        name: &str,
+    ) -> std::io::Result<Self> {
         let (jobs, receiver) = crossbeam_channel::bounded::<LocalJob>(LOCAL_COMMIT_QUEUE_MAX);
-        for index in 0..LOCAL_COMMIT_WORKERS {
+        for index in 0..workers {
             let receiver: Receiver<LocalJob> = receiver.clone();
             let combiners = Arc::clone(&combiners);
             std::thread::Builder::new()
-                .name(format!("narad-commit-{index}"))
+                .name(format!("{name}-{index}"))
                 .spawn(move || {
                     for (order, done) in receiver {
                         // A panic is a bug; reporting the commit failed

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use crossbeam_channel::Sender;
+use narad_meta::AttachEpoch;
 
 use super::runtime::Event;
 use super::{CommitOrder, CommitOutcome, GoneQuestion};
@@ -24,26 +25,46 @@ pub struct WalPayload {
     pub created_at_unix_ms: u64,
 }
 
-/// Hands a finished commit back to the dispatcher.
-#[derive(Debug)]
+type Report = Box<dyn FnOnce(CommitOrder<WalPayload>, CommitOutcome) + Send>;
+
+/// Hands a finished commit back to whoever ordered it: the dispatcher, or
+/// a fan-out cursor.
 pub struct CommitDone {
-    events: Sender<Event>,
+    report: Report,
+}
+
+impl fmt::Debug for CommitDone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CommitDone")
+    }
 }
 
 impl CommitDone {
     pub(crate) fn new(events: Sender<Event>) -> Self {
-        Self { events }
+        Self::with(move |order, outcome| {
+            // A stopped dispatcher no longer listens; the records are in
+            // the WAL and a restart commits them again.
+            let _ = events.send(Event::CommitDone {
+                id: order.id,
+                outcome,
+                records: order.records,
+            });
+        })
+    }
+
+    /// Reports through `report`, called once with the order and its
+    /// outcome.
+    pub fn with(
+        report: impl FnOnce(CommitOrder<WalPayload>, CommitOutcome) + Send + 'static,
+    ) -> Self {
+        Self {
+            report: Box::new(report),
+        }
     }
 
     /// Reports `outcome` with the order's records.
     pub fn finish(self, order: CommitOrder<WalPayload>, outcome: CommitOutcome) {
-        // A stopped dispatcher no longer listens; the records are in the WAL
-        // and a restart commits them again.
-        let _ = self.events.send(Event::CommitDone {
-            id: order.id,
-            outcome,
-            records: order.records,
-        });
+        (self.report)(order, outcome);
     }
 }
 
@@ -63,6 +84,19 @@ pub trait LeaderConfirm: Send + Sync + fmt::Debug {
     /// # Errors
     /// The leader could not be asked.
     fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String>;
+
+    /// Asks the leader whether `child`'s link is still the one made under
+    /// `epoch`: `Ok(true)` only when it confirmed so after a barrier. A
+    /// fan-out cursor anchors (overwrites its cursor file) only on `true`,
+    /// and deletes a detached link's file only on `false`. Leaders that
+    /// cannot answer it say so with `Err`.
+    ///
+    /// # Errors
+    /// The leader could not be asked.
+    fn confirm_attach_epoch(&self, child: &str, epoch: &AttachEpoch) -> Result<bool, String> {
+        let _ = (child, epoch);
+        Err("this leader confirmation does not answer attach epochs".into())
+    }
 }
 
 /// The remote target of a node with no cluster transport (`narad dev`'s
@@ -96,6 +130,19 @@ impl ReplicaLeader {
 }
 
 impl LeaderConfirm for ReplicaLeader {
+    fn confirm_attach_epoch(&self, child: &str, epoch: &AttachEpoch) -> Result<bool, String> {
+        Ok(self
+            .replica
+            .topic_meta(child)
+            .and_then(|topic| {
+                topic
+                    .parent
+                    .as_ref()
+                    .map(|link| link.attach_epoch == *epoch)
+            })
+            .unwrap_or(false))
+    }
+
     fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {
         let topic = self.replica.topic_meta(&question.topic);
         Ok(match (topic, &question.incarnation) {

@@ -33,6 +33,19 @@ pub struct Held<P> {
     pub(super) queued_at: Duration,
 }
 
+impl<P> Held<P> {
+    /// A record held outside the dispatcher's queues (a fan-out bucket's),
+    /// for a [`CommitOrder`] it sends through a commit target itself.
+    pub fn outside(seq: u64, meta: RecordMeta, payload: P) -> Self {
+        Self {
+            seq,
+            meta,
+            payload,
+            queued_at: Duration::ZERO,
+        }
+    }
+}
+
 /// A question to the control-plane leader: is this topic (or this
 /// incarnation of it) gone for good?
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

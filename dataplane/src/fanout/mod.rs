@@ -14,9 +14,14 @@
 
 pub mod cursor_file;
 pub mod machine;
+pub mod reconcile;
+pub mod runtime;
 mod status;
 
+pub use runtime::{FanoutParts, FanoutRuntime};
 pub use status::{CursorKey, CursorReport, FanoutStatus};
 
 #[cfg(test)]
 mod machine_tests;
+#[cfg(test)]
+mod node_tests;

@@ -1,0 +1,475 @@
+//! The fan-out runtime: one thread with its own Tokio runtime, running the
+//! reconciler and a task per cursor. A cursor task carries out its
+//! machine's actions: cursor file loads and writes and parent log reads on
+//! the blocking pool, leader questions on a plain thread (the leader's
+//! client blocks on a runtime of its own), bucket commits through the same
+//! commit targets as the dispatcher's (the combiner on this node, the
+//! `CommitProduceBatch` RPC to another owner).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use narad_disk::Disk;
+use narad_disk::clock::Clock;
+use narad_plog::{LogError, PartitionLog, ReadEntry, ReadLimits};
+use tokio::sync::{mpsc, watch};
+
+use super::cursor_file::{self, CursorPosition};
+use super::machine::{
+    Action, Bucket, BucketId, Cursor, CursorConfig, Event, LinkSpec, ParentRecord, ReadOutcome,
+    SlabEntry,
+};
+use super::reconcile::Reconciler;
+use super::status::{CursorKey, CursorReport, FanoutStatus};
+use crate::commit::LocalLogs;
+use crate::dispatch::{
+    CommitDone, CommitId, CommitOrder, CommitOutcome, CommitTarget, Held, LeaderConfirm,
+    RecordMeta, WalPayload,
+};
+use crate::metadata::MetadataReplica;
+use crate::metrics::{self, NodeMetrics};
+use crate::topology::{Destination, Route, Topology};
+
+/// How long one bucket commit may take before it counts as failed.
+pub const BUCKET_COMMIT_BUDGET: Duration = Duration::from_secs(10);
+
+/// What cursors act through.
+#[derive(Debug, Clone)]
+pub struct FanoutParts {
+    /// The disk cursor files live on.
+    pub disk: Arc<dyn Disk>,
+    /// This node's partition logs (parents are read from them).
+    pub logs: Arc<LocalLogs>,
+    /// The metadata replica: links, placement.
+    pub replica: Arc<MetadataReplica>,
+    /// The control plane's leader, for attach epochs.
+    pub leader: Arc<dyn LeaderConfirm>,
+    /// Commits to child partitions this node owns.
+    pub local: Arc<dyn CommitTarget>,
+    /// Commits to child partitions other nodes own.
+    pub remote: Arc<dyn CommitTarget>,
+    /// Where cursors report positions.
+    pub status: Arc<FanoutStatus>,
+    /// The node's metrics.
+    pub metrics: Arc<NodeMetrics>,
+    /// The node's clock: due times are on its wall clock, sleeps on its
+    /// monotonic one.
+    pub clock: Arc<dyn Clock>,
+    /// Cursor limits and timings.
+    pub config: CursorConfig,
+}
+
+/// The fan-out thread: the reconciler and every cursor, on a Tokio runtime
+/// of their own.
+#[derive(Debug)]
+pub struct FanoutRuntime {
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FanoutRuntime {
+    /// Starts the thread.
+    ///
+    /// # Errors
+    /// The thread or its runtime could not be made.
+    pub fn start(parts: FanoutParts) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .thread_name("narad-fanout-io")
+            .build()?;
+        let (stop, stopped) = watch::channel(false);
+        let reconciler = Reconciler::new(Arc::new(parts));
+        let thread = std::thread::Builder::new()
+            .name("narad-fanout".into())
+            .spawn(move || runtime.block_on(reconciler.run(stopped)))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops every cursor (each after its cursor file write in progress,
+    /// if any) and joins the thread.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the fan-out thread panicked");
+        }
+    }
+}
+
+impl Drop for FanoutRuntime {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// One cursor to run: which pair, its link, and the incarnations it was
+/// planned for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CursorPlan {
+    /// The pair.
+    pub key: CursorKey,
+    /// The link as the replica holds it.
+    pub link: LinkSpec,
+    /// The parent's incarnation.
+    pub parent_incarnation: Option<Arc<str>>,
+    /// The child's incarnation: bucket records carry it, so a child
+    /// deleted and created again refuses them.
+    pub child_incarnation: Option<Arc<str>>,
+}
+
+/// Runs one cursor until `stop` turns true. Returns once nothing it
+/// started can still write its cursor file.
+pub async fn run_cursor(
+    parts: Arc<FanoutParts>,
+    plan: CursorPlan,
+    log: Arc<PartitionLog>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (events, mut received) = mpsc::unbounded_channel::<Event>();
+    let path = cursor_file::cursor_path(log.dir(), &plan.key.child);
+    let mut cursor = Cursor::new(plan.link.clone(), parts.config);
+    let mut actions = cursor.start();
+    let mut wake_at: Option<u64> = None;
+    let mut writing: Option<tokio::task::JoinHandle<()>> = None;
+    loop {
+        for action in actions.drain(..) {
+            match action {
+                Action::Load => load(&parts, &path, &events),
+                Action::Confirm => confirm(&parts, &plan, &events),
+                Action::Read { from, linger } => read(&parts, &log, from, linger, &events),
+                Action::Commit(bucket) => commit(&parts, &plan, bucket, &events),
+                Action::Write { position, replace } => {
+                    writing = Some(write(&parts, &path, position, replace, &events));
+                }
+                Action::WakeAt(at) => wake_at = Some(wake_at.map_or(at, |old| old.min(at))),
+            }
+        }
+        publish(&parts, &plan, &mut cursor, &log);
+        let sleep = wake_at.map(|at| {
+            let wait = at.saturating_sub(parts.clock.unix_ms());
+            parts.clock.sleep_until(parts.clock.now_ms() + wait)
+        });
+        tokio::select! {
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+            }
+            event = received.recv() => {
+                let Some(event) = event else { break };
+                if let Event::Read(ReadOutcome::Slab { entries, .. }) = &event {
+                    observe_slab(&parts, entries);
+                }
+                actions = cursor.handle(event, parts.clock.unix_ms());
+            }
+            () = async { match sleep { Some(sleep) => sleep.await, None => std::future::pending().await } } => {
+                wake_at = None;
+                actions = cursor.handle(Event::Tick, parts.clock.unix_ms());
+            }
+        }
+    }
+    cursor.stop();
+    if let Some(write) = writing {
+        // A write in progress may still land; the next cursor of this pair
+        // starts only after it did.
+        let _ = write.await;
+    }
+    parts.status.forget(&plan.key);
+    clear_gauges(&parts, &plan.key);
+}
+
+fn load(parts: &Arc<FanoutParts>, path: &std::path::Path, events: &mpsc::UnboundedSender<Event>) {
+    let (disk, path, events) = (Arc::clone(&parts.disk), path.to_path_buf(), events.clone());
+    tokio::task::spawn_blocking(move || {
+        let loaded = cursor_file::load(&*disk, &path).map_err(|error| error.to_string());
+        if let Ok(cursor_file::Loaded::Damaged(reason)) = &loaded {
+            tracing::warn!(path = %path.display(), %reason, "fan-out cursor file damaged; replaying from the attach point once the leader confirms the link");
+        }
+        let _ = events.send(Event::Loaded(loaded));
+    });
+}
+
+fn confirm(parts: &Arc<FanoutParts>, plan: &CursorPlan, events: &mpsc::UnboundedSender<Event>) {
+    let leader = Arc::clone(&parts.leader);
+    let (child, epoch, answers) = (
+        plan.key.child.to_string(),
+        plan.link.epoch.clone(),
+        events.clone(),
+    );
+    // The leader's client blocks on a runtime of its own and refuses to be
+    // asked from inside one, the blocking pool's threads included.
+    let spawned = std::thread::Builder::new()
+        .name("narad-fanout-confirm".into())
+        .spawn(move || {
+            let answer = leader.confirm_attach_epoch(&child, &epoch);
+            if let Err(error) = &answer {
+                tracing::info!(%child, %epoch, %error, "fan-out cursor could not confirm its attach epoch; retrying in 1 s");
+            }
+            let _ = answers.send(Event::Confirmed(answer));
+        });
+    if let Err(error) = spawned {
+        let _ = events.send(Event::Confirmed(Err(error.to_string())));
+    }
+}
+
+fn read(
+    parts: &Arc<FanoutParts>,
+    log: &Arc<PartitionLog>,
+    from: u64,
+    linger: bool,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    let (config, log, events) = (parts.config, Arc::clone(log), events.clone());
+    tokio::spawn(async move {
+        let outcome = read_slab(config, log, from, linger).await;
+        let _ = events.send(Event::Read(outcome));
+    });
+}
+
+/// Waits up to the long poll for a record at `from`, lingers for a fuller
+/// slab if asked, then reads one slab.
+async fn read_slab(
+    config: CursorConfig,
+    log: Arc<PartitionLog>,
+    from: u64,
+    linger: bool,
+) -> ReadOutcome {
+    let mut watch = log.watch_high_watermark();
+    if watch.high_watermark() <= from {
+        let long_poll = Duration::from_millis(config.long_poll_ms);
+        match tokio::time::timeout(long_poll, watch.wait_beyond(from)).await {
+            Err(_) => {
+                return ReadOutcome::Slab {
+                    entries: Vec::new(),
+                    next_offset: from,
+                };
+            }
+            Ok(Err(error)) => return ReadOutcome::Failed(error.to_string()),
+            Ok(Ok(_)) => {}
+        }
+    }
+    let waiting = watch.high_watermark().saturating_sub(from);
+    if linger && config.linger_ms > 0 && waiting < config.slab_records_max as u64 {
+        tokio::time::sleep(Duration::from_millis(config.linger_ms)).await;
+    }
+    let limits = ReadLimits {
+        records_max: config.slab_records_max,
+        bytes_max: config.slab_bytes_max,
+    };
+    let read = tokio::task::spawn_blocking(move || log.read(from, u64::MAX, limits)).await;
+    match read {
+        Ok(Ok(batch)) => ReadOutcome::Slab {
+            entries: batch.entries.into_iter().map(slab_entry).collect(),
+            next_offset: batch.next_offset,
+        },
+        Ok(Err(LogError::OffsetTrimmed { oldest, .. })) => ReadOutcome::Trimmed {
+            oldest_offset: oldest,
+        },
+        Ok(Err(error)) => ReadOutcome::Failed(error.to_string()),
+        Err(error) => ReadOutcome::Failed(error.to_string()),
+    }
+}
+
+fn slab_entry(entry: ReadEntry) -> SlabEntry {
+    match entry {
+        ReadEntry::Record(record) => SlabEntry::Record(ParentRecord {
+            offset: record.offset,
+            key: Bytes::from(record.key),
+            payload: Bytes::from(record.payload),
+            committed_at_ms: record.committed_at_ms,
+        }),
+        ReadEntry::Unreadable { offsets } => SlabEntry::Lost(offsets),
+    }
+}
+
+/// Sends `bucket` to the child partition's owner: this node's combiner or
+/// another node over the cluster transport. An unplaced partition or a dead
+/// owner fails the bucket at once (fan-out never reroutes to a sibling
+/// child partition; the bucket waits for its owner).
+fn commit(
+    parts: &Arc<FanoutParts>,
+    plan: &CursorPlan,
+    bucket: Bucket,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    let destination = Destination::new(&plan.key.child, bucket.child_partition);
+    let id = bucket.id;
+    let fail = |events: &mpsc::UnboundedSender<Event>| {
+        let _ = events.send(Event::BucketDone {
+            id,
+            committed: false,
+        });
+    };
+    let (node, local) = match parts.replica.route(&destination) {
+        Route::Owner {
+            node,
+            local,
+            alive: true,
+        } => (node, local),
+        Route::Owner { alive: false, .. } | Route::Unassigned => return fail(events),
+    };
+    let order = order_of(plan, destination, node, local, bucket);
+    let events = events.clone();
+    let done = CommitDone::with(move |_order, outcome| {
+        let _ = events.send(Event::BucketDone {
+            id,
+            committed: outcome == CommitOutcome::Committed,
+        });
+    });
+    if local {
+        parts.local.start(order, done);
+    } else {
+        parts.remote.start(order, done);
+    }
+}
+
+fn order_of(
+    plan: &CursorPlan,
+    destination: Destination,
+    node: crate::topology::NodeId,
+    local: bool,
+    bucket: Bucket,
+) -> CommitOrder<WalPayload> {
+    let BucketId(id) = bucket.id;
+    let records = bucket
+        .records
+        .into_iter()
+        .map(|record| {
+            let bytes = (record.key.len() + record.payload.len()) as u64;
+            let meta = RecordMeta {
+                home: destination.clone(),
+                bytes,
+                incarnation: plan.child_incarnation.clone(),
+            };
+            let payload = WalPayload {
+                key: record.key,
+                payload: record.payload,
+                created_at_unix_ms: record.committed_at_ms,
+            };
+            Held::outside(record.offset, meta, payload)
+        })
+        .collect();
+    CommitOrder {
+        id: CommitId(id),
+        destination,
+        node,
+        local,
+        records,
+        budget: BUCKET_COMMIT_BUDGET,
+        probe: false,
+    }
+}
+
+fn write(
+    parts: &Arc<FanoutParts>,
+    path: &std::path::Path,
+    position: CursorPosition,
+    replace: bool,
+    events: &mpsc::UnboundedSender<Event>,
+) -> tokio::task::JoinHandle<()> {
+    let (disk, path, events) = (Arc::clone(&parts.disk), path.to_path_buf(), events.clone());
+    tokio::task::spawn_blocking(move || {
+        let written = if replace {
+            cursor_file::replace(&*disk, &path, &position)
+        } else {
+            cursor_file::advance(&*disk, &path, &position)
+        };
+        if let Err(error) = &written {
+            tracing::warn!(path = %path.display(), %error, "fan-out cursor file write failed; retrying in 1 s");
+        }
+        let _ = events.send(Event::Written(written.map_err(|error| error.to_string())));
+    })
+}
+
+fn labels(key: &CursorKey) -> [(&'static str, String); 2] {
+    [
+        ("parent", key.parent.to_string()),
+        ("child", key.child.to_string()),
+    ]
+}
+
+fn partition_labels(key: &CursorKey) -> [(&'static str, String); 3] {
+    [
+        ("parent", key.parent.to_string()),
+        ("child", key.child.to_string()),
+        ("partition", key.partition.to_string()),
+    ]
+}
+
+/// Reports the cursor's position and publishes its counters and gauges.
+fn publish(parts: &FanoutParts, plan: &CursorPlan, cursor: &mut Cursor, log: &PartitionLog) {
+    let delayed = plan.link.delay_ms > 0;
+    let report = CursorReport {
+        next_offset: cursor.next_offset(),
+        high_watermark: log.high_watermark(),
+        due_lag_ms: delayed.then(|| cursor.due_lag_ms()),
+    };
+    let counts = cursor.take_counts();
+    let key = &plan.key;
+    if counts.committed > 0 {
+        parts.metrics.count(
+            metrics::FANOUT_COMMITTED_TOTAL,
+            &labels(key),
+            counts.committed,
+        );
+    }
+    if counts.dropped > 0 {
+        tracing::warn!(parent = %key.parent, partition = key.partition, child = %key.child, dropped = counts.dropped, "fan-out skipped parent records it could not deliver (aged out by retention, or unreadable)");
+        parts.metrics.count(
+            metrics::FANOUT_CHILD_DROPPED_MESSAGES,
+            &labels(key),
+            counts.dropped,
+        );
+    }
+    parts.metrics.set(
+        metrics::FANOUT_LAG_MESSAGES,
+        &partition_labels(key),
+        report.lag_messages() as f64,
+    );
+    if let Some(due_lag_ms) = report.due_lag_ms {
+        parts.metrics.set(
+            metrics::FANOUT_DUE_LAG_SECONDS,
+            &partition_labels(key),
+            due_lag_ms as f64 / 1_000.0,
+        );
+    }
+    parts.status.report(key.clone(), report);
+}
+
+fn observe_slab(parts: &FanoutParts, entries: &[SlabEntry]) {
+    let (records, bytes) = entries
+        .iter()
+        .filter_map(|entry| match entry {
+            SlabEntry::Record(record) => Some(record.key.len() + record.payload.len()),
+            SlabEntry::Lost(_) => None,
+        })
+        .fold((0usize, 0usize), |(n, b), size| (n + 1, b + size));
+    if records > 0 {
+        parts
+            .metrics
+            .observe_value(metrics::FANOUT_BATCH_RECORDS, &[], records as f64);
+        parts
+            .metrics
+            .observe_value(metrics::FANOUT_BATCH_BYTES, &[], bytes as f64);
+    }
+}
+
+/// A stopped cursor's gauges read 0 (the exporter keeps a series once
+/// made).
+fn clear_gauges(parts: &FanoutParts, key: &CursorKey) {
+    parts
+        .metrics
+        .set(metrics::FANOUT_LAG_MESSAGES, &partition_labels(key), 0.0);
+    parts
+        .metrics
+        .set(metrics::FANOUT_DUE_LAG_SECONDS, &partition_labels(key), 0.0);
+}
