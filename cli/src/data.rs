@@ -103,6 +103,15 @@ pub(crate) struct DataArgs {
     /// true or false: storage.ingress_wal_prealloc.
     #[arg(long)]
     ingress_wal_prealloc: Option<String>,
+    /// Records in one fan-out slab at most: fanout.max_batch_records.
+    #[arg(long)]
+    fanout_max_batch_records: Option<String>,
+    /// Bytes in one fan-out slab at most: fanout.max_batch_bytes.
+    #[arg(long)]
+    fanout_max_batch_bytes: Option<String>,
+    /// How long a fan-out slab waits to fill: fanout.linger_ms.
+    #[arg(long)]
+    fanout_linger_ms: Option<String>,
     /// true or false: security.enabled.
     #[arg(long)]
     security_enabled: Option<String>,
@@ -119,7 +128,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 17] = [
+        let flags: [(Setting, &Option<String>); 20] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -142,6 +151,9 @@ impl DataArgs {
                 &self.consumer_offset_commit_interval_ms,
             ),
             (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
+            (keys::FANOUT_BATCH_RECORDS, &self.fanout_max_batch_records),
+            (keys::FANOUT_BATCH_BYTES, &self.fanout_max_batch_bytes),
+            (keys::FANOUT_LINGER, &self.fanout_linger_ms),
             (keys::SECURITY, &self.security_enabled),
             (keys::BCRYPT_COST, &self.bcrypt_cost),
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
@@ -326,6 +338,7 @@ async fn serve_node(
         node_config.consumer_state.durable_interval = interval;
     }
     node_config.wal.prealloc = config.ingress_wal_prealloc;
+    node_config.fanout = config.fanout;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

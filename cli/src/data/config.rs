@@ -15,6 +15,7 @@ use narad_controlplane::node::config::layered::{
     self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration, parse_log_level,
 };
 pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting};
+use narad_dataplane::fanout::machine::CursorConfig;
 use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
 use narad_dataplane::topology::NodeId;
 use narad_protocol::ClusterSecret;
@@ -37,6 +38,9 @@ pub(crate) mod keys {
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
+        FANOUT_BATCH_RECORDS = "fanout.max_batch_records", "NARAD_FANOUT_MAX_BATCH_RECORDS", "fanout-max-batch-records";
+        FANOUT_BATCH_BYTES = "fanout.max_batch_bytes", "NARAD_FANOUT_MAX_BATCH_BYTES", "fanout-max-batch-bytes";
+        FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms";
         SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
         BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost";
         ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
@@ -111,6 +115,8 @@ pub(crate) struct DataConfig {
     /// `storage.ingress_wal_prealloc`: prepare each next ingress WAL segment
     /// (zero-filled) off the append path.
     pub(crate) ingress_wal_prealloc: bool,
+    /// Fan-out slab limits and linger (`fanout.*`).
+    pub(crate) fanout: CursorConfig,
     /// The HTTP API's settings (`security.enabled` is `api.security`).
     pub(crate) api: ApiConfig,
     /// Cluster plane authentication.
@@ -234,6 +240,7 @@ pub(crate) fn resolve(
     // Off by default, as in the spec: its gain is measured on ext4 only, and
     // it costs up to two segments of extra disk.
     let ingress_wal_prealloc = merged.parse(keys::WAL_PREALLOC, Some(false), parse_bool)?;
+    let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v
         .parse::<u32>()
@@ -274,9 +281,42 @@ pub(crate) fn resolve(
         data_dir,
         consumer_offset_commit_interval,
         ingress_wal_prealloc,
+        fanout,
         api,
         cluster_security,
         log_level,
+    })
+}
+
+/// `fanout.max_batch_records` and `fanout.max_batch_bytes` (> 0) and
+/// `fanout.linger_ms` (≥ 0) over the cursor defaults.
+fn fanout_config(merged: &Merged) -> Result<CursorConfig, ConfigError> {
+    let defaults = CursorConfig::default();
+    let positive = |what: &'static str| {
+        move |v: &str| match v.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{v:?} is not a positive number of {what}")),
+        }
+    };
+    let slab_records_max = merged.parse(
+        keys::FANOUT_BATCH_RECORDS,
+        Some(defaults.slab_records_max),
+        positive("records"),
+    )?;
+    let slab_bytes_max = merged.parse(
+        keys::FANOUT_BATCH_BYTES,
+        Some(defaults.slab_bytes_max),
+        positive("bytes"),
+    )?;
+    let linger_ms = merged.parse(keys::FANOUT_LINGER, Some(defaults.linger_ms), |v| {
+        v.parse::<u64>()
+            .map_err(|_| format!("{v:?} is not a number of milliseconds"))
+    })?;
+    Ok(CursorConfig {
+        slab_records_max,
+        slab_bytes_max,
+        linger_ms,
+        ..defaults
     })
 }
 

@@ -235,3 +235,23 @@ fn an_ingress_wal_prealloc_that_is_not_a_boolean_is_refused() {
     let error = error(&[required(), layer], env_with_secret);
     assert_eq!(error.setting, "storage.ingress_wal_prealloc");
 }
+
+#[test]
+fn fanout_slab_settings_default_to_the_spec_and_refuse_zero() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.fanout.slab_records_max, 4_096);
+    assert_eq!(config.fanout.slab_bytes_max, 4 << 20);
+    assert_eq!(config.fanout.linger_ms, 25);
+    let env = Layer::from_env(|name| match name {
+        "NARAD_FANOUT_MAX_BATCH_RECORDS" => Some("512".into()),
+        "NARAD_FANOUT_LINGER_MS" => Some("0".into()),
+        _ => None,
+    });
+    let config = resolve(&[required(), env], env_with_secret).expect("valid");
+    assert_eq!(config.fanout.slab_records_max, 512);
+    assert_eq!(config.fanout.linger_ms, 0);
+    let zero = flags(&[(keys::FANOUT_BATCH_BYTES, "0")]);
+    let refused = error(&[required(), zero], env_with_secret);
+    assert_eq!(refused.setting, "fanout.max_batch_bytes");
+    assert!(refused.reason.contains("positive"), "{}", refused.reason);
+}
