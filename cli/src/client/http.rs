@@ -270,7 +270,73 @@ pub(crate) fn encode(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
     use super::*;
+
+    /// A one-thread HTTP server on loopback answering each request with
+    /// the next status of `statuses` (a connection each), then stopping.
+    /// Returns its URL.
+    fn scripted_server(statuses: &[u16]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let statuses = statuses.to_vec();
+        std::thread::spawn(move || {
+            for status in statuses {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    return;
+                };
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        url
+    }
+
+    fn api(server: String) -> Api {
+        Api::new(Target {
+            server,
+            user: None,
+            password: None,
+        })
+        .expect("a client")
+    }
+
+    #[test]
+    fn transient_failures_are_retried_until_an_answer_settles_it() {
+        let api = api(scripted_server(&[503, 502, 204]));
+        let (answer, attempts) = api
+            .send_retrying("POST", "/v1/topics/t/ack?receipt_handle=0:0:1", None)
+            .expect("answered");
+        assert_eq!((answer.status, attempts), (204, 3));
+    }
+
+    #[test]
+    fn a_refusal_is_not_retried() {
+        let api = api(scripted_server(&[410, 204]));
+        let (answer, attempts) = api
+            .send_retrying("POST", "/v1/topics/t/ack?receipt_handle=0:0:1", None)
+            .expect("answered");
+        assert_eq!((answer.status, attempts), (410, 1));
+    }
+
+    #[test]
+    fn no_server_is_unreachable() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let api = api(format!("http://127.0.0.1:{port}"));
+        let failure = api
+            .send("GET", "/v1/topics", None)
+            .expect_err("nothing listens");
+        assert_eq!(failure.exit_code(), super::super::EXIT_UNREACHABLE);
+    }
 
     #[test]
     fn encode_escapes_reserved_bytes() {

@@ -94,6 +94,7 @@ fn count_file_and_partition_put_copies_where_asked() {
         "--rate",
         "200",
     ]));
+    server.wait_for_messages("ps-count", 5);
     let out = ok(&server.run(&["replay", "ps-count", "--partition", "2", "--raw"]));
     assert_eq!(out, "from a file\n".repeat(5));
     let empty = ok(&server.run(&["replay", "ps-count", "--partition", "0"]));
@@ -107,6 +108,7 @@ fn replay_reads_a_range_without_touching_the_queue() {
     for n in 0..5 {
         ok(&server.run(&["pub", "ps-replay", &format!("m{n}"), "--partition", "1"]));
     }
+    server.wait_for_messages("ps-replay", 5);
     let range = ok(&server.run(&[
         "replay",
         "ps-replay",
@@ -146,6 +148,7 @@ fn peek_tails_from_an_offset_and_leaves_messages_queued() {
     for n in 0..3 {
         ok(&server.run(&["pub", "ps-peek", &format!("p{n}"), "--partition", "0"]));
     }
+    server.wait_for_messages("ps-peek", 3);
     let peeked = ok(&server.run(&[
         "sub",
         "ps-peek",

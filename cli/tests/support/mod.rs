@@ -136,6 +136,34 @@ impl Server {
         self.narad().args(args).output().expect("narad runs")
     }
 
+    /// Waits until `topic`'s partition logs hold `count` messages: a `202`
+    /// means durable in the ingress, and the partition log (what replays
+    /// read) follows within moments.
+    pub fn wait_for_messages(&self, topic: &str, count: u64) {
+        let deadline = Instant::now() + READY_MAX;
+        loop {
+            let output = self.run(&["topic", "info", topic, "--json"]);
+            let held: u64 = serde_json::from_slice::<serde_json::Value>(&output.stdout)
+                .ok()
+                .and_then(|info| info["partition_stats"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|stats| {
+                    let number = |name: &str| stats[name].as_u64().unwrap_or(0);
+                    number("high_watermark").saturating_sub(number("oldest_offset"))
+                })
+                .sum();
+            if held >= count {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic} never held {count} messages"
+            );
+            sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs `narad ARGS` with `input` on its standard input.
     pub fn run_with_input(&self, args: &[&str], input: &str) -> Output {
         let mut child = self
