@@ -403,7 +403,14 @@ fn consume(api: &Api, args: &SubArgs, style: Style) -> Outcome {
                 last = Instant::now();
             }
             204 => {}
-            status if is_transient(status) => sleep(PEEK_PAUSE),
+            status if is_transient(status) => {
+                eprintln!(
+                    "narad: warning: consume from {} answered {status} ({}); retrying",
+                    args.topic,
+                    answer.error_text()
+                );
+                sleep(PEEK_PAUSE);
+            }
             _ => return Err(api.refusal(&answer, &what)),
         }
     }
