@@ -4,6 +4,11 @@
 //! `cargo build --release -p narad -p narad-bench`; this verb finds the one
 //! asked for next to `narad`, points it at this binary (`NARAD_BIN`, unless
 //! already set) and passes the remaining arguments through.
+//!
+//! Any other first word is a topic: `narad bench <topic> --count ...` load-tests
+//! that topic on a running server ([`crate::client::bench`]). The five
+//! benchmark names are reserved; a topic with one of those names is
+//! benchmarked with `narad bench --topic NAME`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -23,30 +28,58 @@ const BENCHMARKS: [(&str, &str); 5] = [
     ("disk-baseline", "disk-baseline"),
 ];
 
+/// The help of `narad bench`, which has two forms.
+pub(crate) const LONG_ABOUT: &str =
+    "Run a named benchmark against this binary, or load-test a topic on a \
+running server.
+
+  narad bench NAME [ARGS]     NAME is produce (HTTP produce), flow (produce, consume, ack), wal, \
+plog or disk-baseline. The benchmark binary must be built beside narad (cargo build --release -p \
+narad -p narad-bench); ARGS pass through (e.g. --cluster 3); each writes its JSON to target/bench/.
+
+  narad bench TOPIC [--count 10000] [--size 256] [--workers 8] [--batch N] [--consume] [--out \
+chart.png]
+                              Produces --count messages of --size bytes to TOPIC on the server \
+(-s/--server, NARAD_ADDR or the context) and prints p50/p95/p99 latencies; only 202 counts as \
+produced, every other status is reported by code. --consume then consumes and acks them. \
+--out writes a PNG chart. A topic named like a benchmark: narad bench --topic NAME.";
+
 /// Flags of `narad bench`.
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
-    /// Which benchmark: produce (HTTP produce), flow (produce → consume →
-    /// ack), wal, plog or disk-baseline. Each writes its JSON to
-    /// `target/bench/`.
-    #[arg(value_parser = BENCHMARKS.map(|(name, _)| name))]
-    name: String,
-    /// Passed to the benchmark as they are (for example `--cluster 3`).
+    /// A benchmark (produce, flow, wal, plog, disk-baseline), or a topic
+    /// to load-test on a running server.
+    #[arg(value_name = "NAME|TOPIC", allow_hyphen_values = true)]
+    name: OsString,
+    /// Passed to the benchmark as they are (for example `--cluster 3`), or
+    /// the topic benchmark's flags.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<OsString>,
 }
 
+/// Whether `narad bench NAME` names one of the benchmarks.
+pub(crate) fn is_named(args: &BenchArgs) -> bool {
+    BENCHMARKS.iter().any(|(name, _)| args.name == *name)
+}
+
+/// The words of a topic benchmark: the topic (or its flags) and the rest.
+pub(crate) fn topic_words(args: BenchArgs) -> Vec<OsString> {
+    std::iter::once(args.name).chain(args.args).collect()
+}
+
 /// Runs the benchmark and exits with its status.
 pub(crate) fn run(args: &BenchArgs) -> ExitCode {
+    let Some(name) = args.name.to_str() else {
+        return ExitCode::from(EXIT_NOT_BUILT);
+    };
     let Some(narad) = std::env::current_exe().ok() else {
         eprintln!("narad bench: cannot tell where this narad binary is");
         return ExitCode::from(EXIT_NOT_BUILT);
     };
-    let Some(program) = benchmark_beside(&narad, &args.name) else {
+    let Some(program) = benchmark_beside(&narad, name) else {
         eprintln!(
-            "narad bench: the {} benchmark is not built beside {}; build it with \
+            "narad bench: the {name} benchmark is not built beside {}; build it with \
              `cargo build --release -p narad -p narad-bench`",
-            args.name,
             narad.display()
         );
         return ExitCode::from(EXIT_NOT_BUILT);

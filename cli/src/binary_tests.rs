@@ -114,12 +114,38 @@ fn bench_runs_the_benchmark_beside_it_against_itself() {
 }
 
 #[test]
-fn bench_refuses_an_unknown_benchmark() {
+fn bench_takes_any_other_name_for_a_topic_on_a_server() {
     let output = Command::new(NARAD)
-        .args(["bench", "nonesuch"])
+        .args([
+            "bench",
+            "nonesuch",
+            "--count",
+            "1",
+            "-s",
+            "http://127.0.0.1:1",
+        ])
+        .env_remove("NARAD_ADDR")
         .output()
         .expect("narad runs");
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(3), "cannot reach the server");
     let error = String::from_utf8_lossy(&output.stderr);
-    assert!(error.contains("possible values"), "{error}");
+    assert!(error.contains("cannot reach the server"), "{error}");
+}
+
+#[test]
+fn bench_help_names_both_forms() {
+    let output = Command::new(NARAD)
+        .args(["bench", "--help"])
+        .output()
+        .expect("narad runs");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for text in [
+        "disk-baseline",
+        "narad bench TOPIC",
+        "--topic NAME",
+        "p50/p95/p99",
+    ] {
+        assert!(help.contains(text), "{text} missing from:\n{help}");
+    }
 }

@@ -1,0 +1,455 @@
+//! `narad bench <topic>`: a load test of a running server through the
+//! API. Workers produce `--count` messages of `--size` bytes (singly or in
+//! batches), timing every request; with `--consume` they then consume and
+//! ack them. Only `202` counts as a produced message; every other answer
+//! is counted by its status. Latency percentiles go to stdout, and a PNG
+//! chart to `--out`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use indicatif::ProgressBar;
+use plotters::prelude::*;
+use serde_json::{Value, json};
+
+use super::http::{Body, encode};
+use super::pubsub::{BATCH_MESSAGES_MAX, batch_body, produce_batch, produce_one, progress_bar};
+use super::{Api, Connection, Failure, Outcome};
+
+/// How long `--consume` goes on without receiving anything before it stops
+/// short of the produced count (other consumers may have taken some).
+const CONSUME_IDLE_MAX: Duration = Duration::from_secs(5);
+/// The long-poll of each benchmark consume.
+const CONSUME_WAIT: &str = "1s";
+/// Chart font, as the `narad-bench` reports use it; without it the chart
+/// has bars and no text.
+const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+const FONT_FAMILY: &str = "sans-serif";
+
+/// Flags of `narad bench <topic>`.
+#[derive(Debug, Parser)]
+#[command(name = "narad bench", about = "Load-test a topic on a running server")]
+pub(crate) struct TopicBenchArgs {
+    /// The topic (it must exist).
+    #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
+    topic: Option<String>,
+    /// The topic, for one named like a benchmark (produce, flow, ...).
+    #[arg(long = "topic")]
+    topic_flag: Option<String>,
+    /// Messages to produce.
+    #[arg(long, default_value_t = 10_000)]
+    count: u64,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 256)]
+    size: usize,
+    /// Concurrent workers (one connection each).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: u16,
+    /// Messages per batch produce (1..=1000) [default: single produces].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    batch: Option<u16>,
+    /// Then consume and ack the messages, timing that too.
+    #[arg(long)]
+    consume: bool,
+    /// Write a PNG chart of the latencies here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+impl TopicBenchArgs {
+    fn topic(&self) -> &str {
+        self.topic.as_deref().unwrap_or_default()
+    }
+}
+
+/// What one phase measured.
+#[derive(Debug, Default)]
+struct Phase {
+    /// Request latencies in microseconds.
+    latencies_us: Vec<u64>,
+    /// Answers by status; `0` for no answer.
+    statuses: BTreeMap<u16, u64>,
+    /// Messages that succeeded (produced with `202`, or consumed).
+    messages: u64,
+    elapsed: Duration,
+}
+
+impl Phase {
+    fn merge(&mut self, other: Self) {
+        self.latencies_us.extend(other.latencies_us);
+        for (status, count) in other.statuses {
+            *self.statuses.entry(status).or_default() += count;
+        }
+        self.messages += other.messages;
+    }
+
+    /// The latency at `quantile` (0..=1) in milliseconds, nearest rank.
+    fn percentile_ms(&self, sorted_us: &[u64], quantile: f64) -> f64 {
+        if sorted_us.is_empty() {
+            return 0.0;
+        }
+        let rank = ((quantile * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len());
+        sorted_us[rank - 1] as f64 / 1000.0
+    }
+
+    /// p50, p95, p99 and max in milliseconds.
+    fn summary_ms(&self) -> [(&'static str, f64); 4] {
+        let mut sorted = self.latencies_us.clone();
+        sorted.sort_unstable();
+        [
+            ("p50", self.percentile_ms(&sorted, 0.50)),
+            ("p95", self.percentile_ms(&sorted, 0.95)),
+            ("p99", self.percentile_ms(&sorted, 0.99)),
+            ("max", self.percentile_ms(&sorted, 1.0)),
+        ]
+    }
+
+    fn print(&self, name: &str) {
+        let rate = self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9);
+        println!(
+            "{name}: {} messages in {:.2}s ({rate:.0} msg/s), {} requests",
+            self.messages,
+            self.elapsed.as_secs_f64(),
+            self.latencies_us.len()
+        );
+        let figures: Vec<String> = self
+            .summary_ms()
+            .iter()
+            .map(|(label, ms)| format!("{label} {ms:.2}ms"))
+            .collect();
+        println!("{name} latency: {}", figures.join("  "));
+        let statuses: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|(status, count)| match status {
+                0 => format!("no answer: {count}"),
+                status => format!("{status}: {count}"),
+            })
+            .collect();
+        println!("{name} statuses: {}", statuses.join("  "));
+    }
+}
+
+/// Parses `narad bench <topic> ...` (the words after `bench`) and runs it.
+pub(crate) fn run_from(words: Vec<std::ffi::OsString>, global: &Connection) -> Outcome {
+    let mut args = match TopicBenchArgs::try_parse_from(
+        std::iter::once(std::ffi::OsString::from("narad bench")).chain(words),
+    ) {
+        Ok(args) => args,
+        Err(error) => error.exit(),
+    };
+    let connection = &mut args.connection;
+    connection.server = connection.server.take().or_else(|| global.server.clone());
+    connection.user = connection.user.take().or_else(|| global.user.clone());
+    connection.password = connection
+        .password
+        .take()
+        .or_else(|| global.password.clone());
+    connection.ctx = connection.ctx.take().or_else(|| global.ctx.clone());
+    connection.password_stdin |= global.password_stdin;
+    connection.json |= global.json;
+    if let Some(topic) = args.topic_flag.take() {
+        args.topic = Some(topic);
+    }
+    run(&args)
+}
+
+fn run(args: &TopicBenchArgs) -> Outcome {
+    let api = args.connection.api()?;
+    // One look first, so a missing topic or a refused user fails plainly
+    // before any worker starts.
+    let what = format!("benchmark topic {}", args.topic());
+    let answer = api.send("GET", &format!("/v1/topics/{}", encode(args.topic())), None)?;
+    api.expect(answer, &[200], &what)
+        .map_err(|failure| match failure {
+            Failure::Refused(text) => Failure::Refused(format!(
+                "{text}. (`narad bench NAME` runs a named benchmark only for produce, flow, wal, \
+             plog and disk-baseline; `--topic NAME` benchmarks a topic of that name)"
+            )),
+            other => other,
+        })?;
+    let payload = payload(args.size);
+    let produced = produce_phase(&api, args, &payload);
+    produced.print("produce");
+    let consumed = args.consume.then(|| {
+        let phase = consume_phase(&api, args, produced.messages);
+        phase.print("consume");
+        phase
+    });
+    if let Some(out) = &args.out {
+        chart(out, &produced, consumed.as_ref())
+            .map_err(|e| Failure::Usage(format!("--out {}: {e}", out.display())))?;
+        println!("chart written to {}", out.display());
+    }
+    if produced.messages < args.count {
+        return Err(Failure::Refused(format!(
+            "only {} of {} messages were accepted with 202; see the statuses above",
+            produced.messages, args.count
+        )));
+    }
+    Ok(())
+}
+
+/// A message of `size` bytes; a JSON string when it fits, so a batch
+/// carries it as written.
+fn payload(size: usize) -> Vec<u8> {
+    if size >= 2 {
+        let mut bytes = vec![b'x'; size];
+        bytes[0] = b'"';
+        bytes[size - 1] = b'"';
+        bytes
+    } else {
+        vec![b'x'; size.max(1)]
+    }
+}
+
+/// How many of `count` messages worker `index` of `workers` sends.
+fn share(count: u64, workers: u64, index: u64) -> u64 {
+    count / workers + u64::from(index < count % workers)
+}
+
+fn produce_phase(api: &Api, args: &TopicBenchArgs, payload: &[u8]) -> Phase {
+    let progress = progress_bar(Some(args.count));
+    let workers = u64::from(args.workers);
+    let batch = args
+        .batch
+        .map_or(1, u64::from)
+        .min(BATCH_MESSAGES_MAX as u64);
+    let started = Instant::now();
+    let merged = Arc::new(Mutex::new(Phase::default()));
+    std::thread::scope(|scope| {
+        for index in 0..workers {
+            let (merged, progress) = (Arc::clone(&merged), progress.clone());
+            scope.spawn(move || {
+                let phase = produce_worker(
+                    api,
+                    args,
+                    payload,
+                    share(args.count, workers, index),
+                    batch,
+                    &progress,
+                );
+                if let Ok(mut merged) = merged.lock() {
+                    merged.merge(phase);
+                }
+            });
+        }
+    });
+    progress.finish_and_clear();
+    let mut phase = std::mem::take(&mut *merged.lock().unwrap_or_else(|e| e.into_inner()));
+    phase.elapsed = started.elapsed();
+    phase
+}
+
+fn produce_worker(
+    api: &Api,
+    args: &TopicBenchArgs,
+    payload: &[u8],
+    mut left: u64,
+    batch: u64,
+    progress: &ProgressBar,
+) -> Phase {
+    let mut phase = Phase::default();
+    let full_batch = args
+        .batch
+        .map(|_| batch_body(&vec![payload.to_vec(); batch as usize], None, None));
+    while left > 0 {
+        let take = left.min(batch);
+        let started = Instant::now();
+        let answer = match &full_batch {
+            Some(body) if take == batch => produce_batch(api, args.topic(), body),
+            Some(_) => {
+                let body = batch_body(&vec![payload.to_vec(); take as usize], None, None);
+                produce_batch(api, args.topic(), &body)
+            }
+            None => produce_one(api, args.topic(), None, None, payload),
+        };
+        phase
+            .latencies_us
+            .push(started.elapsed().as_micros() as u64);
+        let status = answer.map_or(0, |answer| answer.status);
+        *phase.statuses.entry(status).or_default() += 1;
+        if status == 202 {
+            phase.messages += take;
+        }
+        progress.inc(take);
+        left -= take;
+    }
+    phase
+}
+
+fn consume_phase(api: &Api, args: &TopicBenchArgs, target: u64) -> Phase {
+    let started = Instant::now();
+    let remaining = Arc::new(Mutex::new(target));
+    let merged = Arc::new(Mutex::new(Phase::default()));
+    std::thread::scope(|scope| {
+        for _ in 0..args.workers {
+            let (merged, remaining) = (Arc::clone(&merged), Arc::clone(&remaining));
+            scope.spawn(move || {
+                let phase = consume_worker(api, args.topic(), &remaining);
+                if let Ok(mut merged) = merged.lock() {
+                    merged.merge(phase);
+                }
+            });
+        }
+    });
+    let mut phase = std::mem::take(&mut *merged.lock().unwrap_or_else(|e| e.into_inner()));
+    phase.elapsed = started.elapsed();
+    phase
+}
+
+/// Consumes and batch-acks until `remaining` reaches 0 or nothing came for
+/// [`CONSUME_IDLE_MAX`]; each timed request is a consume plus its ack.
+fn consume_worker(api: &Api, topic: &str, remaining: &Mutex<u64>) -> Phase {
+    let mut phase = Phase::default();
+    let topic = encode(topic);
+    let mut last = Instant::now();
+    loop {
+        let want = remaining.lock().map_or(0, |left| (*left).min(100));
+        if want == 0 || last.elapsed() > CONSUME_IDLE_MAX {
+            return phase;
+        }
+        let started = Instant::now();
+        let path = format!("/v1/topics/{topic}/consume?wait={CONSUME_WAIT}&max={want}");
+        let answer = api.send("GET", &path, None);
+        let status = answer.as_ref().map_or(0, |answer| answer.status);
+        *phase.statuses.entry(status).or_default() += 1;
+        let Ok(answer) = answer else { continue };
+        if answer.status != 200 {
+            phase
+                .latencies_us
+                .push(started.elapsed().as_micros() as u64);
+            continue;
+        }
+        let handles: Vec<Value> = answer
+            .json()
+            .ok()
+            .and_then(|body| body.get("messages").cloned())
+            .and_then(|messages| messages.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|message| message.get("receipt_handle").cloned())
+            .collect();
+        if !handles.is_empty() {
+            let body = json!({ "receipt_handles": handles });
+            let _ = api.send(
+                "POST",
+                &format!("/v1/topics/{topic}/ack"),
+                Some(Body::Json(&body)),
+            );
+            phase.messages += handles.len() as u64;
+            if let Ok(mut left) = remaining.lock() {
+                *left = left.saturating_sub(handles.len() as u64);
+            }
+            last = Instant::now();
+        }
+        phase
+            .latencies_us
+            .push(started.elapsed().as_micros() as u64);
+    }
+}
+
+/// Draws the latency percentiles of each phase as horizontal bars.
+fn chart(path: &Path, produced: &Phase, consumed: Option<&Phase>) -> Result<(), String> {
+    const WIDTH_PX: u32 = 900;
+    const ROW_PX: i32 = 30;
+    const LABEL_PX: i32 = 200;
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    for (name, phase) in
+        std::iter::once(("produce", produced)).chain(consumed.map(|p| ("consume", p)))
+    {
+        for (label, ms) in phase.summary_ms() {
+            rows.push((format!("{name} {label}"), ms));
+        }
+    }
+    let height = (rows.len() as i32 * ROW_PX + 2 * ROW_PX) as u32;
+    let root = BitMapBackend::new(path, (WIDTH_PX, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let font = font_registered();
+    let max = rows
+        .iter()
+        .map(|(_, ms)| *ms)
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    let room = f64::from(WIDTH_PX as i32 - LABEL_PX - 120);
+    if font {
+        root.draw(&Text::new(
+            "narad bench: request latency (ms)",
+            (10, 10),
+            (FONT_FAMILY, 18).into_font(),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
+    for (index, (label, ms)) in rows.iter().enumerate() {
+        let y = ROW_PX + index as i32 * ROW_PX + 8;
+        let width = ((ms / max) * room) as i32;
+        root.draw(&Rectangle::new(
+            [(LABEL_PX, y), (LABEL_PX + width.max(1), y + ROW_PX - 8)],
+            BLUE.mix(0.7).filled(),
+        ))
+        .map_err(|e| e.to_string())?;
+        if font {
+            let style = (FONT_FAMILY, 15).into_font().color(&BLACK);
+            root.draw(&Text::new(label.clone(), (10, y + 4), style.clone()))
+                .map_err(|e| e.to_string())?;
+            root.draw(&Text::new(
+                format!("{ms:.2}"),
+                (LABEL_PX + width.max(1) + 8, y + 4),
+                style,
+            ))
+            .map_err(|e| e.to_string())?;
+        }
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Registers the chart font once; false when it is not installed.
+fn font_registered() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        let Ok(bytes) = std::fs::read(FONT_PATH) else {
+            return false;
+        };
+        // plotters keeps the font in a global table for the whole process.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, bytes).is_ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up_to_the_count() {
+        let total: u64 = (0..7).map(|index| share(100, 7, index)).sum();
+        assert_eq!(total, 100);
+        assert_eq!(share(3, 8, 7), 0);
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let phase = Phase {
+            latencies_us: (1..=100).map(|ms| ms * 1000).collect(),
+            ..Phase::default()
+        };
+        let summary = phase.summary_ms();
+        assert_eq!(summary[0], ("p50", 50.0));
+        assert_eq!(summary[1], ("p95", 95.0));
+        assert_eq!(summary[2], ("p99", 99.0));
+        assert_eq!(summary[3], ("max", 100.0));
+    }
+
+    #[test]
+    fn payloads_have_the_asked_size_and_are_json_when_they_can_be() {
+        let payload = payload(16);
+        assert_eq!(payload.len(), 16);
+        assert!(serde_json::from_slice::<Value>(&payload).is_ok());
+        assert_eq!(super::payload(1), b"x");
+    }
+}

@@ -1,0 +1,147 @@
+//! The client verbs of `narad`: topic, pub, sub, replay, user, cluster,
+//! server report, ctx, completion and the topic benchmark. Each is an
+//! HTTP client of the API (spec §1) and nothing more: no module here links
+//! the data plane.
+//!
+//! Every verb ends in a [`Failure`] or success, and the failure decides the
+//! exit status: 1 when the server refused, 2 for a usage or local-input
+//! error, 3 when the server could not be reached.
+
+pub(crate) mod bench;
+mod cluster;
+mod connection;
+pub(crate) mod ctx;
+pub(crate) mod duration;
+mod http;
+mod output;
+mod pubsub;
+mod topic;
+mod user;
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+pub(crate) use connection::Connection;
+pub(crate) use http::Api;
+
+/// Exit status when the server answered and refused.
+pub(crate) const EXIT_REFUSED: u8 = 1;
+/// Exit status for a usage error: bad flags, unreadable local input.
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// Exit status when the server could not be reached.
+pub(crate) const EXIT_UNREACHABLE: u8 = 3;
+
+/// Why a client verb failed; each kind has its exit status.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The server answered with a refusal (the text names it and what to do).
+    Refused(String),
+    /// The command line or its local input is wrong.
+    Usage(String),
+    /// No answer from the server.
+    Unreachable(String),
+}
+
+impl Failure {
+    /// The exit status of this failure.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            Self::Refused(_) => EXIT_REFUSED,
+            Self::Usage(_) => EXIT_USAGE,
+            Self::Unreachable(_) => EXIT_UNREACHABLE,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Self::Refused(text) | Self::Usage(text) | Self::Unreachable(text) => text,
+        }
+    }
+}
+
+/// What a client verb returns.
+pub(crate) type Outcome = Result<(), Failure>;
+
+/// The client verbs, as `narad` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// Create, list, describe, change and delete topics; attach fan-out
+    /// children.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Publish messages: one from the command line, a file, or one per
+    /// line of standard input.
+    Pub(pubsub::PubArgs),
+    /// Consume messages (queue mode: leased and acked), or tail a topic
+    /// without touching queue state (--peek).
+    Sub(pubsub::SubArgs),
+    /// Read one partition's retained records by offset, touching no queue
+    /// state.
+    Replay(pubsub::ReplayArgs),
+    /// Manage users and their grants (admin).
+    #[command(subcommand)]
+    User(user::UserCommand),
+    /// Cluster membership and partition moves (admin).
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Server-wide views.
+    #[command(subcommand)]
+    Server(cluster::ServerCommand),
+    /// Named connection settings (server, user, password), one selected.
+    #[command(subcommand)]
+    Ctx(ctx::CtxCommand),
+    /// Print a shell completion script: bash, zsh or fish.
+    Completion(CompletionArgs),
+}
+
+/// Flags of `narad completion`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompletionArgs {
+    /// The shell to complete for.
+    shell: clap_complete::Shell,
+}
+
+/// Runs a client verb and turns its outcome into the exit status, printing
+/// a failure as `narad: <what went wrong and what to do>`.
+pub(crate) fn run(
+    command: ClientCommand,
+    connection: &Connection,
+    cli: &mut clap::Command,
+) -> ExitCode {
+    let outcome = match command {
+        ClientCommand::Topic(command) => topic::run(command, connection),
+        ClientCommand::Pub(args) => pubsub::publish(&args, connection),
+        ClientCommand::Sub(args) => pubsub::subscribe(&args, connection),
+        ClientCommand::Replay(args) => pubsub::replay(&args, connection),
+        ClientCommand::User(command) => user::run(command, connection),
+        ClientCommand::Cluster(command) => cluster::run(&command, connection),
+        ClientCommand::Server(command) => cluster::server(&command, connection),
+        ClientCommand::Ctx(command) => ctx::run(command, connection),
+        ClientCommand::Completion(args) => completion(args.shell, cli),
+    };
+    finish(outcome)
+}
+
+/// Writes the completion script for `shell` to stdout.
+fn completion(shell: clap_complete::Shell, cli: &mut clap::Command) -> Outcome {
+    use std::io::Write;
+    // Generated into memory first: the generator panics on a write error,
+    // such as a closed pipe.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, cli, "narad", &mut script);
+    std::io::stdout()
+        .write_all(&script)
+        .map_err(|e| Failure::Usage(format!("cannot write the completion script: {e}")))
+}
+
+/// The exit status of `outcome`, with a failure printed to stderr.
+pub(crate) fn finish(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("narad: {}", failure.message());
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}

@@ -1,0 +1,518 @@
+//! `narad topic add|ls|info|edit|rm|schema|attach|detach|children`
+//! (spec §1.3, §1.4).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, IsTerminal, Read, Write};
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use super::duration::{format_bytes, format_ms, parse_ms, parse_retention_ms};
+use super::http::{Body, encode};
+use super::output::{field, print_json, table};
+use super::{Api, Connection, Failure, Outcome};
+
+/// `narad topic` verbs.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TopicCommand {
+    /// Create a topic.
+    Add(AddArgs),
+    /// List the topics you may read.
+    Ls,
+    /// Describe a topic: settings and per-partition figures.
+    Info {
+        /// The topic.
+        name: String,
+    },
+    /// Change a topic's retention, caps, partition count or schema.
+    Edit(EditArgs),
+    /// Delete a topic and all its messages (asks first unless -f).
+    Rm {
+        /// The topic.
+        name: String,
+        /// Do not ask for confirmation (required without a terminal).
+        #[arg(short, long)]
+        force: bool,
+    },
+    /// Print a topic's schema history, oldest first.
+    Schema {
+        /// The topic.
+        name: String,
+    },
+    /// Attach CHILD under PARENT: from now on every record committed to
+    /// the parent is copied into the child.
+    Attach {
+        /// The parent topic.
+        parent: String,
+        /// The child topic (it must exist).
+        child: String,
+        /// Deliver each record this long after its parent commit (a delay
+        /// child), e.g. 15m.
+        #[arg(long, value_parser = parse_ms)]
+        delay: Option<u64>,
+    },
+    /// Detach CHILD from PARENT; the child keeps its messages.
+    Detach {
+        /// The parent topic.
+        parent: String,
+        /// The child topic.
+        child: String,
+    },
+    /// List a parent's children with their lag.
+    Children {
+        /// The parent topic.
+        parent: String,
+    },
+}
+
+/// Flags of `narad topic add`.
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    /// The topic's name.
+    name: String,
+    /// Partition count (3..108) [default: the server's, or the parent's].
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// How long messages are kept, e.g. 12h or 7d; `forever` or 0 keeps
+    /// them forever [default: the server's].
+    #[arg(long, value_parser = parse_retention_ms)]
+    retention: Option<u64>,
+    /// Lease length of a consumed message before redelivery, e.g. 30s
+    /// (fixed once created).
+    #[arg(long, value_parser = parse_ms)]
+    visibility: Option<u64>,
+    /// Most leased messages per partition at once.
+    #[arg(long)]
+    max_in_flight: Option<u64>,
+    /// Most out-of-order acks held per partition.
+    #[arg(long)]
+    max_acked_ahead: Option<u64>,
+    /// JSON schema every message must match: inline JSON, @FILE, or - for
+    /// standard input.
+    #[arg(long)]
+    schema: Option<String>,
+    /// Create it as a fan-out child of this topic.
+    #[arg(long)]
+    parent: Option<String>,
+    /// With --parent: deliver each record this long after its parent
+    /// commit, e.g. 15m.
+    #[arg(long, value_parser = parse_ms, requires = "parent")]
+    delay: Option<u64>,
+}
+
+/// Flags of `narad topic edit`.
+#[derive(Debug, Args)]
+pub(crate) struct EditArgs {
+    /// The topic.
+    name: String,
+    /// New partition count (only grows).
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// New retention, e.g. 24h; `forever` or 0 keeps messages forever.
+    #[arg(long, value_parser = parse_retention_ms)]
+    retention: Option<u64>,
+    /// New in-flight cap per partition (0 = the server's default).
+    #[arg(long)]
+    max_in_flight: Option<u64>,
+    /// New acked-ahead cap per partition (0 = the server's default).
+    #[arg(long)]
+    max_acked_ahead: Option<u64>,
+    /// New schema version: inline JSON, @FILE, or - for standard input.
+    #[arg(long)]
+    schema: Option<String>,
+    /// Apply the schema only if the current version is this one.
+    #[arg(long, requires = "schema")]
+    schema_base_version: Option<u32>,
+}
+
+/// Runs a `narad topic` verb.
+pub(crate) fn run(command: TopicCommand, connection: &Connection) -> Outcome {
+    let api = connection.api()?;
+    let json = connection.json;
+    match command {
+        TopicCommand::Add(args) => add(&api, args, json),
+        TopicCommand::Ls => list(&api, json),
+        TopicCommand::Info { name } => info(&api, &name, json),
+        TopicCommand::Edit(args) => edit(&api, args, json),
+        TopicCommand::Rm { name, force } => remove(&api, &name, force),
+        TopicCommand::Schema { name } => {
+            let history = api.get_json(
+                &format!("/v1/topics/{}/schema", encode(&name)),
+                &format!("read the schema of topic {name}"),
+            )?;
+            print_json(&history);
+            Ok(())
+        }
+        TopicCommand::Attach {
+            parent,
+            child,
+            delay,
+        } => attach(&api, &parent, &child, delay),
+        TopicCommand::Detach { parent, child } => {
+            let path = format!("/v1/topics/{}/children/{}", encode(&parent), encode(&child));
+            let answer = api.send("DELETE", &path, None)?;
+            api.expect(answer, &[204], &format!("detach {child} from {parent}"))?;
+            println!("topic {child} detached from {parent}");
+            Ok(())
+        }
+        TopicCommand::Children { parent } => children(&api, &parent, json),
+    }
+}
+
+fn add(api: &Api, args: AddArgs, json: bool) -> Outcome {
+    let mut body = Map::new();
+    body.insert("name".into(), json!(args.name));
+    let numbers = [
+        ("partitions", args.partitions.map(u64::from)),
+        ("retention_ms", args.retention),
+        ("visibility_timeout_ms", args.visibility),
+        ("max_in_flight_per_partition", args.max_in_flight),
+        ("max_acked_ahead_per_partition", args.max_acked_ahead),
+        ("fanout_delay_ms", args.delay),
+    ];
+    for (name, value) in numbers {
+        if let Some(value) = value {
+            body.insert(name.into(), json!(value));
+        }
+    }
+    if let Some(schema) = &args.schema {
+        body.insert("schema".into(), read_schema(schema)?);
+    }
+    if let Some(parent) = &args.parent {
+        body.insert("parent".into(), json!(parent));
+    }
+    let answer = api.send("POST", "/v1/topics", Some(Body::Json(&Value::Object(body))))?;
+    let topic = api
+        .expect(answer, &[201], &format!("create topic {}", args.name))?
+        .json()?;
+    if json {
+        println!("{topic}");
+    } else {
+        println!(
+            "topic {} created: {} partitions, retention {}, visibility {}",
+            field(&topic, "name"),
+            field(&topic, "partitions"),
+            retention_text(&topic),
+            ms_text(&topic, "visibility_timeout_ms")
+        );
+    }
+    Ok(())
+}
+
+/// Every topic the caller may read, following `next_page_token`.
+pub(crate) fn all_topics(api: &Api) -> Result<Vec<Value>, Failure> {
+    let mut topics = Vec::new();
+    let mut token = String::new();
+    loop {
+        let path = if token.is_empty() {
+            "/v1/topics".to_owned()
+        } else {
+            format!("/v1/topics?page_token={}", encode(&token))
+        };
+        let page = api.get_json(&path, "list topics")?;
+        if let Some(Value::Array(list)) = page.get("topics") {
+            topics.extend(list.iter().cloned());
+        }
+        match page.get("next_page_token").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() && next != token => token = next.to_owned(),
+            _ => return Ok(topics),
+        }
+    }
+}
+
+fn list(api: &Api, json: bool) -> Outcome {
+    let topics = all_topics(api)?;
+    if json {
+        for topic in &topics {
+            println!("{topic}");
+        }
+        return Ok(());
+    }
+    let mut rows = table(&["NAME", "PARTITIONS", "RETENTION", "VISIBILITY", "OWNER"]);
+    for topic in &topics {
+        rows.add_row(vec![
+            field(topic, "name"),
+            field(topic, "partitions"),
+            retention_text(topic),
+            ms_text(topic, "visibility_timeout_ms"),
+            field(topic, "owner"),
+        ]);
+    }
+    println!("{rows}");
+    Ok(())
+}
+
+/// `GET /v1/topics/{name}`.
+pub(crate) fn describe(api: &Api, name: &str) -> Result<Value, Failure> {
+    api.get_json(
+        &format!("/v1/topics/{}", encode(name)),
+        &format!("describe topic {name}"),
+    )
+}
+
+fn info(api: &Api, name: &str, json: bool) -> Outcome {
+    let topic = describe(api, name)?;
+    if json {
+        print_json(&topic);
+        return Ok(());
+    }
+    println!("topic:           {}", field(&topic, "name"));
+    println!("role:            {}", role(&topic));
+    println!("partitions:      {}", field(&topic, "partitions"));
+    println!("retention:       {}", retention_text(&topic));
+    println!(
+        "visibility:      {}",
+        ms_text(&topic, "visibility_timeout_ms")
+    );
+    println!(
+        "max in flight:   {}",
+        field(&topic, "max_in_flight_per_partition")
+    );
+    println!(
+        "max acked ahead: {}",
+        field(&topic, "max_acked_ahead_per_partition")
+    );
+    println!("owner:           {}", field(&topic, "owner"));
+    println!("schema version:  {}", field(&topic, "schema_version"));
+    if topic.get("partial").and_then(Value::as_bool) == Some(true) {
+        println!("partial:         some partition owners did not answer; figures are incomplete");
+    }
+    let mut rows = table(&[
+        "PARTITION",
+        "OWNER",
+        "OLDEST",
+        "HIGH WATERMARK",
+        "MESSAGES",
+        "SIZE",
+        "STATUS",
+    ]);
+    for stats in partition_stats(&topic) {
+        rows.add_row(vec![
+            field(stats, "index"),
+            field(stats, "owner_node"),
+            field(stats, "oldest_offset"),
+            field(stats, "high_watermark"),
+            messages(stats).to_string(),
+            format_bytes(number(stats, "size_bytes")),
+            field(stats, "status"),
+        ]);
+    }
+    println!("{rows}");
+    Ok(())
+}
+
+fn edit(api: &Api, args: EditArgs, json: bool) -> Outcome {
+    let mut body = Map::new();
+    let numbers = [
+        ("partitions", args.partitions.map(u64::from)),
+        ("retention_ms", args.retention),
+        ("max_in_flight_per_partition", args.max_in_flight),
+        ("max_acked_ahead_per_partition", args.max_acked_ahead),
+        (
+            "schema_base_version",
+            args.schema_base_version.map(u64::from),
+        ),
+    ];
+    for (name, value) in numbers {
+        if let Some(value) = value {
+            body.insert(name.into(), json!(value));
+        }
+    }
+    if let Some(schema) = &args.schema {
+        body.insert("schema".into(), read_schema(schema)?);
+    }
+    if body.is_empty() {
+        return Err(Failure::Usage(
+            "topic edit: nothing to change; give --retention, --partitions, --max-in-flight, \
+             --max-acked-ahead or --schema"
+                .into(),
+        ));
+    }
+    let path = format!("/v1/topics/{}", encode(&args.name));
+    let answer = api.send("PATCH", &path, Some(Body::Json(&Value::Object(body))))?;
+    let topic = api
+        .expect(answer, &[200], &format!("change topic {}", args.name))?
+        .json()?;
+    if json {
+        println!("{topic}");
+    } else {
+        println!(
+            "topic {} changed: {} partitions, retention {}",
+            field(&topic, "name"),
+            field(&topic, "partitions"),
+            retention_text(&topic)
+        );
+    }
+    Ok(())
+}
+
+fn remove(api: &Api, name: &str, force: bool) -> Outcome {
+    if !force {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::Usage(format!(
+                "refusing to delete topic {name} without confirmation: standard input is not a \
+                 terminal; pass -f to delete it"
+            )));
+        }
+        if !confirm(&format!(
+            "Delete topic {name} and all its messages? This cannot be undone. [y/N] "
+        ))? {
+            println!("topic {name} kept");
+            return Ok(());
+        }
+    }
+    let answer = api.send("DELETE", &format!("/v1/topics/{}", encode(name)), None)?;
+    api.expect(answer, &[204], &format!("delete topic {name}"))?;
+    println!("topic {name} deleted");
+    Ok(())
+}
+
+/// Asks `question` on stderr; true for an answer of `y` or `yes`.
+fn confirm(question: &str) -> Result<bool, Failure> {
+    let mut stderr = std::io::stderr();
+    let _ = stderr.write_all(question.as_bytes());
+    let _ = stderr.flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::Usage(format!("cannot read the answer: {e}")))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+fn attach(api: &Api, parent: &str, child: &str, delay: Option<u64>) -> Outcome {
+    let mut body = json!({ "child": child });
+    if let Some(delay) = delay {
+        body["delay_ms"] = json!(delay);
+    }
+    let path = format!("/v1/topics/{}/children", encode(parent));
+    let answer = api.send("POST", &path, Some(Body::Json(&body)))?;
+    api.expect(answer, &[200, 201], &format!("attach {child} to {parent}"))?;
+    match delay {
+        Some(delay) => println!(
+            "topic {child} attached to {parent} with a delay of {}",
+            format_ms(delay)
+        ),
+        None => println!("topic {child} attached to {parent}"),
+    }
+    Ok(())
+}
+
+fn children(api: &Api, parent: &str, json: bool) -> Outcome {
+    let answer = api.get_json(
+        &format!("/v1/topics/{}/children", encode(parent)),
+        &format!("list the children of {parent}"),
+    )?;
+    let list = answer
+        .get("children")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if json {
+        for child in &list {
+            println!("{child}");
+        }
+        return Ok(());
+    }
+    let mut rows = table(&["CHILD", "DELAY", "LAG"]);
+    for child in &list {
+        let complete = child.get("lag_complete").and_then(Value::as_bool) != Some(false);
+        rows.add_row(vec![
+            field(child, "name"),
+            ms_text(child, "delay_ms"),
+            format!(
+                "{}{}",
+                field(child, "lag_messages"),
+                if complete { "" } else { "+" }
+            ),
+        ]);
+    }
+    println!("{rows}");
+    Ok(())
+}
+
+/// A `--schema` value: inline JSON, `@FILE`, or `-` for standard input.
+fn read_schema(text: &str) -> Result<Value, Failure> {
+    let (source, document) = if text == "-" {
+        let mut document = String::new();
+        std::io::stdin()
+            .read_to_string(&mut document)
+            .map_err(|e| Failure::Usage(format!("--schema -: cannot read stdin: {e}")))?;
+        ("standard input".to_owned(), document)
+    } else if let Some(path) = text.strip_prefix('@') {
+        let document = std::fs::read_to_string(path)
+            .map_err(|e| Failure::Usage(format!("--schema @{path}: cannot read it: {e}")))?;
+        (path.to_owned(), document)
+    } else {
+        ("--schema".to_owned(), text.to_owned())
+    };
+    serde_json::from_str(&document).map_err(|e| {
+        Failure::Usage(format!(
+            "the schema in {source} is not JSON ({e}); give a JSON object, @FILE or -"
+        ))
+    })
+}
+
+/// The topic's role: the server's `role`, else what its links say.
+pub(crate) fn role(topic: &Value) -> String {
+    if let Some(role) = topic.get("role").and_then(Value::as_str) {
+        return role.to_owned();
+    }
+    let has_children = topic
+        .get("children")
+        .and_then(Value::as_array)
+        .is_some_and(|children| !children.is_empty());
+    if topic.get("parent").and_then(Value::as_str).is_some() {
+        "child".into()
+    } else if has_children {
+        "parent".into()
+    } else {
+        "standalone".into()
+    }
+}
+
+/// The `partition_stats` entries of a described topic.
+pub(crate) fn partition_stats(topic: &Value) -> Vec<&Value> {
+    topic
+        .get("partition_stats")
+        .and_then(Value::as_array)
+        .map(|stats| stats.iter().collect())
+        .unwrap_or_default()
+}
+
+/// Retained messages of one partition: high watermark − oldest offset.
+pub(crate) fn messages(stats: &Value) -> u64 {
+    number(stats, "high_watermark").saturating_sub(number(stats, "oldest_offset"))
+}
+
+/// The distinct owners of a described topic's partitions.
+pub(crate) fn owner_count(topic: &Value) -> usize {
+    partition_stats(topic)
+        .iter()
+        .filter_map(|stats| stats.get("owner_node")?.as_str())
+        .filter(|owner| !owner.is_empty())
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+pub(crate) fn number(value: &Value, name: &str) -> u64 {
+    value.get(name).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn ms_text(value: &Value, name: &str) -> String {
+    value
+        .get(name)
+        .and_then(Value::as_u64)
+        .map_or_else(|| "-".into(), format_ms)
+}
+
+fn retention_text(topic: &Value) -> String {
+    match topic.get("retention_ms").and_then(Value::as_u64) {
+        Some(0) => "forever".into(),
+        Some(ms) => format_ms(ms),
+        None => "-".into(),
+    }
+}

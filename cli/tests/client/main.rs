@@ -1,0 +1,12 @@
+//! The `narad` client verbs driven as a user drives them: the real binary
+//! against one real `narad dev --secure` shared by every test here. Each
+//! test uses its own topic and user names.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod local;
+mod pubsub;
+mod terminal;
+mod topic;
