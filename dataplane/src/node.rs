@@ -27,6 +27,7 @@ use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
     NoRemoteTarget, ReplicaLeader,
 };
+use crate::fanout::FanoutStatus;
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
@@ -339,6 +340,12 @@ impl DataNode {
     /// The partition logs this node opened.
     pub fn logs(&self) -> &Arc<LocalLogs> {
         &self.logs
+    }
+
+    /// Where this node's fan-out cursors stand: the API's children listing
+    /// reads it, and the forward service answers other nodes from it.
+    pub fn fanout(&self) -> &Arc<FanoutStatus> {
+        &self.api.fanout
     }
 
     /// The per-partition commit combiners: a remote commit service

@@ -150,8 +150,12 @@ impl Cluster {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (a, a_replica) = data_node(A, 11, Arc::new(SystemClock::new()));
         let (b, b_replica) = data_node(B, 12, Arc::clone(&clock));
-        let service =
-            ForwardService::with_consume(Arc::clone(b.consume()), Arc::clone(b.logs()), b_replica);
+        let service = ForwardService::with_consume(
+            Arc::clone(b.consume()),
+            Arc::clone(b.logs()),
+            b_replica,
+            Arc::clone(b.fanout()),
+        );
         let b_transport = Arc::new(
             Node::bind(
                 NodeConfig::new(loopback, auth()),
@@ -715,6 +719,7 @@ async fn a_forward_service_not_attached_yet_answers_503() {
     let request = narad_protocol::TopicPartitionStats {
         topic: "remote".into(),
         partitions: vec![0],
+        with_cursors: false,
     };
 
     let answer = caller

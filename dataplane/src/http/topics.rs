@@ -344,7 +344,11 @@ async fn remote_stats(state: &ApiState, topic: &TopicMeta) -> HashMap<u32, Parti
     for (node, partitions) in owners {
         let forwarder = Arc::clone(forwarder);
         let name = topic.name.to_string();
-        calls.spawn(async move { forwarder.stats(node, &name, partitions, STATS_BUDGET).await });
+        calls.spawn(async move {
+            forwarder
+                .stats(node, &name, partitions, false, STATS_BUDGET)
+                .await
+        });
     }
     let mut stats = HashMap::new();
     while let Some(joined) = calls.join_next().await {
