@@ -33,6 +33,7 @@ use super::tokens::CLAIM_HOLD;
 use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
 use crate::admin::LocalAdmin;
 use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
+use crate::fanout::{CursorKey, CursorReport};
 use crate::http::ApiConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
@@ -249,6 +250,14 @@ impl Cluster {
         let request = Request::get(uri)
             .header("x-narad-client", "forward-tests")
             .body(Body::empty())
+            .expect("request");
+        self.send(request).await
+    }
+
+    async fn post_json(&self, uri: &str, body: &Value) -> Answer {
+        let request = Request::post(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
             .expect("request");
         self.send(request).await
     }
@@ -556,6 +565,94 @@ async fn describe_on_a_shows_the_partition_stats_of_b() {
     assert_eq!(remote["high_watermark"], 2);
     assert_eq!(remote["next_offset"], 2);
     assert_eq!(body["partition_stats"][0]["owner_node"], A.to_string());
+    cluster.stop();
+}
+
+/// A cursor on `node` of `split`'s `partition` feeding `split-copy` reports
+/// `next_offset`.
+fn report_cursor(node: &DataNode, partition: u32, next_offset: u64) {
+    let key = CursorKey {
+        parent: "split".into(),
+        partition,
+        child: "split-copy".into(),
+    };
+    let report = CursorReport {
+        next_offset,
+        high_watermark: next_offset,
+        due_lag_ms: None,
+    };
+    node.fanout().report(key, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_created_on_a_starts_at_the_high_watermarks_b_reports() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    cluster.produce_on_b("split", 1, "two").await;
+    cluster.produce_on_b("split", 2, "three").await;
+
+    let body = serde_json::json!({"name": "split-copy", "parent": "split"});
+    let answer = cluster.post_json("/v1/topics", &body).await;
+
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    assert_eq!(
+        answer.json()["attach_offsets"],
+        serde_json::json!([0, 2, 1])
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_children_listing_on_a_counts_the_lag_of_cursors_running_on_b() {
+    let cluster = Cluster::start();
+    let body = serde_json::json!({"name": "split-copy", "parent": "split"});
+    let created = cluster.post_json("/v1/topics", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    for payload in ["one", "two", "three"] {
+        cluster.produce_on_b("split", 1, payload).await;
+    }
+    cluster.produce_on_b("split", 2, "four").await;
+    report_cursor(&cluster.a, 0, 0);
+    report_cursor(&cluster.b, 1, 2);
+    report_cursor(&cluster.b, 2, 0);
+
+    let all = cluster.get("/v1/topics/split/children").await;
+    cluster.b.fanout().forget(&CursorKey {
+        parent: "split".into(),
+        partition: 2,
+        child: "split-copy".into(),
+    });
+    let one_missing = cluster.get("/v1/topics/split/children").await;
+
+    assert_eq!(all.status, StatusCode::OK, "{}", all.body);
+    let child = &all.json()["children"][0];
+    assert_eq!(child["name"], "split-copy");
+    assert_eq!(child["lag_messages"], 2, "{}", all.body);
+    assert_eq!(child["lag_complete"], true);
+    let child = &one_missing.json()["children"][0];
+    assert_eq!(child["lag_messages"], 1, "{}", one_missing.body);
+    assert_eq!(child["lag_complete"], false);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_on_a_under_a_parent_with_a_silent_owner_is_503() {
+    let cluster = Cluster::start();
+    let body = serde_json::json!({"name": "pair-copy"});
+    let created = cluster.post_json("/v1/topics", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+
+    let body = serde_json::json!({"child": "pair-copy"});
+    let answer = cluster.post_json("/v1/topics/pair/children", &body).await;
+
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    let parent = cluster.a.api().replica.topic_meta("pair").expect("pair");
+    assert!(parent.children.is_empty());
     cluster.stop();
 }
 
