@@ -372,6 +372,12 @@ impl DataNode {
         &self.logs
     }
 
+    /// Where this node's fan-out cursors stand: the API's children listing
+    /// reads it, and the forward service answers other nodes from it.
+    pub fn fanout(&self) -> &Arc<FanoutStatus> {
+        &self.api.fanout
+    }
+
     /// The per-partition commit combiners: a remote commit service
     /// (`remote::CommitService::attach`) commits into the same ones as the
     /// local dispatcher, under the same produce locks.

@@ -35,11 +35,18 @@
 //!   str   topic
 //!   u32   count          1 ..= STATS_PARTITIONS_MAX
 //!   per partition: u32 partition
+//!   optional trailing field:
+//!   u8    with_cursors   1; written only when the fan-out cursors are wanted
 //! TopicPartitionStatsAnswer, a Message, version 1
 //!   u32   count          as the request's
 //!   per partition: u32 partition, u8 owned (0/1), u64 segments,
 //!     u64 oldest_offset, u64 next_offset, u64 high_watermark,
 //!     u64 size_bytes, u8 has_oldest_segment_time, u64 oldest_segment_time_ms
+//!   optional trailing section, written only when some entry has a cursor
+//!   (absent: no entry has one):
+//!   per partition, in entry order: u32 cursor count
+//!     (0 ..= STATS_CURSORS_PER_PARTITION_MAX), per cursor: str child,
+//!     u64 next_offset
 //!
 //! TokenRegister (30), a Message, version 1: str topic, u32 ttl_ms
 //!   (1 ..= 65,000)                                             → 204
@@ -71,9 +78,15 @@ pub const ACK_BATCH_RECORDS_MAX: u32 = 64;
 /// Partitions one statistics request names at most.
 pub const STATS_PARTITIONS_MAX: u32 = 65_536;
 
+/// Fan-out cursors one statistics entry lists at most: a parent has at most
+/// 108 children (spec §1.4), and each has one cursor per parent partition.
+pub const STATS_CURSORS_PER_PARTITION_MAX: u32 = 108;
+
 const RECORD_BYTES_MIN: usize = 4 + 8 + 4 + 4 + 8 + 8;
 const HANDLE_BYTES: usize = 4 + 8 + 8;
 const STATS_BYTES: usize = 4 + 1 + 8 * 5 + 1 + 8;
+/// An empty child name and its offset.
+const CURSOR_BYTES_MIN: usize = 4 + 8;
 
 const _: () =
     assert!(STATS_PARTITIONS_MAX as usize * STATS_BYTES <= crate::limits::FRAME_BYTES_MAX);
@@ -469,6 +482,11 @@ pub struct TopicPartitionStats {
     pub topic: String,
     /// The partitions, 1 ..= [`STATS_PARTITIONS_MAX`].
     pub partitions: Vec<u32>,
+    /// Whether the answer should list the owner's fan-out cursors of each
+    /// partition. Sent only when set, so a request without it is the one an
+    /// older owner reads (and an older requester never gets the cursors it
+    /// could not decode).
+    pub with_cursors: bool,
 }
 
 impl Encode for TopicPartitionStats {
@@ -483,6 +501,9 @@ impl Encode for TopicPartitionStats {
         for partition in &self.partitions {
             writer.u32(*partition);
         }
+        if self.with_cursors {
+            writer.u8(1);
+        }
     }
 }
 
@@ -494,7 +515,12 @@ impl Decode for TopicPartitionStats {
         for _ in 0..count {
             partitions.push(reader.u32("partition")?);
         }
-        Ok(Self { topic, partitions })
+        let with_cursors = reader.remaining() > 0 && flag(reader, "with_cursors")?;
+        Ok(Self {
+            topic,
+            partitions,
+            with_cursors,
+        })
     }
 }
 
@@ -523,6 +549,19 @@ pub struct PartitionStatsEntry {
     pub size_bytes: u64,
     /// Commit time of the oldest segment's newest record, Unix ms.
     pub oldest_segment_time_ms: Option<u64>,
+    /// The owner's fan-out cursors of this partition, at most
+    /// [`STATS_CURSORS_PER_PARTITION_MAX`]; empty unless asked for, and in
+    /// an answer from an owner that does not list them.
+    pub cursors: Vec<CursorPosition>,
+}
+
+/// Where one fan-out cursor of a parent partition stands on its owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CursorPosition {
+    /// The child topic the cursor feeds.
+    pub child: String,
+    /// The first parent offset not yet delivered to the child.
+    pub next_offset: u64,
 }
 
 /// The owner's answer to opcode 8, one entry per partition asked, in order.
@@ -547,6 +586,21 @@ impl Encode for TopicPartitionStatsAnswer {
             writer.u64(entry.size_bytes);
             writer.u8(u8::from(entry.oldest_segment_time_ms.is_some()));
             writer.u64(entry.oldest_segment_time_ms.unwrap_or(0));
+        }
+        if self.entries.iter().all(|entry| entry.cursors.is_empty()) {
+            return;
+        }
+        for entry in &self.entries {
+            let count = u32::try_from(entry.cursors.len()).expect("bounded cursors");
+            assert!(
+                count <= STATS_CURSORS_PER_PARTITION_MAX,
+                "{count} cursors for one partition"
+            );
+            writer.u32(count);
+            for cursor in &entry.cursors {
+                writer.str(&cursor.child);
+                writer.u64(cursor.next_offset);
+            }
         }
     }
 }
@@ -585,10 +639,35 @@ impl Decode for TopicPartitionStatsAnswer {
                 high_watermark,
                 size_bytes,
                 oldest_segment_time_ms: has_time.then_some(time),
+                cursors: Vec::new(),
             });
+        }
+        if reader.remaining() > 0 {
+            for entry in &mut entries {
+                entry.cursors = decode_cursors(reader)?;
+            }
         }
         Ok(Self { entries })
     }
+}
+
+/// One entry's part of the answer's cursor section.
+fn decode_cursors(reader: &mut Reader) -> Result<Vec<CursorPosition>, DecodeError> {
+    let count = counted(
+        reader,
+        "cursor count",
+        0,
+        STATS_CURSORS_PER_PARTITION_MAX,
+        CURSOR_BYTES_MIN,
+    )?;
+    let mut cursors = Vec::with_capacity(count);
+    for _ in 0..count {
+        cursors.push(CursorPosition {
+            child: reader.str("cursor child")?,
+            next_offset: reader.u64("cursor next_offset")?,
+        });
+    }
+    Ok(cursors)
 }
 
 impl Message for TopicPartitionStatsAnswer {
@@ -761,23 +840,32 @@ mod tests {
             .prop_map(|(topic, how, leases)| AckBatch { topic, how, leases })
     }
 
+    fn cursor_strategy() -> impl Strategy<Value = CursorPosition> {
+        ("[a-z.]{0,12}", any::<u64>())
+            .prop_map(|(child, next_offset)| CursorPosition { child, next_offset })
+    }
+
     fn stats_entry_strategy() -> impl Strategy<Value = PartitionStatsEntry> {
         (
             any::<u32>(),
             any::<bool>(),
             any::<[u64; 5]>(),
             proptest::option::of(any::<u64>()),
+            proptest::collection::vec(cursor_strategy(), 0..3),
         )
-            .prop_map(|(partition, owned, figures, time)| PartitionStatsEntry {
-                partition,
-                owned,
-                segments: figures[0],
-                oldest_offset: figures[1],
-                next_offset: figures[2],
-                high_watermark: figures[3],
-                size_bytes: figures[4],
-                oldest_segment_time_ms: time,
-            })
+            .prop_map(
+                |(partition, owned, figures, time, cursors)| PartitionStatsEntry {
+                    partition,
+                    owned,
+                    segments: figures[0],
+                    oldest_offset: figures[1],
+                    next_offset: figures[2],
+                    high_watermark: figures[3],
+                    size_bytes: figures[4],
+                    oldest_segment_time_ms: time,
+                    cursors,
+                },
+            )
     }
 
     fn round_trip<M: Message + PartialEq + std::fmt::Debug>(message: &M) -> M {
@@ -856,9 +944,10 @@ mod tests {
         fn stats_round_trip(
             topic in ".{0,16}",
             partitions in proptest::collection::vec(any::<u32>(), 1..8),
+            with_cursors in any::<bool>(),
             entries in proptest::collection::vec(stats_entry_strategy(), 0..8),
         ) {
-            let request = TopicPartitionStats { topic, partitions };
+            let request = TopicPartitionStats { topic, partitions, with_cursors };
             prop_assert_eq!(round_trip(&request), request);
             let answer = TopicPartitionStatsAnswer { entries };
             prop_assert_eq!(round_trip(&answer), answer);
@@ -933,6 +1022,113 @@ mod tests {
         writer.u32(ACK_BATCH_RECORDS_MAX + 1);
         let error = decode_forward_request::<AckBatch>(writer.finish()).expect_err("refused");
         assert!(error.message.contains("lease count"), "{error}");
+    }
+
+    fn stats_entry(partition: u32, cursors: Vec<CursorPosition>) -> PartitionStatsEntry {
+        PartitionStatsEntry {
+            partition,
+            owned: true,
+            segments: 1,
+            oldest_offset: 0,
+            next_offset: 9,
+            high_watermark: 9,
+            size_bytes: 100,
+            oldest_segment_time_ms: None,
+            cursors,
+        }
+    }
+
+    /// The answer as an owner that lists no cursors writes it.
+    fn answer_without_cursor_section(entries: &[PartitionStatsEntry]) -> Bytes {
+        let mut writer = Writer::new();
+        writer.u8(1);
+        writer.u32(entries.len() as u32);
+        for entry in entries {
+            writer.u32(entry.partition);
+            writer.u8(u8::from(entry.owned));
+            for figure in [
+                entry.segments,
+                entry.oldest_offset,
+                entry.next_offset,
+                entry.high_watermark,
+                entry.size_bytes,
+            ] {
+                writer.u64(figure);
+            }
+            writer.u8(0);
+            writer.u64(0);
+        }
+        writer.finish()
+    }
+
+    #[test]
+    fn a_stats_answer_without_the_cursor_section_decodes_with_no_cursors() {
+        let entries = [stats_entry(0, Vec::new()), stats_entry(2, Vec::new())];
+        let old = answer_without_cursor_section(&entries);
+        let answer =
+            decode_forward_request::<TopicPartitionStatsAnswer>(old.clone()).expect("decodes");
+        assert_eq!(answer.entries, entries);
+        let written = encode_message(&TopicPartitionStatsAnswer {
+            entries: entries.to_vec(),
+        });
+        assert_eq!(written, old, "no cursors, no section");
+    }
+
+    #[test]
+    fn a_stats_answer_lists_each_partitions_cursors_in_entry_order() {
+        let audit = |next_offset| CursorPosition {
+            child: "audit".into(),
+            next_offset,
+        };
+        let entries = vec![
+            stats_entry(0, vec![audit(4)]),
+            stats_entry(1, Vec::new()),
+            stats_entry(
+                2,
+                vec![
+                    audit(7),
+                    CursorPosition {
+                        child: "billing".into(),
+                        next_offset: 2,
+                    },
+                ],
+            ),
+        ];
+        let answer = TopicPartitionStatsAnswer { entries };
+        assert_eq!(round_trip(&answer), answer);
+    }
+
+    #[test]
+    fn a_stats_request_without_cursors_is_the_old_layout() {
+        let request = TopicPartitionStats {
+            topic: "orders".into(),
+            partitions: vec![0, 1],
+            with_cursors: false,
+        };
+        let mut writer = Writer::new();
+        writer.u8(1);
+        writer.str("orders");
+        writer.u32(2);
+        writer.u32(0);
+        writer.u32(1);
+        assert_eq!(encode_message(&request), writer.finish());
+        let asking = TopicPartitionStats {
+            with_cursors: true,
+            ..request.clone()
+        };
+        assert_eq!(
+            encode_message(&asking).len(),
+            encode_message(&request).len() + 1
+        );
+    }
+
+    #[test]
+    fn a_cursor_count_over_the_limit_is_refused() {
+        let mut bytes = answer_without_cursor_section(&[stats_entry(0, Vec::new())]).to_vec();
+        bytes.extend((STATS_CURSORS_PER_PARTITION_MAX + 1).to_be_bytes());
+        let error = decode_forward_request::<TopicPartitionStatsAnswer>(Bytes::from(bytes))
+            .expect_err("refused");
+        assert!(error.message.contains("cursor count"), "{error}");
     }
 
     #[test]

@@ -53,9 +53,9 @@ pub use commit::{
     BatchRecord, CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, IncarnationRun,
 };
 pub use consume::{
-    AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, ForwardConsume, ForwardSettle,
-    ForwardedRecord, LeaseRef, PartitionStatsEntry, SettleKind, TokenNotify, TokenRegister,
-    TopicPartitionStats, TopicPartitionStatsAnswer,
+    AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, CursorPosition, ForwardConsume,
+    ForwardSettle, ForwardedRecord, LeaseRef, PartitionStatsEntry, SettleKind, TokenNotify,
+    TokenRegister, TopicPartitionStats, TopicPartitionStatsAnswer,
 };
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;

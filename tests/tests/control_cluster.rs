@@ -85,6 +85,10 @@ async fn three_nodes_elect_one_leader_and_all_turn_ready() {
         body.contains("narad_raft_state{state=\"leader\"} 1"),
         "{body}"
     );
+    assert!(
+        body.contains("narad_colocated_child_partitions 0"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

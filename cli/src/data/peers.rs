@@ -126,6 +126,7 @@ impl Peers {
             Arc::clone(node.consume()),
             Arc::clone(node.logs()),
             Arc::clone(&replica),
+            Arc::clone(node.fanout()),
         );
         let forwarder = Forwarder::new(
             Arc::clone(&self.transport),

@@ -23,9 +23,11 @@
 //!   but not before the leader has led for the election grace, and not
 //!   when the dead-marking breaker trips (see [`decide`](Controller::decide)).
 
+mod colocated;
 pub mod constants;
 mod decide;
 
+pub use colocated::colocated_child_partitions;
 pub use decide::{Controller, ControllerConfig, Decision};
 
 #[cfg(test)]

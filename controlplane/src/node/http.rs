@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tracing::warn;
 
 use super::runtime::Shared;
+use crate::controller::colocated_child_partitions;
 
 struct Http {
     shared: Arc<Shared>,
@@ -74,6 +75,14 @@ async fn metrics(State(http): State<Arc<Http>>) -> Response {
     // openraft stops on a storage fault (a failed log write or snapshot):
     // the spec's "apply stopped".
     let stopped = http.shared.raft.metrics().borrow().running_state.is_err();
+    // A controller figure: the leader's. A follower reports 0 rather than
+    // leave the series out, since a series once exported stays in this
+    // recorder and would keep a former leader's stale count.
+    let colocated = if status.state == "leader" {
+        http.shared.view.read(colocated_child_partitions)
+    } else {
+        0
+    };
     metrics::with_local_recorder(&http.recorder, || {
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
             let value = if status.state == state { 1.0 } else { 0.0 };
@@ -91,6 +100,7 @@ async fn metrics(State(http): State<Arc<Http>>) -> Response {
         gauge!("narad_control_ready").set(if ready { 1.0 } else { 0.0 });
         counter!("narad_metastore_commands_refused_total").absolute(refused);
         gauge!("narad_metastore_apply_stopped").set(if stopped { 1.0 } else { 0.0 });
+        gauge!("narad_colocated_child_partitions").set(colocated as f64);
     });
     (
         [("content-type", "text/plain; version=0.0.4")],

@@ -670,19 +670,22 @@ impl Forwarder {
             .collect()
     }
 
-    /// The statistics of `partitions` of `topic` from `node`, or `None`
-    /// when it did not answer within `budget` (or is down).
+    /// The statistics of `partitions` of `topic` from `node`, with the
+    /// owner's fan-out cursors of each when `with_cursors`, or `None` when
+    /// it did not answer within `budget` (or is down).
     pub async fn stats(
         &self,
         node: NodeId,
         topic: &str,
         partitions: Vec<u32>,
+        with_cursors: bool,
         budget: Duration,
     ) -> Option<Vec<PartitionStatsEntry>> {
         let peer = self.addresses.rpc_addr(node)?;
         let request = TopicPartitionStats {
             topic: topic.to_owned(),
             partitions,
+            with_cursors,
         };
         let answer = self
             .call::<_, TopicPartitionStatsAnswer>(

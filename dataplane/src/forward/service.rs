@@ -10,12 +10,13 @@ use std::time::Duration;
 use narad_disk::clock::Clock;
 use narad_protocol::codec::Message;
 use narad_protocol::commit::not_owner;
+use narad_protocol::consume::STATS_CURSORS_PER_PARTITION_MAX;
 use narad_protocol::consume::decode_forward_request;
 use narad_protocol::limits::messaging_permits;
 use narad_protocol::{
-    AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, ForwardConsume, ForwardSettle,
-    ForwardedRecord, Inbound, Opcode, OperationLimit, PartitionStatsEntry, Response, Router,
-    RpcError, SettleKind, Status, TokenNotify, TokenRegister, TopicPartitionStats,
+    AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, CursorPosition, ForwardConsume,
+    ForwardSettle, ForwardedRecord, Inbound, Opcode, OperationLimit, PartitionStatsEntry, Response,
+    Router, RpcError, SettleKind, Status, TokenNotify, TokenRegister, TopicPartitionStats,
     TopicPartitionStatsAnswer,
 };
 use narad_protocol::{Lane, Node, Request};
@@ -29,6 +30,7 @@ use crate::consume::service::{
     ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
 };
 use crate::consume::shard::Settle;
+use crate::fanout::FanoutStatus;
 use crate::metadata::MetadataReplica;
 use crate::topology::{Destination, Route, Topology};
 
@@ -68,6 +70,9 @@ struct Serving {
     /// The consume service's: a hold is a lease there, so token expiries
     /// and holds are judged on the clock its leases lapse on.
     clock: Arc<dyn Clock>,
+    /// Where this node's fan-out cursors stand, for statistics requests
+    /// that ask for them.
+    fanout: Arc<FanoutStatus>,
 }
 
 impl ForwardService {
@@ -103,14 +108,15 @@ impl ForwardService {
         consume: Arc<ConsumeService>,
         logs: Arc<LocalLogs>,
         replica: Arc<MetadataReplica>,
+        fanout: Arc<FanoutStatus>,
     ) -> Arc<Self> {
         let service = Self::new();
-        service.attach(consume, logs, replica);
+        service.attach(consume, logs, replica, fanout);
         service
     }
 
-    /// Starts serving from `consume`, `logs` and `replica` (the node's own),
-    /// on `consume`'s clock.
+    /// Starts serving from `consume`, `logs`, `replica` and `fanout` (the
+    /// node's own), on `consume`'s clock.
     ///
     /// # Panics
     /// If attached already.
@@ -119,12 +125,14 @@ impl ForwardService {
         consume: Arc<ConsumeService>,
         logs: Arc<LocalLogs>,
         replica: Arc<MetadataReplica>,
+        fanout: Arc<FanoutStatus>,
     ) {
         let serving = Serving {
             clock: Arc::clone(consume.clock()),
             consume,
             logs,
             replica,
+            fanout,
         };
         assert!(
             self.serving.set(serving).is_ok(),
@@ -559,6 +567,11 @@ impl Serving {
                         high_watermark: stats.high_watermark,
                         size_bytes: stats.size_bytes,
                         oldest_segment_time_ms: stats.oldest_segment_time_ms,
+                        cursors: if request.with_cursors {
+                            self.cursors(&request.topic, *partition)
+                        } else {
+                            Vec::new()
+                        },
                     },
                     None => PartitionStatsEntry {
                         partition: *partition,
@@ -569,11 +582,28 @@ impl Serving {
                         high_watermark: 0,
                         size_bytes: 0,
                         oldest_segment_time_ms: None,
+                        cursors: Vec::new(),
                     },
                 }
             })
             .collect();
         Response::message(&TopicPartitionStatsAnswer { entries })
+    }
+
+    /// Where this node's cursors of `topic`'s `partition` stand. A parent
+    /// has at most as many children as an entry lists; cursors beyond that
+    /// (none in a consistent state) are left out, so the requester counts
+    /// their lag as unknown.
+    fn cursors(&self, topic: &str, partition: u32) -> Vec<CursorPosition> {
+        self.fanout
+            .cursors_of(topic, partition)
+            .into_iter()
+            .take(STATS_CURSORS_PER_PARTITION_MAX as usize)
+            .map(|(child, report)| CursorPosition {
+                child: child.to_string(),
+                next_offset: report.next_offset,
+            })
+            .collect()
     }
 }
 

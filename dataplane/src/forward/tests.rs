@@ -33,6 +33,7 @@ use super::tokens::CLAIM_HOLD;
 use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
 use crate::admin::LocalAdmin;
 use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
+use crate::fanout::{CursorKey, CursorReport};
 use crate::http::ApiConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
@@ -150,8 +151,12 @@ impl Cluster {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (a, a_replica) = data_node(A, 11, Arc::new(SystemClock::new()));
         let (b, b_replica) = data_node(B, 12, Arc::clone(&clock));
-        let service =
-            ForwardService::with_consume(Arc::clone(b.consume()), Arc::clone(b.logs()), b_replica);
+        let service = ForwardService::with_consume(
+            Arc::clone(b.consume()),
+            Arc::clone(b.logs()),
+            b_replica,
+            Arc::clone(b.fanout()),
+        );
         let b_transport = Arc::new(
             Node::bind(
                 NodeConfig::new(loopback, auth()),
@@ -245,6 +250,14 @@ impl Cluster {
         let request = Request::get(uri)
             .header("x-narad-client", "forward-tests")
             .body(Body::empty())
+            .expect("request");
+        self.send(request).await
+    }
+
+    async fn post_json(&self, uri: &str, body: &Value) -> Answer {
+        let request = Request::post(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
             .expect("request");
         self.send(request).await
     }
@@ -555,6 +568,94 @@ async fn describe_on_a_shows_the_partition_stats_of_b() {
     cluster.stop();
 }
 
+/// A cursor on `node` of `split`'s `partition` feeding `split-copy` reports
+/// `next_offset`.
+fn report_cursor(node: &DataNode, partition: u32, next_offset: u64) {
+    let key = CursorKey {
+        parent: "split".into(),
+        partition,
+        child: "split-copy".into(),
+    };
+    let report = CursorReport {
+        next_offset,
+        high_watermark: next_offset,
+        due_lag_ms: None,
+    };
+    node.fanout().report(key, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_created_on_a_starts_at_the_high_watermarks_b_reports() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    cluster.produce_on_b("split", 1, "two").await;
+    cluster.produce_on_b("split", 2, "three").await;
+
+    let body = serde_json::json!({"name": "split-copy", "parent": "split"});
+    let answer = cluster.post_json("/v1/topics", &body).await;
+
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    assert_eq!(
+        answer.json()["attach_offsets"],
+        serde_json::json!([0, 2, 1])
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_children_listing_on_a_counts_the_lag_of_cursors_running_on_b() {
+    let cluster = Cluster::start();
+    let body = serde_json::json!({"name": "split-copy", "parent": "split"});
+    let created = cluster.post_json("/v1/topics", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    for payload in ["one", "two", "three"] {
+        cluster.produce_on_b("split", 1, payload).await;
+    }
+    cluster.produce_on_b("split", 2, "four").await;
+    report_cursor(&cluster.a, 0, 0);
+    report_cursor(&cluster.b, 1, 2);
+    report_cursor(&cluster.b, 2, 0);
+
+    let all = cluster.get("/v1/topics/split/children").await;
+    cluster.b.fanout().forget(&CursorKey {
+        parent: "split".into(),
+        partition: 2,
+        child: "split-copy".into(),
+    });
+    let one_missing = cluster.get("/v1/topics/split/children").await;
+
+    assert_eq!(all.status, StatusCode::OK, "{}", all.body);
+    let child = &all.json()["children"][0];
+    assert_eq!(child["name"], "split-copy");
+    assert_eq!(child["lag_messages"], 2, "{}", all.body);
+    assert_eq!(child["lag_complete"], true);
+    let child = &one_missing.json()["children"][0];
+    assert_eq!(child["lag_messages"], 1, "{}", one_missing.body);
+    assert_eq!(child["lag_complete"], false);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_on_a_under_a_parent_with_a_silent_owner_is_503() {
+    let cluster = Cluster::start();
+    let body = serde_json::json!({"name": "pair-copy"});
+    let created = cluster.post_json("/v1/topics", &body).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+
+    let body = serde_json::json!({"child": "pair-copy"});
+    let answer = cluster.post_json("/v1/topics/pair/children", &body).await;
+
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    let parent = cluster.a.api().replica.topic_meta("pair").expect("pair");
+    assert!(parent.children.is_empty());
+    cluster.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_owner_answers_503_with_retry_after_and_sends_nothing() {
     let cluster = Cluster::start();
@@ -715,6 +816,7 @@ async fn a_forward_service_not_attached_yet_answers_503() {
     let request = narad_protocol::TopicPartitionStats {
         topic: "remote".into(),
         partitions: vec![0],
+        with_cursors: false,
     };
 
     let answer = caller

@@ -110,6 +110,25 @@ pub(crate) async fn read_limited(
     Ok(out.into())
 }
 
+/// Reads a JSON body of at most `limit` bytes as the user routes and the
+/// attach route do: every failure is `400`, a body over the limit too
+/// (spec §1.1).
+///
+/// # Errors
+/// `400` with `request body too large`, a read failure or `invalid json:
+/// <reason>`.
+pub(crate) async fn read_json_refusing_400<T: for<'de> serde::Deserialize<'de>>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = read_limited(headers, body, limit, None)
+        .await
+        .map_err(|error| ApiError::bad_request(error.message))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))
+}
+
 fn too_large() -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
 }

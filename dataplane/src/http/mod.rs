@@ -9,6 +9,7 @@
 pub mod ack;
 pub mod auth;
 pub mod body;
+pub mod children;
 pub mod consume;
 pub mod error;
 pub mod go_duration;
@@ -28,7 +29,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use narad_wal::Wal;
 
 use crate::admin::Admin;
@@ -258,6 +259,14 @@ pub fn router(state: Arc<ApiState>) -> Router {
                 .patch(topics::alter),
         )
         .route("/v1/topics/{topic}/schema", get(topics::schema_history))
+        .route(
+            "/v1/topics/{topic}/children",
+            post(children::attach).get(children::list),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}",
+            delete(children::detach),
+        )
         .route("/v1/users", post(users::create).get(users::list))
         .route(
             "/v1/users/{user}",
@@ -422,6 +431,8 @@ fn action_name(action: GrantAction) -> &'static str {
 
 #[cfg(test)]
 mod actor_tests;
+#[cfg(test)]
+mod children_tests;
 #[cfg(test)]
 mod consume_tests;
 #[cfg(test)]

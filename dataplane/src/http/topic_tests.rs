@@ -141,13 +141,6 @@ async fn create_without_a_create_grant_is_403() {
 }
 
 #[tokio::test]
-async fn a_fan_out_child_is_not_built_yet() {
-    let api = api();
-    let answer = send(&api, create(ROOT, r#"{"name":"c","parent":"orders"}"#)).await;
-    assert_eq!(answer.status, StatusCode::NOT_IMPLEMENTED);
-}
-
-#[tokio::test]
 async fn list_pages_in_name_order() {
     let api = api();
     let first = json(&send(&api, get(ROOT, "/v1/topics?limit=3")).await);

@@ -1,6 +1,7 @@
 //! Topic routes: create, list, describe, delete. Changes go to the control
 //! plane through [`crate::admin::Admin`]; reads come from the local
-//! replica and, for partition statistics, the local partition logs.
+//! replica and, for partition statistics, the partition logs (this node's,
+//! and other owners' through the forwarder).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,9 +18,11 @@ use narad_meta::{
     AddSchemaVersion, AlterTopic, Command, CreateTopic, DeleteTopic, IncarnationId, MetastoreError,
     TopicDefaults, rules,
 };
+use narad_plog::PartitionStats;
 use narad_protocol::PartitionStatsEntry;
 
 use super::body::read_limited;
+use super::children::new_link;
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
@@ -84,7 +87,11 @@ pub(crate) async fn create(
         .metastore
         .require_create(&actor, &request.name)
         .map_err(refused)?;
-    let create = create_command(actor, request)?;
+    let (parent, fanout_delay_ms) = (request.parent.clone(), request.fanout_delay_ms);
+    let mut create = create_command(actor, request)?;
+    if let Some(parent) = parent {
+        create.parent = Some(new_link(&state, &create.actor, &parent, fanout_delay_ms).await?);
+    }
     let (name, id) = (create.name.clone(), create.id.clone());
     propose(&state, Command::CreateTopic(create)).await?;
     let topic = state
@@ -95,7 +102,14 @@ pub(crate) async fn create(
     let placed = tokio::time::timeout(CREATE_PLACEMENT_WAIT, placement(&state.replica, &topic))
         .await
         .unwrap_or_else(|_| Arc::clone(&topic));
-    Ok(json_response(StatusCode::CREATED, &record(&placed)))
+    let mut body = record(&placed);
+    // The spec leaves the role out of a plain create's answer.
+    if placed.parent.is_none()
+        && let Some(fields) = body.as_object_mut()
+    {
+        fields.remove("role");
+    }
+    Ok(json_response(StatusCode::CREATED, &body))
 }
 
 /// Waits until this node's replica holds `created` (the same incarnation)
@@ -121,15 +135,17 @@ async fn placement(replica: &MetadataReplica, created: &Arc<TopicMeta>) -> Arc<T
     }
 }
 
-/// The create command of `body`, checked with the rules the metastore
-/// applies; the proposer's part (an incarnation id, the clock, the schema
+/// The create command of `body` without its fan-out link, checked with the
+/// rules the metastore applies that need no state (a delay under a parent
+/// included); the proposer's part (an incarnation id, the clock, the schema
 /// engine) is done here.
 fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTopic, ApiError> {
     rules::check_new_topic_name(&body.name).map_err(refused)?;
-    if body.parent.is_some() || body.fanout_delay_ms.is_some_and(|delay| delay != 0) {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "fan-out children are not supported by this node",
+    if body.parent.is_some() {
+        rules::fanout_delay_ms(body.fanout_delay_ms).map_err(refused)?;
+    } else if body.fanout_delay_ms.is_some_and(|delay| delay != 0) {
+        return Err(ApiError::bad_request(
+            "fanout_delay_ms needs parent: only a fan-out child has a delay",
         ));
     }
     let schema = body
@@ -243,7 +259,7 @@ fn list_query(query: &str) -> Result<(usize, Option<String>), ApiError> {
 /// Authenticates the caller and returns the topic they may read: 404 for an
 /// unknown topic, 403 without a grant on it. With security off every topic
 /// is readable.
-async fn readable_topic(
+pub(super) async fn readable_topic(
     state: &ApiState,
     method: &Method,
     headers: &HeaderMap,
@@ -281,7 +297,8 @@ async fn managed_topic(
     Ok((actor, topic))
 }
 
-fn known_topic(state: &ApiState, name: &str) -> Result<Arc<TopicMeta>, ApiError> {
+/// The topic called `name`, or the metastore's 404.
+pub(super) fn known_topic(state: &ApiState, name: &str) -> Result<Arc<TopicMeta>, ApiError> {
     found(
         state.replica.topic_meta(name),
         MetastoreError::TopicNotFound,
@@ -303,7 +320,7 @@ pub(crate) async fn describe(
     let topic = readable_topic(&state, &method, &headers, &name).await?;
     let mut body = record(&topic);
     let mut partial = false;
-    let remote = remote_stats(&state, &topic).await;
+    let remote = remote_stats(&state, &topic, false).await;
     let stats: Vec<Value> = (0..topic.partitions)
         .map(|partition| {
             let (stats, available) = partition_stats(&state, &topic, partition, &remote);
@@ -321,9 +338,14 @@ pub(crate) async fn describe(
 }
 
 /// The statistics of the partitions other live nodes own, asked of each
-/// owner in parallel (`TopicPartitionStats`) within 2 s in all. A partition
-/// whose owner did not answer is missing from the map.
-async fn remote_stats(state: &ApiState, topic: &TopicMeta) -> HashMap<u32, PartitionStatsEntry> {
+/// owner in parallel (`TopicPartitionStats`) within 2 s in all, with each
+/// owner's fan-out cursors when `with_cursors`. A partition whose owner did
+/// not answer is missing from the map.
+pub(super) async fn remote_stats(
+    state: &ApiState,
+    topic: &TopicMeta,
+    with_cursors: bool,
+) -> HashMap<u32, PartitionStatsEntry> {
     let Some(forwarder) = state.forwarder.get() else {
         return HashMap::new();
     };
@@ -344,7 +366,11 @@ async fn remote_stats(state: &ApiState, topic: &TopicMeta) -> HashMap<u32, Parti
     for (node, partitions) in owners {
         let forwarder = Arc::clone(forwarder);
         let name = topic.name.to_string();
-        calls.spawn(async move { forwarder.stats(node, &name, partitions, STATS_BUDGET).await });
+        calls.spawn(async move {
+            forwarder
+                .stats(node, &name, partitions, with_cursors, STATS_BUDGET)
+                .await
+        });
     }
     let mut stats = HashMap::new();
     while let Some(joined) = calls.join_next().await {
@@ -387,13 +413,7 @@ fn partition_stats(
         }
         Route::Owner { node, .. } => node,
     };
-    let stats = state
-        .logs
-        .as_ref()
-        .map(|logs| logs.resolve(&destination, topic.incarnation_id.as_ref()))
-        .and_then(Result::ok)
-        .and_then(|log| log.stats().ok());
-    match stats {
+    match local_stats(state, topic, partition) {
         Some(stats) => {
             let mut value = json!({
                 "index": partition, "segments": stats.segments, "oldest_offset": stats.oldest_offset,
@@ -407,6 +427,23 @@ fn partition_stats(
         }
         None => (placeholder(node.to_string(), "unknown"), false),
     }
+}
+
+/// The statistics of `topic`'s `partition`, which this node owns, from its
+/// partition log (opened if it is not open); `None` when the node has no
+/// logs or the log cannot be opened or read.
+pub(super) fn local_stats(
+    state: &ApiState,
+    topic: &TopicMeta,
+    partition: u32,
+) -> Option<PartitionStats> {
+    let destination = Destination::new(&topic.name, partition);
+    let log = state
+        .logs
+        .as_ref()?
+        .resolve(&destination, topic.incarnation_id.as_ref())
+        .ok()?;
+    log.stats().ok()
 }
 
 /// A remote owner's figures in describe's shape.
@@ -617,8 +654,10 @@ pub(crate) async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// The topic record JSON (wire contract §9.2).
-fn record(topic: &TopicMeta) -> Value {
+/// The topic record JSON (spec §1.3, wire contract §9.2): the settings,
+/// then the fan-out role and links (`children` on a parent; `parent`,
+/// `attach_epoch`, `fanout_delay_ms` and `attach_offsets` on a child).
+pub(super) fn record(topic: &TopicMeta) -> Value {
     let mut value = json!({
         "name": &*topic.name,
         "partitions": topic.partitions,
@@ -633,6 +672,16 @@ fn record(topic: &TopicMeta) -> Value {
     }
     if let Some(owner) = &topic.owner {
         value["owner"] = json!(owner);
+    }
+    value["role"] = json!(topic.role());
+    if !topic.children.is_empty() {
+        value["children"] = json!(topic.children);
+    }
+    if let Some(link) = &topic.parent {
+        value["parent"] = json!(link.parent);
+        value["attach_epoch"] = json!(link.attach_epoch.as_str());
+        value["fanout_delay_ms"] = json!(link.fanout_delay_ms);
+        value["attach_offsets"] = json!(link.attach_offsets);
     }
     value
 }

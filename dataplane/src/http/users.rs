@@ -16,7 +16,7 @@ use narad_meta::{
     rules,
 };
 
-use super::body::read_limited;
+use super::body::read_json_refusing_400;
 use super::error::ApiError;
 use super::topics::{found, json_response, propose, refused};
 use super::{ApiState, authenticate};
@@ -76,11 +76,7 @@ async fn read_json<T: for<'de> Deserialize<'de>>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
-    let bytes = read_limited(headers, body, USER_BODY_BYTES_MAX, None)
-        .await
-        .map_err(|error| ApiError::bad_request(error.message))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|error| ApiError::bad_request(format!("invalid json: {error}")))
+    read_json_refusing_400(headers, body, USER_BODY_BYTES_MAX).await
 }
 
 /// `POST /v1/users` → `201` User.

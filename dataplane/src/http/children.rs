@@ -1,0 +1,347 @@
+//! Fan-out children routes (spec §1.4): attach a child to a parent, list a
+//! parent's children with their lag, detach a child. The attach point of a
+//! link, made here, serves a create-as-child too.
+//!
+//! The link rules (flat roles, 108 children, delay against retention,
+//! identical schema histories) are the metastore's: the node checks what
+//! it can without state, asks every parent partition owner for its
+//! committed high watermark, and proposes; the metastore refuses with its
+//! status and text.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use narad_meta::{
+    Actor, AttachChild, AttachEpoch, Command, DetachChild, MetastoreError, NewLink, rules,
+};
+
+use super::body::read_json_refusing_400;
+use super::error::ApiError;
+use super::topics::{
+    found, json_response, known_topic, local_stats, propose, readable_topic, record, refused,
+    remote_stats,
+};
+use super::{ApiState, authenticate};
+use crate::admin::actor_of;
+use crate::metadata::TopicMeta;
+use crate::topology::{Destination, Route, Topology};
+
+/// An attach body is at most this large; over it answers `400`, not `413`
+/// (spec §1.1).
+pub const ATTACH_BODY_BYTES_MAX: usize = 1024 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachBody {
+    #[serde(default)]
+    child: Option<String>,
+    #[serde(default)]
+    delay_ms: Option<i64>,
+}
+
+/// `POST /v1/topics/{parent}/children` → `200` parent record; managing
+/// both topics.
+pub(crate) async fn attach(
+    State(state): State<Arc<ApiState>>,
+    Path(parent_name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let request: AttachBody = read_json_refusing_400(&headers, body, ATTACH_BODY_BYTES_MAX).await?;
+    let child_name = request.child.unwrap_or_default();
+    if child_name.is_empty() {
+        return Err(refused(MetastoreError::ChildRequired));
+    }
+    if child_name == parent_name {
+        return Err(refused(MetastoreError::ChildIsParent));
+    }
+    rules::fanout_delay_ms(request.delay_ms).map_err(refused)?;
+    let actor = actor_of(user.as_deref());
+    let parent = known_topic(&state, &parent_name)?;
+    let child = known_topic(&state, &child_name)?;
+    let metastore = Arc::clone(&state.replica.view().metastore);
+    metastore
+        .require_manage(&actor, parent.record())
+        .and_then(|()| metastore.require_manage(&actor, child.record()))
+        .map_err(refused)?;
+    let attach_offsets = attach_offsets(&state, &parent).await?;
+    let attach = AttachChild {
+        actor,
+        parent: parent_name.clone(),
+        parent_id: Some(parent.id.clone()),
+        child: child_name,
+        child_id: Some(child.id.clone()),
+        delay_ms: request.delay_ms,
+        attach_epoch: AttachEpoch::mint(&mut rand::rng()),
+        attach_offsets,
+    };
+    propose(&state, Command::AttachChild(attach)).await?;
+    let parent = known_topic(&state, &parent_name)?;
+    Ok(json_response(StatusCode::OK, &record(&parent)))
+}
+
+/// The fan-out link of a create of a child under `parent_name`: the parent
+/// must exist (`404`) and be managed by `actor` (`403`); its attach point
+/// is asked of its owners (`503` when one cannot be asked). The delay was
+/// checked with the create's other fields.
+pub(super) async fn new_link(
+    state: &ApiState,
+    actor: &Actor,
+    parent_name: &str,
+    fanout_delay_ms: Option<i64>,
+) -> Result<NewLink, ApiError> {
+    let parent = found(
+        state.replica.topic_meta(parent_name),
+        MetastoreError::ParentNotFound,
+    )?;
+    state
+        .replica
+        .view()
+        .metastore
+        .require_manage(actor, parent.record())
+        .map_err(refused)?;
+    let attach_offsets = attach_offsets(state, &parent).await?;
+    Ok(NewLink {
+        parent: parent_name.to_owned(),
+        parent_id: parent.id.clone(),
+        fanout_delay_ms,
+        attach_epoch: AttachEpoch::mint(&mut rand::rng()),
+        attach_offsets,
+    })
+}
+
+/// The attach point of a link under `parent`: each parent partition's
+/// committed high watermark, asked of its owner (this node's log, or the
+/// owner's answer to `TopicPartitionStats`).
+///
+/// # Errors
+/// `503` when some partition has no owner, its owner is marked dead, or
+/// the owner did not answer: without its high watermark the link would
+/// start at a guessed offset, so nothing is linked.
+async fn attach_offsets(state: &ApiState, parent: &TopicMeta) -> Result<Vec<u64>, ApiError> {
+    let remote = remote_stats(state, parent, false).await;
+    (0..parent.partitions)
+        .map(|partition| {
+            let destination = Destination::new(&parent.name, partition);
+            let high_watermark = match state.replica.route(&destination) {
+                Route::Owner { local: true, .. } => {
+                    local_stats(state, parent, partition).map(|stats| stats.high_watermark)
+                }
+                Route::Owner { alive: true, .. } => {
+                    remote.get(&partition).map(|entry| entry.high_watermark)
+                }
+                Route::Owner { .. } | Route::Unassigned => None,
+            };
+            high_watermark.ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "cannot record the attach point: the owner of partition {partition} of {:?} cannot be asked for its high watermark; retry later",
+                        parent.name
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `GET /v1/topics/{parent}/children` → `200` the children in attach order
+/// with their lag; any grant on the parent.
+pub(crate) async fn list(
+    State(state): State<Arc<ApiState>>,
+    Path(parent_name): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let parent = readable_topic(&state, &method, &headers, &parent_name).await?;
+    let positions = positions(&state, &parent).await;
+    let view = state.replica.view();
+    let children: Vec<Value> = parent
+        .children
+        .iter()
+        .map(|child| {
+            let delay_ms = view
+                .metastore
+                .topic(child)
+                .map_or(0, |topic| topic.fanout_delay_ms());
+            let lag = lag_of(&positions, child);
+            json!({
+                "name": child,
+                "delay_ms": delay_ms,
+                "lag_messages": lag.messages,
+                "lag_complete": lag.complete,
+            })
+        })
+        .collect();
+    let body = json!({
+        "parent": &*parent.name,
+        "parent_id": parent.id.as_str(),
+        "children": children,
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// What one parent partition's owner reported: its committed high
+/// watermark, and the next offset of each fan-out cursor running there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Positions {
+    high_watermark: u64,
+    cursors: HashMap<String, u64>,
+}
+
+/// Each parent partition's positions, `None` where the owner did not
+/// report (no owner, marked dead, no answer, its log unreadable).
+async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Option<Positions>> {
+    let mut remote = remote_stats(state, parent, true).await;
+    (0..parent.partitions)
+        .map(|partition| {
+            let destination = Destination::new(&parent.name, partition);
+            match state.replica.route(&destination) {
+                Route::Owner { local: true, .. } => local_positions(state, parent, partition),
+                Route::Owner { alive: true, .. } => {
+                    remote.remove(&partition).map(|entry| Positions {
+                        high_watermark: entry.high_watermark,
+                        cursors: entry
+                            .cursors
+                            .into_iter()
+                            .map(|cursor| (cursor.child, cursor.next_offset))
+                            .collect(),
+                    })
+                }
+                Route::Owner { .. } | Route::Unassigned => None,
+            }
+        })
+        .collect()
+}
+
+/// This node's positions of a parent partition it owns: the log's high
+/// watermark now, and what its cursors last reported.
+fn local_positions(state: &ApiState, parent: &TopicMeta, partition: u32) -> Option<Positions> {
+    let high_watermark = local_stats(state, parent, partition)?.high_watermark;
+    let cursors = state
+        .fanout
+        .cursors_of(&parent.name, partition)
+        .into_iter()
+        .map(|(child, report)| (child.to_string(), report.next_offset))
+        .collect();
+    Some(Positions {
+        high_watermark,
+        cursors,
+    })
+}
+
+/// A child's lag over every parent partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lag {
+    /// Records committed to the parent and not yet delivered, summed over
+    /// the partitions that reported.
+    messages: u64,
+    /// Whether every partition reported a cursor of the child; when not,
+    /// `messages` is a lower bound.
+    complete: bool,
+}
+
+/// `child`'s lag: the sum over parent partitions of the high watermark
+/// less the cursor's next offset (never negative: a cursor may report a
+/// position the owner's log has not shown yet).
+fn lag_of(positions: &[Option<Positions>], child: &str) -> Lag {
+    let mut lag = Lag {
+        messages: 0,
+        complete: true,
+    };
+    for partition in positions {
+        let next_offset = partition
+            .as_ref()
+            .and_then(|positions| Some((positions.high_watermark, *positions.cursors.get(child)?)));
+        match next_offset {
+            Some((high_watermark, next_offset)) => {
+                lag.messages += high_watermark.saturating_sub(next_offset);
+            }
+            None => lag.complete = false,
+        }
+    }
+    lag
+}
+
+/// `DELETE /v1/topics/{parent}/children/{child}` → `204`; managing either
+/// topic. The child keeps its records and schema history and becomes
+/// standalone.
+pub(crate) async fn detach(
+    State(state): State<Arc<ApiState>>,
+    Path((parent_name, child_name)): Path<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let user = authenticate(&state, &method, &headers).await?;
+    let actor = actor_of(user.as_deref());
+    let parent = known_topic(&state, &parent_name)?;
+    let child = known_topic(&state, &child_name)?;
+    let linked = child
+        .parent
+        .as_ref()
+        .is_some_and(|link| *link.parent == *parent.name);
+    if !linked {
+        return Err(refused(MetastoreError::NotLinked));
+    }
+    let metastore = Arc::clone(&state.replica.view().metastore);
+    metastore
+        .require_manage(&actor, parent.record())
+        .or_else(|_| metastore.require_manage(&actor, child.record()))
+        .map_err(refused)?;
+    let detach = DetachChild {
+        actor,
+        parent: parent_name,
+        child: child_name,
+    };
+    propose(&state, Command::DetachChild(detach)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reported(high_watermark: u64, cursors: &[(&str, u64)]) -> Option<Positions> {
+        Some(Positions {
+            high_watermark,
+            cursors: cursors
+                .iter()
+                .map(|(child, next)| ((*child).to_owned(), *next))
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn lag_sums_each_partitions_high_watermark_less_the_cursor() {
+        let positions = [
+            reported(10, &[("audit", 4), ("billing", 10)]),
+            reported(7, &[("audit", 7), ("billing", 2)]),
+        ];
+        let audit = lag_of(&positions, "audit");
+        assert_eq!((audit.messages, audit.complete), (6, true));
+        let billing = lag_of(&positions, "billing");
+        assert_eq!((billing.messages, billing.complete), (5, true));
+    }
+
+    #[test]
+    fn a_partition_without_a_report_makes_the_lag_a_lower_bound() {
+        let positions = [reported(10, &[("audit", 4)]), None, reported(3, &[])];
+        let audit = lag_of(&positions, "audit");
+        assert_eq!((audit.messages, audit.complete), (6, false));
+    }
+
+    #[test]
+    fn a_cursor_ahead_of_the_high_watermark_lags_by_nothing() {
+        let positions = [reported(5, &[("audit", 9)])];
+        assert_eq!(lag_of(&positions, "audit").messages, 0);
+    }
+}
