@@ -1,10 +1,5 @@
 //! `narad topic attach|detach|children` and `topic add --parent/--delay`
 //! (spec §1.4) against a real `narad dev --secure`.
-//!
-//! Ignored until the server has the fan-out children routes
-//! (`POST/GET /v1/topics/{parent}/children`, `DELETE .../children/{child}`,
-//! create with `parent`), which land from another branch. Run them with
-//! `cargo test -p narad --test client_children -- --ignored`.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -14,7 +9,6 @@ use std::time::{Duration, Instant};
 use support::{fails, ok, shared};
 
 #[test]
-#[ignore = "needs the fan-out children routes of spec §1.4"]
 fn add_with_parent_creates_a_child_that_receives_the_parents_records() {
     let server = shared();
     ok(&server.run(&["topic", "add", "ch-parent"]));
@@ -41,7 +35,6 @@ fn add_with_parent_creates_a_child_that_receives_the_parents_records() {
 }
 
 #[test]
-#[ignore = "needs the fan-out children routes of spec §1.4"]
 fn attach_with_a_delay_lists_it_and_detach_unlinks() {
     let server = shared();
     ok(&server.run(&["topic", "add", "ch-delay-parent", "--retention", "2h"]));
@@ -75,7 +68,6 @@ fn attach_with_a_delay_lists_it_and_detach_unlinks() {
 }
 
 #[test]
-#[ignore = "needs the fan-out children routes of spec §1.4"]
 fn attaching_a_missing_child_is_refused() {
     let server = shared();
     ok(&server.run(&["topic", "add", "ch-lonely"]));
