@@ -18,7 +18,8 @@ pub mod reconcile;
 pub mod runtime;
 mod status;
 
-pub use runtime::{FanoutParts, FanoutRuntime};
+pub use reconcile::FanoutRuntime;
+pub use runtime::FanoutParts;
 pub use status::{CursorKey, CursorReport, FanoutStatus};
 
 #[cfg(test)]

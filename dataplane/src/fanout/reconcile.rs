@@ -1,4 +1,5 @@
-//! The reconciler: which cursors this node should run (links × parent
+//! The fan-out thread ([`FanoutRuntime`]), with a Tokio runtime of its
+//! own, and the reconciler it runs: which cursors this node should run (links × parent
 //! partitions it owns), compared every second, and at once on a metadata
 //! change, with the ones it runs. A cursor whose plan changed (a new
 //! attach epoch, another incarnation, a partition count) is stopped before
@@ -83,6 +84,57 @@ pub fn desired(view: &MetadataView, topology: &dyn Topology) -> BTreeMap<CursorK
     plans
 }
 
+/// The fan-out thread: the reconciler and every cursor, on a Tokio runtime
+/// of their own.
+#[derive(Debug)]
+pub struct FanoutRuntime {
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FanoutRuntime {
+    /// Starts the thread.
+    ///
+    /// # Errors
+    /// The thread or its runtime could not be made.
+    pub fn start(parts: FanoutParts) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .thread_name("narad-fanout-io")
+            .build()?;
+        let (stop, stopped) = watch::channel(false);
+        let reconciler = Reconciler::new(Arc::new(parts));
+        let thread = std::thread::Builder::new()
+            .name("narad-fanout".into())
+            .spawn(move || runtime.block_on(reconciler.run(stopped)))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops every cursor (each after its cursor file write in progress,
+    /// if any) and joins the thread.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the fan-out thread panicked");
+        }
+    }
+}
+
+impl Drop for FanoutRuntime {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
 #[derive(Debug)]
 struct Running {
     plan: CursorPlan,
@@ -92,14 +144,14 @@ struct Running {
 
 /// The reconciler's state: running cursors and retiring files.
 #[derive(Debug)]
-pub(super) struct Reconciler {
+struct Reconciler {
     parts: Arc<FanoutParts>,
     running: HashMap<CursorKey, Running>,
     retiring: HashMap<CursorKey, JoinHandle<()>>,
 }
 
 impl Reconciler {
-    pub(super) fn new(parts: Arc<FanoutParts>) -> Self {
+    fn new(parts: Arc<FanoutParts>) -> Self {
         Self {
             parts,
             running: HashMap::new(),
@@ -108,7 +160,7 @@ impl Reconciler {
     }
 
     /// Runs passes until `stop` turns true, then stops every cursor.
-    pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut changes = self.parts.replica.watch_changes();
         loop {
             self.pass().await;
@@ -131,7 +183,7 @@ impl Reconciler {
     }
 
     /// One comparison of desired and running cursors.
-    pub(super) async fn pass(&mut self) {
+    async fn pass(&mut self) {
         let view = self.parts.replica.view();
         let desired = desired(&view, &*self.parts.replica);
         self.retiring.retain(|_, retire| !retire.is_finished());

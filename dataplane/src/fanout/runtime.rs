@@ -1,10 +1,9 @@
-//! The fan-out runtime: one thread with its own Tokio runtime, running the
-//! reconciler and a task per cursor. A cursor task carries out its
-//! machine's actions: cursor file loads and writes and parent log reads on
-//! the blocking pool, leader questions on a plain thread (the leader's
-//! client blocks on a runtime of its own), bucket commits through the same
-//! commit targets as the dispatcher's (the combiner on this node, the
-//! `CommitProduceBatch` RPC to another owner).
+//! A cursor's task on the fan-out thread (see `super::reconcile`). It
+//! carries out its machine's actions: cursor file loads and writes and
+//! parent log reads on the blocking pool, leader questions on a plain
+//! thread (the leader's client blocks on a runtime of its own), bucket
+//! commits through the same commit targets as the dispatcher's (the
+//! combiner on this node, the `CommitProduceBatch` RPC to another owner).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,6 @@ use super::machine::{
     Action, Bucket, BucketId, Cursor, CursorConfig, Event, LinkSpec, ParentRecord, ReadOutcome,
     SlabEntry,
 };
-use super::reconcile::Reconciler;
 use super::status::{CursorKey, CursorReport, FanoutStatus};
 use crate::commit::LocalLogs;
 use crate::dispatch::{
@@ -58,57 +56,6 @@ pub struct FanoutParts {
     pub clock: Arc<dyn Clock>,
     /// Cursor limits and timings.
     pub config: CursorConfig,
-}
-
-/// The fan-out thread: the reconciler and every cursor, on a Tokio runtime
-/// of their own.
-#[derive(Debug)]
-pub struct FanoutRuntime {
-    stop: watch::Sender<bool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FanoutRuntime {
-    /// Starts the thread.
-    ///
-    /// # Errors
-    /// The thread or its runtime could not be made.
-    pub fn start(parts: FanoutParts) -> std::io::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .thread_name("narad-fanout-io")
-            .build()?;
-        let (stop, stopped) = watch::channel(false);
-        let reconciler = Reconciler::new(Arc::new(parts));
-        let thread = std::thread::Builder::new()
-            .name("narad-fanout".into())
-            .spawn(move || runtime.block_on(reconciler.run(stopped)))?;
-        Ok(Self {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Stops every cursor (each after its cursor file write in progress,
-    /// if any) and joins the thread.
-    pub fn shutdown(mut self) {
-        self.stop_and_join();
-    }
-
-    fn stop_and_join(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("the fan-out thread panicked");
-        }
-    }
-}
-
-impl Drop for FanoutRuntime {
-    fn drop(&mut self) {
-        self.stop_and_join();
-    }
 }
 
 /// One cursor to run: which pair, its link, and the incarnations it was

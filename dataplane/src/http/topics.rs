@@ -15,14 +15,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use narad_meta::{
-    AddSchemaVersion, AlterTopic, Command, CreateTopic, DeleteTopic, IncarnationId, MetastoreError,
-    TopicDefaults, rules,
+    Actor, AddSchemaVersion, AlterTopic, AttachEpoch, Command, CreateTopic, DeleteTopic,
+    IncarnationId, MetastoreError, NewLink, TopicDefaults, rules,
 };
 use narad_plog::PartitionStats;
 use narad_protocol::PartitionStatsEntry;
 
 use super::body::read_limited;
-use super::children::new_link;
 use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
@@ -168,6 +167,74 @@ fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTo
     };
     rules::new_topic(&create, None).map_err(refused)?;
     Ok(create)
+}
+
+/// The fan-out link of a create of a child under `parent_name`: the parent
+/// must exist (`404`) and be managed by `actor` (`403`); its attach point
+/// is asked of its owners (`503` when one cannot be asked). The delay was
+/// checked with the create's other fields.
+pub(super) async fn new_link(
+    state: &ApiState,
+    actor: &Actor,
+    parent_name: &str,
+    fanout_delay_ms: Option<i64>,
+) -> Result<NewLink, ApiError> {
+    let parent = found(
+        state.replica.topic_meta(parent_name),
+        MetastoreError::ParentNotFound,
+    )?;
+    state
+        .replica
+        .view()
+        .metastore
+        .require_manage(actor, parent.record())
+        .map_err(refused)?;
+    let attach_offsets = attach_offsets(state, &parent).await?;
+    Ok(NewLink {
+        parent: parent_name.to_owned(),
+        parent_id: parent.id.clone(),
+        fanout_delay_ms,
+        attach_epoch: AttachEpoch::mint(&mut rand::rng()),
+        attach_offsets,
+    })
+}
+
+/// The attach point of a link under `parent`: each parent partition's
+/// committed high watermark, asked of its owner (this node's log, or the
+/// owner's answer to `TopicPartitionStats`).
+///
+/// # Errors
+/// `503` when some partition has no owner, its owner is marked dead, or
+/// the owner did not answer: without its high watermark the link would
+/// start at a guessed offset, so nothing is linked.
+pub(super) async fn attach_offsets(
+    state: &ApiState,
+    parent: &TopicMeta,
+) -> Result<Vec<u64>, ApiError> {
+    let remote = remote_stats(state, parent, false).await;
+    (0..parent.partitions)
+        .map(|partition| {
+            let destination = Destination::new(&parent.name, partition);
+            let high_watermark = match state.replica.route(&destination) {
+                Route::Owner { local: true, .. } => {
+                    local_stats(state, parent, partition).map(|stats| stats.high_watermark)
+                }
+                Route::Owner { alive: true, .. } => {
+                    remote.get(&partition).map(|entry| entry.high_watermark)
+                }
+                Route::Owner { .. } | Route::Unassigned => None,
+            };
+            high_watermark.ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "cannot record the attach point: the owner of partition {partition} of {:?} cannot be asked for its high watermark; retry later",
+                        parent.name
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Proposes `command` through the node's admin; a refusal or an outage
