@@ -121,7 +121,7 @@ pub fn http_request(method: &str, path: &str, content_type: &str, body: &[u8]) -
 }
 
 /// The no-op baseline: an axum server in this process that reads the body of
-/// a produce request and answers `202`.
+/// a produce request (single or batch) and answers `202`.
 #[derive(Debug)]
 pub struct NoopServer {
     /// Where it listens.
@@ -138,7 +138,9 @@ impl NoopServer {
         async fn accept(_body: Bytes) -> StatusCode {
             StatusCode::ACCEPTED
         }
-        let router = Router::new().route("/v1/topics/{topic}/produce", post(accept));
+        let router = Router::new()
+            .route("/v1/topics/{topic}/produce", post(accept))
+            .route("/v1/topics/{topic}/produce/batch", post(accept));
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move { axum::serve(listener, router).await });
