@@ -196,7 +196,9 @@ pub enum Action {
         /// Anchor or migrate rather than advance.
         replace: bool,
     },
-    /// Send [`Event::Tick`] at this time (Unix ms) or soon after.
+    /// Send [`Event::Tick`] at this time (Unix ms) or soon after. A tick
+    /// that comes too early is answered with this action again: the
+    /// runtime may sleep on a clock other than the one due times are on.
     WakeAt(u64),
 }
 
@@ -365,16 +367,32 @@ impl Cursor {
                 }
                 Err(_) => self.wait(now_ms + self.config.retry_ms, Resume::Advance { to }),
             },
-            (Phase::Waiting { until, then }, Event::Tick) if now_ms >= until => self.resume(then),
-            (Phase::Committing(mut commits), Event::Tick)
-                if commits.retry_at.is_some_and(|at| now_ms >= at) =>
-            {
-                commits.retry_at = None;
-                self.send(commits)
+            (Phase::Waiting { until, then }, Event::Tick) => {
+                if now_ms >= until {
+                    self.resume(then)
+                } else {
+                    // Woken early (the runtime sleeps on another clock than
+                    // the one due times are on): sleep again.
+                    self.wait(until, then)
+                }
             }
+            (Phase::Committing(mut commits), Event::Tick) => match commits.retry_at {
+                Some(at) if now_ms >= at => {
+                    commits.retry_at = None;
+                    self.send(commits)
+                }
+                Some(at) => {
+                    self.phase = Phase::Committing(commits);
+                    vec![Action::WakeAt(at)]
+                }
+                None => {
+                    self.phase = Phase::Committing(commits);
+                    Vec::new()
+                }
+            },
             (phase, _) => {
-                // An early tick, or an event of another phase (a runtime
-                // bug): keep waiting for the one expected.
+                // A tick with nothing to wake, or an event of another phase
+                // (a runtime bug): keep waiting for the one expected.
                 self.phase = phase;
                 Vec::new()
             }

@@ -110,7 +110,11 @@ fn without_a_file_of_its_epoch_the_cursor_anchors_only_after_the_leader_confirms
             cursor.handle(Event::Confirmed(Ok(false)), T0),
             [Action::WakeAt(T0 + 1_000)]
         );
-        assert_eq!(cursor.handle(Event::Tick, T0 + 999), []);
+        assert_eq!(
+            cursor.handle(Event::Tick, T0 + 999),
+            [Action::WakeAt(T0 + 1_000)],
+            "an early tick sleeps again"
+        );
         assert_eq!(cursor.handle(Event::Tick, T0 + 1_000), [Action::Confirm]);
         assert_eq!(
             cursor.handle(Event::Confirmed(Err("no leader".into())), T0 + 1_000),
@@ -258,7 +262,10 @@ fn a_failed_bucket_alone_is_retried_from_memory_after_a_second() {
         cursor.handle(done(buckets[2].id, true), T0 + 5),
         [Action::WakeAt(T0 + 1_005)]
     );
-    assert_eq!(cursor.handle(Event::Tick, T0 + 500), []);
+    assert_eq!(
+        cursor.handle(Event::Tick, T0 + 500),
+        [Action::WakeAt(T0 + 1_005)]
+    );
     let retried = commits(&cursor.handle(Event::Tick, T0 + 1_005));
     assert_eq!(retried.len(), 1);
     assert_eq!(retried[0].records, buckets[1].records);
@@ -359,7 +366,10 @@ fn a_delay_child_sleeps_until_its_head_is_due_and_never_delivers_early() {
         cursor.handle(slab(backlog.clone()), T0 + 500),
         [Action::WakeAt(T0 + 1_000)]
     );
-    assert_eq!(cursor.handle(Event::Tick, T0 + 999), []);
+    assert_eq!(
+        cursor.handle(Event::Tick, T0 + 999),
+        [Action::WakeAt(T0 + 1_000)]
+    );
     assert_eq!(
         cursor.handle(Event::Tick, T0 + 1_000),
         [Action::Read {

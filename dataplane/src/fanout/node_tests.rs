@@ -237,6 +237,26 @@ fn a_delay_child_gets_each_record_no_earlier_than_its_due_time() {
 }
 
 #[test]
+fn a_delay_child_gets_records_produced_one_by_one_over_time() {
+    // Each head record falls due on its own; the cursor sleeps between
+    // them and must wake for every one (a wake-up a millisecond early on
+    // the runtime's clock once left a cursor asleep for good).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = portable();
+    let replica = replica_with(&[("orders", 0xa1), ("later", 0xa3)]);
+    let node = start(&disk, &replica, dir.path());
+    attach(&node, &replica, "orders", "later", 150, 10);
+    for i in 0..25 {
+        produce(&node, "orders", &keyed(i..i + 1));
+        std::thread::sleep(Duration::from_millis(13));
+    }
+    wait_until("the delay child to hold every record", || {
+        count(&records(&node, "later", 3)) == 25
+    });
+    node.shutdown();
+}
+
+#[test]
 fn cursors_resume_from_their_files_after_a_restart_and_a_detach_deletes_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let disk = portable();
