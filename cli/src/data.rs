@@ -359,6 +359,7 @@ async fn serve_node(
         &node,
         listener,
         gate,
+        None,
         config.shutdown_grace,
         wait_for_signal(),
     )

@@ -6,7 +6,8 @@
 //! process can reach a loopback socket it did not open. The data node's
 //! incarnation housekeeping (deleted topics' directories quarantined, then
 //! removed once the control node confirms) runs inside it as in `narad
-//! data`.
+//! data`. Its `/metrics` serves both nodes' series: the data node's, then
+//! the control node's (whose own HTTP port is an ephemeral loopback one).
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -205,6 +206,9 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
         &node,
         listener,
         ReadyGate::new(checks),
+        // One /metrics for the process: the control node's series follow
+        // the data node's, the process_* ones only once.
+        Some(control.metrics_renderer(false)),
         SHUTDOWN_GRACE,
         wait_for_signal(),
     )

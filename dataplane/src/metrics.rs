@@ -21,6 +21,9 @@ pub const HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL: &str =
 pub const HTTP_REQUESTS_IN_FLIGHT: &str = "narad_http_requests_in_flight";
 /// Request body bytes declared by clients (route).
 pub const HTTP_REQUEST_BYTES_IN_TOTAL: &str = "narad_http_request_bytes_in_total";
+/// Response body bytes sent (route): the exact length of each answer's
+/// body, which every handler knows before it answers.
+pub const HTTP_RESPONSE_BYTES_OUT_TOTAL: &str = "narad_http_response_bytes_out_total";
 /// Messages appended on this node as their partition's owner (topic,
 /// partition).
 pub const MESSAGES_PRODUCED_TOTAL: &str = "narad_messages_produced_total";
@@ -33,6 +36,23 @@ pub const INGRESS_WAL_FAILED: &str = "narad_ingress_wal_failed";
 /// Durable next WAL sequence number minus the stored checkpoint: the
 /// records a restart would dispatch again.
 pub const INGRESS_DISPATCH_BACKLOG_RECORDS: &str = "narad_ingress_dispatch_backlog_records";
+/// Seconds each partition commit spent in its write and fdatasync (topic,
+/// partition): the two run linked on a storage thread, one wait.
+pub const STORAGE_FSYNC_DURATION_SECONDS: &str = "narad_storage_fsync_duration_seconds";
+/// Bytes of every file under the data directory.
+pub const DATA_DIR_SIZE_BYTES: &str = "narad_data_dir_size_bytes";
+/// Bytes the file system holding the data directory still has for this
+/// process (statvfs `f_bavail` × `f_frsize`).
+pub const DATA_DIR_AVAILABLE_BYTES: &str = "narad_data_dir_available_bytes";
+/// Topics in the metadata this node holds.
+pub const TOPICS_TOTAL: &str = "narad_topics_total";
+/// Partitions this node owns.
+pub const PARTITIONS_TOTAL: &str = "narad_partitions_total";
+/// Partition logs open on this node.
+pub const OPEN_PARTITION_LOGS: &str = "narad_open_partition_logs";
+/// Seconds the node took to start (WAL open and recovery through the API
+/// being ready to serve).
+pub const BOOT_DURATION_SECONDS: &str = "narad_boot_duration_seconds";
 /// Errors by component and kind (e.g. `http`/`5xx`).
 pub const ERRORS_TOTAL: &str = "narad_errors_total";
 /// Credential checks waiting for a bcrypt slot.
@@ -99,6 +119,18 @@ pub const FANOUT_BATCH_BYTES_BUCKETS: [f64; 8] = [
     4_194_304.0,
 ];
 
+/// Upper bounds of the `narad_storage_fsync_duration_seconds` buckets:
+/// from a write-back cache's fraction of a millisecond to a stalled disk.
+pub const STORAGE_FSYNC_BUCKETS_SECONDS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// Upper bounds of the `narad_http_request_duration_seconds` buckets:
+/// Prometheus's default ones, up to a long poll's 10 s.
+pub const HTTP_DURATION_BUCKETS_SECONDS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
 /// Upper bounds of the `narad_consume_wait_seconds` buckets: from a
 /// record that was ready at once to the 10 s wait ceiling.
 pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
@@ -110,6 +142,8 @@ static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INF
 /// One node's metrics registry.
 pub struct NodeMetrics {
     recorder: PrometheusRecorder,
+    /// The standard `process_*` series, read from the OS at each render.
+    process: metrics_process::Collector,
 }
 
 impl fmt::Debug for NodeMetrics {
@@ -144,10 +178,23 @@ impl NodeMetrics {
                     &FANOUT_BATCH_BYTES_BUCKETS,
                 )
             })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(HTTP_REQUEST_DURATION_SECONDS.to_owned()),
+                    &HTTP_DURATION_BUCKETS_SECONDS,
+                )
+            })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(STORAGE_FSYNC_DURATION_SECONDS.to_owned()),
+                    &STORAGE_FSYNC_BUCKETS_SECONDS,
+                )
+            })
             .expect("the bucket lists are not empty");
-        Self {
-            recorder: builder.build_recorder(),
-        }
+        let recorder = builder.build_recorder();
+        let process = metrics_process::Collector::default();
+        metrics::with_local_recorder(&recorder, || process.describe());
+        Self { recorder, process }
     }
 
     /// Adds `value` to counter `name` with `labels`.
@@ -207,8 +254,10 @@ impl NodeMetrics {
             .record(value);
     }
 
-    /// The Prometheus text exposition of every series.
+    /// The Prometheus text exposition of every series, the `process_*`
+    /// ones read now.
     pub fn render(&self) -> String {
+        metrics::with_local_recorder(&self.recorder, || self.process.collect());
         self.recorder.handle().render()
     }
 }
@@ -271,6 +320,19 @@ mod tests {
                 r#"narad_consumer_corrupt_skipped_total{topic="orders",partition="0"} 6"#
             )
         );
+    }
+
+    #[test]
+    fn the_process_series_are_rendered() {
+        let text = NodeMetrics::new().render();
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "{name}: {text}");
+        }
     }
 
     #[test]

@@ -190,6 +190,7 @@ impl DataNode {
     /// # Errors
     /// [`NodeError`].
     pub fn start(services: NodeServices, config: DataNodeConfig) -> Result<Self, NodeError> {
+        let booting = std::time::Instant::now();
         let wal_dir = config.data_dir.join("ingress").join("produce");
         let wal = Arc::new(Wal::open(
             Arc::clone(&services.disk),
@@ -287,6 +288,11 @@ impl DataNode {
         api.logs = Some(Arc::clone(&logs));
         api.consume = Some(Arc::clone(&consume));
         api.fanout = fanout_status;
+        api.metrics.set(
+            crate::metrics::BOOT_DURATION_SECONDS,
+            &[],
+            booting.elapsed().as_secs_f64(),
+        );
         let api = Arc::new(api);
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");

@@ -12,6 +12,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
@@ -34,6 +35,9 @@ pub struct CommitOutcome {
     pub newest_commit_ms: u64,
     /// The high watermark after the commit.
     pub high_watermark: u64,
+    /// How long the commit's linked write and fdatasync took; `None` for
+    /// an empty run, which does no I/O.
+    pub sync_duration: Option<Duration>,
 }
 
 /// One frame of a planned commit.
@@ -90,6 +94,7 @@ impl PartitionLog {
                 batch_offsets: plan.batch_offsets,
                 newest_commit_ms: writer.newest_commit_ms,
                 high_watermark,
+                sync_duration: None,
             });
         }
         self.empty_hwm_file_once(&mut writer)?;
@@ -98,16 +103,20 @@ impl PartitionLog {
             let table = self.table.read();
             (table.active.file.clone(), table.active.committed_bytes)
         };
-        if let Err(error) = self.write_sync_verify(&file, position, &plan) {
-            self.undo(&file, position);
-            return Err(error);
-        }
+        let sync_duration = match self.write_sync_verify(&file, position, &plan) {
+            Ok(sync_duration) => sync_duration,
+            Err(error) => {
+                self.undo(&file, position);
+                return Err(error);
+            }
+        };
         self.publish(&mut writer, position, &plan);
         Ok(CommitOutcome {
             offsets: plan.offsets,
             batch_offsets: plan.batch_offsets,
             newest_commit_ms: plan.newest_ms,
             high_watermark: self.high_watermark(),
+            sync_duration: Some(sync_duration),
         })
     }
 
@@ -276,13 +285,14 @@ impl PartitionLog {
         file: &FileHandle,
         position: u64,
         plan: &Plan,
-    ) -> Result<(), LogError> {
+    ) -> Result<Duration, LogError> {
         let mut buf = IoBuf::with_capacity(plan.total_bytes);
         for planned in &plan.frames {
             buf.extend_from_slice(&planned.bytes);
         }
         // One linked write and fdatasync: a storage thread runs both back to
         // back, so the committing thread waits once instead of twice.
+        let syncing = Instant::now();
         if let Err(error) = file.write_and_sync(position, buf).wait() {
             if narad_disk::sync_failure(&error).is_none() {
                 return Err(LogError::io("write a commit")(error));
@@ -292,11 +302,13 @@ impl PartitionLog {
             self.poison("fdatasync of a commit failed");
             return Err(LogError::SyncFailed(error));
         }
+        let sync_duration = syncing.elapsed();
         let read_back = file
             .read_at(position, plan.total_bytes)
             .wait()
             .map_err(LogError::io("read back a commit"))?;
-        self.verify(&read_back, position, plan)
+        self.verify(&read_back, position, plan)?;
+        Ok(sync_duration)
     }
 
     /// Checks every frame read back: its CRC, its header against the plan,

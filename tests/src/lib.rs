@@ -8,5 +8,6 @@
 pub mod cluster;
 pub mod dependency_rules;
 pub mod dev;
+pub mod metrics_list;
 pub mod placement;
 pub mod relay;

@@ -67,6 +67,34 @@ async fn gate_readiness(
     next.run(request).await
 }
 
+/// More Prometheus text to serve after the data node's on `/metrics`:
+/// `narad dev` adds its in-process control node's series.
+pub(crate) type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Appends `source`'s text to a successful `/metrics` answer.
+async fn append_metrics(
+    State(source): State<MetricsSource>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let is_metrics = request.uri().path() == "/metrics";
+    let response = next.run(request).await;
+    if !is_metrics || response.status() != StatusCode::OK {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&source());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(text))
+}
+
 /// Serves `node`'s API on `listener` until `stop` resolves: then
 /// `/healthz` and `/readyz` turn `503`, no new connection is taken, parked
 /// long polls are answered, and in-flight requests get `grace` to finish
@@ -78,14 +106,18 @@ pub(crate) async fn serve(
     node: &DataNode,
     listener: tokio::net::TcpListener,
     gate: ReadyGate,
+    extra_metrics: Option<MetricsSource>,
     grace: Duration,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let health = Arc::clone(&node.api().health);
-    let router = node.router().layer(middleware::from_fn_with_state(
+    let mut router = node.router().layer(middleware::from_fn_with_state(
         Arc::new(gate),
         gate_readiness,
     ));
+    if let Some(source) = extra_metrics {
+        router = router.layer(middleware::from_fn_with_state(source, append_metrics));
+    }
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     // The client's address: the consume cap counts per address with
     // security off.

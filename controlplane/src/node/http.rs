@@ -17,20 +17,33 @@ use tracing::warn;
 
 use super::runtime::Shared;
 use crate::controller::colocated_child_partitions;
+use crate::store::DATABASE_FILE;
 
 struct Http {
     shared: Arc<Shared>,
+}
+
+/// A control node's metrics registry.
+pub(super) struct ControlMetrics {
     /// A recorder of this node's own, not the process-wide one, so several
     /// nodes in one process (tests, `narad dev`) keep separate series.
     recorder: PrometheusRecorder,
+    /// The standard `process_*` series, read from the OS at each render.
+    process: metrics_process::Collector,
+}
+
+impl ControlMetrics {
+    pub(super) fn new() -> Self {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let process = metrics_process::Collector::default();
+        metrics::with_local_recorder(&recorder, || process.describe());
+        Self { recorder, process }
+    }
 }
 
 /// Serves until the task is aborted.
 pub(super) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
-    let http = Arc::new(Http {
-        shared,
-        recorder: PrometheusBuilder::new().build_recorder(),
-    });
+    let http = Arc::new(Http { shared });
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -69,21 +82,44 @@ async fn status(State(http): State<Arc<Http>>) -> Response {
 }
 
 async fn metrics(State(http): State<Arc<Http>>) -> Response {
-    let status = http.shared.status();
-    let refused = http.shared.view.refused_total();
-    let ready = http.shared.readiness().is_ok();
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        render(&http.shared, true),
+    )
+        .into_response()
+}
+
+/// The Prometheus text of the node's series, refreshed now; the
+/// `process_*` ones only with `process` (a process hosting a data node too
+/// reports them once, from the data node).
+pub(super) fn render(shared: &Shared, process: bool) -> String {
+    let status = shared.status();
+    let refused = shared.view.refused_total();
+    let ready = shared.readiness().is_ok();
     // openraft stops on a storage fault (a failed log write or snapshot):
     // the spec's "apply stopped".
-    let stopped = http.shared.raft.metrics().borrow().running_state.is_err();
+    let stopped = shared.raft.metrics().borrow().running_state.is_err();
+    // A leader is in contact with itself; a follower reports the time since
+    // it last accepted a leader's append (nothing before the first).
+    let last_contact = if status.state == "leader" {
+        Some(0.0)
+    } else {
+        shared.contact.since_last().map(|since| since.as_secs_f64())
+    };
+    // The metastore's database file.
+    let fsm_bytes = std::fs::metadata(shared.config.data_dir.join("control").join(DATABASE_FILE))
+        .map(|metadata| metadata.len())
+        .ok();
     // A controller figure: the leader's. A follower reports 0 rather than
     // leave the series out, since a series once exported stays in this
     // recorder and would keep a former leader's stale count.
     let colocated = if status.state == "leader" {
-        http.shared.view.read(colocated_child_partitions)
+        shared.view.read(colocated_child_partitions)
     } else {
         0
     };
-    metrics::with_local_recorder(&http.recorder, || {
+    let recorder = &shared.metrics.recorder;
+    metrics::with_local_recorder(recorder, || {
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
             let value = if status.state == state { 1.0 } else { 0.0 };
             gauge!("narad_raft_state", "state" => state).set(value);
@@ -92,6 +128,19 @@ async fn metrics(State(http): State<Arc<Http>>) -> Response {
         gauge!("narad_raft_last_log_index").set(status.last_log_index as f64);
         gauge!("narad_raft_commit_index").set(status.leader_commit_index as f64);
         gauge!("narad_raft_applied_index").set(status.applied_index as f64);
+        // Entries committed (as the leader last reported) but not applied
+        // here yet.
+        gauge!("narad_raft_fsm_pending").set(
+            status
+                .leader_commit_index
+                .saturating_sub(status.applied_index) as f64,
+        );
+        if let Some(seconds) = last_contact {
+            gauge!("narad_raft_last_contact_seconds").set(seconds);
+        }
+        if let Some(bytes) = fsm_bytes {
+            gauge!("narad_metastore_fsm_bytes").set(bytes as f64);
+        }
         gauge!("narad_raft_has_leader").set(if status.leader.is_some() { 1.0 } else { 0.0 });
         gauge!("narad_raft_leader_id").set(status.leader.unwrap_or(0) as f64);
         gauge!("narad_raft_voters").set(status.voters.len() as f64);
@@ -101,10 +150,9 @@ async fn metrics(State(http): State<Arc<Http>>) -> Response {
         counter!("narad_metastore_commands_refused_total").absolute(refused);
         gauge!("narad_metastore_apply_stopped").set(if stopped { 1.0 } else { 0.0 });
         gauge!("narad_colocated_child_partitions").set(colocated as f64);
+        if process {
+            shared.metrics.process.collect();
+        }
     });
-    (
-        [("content-type", "text/plain; version=0.0.4")],
-        http.recorder.handle().render(),
-    )
-        .into_response()
+    recorder.handle().render()
 }

@@ -68,6 +68,7 @@ pub(super) struct Shared {
     pub(super) transport: Arc<Node>,
     pub(super) contact: Arc<LeaderContact>,
     pub(super) shutting_down: AtomicBool,
+    pub(super) metrics: http::ControlMetrics,
 }
 
 /// How long a proposal may wait for commit and apply, and how long a
@@ -144,6 +145,8 @@ impl ControlNode {
                 addr: config.http_addr.to_string(),
                 source,
             })?;
+        // The bound address: a configured port 0 (`narad dev`) picks one.
+        let http_addr = http_listener.local_addr().unwrap_or(config.http_addr);
         let network = RaftNetworkClients::new(transport.clone());
         let raft = ControlRaft::new(
             config.node_id,
@@ -162,6 +165,7 @@ impl ControlNode {
             transport,
             contact,
             shutting_down: AtomicBool::new(false),
+            metrics: http::ControlMetrics::new(),
         });
         let _ = shared_slot.set(shared.clone());
         bootstrap(&shared).await?;
@@ -175,10 +179,24 @@ impl ControlNode {
         info!(
             node_id = shared.config.node_id,
             cluster_addr = %shared.transport.local_addr(),
-            http_addr = %shared.config.http_addr,
+            %http_addr,
             "control node started"
         );
         Ok(Self { shared, tasks })
+    }
+
+    /// The Prometheus text of this node's series, as its `/metrics`
+    /// serves them; the `process_*` series only with `process` (`narad dev`
+    /// appends this to its data node's `/metrics`, which has them already).
+    pub fn render_metrics(&self, process: bool) -> String {
+        http::render(&self.shared, process)
+    }
+
+    /// [`Self::render_metrics`] as a function that outlives this handle's
+    /// borrow, for a server that merges it into another `/metrics`.
+    pub fn metrics_renderer(&self, process: bool) -> Arc<dyn Fn() -> String + Send + Sync> {
+        let shared = Arc::clone(&self.shared);
+        Arc::new(move || http::render(&shared, process))
     }
 
     /// This node's Raft status.

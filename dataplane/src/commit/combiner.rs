@@ -302,6 +302,13 @@ impl Combiners {
             .count(metrics::MESSAGES_PRODUCED_TOTAL, &labels, records as u64);
         self.metrics
             .count(metrics::BYTES_PRODUCED_TOTAL, &labels, bytes as u64);
+        if let Some(sync_duration) = outcome.sync_duration {
+            self.metrics.observe(
+                metrics::STORAGE_FSYNC_DURATION_SECONDS,
+                &labels,
+                sync_duration,
+            );
+        }
         Ok(outcome.batch_offsets)
     }
 }

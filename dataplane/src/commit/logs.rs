@@ -163,6 +163,16 @@ impl LocalLogs {
         Ok(log)
     }
 
+    /// The data directory the logs live under.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// How many partition logs are open now.
+    pub fn open_count(&self) -> usize {
+        self.open.lock().len()
+    }
+
     /// The open log of `destination`, if any (reads, tests).
     pub fn get(&self, destination: &Destination) -> Option<Arc<PartitionLog>> {
         self.open

@@ -362,21 +362,22 @@ fn publish(parts: &FanoutParts, plan: &CursorPlan, cursor: &mut Cursor, log: &Pa
     };
     let counts = cursor.take_counts();
     let key = &plan.key;
-    if counts.committed > 0 {
-        parts.metrics.count(
-            metrics::FANOUT_COMMITTED_TOTAL,
-            &labels(key),
-            counts.committed,
-        );
-    }
+    // Both counters are counted even when 0, so a link's series exist
+    // (at 0) from its first report: the data-loss alert's increase() then
+    // sees the first drop.
+    parts.metrics.count(
+        metrics::FANOUT_COMMITTED_TOTAL,
+        &labels(key),
+        counts.committed,
+    );
     if counts.dropped > 0 {
         tracing::warn!(parent = %key.parent, partition = key.partition, child = %key.child, dropped = counts.dropped, "fan-out skipped parent records it could not deliver (aged out by retention, or unreadable)");
-        parts.metrics.count(
-            metrics::FANOUT_CHILD_DROPPED_MESSAGES,
-            &labels(key),
-            counts.dropped,
-        );
     }
+    parts.metrics.count(
+        metrics::FANOUT_CHILD_DROPPED_MESSAGES,
+        &labels(key),
+        counts.dropped,
+    );
     parts.metrics.set(
         metrics::FANOUT_LAG_MESSAGES,
         &partition_labels(key),

@@ -52,7 +52,16 @@ pub(crate) async fn metrics(
     if !state.config.metrics_unauthenticated {
         authenticate(&state, &method, &headers).await?;
     }
-    state.refresh_gauges();
+    // The disk gauges walk the data directory: off the async workers.
+    let refreshing = Arc::clone(&state);
+    tokio::task::spawn_blocking(move || refreshing.refresh_gauges())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "refreshing the metrics failed",
+            )
+        })?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

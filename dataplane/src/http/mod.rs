@@ -25,6 +25,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::HttpBody;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -142,6 +143,14 @@ impl ApiState {
         checkpoint_stored: Arc<AtomicU64>,
         admin: Arc<dyn Admin>,
     ) -> Self {
+        // Counters of rare events start at 0, so a rate or an increase over
+        // them is defined before the first event.
+        metrics.count(metrics::HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL, &[], 0);
+        metrics.count(
+            metrics::ERRORS_TOTAL,
+            &[("component", "http".to_owned()), ("kind", "5xx".to_owned())],
+            0,
+        );
         Self {
             produce_cap: ProduceCap::new(config.produce_in_flight_per_identity),
             consume_cap: ProduceCap::new(config.consume_in_flight_per_identity),
@@ -210,7 +219,63 @@ impl ApiState {
         );
         self.metrics
             .set(metrics::AUTH_VERIFY_QUEUED, &[], self.auth.queued() as f64);
+        self.refresh_topology_gauges();
         self.refresh_consume_gauges();
+        self.refresh_disk_gauges();
+    }
+
+    /// Topics known, partitions owned here, partition logs open.
+    fn refresh_topology_gauges(&self) {
+        let view = self.replica.view();
+        let local = self.replica.local_node();
+        let owned = view
+            .topics
+            .values()
+            .flat_map(|topic| topic.owners.iter())
+            .filter(|owner| **owner == Some(local))
+            .count();
+        self.metrics
+            .set(metrics::TOPICS_TOTAL, &[], view.topics.len() as f64);
+        self.metrics
+            .set(metrics::PARTITIONS_TOTAL, &[], owned as f64);
+        if let Some(logs) = &self.logs {
+            self.metrics
+                .set(metrics::OPEN_PARTITION_LOGS, &[], logs.open_count() as f64);
+        }
+    }
+
+    /// The data directory's size and the space left on its file system,
+    /// read from the disk now (blocking). A failed read counts
+    /// `narad_errors_total{component="metrics",kind="data_dir"}` and leaves
+    /// the gauge at its last value.
+    fn refresh_disk_gauges(&self) {
+        let Some(logs) = &self.logs else {
+            return;
+        };
+        let dir = logs.data_dir();
+        let available = rustix::fs::statvfs(dir)
+            .map(|stats| stats.f_bavail.saturating_mul(stats.f_frsize))
+            .map_err(std::io::Error::from);
+        let size = tree_bytes(dir);
+        for (name, read) in [
+            (metrics::DATA_DIR_AVAILABLE_BYTES, available),
+            (metrics::DATA_DIR_SIZE_BYTES, size),
+        ] {
+            match read {
+                Ok(bytes) => self.metrics.set(name, &[], bytes as f64),
+                Err(error) => {
+                    tracing::warn!(%error, dir = %dir.display(), series = name, "cannot read the data directory for a metric");
+                    self.metrics.count(
+                        metrics::ERRORS_TOTAL,
+                        &[
+                            ("component", "metrics".to_owned()),
+                            ("kind", "data_dir".to_owned()),
+                        ],
+                        1,
+                    );
+                }
+            }
+        }
     }
 
     /// Copies each owned partition's queue figures into its series.
@@ -239,6 +304,35 @@ impl ApiState {
             );
         }
     }
+}
+
+/// Bytes of every regular file under `dir`, symbolic links not followed.
+/// An entry removed while the walk runs (a segment retention deleted) is
+/// skipped rather than failing the walk.
+fn tree_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(error),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let metadata = match entry.metadata() {
+                Ok(metadata) => metadata,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(error),
+            };
+            if metadata.is_dir() {
+                pending.push(entry.path());
+            } else if metadata.is_file() {
+                total = total.saturating_add(metadata.len());
+            }
+        }
+    }
+    Ok(total)
 }
 
 /// The router of the client API.
@@ -320,6 +414,13 @@ async fn count_request(
     let in_flight = InFlight::enter(&state.metrics);
     let response = next.run(request).await;
     drop(in_flight);
+    if let Some(bytes) = HttpBody::size_hint(response.body()).exact() {
+        state.metrics.count(
+            metrics::HTTP_RESPONSE_BYTES_OUT_TOTAL,
+            &[("route", route.clone())],
+            bytes,
+        );
+    }
     let status = response.status();
     let labels = [
         ("route", route),
