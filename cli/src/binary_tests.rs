@@ -20,6 +20,8 @@ fn data_help_lists_its_settings() {
         "--rpc-addr",
         "--data-dir",
         "--security-enabled",
+        "--access-log",
+        "--log-format",
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
@@ -39,6 +41,7 @@ fn control_help_lists_its_settings() {
         "--config",
         "--http-addr",
         "--data-dir",
+        "--log-format",
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }

@@ -59,11 +59,14 @@ pub(crate) struct ControlArgs {
     /// debug, info, warn or error: log.level.
     #[arg(long)]
     log_level: Option<String>,
+    /// json (the default: one object a line) or text: log.format.
+    #[arg(long)]
+    log_format: Option<String>,
 }
 
 impl ControlArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 13] = [
+        let flags: [(Setting, &Option<String>); 14] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CLUSTER_ADDR, &self.cluster_addr),
             (keys::ADVERTISE_ADDR, &self.advertise_addr),
@@ -77,6 +80,7 @@ impl ControlArgs {
             (keys::SECURITY, &self.security_enabled),
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
             (keys::LOG_LEVEL, &self.log_level),
+            (keys::LOG_FORMAT, &self.log_format),
         ];
         Layer::from_flags(flags)
     }
@@ -96,10 +100,12 @@ pub(crate) fn run(args: &ControlArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match crate::process::logging_and_runtime("control", &config.log_level) {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+    let runtime =
+        match crate::process::logging_and_runtime("control", &config.log_level, &config.log_format)
+        {
+            Ok(runtime) => runtime,
+            Err(code) => return code,
+        };
     runtime.block_on(async move {
         let node = match ControlNode::start(config).await {
             Ok(node) => node,

@@ -94,6 +94,10 @@ pub(crate) struct DataArgs {
     /// true or false: http.metrics_unauthenticated.
     #[arg(long)]
     metrics_unauthenticated: Option<String>,
+    /// true or false: one log line a request on target narad::access,
+    /// http.access_log.
+    #[arg(long)]
+    access_log: Option<String>,
     /// Data directory: storage.data_dir.
     #[arg(long)]
     data_dir: Option<String>,
@@ -124,11 +128,14 @@ pub(crate) struct DataArgs {
     /// debug, info, warn or error: log.level.
     #[arg(long)]
     log_level: Option<String>,
+    /// json (the default: one object a line) or text: log.format.
+    #[arg(long)]
+    log_format: Option<String>,
 }
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 20] = [
+        let flags: [(Setting, &Option<String>); 22] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -145,6 +152,7 @@ impl DataArgs {
                 &self.max_produce_in_flight_per_identity,
             ),
             (keys::METRICS_UNAUTHENTICATED, &self.metrics_unauthenticated),
+            (keys::ACCESS_LOG, &self.access_log),
             (keys::DATA_DIR, &self.data_dir),
             (
                 keys::OFFSET_COMMIT_INTERVAL,
@@ -158,6 +166,7 @@ impl DataArgs {
             (keys::BCRYPT_COST, &self.bcrypt_cost),
             (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
             (keys::LOG_LEVEL, &self.log_level),
+            (keys::LOG_FORMAT, &self.log_format),
         ];
         Layer::from_flags(flags)
     }
@@ -186,10 +195,11 @@ pub(crate) fn run(args: &DataArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match crate::process::logging_and_runtime("data", &config.log_level) {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+    let runtime =
+        match crate::process::logging_and_runtime("data", &config.log_level, &config.log_format) {
+            Ok(runtime) => runtime,
+            Err(code) => return code,
+        };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {

@@ -54,6 +54,14 @@ pub(crate) struct DevArgs {
     /// generated password, logged once).
     #[arg(long)]
     secure: bool,
+    /// Log format: text (the default here) or json, one object a line
+    /// (log.format).
+    #[arg(long, env = "NARAD_LOG_FORMAT", default_value = "text", value_parser = crate::process::LOG_FORMATS)]
+    log_format: String,
+    /// One log line a request on target narad::access: route, method,
+    /// status, duration, identity, bytes (http.access_log).
+    #[arg(long, env = "NARAD_HTTP_ACCESS_LOG")]
+    access_log: bool,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -71,7 +79,7 @@ fn banner(args: &DevArgs) {
     } else {
         "SECURITY OFF: no authentication on the API or between the nodes".to_owned()
     };
-    eprintln!(
+    let text = format!(
         "narad {} dev: DEVELOPMENT NODE, {security}. One control node and one data node \
          in this process on 127.0.0.1. Do not expose it or use it in production.\n  \
          HTTP API: http://127.0.0.1:{}\n  data: {}",
@@ -79,6 +87,16 @@ fn banner(args: &DevArgs) {
         args.port,
         args.data_dir.display()
     );
+    if json_logs(args) {
+        // Every line of a JSON log is one object, the banner too.
+        tracing::warn!("{text}");
+    } else {
+        eprintln!("{text}");
+    }
+}
+
+fn json_logs(args: &DevArgs) -> bool {
+    args.log_format == "json"
 }
 
 /// A free UDP port on loopback for the control node's cluster transport
@@ -105,6 +123,7 @@ fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
         security_enabled: args.secure,
         cluster_security: ClusterSecurity::Insecure,
         log_level: defaults::LOG_LEVEL.into(),
+        log_format: args.log_format.clone(),
         admin_password: std::env::var(ENV_ADMIN_PASSWORD)
             .ok()
             .filter(|password| !password.is_empty()),
@@ -113,10 +132,7 @@ fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
 
 /// Runs `narad dev` until SIGINT or SIGTERM.
 pub(crate) fn run(args: &DevArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info,openraft=warn"))
-        .with_ansi(false)
-        .init();
+    crate::process::init_logging(defaults::LOG_LEVEL, &args.log_format);
     banner(args);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -132,7 +148,9 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             error!("{message}");
-            eprintln!("narad dev: {message}");
+            if !json_logs(args) {
+                eprintln!("narad dev: {message}");
+            }
             ExitCode::from(EXIT_START)
         }
     }
@@ -182,6 +200,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     let disk = open_backend(BackendChoice::Auto).map_err(|e| format!("disk backend: {e}"))?;
     let mut config = DataNodeConfig::new(&args.data_dir);
     config.api.security = args.secure;
+    config.api.access_log = args.access_log;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

@@ -30,18 +30,36 @@ pub(crate) fn config_layers<S: Settings>(
     Ok(layers)
 }
 
+/// `log.format`: one JSON object a line (the spec's default for a server),
+/// or human-readable text (`narad dev`'s default).
+pub(crate) const LOG_FORMATS: [&str; 2] = ["json", "text"];
+
 /// Logs to stderr at `log_level` (openraft at `warn` unless asked lower),
-/// then builds the multi-threaded runtime. A runtime that cannot start is
-/// reported as `narad <command>: ...` and answered with the exit status.
+/// as `log_format` (`json` or `text`; see [`LOG_FORMATS`]).
+pub(crate) fn init_logging(log_level: &str, log_format: &str) {
+    let filter = tracing_subscriber::EnvFilter::new(format!("{log_level},openraft=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr);
+    if log_format == "json" {
+        // Fields at the top level beside `timestamp`, `level`, `target`
+        // and `message`, so a log pipeline indexes them as they are.
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+/// [`init_logging`], then builds the multi-threaded runtime. A runtime
+/// that cannot start is reported as `narad <command>: ...` and answered
+/// with the exit status.
 pub(crate) fn logging_and_runtime(
     command: &str,
     log_level: &str,
+    log_format: &str,
 ) -> Result<tokio::runtime::Runtime, ExitCode> {
-    let filter = format!("{log_level},openraft=warn");
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_ansi(false)
-        .init();
+    init_logging(log_level, log_format);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

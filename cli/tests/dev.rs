@@ -234,3 +234,57 @@ fn secure_dev_says_in_its_banner_that_security_is_on() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("DEVELOPMENT NODE, SECURITY ON"), "{stderr}");
 }
+
+#[test]
+fn dev_with_json_logs_writes_one_object_a_line_and_an_access_line_a_request() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start_with(
+        data.path(),
+        free_port(),
+        &["--secure", "--log-format", "json", "--access-log"],
+    );
+    let admin = Some(("admin", ADMIN_PASSWORD));
+    let (status, body) = dev
+        .try_request_as(admin, "POST", "/v1/topics", r#"{"name":"logged"}"#)
+        .expect("an HTTP answer");
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = dev
+        .try_request_as(admin, "GET", "/v1/openapi.json", "")
+        .expect("an HTTP answer");
+    assert_eq!(status, 200);
+    let document: serde_json::Value = serde_json::from_str(&body).expect("the OpenAPI document");
+    assert_eq!(document["openapi"], "3.1.0");
+    let output = dev.terminate();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}\n{stderr}"));
+            assert!(value.is_object(), "{line}");
+            value
+        })
+        .collect();
+    assert!(
+        lines.iter().any(|line| line["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("DEVELOPMENT NODE, SECURITY ON"))),
+        "{stderr}"
+    );
+    let access = lines
+        .iter()
+        .find(|line| line["target"] == "narad::access" && line["route"] == "/v1/topics")
+        .unwrap_or_else(|| panic!("no access line for POST /v1/topics\n{stderr}"));
+    assert_eq!(access["method"], "POST", "{access}");
+    assert_eq!(access["status"], 201, "{access}");
+    assert_eq!(access["identity"], "admin", "{access}");
+    assert_eq!(access["client"], "127.0.0.1", "{access}");
+    assert_eq!(access["bytes_in"], r#"{"name":"logged"}"#.len(), "{access}");
+    assert!(
+        access["bytes_out"].as_u64().is_some_and(|n| n > 0),
+        "{access}"
+    );
+    assert!(access["duration_ms"].is_number(), "{access}");
+}

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use narad_controlplane::node::config::layered::{
-    self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration, parse_log_level,
+    self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration,
+    parse_log_format, parse_log_level,
 };
 pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting};
 use narad_dataplane::fanout::machine::CursorConfig;
@@ -35,6 +36,7 @@ pub(crate) mod keys {
         CONSUME_IN_FLIGHT = "http.max_consume_in_flight_per_identity", "NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY", "max-consume-in-flight-per-identity";
         PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity";
         METRICS_UNAUTHENTICATED = "http.metrics_unauthenticated", "NARAD_HTTP_METRICS_UNAUTHENTICATED", "metrics-unauthenticated";
+        ACCESS_LOG = "http.access_log", "NARAD_HTTP_ACCESS_LOG", "access-log";
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
@@ -45,6 +47,7 @@ pub(crate) mod keys {
         BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost";
         ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
         LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level";
+        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format";
     }
 }
 
@@ -68,6 +71,8 @@ pub(crate) mod defaults {
     pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
     /// The spec's log level.
     pub(crate) const LOG_LEVEL: &str = "info";
+    /// The spec's log format for a server: one JSON object a line.
+    pub(crate) const LOG_FORMAT: &str = "json";
 }
 
 /// The spec's bounds on `storage.consumer_offset_commit_interval_ms`.
@@ -123,6 +128,8 @@ pub(crate) struct DataConfig {
     pub(crate) cluster_security: ClusterSecurity,
     /// `log.level`.
     pub(crate) log_level: String,
+    /// `log.format`: `json` or `text`.
+    pub(crate) log_format: String,
 }
 
 impl DataConfig {
@@ -217,6 +224,7 @@ pub(crate) fn resolve(
     })?;
     let metrics_unauthenticated =
         merged.parse(keys::METRICS_UNAUTHENTICATED, Some(false), parse_bool)?;
+    let access_log = merged.parse(keys::ACCESS_LOG, Some(false), parse_bool)?;
     let data_dir = merged.parse(
         keys::DATA_DIR,
         Some(PathBuf::from(defaults::DATA_DIR)),
@@ -256,6 +264,11 @@ pub(crate) fn resolve(
         Some(defaults::LOG_LEVEL.to_owned()),
         parse_log_level,
     )?;
+    let log_format = merged.parse(
+        keys::LOG_FORMAT,
+        Some(defaults::LOG_FORMAT.to_owned()),
+        parse_log_format,
+    )?;
     let cluster_security =
         cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
     // Every field is set above, but the update from the defaults stays:
@@ -269,6 +282,7 @@ pub(crate) fn resolve(
         produce_in_flight_per_identity: produce_in_flight,
         max_consume_wait,
         consume_in_flight_per_identity: consume_in_flight,
+        access_log,
         ..api_defaults
     };
     Ok(DataConfig {
@@ -285,6 +299,7 @@ pub(crate) fn resolve(
         api,
         cluster_security,
         log_level,
+        log_format,
     })
 }
 

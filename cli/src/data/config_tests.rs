@@ -255,3 +255,26 @@ fn fanout_slab_settings_default_to_the_spec_and_refuse_zero() {
     assert_eq!(refused.setting, "fanout.max_batch_bytes");
     assert!(refused.reason.contains("positive"), "{}", refused.reason);
 }
+
+#[test]
+fn logs_are_json_without_an_access_log_by_default_and_both_can_be_set() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.log_format, "json", "the spec's default for a server");
+    assert!(!config.api.access_log);
+    let mut layers = vec![required()];
+    let mut env = Layer::new(Source::Env);
+    env.set(keys::ACCESS_LOG, "true");
+    layers.push(env);
+    layers.push(flags(&[(keys::LOG_FORMAT, "text")]));
+    let config = resolve(&layers, env_with_secret).expect("valid");
+    assert_eq!(config.log_format, "text");
+    assert!(config.api.access_log);
+}
+
+#[test]
+fn an_unknown_log_format_is_refused_by_name() {
+    let layers = [required(), flags(&[(keys::LOG_FORMAT, "xml")])];
+    let error = error(&layers, env_with_secret);
+    assert_eq!(error.setting, "log.format");
+    assert!(error.reason.contains("json, text"), "{}", error.reason);
+}

@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use self::layered::{ConfigError, Setting, Source, parse_duration};
-use self::layered::{Merged, Settings, parse_bool, parse_data_dir, parse_log_level};
+use self::layered::{
+    Merged, Settings, parse_bool, parse_data_dir, parse_log_format, parse_log_level,
+};
 use crate::raft::ControlNodeId;
 
 /// The settings of a control node.
@@ -35,6 +37,7 @@ pub mod keys {
         SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
         ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
         LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level";
+        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format";
     }
 }
 
@@ -70,6 +73,8 @@ pub mod defaults {
     pub const TRAILING_LOGS: u64 = 10_240;
     /// The spec's log level.
     pub const LOG_LEVEL: &str = "info";
+    /// The spec's log format for a server: one JSON object a line.
+    pub const LOG_FORMAT: &str = "json";
 }
 
 /// At least this many initial voters: a majority of three survives one loss.
@@ -138,6 +143,8 @@ pub struct ControlConfig {
     pub cluster_security: ClusterSecurity,
     /// `log.level`.
     pub log_level: String,
+    /// `log.format`: `json` or `text`.
+    pub log_format: String,
     /// `NARAD_ADMIN_PASSWORD`, if set.
     pub admin_password: Option<String>,
 }
@@ -241,6 +248,11 @@ pub fn resolve(
         Some(defaults::LOG_LEVEL.to_owned()),
         parse_log_level,
     )?;
+    let log_format = merged.parse(
+        keys::LOG_FORMAT,
+        Some(defaults::LOG_FORMAT.to_owned()),
+        parse_log_format,
+    )?;
     let cluster_security = cluster_security(
         env(ENV_CLUSTER_SECRET),
         security_enabled,
@@ -261,6 +273,7 @@ pub fn resolve(
         security_enabled,
         cluster_security,
         log_level,
+        log_format,
         admin_password: env(ENV_ADMIN_PASSWORD).filter(|p| !p.is_empty()),
     })
 }

@@ -1,5 +1,6 @@
 //! The client HTTP API on axum: produce and batch produce, consume, replay
-//! and ack, topics and users, `/healthz`, `/readyz` and `/metrics`, with the
+//! and ack, topics and users, `/healthz`, `/readyz`, `/metrics` and the
+//! OpenAPI document at `/v1/openapi.json` ([`openapi`]), with the
 //! status codes, error bodies and texts of the spec (§1) and the wire
 //! contract (§1–5, §7).
 //!
@@ -14,19 +15,21 @@ pub mod consume;
 pub mod error;
 pub mod go_duration;
 mod health;
+pub mod openapi;
 mod produce;
 pub mod produce_cap;
 mod query;
 pub mod topics;
 pub mod users;
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::HttpBody;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -65,6 +68,9 @@ pub struct ApiConfig {
     /// Consumes in flight per identity (user, or client address with
     /// security off), a batch counting as its `max`; 0 turns the cap off.
     pub consume_in_flight_per_identity: usize,
+    /// One `info` line a request on the [`ACCESS_LOG_TARGET`] target
+    /// (`http.access_log`); off by default.
+    pub access_log: bool,
 }
 
 /// bcrypt cost of new password hashes: the common default, tens of
@@ -80,6 +86,7 @@ impl Default for ApiConfig {
             produce_in_flight_per_identity: 0,
             max_consume_wait: consume::CONSUME_WAIT_MAX_DEFAULT,
             consume_in_flight_per_identity: consume::CONSUME_IN_FLIGHT_PER_IDENTITY_DEFAULT,
+            access_log: false,
         }
     }
 }
@@ -368,6 +375,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         )
         .route("/v1/users/{user}/grants", put(users::set_grants))
         .route("/v1/users/{user}/password", put(users::set_password))
+        .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -412,7 +420,29 @@ async fn count_request(
         declared_bytes,
     );
     let in_flight = InFlight::enter(&state.metrics);
-    let response = next.run(request).await;
+    let response = if state.config.access_log {
+        let client = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(address)| address.ip());
+        let identity = Arc::new(OnceLock::new());
+        let response = ACCESS_IDENTITY
+            .scope(Arc::clone(&identity), next.run(request))
+            .await;
+        access_log(&AccessLine {
+            route: &route,
+            method: &method,
+            status: response.status(),
+            duration: started.elapsed(),
+            identity: identity.get().map(String::as_str),
+            client,
+            bytes_in: declared_bytes,
+            bytes_out: response_bytes(&response),
+        });
+        response
+    } else {
+        next.run(request).await
+    };
     drop(in_flight);
     if let Some(bytes) = HttpBody::size_hint(response.body()).exact() {
         state.metrics.count(
@@ -443,6 +473,64 @@ async fn count_request(
         );
     }
     response
+}
+
+/// The `tracing` target of the access log: filter it on its own with
+/// `narad::access=info` (or off), apart from the node's other logs.
+pub const ACCESS_LOG_TARGET: &str = "narad::access";
+
+tokio::task_local! {
+    /// The user a request authenticated as, set by [`authenticate`] for
+    /// the access log of that request.
+    static ACCESS_IDENTITY: Arc<OnceLock<String>>;
+}
+
+/// One access log line's fields.
+struct AccessLine<'a> {
+    route: &'a str,
+    method: &'a str,
+    status: StatusCode,
+    duration: Duration,
+    identity: Option<&'a str>,
+    client: Option<IpAddr>,
+    bytes_in: u64,
+    bytes_out: Option<u64>,
+}
+
+/// Emits one access log line: the matched route template (not the path,
+/// so topic names do not make every line distinct), the method, status,
+/// duration, the identity (the authenticated user, else the client IP),
+/// and the bytes in (declared) and out (when the body's size is known).
+fn access_log(line: &AccessLine<'_>) {
+    let client = line.client.map(|ip| ip.to_string());
+    let identity = line.identity.or(client.as_deref()).unwrap_or("-");
+    tracing::info!(
+        target: ACCESS_LOG_TARGET,
+        route = line.route,
+        method = line.method,
+        status = line.status.as_u16(),
+        duration_ms = line.duration.as_secs_f64() * 1000.0,
+        identity,
+        client = client.as_deref().unwrap_or("-"),
+        bytes_in = line.bytes_in,
+        bytes_out = line.bytes_out.unwrap_or(0),
+        "request"
+    );
+}
+
+/// The response body's size when it is known before it is sent (every
+/// answer of this API but none is streamed).
+fn response_bytes(response: &Response) -> Option<u64> {
+    use axum::body::HttpBody;
+    response.body().size_hint().exact().or_else(|| {
+        response
+            .headers()
+            .get(header::CONTENT_LENGTH)?
+            .to_str()
+            .ok()?
+            .parse()
+            .ok()
+    })
 }
 
 /// Counts a request in `narad_http_requests_in_flight` until dropped, so a
@@ -476,7 +564,10 @@ async fn authenticate(
         let authorization = headers
             .get(header::AUTHORIZATION)
             .map(|value| value.as_bytes());
-        Some(state.auth.authenticate(authorization).await?)
+        let user = state.auth.authenticate(authorization).await?;
+        // Outside a request with the access log on there is no slot.
+        let _ = ACCESS_IDENTITY.try_with(|slot| slot.set(user.username.clone()));
+        Some(user)
     } else {
         None
     };
@@ -531,11 +622,15 @@ fn action_name(action: GrantAction) -> &'static str {
 }
 
 #[cfg(test)]
+mod access_log_tests;
+#[cfg(test)]
 mod actor_tests;
 #[cfg(test)]
 mod children_tests;
 #[cfg(test)]
 mod consume_tests;
+#[cfg(test)]
+mod openapi_tests;
 #[cfg(test)]
 mod placement_tests;
 #[cfg(test)]

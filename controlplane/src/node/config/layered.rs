@@ -302,6 +302,18 @@ pub fn parse_log_level(value: &str) -> Result<String, String> {
     }
 }
 
+/// The log formats `log.format` takes: `json` (one object a line) or
+/// `text`.
+///
+/// # Errors
+/// Any other text.
+pub fn parse_log_format(value: &str) -> Result<String, String> {
+    match value {
+        "json" | "text" => Ok(value.to_owned()),
+        _ => Err(format!("{value:?} is not one of json, text")),
+    }
+}
+
 /// A data directory: any path but the empty one.
 ///
 /// # Errors
