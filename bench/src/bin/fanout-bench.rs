@@ -316,7 +316,7 @@ async fn throughput(
     let request = Arc::new(batch_produce_request(&parent, BATCH, MESSAGE_BYTES));
     let load = Load::start(api.addr, &request, options.producers, BATCH as u64).await?;
     tokio::time::sleep(options.warmup).await;
-    let committed_before = api.committed(&parent).await?;
+    let (committed_before, _) = api.committed(&parent).await?;
     let accepted_before = load.accepted.load(Ordering::Relaxed);
     let (narad_before, client_before) = (cpu_seconds(&node.pid().to_string()), cpu_seconds("self"));
     load.measuring.store(true, Ordering::Relaxed);
@@ -329,7 +329,8 @@ async fn throughput(
         tokio::time::sleep(LAG_SAMPLE).await;
     }
     let accepted = load.accepted.load(Ordering::Relaxed) - accepted_before;
-    let committed = api.committed(&parent).await? - committed_before;
+    let (committed_after, backlog) = api.committed(&parent).await?;
+    let committed = committed_after - committed_before;
     let seconds = started.elapsed().as_secs_f64();
     let narad_cores = (cpu_seconds(&node.pid().to_string()) - narad_before) / seconds;
     let client_cores = (cpu_seconds("self") - client_before) / seconds;
@@ -381,6 +382,7 @@ async fn throughput(
     set(report, "parent_p99_us", produced.latencies.p99_us());
     set(report, "refused", produced.refused as f64);
     set(report, "narad_cores", narad_cores);
+    set(report, "dispatch_backlog_final", backlog);
     set(report, "client_cores", client_cores);
     if let Some(refusal) = &produced.first_refusal {
         report.note(&format!("{prefix}_first_refusal"), refusal);
@@ -885,14 +887,16 @@ impl Api {
         Ok(String::from_utf8_lossy(&response.body).into_owned())
     }
 
-    /// Records committed into `parent`'s children so far.
-    async fn committed(&self, parent: &str) -> io::Result<f64> {
+    /// Records committed into `parent`'s children so far, and the
+    /// records the node accepted and has not yet committed to a partition.
+    async fn committed(&self, parent: &str) -> io::Result<(f64, f64)> {
         let text = self.metrics().await?;
-        Ok(metric_sum(
+        let committed = metric_sum(
             &text,
             "narad_fanout_committed_total",
             &format!("parent=\"{parent}\""),
-        ))
+        );
+        Ok((committed, dispatch_backlog(&text).unwrap_or(0.0)))
     }
 
     /// Waits until the dispatcher has committed everything accepted;
@@ -900,17 +904,20 @@ impl Api {
     async fn wait_backlog_empty(&self, deadline: Instant) -> io::Result<bool> {
         while Instant::now() < deadline {
             let text = self.metrics().await?;
-            let backlog = text
-                .lines()
-                .find_map(|line| line.strip_prefix("narad_ingress_dispatch_backlog_records "))
-                .and_then(|value| value.trim().parse::<f64>().ok());
-            if backlog == Some(0.0) {
+            if dispatch_backlog(&text) == Some(0.0) {
                 return Ok(true);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(false)
     }
+}
+
+/// `narad_ingress_dispatch_backlog_records` in a metrics text.
+fn dispatch_backlog(text: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("narad_ingress_dispatch_backlog_records "))
+        .and_then(|value| value.trim().parse::<f64>().ok())
 }
 
 /// The series of metric `name` whose labels contain `label`.
