@@ -11,3 +11,4 @@ pub mod dev;
 pub mod metrics_list;
 pub mod placement;
 pub mod relay;
+pub mod stored;

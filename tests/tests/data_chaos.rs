@@ -36,12 +36,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use narad_disk::portable::PortableDisk;
-use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::cluster::{ADMIN, DataCluster, basic_authorization};
 use narad_tests::dev::Request;
 use narad_tests::placement::{Placed, Placement};
 use narad_tests::relay::Relay;
+use narad_tests::stored::topic_records;
 
 const PARTITIONS: u32 = 6;
 /// Producer threads per data node produced to; producer `p` is keyed,
@@ -295,42 +294,16 @@ async fn create_spread_topic(cluster: &DataCluster, topic: &str) -> Vec<u64> {
 
 /// Every record of `topic` in the partition logs under `data_dir`.
 fn stored_records(node: u64, data_dir: &Path, topic: &'static str) -> Vec<Stored> {
-    let disk = Arc::new(PortableDisk::new(1).expect("disk threads"));
-    let mut stored = Vec::new();
-    for partition in 0..PARTITIONS {
-        let dir = data_dir
-            .join("topics")
-            .join(topic)
-            .join(format!("p{partition:05}"));
-        if !dir.is_dir() {
-            continue;
-        }
-        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log opens");
-        let high_watermark = log.high_watermark();
-        let mut from = 0;
-        while from < high_watermark {
-            let batch = log
-                .read(from, high_watermark, ReadLimits::default())
-                .expect("read");
-            assert!(batch.next_offset > from, "a read makes progress");
-            for entry in batch.entries {
-                match entry {
-                    ReadEntry::Record(record) => stored.push(Stored {
-                        topic,
-                        node,
-                        partition,
-                        key: record.key,
-                        payload: record.payload,
-                    }),
-                    ReadEntry::Unreadable { offsets } => {
-                        panic!("node {node} partition {partition}: unreadable {offsets:?}")
-                    }
-                }
-            }
-            from = batch.next_offset;
-        }
-    }
-    stored
+    topic_records(data_dir, topic, PARTITIONS)
+        .into_iter()
+        .map(|record| Stored {
+            topic,
+            node,
+            partition: record.partition,
+            key: record.key,
+            payload: record.payload,
+        })
+        .collect()
 }
 
 /// Every record of `topics` on every data node of the (stopped) cluster.

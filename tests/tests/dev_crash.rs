@@ -21,10 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
-use narad_disk::portable::PortableDisk;
-use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::dev::{DevProcess as Dev, Request};
 use narad_tests::placement::{Placed, Placement};
+use narad_tests::stored::topic_records;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -173,36 +172,17 @@ fn wait_drained(dev: &Dev) {
 
 /// Every record of every partition of the topic: (partition, key, payload).
 fn stored_records(data_dir: &Path) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
-    let disk = Arc::new(PortableDisk::new(1).expect("disk threads"));
-    let mut stored = Vec::new();
     for partition in 0..PARTITIONS {
         let dir = data_dir
             .join("topics")
             .join(TOPIC)
             .join(format!("p{partition:05}"));
         assert!(dir.is_dir(), "{} exists", dir.display());
-        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log opens");
-        let high_watermark = log.high_watermark();
-        let mut from = 0;
-        while from < high_watermark {
-            let batch = log
-                .read(from, high_watermark, ReadLimits::default())
-                .expect("read");
-            assert!(batch.next_offset > from, "a read makes progress");
-            for entry in batch.entries {
-                match entry {
-                    ReadEntry::Record(record) => {
-                        stored.push((partition, record.key, record.payload));
-                    }
-                    ReadEntry::Unreadable { offsets } => {
-                        panic!("partition {partition}: unreadable offsets {offsets:?}")
-                    }
-                }
-            }
-            from = batch.next_offset;
-        }
     }
-    stored
+    topic_records(data_dir, TOPIC, PARTITIONS)
+        .into_iter()
+        .map(|record| (record.partition, record.key, record.payload))
+        .collect()
 }
 
 /// Kills the node [`KILLS`] times at seeded moments, restarting it each

@@ -29,11 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use narad_disk::portable::PortableDisk;
-use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::cluster::{ADMIN, DataCluster, basic_authorization};
 use narad_tests::dev::Request;
 use narad_tests::placement::key_partition;
+use narad_tests::stored::topic_records;
 use serde_json::Value;
 
 const PARENT: &str = "orders";
@@ -272,43 +271,15 @@ async fn wait_caught_up(cluster: &DataCluster, via: usize, when: &str) {
 
 /// Every record of `topic` in the partition logs under `data_dir`.
 fn stored_records(node: u64, data_dir: &Path, topic: &str) -> Vec<Stored> {
-    let disk = Arc::new(PortableDisk::new(1).expect("disk threads"));
-    let mut stored = Vec::new();
-    for partition in 0..PARTITIONS {
-        let dir = data_dir
-            .join("topics")
-            .join(topic)
-            .join(format!("p{partition:05}"));
-        if !dir.is_dir() {
-            continue;
-        }
-        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log opens");
-        let high_watermark = log.high_watermark();
-        let mut from = 0;
-        while from < high_watermark {
-            let batch = log
-                .read(from, high_watermark, ReadLimits::default())
-                .expect("read");
-            assert!(batch.next_offset > from, "a read makes progress");
-            for entry in batch.entries {
-                match entry {
-                    ReadEntry::Record(record) => stored.push(Stored {
-                        node,
-                        partition,
-                        key: record.key,
-                        payload: record.payload,
-                    }),
-                    ReadEntry::Unreadable { offsets } => {
-                        panic!(
-                            "{topic} on node {node} partition {partition}: unreadable {offsets:?}"
-                        )
-                    }
-                }
-            }
-            from = batch.next_offset;
-        }
-    }
-    stored
+    topic_records(data_dir, topic, PARTITIONS)
+        .into_iter()
+        .map(|record| Stored {
+            node,
+            partition: record.partition,
+            key: record.key,
+            payload: record.payload,
+        })
+        .collect()
 }
 
 /// Every record of `topic` on every data node of the (stopped) cluster.

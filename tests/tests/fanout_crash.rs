@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
-use narad_disk::portable::PortableDisk;
-use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
 use narad_tests::dev::{DevProcess as Dev, Request};
+use narad_tests::stored::topic_records;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -140,32 +139,10 @@ fn wait_fanned_out(dev: &Dev) {
 
 /// Every record of `topic`: (key, payload).
 fn stored(data_dir: &Path, topic: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let disk = Arc::new(PortableDisk::new(1).expect("disk threads"));
-    let mut out = Vec::new();
-    for partition in 0..PARTITIONS {
-        let dir = data_dir
-            .join("topics")
-            .join(topic)
-            .join(format!("p{partition:05}"));
-        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log");
-        let high_watermark = log.high_watermark();
-        let mut from = 0;
-        while from < high_watermark {
-            let batch = log
-                .read(from, high_watermark, ReadLimits::default())
-                .expect("read");
-            for entry in batch.entries {
-                match entry {
-                    ReadEntry::Record(record) => out.push((record.key, record.payload)),
-                    ReadEntry::Unreadable { offsets } => {
-                        panic!("{topic}/{partition}: unreadable {offsets:?}")
-                    }
-                }
-            }
-            from = batch.next_offset;
-        }
-    }
-    out
+    topic_records(data_dir, topic, PARTITIONS)
+        .into_iter()
+        .map(|record| (record.key, record.payload))
+        .collect()
 }
 
 #[test]
