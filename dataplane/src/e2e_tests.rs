@@ -16,14 +16,14 @@ use narad_wal::CheckpointConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::admin::LocalAdmin;
 use crate::commit::partition_dir;
-use crate::dispatch::{DispatchConfig, NoRemoteTarget, ReplicaLeader};
+use crate::dispatch::DispatchConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{
-    LOCAL_NODE, apply, assign, basic, create_command, mark_dead, register, replica, topic,
+    LOCAL_NODE, apply, assign, basic, create_command, mark_dead, register, replica,
+    start_node as start, topic,
 };
 
 const DATA_DIR: &str = "/node";
@@ -42,21 +42,6 @@ fn config(data_dir: &Path, seed: u64) -> DataNodeConfig {
         ..DispatchConfig::default()
     };
     config
-}
-
-fn start(disk: Arc<dyn Disk>, replica: &Arc<MetadataReplica>, config: DataNodeConfig) -> DataNode {
-    DataNode::start(
-        NodeServices {
-            disk,
-            replica: Arc::clone(replica),
-            leader: Arc::new(ReplicaLeader::new(Arc::clone(replica))),
-            remote: Arc::new(NoRemoteTarget),
-            admin: Arc::new(LocalAdmin::new(Arc::clone(replica))),
-            clock: Arc::new(narad_disk::clock::SystemClock::new()),
-        },
-        config,
-    )
-    .expect("start node")
 }
 
 /// A replica of [`LOCAL_NODE`] where `orders` (3 partitions, id `a1`)

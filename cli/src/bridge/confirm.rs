@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_controlplane::node::wire::ConfirmQuestion;
+use narad_controlplane::node::wire::{ConfirmAnswer, ConfirmQuestion};
 use narad_dataplane::dispatch::{GoneQuestion, LeaderConfirm};
 use narad_meta::{AttachEpoch, IncarnationId};
 use tokio::runtime::Handle;
@@ -45,13 +45,7 @@ impl ControlConfirm {
             name: question.topic.to_string(),
             id,
         };
-        let client = &self.bridge.client;
-        let answer = self
-            .bridge
-            .call(Repeat::Safe, |addr| client.confirm(addr, asked.clone()))
-            .await
-            .map_err(|e| format!("leader confirmation: {e}"))?;
-        self.bridge.leader_answered();
+        let answer = self.leader_answer(asked).await?;
         if question.incarnation.is_some() {
             return Ok(!answer.current);
         }
@@ -64,9 +58,7 @@ impl ControlConfirm {
         }
         Ok(self.bridge.replica.topic_meta(&question.topic).is_none())
     }
-}
 
-impl ControlConfirm {
     /// The leader's word on `child`'s link: whether it still carries
     /// `epoch`.
     async fn ask_epoch(&self, child: &str, epoch: &AttachEpoch) -> Result<bool, String> {
@@ -74,6 +66,11 @@ impl ControlConfirm {
             child: child.to_owned(),
             epoch: epoch.clone(),
         };
+        Ok(self.leader_answer(asked).await?.current)
+    }
+
+    /// Asks the leader `asked` through the bridge's control node.
+    async fn leader_answer(&self, asked: ConfirmQuestion) -> Result<ConfirmAnswer, String> {
         let client = &self.bridge.client;
         let answer = self
             .bridge
@@ -81,7 +78,7 @@ impl ControlConfirm {
             .await
             .map_err(|e| format!("leader confirmation: {e}"))?;
         self.bridge.leader_answered();
-        Ok(answer.current)
+        Ok(answer)
     }
 
     /// Runs `ask` to completion within [`CONFIRM_WAIT`] from a plain

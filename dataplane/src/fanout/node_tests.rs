@@ -14,31 +14,18 @@ use narad_meta::{Actor, AttachChild, AttachEpoch, Command, DetachChild};
 use narad_plog::{PartitionLog, ReadEntry, ReadLimits, Record};
 
 use super::cursor_file::{self, Loaded};
-use crate::admin::LocalAdmin;
 use crate::commit::partition_dir;
-use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
-use crate::node::{DataNode, DataNodeConfig, NodeServices};
-use crate::testing::{LOCAL_NODE, apply, register, topic};
+use crate::node::{DataNode, DataNodeConfig};
+use crate::testing::{LOCAL_NODE, apply, register, start_node, topic};
 
 fn start(disk: &Arc<dyn Disk>, replica: &Arc<MetadataReplica>, data_dir: &Path) -> DataNode {
     let mut config = DataNodeConfig::new(data_dir);
     config.fanout.linger_ms = 5;
     config.fanout.retry_ms = 100;
     config.fanout.confirm_defer_ms = 100;
-    DataNode::start(
-        NodeServices {
-            disk: Arc::clone(disk),
-            replica: Arc::clone(replica),
-            leader: Arc::new(ReplicaLeader::new(Arc::clone(replica))),
-            remote: Arc::new(NoRemoteTarget),
-            admin: Arc::new(LocalAdmin::new(Arc::clone(replica))),
-            clock: Arc::new(narad_disk::clock::SystemClock::new()),
-        },
-        config,
-    )
-    .expect("start node")
+    start_node(Arc::clone(disk), replica, config)
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
