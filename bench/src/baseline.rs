@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::report::Report;
 use crate::stats::Latencies;
 
 /// Size of one baseline write: one page, the smallest write a WAL flush makes.
@@ -160,5 +161,42 @@ mod tests {
         let path = dir.path().join("data");
         fs::write(&path, vec![1u8; 2 << 20]).unwrap();
         assert!(seq_read_mb_per_s(&path).unwrap() > 0.0);
+    }
+}
+
+/// Raw fdatasync samples taken in two halves, before and after a
+/// benchmark's HTTP phases, so a burst of disk noise at one end does not
+/// make the baseline: on a preallocated file and on an appended one.
+#[derive(Debug, Default)]
+pub struct FdatasyncBaseline {
+    preallocated: Latencies,
+    appended: Latencies,
+}
+
+impl FdatasyncBaseline {
+    /// Takes one half: `samples / 2` writes of each kind in `dir`.
+    ///
+    /// # Errors
+    /// When the scratch files cannot be written or synced.
+    pub fn sample(&mut self, dir: &Path, samples: usize) -> io::Result<()> {
+        let half = samples / 2;
+        self.preallocated
+            .merge(&fdatasync_4k(dir, FileMode::Preallocated, half)?);
+        self.appended
+            .merge(&fdatasync_4k(dir, FileMode::Appended, half)?);
+        Ok(())
+    }
+
+    /// Writes the figures and their note into `report`.
+    pub fn record(&mut self, report: &mut Report) {
+        report.set("baseline_fdatasync_p50_us", self.preallocated.p50_us());
+        report.set("baseline_fdatasync_p99_us", self.preallocated.p99_us());
+        report.set("baseline_fdatasync_appended_p50_us", self.appended.p50_us());
+        report.set("baseline_fdatasync_appended_p99_us", self.appended.p99_us());
+        report.note(
+            "baseline_fdatasync",
+            "4 KiB pwrite + fdatasync, half the samples before and half after the HTTP phases; \
+             baseline_fdatasync_* on a preallocated file, *_appended_* on an appended one",
+        );
     }
 }

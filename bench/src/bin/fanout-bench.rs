@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use narad_bench::baseline::{self, FileMode};
+use narad_bench::baseline::FdatasyncBaseline;
 use narad_bench::http::{Connection, NoopServer, Response, batch_produce_request, http_request};
 use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
@@ -215,13 +215,13 @@ fn main() -> io::Result<()> {
     );
 
     let mut fdatasync = FdatasyncBaseline::default();
-    fdatasync.sample(&scratch)?;
+    fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(measure(&scratch, &options, &mut report))?;
-    fdatasync.sample(&scratch)?;
+    fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
     fdatasync.record(&mut report);
     report.note("load_average_at_end", &load_average());
     summarize(&mut report, &options);
@@ -1395,36 +1395,6 @@ fn commit_times(data_dir: &Path, topic: &str) -> io::Result<HashMap<u64, u64>> {
         }
     }
     Ok(times)
-}
-
-/// Raw fdatasync samples taken before and after the HTTP phases.
-#[derive(Debug, Default)]
-struct FdatasyncBaseline {
-    preallocated: Latencies,
-    appended: Latencies,
-}
-
-impl FdatasyncBaseline {
-    fn sample(&mut self, dir: &Path) -> io::Result<()> {
-        let half = FDATASYNC_SAMPLES / 2;
-        self.preallocated
-            .merge(&baseline::fdatasync_4k(dir, FileMode::Preallocated, half)?);
-        self.appended
-            .merge(&baseline::fdatasync_4k(dir, FileMode::Appended, half)?);
-        Ok(())
-    }
-
-    fn record(&mut self, report: &mut Report) {
-        report.set("baseline_fdatasync_p50_us", self.preallocated.p50_us());
-        report.set("baseline_fdatasync_p99_us", self.preallocated.p99_us());
-        report.set("baseline_fdatasync_appended_p50_us", self.appended.p50_us());
-        report.set("baseline_fdatasync_appended_p99_us", self.appended.p99_us());
-        report.note(
-            "baseline_fdatasync",
-            "4 KiB pwrite + fdatasync, half the samples before and half after the HTTP phases; \
-             baseline_fdatasync_* on a preallocated file, *_appended_* on an appended one",
-        );
-    }
 }
 
 #[cfg(test)]

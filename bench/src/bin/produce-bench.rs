@@ -31,7 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narad_bench::baseline::{self, FileMode};
+use narad_bench::baseline::FdatasyncBaseline;
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
 use narad_bench::node::{cpu_seconds, load_average, narad_binary};
@@ -105,14 +105,14 @@ fn main() -> io::Result<()> {
     );
 
     let mut fdatasync = FdatasyncBaseline::default();
-    fdatasync.sample(&scratch)?;
+    fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(measure(&scratch, &mut report, cluster))?;
-    fdatasync.sample(&scratch)?;
+    fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
     fdatasync.record(&mut report);
     report.note("load_average_at_end", &load_average());
     summarize(&mut report);
@@ -420,36 +420,5 @@ async fn create_topic(addr: SocketAddr) -> io::Result<()> {
             response.status,
             String::from_utf8_lossy(&response.body)
         )))
-    }
-}
-
-/// Raw fdatasync samples taken before and after the HTTP phases, so a burst
-/// of disk noise at one end does not make the baseline.
-#[derive(Debug, Default)]
-struct FdatasyncBaseline {
-    preallocated: Latencies,
-    appended: Latencies,
-}
-
-impl FdatasyncBaseline {
-    fn sample(&mut self, dir: &Path) -> io::Result<()> {
-        let half = FDATASYNC_SAMPLES / 2;
-        self.preallocated
-            .merge(&baseline::fdatasync_4k(dir, FileMode::Preallocated, half)?);
-        self.appended
-            .merge(&baseline::fdatasync_4k(dir, FileMode::Appended, half)?);
-        Ok(())
-    }
-
-    fn record(&mut self, report: &mut Report) {
-        report.set("baseline_fdatasync_p50_us", self.preallocated.p50_us());
-        report.set("baseline_fdatasync_p99_us", self.preallocated.p99_us());
-        report.set("baseline_fdatasync_appended_p50_us", self.appended.p50_us());
-        report.set("baseline_fdatasync_appended_p99_us", self.appended.p99_us());
-        report.note(
-            "baseline_fdatasync",
-            "4 KiB pwrite + fdatasync, half the samples before and half after the HTTP phases; \
-             baseline_fdatasync_* on a preallocated file, *_appended_* on an appended one",
-        );
     }
 }
