@@ -69,6 +69,11 @@ pub(crate) fn topic_words(args: BenchArgs) -> Vec<OsString> {
     std::iter::once(args.name).chain(args.args).collect()
 }
 
+/// The names `narad bench` reserves for its named benchmarks.
+pub(crate) fn benchmark_names() -> Vec<&'static str> {
+    BENCHMARKS.iter().map(|(name, _)| *name).collect()
+}
+
 /// Runs the benchmark and exits with its status.
 pub(crate) fn run(args: &BenchArgs) -> ExitCode {
     let Some(name) = args.name.to_str() else {

@@ -168,8 +168,9 @@ fn run(args: &TopicBenchArgs) -> Outcome {
     api.expect(answer, &[200], &what)
         .map_err(|failure| match failure {
             Failure::Refused(text) => Failure::Refused(format!(
-                "{text}. (`narad bench NAME` runs a named benchmark only for produce, flow, wal, \
-             plog and disk-baseline; `--topic NAME` benchmarks a topic of that name)"
+                "{text}. (`narad bench NAME` runs a named benchmark only for {}; `--topic NAME` \
+                 benchmarks a topic of that name)",
+                crate::bench::benchmark_names().join(", ")
             )),
             other => other,
         })?;
