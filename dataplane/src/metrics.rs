@@ -85,6 +85,16 @@ pub const ACK_EXTENDED_TOTAL: &str = "narad_ack_extended_total";
 /// records past the answer's size limit.
 pub const NACK_TOTAL: &str = "narad_nack_total";
 
+/// Produces refused by a topic's schema, by reason: `depth` (nested past
+/// 256 levels), `malformed` (not one JSON text), `invalid` (the schema
+/// refused it), `busy` (no validation slot within 5 s).
+pub const SCHEMA_REJECTIONS_TOTAL: &str = "narad_schema_rejections_total";
+/// Costly schema validations (a payload over 16 KiB) holding one of the
+/// node's validation slots now.
+pub const SCHEMA_VALIDATIONS_IN_FLIGHT: &str = "narad_schema_validations_in_flight";
+/// The `reason` labels of [`SCHEMA_REJECTIONS_TOTAL`].
+pub const SCHEMA_REJECTION_REASONS: [&str; 4] = ["depth", "malformed", "invalid", "busy"];
+
 /// Parent records a cursor has not delivered to its child yet (parent,
 /// child, partition): the parent's high watermark less the cursor.
 pub const FANOUT_LAG_MESSAGES: &str = "narad_fanout_lag_messages";

@@ -153,6 +153,13 @@ impl ApiState {
         // Counters of rare events start at 0, so a rate or an increase over
         // them is defined before the first event.
         metrics.count(metrics::HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL, &[], 0);
+        for reason in metrics::SCHEMA_REJECTION_REASONS {
+            metrics.count(
+                metrics::SCHEMA_REJECTIONS_TOTAL,
+                &[("reason", reason.to_owned())],
+                0,
+            );
+        }
         metrics.count(
             metrics::ERRORS_TOTAL,
             &[("component", "http".to_owned()), ("kind", "5xx".to_owned())],
@@ -226,6 +233,11 @@ impl ApiState {
         );
         self.metrics
             .set(metrics::AUTH_VERIFY_QUEUED, &[], self.auth.queued() as f64);
+        self.metrics.set(
+            metrics::SCHEMA_VALIDATIONS_IN_FLIGHT,
+            &[],
+            self.acceptor.validations_in_flight() as f64,
+        );
         self.refresh_topology_gauges();
         self.refresh_consume_gauges();
         self.refresh_disk_gauges();

@@ -176,6 +176,18 @@ fn refused(state: &ApiState, topic: &str, error: AcceptError) -> ApiError {
 }
 
 fn note_rejection(state: &ApiState, topic: &str, error: &AcceptError) {
+    let schema_reason = match error {
+        AcceptError::Schema(error) => Some(error.reason()),
+        AcceptError::SchemaBusy => Some("busy"),
+        _ => None,
+    };
+    if let Some(reason) = schema_reason {
+        state.metrics.count(
+            metrics::SCHEMA_REJECTIONS_TOTAL,
+            &[("reason", reason.to_owned())],
+            1,
+        );
+    }
     let reason = match error {
         AcceptError::Schema(_) => "schema",
         AcceptError::DelayedChild => "delayed_child",

@@ -472,6 +472,51 @@ async fn schema_refusal_is_400_with_the_schema_text() {
     );
 }
 
+/// The value of series `name{labels}` in a Prometheus text exposition.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series))
+        .and_then(|rest| rest.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn schema_refusals_are_counted_by_reason() {
+    let api = api();
+    let invalid = r#"narad_schema_rejections_total{reason="invalid"}"#;
+    let malformed = r#"narad_schema_rejections_total{reason="malformed"}"#;
+    let depth = r#"narad_schema_rejections_total{reason="depth"}"#;
+    let before = api.state.metrics.render();
+    for series in [invalid, malformed, depth] {
+        assert_eq!(
+            series_value(&before, series),
+            Some(0.0),
+            "{series} starts at 0"
+        );
+    }
+    let deep = "[".repeat(300);
+    for body in [
+        r#"{"amount":"x"}"#.to_owned(),
+        r#"{"amount":1} {}"#.to_owned(),
+        deep,
+    ] {
+        let answer = send(
+            &api,
+            produce_request("/v1/topics/typed/produce", ALICE, body),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.error());
+    }
+    let after = api.state.metrics.render();
+    for series in [invalid, malformed, depth] {
+        assert_eq!(series_value(&after, series), Some(1.0), "{series}\n{after}");
+    }
+    assert_eq!(
+        series_value(&after, "narad_schema_validations_in_flight "),
+        None,
+        "the gauge is set when /metrics refreshes it, not before"
+    );
+}
+
 #[tokio::test]
 async fn conforming_payload_on_a_schema_topic_is_accepted() {
     let api = api();

@@ -110,6 +110,8 @@ pub struct Acceptor {
     schemas: SchemaCache,
     started: Instant,
     validation_slots: Arc<Semaphore>,
+    /// How many slots `validation_slots` was made with.
+    validation_slots_total: usize,
     validation_wait: Duration,
 }
 
@@ -124,15 +126,15 @@ impl Acceptor {
     /// An accept stage appending to `wal`, placing by `replica`, with
     /// rotation starts drawn from `seed`.
     pub fn new(wal: Arc<Wal>, replica: Arc<MetadataReplica>, seed: u64) -> Self {
+        let slots = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
             wal,
             replica,
             round_robin: RoundRobin::new(seed),
             schemas: SchemaCache::default(),
             started: Instant::now(),
-            validation_slots: Arc::new(Semaphore::new(
-                std::thread::available_parallelism().map_or(1, usize::from),
-            )),
+            validation_slots: Arc::new(Semaphore::new(slots)),
+            validation_slots_total: slots,
             validation_wait: SCHEMA_SLOT_WAIT,
         }
     }
@@ -141,6 +143,7 @@ impl Acceptor {
     /// for one (tests shrink both).
     pub fn with_validation_slots(mut self, slots: usize, wait: Duration) -> Self {
         self.validation_slots = Arc::new(Semaphore::new(slots));
+        self.validation_slots_total = slots;
         self.validation_wait = wait;
         self
     }
@@ -165,6 +168,13 @@ impl Acceptor {
             Ok(Ok(permit)) => Ok(Some(permit)),
             _ => Err(AcceptError::SchemaBusy),
         }
+    }
+
+    /// Costly schema validations holding a slot now
+    /// (`narad_schema_validations_in_flight`).
+    pub fn validations_in_flight(&self) -> usize {
+        self.validation_slots_total
+            .saturating_sub(self.validation_slots.available_permits())
     }
 
     /// The WAL this stage appends to.

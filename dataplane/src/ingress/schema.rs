@@ -29,9 +29,23 @@ pub enum SchemaError {
     /// The payload nests deeper than [`PAYLOAD_NESTING_MAX`].
     #[error("payload nests deeper than 256 levels")]
     TooDeep,
-    /// The payload is not one JSON text, or the schema refused it.
+    /// The payload is not one JSON text.
+    #[error("schema: {0}")]
+    Malformed(String),
+    /// The schema refused the payload, or does not compile.
     #[error("schema: {0}")]
     Invalid(String),
+}
+
+impl SchemaError {
+    /// The `reason` label of `narad_schema_rejections_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::TooDeep => "depth",
+            Self::Malformed(_) => "malformed",
+            Self::Invalid(_) => "invalid",
+        }
+    }
 }
 
 /// Validators of the topics seen, compiled once.
@@ -54,7 +68,7 @@ impl SchemaCache {
             return Err(SchemaError::TooDeep);
         }
         let value = parse_one_json_text(payload).map_err(|reason| {
-            SchemaError::Invalid(truncate(format!("payload is not valid JSON: {reason}")))
+            SchemaError::Malformed(truncate(format!("payload is not valid JSON: {reason}")))
         })?;
         let key = (
             Arc::clone(&topic.name),
