@@ -119,7 +119,11 @@ impl Report {
         Ok(json_path)
     }
 
-    fn draw(&self, path: &std::path::Path) -> io::Result<()> {
+    /// Draws the report's bar charts as one PNG at `path` (no JSON).
+    ///
+    /// # Errors
+    /// When the chart cannot be drawn or written.
+    pub fn draw(&self, path: &std::path::Path) -> io::Result<()> {
         let has_font = font_registered();
         let height: u32 = self
             .charts

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use indicatif::ProgressBar;
-use plotters::prelude::*;
+use narad_bench::report::Report;
 use serde_json::{Value, json};
 
 use super::http::{Body, encode};
@@ -24,11 +24,6 @@ use super::{Api, Connection, Failure, Outcome};
 const CONSUME_IDLE_MAX: Duration = Duration::from_secs(5);
 /// The long-poll of each benchmark consume.
 const CONSUME_WAIT: &str = "1s";
-/// Chart font, as the `narad-bench` reports use it; without it the chart
-/// has bars and no text.
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-const FONT_FAMILY: &str = "sans-serif";
-
 /// Flags of `narad bench <topic>`.
 #[derive(Debug, Parser)]
 #[command(name = "narad bench", about = "Load-test a topic on a running server")]
@@ -355,11 +350,9 @@ fn consume_worker(api: &Api, topic: &str, remaining: &Mutex<u64>) -> Phase {
     }
 }
 
-/// Draws the latency percentiles of each phase as horizontal bars.
+/// Draws the latency percentiles of each phase as horizontal bars, with
+/// the benchmarks' own chart writer.
 fn chart(path: &Path, produced: &Phase, consumed: Option<&Phase>) -> Result<(), String> {
-    const WIDTH_PX: u32 = 900;
-    const ROW_PX: i32 = 30;
-    const LABEL_PX: i32 = 200;
     let mut rows: Vec<(String, f64)> = Vec::new();
     for (name, phase) in
         std::iter::once(("produce", produced)).chain(consumed.map(|p| ("consume", p)))
@@ -368,58 +361,13 @@ fn chart(path: &Path, produced: &Phase, consumed: Option<&Phase>) -> Result<(), 
             rows.push((format!("{name} {label}"), ms));
         }
     }
-    let height = (rows.len() as i32 * ROW_PX + 2 * ROW_PX) as u32;
-    let root = BitMapBackend::new(path, (WIDTH_PX, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let font = font_registered();
-    let max = rows
+    let bars: Vec<(&str, f64)> = rows
         .iter()
-        .map(|(_, ms)| *ms)
-        .fold(0.0f64, f64::max)
-        .max(1e-9);
-    let room = f64::from(WIDTH_PX as i32 - LABEL_PX - 120);
-    if font {
-        root.draw(&Text::new(
-            "narad bench: request latency (ms)",
-            (10, 10),
-            (FONT_FAMILY, 18).into_font(),
-        ))
-        .map_err(|e| e.to_string())?;
-    }
-    for (index, (label, ms)) in rows.iter().enumerate() {
-        let y = ROW_PX + index as i32 * ROW_PX + 8;
-        let width = ((ms / max) * room) as i32;
-        root.draw(&Rectangle::new(
-            [(LABEL_PX, y), (LABEL_PX + width.max(1), y + ROW_PX - 8)],
-            BLUE.mix(0.7).filled(),
-        ))
-        .map_err(|e| e.to_string())?;
-        if font {
-            let style = (FONT_FAMILY, 15).into_font().color(&BLACK);
-            root.draw(&Text::new(label.clone(), (10, y + 4), style.clone()))
-                .map_err(|e| e.to_string())?;
-            root.draw(&Text::new(
-                format!("{ms:.2}"),
-                (LABEL_PX + width.max(1) + 8, y + 4),
-                style,
-            ))
-            .map_err(|e| e.to_string())?;
-        }
-    }
-    root.present().map_err(|e| e.to_string())
-}
-
-/// Registers the chart font once; false when it is not installed.
-fn font_registered() -> bool {
-    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *REGISTERED.get_or_init(|| {
-        let Ok(bytes) = std::fs::read(FONT_PATH) else {
-            return false;
-        };
-        // plotters keeps the font in a global table for the whole process.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, bytes).is_ok()
-    })
+        .map(|(label, ms)| (label.as_str(), *ms))
+        .collect();
+    let mut report = Report::new("narad-bench-topic");
+    report.bars("narad bench: request latency", "ms", &bars);
+    report.draw(path).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]
