@@ -8,18 +8,15 @@
 //! them; `alice` may produce to `ord*`, `typed` and `delayed`; `bob` has no
 //! grant.
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use narad_meta::{Actor, AttachEpoch, Command, IncarnationId, NewLink};
 use narad_plog::CommitRecord;
 use serde_json::{Value, json};
 
-use super::tests::{ALICE, Answer, Api, api, produce_request, send};
+use super::tests::{ALICE, Answer, Api, api, produce_request, request, send};
 use crate::fanout::{CursorKey, CursorReport};
 use crate::metadata::{Grant, GrantAction};
-use crate::testing::{
-    LOCAL_NODE, add_user, apply, assign, basic, create_command, mark_dead, topic,
-};
+use crate::testing::{LOCAL_NODE, add_user, apply, assign, create_command, mark_dead, topic};
 use crate::topology::Destination;
 
 const ROOT: (&str, &str) = ("root", "root-pw");
@@ -34,16 +31,6 @@ const DEAD_NODE: u64 = LOCAL_NODE + 2;
 
 const ROLE_CONFLICT: &str = "fan-out role conflict: ";
 const NOT_OWNER: &str = "only the topic's owner or an admin may change this topic";
-
-fn request(method: &str, uri: &str, who: (&str, &str), body: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::AUTHORIZATION, basic(who.0, who.1))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_owned()))
-        .expect("request")
-}
 
 async fn create(api: &Api, who: (&str, &str), body: Value) -> Answer {
     send(api, request("POST", "/v1/topics", who, &body.to_string())).await

@@ -122,6 +122,17 @@ fn post(uri: &str) -> axum::http::request::Builder {
     Request::post(uri)
 }
 
+/// A JSON request as `who` (username, password).
+pub(super) fn request(method: &str, uri: &str, who: (&str, &str), body: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::AUTHORIZATION, basic(who.0, who.1))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("request")
+}
+
 pub(super) fn produce_request(
     uri: &str,
     who: (&str, &str),

@@ -1,12 +1,10 @@
 //! HTTP tests of the user routes.
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::ApiConfig;
-use super::tests::{ALICE, Answer, Api, api_with, produce_request, send};
-use crate::testing::basic;
+use super::tests::{ALICE, Answer, Api, api_with, produce_request, request, send};
 
 const ROOT: (&str, &str) = ("root", "root-pw");
 
@@ -15,16 +13,6 @@ fn api() -> Api {
         bcrypt_cost: 4,
         ..ApiConfig::default()
     })
-}
-
-fn request(method: &str, uri: &str, who: (&str, &str), body: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::AUTHORIZATION, basic(who.0, who.1))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_owned()))
-        .expect("request")
 }
 
 fn json(answer: &Answer) -> Value {
