@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
+use crate::dedupe::{REBUILD_RECORDS, RunClaims, Seen};
 use crate::error::LogError;
 use crate::frame::{self, FrameError};
 use crate::hwm;
 use crate::log::{ActiveSegment, PartitionLog, SealedSegment, Writer};
+use crate::read::{ReadEntry, ReadLimits};
 use crate::record::CommitRecord;
 use crate::retention;
 use crate::segment::{self, SparseIndex};
@@ -29,8 +31,12 @@ use crate::segment::{self, SparseIndex};
 pub struct CommitOutcome {
     /// Offsets of the whole run, contiguous.
     pub offsets: Range<u64>,
-    /// Offsets of each batch, in the order given.
+    /// Offsets of each batch's stored records, in the order given.
     pub batch_offsets: Vec<Range<u64>>,
+    /// Records of each batch that were not stored again because the
+    /// partition already stores them (their origin, or their idempotency
+    /// key within the window), in the order given.
+    pub batch_already_stored: Vec<u32>,
     /// Commit time of the run's last record (after raising).
     pub newest_commit_ms: u64,
     /// The high watermark after the commit.
@@ -50,10 +56,13 @@ struct PlannedFrame {
 
 /// A commit, stamped and encoded, before any I/O.
 #[derive(Debug)]
-struct Plan {
+struct Plan<'a> {
     frames: Vec<PlannedFrame>,
     offsets: Range<u64>,
     batch_offsets: Vec<Range<u64>>,
+    batch_already_stored: Vec<u32>,
+    /// The records to store, with their final commit times.
+    stamped: Vec<CommitRecord<'a>>,
     oldest_ms: u64,
     newest_ms: u64,
     total_bytes: usize,
@@ -64,8 +73,10 @@ impl PartitionLog {
     /// durable and visible with one fdatasync.
     ///
     /// Each record's commit time is raised to the partition's newest, so
-    /// times never go backwards along the partition. An empty run commits
-    /// nothing and does no I/O.
+    /// times never go backwards along the partition. A record whose origin
+    /// or idempotency key the partition already stores (see
+    /// [`CommitOutcome::batch_already_stored`]) is left out. An empty run
+    /// commits nothing and does no I/O.
     ///
     /// # Errors
     /// On any error nothing of the run is visible now or after a restart,
@@ -87,11 +98,20 @@ impl PartitionLog {
             writer.next_offset, high_watermark,
             "a commit starts at the high watermark"
         );
-        let plan = self.plan(&writer, batches)?;
+        let carries_provenance = batches
+            .iter()
+            .flat_map(|batch| batch.iter())
+            .any(|record| record.origin.is_some() || !record.idempotency_key.is_empty());
+        if carries_provenance && writer.seen.is_none() {
+            writer.seen = Some(self.rebuild_seen()?);
+        }
+        let window_ms = self.idempotency_window_ms.load(Ordering::Relaxed);
+        let plan = self.plan(&writer, batches, window_ms)?;
         if plan.frames.is_empty() {
             return Ok(CommitOutcome {
                 offsets: plan.offsets,
                 batch_offsets: plan.batch_offsets,
+                batch_already_stored: plan.batch_already_stored,
                 newest_commit_ms: writer.newest_commit_ms,
                 high_watermark,
                 sync_duration: None,
@@ -111,25 +131,91 @@ impl PartitionLog {
             }
         };
         self.publish(&mut writer, position, &plan);
+        if let Some(seen) = writer.seen.as_mut() {
+            seen.expire_keys(plan.newest_ms, window_ms);
+            for record in &plan.stamped {
+                seen.remember(
+                    record.origin,
+                    record.idempotency_key,
+                    record.committed_at_ms,
+                );
+            }
+        }
         Ok(CommitOutcome {
             offsets: plan.offsets,
             batch_offsets: plan.batch_offsets,
+            batch_already_stored: plan.batch_already_stored,
             newest_commit_ms: plan.newest_ms,
             high_watermark: self.high_watermark(),
             sync_duration: Some(sync_duration),
         })
     }
 
-    /// Stamps, splits into frames and encodes the run. No I/O.
-    fn plan(&self, writer: &Writer, batches: &[&[CommitRecord<'_>]]) -> Result<Plan, LogError> {
+    /// Rebuilds what the partition stores from the provenance of its
+    /// newest records (at most [`REBUILD_RECORDS`]).
+    fn rebuild_seen(&self) -> Result<Seen, LogError> {
+        let started = Instant::now();
+        let mut seen = Seen::default();
+        let high_watermark = self.high_watermark();
+        let mut from = high_watermark.saturating_sub(REBUILD_RECORDS);
+        let mut records = 0u64;
+        while from < high_watermark {
+            let batch = match self.read(from, high_watermark, ReadLimits::default()) {
+                Ok(batch) => batch,
+                // Retention deleted the start meanwhile: go on from the
+                // oldest offset left, which is always higher.
+                Err(LogError::OffsetTrimmed { .. }) => {
+                    let oldest = self.table.read().oldest_offset();
+                    if oldest <= from {
+                        break;
+                    }
+                    from = oldest;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if batch.entries.is_empty() {
+                break;
+            }
+            for entry in &batch.entries {
+                if let ReadEntry::Record(record) = entry {
+                    seen.remember_record(record);
+                    records += 1;
+                }
+            }
+            from = batch.next_offset;
+        }
+        let (origins, keys) = seen.sizes();
+        tracing::debug!(
+            dir = %self.dir.display(),
+            records,
+            origins,
+            idempotency_keys = keys,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "partition provenance rebuilt"
+        );
+        Ok(seen)
+    }
+
+    /// Stamps, leaves out what the partition already stores, splits into
+    /// frames and encodes the run. No I/O.
+    fn plan<'a>(
+        &self,
+        writer: &Writer,
+        batches: &[&[CommitRecord<'a>]],
+        window_ms: u64,
+    ) -> Result<Plan<'a>, LogError> {
         let config = &self.config;
         let first = writer.next_offset;
         let mut newest = writer.newest_commit_ms;
         let mut stamped = Vec::with_capacity(batches.iter().map(|b| b.len()).sum());
         let mut batch_offsets = Vec::with_capacity(batches.len());
+        let mut batch_already_stored = Vec::with_capacity(batches.len());
+        let mut claims = RunClaims::default();
         let mut payload_bytes: u64 = 0;
         for batch in batches {
             let start = first + stamped.len() as u64;
+            let mut already_stored = 0u32;
             for record in *batch {
                 let record_bytes = frame::record_payload_bytes(record) as u64;
                 if record_bytes > u64::from(config.frame_bytes_max) {
@@ -138,14 +224,21 @@ impl PartitionLog {
                         limit: config.frame_bytes_max,
                     });
                 }
-                payload_bytes += record_bytes;
                 newest = newest.max(record.committed_at_ms);
+                if let Some(seen) = &writer.seen
+                    && seen.already_stored(record, newest, window_ms, &mut claims)
+                {
+                    already_stored += 1;
+                    continue;
+                }
+                payload_bytes += record_bytes;
                 stamped.push(CommitRecord {
                     committed_at_ms: newest,
                     ..*record
                 });
             }
             batch_offsets.push(start..first + stamped.len() as u64);
+            batch_already_stored.push(already_stored);
         }
         if payload_bytes > config.commit_bytes_max {
             return Err(LogError::CommitTooLarge {
@@ -186,9 +279,11 @@ impl PartitionLog {
             frames,
             offsets: first..base_offset,
             batch_offsets,
+            batch_already_stored,
             oldest_ms: stamped.first().map_or(newest, |r| r.committed_at_ms),
             newest_ms: newest,
             total_bytes,
+            stamped,
         })
     }
 
@@ -284,7 +379,7 @@ impl PartitionLog {
         &self,
         file: &FileHandle,
         position: u64,
-        plan: &Plan,
+        plan: &Plan<'_>,
     ) -> Result<Duration, LogError> {
         let mut buf = IoBuf::with_capacity(plan.total_bytes);
         for planned in &plan.frames {
@@ -313,7 +408,7 @@ impl PartitionLog {
 
     /// Checks every frame read back: its CRC, its header against the plan,
     /// and its bytes against what was written.
-    fn verify(&self, read_back: &[u8], position: u64, plan: &Plan) -> Result<(), LogError> {
+    fn verify(&self, read_back: &[u8], position: u64, plan: &Plan<'_>) -> Result<(), LogError> {
         let mut at = 0usize;
         for planned in &plan.frames {
             let frame_position = position + at as u64;
@@ -365,7 +460,7 @@ impl PartitionLog {
 
     /// Makes a verified commit visible: index entries, size and high
     /// watermark in one step under the table lock, then wakes waiters.
-    fn publish(&self, writer: &mut Writer, position: u64, plan: &Plan) {
+    fn publish(&self, writer: &mut Writer, position: u64, plan: &Plan<'_>) {
         // The read-back matched these bytes, so these are the records a read
         // of the segment would decode; decoded before the table is locked.
         let decoded = (self.config.tail_cache_bytes > 0)
@@ -443,11 +538,7 @@ mod tests {
     use super::*;
 
     fn record(payload: &[u8]) -> CommitRecord<'_> {
-        CommitRecord {
-            key: b"",
-            payload,
-            committed_at_ms: 0,
-        }
+        CommitRecord::new(b"", payload, 0)
     }
 
     #[test]

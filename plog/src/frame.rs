@@ -334,6 +334,8 @@ fn decode_record_stream(
             key: envelope.key.to_vec(),
             committed_at_ms: envelope.committed_at_ms,
             payload: envelope.payload.to_vec(),
+            origin: envelope.origin,
+            idempotency_key: envelope.idempotency_key.to_vec(),
         });
         payload = rest;
     }
@@ -345,7 +347,7 @@ fn decode_record_stream(
 
 /// Uncompressed payload bytes a record adds to a frame.
 pub(crate) fn record_payload_bytes(record: &CommitRecord<'_>) -> usize {
-    RECORD_LEN_BYTES + record::envelope_bytes(record.key.len(), record.payload.len())
+    RECORD_LEN_BYTES + record::envelope_bytes(record)
 }
 
 /// Encodes `records` (their commit times already final) as one frame whose
@@ -380,14 +382,9 @@ pub fn encode_frame(
     }
     let mut payload = Vec::with_capacity(payload_bytes as usize);
     for record in records {
-        let envelope_bytes = record::envelope_bytes(record.key.len(), record.payload.len());
+        let envelope_bytes = record::envelope_bytes(record);
         payload.extend_from_slice(&(envelope_bytes as u32).to_be_bytes());
-        record::encode_envelope(
-            &mut payload,
-            record.key,
-            record.committed_at_ms,
-            record.payload,
-        );
+        record::encode_envelope(&mut payload, record);
     }
     assert_eq!(
         payload.len() as u64,
@@ -437,11 +434,7 @@ mod tests {
     fn commit_records(raw: &[(Vec<u8>, Vec<u8>)]) -> Vec<CommitRecord<'_>> {
         raw.iter()
             .enumerate()
-            .map(|(i, (key, payload))| CommitRecord {
-                key,
-                payload,
-                committed_at_ms: 1_000 + i as u64,
-            })
+            .map(|(i, (key, payload))| CommitRecord::new(key, payload, 1_000 + i as u64))
             .collect()
     }
 
@@ -502,11 +495,7 @@ mod tests {
     #[test]
     fn incompressible_payload_is_stored_uncompressed() {
         let payload = [0x5au8];
-        let record = CommitRecord {
-            key: b"",
-            payload: &payload,
-            committed_at_ms: 1,
-        };
+        let record = CommitRecord::new(b"", &payload, 1);
         let frame = encode_frame(
             &[record],
             0,
@@ -569,11 +558,7 @@ mod tests {
     #[test]
     fn frame_limit_is_checked_on_write_and_read() {
         let payload = vec![7u8; 2_000];
-        let record = CommitRecord {
-            key: b"",
-            payload: &payload,
-            committed_at_ms: 0,
-        };
+        let record = CommitRecord::new(b"", &payload, 0);
         assert!(matches!(
             encode_frame(&[record], 0, Codec::None, CompressionLevel::Default, 1_000),
             Err(FrameError::TooLarge { .. })

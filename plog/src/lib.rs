@@ -25,6 +25,7 @@
 
 mod commit;
 mod config;
+mod dedupe;
 mod error;
 pub mod frame;
 mod hwm;
@@ -43,6 +44,10 @@ pub use config::{
     COMMIT_BYTES_MAX_DEFAULT, FRAME_PAYLOAD_BYTES_TARGET_DEFAULT, FRAME_RECORDS_MAX_DEFAULT,
     INDEX_INTERVAL_BYTES_DEFAULT, LogConfig, SEGMENT_BYTES_DEFAULT, TAIL_CACHE_BYTES_DEFAULT,
 };
+pub use dedupe::{
+    IDEMPOTENCY_KEYS_MAX, IDEMPOTENCY_WINDOW_MS_DEFAULT, ORIGIN_SEQS_MAX, ORIGINS_MAX,
+    REBUILD_RECORDS,
+};
 pub use error::LogError;
 pub use frame::{Codec, CompressionLevel, FrameError};
 pub use hwm::HWM_FILE_NAME;
@@ -50,6 +55,9 @@ pub use log::{PartitionLog, PartitionStats};
 pub use read::{
     READ_BYTES_MAX_DEFAULT, READ_RECORDS_MAX_DEFAULT, ReadBatch, ReadEntry, ReadLimits,
 };
-pub use record::{CommitRecord, ENVELOPE_VERSION, Record};
+pub use record::{
+    CommitRecord, ENVELOPE_VERSION, ENVELOPE_VERSION_PROVENANCE, IDEMPOTENCY_KEY_BYTES_MAX,
+    ORIGIN_ID_BYTES, Origin, Record,
+};
 pub use retention::{RetentionWorker, SweepReport};
 pub use watch::HwmWatch;

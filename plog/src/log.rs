@@ -14,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 use crate::config::LogConfig;
+use crate::dedupe::{IDEMPOTENCY_WINDOW_MS_DEFAULT, Seen};
 use crate::error::LogError;
 use crate::hwm;
 use crate::recovery;
@@ -32,6 +33,7 @@ pub struct PartitionLog {
     pub(crate) table: RwLock<Table>,
     pub(crate) poisoned: AtomicBool,
     pub(crate) roll_age_ms: AtomicU64,
+    pub(crate) idempotency_window_ms: AtomicU64,
     pub(crate) hwm_sender: watch::Sender<HwmState>,
 }
 
@@ -47,6 +49,9 @@ pub(crate) struct Writer {
     /// Whether the `hwm` file was emptied since open.
     pub(crate) hwm_file_emptied: bool,
     pub(crate) closed: bool,
+    /// The provenance the partition stores; rebuilt from the log by the
+    /// first commit that carries provenance.
+    pub(crate) seen: Option<Seen>,
 }
 
 /// A segment that no longer takes writes.
@@ -189,12 +194,14 @@ impl PartitionLog {
             disk,
             dir: dir.to_path_buf(),
             roll_age_ms: AtomicU64::new(config.roll_age_ms),
+            idempotency_window_ms: AtomicU64::new(IDEMPOTENCY_WINDOW_MS_DEFAULT),
             config,
             writer: Mutex::new(Writer {
                 next_offset: high_watermark,
                 newest_commit_ms: recovered.newest_ms.unwrap_or(0),
                 hwm_file_emptied: false,
                 closed: false,
+                seen: None,
             }),
             table: RwLock::new(Table {
                 sealed,
@@ -233,6 +240,20 @@ impl PartitionLog {
     /// retention); 0 never rolls by age.
     pub fn set_roll_age_ms(&self, roll_age_ms: u64) {
         self.roll_age_ms.store(roll_age_ms, Ordering::Relaxed);
+    }
+
+    /// Changes how long after a record with an idempotency key is stored a
+    /// record with the same key is still recognised and not stored again
+    /// (the topic's idempotency window).
+    pub fn set_idempotency_window_ms(&self, window_ms: u64) {
+        self.idempotency_window_ms
+            .store(window_ms, Ordering::Relaxed);
+    }
+
+    /// Origins and idempotency keys the partition remembers now (`None`
+    /// until a commit with provenance rebuilt the memory).
+    pub fn provenance_memory(&self) -> Option<(usize, usize)> {
+        self.writer.lock().seen.as_ref().map(Seen::sizes)
     }
 
     /// Latches the log: every later commit fails with [`LogError::Poisoned`].

@@ -387,14 +387,7 @@ mod tests {
         let log = PartitionLog::open(Arc::new(PortableDisk::new(1).unwrap()), dir.path(), config)
             .unwrap();
         let payload = [b'p'; 40];
-        let records = vec![
-            CommitRecord {
-                key: b"k",
-                payload: &payload,
-                committed_at_ms: 1,
-            };
-            7
-        ];
+        let records = vec![CommitRecord::new(b"k", &payload, 1); 7];
         while log.table.read().sealed.is_empty() {
             log.commit_durable(&[&records]).unwrap();
         }

@@ -1,16 +1,54 @@
 //! The keyed envelope: how one record is stored inside a frame.
 //!
 //! ```text
-//! [version: 1B = 0x02][key length: uvarint][key][committed_at_ms: 8B BE][payload]
+//! version 2: [0x02][key length: uvarint][key][committed_at_ms: 8B BE][payload]
+//! version 3: [0x03][key length: uvarint][key][committed_at_ms: 8B BE]
+//!            [provenance flags: 1B]
+//!            [flags bit 0: origin id 16B][sequence: uvarint][sequence - floor: uvarint]
+//!            [flags bit 1: idempotency key length: uvarint][idempotency key]
+//!            [payload]
 //! ```
 //!
-//! Key length 0 means "no key". Version 0x01 was retired and decodes as
-//! corrupt, as does any other version byte.
+//! Key length 0 means "no key". A record with provenance (the ingress WAL it
+//! came from, or an idempotency key) is written in version 3, every other
+//! record in version 2, so a log without provenance is byte for byte what
+//! older builds wrote. Flag bits 2 to 7 are reserved and must be zero; at
+//! least one of bits 0 and 1 is set, and an idempotency key is never empty.
+//! Version 0x01 was retired and decodes as corrupt, as does any other
+//! version byte.
 
 use crate::frame::FrameError;
 
-/// The only envelope version this crate writes or reads.
+/// The envelope version of a record without provenance.
 pub const ENVELOPE_VERSION: u8 = 0x02;
+
+/// The envelope version of a record with provenance.
+pub const ENVELOPE_VERSION_PROVENANCE: u8 = 0x03;
+
+/// Bytes of an origin id: the identity of one ingress WAL's sequence space.
+pub const ORIGIN_ID_BYTES: usize = 16;
+
+/// The longest idempotency key the log stores, in bytes.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+
+const PROVENANCE_ORIGIN: u8 = 0x01;
+const PROVENANCE_IDEMPOTENCY_KEY: u8 = 0x02;
+
+/// Where a record came from: one record of one ingress WAL.
+///
+/// `id` names the WAL's sequence space (a WAL made anew gets a new id), `seq`
+/// is the record's WAL sequence number, and `floor` is the WAL's durable
+/// dispatch checkpoint when the record was sent: the sender never sends a
+/// sequence below it again, so a partition forgets the sequences below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The WAL's identity.
+    pub id: [u8; ORIGIN_ID_BYTES],
+    /// The record's WAL sequence number.
+    pub seq: u64,
+    /// The WAL's durable checkpoint when sent; at most `seq`.
+    pub floor: u64,
+}
 
 /// A `u64` takes at most ten bytes as an unsigned LEB128 varint.
 const UVARINT_BYTES_MAX: usize = 10;
@@ -28,6 +66,26 @@ pub struct CommitRecord<'a> {
     pub payload: &'a [u8],
     /// Unix time in milliseconds the caller stamped.
     pub committed_at_ms: u64,
+    /// The ingress WAL record this is, if the caller knows it: a record
+    /// whose origin the partition already stores is not stored again.
+    pub origin: Option<Origin>,
+    /// The producer's idempotency key; empty means none. A record whose key
+    /// the partition stored within its idempotency window is not stored
+    /// again.
+    pub idempotency_key: &'a [u8],
+}
+
+impl<'a> CommitRecord<'a> {
+    /// A record without provenance.
+    pub fn new(key: &'a [u8], payload: &'a [u8], committed_at_ms: u64) -> Self {
+        Self {
+            key,
+            payload,
+            committed_at_ms,
+            origin: None,
+            idempotency_key: &[],
+        }
+    }
 }
 
 /// One committed record as a read returns it.
@@ -42,6 +100,11 @@ pub struct Record {
     pub committed_at_ms: u64,
     /// The payload, byte for byte as committed.
     pub payload: Vec<u8>,
+    /// The ingress WAL record it was committed from, if it was stored with
+    /// one.
+    pub origin: Option<Origin>,
+    /// The producer's idempotency key; empty means none.
+    pub idempotency_key: Vec<u8>,
 }
 
 /// A decoded envelope, borrowing from the frame's payload.
@@ -49,21 +112,76 @@ pub struct Record {
 pub(crate) struct Envelope<'a> {
     pub(crate) key: &'a [u8],
     pub(crate) committed_at_ms: u64,
+    pub(crate) origin: Option<Origin>,
+    pub(crate) idempotency_key: &'a [u8],
     pub(crate) payload: &'a [u8],
 }
 
-/// Encoded size of an envelope holding `key_bytes` and `payload_bytes`.
-pub(crate) fn envelope_bytes(key_bytes: usize, payload_bytes: usize) -> usize {
-    1 + uvarint_bytes(key_bytes as u64) + key_bytes + 8 + payload_bytes
+/// Encoded size of the envelope of `record`.
+pub(crate) fn envelope_bytes(record: &CommitRecord<'_>) -> usize {
+    let key_bytes = record.key.len();
+    let plain = 1 + uvarint_bytes(key_bytes as u64) + key_bytes + 8 + record.payload.len();
+    if !has_provenance(record) {
+        return plain;
+    }
+    let origin = record.origin.map_or(0, |origin| {
+        ORIGIN_ID_BYTES + uvarint_bytes(origin.seq) + uvarint_bytes(origin.seq - origin.floor)
+    });
+    let idempotency = match record.idempotency_key.len() {
+        0 => 0,
+        len => uvarint_bytes(len as u64) + len,
+    };
+    plain + 1 + origin + idempotency
+}
+
+fn has_provenance(record: &CommitRecord<'_>) -> bool {
+    record.origin.is_some() || !record.idempotency_key.is_empty()
 }
 
 /// Appends the envelope of one record to `out`.
-pub(crate) fn encode_envelope(out: &mut Vec<u8>, key: &[u8], committed_at_ms: u64, payload: &[u8]) {
-    out.push(ENVELOPE_VERSION);
-    put_uvarint(out, key.len() as u64);
-    out.extend_from_slice(key);
-    out.extend_from_slice(&committed_at_ms.to_be_bytes());
-    out.extend_from_slice(payload);
+///
+/// # Panics
+/// If the record's origin has a floor above its sequence, or its
+/// idempotency key is longer than [`IDEMPOTENCY_KEY_BYTES_MAX`]: callers
+/// check both before a record reaches the log.
+pub(crate) fn encode_envelope(out: &mut Vec<u8>, record: &CommitRecord<'_>) {
+    let provenance = has_provenance(record);
+    out.push(if provenance {
+        ENVELOPE_VERSION_PROVENANCE
+    } else {
+        ENVELOPE_VERSION
+    });
+    put_uvarint(out, record.key.len() as u64);
+    out.extend_from_slice(record.key);
+    out.extend_from_slice(&record.committed_at_ms.to_be_bytes());
+    if provenance {
+        let mut flags = 0;
+        if record.origin.is_some() {
+            flags |= PROVENANCE_ORIGIN;
+        }
+        if !record.idempotency_key.is_empty() {
+            flags |= PROVENANCE_IDEMPOTENCY_KEY;
+        }
+        out.push(flags);
+        if let Some(origin) = record.origin {
+            assert!(
+                origin.floor <= origin.seq,
+                "an origin's floor is at most its sequence"
+            );
+            out.extend_from_slice(&origin.id);
+            put_uvarint(out, origin.seq);
+            put_uvarint(out, origin.seq - origin.floor);
+        }
+        if !record.idempotency_key.is_empty() {
+            assert!(
+                record.idempotency_key.len() <= IDEMPOTENCY_KEY_BYTES_MAX,
+                "idempotency keys are at most {IDEMPOTENCY_KEY_BYTES_MAX} bytes"
+            );
+            put_uvarint(out, record.idempotency_key.len() as u64);
+            out.extend_from_slice(record.idempotency_key);
+        }
+    }
+    out.extend_from_slice(record.payload);
 }
 
 /// Decodes one envelope that spans all of `bytes`.
@@ -75,7 +193,7 @@ pub(crate) fn decode_envelope(bytes: &[u8]) -> Result<Envelope<'_>, FrameError> 
     let Some((&version, rest)) = bytes.split_first() else {
         return Err(FrameError::Envelope("empty record"));
     };
-    if version != ENVELOPE_VERSION {
+    if version != ENVELOPE_VERSION && version != ENVELOPE_VERSION_PROVENANCE {
         return Err(FrameError::Envelope("unknown envelope version"));
     }
     let (key_len, rest) = take_uvarint(rest)?;
@@ -84,14 +202,59 @@ pub(crate) fn decode_envelope(bytes: &[u8]) -> Result<Envelope<'_>, FrameError> 
         .filter(|&len| len <= rest.len())
         .ok_or(FrameError::Envelope("key runs past the record"))?;
     let (key, rest) = rest.split_at(key_len);
-    let Some((time, payload)) = rest.split_first_chunk::<8>() else {
+    let Some((time, rest)) = rest.split_first_chunk::<8>() else {
         return Err(FrameError::Envelope("commit time runs past the record"));
     };
-    Ok(Envelope {
+    let mut envelope = Envelope {
         key,
         committed_at_ms: u64::from_be_bytes(*time),
-        payload,
-    })
+        origin: None,
+        idempotency_key: &[],
+        payload: rest,
+    };
+    if version == ENVELOPE_VERSION_PROVENANCE {
+        decode_provenance(rest, &mut envelope)?;
+    }
+    Ok(envelope)
+}
+
+/// Decodes the provenance section at the start of `bytes` into `envelope`,
+/// and sets its payload to what follows.
+fn decode_provenance<'a>(bytes: &'a [u8], envelope: &mut Envelope<'a>) -> Result<(), FrameError> {
+    let Some((&flags, mut rest)) = bytes.split_first() else {
+        return Err(FrameError::Envelope("provenance flags run past the record"));
+    };
+    if flags & !(PROVENANCE_ORIGIN | PROVENANCE_IDEMPOTENCY_KEY) != 0 || flags == 0 {
+        return Err(FrameError::Envelope("invalid provenance flags"));
+    }
+    if flags & PROVENANCE_ORIGIN != 0 {
+        let Some((id, after)) = rest.split_first_chunk::<ORIGIN_ID_BYTES>() else {
+            return Err(FrameError::Envelope("origin id runs past the record"));
+        };
+        let (seq, after) = take_uvarint(after)?;
+        let (behind, after) = take_uvarint(after)?;
+        let floor = seq
+            .checked_sub(behind)
+            .ok_or(FrameError::Envelope("origin floor is below zero"))?;
+        envelope.origin = Some(Origin {
+            id: *id,
+            seq,
+            floor,
+        });
+        rest = after;
+    }
+    if flags & PROVENANCE_IDEMPOTENCY_KEY != 0 {
+        let (len, after) = take_uvarint(rest)?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&len| (1..=IDEMPOTENCY_KEY_BYTES_MAX).contains(&len) && len <= after.len())
+            .ok_or(FrameError::Envelope("invalid idempotency key length"))?;
+        let (key, after) = after.split_at(len);
+        envelope.idempotency_key = key;
+        rest = after;
+    }
+    envelope.payload = rest;
+    Ok(())
 }
 
 fn uvarint_bytes(mut value: u64) -> usize {
@@ -119,14 +282,14 @@ fn take_uvarint(bytes: &[u8]) -> Result<(u64, &[u8]), FrameError> {
         let bits = u64::from(byte & 0x7f);
         let shift = 7 * index as u32;
         if index == UVARINT_BYTES_MAX - 1 && byte > 1 {
-            return Err(FrameError::Envelope("key length overflows 64 bits"));
+            return Err(FrameError::Envelope("varint overflows 64 bits"));
         }
         value |= bits << shift;
         if byte & 0x80 == 0 {
             return Ok((value, &bytes[index + 1..]));
         }
     }
-    Err(FrameError::Envelope("unterminated key length"))
+    Err(FrameError::Envelope("unterminated varint"))
 }
 
 #[cfg(test)]
@@ -137,8 +300,10 @@ mod tests {
     fn envelope_round_trips_with_and_without_a_key() {
         for key in [&b""[..], b"order-17", &[0x83u8; 300][..]] {
             let mut out = Vec::new();
-            encode_envelope(&mut out, key, 1_700_000_000_123, b"payload");
-            assert_eq!(out.len(), envelope_bytes(key.len(), 7));
+            let record = CommitRecord::new(key, b"payload", 1_700_000_000_123);
+            encode_envelope(&mut out, &record);
+            assert_eq!(out[0], ENVELOPE_VERSION);
+            assert_eq!(out.len(), envelope_bytes(&record));
             let envelope = decode_envelope(&out).unwrap();
             assert_eq!(envelope.key, key);
             assert_eq!(envelope.committed_at_ms, 1_700_000_000_123);
@@ -146,10 +311,85 @@ mod tests {
         }
     }
 
+    const ORIGIN: Origin = Origin {
+        id: [7; ORIGIN_ID_BYTES],
+        seq: 1_000_000,
+        floor: 999_000,
+    };
+
+    #[test]
+    fn provenance_round_trips_in_version_three() {
+        let cases = [
+            (Some(ORIGIN), &b""[..]),
+            (None, &b"order-17-attempt"[..]),
+            (Some(ORIGIN), &[b'i'; IDEMPOTENCY_KEY_BYTES_MAX][..]),
+        ];
+        for (origin, idempotency_key) in cases {
+            let record = CommitRecord {
+                origin,
+                idempotency_key,
+                ..CommitRecord::new(b"k", b"payload", 42)
+            };
+            let mut out = Vec::new();
+            encode_envelope(&mut out, &record);
+            assert_eq!(out[0], ENVELOPE_VERSION_PROVENANCE);
+            assert_eq!(out.len(), envelope_bytes(&record));
+            let envelope = decode_envelope(&out).unwrap();
+            assert_eq!(envelope.key, b"k");
+            assert_eq!(envelope.committed_at_ms, 42);
+            assert_eq!(envelope.origin, origin);
+            assert_eq!(envelope.idempotency_key, idempotency_key);
+            assert_eq!(envelope.payload, b"payload");
+        }
+    }
+
+    #[test]
+    fn provenance_flags_must_name_a_known_section() {
+        let record = CommitRecord {
+            origin: Some(ORIGIN),
+            ..CommitRecord::new(b"", b"p", 1)
+        };
+        let mut out = Vec::new();
+        encode_envelope(&mut out, &record);
+        // Version, key length 0, eight bytes of time: the flags follow.
+        let flags_at = 1 + 1 + 8;
+        for flags in [0x00, 0x04, 0x80] {
+            let mut bad = out.clone();
+            bad[flags_at] = flags;
+            assert!(decode_envelope(&bad).is_err(), "flags {flags:#04x}");
+        }
+    }
+
+    #[test]
+    fn an_idempotency_key_over_the_limit_or_past_the_record_is_refused() {
+        let mut bytes = vec![ENVELOPE_VERSION_PROVENANCE, 0];
+        bytes.extend_from_slice(&5u64.to_be_bytes());
+        bytes.push(PROVENANCE_IDEMPOTENCY_KEY);
+        let mut over = bytes.clone();
+        put_uvarint(&mut over, IDEMPOTENCY_KEY_BYTES_MAX as u64 + 1);
+        over.extend_from_slice(&[b'x'; IDEMPOTENCY_KEY_BYTES_MAX + 1]);
+        assert!(decode_envelope(&over).is_err());
+        let mut past = bytes;
+        put_uvarint(&mut past, 10);
+        past.extend_from_slice(b"short");
+        assert!(decode_envelope(&past).is_err());
+    }
+
+    #[test]
+    fn an_origin_floor_above_its_sequence_is_refused() {
+        let mut bytes = vec![ENVELOPE_VERSION_PROVENANCE, 0];
+        bytes.extend_from_slice(&5u64.to_be_bytes());
+        bytes.push(PROVENANCE_ORIGIN);
+        bytes.extend_from_slice(&[1; ORIGIN_ID_BYTES]);
+        put_uvarint(&mut bytes, 3);
+        put_uvarint(&mut bytes, 4);
+        assert!(decode_envelope(&bytes).is_err());
+    }
+
     #[test]
     fn retired_version_one_decodes_as_corrupt() {
         let mut out = Vec::new();
-        encode_envelope(&mut out, b"k", 5, b"p");
+        encode_envelope(&mut out, &CommitRecord::new(b"k", b"p", 5));
         out[0] = 0x01;
         assert!(matches!(
             decode_envelope(&out),

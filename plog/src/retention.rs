@@ -511,11 +511,7 @@ mod tests {
     fn last_record_time_finds_the_frame_ending_at_the_tail() {
         use crate::frame::{Codec, CompressionLevel, FRAME_BYTES_MAX, encode_frame};
         use crate::record::CommitRecord;
-        let record = |t| CommitRecord {
-            key: b"k",
-            payload: b"\xca\xfe inside a payload",
-            committed_at_ms: t,
-        };
+        let record = |t| CommitRecord::new(b"k", b"\xca\xfe inside a payload", t);
         let mut tail = encode_frame(
             &[record(5)],
             0,

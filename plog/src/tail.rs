@@ -149,6 +149,8 @@ mod tests {
                 key: Vec::new(),
                 committed_at_ms: offset,
                 payload: vec![offset as u8; payload_bytes],
+                origin: None,
+                idempotency_key: Vec::new(),
             })
             .collect()
     }

@@ -41,11 +41,7 @@ fn arb_records() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>, u64)>> {
 fn encode(records: &[(Vec<u8>, Vec<u8>, u64)], base: u64, codec: Codec) -> Vec<u8> {
     let records: Vec<CommitRecord<'_>> = records
         .iter()
-        .map(|(key, payload, time)| CommitRecord {
-            key,
-            payload,
-            committed_at_ms: *time,
-        })
+        .map(|(key, payload, time)| CommitRecord::new(key, payload, *time))
         .collect();
     frame::encode_frame(
         &records,

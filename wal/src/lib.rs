@@ -51,6 +51,7 @@ pub mod frame;
 mod log;
 mod notify;
 mod options;
+pub mod origin;
 mod prep;
 mod reader;
 mod recovery;
@@ -70,5 +71,6 @@ pub use options::{
     COMPACT_ROTATE_BYTES_DEFAULT, PREP_RUN_BYTES_MAX, SEGMENT_BYTES_DEFAULT,
     STAGED_BYTES_MAX_DEFAULT, STAGING_BUFFER_BYTES_DEFAULT, SYNC_BACKSTOP_DEFAULT, WalOptions,
 };
+pub use origin::Origins;
 pub use reader::{Frame, WalReader};
 pub use record::{RecordError, WalRecord, WalRecordRef};

@@ -13,6 +13,7 @@ use crate::error::{FillError, IoFailure, WalError};
 use crate::frame::frame_len;
 use crate::notify::{DurableWatch, Frontier, Pending};
 use crate::options::WalOptions;
+use crate::origin::{self, Origins};
 use crate::prep::{self, Prep, PrepStatus};
 use crate::reader::WalReader;
 use crate::record::WalRecordRef;
@@ -50,6 +51,7 @@ pub struct Wal {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     truncated_at: Option<(PathBuf, u64)>,
+    origins: Origins,
 }
 
 impl Wal {
@@ -68,6 +70,7 @@ impl Wal {
         let dir = dir.into();
         let recovered = recover(&*disk, &dir, &options)?;
         let next_seq = recovered.next_seq;
+        let origins = origin::open(&*disk, &dir, next_seq, recovered.truncated_at.is_some())?;
         let mut pool = vec![
             IoBuf::with_capacity(options.staging_buffer_bytes),
             IoBuf::with_capacity(options.staging_buffer_bytes),
@@ -125,6 +128,7 @@ impl Wal {
             shared,
             threads: Mutex::new(threads),
             truncated_at,
+            origins,
         })
     }
 
@@ -267,6 +271,12 @@ impl Wal {
     /// The failure that latched the log, if any.
     pub fn failure(&self) -> Option<IoFailure> {
         self.shared.append.lock().latch.clone()
+    }
+
+    /// The origin ids of this log's sequence numbers, which commits carry
+    /// so a partition stores a re-sent record once.
+    pub fn origins(&self) -> &Origins {
+        &self.origins
     }
 
     /// The sequence number the next staged record will take.

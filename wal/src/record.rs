@@ -7,13 +7,17 @@
 //! - format 2: format 1 plus the topic's incarnation id right after the
 //!   topic name. Every record for a topic that has an id is written in
 //!   format 2; a topic created before incarnation ids existed has none, and
-//!   its records stay format 1.
+//!   its records stay format 1;
+//! - format 3: format 2 plus the producer's idempotency key after the key.
+//!   Only a record with an idempotency key is written in format 3, and its
+//!   incarnation id may be empty (the topic has none).
 //!
 //! Layout (all integers big-endian, every length a `u32` byte count):
 //!
 //! ```text
 //! format 1: 0x01 | len topic | len key | partition u32 | created_at_unix_ms u64 | len payload
 //! format 2: 0x02 | len topic | len incarnation_id | len key | partition u32 | created_at_unix_ms u64 | len payload
+//! format 3: 0x03 | len topic | len incarnation_id | len key | len idempotency_key | partition u32 | created_at_unix_ms u64 | len payload
 //! ```
 //!
 //! An empty key means "no key". Decoding is strict: an unknown format byte,
@@ -46,6 +50,9 @@ pub const INCARNATION_ID_BYTES_MAX: usize = 64;
 /// larger than a message, and a bound keeps a corrupt length from passing.
 pub const KEY_BYTES_MAX: usize = 1024 * 1024;
 
+/// The longest idempotency key in bytes: what the API accepts.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+
 /// Bytes of a record that do not depend on its fields in format 1: format
 /// byte, three `u32` lengths, the `u32` partition and the `u64` timestamp.
 pub const RECORD_FORMAT_1_FIXED_BYTES: usize = 1 + 4 + 4 + 4 + 8 + 4;
@@ -53,6 +60,10 @@ pub const RECORD_FORMAT_1_FIXED_BYTES: usize = 1 + 4 + 4 + 4 + 8 + 4;
 /// Bytes of a record that do not depend on its fields in format 2: format 1
 /// plus the incarnation id's `u32` length.
 pub const RECORD_FORMAT_2_FIXED_BYTES: usize = RECORD_FORMAT_1_FIXED_BYTES + 4;
+
+/// Bytes of a record that do not depend on its fields in format 3: format 2
+/// plus the idempotency key's `u32` length.
+pub const RECORD_FORMAT_3_FIXED_BYTES: usize = RECORD_FORMAT_2_FIXED_BYTES + 4;
 
 // Every field limit must leave room for a record to exist at all.
 const _: () = assert!(TOPIC_NAME_BYTES_MAX + RECORD_FORMAT_2_FIXED_BYTES < RECORD_BYTES_MAX);
@@ -68,6 +79,8 @@ pub enum RecordFormat {
     V1 = 1,
     /// Format 1 with the topic's incarnation id after the topic name.
     V2 = 2,
+    /// Format 2 with the producer's idempotency key after the key.
+    V3 = 3,
 }
 
 impl RecordFormat {
@@ -81,6 +94,7 @@ impl RecordFormat {
         match byte {
             1 => Some(Self::V1),
             2 => Some(Self::V2),
+            3 => Some(Self::V3),
             _ => None,
         }
     }
@@ -98,6 +112,8 @@ pub enum RecordField {
     IncarnationId,
     /// The key.
     Key,
+    /// The producer's idempotency key (format 3 only).
+    IdempotencyKey,
     /// The target partition.
     Partition,
     /// The creation time.
@@ -113,6 +129,7 @@ impl fmt::Display for RecordField {
             Self::Topic => "topic",
             Self::IncarnationId => "incarnation id",
             Self::Key => "key",
+            Self::IdempotencyKey => "idempotency key",
             Self::Partition => "target partition",
             Self::CreatedAt => "created_at",
             Self::Payload => "payload",
@@ -126,7 +143,7 @@ impl fmt::Display for RecordField {
 #[non_exhaustive]
 pub enum RecordError {
     /// The format byte names a format this binary does not read.
-    #[error("WAL record has unknown format {format:#04x}; this binary reads formats 1 and 2")]
+    #[error("WAL record has unknown format {format:#04x}; this binary reads formats 1 to 3")]
     UnknownFormat {
         /// The record's first byte.
         format: u8,
@@ -171,8 +188,8 @@ pub enum RecordError {
         /// Its limit.
         max: usize,
     },
-    /// A field that must hold something is empty (the topic, or a format-2
-    /// incarnation id).
+    /// A field that must hold something is empty (the topic, a format-2
+    /// incarnation id, or a format-3 idempotency key).
     #[error("WAL record {field} is empty")]
     EmptyField {
         /// The field.
@@ -211,6 +228,8 @@ pub struct WalRecordRef<'a> {
     pub incarnation_id: Option<&'a str>,
     /// The key; empty means the record has no key.
     pub key: &'a [u8],
+    /// The producer's idempotency key; non-empty makes the record format 3.
+    pub idempotency_key: &'a [u8],
     /// The partition chosen at accept time.
     pub partition: u32,
     /// When the record was accepted, in Unix milliseconds.
@@ -228,6 +247,8 @@ pub struct WalRecord {
     pub incarnation_id: Option<String>,
     /// The key; empty means the record has no key.
     pub key: Vec<u8>,
+    /// The producer's idempotency key; non-empty makes the record format 3.
+    pub idempotency_key: Vec<u8>,
     /// The partition chosen at accept time.
     pub partition: u32,
     /// When the record was accepted, in Unix milliseconds.
@@ -237,9 +258,12 @@ pub struct WalRecord {
 }
 
 impl<'a> WalRecordRef<'a> {
-    /// The format this record encodes as: 2 when it has an incarnation id.
+    /// The format this record encodes as: 3 when it has an idempotency key,
+    /// else 2 when it has an incarnation id.
     pub fn format(&self) -> RecordFormat {
-        if self.incarnation_id.is_some() {
+        if !self.idempotency_key.is_empty() {
+            RecordFormat::V3
+        } else if self.incarnation_id.is_some() {
             RecordFormat::V2
         } else {
             RecordFormat::V1
@@ -256,11 +280,13 @@ impl<'a> WalRecordRef<'a> {
         let fixed = match self.format() {
             RecordFormat::V1 => RECORD_FORMAT_1_FIXED_BYTES,
             RecordFormat::V2 => RECORD_FORMAT_2_FIXED_BYTES,
+            RecordFormat::V3 => RECORD_FORMAT_3_FIXED_BYTES,
         };
         fixed
             + self.topic.len()
             + self.incarnation_id.map_or(0, str::len)
             + self.key.len()
+            + self.idempotency_key.len()
             + self.payload.len()
     }
 
@@ -278,6 +304,11 @@ impl<'a> WalRecordRef<'a> {
             check_text(RecordField::IncarnationId, id, INCARNATION_ID_BYTES_MAX)?;
         }
         check_len(RecordField::Key, self.key.len(), KEY_BYTES_MAX)?;
+        check_len(
+            RecordField::IdempotencyKey,
+            self.idempotency_key.len(),
+            IDEMPOTENCY_KEY_BYTES_MAX,
+        )?;
         let len = self.encoded_len();
         if len > RECORD_BYTES_MAX {
             return Err(RecordError::RecordTooLarge {
@@ -310,10 +341,16 @@ impl<'a> WalRecordRef<'a> {
         let mut writer = Writer { out, at: 0 };
         writer.put(&[self.format().byte()]);
         writer.put_prefixed(self.topic.as_bytes());
-        if let Some(id) = self.incarnation_id {
-            writer.put_prefixed(id.as_bytes());
+        match self.format() {
+            RecordFormat::V1 => {}
+            RecordFormat::V2 | RecordFormat::V3 => {
+                writer.put_prefixed(self.incarnation_id.unwrap_or_default().as_bytes());
+            }
         }
         writer.put_prefixed(self.key);
+        if self.format() == RecordFormat::V3 {
+            writer.put_prefixed(self.idempotency_key);
+        }
         writer.put(&self.partition.to_be_bytes());
         writer.put(&self.created_at_unix_ms.to_be_bytes());
         writer.put_prefixed(self.payload);
@@ -355,8 +392,25 @@ impl<'a> WalRecordRef<'a> {
             RecordFormat::V2 => {
                 Some(reader.text(RecordField::IncarnationId, INCARNATION_ID_BYTES_MAX)?)
             }
+            RecordFormat::V3 => {
+                Some(reader.text_or_empty(RecordField::IncarnationId, INCARNATION_ID_BYTES_MAX)?)
+                    .filter(|id| !id.is_empty())
+            }
         };
         let key = reader.prefixed(RecordField::Key, KEY_BYTES_MAX)?;
+        let idempotency_key = match format {
+            RecordFormat::V1 | RecordFormat::V2 => &[][..],
+            RecordFormat::V3 => {
+                let key =
+                    reader.prefixed(RecordField::IdempotencyKey, IDEMPOTENCY_KEY_BYTES_MAX)?;
+                if key.is_empty() {
+                    return Err(RecordError::EmptyField {
+                        field: RecordField::IdempotencyKey,
+                    });
+                }
+                key
+            }
+        };
         let partition = u32::from_be_bytes(reader.fixed(RecordField::Partition)?);
         let created_at_unix_ms = u64::from_be_bytes(reader.fixed(RecordField::CreatedAt)?);
         let payload = reader.prefixed(RecordField::Payload, RECORD_BYTES_MAX)?;
@@ -368,6 +422,7 @@ impl<'a> WalRecordRef<'a> {
             topic,
             incarnation_id,
             key,
+            idempotency_key,
             partition,
             created_at_unix_ms,
             payload,
@@ -380,6 +435,7 @@ impl<'a> WalRecordRef<'a> {
             topic: self.topic.to_owned(),
             incarnation_id: self.incarnation_id.map(str::to_owned),
             key: self.key.to_vec(),
+            idempotency_key: self.idempotency_key.to_vec(),
             partition: self.partition,
             created_at_unix_ms: self.created_at_unix_ms,
             payload: self.payload.to_vec(),
@@ -394,6 +450,7 @@ impl WalRecord {
             topic: &self.topic,
             incarnation_id: self.incarnation_id.as_deref(),
             key: &self.key,
+            idempotency_key: &self.idempotency_key,
             partition: self.partition,
             created_at_unix_ms: self.created_at_unix_ms,
             payload: &self.payload,
@@ -531,10 +588,14 @@ impl<'a> Reader<'a> {
     }
 
     fn text(&mut self, field: RecordField, max: usize) -> Result<&'a str, RecordError> {
-        let bytes = self.prefixed(field, max)?;
-        let text = std::str::from_utf8(bytes).map_err(|_| RecordError::NotUtf8 { field })?;
+        let text = self.text_or_empty(field, max)?;
         check_text(field, text, max)?;
         Ok(text)
+    }
+
+    fn text_or_empty(&mut self, field: RecordField, max: usize) -> Result<&'a str, RecordError> {
+        let bytes = self.prefixed(field, max)?;
+        std::str::from_utf8(bytes).map_err(|_| RecordError::NotUtf8 { field })
     }
 }
 
@@ -559,6 +620,7 @@ mod tests {
             topic: "orders".to_owned(),
             incarnation_id: None,
             key: b"k1".to_vec(),
+            idempotency_key: Vec::new(),
             partition: 3,
             created_at_unix_ms: 0x0000_018C_0A0B_0C0D,
             payload: b"hi".to_vec(),
@@ -583,6 +645,7 @@ mod tests {
             topic: "orders".to_owned(),
             incarnation_id: Some("9f86d081884c7d65".to_owned()),
             key: Vec::new(),
+            idempotency_key: Vec::new(),
             partition: 0x0102,
             created_at_unix_ms: 0x0000_018C_0A0B_0C0D,
             payload: vec![0x00, 0xFF, 0x7F],
@@ -594,10 +657,50 @@ mod tests {
             topic: topic.to_owned(),
             incarnation_id: incarnation_id.map(str::to_owned),
             key: key.to_vec(),
+            idempotency_key: Vec::new(),
             partition: 7,
             created_at_unix_ms: 1,
             payload: b"p".to_vec(),
         }
+    }
+
+    #[test]
+    fn a_record_with_an_idempotency_key_is_format_3_with_or_without_an_incarnation() {
+        for incarnation_id in [Some("9f86d081884c7d65"), None] {
+            let record = WalRecord {
+                idempotency_key: b"req-42".to_vec(),
+                ..record_with("orders", incarnation_id, b"k")
+            };
+            let bytes = record.encode().unwrap();
+            assert_eq!(bytes[0], 3);
+            assert_eq!(bytes.len(), record.encoded_len());
+            assert_eq!(WalRecord::decode(&bytes), Ok(record));
+        }
+    }
+
+    #[test]
+    fn format_3_refuses_an_empty_or_overlong_idempotency_key() {
+        let empty = raw(3, &[b"orders", b"", b"k", b""], 1, b"p");
+        assert_eq!(
+            WalRecordRef::decode(&empty),
+            Err(RecordError::EmptyField {
+                field: RecordField::IdempotencyKey
+            })
+        );
+        let long = vec![b'x'; IDEMPOTENCY_KEY_BYTES_MAX + 1];
+        let overlong = raw(3, &[b"orders", b"", b"k", &long], 1, b"p");
+        assert!(matches!(
+            WalRecordRef::decode(&overlong),
+            Err(RecordError::FieldTooLong {
+                field: RecordField::IdempotencyKey,
+                ..
+            })
+        ));
+        let record = WalRecord {
+            idempotency_key: long,
+            ..record_with("orders", None, b"k")
+        };
+        assert!(record.encode().is_err());
     }
 
     /// Builds raw record bytes field by field, for inputs the encoder would
@@ -673,7 +776,7 @@ mod tests {
 
     #[test]
     fn unknown_format_bytes_are_refused() {
-        for format in [0x00, 0x03, 0x7F, 0xFF] {
+        for format in [0x00, 0x04, 0x7F, 0xFF] {
             let mut bytes = GOLDEN_FORMAT_1.to_vec();
             bytes[0] = format;
             assert_eq!(
@@ -897,7 +1000,7 @@ mod tests {
         let error = WalRecordRef::decode(&[0x09]).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "WAL record has unknown format 0x09; this binary reads formats 1 and 2"
+            "WAL record has unknown format 0x09; this binary reads formats 1 to 3"
         );
     }
 
@@ -915,18 +1018,33 @@ mod tests {
             arb_text(TOPIC_NAME_BYTES_MAX),
             proptest::option::of(arb_text(INCARNATION_ID_BYTES_MAX)),
             proptest::collection::vec(any::<u8>(), 0..48),
+            prop_oneof![
+                Just(Vec::new()),
+                proptest::collection::vec(any::<u8>(), 1..=IDEMPOTENCY_KEY_BYTES_MAX)
+            ],
             any::<u32>(),
             any::<u64>(),
             proptest::collection::vec(any::<u8>(), 0..300),
         )
             .prop_map(
-                |(topic, incarnation_id, key, partition, created_at_unix_ms, payload)| WalRecord {
+                |(
                     topic,
                     incarnation_id,
                     key,
+                    idempotency_key,
                     partition,
                     created_at_unix_ms,
                     payload,
+                )| {
+                    WalRecord {
+                        topic,
+                        incarnation_id,
+                        key,
+                        idempotency_key,
+                        partition,
+                        created_at_unix_ms,
+                        payload,
+                    }
                 },
             )
     }

@@ -33,11 +33,7 @@ impl Owned {
     }
 
     pub fn as_commit(&self) -> CommitRecord<'_> {
-        CommitRecord {
-            key: &self.key,
-            payload: &self.payload,
-            committed_at_ms: self.committed_at_ms,
-        }
+        CommitRecord::new(&self.key, &self.payload, self.committed_at_ms)
     }
 }
 

@@ -1,0 +1,318 @@
+//! What a partition already stores, so a record sent twice is stored once.
+//!
+//! Two kinds of provenance make a record recognisable:
+//! - an origin (an ingress WAL's id and the record's sequence in it): a
+//!   dispatcher that re-sends a record after a crash, or retries a commit
+//!   whose answer it never saw, sends the same origin again;
+//! - an idempotency key from the producer: a produce retried with the same
+//!   key within the partition's window, through any node.
+//!
+//! The memory is rebuilt at the first commit that carries provenance after
+//! an open, from the provenance stored in the newest records (at most
+//! [`REBUILD_RECORDS`] of them), so it survives restarts and travels with
+//! the partition's files. It is bounded: an origin forgets the sequences
+//! below the floor its sender announces (the sender never sends them
+//! again), and every table has a cap past which the oldest entries go.
+//! Forgetting can only let a duplicate through; it never drops a record.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+use crate::record::{CommitRecord, ORIGIN_ID_BYTES, Origin, Record};
+
+/// How many of a partition's newest records the memory is rebuilt from
+/// after an open. A record re-sent after more than this many newer records
+/// were committed to its partition is stored again.
+pub const REBUILD_RECORDS: u64 = 262_144;
+
+/// Most sequences remembered per origin. An origin's sequences above its
+/// floor are the records its dispatcher has in flight, which its window
+/// caps far below this.
+pub const ORIGIN_SEQS_MAX: usize = 131_072;
+
+/// Most origins remembered; the one used least recently goes first.
+pub const ORIGINS_MAX: usize = 1_024;
+
+/// Most idempotency keys remembered; the oldest goes first, which shortens
+/// the window only under a rate of keyed produces past this many per
+/// window.
+pub const IDEMPOTENCY_KEYS_MAX: usize = 1_048_576;
+
+/// The idempotency window a log starts with: two minutes.
+pub const IDEMPOTENCY_WINDOW_MS_DEFAULT: u64 = 120_000;
+
+#[derive(Debug, Default)]
+struct OriginSeen {
+    floor: u64,
+    seqs: BTreeSet<u64>,
+    last_used: u64,
+}
+
+/// The provenance a partition stores, under its writer lock.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    origins: HashMap<[u8; ORIGIN_ID_BYTES], OriginSeen>,
+    keys: HashMap<Box<[u8]>, u64>,
+    key_order: VecDeque<(u64, Box<[u8]>)>,
+    uses: u64,
+}
+
+/// Provenance claimed by the records planned in one commit, so a record
+/// given twice in the same run is stored once too.
+#[derive(Debug, Default)]
+pub(crate) struct RunClaims<'a> {
+    origins: HashSet<([u8; ORIGIN_ID_BYTES], u64)>,
+    keys: HashSet<&'a [u8]>,
+}
+
+impl Seen {
+    /// Whether `record` is already stored, or claimed earlier in the run:
+    /// its origin is remembered, or its idempotency key was stored within
+    /// `window_ms` before `now_ms`. Claims the record's provenance in `run`
+    /// when it is not.
+    pub(crate) fn already_stored<'a>(
+        &self,
+        record: &CommitRecord<'a>,
+        now_ms: u64,
+        window_ms: u64,
+        run: &mut RunClaims<'a>,
+    ) -> bool {
+        if let Some(origin) = record.origin {
+            let stored = self
+                .origins
+                .get(&origin.id)
+                .is_some_and(|seen| seen.seqs.contains(&origin.seq));
+            if stored || run.origins.contains(&(origin.id, origin.seq)) {
+                return true;
+            }
+        }
+        let key = record.idempotency_key;
+        if !key.is_empty() {
+            let stored = self
+                .keys
+                .get(key)
+                .is_some_and(|&stored_ms| now_ms < stored_ms.saturating_add(window_ms));
+            if stored || run.keys.contains(key) {
+                return true;
+            }
+        }
+        if let Some(origin) = record.origin {
+            run.origins.insert((origin.id, origin.seq));
+        }
+        if !key.is_empty() {
+            run.keys.insert(key);
+        }
+        false
+    }
+
+    /// Remembers the provenance of a record stored at `committed_at_ms`.
+    pub(crate) fn remember(
+        &mut self,
+        origin: Option<Origin>,
+        idempotency_key: &[u8],
+        committed_at_ms: u64,
+    ) {
+        if let Some(origin) = origin {
+            self.remember_origin(origin);
+        }
+        if !idempotency_key.is_empty() {
+            self.remember_key(idempotency_key, committed_at_ms);
+        }
+    }
+
+    /// Remembers a stored record, as read back from the log.
+    pub(crate) fn remember_record(&mut self, record: &Record) {
+        self.remember(
+            record.origin,
+            &record.idempotency_key,
+            record.committed_at_ms,
+        );
+    }
+
+    /// Forgets idempotency keys stored `window_ms` or more before `now_ms`.
+    pub(crate) fn expire_keys(&mut self, now_ms: u64, window_ms: u64) {
+        while let Some((stored_ms, _)) = self.key_order.front() {
+            if now_ms < stored_ms.saturating_add(window_ms) {
+                break;
+            }
+            self.drop_oldest_key();
+        }
+    }
+
+    /// Origins and idempotency keys remembered, for tests and statistics.
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (self.origins.len(), self.keys.len())
+    }
+
+    fn remember_origin(&mut self, origin: Origin) {
+        self.uses += 1;
+        let uses = self.uses;
+        if !self.origins.contains_key(&origin.id) && self.origins.len() >= ORIGINS_MAX {
+            self.forget_least_used_origin();
+        }
+        let seen = self.origins.entry(origin.id).or_default();
+        seen.last_used = uses;
+        if origin.floor > seen.floor {
+            seen.floor = origin.floor;
+            seen.seqs = seen.seqs.split_off(&origin.floor);
+        }
+        if origin.seq >= seen.floor {
+            seen.seqs.insert(origin.seq);
+        }
+        while seen.seqs.len() > ORIGIN_SEQS_MAX {
+            seen.seqs.pop_first();
+        }
+    }
+
+    fn forget_least_used_origin(&mut self) {
+        let least = self
+            .origins
+            .iter()
+            .min_by_key(|(_, seen)| seen.last_used)
+            .map(|(id, _)| *id);
+        if let Some(id) = least {
+            self.origins.remove(&id);
+        }
+    }
+
+    fn remember_key(&mut self, key: &[u8], committed_at_ms: u64) {
+        let key: Box<[u8]> = key.into();
+        if self.keys.insert(key.clone(), committed_at_ms).is_some() {
+            // A key stored again after its window: the old queue entry
+            // stays until it expires, and then must not remove this one.
+            self.key_order.retain(|(_, queued)| *queued != key);
+        }
+        self.key_order.push_back((committed_at_ms, key));
+        while self.keys.len() > IDEMPOTENCY_KEYS_MAX {
+            self.drop_oldest_key();
+        }
+    }
+
+    fn drop_oldest_key(&mut self) {
+        if let Some((_, key)) = self.key_order.pop_front() {
+            self.keys.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(id: u8, seq: u64, floor: u64) -> Origin {
+        Origin {
+            id: [id; ORIGIN_ID_BYTES],
+            seq,
+            floor,
+        }
+    }
+
+    fn with_origin(origin: Origin) -> CommitRecord<'static> {
+        CommitRecord {
+            origin: Some(origin),
+            ..CommitRecord::new(b"", b"p", 0)
+        }
+    }
+
+    fn with_key(key: &'static [u8]) -> CommitRecord<'static> {
+        CommitRecord {
+            idempotency_key: key,
+            ..CommitRecord::new(b"", b"p", 0)
+        }
+    }
+
+    #[test]
+    fn a_remembered_origin_is_stored_and_another_sequence_is_not() {
+        let mut seen = Seen::default();
+        seen.remember(Some(origin(1, 10, 0)), b"", 0);
+        let mut run = RunClaims::default();
+        assert!(seen.already_stored(&with_origin(origin(1, 10, 0)), 0, 0, &mut run));
+        assert!(!seen.already_stored(&with_origin(origin(1, 11, 0)), 0, 0, &mut run));
+        assert!(!seen.already_stored(&with_origin(origin(2, 10, 0)), 0, 0, &mut run));
+    }
+
+    #[test]
+    fn the_same_origin_twice_in_one_run_is_stored_once() {
+        let seen = Seen::default();
+        let mut run = RunClaims::default();
+        let record = with_origin(origin(1, 5, 0));
+        assert!(!seen.already_stored(&record, 0, 0, &mut run));
+        assert!(seen.already_stored(&record, 0, 0, &mut run));
+    }
+
+    #[test]
+    fn a_floor_forgets_the_sequences_below_it_and_never_skips_them() {
+        let mut seen = Seen::default();
+        for seq in 0..10 {
+            seen.remember(Some(origin(1, seq, 0)), b"", 0);
+        }
+        seen.remember(Some(origin(1, 10, 8)), b"", 0);
+        let mut run = RunClaims::default();
+        // Below the floor: the sender promised never to send these again;
+        // one that comes anyway is stored (a duplicate at worst, never a
+        // loss).
+        assert!(!seen.already_stored(&with_origin(origin(1, 7, 8)), 0, 0, &mut run));
+        assert!(seen.already_stored(&with_origin(origin(1, 9, 8)), 0, 0, &mut run));
+        assert_eq!(seen.origins[&[1; ORIGIN_ID_BYTES]].seqs.len(), 3);
+    }
+
+    #[test]
+    fn an_origin_keeps_at_most_its_cap_of_sequences() {
+        let mut seen = Seen::default();
+        for seq in 0..(ORIGIN_SEQS_MAX as u64 + 10) {
+            seen.remember(Some(origin(1, seq, 0)), b"", 0);
+        }
+        let seqs = &seen.origins[&[1; ORIGIN_ID_BYTES]].seqs;
+        assert_eq!(seqs.len(), ORIGIN_SEQS_MAX);
+        assert_eq!(seqs.first(), Some(&10));
+    }
+
+    #[test]
+    fn the_least_recently_used_origin_goes_past_the_cap() {
+        let mut seen = Seen::default();
+        for id in 0..ORIGINS_MAX {
+            let mut origin_id = [0; ORIGIN_ID_BYTES];
+            origin_id[..8].copy_from_slice(&(id as u64).to_be_bytes());
+            seen.remember(
+                Some(Origin {
+                    id: origin_id,
+                    seq: 1,
+                    floor: 0,
+                }),
+                b"",
+                0,
+            );
+        }
+        // Origin 0 is used again, so origin 1 is the least recent.
+        seen.remember(Some(origin(0, 2, 0)), b"", 0);
+        seen.remember(Some(origin(0xff, 1, 0)), b"", 0);
+        assert_eq!(seen.sizes().0, ORIGINS_MAX);
+        let mut one = [0; ORIGIN_ID_BYTES];
+        one[..8].copy_from_slice(&1u64.to_be_bytes());
+        assert!(!seen.origins.contains_key(&one));
+        assert!(seen.origins.contains_key(&[0; ORIGIN_ID_BYTES]));
+    }
+
+    #[test]
+    fn an_idempotency_key_is_stored_within_its_window_only() {
+        let mut seen = Seen::default();
+        seen.remember(None, b"order-1", 1_000);
+        let mut run = RunClaims::default();
+        assert!(seen.already_stored(&with_key(b"order-1"), 1_000 + 119_999, 120_000, &mut run));
+        let mut run = RunClaims::default();
+        assert!(!seen.already_stored(&with_key(b"order-1"), 1_000 + 120_000, 120_000, &mut run));
+        assert!(!seen.already_stored(&with_key(b"order-2"), 1_000, 120_000, &mut run));
+    }
+
+    #[test]
+    fn expired_keys_are_forgotten_and_a_key_stored_again_survives_its_old_entry() {
+        let mut seen = Seen::default();
+        seen.remember(None, b"a", 0);
+        seen.remember(None, b"b", 50);
+        seen.expire_keys(100, 100);
+        assert_eq!(seen.sizes().1, 1);
+        seen.remember(None, b"b", 200);
+        seen.expire_keys(160, 100);
+        let mut run = RunClaims::default();
+        assert!(seen.already_stored(&with_key(b"b"), 250, 100, &mut run));
+    }
+}
