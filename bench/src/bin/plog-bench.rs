@@ -122,11 +122,7 @@ fn payload() -> Vec<u8> {
 
 fn batch_of(payload: &[u8], count: usize) -> Vec<CommitRecord<'_>> {
     (0..count)
-        .map(|_| CommitRecord {
-            key: b"customer-42",
-            payload,
-            committed_at_ms: 0,
-        })
+        .map(|_| CommitRecord::new(b"customer-42", payload, 0))
         .collect()
 }
 

@@ -271,11 +271,7 @@ impl Combiners {
                 batch
                     .items
                     .iter()
-                    .map(|item| CommitRecord {
-                        key: &item.key,
-                        payload: &item.payload,
-                        committed_at_ms,
-                    })
+                    .map(|item| CommitRecord::new(&item.key, &item.payload, committed_at_ms))
                     .collect()
             })
             .collect();

@@ -47,11 +47,7 @@ fn restart(disk: &Arc<dyn Disk>, data_dir: &Path) -> LocalLogs {
 }
 
 fn commit(log: &PartitionLog, payload: &str) {
-    let record = CommitRecord {
-        key: b"",
-        payload: payload.as_bytes(),
-        committed_at_ms: 1,
-    };
+    let record = CommitRecord::new(b"", payload.as_bytes(), 1);
     log.commit_durable(&[&[record]]).expect("commit");
 }
 
@@ -637,11 +633,7 @@ fn a_quarantined_name_splits_at_its_last_infix() {
 }
 
 fn commit_error(log: &PartitionLog) -> LogError {
-    let record = CommitRecord {
-        key: b"",
-        payload: b"late",
-        committed_at_ms: 1,
-    };
+    let record = CommitRecord::new(b"", b"late", 1);
     log.commit_durable(&[&[record]])
         .expect_err("commit must fail")
 }

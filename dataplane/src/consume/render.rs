@@ -216,6 +216,8 @@ mod tests {
             key: key.to_vec(),
             committed_at_ms: 1_700_000_000_999,
             payload: payload.to_vec(),
+            origin: None,
+            idempotency_key: Vec::new(),
         }
     }
 

@@ -96,11 +96,7 @@ impl Node {
     fn commit(&self, partition: u32, payloads: &[&str]) -> Range<u64> {
         let records: Vec<CommitRecord<'_>> = payloads
             .iter()
-            .map(|payload| CommitRecord {
-                key: b"",
-                payload: payload.as_bytes(),
-                committed_at_ms: 1_000,
-            })
+            .map(|payload| CommitRecord::new(b"", payload.as_bytes(), 1_000))
             .collect();
         let meta = self.replica.topic_meta(TOPIC).expect("topic");
         let log = self

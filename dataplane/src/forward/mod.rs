@@ -85,6 +85,8 @@ pub(crate) fn delivery_of(
             key: record.key.to_vec(),
             committed_at_ms: record.committed_at_ms,
             payload: record.payload.to_vec(),
+            origin: None,
+            idempotency_key: Vec::new(),
         },
         nonce: record.nonce,
     }

@@ -71,11 +71,7 @@ fn commit(api: &Api, topic: &str, partition: u32, count: usize) {
         )
         .expect("open log");
     let records: Vec<CommitRecord<'_>> = (0..count)
-        .map(|_| CommitRecord {
-            key: b"",
-            payload: b"x",
-            committed_at_ms: 1,
-        })
+        .map(|_| CommitRecord::new(b"", b"x", 1))
         .collect();
     log.commit_durable(&[&records]).expect("commit");
 }

@@ -318,6 +318,7 @@ fn record_of<'a>(topic: &'a TopicMeta, placed: &Placed<'a>, created_at: u64) -> 
         topic: &topic.name,
         incarnation_id: topic.incarnation_id.as_deref(),
         key: &placed.message.key,
+        idempotency_key: &[],
         partition: placed.partition,
         created_at_unix_ms: created_at,
         payload: &placed.message.payload,
