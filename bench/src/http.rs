@@ -170,9 +170,110 @@ pub fn batch_produce_request(topic: &str, size: usize, message_bytes: usize) -> 
     )
 }
 
+/// Hex digits of one idempotency key slot in a [`KeyedRequest`].
+pub const KEY_SLOT_DIGITS: usize = 16;
+
+/// A request whose idempotency keys change on every send: the bytes with
+/// [`KEY_SLOT_DIGITS`]-digit slots, each filled with a fresh number, so no
+/// two requests of a run carry the same key.
+#[derive(Debug, Clone)]
+pub struct KeyedRequest {
+    bytes: Vec<u8>,
+    slots: Vec<usize>,
+}
+
+impl KeyedRequest {
+    /// A single produce of `message_bytes` bytes with an `Idempotency-Key`
+    /// header.
+    pub fn single(topic: &str, message_bytes: usize) -> Self {
+        let slot = "0".repeat(KEY_SLOT_DIGITS);
+        let mut bytes = format!(
+            "POST /v1/topics/{topic}/produce HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Content-Type: application/octet-stream\r\nIdempotency-Key: {slot}\r\n\
+             Content-Length: {message_bytes}\r\n\r\n"
+        )
+        .into_bytes();
+        let at = find(&bytes, b"Idempotency-Key: ") + "Idempotency-Key: ".len();
+        bytes.extend(std::iter::repeat_n(b'm', message_bytes));
+        Self {
+            bytes,
+            slots: vec![at],
+        }
+    }
+
+    /// A batch produce of `size` messages of `message_bytes` bytes, each
+    /// with an `idempotency_key`.
+    pub fn batch(topic: &str, size: usize, message_bytes: usize) -> Self {
+        let payload = format!("\"{}\"", "b".repeat(message_bytes - 2));
+        let slot = "0".repeat(KEY_SLOT_DIGITS);
+        let message = format!("{{\"payload\":{payload},\"idempotency_key\":\"{slot}\"}}");
+        let messages = vec![message; size].join(",");
+        let bytes = http_request(
+            "POST",
+            &format!("/v1/topics/{topic}/produce/batch"),
+            "application/json",
+            format!("{{\"messages\":[{messages}]}}").as_bytes(),
+        );
+        let marker = b"\"idempotency_key\":\"";
+        let mut slots = Vec::with_capacity(size);
+        let mut from = 0;
+        while let Some(at) = bytes[from..]
+            .windows(marker.len())
+            .position(|window| window == marker)
+        {
+            let slot = from + at + marker.len();
+            slots.push(slot);
+            from = slot;
+        }
+        Self { bytes, slots }
+    }
+
+    /// Keys each request takes.
+    pub fn keys(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// The request with its slots filled with `first`, `first + 1`, ...
+    pub fn fill(&self, first: u64) -> Vec<u8> {
+        let mut bytes = self.bytes.clone();
+        for (n, &slot) in (first..).zip(&self.slots) {
+            let digits = format!("{n:0width$x}", width = KEY_SLOT_DIGITS);
+            bytes[slot..slot + KEY_SLOT_DIGITS].copy_from_slice(digits.as_bytes());
+        }
+        bytes
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+        .expect("the template holds the needle")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyed_requests_fill_every_slot_with_its_own_number() {
+        let single = KeyedRequest::single("t", 8);
+        let text = String::from_utf8(single.fill(255)).unwrap();
+        assert!(
+            text.contains("Idempotency-Key: 00000000000000ff\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("\r\n\r\nmmmmmmmm"), "{text}");
+        let batch = KeyedRequest::batch("t", 3, 8);
+        assert_eq!(batch.keys(), 3);
+        let text = String::from_utf8(batch.fill(16)).unwrap();
+        for key in ["0000000000000010", "0000000000000011", "0000000000000012"] {
+            assert!(
+                text.contains(&format!("\"idempotency_key\":\"{key}\"")),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn response_is_taken_only_once_its_body_is_whole() {

@@ -229,6 +229,7 @@ fn records_of_a_deleted_topic_are_discarded_after_leader_confirmation() {
         key: Vec::new(),
         partition: Some(1),
         payload: bytes::Bytes::from_static(b"doomed"),
+        idempotency_key: Vec::new(),
     };
     runtime
         .block_on(node.api().acceptor.accept(&topic, &message))
@@ -271,6 +272,7 @@ fn records_for_a_dead_remote_owner_are_rerouted_to_a_local_sibling() {
         key: Vec::new(),
         partition: Some(0),
         payload: bytes::Bytes::from_static(b"moved"),
+        idempotency_key: Vec::new(),
     };
     runtime
         .block_on(node.api().acceptor.accept(&topic, &message))
@@ -336,6 +338,7 @@ fn crash_and_recover(seed: u64) -> usize {
                             },
                             partition: None,
                             payload: bytes::Bytes::from(id.clone().into_bytes()),
+                            idempotency_key: Vec::new(),
                         })
                         .collect();
                     let outcome = if count == 1 {
@@ -426,6 +429,7 @@ fn a_topic_created_after_start_is_dispatched_once_assigned() {
         key: Vec::new(),
         partition: Some(2),
         payload: bytes::Bytes::from_static(b"early"),
+        idempotency_key: Vec::new(),
     };
     runtime
         .block_on(node.api().acceptor.accept(&topic, &message))
@@ -465,6 +469,7 @@ fn the_wal_compacts_behind_the_synced_checkpoint() {
             key: Vec::new(),
             partition: Some(i % 3),
             payload: bytes::Bytes::from(vec![b'x'; 1024]),
+            idempotency_key: Vec::new(),
         };
         runtime
             .block_on(node.api().acceptor.accept(&topic, &message))
@@ -502,6 +507,7 @@ fn records_of_a_replaced_incarnation_are_discarded_and_the_new_one_commits() {
             key: Vec::new(),
             partition: Some(0),
             payload: bytes::Bytes::from_static(payload),
+            idempotency_key: Vec::new(),
         };
         runtime
             .block_on(node.api().acceptor.accept(&topic, &message))
@@ -615,4 +621,85 @@ async fn a_standalone_node_serves_create_and_produce_over_tcp() {
     tokio::task::spawn_blocking(move || node.shutdown())
         .await
         .expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_retried_with_its_idempotency_key_is_stored_once_in_the_keys_partition() {
+    let sim = SimDisk::new(15);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE);
+    let mut config = config(Path::new(DATA_DIR), 1);
+    config.api.security = false;
+    let node = Arc::new(DataNode::start(services, config).expect("start"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            node.serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let body = r#"{"name":"events","partitions":4}"#;
+    let (status, _) = http_over_tcp(address, "POST", "/v1/topics", body).await;
+    assert_eq!(status, 201);
+    let path = "/v1/topics/events/produce";
+    for attempt in 0..3 {
+        let payload = format!(r#"{{"attempt":{attempt}}}"#);
+        let (status, body) = http_over_tcp_as(
+            address,
+            "POST",
+            path,
+            "Idempotency-Key: order-17\r\n",
+            &payload,
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    // The batch field is the per-message form; a key the header stored is
+    // recognised there too.
+    let batch = r#"{"messages":[{"payload":"b","idempotency_key":"order-17"},{"payload":"c","idempotency_key":"order-18"}]}"#;
+    let (status, body) =
+        http_over_tcp(address, "POST", "/v1/topics/events/produce/batch", batch).await;
+    assert_eq!((status, body.as_str()), (202, "{\"accepted\":2}\n"));
+    for bad in [
+        "Idempotency-Key: has space\r\n",
+        &format!("Idempotency-Key: {}\r\n", "k".repeat(257)),
+    ] {
+        let (status, body) = http_over_tcp_as(address, "POST", path, bad, "{}").await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.contains("invalid idempotency key"), "{body}");
+    }
+    let empty = r#"{"messages":[{"payload":"d","idempotency_key":""}]}"#;
+    let (status, _) =
+        http_over_tcp(address, "POST", "/v1/topics/events/produce/batch", empty).await;
+    assert_eq!(status, 400);
+    let drained = Arc::clone(&node);
+    tokio::task::spawn_blocking(move || wait_until("dispatch", || drained.drained()))
+        .await
+        .expect("wait");
+    stop.send(()).expect("stop");
+    server.await.expect("server task").expect("serve");
+    let node = Arc::try_unwrap(node).expect("last handle");
+    tokio::task::spawn_blocking(move || node.shutdown())
+        .await
+        .expect("shutdown");
+    let stored = stored(&disk, Path::new(DATA_DIR), "events", 4);
+    let home = crate::ingress::partition::key_partition(b"order-17", 4);
+    let all: Vec<(u32, Vec<u8>)> = stored
+        .iter()
+        .flat_map(|(partition, records)| records.iter().map(|(_, p)| (*partition, p.clone())))
+        .collect();
+    assert_eq!(all.len(), 2, "one copy per key: {all:?}");
+    assert!(
+        all.contains(&(home, br#"{"attempt":0}"#.to_vec())),
+        "{all:?}"
+    );
+    let other = crate::ingress::partition::key_partition(b"order-18", 4);
+    assert!(all.contains(&(other, br#""c""#.to_vec())), "{all:?}");
 }

@@ -29,6 +29,17 @@ pub const HTTP_RESPONSE_BYTES_OUT_TOTAL: &str = "narad_http_response_bytes_out_t
 pub const MESSAGES_PRODUCED_TOTAL: &str = "narad_messages_produced_total";
 /// Payload bytes appended on this node as owner.
 pub const BYTES_PRODUCED_TOTAL: &str = "narad_bytes_produced_total";
+/// Records a partition owner acknowledged without storing them again,
+/// because the partition already stored them: a re-sent WAL record (same
+/// origin) or a produce retried with the same idempotency key within the
+/// window (topic, partition).
+pub const PRODUCE_DUPLICATES_SKIPPED_TOTAL: &str = "narad_produce_duplicates_skipped_total";
+/// Commits this node's dispatcher stored in a sibling of their records'
+/// home partition, after the home owner was dead or failing past the
+/// reroute grace: the one seam that can still store a record twice.
+pub const DISPATCH_REROUTES_TOTAL: &str = "narad_dispatch_reroutes_total";
+/// Records those rerouted commits stored.
+pub const DISPATCH_REROUTED_RECORDS_TOTAL: &str = "narad_dispatch_rerouted_records_total";
 /// Produces refused by a topic rule (topic, reason).
 pub const PRODUCE_REJECTIONS_TOTAL: &str = "narad_produce_rejections_total";
 /// 1 once the ingress WAL latched a write or fdatasync failure.

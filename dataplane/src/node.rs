@@ -285,6 +285,10 @@ impl DataNode {
             Arc::clone(&dispatch_status.checkpoint_stored),
             services.admin,
         );
+        api.reroutes = (
+            Arc::clone(&dispatch_status.reroutes),
+            Arc::clone(&dispatch_status.rerouted_records),
+        );
         api.logs = Some(Arc::clone(&logs));
         api.consume = Some(Arc::clone(&consume));
         api.fanout = fanout_status;

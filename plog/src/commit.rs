@@ -37,6 +37,9 @@ pub struct CommitOutcome {
     /// partition already stores them (their origin, or their idempotency
     /// key within the window), in the order given.
     pub batch_already_stored: Vec<u32>,
+    /// Payload bytes of the records stored (keys and envelopes not
+    /// counted).
+    pub payload_bytes: u64,
     /// Commit time of the run's last record (after raising).
     pub newest_commit_ms: u64,
     /// The high watermark after the commit.
@@ -112,6 +115,7 @@ impl PartitionLog {
                 offsets: plan.offsets,
                 batch_offsets: plan.batch_offsets,
                 batch_already_stored: plan.batch_already_stored,
+                payload_bytes: 0,
                 newest_commit_ms: writer.newest_commit_ms,
                 high_watermark,
                 sync_duration: None,
@@ -141,10 +145,12 @@ impl PartitionLog {
                 );
             }
         }
+        let payload_bytes = plan.stamped.iter().map(|r| r.payload.len() as u64).sum();
         Ok(CommitOutcome {
             offsets: plan.offsets,
             batch_offsets: plan.batch_offsets,
             batch_already_stored: plan.batch_already_stored,
+            payload_bytes,
             newest_commit_ms: plan.newest_ms,
             high_watermark: self.high_watermark(),
             sync_duration: Some(sync_duration),

@@ -18,6 +18,15 @@
 //!     u32   records      ≥ 1; the runs' records sum to the record count
 //!     [16]  incarnation  16 lowercase hex characters, or 16 zero bytes for
 //!                        records without an id
+//!   optional provenance section, written only when some record has an
+//!   origin or an idempotency key:
+//!   u32   marker         0xFFFF_FFFF (never a run count)
+//!   u64   floor          the sender's durable WAL checkpoint: it never
+//!                        sends a sequence below it again
+//!   per record:
+//!     [16]  origin id    the WAL epoch's id, or 16 zero bytes for none
+//!     u64   sequence     the record's WAL sequence (0 without an origin)
+//!     bytes idem. key    u32 length + bytes, 0 ..= 256; empty = none
 //!
 //! answer: 200, body (a Message, version 1)
 //!   u8    version        1
@@ -54,6 +63,19 @@ const RECORD_BYTES_MIN: usize = 4 + 4 + 8;
 
 /// Smallest encoding of one incarnation run.
 const RUN_BYTES_MIN: usize = 4 + INCARNATION_ID_BYTES;
+
+/// Bytes of an origin id on the wire.
+pub const ORIGIN_ID_BYTES: usize = 16;
+
+/// The longest idempotency key a record carries.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+
+/// What starts the provenance section: a value no incarnation run count
+/// can take.
+const PROVENANCE_MARKER: u32 = u32::MAX;
+
+/// Smallest encoding of one record's provenance.
+const PROVENANCE_BYTES_MIN: usize = ORIGIN_ID_BYTES + 8 + 4;
 
 /// `421`: this node does not own the partition (any more); the sender looks
 /// the owner up again.
@@ -126,6 +148,15 @@ pub struct BatchRecord {
     pub created_at_unix_ms: u64,
 }
 
+/// Where one record of a batch came from, so its owner stores it once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordProvenance {
+    /// The ingress WAL epoch's id and the record's sequence in it.
+    pub origin: Option<([u8; ORIGIN_ID_BYTES], u64)>,
+    /// The producer's idempotency key; empty means none.
+    pub idempotency_key: Bytes,
+}
+
 /// Consecutive records sharing one incarnation id (or sharing none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IncarnationRun {
@@ -146,6 +177,10 @@ pub struct CommitProduceBatch {
     partition: u32,
     records: Vec<BatchRecord>,
     runs: Vec<IncarnationRun>,
+    /// The sender's durable checkpoint, and one entry per record; empty
+    /// when no record has provenance.
+    floor: u64,
+    provenance: Vec<RecordProvenance>,
 }
 
 impl CommitProduceBatch {
@@ -183,7 +218,56 @@ impl CommitProduceBatch {
             partition,
             records: batch_records,
             runs,
+            floor: 0,
+            provenance: Vec::new(),
         }
+    }
+
+    /// Adds each record's provenance and the sender's durable checkpoint.
+    /// Kept only when some record has an origin or an idempotency key.
+    ///
+    /// # Panics
+    /// If `provenance` does not hold one entry per record, or a key is over
+    /// [`IDEMPOTENCY_KEY_BYTES_MAX`].
+    #[must_use]
+    pub fn with_provenance(mut self, floor: u64, provenance: Vec<RecordProvenance>) -> Self {
+        assert_eq!(
+            provenance.len(),
+            self.records.len(),
+            "one provenance per record"
+        );
+        assert!(
+            provenance
+                .iter()
+                .all(|p| p.idempotency_key.len() <= IDEMPOTENCY_KEY_BYTES_MAX),
+            "idempotency keys are at most {IDEMPOTENCY_KEY_BYTES_MAX} bytes"
+        );
+        if provenance
+            .iter()
+            .any(|p| p.origin.is_some() || !p.idempotency_key.is_empty())
+        {
+            self.floor = floor;
+            self.provenance = provenance;
+        }
+        self
+    }
+
+    /// The sender's durable checkpoint (0 without provenance).
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Each record's provenance, in record order; empty when the batch
+    /// carries none.
+    pub fn provenance(&self) -> &[RecordProvenance] {
+        &self.provenance
+    }
+
+    /// Drops the provenance section: the shape an owner from before it
+    /// accepts. Its records may then be stored twice.
+    pub fn strip_provenance(&mut self) {
+        self.provenance.clear();
+        self.floor = 0;
     }
 
     /// The topic.
@@ -254,22 +338,31 @@ impl Encode for CommitProduceBatch {
             writer.bytes(&record.payload);
             writer.u64(record.created_at_unix_ms);
         }
-        if self.runs.is_empty() {
-            return;
+        if !self.runs.is_empty() {
+            let runs = u32::try_from(self.runs.len()).expect("no more runs than records");
+            writer.u32(runs);
+            for run in &self.runs {
+                writer.u32(run.records);
+                match &run.id {
+                    Some(id) => writer_fixed(writer, &id.0),
+                    None => writer_fixed(writer, &[0; INCARNATION_ID_BYTES]),
+                }
+            }
         }
-        let runs = u32::try_from(self.runs.len()).expect("no more runs than records");
-        writer.u32(runs);
-        for run in &self.runs {
-            writer.u32(run.records);
-            match &run.id {
-                Some(id) => writer_fixed(writer, &id.0),
-                None => writer_fixed(writer, &[0; INCARNATION_ID_BYTES]),
+        if !self.provenance.is_empty() {
+            writer.u32(PROVENANCE_MARKER);
+            writer.u64(self.floor);
+            for provenance in &self.provenance {
+                let (id, seq) = provenance.origin.unwrap_or(([0; ORIGIN_ID_BYTES], 0));
+                writer_fixed(writer, &id);
+                writer.u64(seq);
+                writer.bytes(&provenance.idempotency_key);
             }
         }
     }
 }
 
-fn writer_fixed(writer: &mut Writer, bytes: &[u8; INCARNATION_ID_BYTES]) {
+fn writer_fixed<const N: usize>(writer: &mut Writer, bytes: &[u8; N]) {
     for byte in bytes {
         writer.u8(*byte);
     }
@@ -283,18 +376,87 @@ impl Decode for CommitProduceBatch {
         let topic = reader.str("topic")?;
         let partition = reader.u32("partition")?;
         let records = decode_records(reader)?;
-        let runs = if reader.remaining() == 0 {
+        let runs = if reader.remaining() == 0 || next_is_provenance(reader) {
             Vec::new()
         } else {
             decode_runs(reader, records.len())?
+        };
+        // Bytes that are not a provenance section are a field from a newer
+        // build: left unread, they make the message decoder refuse it as an
+        // unsupported operation.
+        let (floor, provenance) = if next_is_provenance(reader) {
+            decode_provenance(reader, records.len())?
+        } else {
+            (0, Vec::new())
         };
         Ok(Self {
             topic,
             partition,
             records,
             runs,
+            floor,
+            provenance,
         })
     }
+}
+
+fn next_is_provenance(reader: &Reader) -> bool {
+    reader
+        .clone()
+        .u32("provenance marker")
+        .is_ok_and(|value| value == PROVENANCE_MARKER)
+}
+
+fn decode_provenance(
+    reader: &mut Reader,
+    records: usize,
+) -> Result<(u64, Vec<RecordProvenance>), DecodeError> {
+    let marker = reader.u32("provenance marker")?;
+    if marker != PROVENANCE_MARKER {
+        return Err(DecodeError::InvalidValue {
+            field: "provenance marker",
+            value: u64::from(marker),
+        });
+    }
+    let floor = reader.u64("provenance floor")?;
+    let needed = records.saturating_mul(PROVENANCE_BYTES_MIN);
+    if needed > reader.remaining() {
+        return Err(DecodeError::LengthExceedsInput {
+            field: "record provenance",
+            claimed: needed as u64,
+            remaining: reader.remaining(),
+        });
+    }
+    let mut provenance = Vec::with_capacity(records);
+    for _ in 0..records {
+        let raw = reader.fixed("origin id", ORIGIN_ID_BYTES)?;
+        let mut id = [0_u8; ORIGIN_ID_BYTES];
+        id.copy_from_slice(&raw);
+        let seq = reader.u64("origin sequence")?;
+        let idempotency_key = reader.bytes("idempotency key")?;
+        if idempotency_key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+            return Err(DecodeError::InvalidValue {
+                field: "idempotency key length",
+                value: idempotency_key.len() as u64,
+            });
+        }
+        let origin = (id != [0; ORIGIN_ID_BYTES]).then_some((id, seq));
+        provenance.push(RecordProvenance {
+            origin,
+            idempotency_key,
+        });
+    }
+    if provenance
+        .iter()
+        .all(|p| p.origin.is_none() && p.idempotency_key.is_empty())
+    {
+        // A sender writes the section only when some record has one.
+        return Err(DecodeError::InvalidValue {
+            field: "records with provenance",
+            value: 0,
+        });
+    }
+    Ok((floor, provenance))
 }
 
 fn decode_records(reader: &mut Reader) -> Result<Vec<BatchRecord>, DecodeError> {
@@ -420,16 +582,26 @@ pub fn not_owner(topic: &str, partition: u32) -> RpcError {
 }
 
 /// The owner's answer to a committed batch: the offsets it took.
+///
+/// `already_stored` counts the batch's records the partition stored before
+/// (by their provenance) and did not store again; it is written as a
+/// trailing `u32` only when non-zero, which happens only for a batch that
+/// carried provenance, so an older sender never sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitProduceBatchAnswer {
     /// First offset taken, and one past the last.
     pub offsets: Range<u64>,
+    /// Records of the batch the partition already stored.
+    pub already_stored: u32,
 }
 
 impl Encode for CommitProduceBatchAnswer {
     fn encode(&self, writer: &mut Writer) {
         writer.u64(self.offsets.start);
         writer.u64(self.offsets.end);
+        if self.already_stored > 0 {
+            writer.u32(self.already_stored);
+        }
     }
 }
 
@@ -443,8 +615,14 @@ impl Decode for CommitProduceBatchAnswer {
                 value: end,
             });
         }
+        let already_stored = if reader.remaining() == 0 {
+            0
+        } else {
+            reader.u32("already stored")?
+        };
         Ok(Self {
             offsets: start..end,
+            already_stored,
         })
     }
 }
@@ -511,10 +689,32 @@ mod tests {
         (
             ".{0,16}",
             any::<u32>(),
-            proptest::collection::vec((record_strategy(), id_strategy()), 1..12),
+            proptest::collection::vec(
+                (record_strategy(), id_strategy(), provenance_strategy()),
+                1..12,
+            ),
+            any::<u64>(),
         )
-            .prop_map(|(topic, partition, records)| {
-                CommitProduceBatch::new(topic, partition, records)
+            .prop_map(|(topic, partition, records, floor)| {
+                let provenance = records.iter().map(|(_, _, p)| p.clone()).collect();
+                CommitProduceBatch::new(
+                    topic,
+                    partition,
+                    records.into_iter().map(|(record, id, _)| (record, id)),
+                )
+                .with_provenance(floor, provenance)
+            })
+    }
+
+    fn provenance_strategy() -> impl Strategy<Value = RecordProvenance> {
+        (
+            proptest::option::of((any::<[u8; ORIGIN_ID_BYTES]>(), any::<u64>())),
+            proptest::collection::vec(any::<u8>(), 0..8),
+        )
+            .prop_map(|(origin, key)| RecordProvenance {
+                // The all-zero id means "no origin" on the wire.
+                origin: origin.filter(|(id, _)| *id != [0; ORIGIN_ID_BYTES]),
+                idempotency_key: Bytes::from(key),
             })
     }
 
@@ -546,12 +746,13 @@ mod tests {
         fn truncated_batch_is_an_error(batch in batch_strategy(), cut in any::<prop::sample::Index>()) {
             let bytes = encode_message(&batch);
             let cut = cut.index(bytes.len());
-            // A cut exactly before the trailing section leaves a valid
-            // batch without ids; every other cut is refused.
+            // A cut exactly before a trailing section leaves a valid batch
+            // without it; every other cut is refused.
             match decode_commit_request(bytes.slice(..cut)) {
                 Ok(decoded) => {
-                    prop_assert!(batch.has_incarnations());
-                    prop_assert!(!decoded.has_incarnations());
+                    prop_assert!(batch.has_incarnations() || !batch.provenance().is_empty());
+                    prop_assert!(decoded.provenance().is_empty());
+                    prop_assert_eq!(decoded.records(), batch.records());
                 }
                 Err(error) => prop_assert_eq!(error.status, Status::BAD_REQUEST),
             }
@@ -559,7 +760,10 @@ mod tests {
 
         #[test]
         fn answer_round_trips(start in any::<u64>(), len in 0_u64..1_000_000) {
-            let answer = CommitProduceBatchAnswer { offsets: start..start.saturating_add(len) };
+            let answer = CommitProduceBatchAnswer {
+                offsets: start..start.saturating_add(len),
+                already_stored: (len % 3) as u32,
+            };
             let decoded = decode_message::<CommitProduceBatchAnswer>(encode_message(&answer));
             prop_assert_eq!(decoded.expect("decodes"), answer);
         }
@@ -645,6 +849,37 @@ mod tests {
         let error = decode_commit_request(Bytes::from(bytes)).expect_err("refused");
         assert_eq!(error.status, Status::BAD_REQUEST);
         assert!(is_unsupported_operation(&error), "{error}");
+    }
+
+    #[test]
+    fn provenance_without_incarnations_round_trips_and_can_be_stripped() {
+        let provenance = vec![
+            RecordProvenance {
+                origin: Some(([3; ORIGIN_ID_BYTES], 41)),
+                idempotency_key: Bytes::new(),
+            },
+            RecordProvenance {
+                origin: None,
+                idempotency_key: Bytes::from_static(b"req-7"),
+            },
+        ];
+        let mut batch =
+            CommitProduceBatch::new("orders", 2, [(record("a"), None), (record("b"), None)])
+                .with_provenance(40, provenance.clone());
+        let decoded = decode_commit_request(encode_message(&batch)).expect("decodes");
+        assert_eq!(decoded.provenance(), &provenance[..]);
+        assert_eq!(decoded.floor(), 40);
+        batch.strip_provenance();
+        let older = older_frame("orders", 2, &[record("a"), record("b")]);
+        assert_eq!(encode_message(&batch), older);
+    }
+
+    #[test]
+    fn provenance_is_dropped_when_no_record_has_any() {
+        let batch = CommitProduceBatch::new("orders", 0, [(record("a"), None)])
+            .with_provenance(5, vec![RecordProvenance::default()]);
+        assert!(batch.provenance().is_empty());
+        assert_eq!(batch.floor(), 0);
     }
 
     #[test]

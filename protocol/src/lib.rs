@@ -51,6 +51,7 @@ pub use client::CallError;
 pub use codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
 pub use commit::{
     BatchRecord, CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, IncarnationRun,
+    RecordProvenance,
 };
 pub use consume::{
     AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, CursorPosition, ForwardConsume,

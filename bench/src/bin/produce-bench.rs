@@ -9,7 +9,10 @@
 //! - single-message produces of [`MESSAGE_BYTES`] bytes at 1, 16, 64 and 256
 //!   concurrent producers;
 //! - batch produces of 100 and 1,000 messages of [`MESSAGE_BYTES`] bytes, at
-//!   1 and at [`BATCH_PRODUCERS`] concurrent producers.
+//!   1 and at [`BATCH_PRODUCERS`] concurrent producers;
+//! - `single_c64_idem` and `batch100_idem`: the same as `single_c64` and
+//!   `batch100` with an idempotency key on every message (a new one each
+//!   time, so nothing is left out), for the cost of keyed produce.
 //!
 //! Latency is request written to `202` read. Baselines of the same run: an
 //! axum handler in this process that reads the body and answers `202`
@@ -24,16 +27,20 @@
 //! `<phase>_narad_cores` sums every process. It writes
 //! `produce-cluster.json` and `.png`, with the same keys.
 
+use std::borrow::Cow;
 use std::fs;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::FdatasyncBaseline;
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
-use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
+use narad_bench::http::{
+    Connection, KeyedRequest, NoopServer, batch_produce_request, http_request,
+};
 use narad_bench::node::{cpu_seconds, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
@@ -65,6 +72,33 @@ const FDATASYNC_SAMPLES: usize = 1_000;
 /// Targets of issue 6 on the 2-core machine.
 const TARGET_SINGLE_C64_MSGS_PER_S: f64 = 40_000.0;
 const TARGET_BATCH100_MSGS_PER_S: f64 = 300_000.0;
+/// Issue 21: keyed produce keeps at least this share of the rate without
+/// keys, single c64 and batch 100.
+const TARGET_IDEMPOTENT_RATIO: f64 = 0.9;
+
+/// What a phase sends: the same bytes every time, or a request whose
+/// idempotency keys are new on every send.
+#[derive(Clone)]
+enum Load {
+    Fixed(Arc<Vec<u8>>),
+    Keyed(Arc<KeyedRequest>, Arc<AtomicU64>),
+}
+
+impl Load {
+    fn keyed(request: KeyedRequest) -> Self {
+        Self::Keyed(Arc::new(request), Arc::new(AtomicU64::new(0)))
+    }
+
+    fn next(&self) -> Cow<'_, [u8]> {
+        match self {
+            Self::Fixed(bytes) => Cow::Borrowed(bytes.as_slice()),
+            Self::Keyed(request, counter) => {
+                let first = counter.fetch_add(request.keys(), Ordering::Relaxed);
+                Cow::Owned(request.fill(first))
+            }
+        }
+    }
+}
 
 fn main() -> io::Result<()> {
     let cluster = cluster_arg(std::env::args().skip(1))?;
@@ -127,12 +161,12 @@ fn main() -> io::Result<()> {
 }
 
 async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) -> io::Result<()> {
-    let single_request = Arc::new(http_request(
+    let single_request = Load::Fixed(Arc::new(http_request(
         "POST",
         &format!("/v1/topics/{TOPIC}/produce"),
         "application/octet-stream",
         &[b'm'; MESSAGE_BYTES],
-    ));
+    )));
 
     let noop = NoopServer::start().await?;
     let mut noop_c1 = drive(&[noop.addr], &single_request, 1, 1, PHASE).await?;
@@ -161,21 +195,16 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
         "idle_narad_cores",
         (node.cpu_seconds() - idle_cpu) / IDLE.as_secs_f64(),
     );
-    let mut phases: Vec<(String, Arc<Vec<u8>>, usize, u64)> = SINGLE_PRODUCERS
+    let mut phases: Vec<(String, Load, usize, u64)> = SINGLE_PRODUCERS
         .iter()
         .map(|&producers| {
             let name = format!("single_c{producers}");
-            (name, Arc::clone(&single_request), producers, 1)
+            (name, single_request.clone(), producers, 1)
         })
         .collect();
     for size in BATCH_SIZES {
-        let request = Arc::new(batch_produce_request(TOPIC, size, MESSAGE_BYTES));
-        phases.push((
-            format!("batch{size}_c1"),
-            Arc::clone(&request),
-            1,
-            size as u64,
-        ));
+        let request = Load::Fixed(Arc::new(batch_produce_request(TOPIC, size, MESSAGE_BYTES)));
+        phases.push((format!("batch{size}_c1"), request.clone(), 1, size as u64));
         phases.push((
             format!("batch{size}"),
             request,
@@ -183,6 +212,18 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
             size as u64,
         ));
     }
+    phases.push((
+        "single_c64_idem".into(),
+        Load::keyed(KeyedRequest::single(TOPIC, MESSAGE_BYTES)),
+        64,
+        1,
+    ));
+    phases.push((
+        "batch100_idem".into(),
+        Load::keyed(KeyedRequest::batch(TOPIC, 100, MESSAGE_BYTES)),
+        BATCH_PRODUCERS,
+        100,
+    ));
     for (name, request, producers, msgs_per_request) in phases {
         let node_cpu = node.cpu_seconds();
         let client_cpu = cpu_seconds("self");
@@ -252,6 +293,14 @@ fn summarize(report: &mut Report) {
             "ratio_single_c64_to_single_c1",
             ratio(single_c64, figure("single_c1_msgs_per_s")),
         ),
+        (
+            "ratio_single_c64_idem_to_single_c64",
+            ratio(figure("single_c64_idem_msgs_per_s"), single_c64),
+        ),
+        (
+            "ratio_batch100_idem_to_batch100",
+            ratio(figure("batch100_idem_msgs_per_s"), batch100),
+        ),
     ];
     for (key, value) in ratios {
         report.set(key, value);
@@ -266,6 +315,15 @@ fn summarize(report: &mut Report) {
     report.set(
         "target_batch100_met",
         met(batch100, TARGET_BATCH100_MSGS_PER_S),
+    );
+    report.set("target_idempotent_ratio", TARGET_IDEMPOTENT_RATIO);
+    report.set(
+        "target_idempotent_met",
+        met(
+            ratio(figure("single_c64_idem_msgs_per_s"), single_c64)
+                .min(ratio(figure("batch100_idem_msgs_per_s"), batch100)),
+            TARGET_IDEMPOTENT_RATIO,
+        ),
     );
 
     let mut rates: Vec<(String, f64)> = vec![("no-op HTTP, c64".into(), noop_c64)];
@@ -285,6 +343,14 @@ fn summarize(report: &mut Report) {
             figure(&format!("batch{size}_msgs_per_s")),
         ));
     }
+    rates.push((
+        "single, c64, idempotency keys".into(),
+        figure("single_c64_idem_msgs_per_s"),
+    ));
+    rates.push((
+        format!("batch 100, c{BATCH_PRODUCERS}, idempotency keys"),
+        figure("batch100_idem_msgs_per_s"),
+    ));
     let mut latencies: Vec<(String, f64)> = vec![
         ("raw fdatasync 4 KiB (prealloc)".into(), fdatasync),
         (
@@ -361,7 +427,7 @@ impl Phase {
 /// request to the last answer.
 async fn drive(
     addrs: &[SocketAddr],
-    request: &Arc<Vec<u8>>,
+    request: &Load,
     producers: usize,
     msgs_per_request: u64,
     duration: Duration,
@@ -375,12 +441,13 @@ async fn drive(
     let tasks: Vec<_> = connections
         .into_iter()
         .map(|mut connection| {
-            let request = Arc::clone(request);
+            let request = request.clone();
             tokio::spawn(async move {
                 let mut phase = Phase::default();
                 while Instant::now() < deadline {
+                    let bytes = request.next();
                     let sent = Instant::now();
-                    let response = connection.send(&request).await?;
+                    let response = connection.send(&bytes).await?;
                     let elapsed = sent.elapsed();
                     if response.status == 202 {
                         phase.latencies.record(elapsed);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use narad_plog::{CommitRecord, LogError};
+use narad_plog::{CommitRecord, LogError, Origin};
 use parking_lot::{Condvar, Mutex};
 
 use super::logs::LocalLogs;
@@ -31,6 +31,41 @@ pub struct CommitItem {
     pub payload: Bytes,
     /// The topic incarnation the record was accepted under, if any.
     pub incarnation: Option<Arc<str>>,
+    /// The ingress WAL record this is, if known: a record whose origin the
+    /// partition already stores is acknowledged without being stored again.
+    pub origin: Option<Origin>,
+    /// The producer's idempotency key; empty means none.
+    pub idempotency_key: Bytes,
+}
+
+impl CommitItem {
+    /// A record without provenance.
+    pub fn new(key: Bytes, payload: Bytes, incarnation: Option<Arc<str>>) -> Self {
+        Self {
+            key,
+            payload,
+            incarnation,
+            origin: None,
+            idempotency_key: Bytes::new(),
+        }
+    }
+}
+
+/// What a committed batch got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The offsets its newly stored records took, contiguous.
+    pub offsets: Range<u64>,
+    /// Its records the partition already stored (by origin, or by
+    /// idempotency key within the topic's window), not stored again.
+    pub already_stored: u32,
+}
+
+impl Stored {
+    /// Records of the batch accounted for: stored now or before.
+    pub fn records(&self) -> u64 {
+        self.offsets.end - self.offsets.start + u64::from(self.already_stored)
+    }
 }
 
 /// One caller's batch for one partition.
@@ -76,7 +111,7 @@ pub enum CommitError {
 #[derive(Debug)]
 struct Ticket {
     batch: Mutex<Option<CommitBatch>>,
-    outcome: Mutex<Option<Result<Range<u64>, CommitError>>>,
+    outcome: Mutex<Option<Result<Stored, CommitError>>>,
 }
 
 #[derive(Debug, Default)]
@@ -142,7 +177,8 @@ impl Combiners {
     }
 
     /// Commits `batch` to `destination`, blocking until its cycle ended.
-    /// Returns the offsets the batch took.
+    /// Returns the offsets the batch took, and how many of its records the
+    /// partition already stored.
     ///
     /// # Errors
     /// [`CommitError`]; nothing of the batch is visible.
@@ -150,7 +186,7 @@ impl Combiners {
         &self,
         destination: &Destination,
         batch: CommitBatch,
-    ) -> Result<Range<u64>, CommitError> {
+    ) -> Result<Stored, CommitError> {
         let combiner = Arc::clone(
             self.combiners
                 .lock()
@@ -204,7 +240,7 @@ impl Combiners {
                     .map(|batch| (Arc::clone(ticket), batch))
             })
             .collect();
-        let finish = |ticket: &Ticket, outcome: Result<Range<u64>, CommitError>| {
+        let finish = |ticket: &Ticket, outcome: Result<Stored, CommitError>| {
             *ticket.outcome.lock() = Some(outcome);
         };
         if let Err(error) = self.check_owner(destination) {
@@ -259,7 +295,7 @@ impl Combiners {
         destination: &Destination,
         live: Option<&Arc<str>>,
         admitted: &[(Arc<Ticket>, CommitBatch)],
-    ) -> Result<Vec<Range<u64>>, CommitError> {
+    ) -> Result<Vec<Stored>, CommitError> {
         let log = self
             .logs
             .resolve(destination, live)
@@ -271,7 +307,11 @@ impl Combiners {
                 batch
                     .items
                     .iter()
-                    .map(|item| CommitRecord::new(&item.key, &item.payload, committed_at_ms))
+                    .map(|item| CommitRecord {
+                        origin: item.origin,
+                        idempotency_key: &item.idempotency_key,
+                        ..CommitRecord::new(&item.key, &item.payload, committed_at_ms)
+                    })
                     .collect()
             })
             .collect();
@@ -284,20 +324,30 @@ impl Combiners {
             admitted.len(),
             "a commit returns one range per batch"
         );
-        let records: usize = runs.iter().map(Vec::len).sum();
-        let bytes: usize = runs
+        let already_stored: u64 = outcome
+            .batch_already_stored
             .iter()
-            .flatten()
-            .map(|record| record.payload.len())
+            .map(|&n| u64::from(n))
             .sum();
+        let records = outcome.offsets.end - outcome.offsets.start;
         let labels = [
             ("topic", destination.topic.to_string()),
             ("partition", destination.partition.to_string()),
         ];
         self.metrics
-            .count(metrics::MESSAGES_PRODUCED_TOTAL, &labels, records as u64);
-        self.metrics
-            .count(metrics::BYTES_PRODUCED_TOTAL, &labels, bytes as u64);
+            .count(metrics::MESSAGES_PRODUCED_TOTAL, &labels, records);
+        self.metrics.count(
+            metrics::BYTES_PRODUCED_TOTAL,
+            &labels,
+            outcome.payload_bytes,
+        );
+        if already_stored > 0 {
+            self.metrics.count(
+                metrics::PRODUCE_DUPLICATES_SKIPPED_TOTAL,
+                &labels,
+                already_stored,
+            );
+        }
         if let Some(sync_duration) = outcome.sync_duration {
             self.metrics.observe(
                 metrics::STORAGE_FSYNC_DURATION_SECONDS,
@@ -305,7 +355,15 @@ impl Combiners {
                 sync_duration,
             );
         }
-        Ok(outcome.batch_offsets)
+        Ok(outcome
+            .batch_offsets
+            .into_iter()
+            .zip(outcome.batch_already_stored)
+            .map(|(offsets, already_stored)| Stored {
+                offsets,
+                already_stored,
+            })
+            .collect())
     }
 }
 

@@ -96,6 +96,8 @@ fn commit_locally(combiners: &Combiners, order: &CommitOrder<WalPayload>) -> Com
                 key: held.payload.key.clone(),
                 payload: held.payload.payload.clone(),
                 incarnation: held.meta.incarnation.clone(),
+                origin: held.payload.origin,
+                idempotency_key: held.payload.idempotency_key.clone(),
             })
             .collect(),
         deadline: Instant::now() + order.budget,

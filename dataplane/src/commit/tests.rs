@@ -31,10 +31,12 @@ fn batch(payloads: &[&str], incarnation: Option<&str>) -> CommitBatch {
     CommitBatch {
         items: payloads
             .iter()
-            .map(|payload| CommitItem {
-                key: Bytes::new(),
-                payload: Bytes::copy_from_slice(payload.as_bytes()),
-                incarnation: incarnation.map(Arc::from),
+            .map(|payload| {
+                CommitItem::new(
+                    Bytes::new(),
+                    Bytes::copy_from_slice(payload.as_bytes()),
+                    incarnation.map(Arc::from),
+                )
             })
             .collect(),
         deadline: Instant::now() + Duration::from_secs(30),
@@ -67,8 +69,8 @@ fn commit_makes_the_batch_visible_at_contiguous_offsets() {
     let second = combiners
         .commit(&destination, batch(&["c"], Some(ORDERS_ID)))
         .unwrap();
-    assert_eq!(first, 0..2);
-    assert_eq!(second, 2..3);
+    assert_eq!((first.offsets, first.already_stored), (0..2, 0));
+    assert_eq!((second.offsets, second.already_stored), (2..3, 0));
     assert_eq!(
         payloads(&combiners, &destination),
         vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
@@ -167,6 +169,7 @@ fn concurrent_batches_land_as_disjoint_runs() {
     let mut ranges: Vec<_> = threads
         .into_iter()
         .flat_map(|t| t.join().unwrap())
+        .map(|stored| stored.offsets)
         .collect();
     ranges.sort_by_key(|range| range.start);
     for pair in ranges.windows(2) {

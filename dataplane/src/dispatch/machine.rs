@@ -106,6 +106,18 @@ pub struct Dispatcher<P> {
     round_robin_after: Option<Destination>,
     confirmations: Confirmations,
     commands: Vec<Command<P>>,
+    reroutes: RerouteTally,
+}
+
+/// Commits that stored records in a sibling of their home partition, and
+/// the records they moved: the seam that can still store a record twice
+/// (its home owner may have stored it before going silent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RerouteTally {
+    /// Committed commits holding at least one rerouted record.
+    pub commits: u64,
+    /// Records committed outside their home partition.
+    pub records: u64,
 }
 
 impl<P> Dispatcher<P> {
@@ -131,7 +143,13 @@ impl<P> Dispatcher<P> {
             round_robin_after: None,
             confirmations: Confirmations::default(),
             commands: Vec::new(),
+            reroutes: RerouteTally::default(),
         }
+    }
+
+    /// Reroutes committed so far.
+    pub fn reroutes(&self) -> RerouteTally {
+        self.reroutes
     }
 
     /// The first sequence number not done: everything below it committed or
@@ -868,9 +886,17 @@ impl<P> Dispatcher<P> {
     }
 
     fn committed(&mut self, commit: &InFlight, records: Vec<Held<P>>, now: Duration) {
+        let mut rerouted = 0;
         for record in &records {
             let removed = self.pending.remove(&record.seq);
             assert!(removed, "committed seq {} was not pending", record.seq);
+            if record.meta.home != commit.destination {
+                rerouted += 1;
+            }
+        }
+        if rerouted > 0 {
+            self.reroutes.commits += 1;
+            self.reroutes.records += rerouted;
         }
         let sample = now.saturating_sub(commit.started);
         let average = self.owner_latency.entry(commit.node).or_insert(sample);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use narad_plog::Origin;
 use narad_wal::{
     CheckpointStore, FrontierChange, RecordError, Wal, WalError, WalReader, WalRecordRef,
 };
@@ -75,6 +76,10 @@ pub struct DispatchStatus {
     pub discarded: AtomicU64,
     /// Set when the runtime stopped on an error it cannot get past.
     pub failed: AtomicBool,
+    /// Commits that stored records outside their home partition.
+    pub reroutes: Arc<AtomicU64>,
+    /// Records those commits stored.
+    pub rerouted_records: Arc<AtomicU64>,
 }
 
 /// A running dispatcher.
@@ -279,6 +284,14 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 key: Bytes::copy_from_slice(record.key),
                 payload: Bytes::copy_from_slice(record.payload),
                 created_at_unix_ms: record.created_at_unix_ms,
+                origin: Some(Origin {
+                    id: self.parts.wal.origins().id_of(seq),
+                    seq,
+                    // No sequence below the synced checkpoint is ever read
+                    // again, after any crash.
+                    floor: self.parts.checkpoint.synced().min(seq),
+                }),
+                idempotency_key: Bytes::copy_from_slice(record.idempotency_key),
             };
             self.machine.place(seq, meta, payload, topology, now);
         }
@@ -394,6 +407,11 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 records,
             } => {
                 self.machine.commit_done(id, outcome, records, now);
+                let tally = self.machine.reroutes();
+                self.status.reroutes.store(tally.commits, Ordering::Relaxed);
+                self.status
+                    .rerouted_records
+                    .store(tally.records, Ordering::Relaxed);
             }
             Event::Gone { question, gone } => self.machine.gone_answered(question, gone, now),
             Event::Stop => return false,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use crossbeam_channel::Sender;
 use narad_meta::AttachEpoch;
+use narad_plog::Origin;
 
 use super::runtime::Event;
 use super::{CommitOrder, CommitOutcome, GoneQuestion};
@@ -23,6 +24,12 @@ pub struct WalPayload {
     pub payload: Bytes,
     /// When the record was accepted, Unix ms.
     pub created_at_unix_ms: u64,
+    /// The ingress WAL record this is, so its partition stores it once
+    /// however often it is sent; `None` for records that are not the
+    /// ingress WAL's (fan-out copies).
+    pub origin: Option<Origin>,
+    /// The producer's idempotency key; empty means none.
+    pub idempotency_key: Bytes,
 }
 
 type Report = Box<dyn FnOnce(CommitOrder<WalPayload>, CommitOutcome) + Send>;

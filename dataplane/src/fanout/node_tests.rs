@@ -48,6 +48,7 @@ fn produce(node: &DataNode, topic: &str, messages: &[(&str, String)]) {
             key: key.as_bytes().to_vec(),
             partition: None,
             payload: bytes::Bytes::from(payload.clone()),
+            idempotency_key: Vec::new(),
         };
         runtime
             .block_on(acceptor.accept(&target, &message))

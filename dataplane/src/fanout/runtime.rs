@@ -301,6 +301,8 @@ fn order_of(
                 key: record.key,
                 payload: record.payload,
                 created_at_unix_ms: record.committed_at_ms,
+                origin: None,
+                idempotency_key: bytes::Bytes::new(),
             };
             Held::outside(record.offset, meta, payload)
         })

@@ -201,6 +201,7 @@ impl Cluster {
             key: Vec::new(),
             partition: Some(partition),
             payload: Bytes::from(payload.to_owned()),
+            idempotency_key: Vec::new(),
         };
         let destination = Destination::new(topic, partition);
         let wanted = 1 + node

@@ -117,6 +117,8 @@ pub struct ApiState {
     pub health: Arc<Health>,
     /// The dispatcher's stored checkpoint, for the backlog gauge.
     pub checkpoint_stored: Arc<AtomicU64>,
+    /// The dispatcher's rerouted commits and records, for their counters.
+    pub reroutes: (Arc<AtomicU64>, Arc<AtomicU64>),
     /// Budget of large batch bodies being read.
     pub body_budget: BodyBudget,
     /// Topic changes, forwarded to the control plane.
@@ -180,6 +182,7 @@ impl ApiState {
             metrics,
             health,
             checkpoint_stored,
+            reroutes: Default::default(),
             body_budget: BodyBudget::default(),
         }
     }
@@ -230,6 +233,16 @@ impl ApiState {
             metrics::INGRESS_DISPATCH_BACKLOG_RECORDS,
             &[],
             backlog as f64,
+        );
+        self.metrics.count_absolute(
+            metrics::DISPATCH_REROUTES_TOTAL,
+            &[],
+            self.reroutes.0.load(Ordering::Relaxed),
+        );
+        self.metrics.count_absolute(
+            metrics::DISPATCH_REROUTED_RECORDS_TOTAL,
+            &[],
+            self.reroutes.1.load(Ordering::Relaxed),
         );
         self.metrics
             .set(metrics::AUTH_VERIFY_QUEUED, &[], self.auth.queued() as f64);

@@ -12,7 +12,12 @@ use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate, authorize};
 use crate::ingress::batch::{check_encoding, decode_content, parse_batch};
-use crate::ingress::{AcceptError, BATCH_BODY_BYTES_MAX, MESSAGE_BYTES_MAX, ProduceMessage};
+use crate::ingress::{
+    AcceptError, BATCH_BODY_BYTES_MAX, MESSAGE_BYTES_MAX, ProduceMessage, valid_idempotency_key,
+};
+
+/// The header carrying a single produce's idempotency key.
+pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 use crate::metadata::GrantAction;
 use crate::metrics;
 
@@ -30,6 +35,7 @@ pub(crate) async fn produce(
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
     let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
+    let idempotency_key = idempotency_key(&headers)?;
     let _cap = state.produce_cap.take(&identity(user.as_deref()), 1)?;
     let meta = state
         .acceptor
@@ -40,6 +46,7 @@ pub(crate) async fn produce(
         key,
         partition,
         payload,
+        idempotency_key,
     };
     state
         .acceptor
@@ -47,6 +54,28 @@ pub(crate) async fn produce(
         .await
         .map_err(|error| refused(&state, &topic, error))?;
     Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// The `Idempotency-Key` header of a single produce; empty without one.
+///
+/// # Errors
+/// `400` for a key that is empty, over 256 bytes or not visible ASCII, or
+/// given twice.
+fn idempotency_key(headers: &HeaderMap) -> Result<Vec<u8>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(Vec::new());
+    };
+    if values.next().is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid idempotency key: Idempotency-Key given more than once",
+        ));
+    }
+    if !valid_idempotency_key(value.as_bytes()) {
+        return Err(AcceptError::IdempotencyKeyInvalid.into());
+    }
+    Ok(value.as_bytes().to_vec())
 }
 
 /// A batch produce: `{"messages":[...]}`, all or nothing, `202

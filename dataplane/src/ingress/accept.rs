@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use narad_wal::record::KEY_BYTES_MAX;
+use narad_wal::record::{IDEMPOTENCY_KEY_BYTES_MAX, KEY_BYTES_MAX};
 use narad_wal::{Wal, WalError, WalRecordRef};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -50,6 +50,12 @@ pub struct ProduceMessage {
     pub partition: Option<u32>,
     /// The payload, stored byte for byte.
     pub payload: bytes::Bytes,
+    /// The producer's idempotency key; empty means none. A message with a
+    /// key its partition stored within the topic's window is acknowledged
+    /// and not stored again. Without a key and a partition, the message
+    /// goes to the partition this key hashes to, so every retry meets the
+    /// first copy.
+    pub idempotency_key: Vec<u8>,
 }
 
 /// Why a produce was refused. Nothing of a refused produce was staged,
@@ -72,6 +78,11 @@ pub enum AcceptError {
     /// The key is over the WAL's key limit.
     #[error("invalid key: longer than {KEY_BYTES_MAX} bytes")]
     KeyTooLong,
+    /// The idempotency key is empty, too long, or not visible ASCII.
+    #[error(
+        "invalid idempotency key: want 1 to {IDEMPOTENCY_KEY_BYTES_MAX} visible ASCII characters"
+    )]
+    IdempotencyKeyInvalid,
     /// A pinned partition the topic does not have.
     #[error("partition {partition} out of range: topic has {partitions} partitions")]
     PartitionOutOfRange {
@@ -288,6 +299,9 @@ impl Acceptor {
         let partition = match message.partition {
             Some(partition) => partition,
             None if !message.key.is_empty() => key_partition(&message.key, topic.partitions),
+            None if !message.idempotency_key.is_empty() => {
+                key_partition(&message.idempotency_key, topic.partitions)
+            }
             None => self
                 .round_robin
                 .next(&topic.name, topic.partitions, self.elapsed()),
@@ -310,7 +324,17 @@ pub(crate) fn check_format(message: &ProduceMessage) -> Result<(), AcceptError> 
     if message.key.len() > KEY_BYTES_MAX {
         return Err(AcceptError::KeyTooLong);
     }
+    if !message.idempotency_key.is_empty() && !valid_idempotency_key(&message.idempotency_key) {
+        return Err(AcceptError::IdempotencyKeyInvalid);
+    }
     Ok(())
+}
+
+/// Whether `key` is a usable idempotency key: 1 to
+/// [`IDEMPOTENCY_KEY_BYTES_MAX`] visible ASCII characters (what an HTTP
+/// header carries unescaped).
+pub fn valid_idempotency_key(key: &[u8]) -> bool {
+    (1..=IDEMPOTENCY_KEY_BYTES_MAX).contains(&key.len()) && key.iter().all(u8::is_ascii_graphic)
 }
 
 fn record_of<'a>(topic: &'a TopicMeta, placed: &Placed<'a>, created_at: u64) -> WalRecordRef<'a> {
@@ -318,7 +342,7 @@ fn record_of<'a>(topic: &'a TopicMeta, placed: &Placed<'a>, created_at: u64) -> 
         topic: &topic.name,
         incarnation_id: topic.incarnation_id.as_deref(),
         key: &placed.message.key,
-        idempotency_key: &[],
+        idempotency_key: &placed.message.idempotency_key,
         partition: placed.partition,
         created_at_unix_ms: created_at,
         payload: &placed.message.payload,

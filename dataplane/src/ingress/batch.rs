@@ -125,6 +125,8 @@ struct WireMessage<'a> {
     key_encoding: Option<String>,
     #[serde(default)]
     partition: Option<i64>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
 }
 
 fn capped_messages<'de, D: Deserializer<'de>>(
@@ -194,10 +196,21 @@ fn decode_message(index: usize, wire: WireMessage<'_>) -> Result<ProduceMessage,
         }
         Some(p) => Some(u32::try_from(p).unwrap_or(u32::MAX)),
     };
+    let idempotency_key = match wire.idempotency_key {
+        None => Vec::new(),
+        Some(key) if key.is_empty() => {
+            return Err(BatchBodyError::Message {
+                index,
+                error: AcceptError::IdempotencyKeyInvalid,
+            });
+        }
+        Some(key) => key.into_bytes(),
+    };
     let message = ProduceMessage {
         key,
         partition,
         payload: payload.into(),
+        idempotency_key,
     };
     check_format(&message).map_err(|error| BatchBodyError::Message { index, error })?;
     Ok(message)

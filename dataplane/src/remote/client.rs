@@ -9,7 +9,7 @@ use narad_disk::clock::Clock;
 use narad_protocol::codec::{decode_message, encode_message};
 use narad_protocol::commit::{
     BatchRecord, COMMIT_BATCH_RECORDS_MAX, CommitProduceBatch, CommitProduceBatchAnswer,
-    IncarnationId, InvalidIncarnationId,
+    IncarnationId, InvalidIncarnationId, RecordProvenance,
 };
 use narad_protocol::{CallError, Lane, Node, Opcode, Request};
 use parking_lot::Mutex;
@@ -151,8 +151,9 @@ impl Inner {
                 return CommitOutcome::Failed;
             }
         };
-        if batch.has_incarnations() && !self.legacy.lock().sends_ids(order.node, started_ms) {
+        if carries_sections(&batch) && !self.legacy.lock().sends_ids(order.node, started_ms) {
             batch.strip_incarnations();
+            batch.strip_provenance();
         }
         loop {
             let elapsed_ms = self.clock.now_ms().saturating_sub(started_ms);
@@ -163,14 +164,15 @@ impl Inner {
                 tracing::warn!(destination = %order.destination, node = order.node, "remote commit failed: its budget ran out");
                 return CommitOutcome::Failed;
             }
-            let sent_ids = batch.has_incarnations();
+            let sent_ids = carries_sections(&batch);
             let answer = self.send(peer, &batch, remaining).await;
             match judge(&answer, sent_ids, batch.records().len()) {
                 Verdict::RetryWithoutIds => {
                     assert!(sent_ids, "a batch without ids is never sent again");
                     self.legacy.lock().refused(order.node, self.clock.now_ms());
-                    tracing::info!(destination = %order.destination, node = order.node, %peer, "owner refused topic incarnation ids (an older build); sending without them for 2 minutes");
+                    tracing::info!(destination = %order.destination, node = order.node, %peer, "owner refused the trailing sections (an older build); sending without incarnation ids and provenance for 2 minutes");
                     batch.strip_incarnations();
+                    batch.strip_provenance();
                 }
                 Verdict::Done { outcome, reason } => {
                     log_outcome(order, peer, outcome, &reason);
@@ -257,9 +259,29 @@ fn batch_of(order: &CommitOrder<WalPayload>) -> Result<CommitProduceBatch, Inval
         };
         records.push((record, id));
     }
+    let floor = order
+        .records
+        .iter()
+        .filter_map(|held| held.payload.origin.map(|origin| origin.floor))
+        .min()
+        .unwrap_or(0);
+    let provenance = order
+        .records
+        .iter()
+        .map(|held| RecordProvenance {
+            origin: held.payload.origin.map(|origin| (origin.id, origin.seq)),
+            idempotency_key: held.payload.idempotency_key.clone(),
+        })
+        .collect();
     Ok(CommitProduceBatch::new(
         order.destination.topic.to_string(),
         order.destination.partition,
         records,
-    ))
+    )
+    .with_provenance(floor, provenance))
+}
+
+/// Whether the batch carries a trailing section an older owner refuses.
+fn carries_sections(batch: &CommitProduceBatch) -> bool {
+    batch.has_incarnations() || !batch.provenance().is_empty()
 }

@@ -4,6 +4,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use narad_plog::Origin;
 use narad_protocol::commit::{
     CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, decode_commit_request,
     incarnation_mismatch, not_owner,
@@ -117,13 +118,16 @@ impl CommitService {
                 .map_err(|error| RpcError::internal(format!("commit panicked: {error}")))?
         };
         match committed {
-            Ok(offsets) => {
+            Ok(stored) => {
                 assert_eq!(
-                    offsets.end - offsets.start,
+                    stored.records(),
                     records as u64,
-                    "the combiner returns one offset per record"
+                    "the combiner accounts for every record"
                 );
-                Ok(Response::message(&CommitProduceBatchAnswer { offsets }))
+                Ok(Response::message(&CommitProduceBatchAnswer {
+                    offsets: stored.offsets,
+                    already_stored: stored.already_stored,
+                }))
             }
             Err(error) => Err(refusal(&destination, error, inbound.peer)),
         }
@@ -159,6 +163,8 @@ fn check_on_arrival(
 
 /// The combiner's items, one `Arc<str>` per run of one incarnation id.
 fn commit_items(batch: CommitProduceBatch) -> Vec<CommitItem> {
+    let floor = batch.floor();
+    let mut provenance = batch.provenance().to_vec().into_iter();
     let (_, _, records) = batch.into_parts();
     let mut last: Option<(IncarnationId, Arc<str>)> = None;
     records
@@ -172,10 +178,20 @@ fn commit_items(batch: CommitProduceBatch) -> Vec<CommitItem> {
                     text
                 }
             });
+            let provenance = provenance.next().unwrap_or_default();
             CommitItem {
                 key: record.key,
                 payload: record.payload,
                 incarnation,
+                origin: provenance.origin.map(|(id, seq)| Origin {
+                    id,
+                    seq,
+                    // A sender's floor is its checkpoint, which its own
+                    // in-flight records are at or above; never above the
+                    // record itself.
+                    floor: floor.min(seq),
+                }),
+                idempotency_key: provenance.idempotency_key,
             }
         })
         .collect()

@@ -139,6 +139,8 @@ fn order(
             key: Bytes::from_static(key.as_bytes()),
             payload: Bytes::from_static(payload.as_bytes()),
             created_at_unix_ms: CREATED_AT_MS,
+            origin: None,
+            idempotency_key: Bytes::new(),
         };
         machine.place(seq, meta, record, sender_replica, now);
     }
@@ -408,6 +410,7 @@ impl OlderOwner {
         let records = batch.records().len() as u64;
         Ok(Response::message(&CommitProduceBatchAnswer {
             offsets: 0..records,
+            already_stored: 0,
         }))
     }
 
@@ -556,6 +559,7 @@ async fn records_accepted_on_one_node_are_committed_by_the_owning_node() {
             key: key.clone(),
             partition: Some(1),
             payload: Bytes::from(payload.clone()),
+            idempotency_key: Vec::new(),
         };
         node.api()
             .acceptor
@@ -628,6 +632,7 @@ fn slow_owner(delay: Duration) -> Router {
             let records = batch.records().len() as u64;
             Ok(Response::message(&CommitProduceBatchAnswer {
                 offsets: 0..records,
+                already_stored: 0,
             }))
         },
     )

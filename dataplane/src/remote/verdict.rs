@@ -41,7 +41,8 @@ pub fn judge(
 ) -> Verdict {
     let error = match answer {
         Ok(answer) => {
-            let taken = answer.offsets.end - answer.offsets.start;
+            let taken =
+                answer.offsets.end - answer.offsets.start + u64::from(answer.already_stored);
             return if taken == records as u64 {
                 Verdict::done(CommitOutcome::Committed, "")
             } else {
@@ -83,7 +84,10 @@ mod tests {
     use super::*;
 
     fn answer(offsets: std::ops::Range<u64>) -> Result<CommitProduceBatchAnswer, CallError> {
-        Ok(CommitProduceBatchAnswer { offsets })
+        Ok(CommitProduceBatchAnswer {
+            offsets,
+            already_stored: 0,
+        })
     }
 
     fn rejected(error: RpcError) -> Result<CommitProduceBatchAnswer, CallError> {

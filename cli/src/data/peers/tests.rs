@@ -165,6 +165,7 @@ async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log_an
             key: vec![i],
             partition: Some(0),
             payload: vec![b'm', i].into(),
+            idempotency_key: Vec::new(),
         };
         accepting
             .api()
