@@ -104,6 +104,17 @@ fn workload(port: u16) {
         ),
         "batch produce",
     );
+    // The same idempotency key twice: the owner stores the first and
+    // counts the second as already stored.
+    expect(
+        202,
+        post_json(
+            port,
+            &format!("/v1/topics/{TOPIC}/produce/batch"),
+            r#"{"messages":[{"payload":{"n":6},"idempotency_key":"once"},{"payload":{"n":6},"idempotency_key":"once"}]}"#,
+        ),
+        "batch produce with one idempotency key twice",
+    );
     // A delay child takes no produce: a rejection with its reason.
     expect(
         409,
