@@ -178,6 +178,9 @@ struct Memory {
     /// The replica's incarnations at the previous caught-up tick (`None`
     /// before the first).
     seen: Option<HashMap<Arc<str>, Option<Arc<str>>>>,
+    /// The metastore's topics version `seen` was read at: a tick after a
+    /// change that left topics alone (most are) compares nothing.
+    seen_version: Option<u64>,
     /// Retirements that failed on a disk error, retried each tick.
     pending: Vec<(Arc<str>, Option<Arc<str>>)>,
     last_stats: Option<Instant>,
@@ -253,7 +256,13 @@ fn tick(
 /// Retires the incarnations that left the replica since the previous tick,
 /// and those whose retirement failed before.
 fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
-    let now = incarnations(&parts.replica.view());
+    let view = parts.replica.view();
+    let version = view.metastore.versions().topics;
+    if memory.pending.is_empty() && memory.seen_version == Some(version) {
+        return;
+    }
+    memory.seen_version = Some(version);
+    let now = incarnations(&view);
     let mut retiring = std::mem::take(&mut memory.pending);
     if let Some(before) = &memory.seen {
         retiring.extend(departed(before, &now));
