@@ -209,7 +209,8 @@ pub(crate) async fn discard_unread_body(request: Request, next: Next) -> Respons
     };
     // Asking a `100-continue` body for data would invite the client to
     // send what nobody reads.
-    if !(waits_for_continue && !left.polled) && !discard(left.body, bytes_max).await {
+    let may_read = left.polled || !waits_for_continue;
+    if may_read && !discard(left.body, bytes_max).await {
         tracing::debug!(
             bytes_max,
             "unread request body not discarded: too long or too slow; closing the connection"
