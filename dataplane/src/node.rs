@@ -233,15 +233,6 @@ impl DataNode {
             clock: Arc::clone(&services.clock),
             config: config.fanout,
         })?;
-        let housekeeping = Housekeeping::spawn(
-            HousekeepingParts {
-                logs: Arc::clone(&logs),
-                replica: Arc::clone(&services.replica),
-                leader: Arc::clone(&services.leader),
-                metrics: Arc::clone(&metrics),
-            },
-            config.housekeeping.clone(),
-        )?;
         let dispatch_status = Arc::new(DispatchStatus::default());
         let dispatcher = DispatchRuntime::spawn(
             DispatchParts {
@@ -250,7 +241,7 @@ impl DataNode {
                 topology: Arc::clone(&services.replica),
                 local,
                 remote: services.remote,
-                leader: services.leader,
+                leader: Arc::clone(&services.leader),
             },
             config.dispatch.clone(),
             Arc::clone(&dispatch_status),
@@ -275,6 +266,16 @@ impl DataNode {
             },
             config.consume_seed,
         );
+        let housekeeping = Housekeeping::spawn(
+            HousekeepingParts {
+                logs: Arc::clone(&logs),
+                consume: Arc::clone(&consume),
+                replica: Arc::clone(&services.replica),
+                leader: Arc::clone(&services.leader),
+                metrics: Arc::clone(&metrics),
+            },
+            config.housekeeping.clone(),
+        )?;
         let health = Arc::new(Health::default());
         let mut api = ApiState::new(
             config.api.clone(),

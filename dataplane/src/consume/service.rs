@@ -318,6 +318,11 @@ impl ConsumeService {
         self.waiters.count(topic)
     }
 
+    /// The consumer state store the service persists positions through.
+    pub fn consumer_state(&self) -> &Arc<ConsumerStateStore> {
+        &self.store
+    }
+
     /// The clock leases lapse and long polls end on.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock

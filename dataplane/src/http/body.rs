@@ -1,15 +1,25 @@
 //! Reading a request body within a limit, never trusting or preallocating
-//! the declared length, and the node-wide budget for large batch bodies.
+//! the declared length; the node-wide budget for large batch bodies; and
+//! discarding what an answer left unread, so the client reads the answer
+//! rather than a reset connection.
 
 use std::future::poll_fn;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use axum::body::{Body, HttpBody};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use http_body::{Frame, SizeHint};
+use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::http::error::ApiError;
+use crate::ingress::{BATCH_BODY_BYTES_MAX, MESSAGE_BYTES_MAX};
 
 /// The unit the batch body budget is taken in: the first unit of every
 /// body is free, so small batches never touch the budget.
@@ -133,9 +143,197 @@ fn too_large() -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
 }
 
+/// Bytes of an unread request body the node reads and drops, past the
+/// route's body limit, before it sends an answer given early (`413`,
+/// `401`, `404`, `415`...). A client that writes its whole body before it
+/// reads then gets the answer: closing a socket with unread bytes resets
+/// the connection, and the reset can destroy the answer in flight.
+pub const DISCARD_BYTES_PAST_LIMIT: usize = 8 * 1024 * 1024;
+
+/// The longest the node spends dropping one unread body.
+pub const DISCARD_TIME_MAX: Duration = Duration::from_secs(10);
+
+/// The one route whose body limit is [`BATCH_BODY_BYTES_MAX`]; every other
+/// route takes at most [`MESSAGE_BYTES_MAX`].
+const BATCH_PRODUCE_ROUTE: &str = "/v1/topics/{topic}/produce/batch";
+
+const _: () = assert!(BATCH_BODY_BYTES_MAX >= MESSAGE_BYTES_MAX);
+
+/// The most bytes of an unread body discarded on `route` (the matched
+/// route template; `None` for no route): its body limit plus
+/// [`DISCARD_BYTES_PAST_LIMIT`].
+pub(crate) fn discard_bytes_max(route: Option<&str>) -> usize {
+    let limit = if route == Some(BATCH_PRODUCE_ROUTE) {
+        BATCH_BODY_BYTES_MAX
+    } else {
+        MESSAGE_BYTES_MAX
+    };
+    limit + DISCARD_BYTES_PAST_LIMIT
+}
+
+/// Middleware: when a request's answer left part of its body unread, reads
+/// and drops the rest before the answer goes out, then closes the
+/// connection after the answer (`Connection: close`).
+///
+/// Nothing is read when more is left than [`discard_bytes_max`] of the
+/// route (as declared, or as it arrives), past [`DISCARD_TIME_MAX`], or
+/// when the client waits for `100 Continue` and the body was never asked
+/// for: the connection is closed then without reading the rest.
+pub(crate) async fn discard_unread_body(request: Request, next: Next) -> Response {
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
+    let bytes_max = discard_bytes_max(
+        request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str),
+    );
+    let waits_for_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let unread = Arc::new(Mutex::new(None));
+    let request = request.map(|body| {
+        Body::new(Tracked {
+            body: Some(body),
+            polled: false,
+            ended: false,
+            unread: Arc::clone(&unread),
+        })
+    });
+    let mut response = next.run(request).await;
+    let left = unread.lock().take();
+    let Some(left) = left else {
+        return response;
+    };
+    // Asking a `100-continue` body for data would invite the client to
+    // send what nobody reads.
+    let may_read = left.polled || !waits_for_continue;
+    if may_read && !discard(left.body, bytes_max).await {
+        tracing::debug!(
+            bytes_max,
+            "unread request body not discarded: too long or too slow; closing the connection"
+        );
+    }
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Reads and drops `body`: `false` when it is longer than `bytes_max`
+/// (declared or read), fails, or takes longer than [`DISCARD_TIME_MAX`].
+async fn discard(body: Body, bytes_max: usize) -> bool {
+    if body.size_hint().lower() > bytes_max as u64 {
+        return false;
+    }
+    let reading = async {
+        let mut body = pin!(body);
+        let mut read = 0usize;
+        while let Some(frame) = poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+            let Ok(frame) = frame else {
+                return false;
+            };
+            if let Some(data) = frame.data_ref() {
+                read = read.saturating_add(data.len());
+            }
+            if read > bytes_max {
+                return false;
+            }
+        }
+        true
+    };
+    tokio::time::timeout(DISCARD_TIME_MAX, reading)
+        .await
+        .unwrap_or(false)
+}
+
+/// A body the answer left before its end.
+struct Unread {
+    body: Body,
+    /// Whether the handler asked it for data.
+    polled: bool,
+}
+
+/// A request body that, dropped before its end, leaves the rest in
+/// `unread` for [`discard_unread_body`].
+struct Tracked {
+    body: Option<Body>,
+    polled: bool,
+    /// The body ended or failed: nothing is left to discard.
+    ended: bool,
+    unread: Arc<Mutex<Option<Unread>>>,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let Some(body) = this.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        this.polled = true;
+        let polled = Pin::new(body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            this.ended = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.body.as_ref().is_none_or(HttpBody::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), HttpBody::size_hint)
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take()
+            && !self.ended
+            && !body.is_end_stream()
+        {
+            *self.unread.lock() = Some(Unread {
+                body,
+                polled: self.polled,
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_batch_produce_discards_past_the_batch_limit() {
+        assert_eq!(
+            discard_bytes_max(Some("/v1/topics/{topic}/produce/batch")),
+            BATCH_BODY_BYTES_MAX + DISCARD_BYTES_PAST_LIMIT
+        );
+        for route in [Some("/v1/topics/{topic}/produce"), Some("/v1/users"), None] {
+            assert_eq!(
+                discard_bytes_max(route),
+                MESSAGE_BYTES_MAX + DISCARD_BYTES_PAST_LIMIT
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_up_to_the_bound_is_discarded_and_a_longer_one_is_not() {
+        assert!(discard(Body::from(vec![0u8; 10]), 10).await);
+        assert!(!discard(Body::from(vec![0u8; 11]), 10).await);
+    }
 
     #[test]
     fn the_first_unit_is_free() {

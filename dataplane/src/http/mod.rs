@@ -409,6 +409,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
             Arc::clone(&state),
             count_request,
         ))
+        .layer(middleware::from_fn(body::discard_unread_body))
         .with_state(state)
 }
 
@@ -664,5 +665,7 @@ mod shared_rules_tests;
 mod tests;
 #[cfg(test)]
 mod topic_tests;
+#[cfg(test)]
+mod unread_body_tests;
 #[cfg(test)]
 mod user_tests;

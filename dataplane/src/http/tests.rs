@@ -785,6 +785,62 @@ async fn undecodable_zstd_is_400_invalid_json() {
     assert!(answer.error().starts_with("invalid json"));
 }
 
+/// Bytes a compression bomb expands to: far past the 16 MiB batch limit.
+const BOMB_DECODED_BYTES: usize = 1 << 30;
+
+/// A zstd frame of [`BOMB_DECODED_BYTES`] zeros, made by streaming zeros
+/// into the encoder (never holding the decoded gibibyte).
+fn zstd_bomb() -> Vec<u8> {
+    use std::io::Write;
+    let zeros = vec![0u8; 1 << 20];
+    let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 1).expect("zstd encoder");
+    for _ in 0..BOMB_DECODED_BYTES / zeros.len() {
+        encoder.write_all(&zeros).expect("zstd");
+    }
+    encoder.finish().expect("zstd")
+}
+
+/// A gzip body of [`BOMB_DECODED_BYTES`] zeros: one member of a mebibyte
+/// of zeros, repeated (a gzip body may hold many members, all decoded).
+fn gzip_bomb() -> Vec<u8> {
+    use std::io::Write;
+    let zeros = vec![0u8; 1 << 20];
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(&zeros).expect("gzip");
+    let member = encoder.finish().expect("gzip");
+    member.repeat(BOMB_DECODED_BYTES / zeros.len())
+}
+
+async fn send_bomb(api: &Api, encoding: &str, bomb: Vec<u8>) -> Answer {
+    assert!(
+        bomb.len() <= crate::ingress::BATCH_BODY_BYTES_MAX,
+        "the bomb is small as sent"
+    );
+    let request = batch_request(ALICE)
+        .header(header::CONTENT_ENCODING, encoding)
+        .body(Body::from(bomb))
+        .expect("request");
+    send(api, request).await
+}
+
+#[tokio::test]
+async fn zstd_bomb_is_413_before_it_expands_past_the_limit() {
+    let api = api();
+    let answer = send_bomb(&api, "zstd", zstd_bomb()).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.error(), "request body too large");
+    assert!(wal_records(&api.wal).is_empty());
+}
+
+#[tokio::test]
+async fn gzip_bomb_is_413_before_it_expands_past_the_limit() {
+    let api = api();
+    let answer = send_bomb(&api, "gzip", gzip_bomb()).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.error(), "request body too large");
+    assert!(wal_records(&api.wal).is_empty());
+}
+
 #[tokio::test]
 async fn batch_to_an_unknown_topic_is_404() {
     let api = api();

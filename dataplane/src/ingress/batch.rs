@@ -92,17 +92,36 @@ pub fn decode_content(
     }
 }
 
-fn read_capped(decoder: impl Read, name: &str) -> Result<bytes::Bytes, BatchBodyError> {
-    let mut out = Vec::new();
-    let limit = u64::try_from(BATCH_BODY_BYTES_MAX).unwrap_or(u64::MAX) + 1;
-    decoder
-        .take(limit)
-        .read_to_end(&mut out)
-        .map_err(|error| BatchBodyError::InvalidJson(format!("{name}: {error}")))?;
-    if out.len() > BATCH_BODY_BYTES_MAX {
-        return Err(BatchBodyError::TooLarge);
+/// Bytes a decoder is asked for at a time.
+const DECODE_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Reads `decoder` to its end, refusing it at the first chunk that would
+/// take the decoded body past [`BATCH_BODY_BYTES_MAX`]. The buffer grows
+/// by doubling but never past the limit, so a bomb costs at most the
+/// limit plus one chunk.
+fn read_capped(mut decoder: impl Read, name: &str) -> Result<bytes::Bytes, BatchBodyError> {
+    let mut out: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; DECODE_CHUNK_BYTES];
+    loop {
+        let read = match decoder.read(&mut chunk) {
+            Ok(0) => return Ok(out.into()),
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(BatchBodyError::InvalidJson(format!("{name}: {error}"))),
+        };
+        let wanted = out.len() + read;
+        if wanted > BATCH_BODY_BYTES_MAX {
+            return Err(BatchBodyError::TooLarge);
+        }
+        if wanted > out.capacity() {
+            let grown = out
+                .capacity()
+                .saturating_mul(2)
+                .clamp(wanted, BATCH_BODY_BYTES_MAX);
+            out.reserve_exact(grown - out.len());
+        }
+        out.extend_from_slice(&chunk[..read]);
     }
-    Ok(out.into())
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -363,6 +382,14 @@ mod tests {
             decode_content(Some("zstd"), packed.into()),
             Err(BatchBodyError::TooLarge)
         ));
+    }
+
+    #[test]
+    fn a_body_of_exactly_the_limit_decodes_within_the_limit() {
+        let spaces = vec![b' '; BATCH_BODY_BYTES_MAX];
+        let packed = zstd::encode_all(&spaces[..], 3).unwrap();
+        let body = decode_content(Some("zstd"), packed.into()).unwrap();
+        assert_eq!(body.len(), BATCH_BODY_BYTES_MAX);
     }
 
     #[test]

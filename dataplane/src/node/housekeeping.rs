@@ -4,11 +4,16 @@
 //! delete"; `docs/internals/topic-directories.md`).
 //!
 //! It runs on its own thread, because the sweep's leader confirmation
-//! blocks (and refuses to run on an async runtime worker). Each tick:
+//! blocks (and refuses to run on an async runtime worker). It ticks every
+//! tick interval and at once after every change the replica applies, so
+//! a delete is acted on as soon as the node learns of it. Each tick:
 //! - once the replica is caught up: every topic incarnation that left the
 //!   replica since the previous tick (deleted, or replaced by a new
-//!   incarnation under the same name) has its directory retired
-//!   (`LocalLogs::retire_deleted` with the remembered id);
+//!   incarnation under the same name) first has its consume shards
+//!   retired (`ConsumeService::retire_incarnation`: its consumer state
+//!   writes stop, pending ones are dropped), then its partition logs
+//!   closed and its directory retired (`LocalLogs::retire_deleted` with
+//!   the remembered id);
 //! - once the replica is caught up, at the first such tick and then every
 //!   sweep interval: the reconcile, which retires every topic directory
 //!   whose topic the replica does not hold (left by a delete while the node
@@ -28,11 +33,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tokio::sync::{oneshot, watch};
+
 use crate::commit::{LocalLogs, MarkerToken, Retirement, TopicDirError};
+use crate::consume::service::ConsumeService;
 use crate::dispatch::{GoneQuestion, LeaderConfirm};
 use crate::metadata::{MetadataReplica, MetadataView};
 use crate::metrics::NodeMetrics;
@@ -66,6 +73,9 @@ const RETIRE_PENDING_MAX: usize = 1_024;
 #[derive(Debug)]
 pub(crate) struct HousekeepingParts {
     pub(crate) logs: Arc<LocalLogs>,
+    /// The consume service, whose shards of a departed incarnation are
+    /// retired before its directory.
+    pub(crate) consume: Arc<ConsumeService>,
     pub(crate) replica: Arc<MetadataReplica>,
     /// Leader confirmation; asked from the housekeeping thread only.
     pub(crate) leader: Arc<dyn LeaderConfirm>,
@@ -75,7 +85,7 @@ pub(crate) struct HousekeepingParts {
 /// The running housekeeping thread; stopped by [`Housekeeping::stop`].
 #[derive(Debug)]
 pub(crate) struct Housekeeping {
-    stop: mpsc::Sender<()>,
+    stop: oneshot::Sender<()>,
     /// Set when the stop begins: a sweep then asks the leader nothing more.
     stopping: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -90,15 +100,20 @@ impl Housekeeping {
         parts: HousekeepingParts,
         config: HousekeepingConfig,
     ) -> std::io::Result<Self> {
-        let (stop, stopped) = mpsc::channel();
+        let (stop, stopped) = oneshot::channel();
         let stopping = Arc::new(AtomicBool::new(false));
         let leader = StoppableLeader {
             leader: Arc::clone(&parts.leader),
             stopping: Arc::clone(&stopping),
         };
+        // Only waits run on it: the ticks block, outside it.
+        let waiter = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        let changes = parts.replica.watch_changes();
         let thread = std::thread::Builder::new()
             .name("narad-housekeeping".into())
-            .spawn(move || run(&parts, &leader, &config, &stopped))?;
+            .spawn(move || run(&parts, &leader, &config, &waiter, changes, stopped))?;
         Ok(Self {
             stop,
             stopping,
@@ -163,6 +178,9 @@ struct Memory {
     /// The replica's incarnations at the previous caught-up tick (`None`
     /// before the first).
     seen: Option<HashMap<Arc<str>, Option<Arc<str>>>>,
+    /// The metastore's topics version `seen` was read at: a tick after a
+    /// change that left topics alone (most are) compares nothing.
+    seen_version: Option<u64>,
     /// Retirements that failed on a disk error, retried each tick.
     pending: Vec<(Arc<str>, Option<Arc<str>>)>,
     last_stats: Option<Instant>,
@@ -178,14 +196,29 @@ fn run(
     parts: &HousekeepingParts,
     leader: &StoppableLeader,
     config: &HousekeepingConfig,
-    stopped: &mpsc::Receiver<()>,
+    waiter: &tokio::runtime::Runtime,
+    mut changes: watch::Receiver<u64>,
+    mut stopped: oneshot::Receiver<()>,
 ) {
     let mut memory = Memory::default();
     loop {
         tick(parts, leader, config, &mut memory, Instant::now());
-        match stopped.recv_timeout(config.tick) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        let stop = waiter.block_on(async {
+            tokio::select! {
+                biased;
+                _ = &mut stopped => true,
+                // A replica that is gone changes no more: tick on time.
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep(config.tick).await;
+                    }
+                    false
+                }
+                () = tokio::time::sleep(config.tick) => false,
+            }
+        });
+        if stop {
+            return;
         }
     }
 }
@@ -223,14 +256,20 @@ fn tick(
 /// Retires the incarnations that left the replica since the previous tick,
 /// and those whose retirement failed before.
 fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
-    let now = incarnations(&parts.replica.view());
+    let view = parts.replica.view();
+    let version = view.metastore.versions().topics;
+    if memory.pending.is_empty() && memory.seen_version == Some(version) {
+        return;
+    }
+    memory.seen_version = Some(version);
+    let now = incarnations(&view);
     let mut retiring = std::mem::take(&mut memory.pending);
     if let Some(before) = &memory.seen {
         retiring.extend(departed(before, &now));
     }
     memory.seen = Some(now);
     for (topic, id) in retiring {
-        if !retire(&parts.logs, &topic, id.as_deref()) {
+        if !retire(parts, &topic, id.as_deref()) {
             if memory.pending.len() == RETIRE_PENDING_MAX {
                 let (dropped, _) = memory.pending.remove(0);
                 tracing::warn!(topic = %dropped, "retirement retry dropped; the next reconcile finds the directory");
@@ -240,12 +279,19 @@ fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
     }
 }
 
-/// Retires `topic`'s directory of incarnation `id`; `false` when a disk
-/// error leaves it to be tried again. A refusal (the directory holds
-/// another incarnation, or cannot be read) is final: it is logged and the
+/// Retires `topic`'s incarnation `id`: its consume shards first (no
+/// consumer state write reaches the directory after that), then its
+/// partition logs and directory. `false` when a disk error leaves the
+/// directory to be tried again. A refusal (the directory holds another
+/// incarnation, or cannot be read) is final: it is logged and the
 /// directory left alone.
-fn retire(logs: &LocalLogs, topic: &str, id: Option<&str>) -> bool {
-    match logs.retire_deleted(topic, id) {
+fn retire(parts: &HousekeepingParts, topic: &str, id: Option<&str>) -> bool {
+    parts.consume.retire_incarnation(topic, id);
+    let retired = parts.logs.retire_deleted(topic, id);
+    // A consume that opened a shard between the two steps, from a view
+    // read before the delete, is retired now rather than never.
+    parts.consume.retire_incarnation(topic, id);
+    match retired {
         Ok(Retirement::Quarantined(_) | Retirement::NoDirectory) => true,
         Err(TopicDirError::Refused { dir, reason }) => {
             tracing::info!(topic, incarnation = ?id, dir = %dir.display(), %reason, "deleted topic's directory not retired");
@@ -308,7 +354,7 @@ fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) {
             MarkerToken::Id(id) => Some(&**id),
             MarkerToken::NoId => None,
         };
-        retire(&parts.logs, &topic, id);
+        retire(parts, &topic, id);
     }
 }
 

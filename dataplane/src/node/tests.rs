@@ -15,8 +15,13 @@ use narad_meta::{Actor, Command, CreateTopic, DeleteTopic};
 use narad_plog::LogConfig;
 use tempfile::TempDir;
 
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode, header};
+use tower::ServiceExt;
+
 use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
-use crate::commit::LocalLogs;
+use crate::commit::{LocalLogs, partition_dir};
+use crate::consume::ahead::{ConsumerStateConfig, DURABLE_INTERVAL_MIN};
 use crate::dispatch::{GoneQuestion, LeaderConfirm, ReplicaLeader};
 use crate::metadata::MetadataReplica;
 use crate::testing::{apply, create_command, id_text, place};
@@ -60,6 +65,15 @@ fn portable() -> Arc<dyn Disk> {
     Arc::new(PortableDisk::new(1).expect("portable disk"))
 }
 
+/// The housekeeping cadences of most tests here: every few milliseconds.
+fn quick_housekeeping() -> HousekeepingConfig {
+    HousekeepingConfig {
+        tick: Duration::from_millis(5),
+        stats_interval: Duration::from_millis(5),
+        sweep_interval: Duration::from_millis(5),
+    }
+}
+
 /// A standalone node under `data_dir` whose replica holds `topics`, every
 /// partition placed on the node, from the start (so the housekeeping's
 /// first tick sees them), whose housekeeping ticks every few milliseconds
@@ -67,6 +81,17 @@ fn portable() -> Arc<dyn Disk> {
 fn start(
     disk: Arc<dyn Disk>,
     data_dir: &Path,
+    topics: Vec<CreateTopic>,
+) -> (DataNode, Arc<GatedLeader>) {
+    let mut config = DataNodeConfig::new(data_dir);
+    config.housekeeping = quick_housekeeping();
+    start_with(disk, config, topics)
+}
+
+/// [`start`] with `config`.
+fn start_with(
+    disk: Arc<dyn Disk>,
+    config: DataNodeConfig,
     topics: Vec<CreateTopic>,
 ) -> (DataNode, Arc<GatedLeader>) {
     let mut services = NodeServices::standalone(disk, NODE);
@@ -79,12 +104,6 @@ fn start(
         replica: ReplicaLeader::new(Arc::clone(&services.replica)),
     });
     services.leader = Arc::clone(&leader) as Arc<dyn LeaderConfirm>;
-    let mut config = DataNodeConfig::new(data_dir);
-    config.housekeeping = HousekeepingConfig {
-        tick: Duration::from_millis(5),
-        stats_interval: Duration::from_millis(5),
-        sweep_interval: Duration::from_millis(5),
-    };
     let node = DataNode::start(services, config).expect("node starts");
     (node, leader)
 }
@@ -169,5 +188,152 @@ fn a_directory_of_a_topic_the_replica_never_had_is_kept_until_the_leader_confirm
     wait_until("the orphan directory retired and swept", || {
         !topics(&dir).join("ghost").exists() && !stale.exists()
     });
+    node.shutdown();
+}
+
+/// Records produced, consumed and acked on `orders` partition 0 before it
+/// is deleted.
+const ACKED: usize = 5;
+
+/// How often the consumer state store of [`consuming_node`] levels
+/// `consumer.offset`: after a burst of acks one levelling stays owed for
+/// up to this long, as it does for 30 s by default.
+const OFFSET_LEVEL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A node with security off whose consumer state store writes out every
+/// few milliseconds, with `housekeeping`.
+fn consuming_node(data_dir: &Path, housekeeping: HousekeepingConfig) -> DataNode {
+    let mut config = DataNodeConfig::new(data_dir);
+    config.api.security = false;
+    config.housekeeping = housekeeping;
+    config.consumer_state = ConsumerStateConfig {
+        tick: Duration::from_millis(5),
+        durable_interval: DURABLE_INTERVAL_MIN,
+        offset_level_interval: OFFSET_LEVEL_INTERVAL,
+        ..ConsumerStateConfig::default()
+    };
+    let orders = create_command("orders", ORDERS_ID, 3);
+    let (node, _leader) = start_with(portable(), config, vec![orders]);
+    wait_until("the housekeeping's first tick", || {
+        node.api()
+            .metrics
+            .render()
+            .contains("narad_quarantined_copies")
+    });
+    node
+}
+
+async fn call(router: &axum::Router, request: Request<Body>) -> (StatusCode, String) {
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let body = to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Produces [`ACKED`] records to `orders`, then consumes and acks each:
+/// the acks leave the partition's consumer state owed to the disk.
+fn produce_consume_ack(node: &DataNode, runtime: &tokio::runtime::Runtime) {
+    let router = node.router();
+    runtime.block_on(async {
+        for n in 0..ACKED {
+            let request = Request::post("/v1/topics/orders/produce?partition=0")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(format!("{{\"n\":{n}}}")))
+                .expect("request");
+            assert_eq!(call(&router, request).await.0, StatusCode::ACCEPTED);
+        }
+    });
+    wait_until("the records committed", || node.drained());
+    runtime.block_on(async {
+        for _ in 0..ACKED {
+            let request = Request::get("/v1/topics/orders/consume?partition=0")
+                .body(Body::empty())
+                .expect("request");
+            let (status, body) = call(&router, request).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let message: serde_json::Value = serde_json::from_str(&body).expect("message");
+            let handle = message["receipt_handle"].as_str().expect("receipt_handle");
+            let request = Request::post(format!("/v1/topics/orders/ack?receipt_handle={handle}"))
+                .header("x-narad-client", "test")
+                .body(Body::empty())
+                .expect("request");
+            assert_eq!(call(&router, request).await.0, StatusCode::NO_CONTENT);
+        }
+    });
+}
+
+fn delete_orders(node: &DataNode) {
+    apply(
+        replica_of(node),
+        Command::DeleteTopic(DeleteTopic {
+            actor: Actor::SecurityOff,
+            name: "orders".into(),
+            expected_id: None,
+        }),
+    );
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn no_consumer_state_write_reaches_a_deleted_topics_directory() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let node = consuming_node(dir.path(), quick_housekeeping());
+    let runtime = runtime();
+    produce_consume_ack(&node, &runtime);
+    let store = Arc::clone(node.consume().consumer_state());
+    let partition = partition_dir(dir.path(), "orders", 0);
+    assert!(store.is_attached(&partition));
+
+    delete_orders(&node);
+    let stale = stale_copy(&dir, "orders", &id_text(ORDERS_ID));
+    wait_until("the directory renamed to its quarantined name", || {
+        stale.exists() && !topics(&dir).join("orders").exists()
+    });
+    assert!(!store.is_attached(&partition), "detached before the rename");
+    // The levelling the acks left owed comes due: had the partition
+    // stayed attached, it would have been tried, and failed, by now.
+    std::thread::sleep(OFFSET_LEVEL_INTERVAL * 2);
+    assert_eq!(store.disk_failures(), 0);
+    assert!(!topics(&dir).join("orders").exists());
+    node.shutdown();
+}
+
+#[test]
+fn a_deleted_topics_partition_logs_close_when_the_replica_applies_the_delete() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    // No periodic tick comes within the test: only the replica's change
+    // can wake the housekeeping.
+    let hour = Duration::from_secs(3_600);
+    let node = consuming_node(
+        dir.path(),
+        HousekeepingConfig {
+            tick: hour,
+            stats_interval: hour,
+            sweep_interval: hour,
+        },
+    );
+    let runtime = runtime();
+    produce_consume_ack(&node, &runtime);
+    let orders_0 = Destination::new("orders", 0);
+    assert!(node.logs().get(&orders_0).is_some());
+    assert_eq!(node.logs().open_count(), 1);
+
+    delete_orders(&node);
+    wait_until("the deleted topic's logs closed", || {
+        node.logs().open_count() == 0
+    });
+    assert!(node.logs().get(&orders_0).is_none());
+    let partition = partition_dir(dir.path(), "orders", 0);
+    assert!(!node.consume().consumer_state().is_attached(&partition));
+    assert_eq!(node.consume().consumer_state().disk_failures(), 0);
     node.shutdown();
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,8 @@ pub struct ConsumerStateStore {
     disk: Arc<dyn Disk>,
     config: ConsumerStateConfig,
     inner: Mutex<Inner>,
+    /// Partitions latched by a disk error since the store was made.
+    disk_failures: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for ConsumerStateStore {
@@ -93,6 +95,8 @@ struct Partition {
     last_used: u64,
     /// A disk error (or a malformed position) stopped all writes for it.
     latched: bool,
+    /// The store's count of disk failures, shared by its partitions.
+    disk_failures: Arc<AtomicU64>,
     truncation_warned: bool,
 }
 
@@ -123,6 +127,7 @@ impl ConsumerStateStore {
             disk,
             config,
             inner: Mutex::new(Inner::default()),
+            disk_failures: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -180,6 +185,7 @@ impl ConsumerStateStore {
             next_writeout: None,
             last_used: inner.use_counter,
             latched: keep_latched,
+            disk_failures: Arc::clone(&self.disk_failures),
             truncation_warned: false,
         };
         if !keep_latched {
@@ -194,7 +200,9 @@ impl ConsumerStateStore {
     }
 
     /// Forget a partition (topic deleted / partition moved); nothing more is
-    /// written for it, not even what was touched since the last tick.
+    /// written for it, not even what was touched since the last tick. It
+    /// returns after a tick in progress ended, so once it returned no write
+    /// to `dir` is in flight either: the directory may be renamed away.
     pub fn detach(&self, dir: &Path) {
         let mut inner = self.inner.lock();
         if let Some(partition) = inner.partitions.remove(dir)
@@ -293,6 +301,17 @@ impl ConsumerStateStore {
     /// `consumer.ahead` handles held now (at most `config.handles_max`).
     pub fn handles_open(&self) -> usize {
         self.inner.lock().handles_open
+    }
+
+    /// Partitions latched by a disk error since the store was made (a
+    /// latch logs one `consumer state disk failure` error).
+    pub fn disk_failures(&self) -> u64 {
+        self.disk_failures.load(Ordering::Acquire)
+    }
+
+    /// Whether `dir` is attached.
+    pub fn is_attached(&self, dir: &Path) -> bool {
+        self.inner.lock().partitions.contains_key(dir)
     }
 
     /// Whether the partition is attached and latched by a disk error.

@@ -175,6 +175,33 @@ impl ConsumeService {
             .cloned()
     }
 
+    /// Retires the shards of `topic`'s incarnation `incarnation` (deleted,
+    /// or replaced under the same name): each is detached from the
+    /// consumer state store, which drops its pending writes, so nothing
+    /// more is written into the topic's directory. Returns how many were
+    /// retired. The housekeeping calls it before it renames the directory.
+    pub fn retire_incarnation(&self, topic: &str, incarnation: Option<&str>) -> usize {
+        let retired: Vec<Arc<PartitionShard>> = {
+            let mut shards = self.shards.lock();
+            let keys: Vec<Destination> = shards
+                .iter()
+                .filter(|(destination, shard)| {
+                    &*destination.topic == topic && shard.incarnation.as_deref() == incarnation
+                })
+                .map(|(destination, _)| destination.clone())
+                .collect();
+            keys.iter().filter_map(|key| shards.remove(key)).collect()
+        };
+        for shard in &retired {
+            self.store.detach(&shard.dir);
+            if let Some(watcher) = shard.watcher.lock().take() {
+                watcher.abort();
+            }
+            tracing::info!(destination = %shard.destination, "consume shard retired: its topic incarnation is gone");
+        }
+        retired.len()
+    }
+
     pub(super) fn retire_stale_shards(&self) {
         let view = self.replica.view();
         let local = self.replica.local_node();

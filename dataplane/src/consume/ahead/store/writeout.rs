@@ -245,6 +245,7 @@ pub(super) fn finish_writeout(dir: &Path, partition: &mut Partition, result: io:
 pub(super) fn latch(dir: &Path, partition: &mut Partition, op: &str, error: &io::Error) {
     if !partition.latched {
         error!(dir = %dir.display(), op, %error, "consumer state disk failure; this partition's acks are no longer persisted until it is attached again (a restart redelivers them)");
+        partition.disk_failures.fetch_add(1, Ordering::AcqRel);
     }
     partition.latched = true;
 }
