@@ -38,4 +38,6 @@ pub mod topology;
 #[cfg(test)]
 mod e2e_tests;
 #[cfg(test)]
+mod node_sim;
+#[cfg(test)]
 mod testing;

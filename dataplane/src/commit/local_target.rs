@@ -87,7 +87,12 @@ impl CommitTarget for LocalCommitTarget {
     }
 }
 
-fn commit_locally(combiners: &Combiners, order: &CommitOrder<WalPayload>) -> CommitOutcome {
+/// Commits `order` through `combiners` on the calling thread: what a
+/// worker does with each order (the node simulation steps it directly).
+pub(crate) fn commit_locally(
+    combiners: &Combiners,
+    order: &CommitOrder<WalPayload>,
+) -> CommitOutcome {
     let batch = CommitBatch {
         items: order
             .records

@@ -11,8 +11,9 @@ pub mod incarnation;
 mod local_target;
 mod logs;
 
-pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem};
+pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem, Stored};
 pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
+pub(crate) use local_target::commit_locally;
 pub use local_target::{LOCAL_COMMIT_QUEUE_MAX, LOCAL_COMMIT_WORKERS, LocalCommitTarget};
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 
