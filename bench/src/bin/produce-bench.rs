@@ -212,18 +212,31 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
             size as u64,
         ));
     }
-    phases.push((
-        "single_c64_idem".into(),
-        Load::keyed(KeyedRequest::single(TOPIC, MESSAGE_BYTES)),
-        64,
-        1,
-    ));
-    phases.push((
-        "batch100_idem".into(),
-        Load::keyed(KeyedRequest::batch(TOPIC, 100, MESSAGE_BYTES)),
-        BATCH_PRODUCERS,
-        100,
-    ));
+    // Each keyed phase runs right after the phase it is compared with, so
+    // both see the same machine.
+    let keyed = [
+        (
+            "single_c64",
+            "single_c64_idem",
+            Load::keyed(KeyedRequest::single(TOPIC, MESSAGE_BYTES)),
+            64,
+            1,
+        ),
+        (
+            "batch100",
+            "batch100_idem",
+            Load::keyed(KeyedRequest::batch(TOPIC, 100, MESSAGE_BYTES)),
+            BATCH_PRODUCERS,
+            100,
+        ),
+    ];
+    for (after, name, load, producers, msgs) in keyed {
+        let at = phases
+            .iter()
+            .position(|(phase, ..)| phase == after)
+            .map_or(phases.len(), |at| at + 1);
+        phases.insert(at, (name.to_owned(), load, producers, msgs));
+    }
     for (name, request, producers, msgs_per_request) in phases {
         let node_cpu = node.cpu_seconds();
         let client_cpu = cpu_seconds("self");
