@@ -11,7 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::clock::Clock;
-use narad_plog::{LogError, PartitionLog, ReadEntry, ReadLimits};
+use narad_plog::{LogError, ORIGIN_ID_BYTES, Origin, PartitionLog, ReadEntry, ReadLimits};
+use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
 use super::cursor_file::{self, CursorPosition};
@@ -287,6 +288,17 @@ fn order_of(
     bucket: Bucket,
 ) -> CommitOrder<WalPayload> {
     let BucketId(id) = bucket.id;
+    let origin = fanout_origin_id(plan);
+    // The cursor file stays at or below the slab's start until every bucket
+    // of the slab is stored, and a slab's records for one child partition
+    // are all in its bucket: nothing below the bucket's first offset is sent
+    // to this child partition again.
+    let floor = bucket
+        .records
+        .iter()
+        .map(|record| record.offset)
+        .min()
+        .unwrap_or(0);
     let records = bucket
         .records
         .into_iter()
@@ -301,7 +313,11 @@ fn order_of(
                 key: record.key,
                 payload: record.payload,
                 created_at_unix_ms: record.committed_at_ms,
-                origin: None,
+                origin: Some(Origin {
+                    id: origin,
+                    seq: record.offset,
+                    floor,
+                }),
                 idempotency_key: bytes::Bytes::new(),
             };
             Held::outside(record.offset, meta, payload)
@@ -316,6 +332,25 @@ fn order_of(
         budget: BUCKET_COMMIT_BUDGET,
         probe: false,
     }
+}
+
+/// The origin id of a cursor's copies: the parent partition's offsets are
+/// their sequence numbers, named by the parent (name and incarnation), the
+/// partition and the attach epoch, so a slab repeated after a crash is
+/// stored once in each child partition.
+fn fanout_origin_id(plan: &CursorPlan) -> [u8; ORIGIN_ID_BYTES] {
+    let mut hasher = Sha256::new();
+    hasher.update(b"narad fan-out origin\0");
+    hasher.update(plan.key.parent.as_bytes());
+    hasher.update([0]);
+    hasher.update(plan.parent_incarnation.as_deref().unwrap_or("").as_bytes());
+    hasher.update([0]);
+    hasher.update(plan.link.parent_partition.to_be_bytes());
+    hasher.update(plan.link.epoch.as_str().as_bytes());
+    let digest = hasher.finalize();
+    let mut id = [0; ORIGIN_ID_BYTES];
+    id.copy_from_slice(&digest[..ORIGIN_ID_BYTES]);
+    id
 }
 
 fn write(
