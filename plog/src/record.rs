@@ -50,6 +50,11 @@ pub struct Origin {
     pub floor: u64,
 }
 
+/// The smallest envelope: version 2, a one-byte key length of zero and the
+/// commit time, with no key and an empty payload (version 3 adds at least
+/// its flags byte).
+pub(crate) const ENVELOPE_BYTES_MIN: usize = 1 + 1 + 8;
+
 /// A `u64` takes at most ten bytes as an unsigned LEB128 varint.
 const UVARINT_BYTES_MAX: usize = 10;
 
