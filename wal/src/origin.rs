@@ -45,6 +45,10 @@ const HEADER_BYTES: usize = 4 + 1 + 4;
 /// log matter.
 pub const ORIGIN_EPOCHS_MAX: usize = 64;
 
+/// The largest origin file: header, [`ORIGIN_EPOCHS_MAX`] epochs, checksum.
+/// A larger file is refused before it is read, whatever size it claims.
+const ORIGIN_FILE_BYTES_MAX: u64 = (HEADER_BYTES + ORIGIN_EPOCHS_MAX * EPOCH_BYTES + 4) as u64;
+
 /// The epochs of one WAL, oldest first; never empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origins {
@@ -138,6 +142,15 @@ pub(crate) fn open(
         let size = file
             .size()
             .map_err(|error| WalError::io("stat the origin file", &path, error))?;
+        if size > ORIGIN_FILE_BYTES_MAX {
+            return Err(WalError::corrupt(
+                &path,
+                0,
+                format!(
+                    "origin file: {size} bytes, over the {ORIGIN_FILE_BYTES_MAX} of {ORIGIN_EPOCHS_MAX} epochs"
+                ),
+            ));
+        }
         let bytes = file
             .read_at(0, size as usize)
             .wait()
@@ -304,6 +317,32 @@ mod tests {
         }
         let origins = open(&*disk(&sim), Path::new(DIR), 10_000, false).unwrap();
         assert_eq!(origins.epochs().len(), ORIGIN_EPOCHS_MAX);
+    }
+
+    #[test]
+    fn a_file_larger_than_the_most_epochs_is_refused_unread() {
+        let sim = SimDisk::new(5);
+        let disk = disk(&sim);
+        let path = Path::new(DIR).join(ORIGIN_FILE_NAME);
+        let file = disk.open(&path, OpenOptions::CREATE).unwrap();
+        file.truncate(ORIGIN_FILE_BYTES_MAX + 1).wait().unwrap();
+        drop(file);
+        let error = open(&*disk, Path::new(DIR), 0, false).unwrap_err();
+        let expected = format!("{} bytes, over the", ORIGIN_FILE_BYTES_MAX + 1);
+        assert!(
+            matches!(&error, WalError::Corrupt { reason, .. } if reason.contains(&expected)),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_file_of_the_most_epochs_is_exactly_the_limit() {
+        let origins = Origins {
+            epochs: (0..ORIGIN_EPOCHS_MAX as u64)
+                .map(|first| (first, [1; ORIGIN_ID_BYTES]))
+                .collect(),
+        };
+        assert_eq!(origins.encode().len() as u64, ORIGIN_FILE_BYTES_MAX);
     }
 
     #[test]
