@@ -192,7 +192,6 @@ proptest! {
 
 // The default 256 cases, or `PROPTEST_CASES`.
 proptest! {
-
     #[test]
     fn an_arbitrary_payload_behind_a_good_crc_never_panics(
         record_count in arb_record_count(),
@@ -206,7 +205,7 @@ proptest! {
 
     /// The zstd path behind a good CRC: a declared size that is wrong, a
     /// stream that is not zstd, or one that holds garbage records are all
-    /// errors, and decompression never outgrows the declared size.
+    /// errors; what decodes had exactly its declared size.
     #[test]
     fn an_arbitrary_zstd_payload_behind_a_good_crc_never_panics(
         record_count in arb_record_count(),

@@ -155,7 +155,6 @@ fn open_checkpoint_of(bytes: &[u8]) -> Result<CheckpointStore, CheckpointError> 
 
 // The default 256 cases, or `PROPTEST_CASES`.
 proptest! {
-
     /// A frame with a byte changed, cut short or followed by more bytes:
     /// the header is not covered by the CRC, so a changed sequence number
     /// may still check, but the payload never checks unless it is the one
