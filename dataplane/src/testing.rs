@@ -28,11 +28,16 @@ const TEST_BCRYPT_COST: u32 = 4;
 /// same cases.
 const PROPTEST_SEED: u64 = 0x6e61_7261_6407;
 
-/// Settings for a property test: 256 cases from [`PROPTEST_SEED`], and no
-/// failure files (a failure replays from the seed).
+/// Settings for a property test: 256 cases (or `PROPTEST_CASES` when set,
+/// for a long run) from [`PROPTEST_SEED`], and no failure files (a failure
+/// replays from the seed).
 pub(crate) fn seeded_proptest_config() -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(256);
     proptest::test_runner::Config {
-        cases: 256,
+        cases,
         rng_seed: proptest::test_runner::RngSeed::Fixed(PROPTEST_SEED),
         failure_persistence: None,
         ..proptest::test_runner::Config::default()

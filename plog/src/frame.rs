@@ -31,6 +31,10 @@ pub const FRAME_BYTES_MAX: u32 = 256 << 20;
 /// Bytes of the record length prefix inside a payload.
 const RECORD_LEN_BYTES: usize = 4;
 
+/// The fewest payload bytes one record takes: its length prefix and the
+/// smallest envelope (version, a one-byte key length, the commit time).
+const RECORD_BYTES_MIN: usize = RECORD_LEN_BYTES + record::ENVELOPE_BYTES_MIN;
+
 /// The header fields the CRC covers: `[2, 23)`.
 const CRC_COVERED: std::ops::Range<usize> = 2..23;
 
@@ -316,7 +320,7 @@ fn decode_record_stream(
     mut payload: &[u8],
     header: &FrameHeader,
 ) -> Result<Vec<Record>, FrameError> {
-    let mut records = Vec::with_capacity(header.record_count as usize);
+    let mut records = Vec::with_capacity(records_capacity(header.record_count, payload.len()));
     for index in 0..u64::from(header.record_count) {
         let Some((len, rest)) = payload.split_first_chunk::<RECORD_LEN_BYTES>() else {
             return Err(FrameError::RecordStream(
@@ -343,6 +347,15 @@ fn decode_record_stream(
         return Err(FrameError::RecordStream("bytes after the last record"));
     }
     Ok(records)
+}
+
+/// Records to reserve room for before decoding a payload: the declared
+/// count, but no more than the payload can hold. The header check allows
+/// one record per four payload bytes, so a header that passed its CRC may
+/// declare 64 Mi records for a 256 MiB payload; the reservation follows the
+/// smallest real record instead of that claim.
+fn records_capacity(record_count: u32, payload_bytes: usize) -> usize {
+    (record_count as usize).min(payload_bytes / RECORD_BYTES_MIN)
 }
 
 /// Uncompressed payload bytes a record adds to a frame.
@@ -419,6 +432,13 @@ pub fn encode_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_record_reservation_follows_the_payload_not_the_declared_count() {
+        assert_eq!(records_capacity(u32::MAX, 0), 0);
+        assert_eq!(records_capacity(1 << 26, 256 << 20), (256 << 20) / 14);
+        assert_eq!(records_capacity(3, 1_000), 3);
+    }
 
     fn records(count: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         (0..count)

@@ -50,6 +50,11 @@ pub struct Origin {
     pub floor: u64,
 }
 
+/// The smallest envelope: version 2, a one-byte key length of zero and the
+/// commit time, with no key and an empty payload (version 3 adds at least
+/// its flags byte).
+pub(crate) const ENVELOPE_BYTES_MIN: usize = 1 + 1 + 8;
+
 /// A `u64` takes at most ten bytes as an unsigned LEB128 varint.
 const UVARINT_BYTES_MAX: usize = 10;
 
@@ -294,7 +299,104 @@ fn take_uvarint(bytes: &[u8]) -> Result<(u64, &[u8]), FrameError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn arb_origin() -> impl Strategy<Value = Origin> {
+        (any::<[u8; ORIGIN_ID_BYTES]>(), any::<u64>(), any::<u64>()).prop_map(|(id, a, b)| Origin {
+            id,
+            seq: a.max(b),
+            floor: a.min(b),
+        })
+    }
+
+    /// Key, payload, time, origin and idempotency key of one record.
+    type Parts = (Vec<u8>, Vec<u8>, u64, Option<Origin>, Vec<u8>);
+
+    fn arb_parts() -> impl Strategy<Value = Parts> {
+        (
+            prop::collection::vec(any::<u8>(), 0..40),
+            prop::collection::vec(any::<u8>(), 0..80),
+            any::<u64>(),
+            prop::option::of(arb_origin()),
+            prop_oneof![
+                Just(Vec::new()),
+                prop::collection::vec(any::<u8>(), 1..=IDEMPOTENCY_KEY_BYTES_MAX),
+            ],
+        )
+    }
+
+    fn envelope_of(parts: &Parts) -> Vec<u8> {
+        let (key, payload, time, origin, idempotency_key) = parts;
+        let record = CommitRecord {
+            origin: *origin,
+            idempotency_key,
+            ..CommitRecord::new(key, payload, *time)
+        };
+        let mut out = Vec::new();
+        encode_envelope(&mut out, &record);
+        assert_eq!(out.len(), envelope_bytes(&record));
+        out
+    }
+
+    /// What decoded must encode again: the encoder asserts a floor at most
+    /// its sequence and an idempotency key within its limit, so a decoder
+    /// letting either through would turn damage into a panic on the next
+    /// write.
+    fn re_encodes(envelope: &Envelope<'_>) -> Vec<u8> {
+        let record = CommitRecord {
+            origin: envelope.origin,
+            idempotency_key: envelope.idempotency_key,
+            ..CommitRecord::new(envelope.key, envelope.payload, envelope.committed_at_ms)
+        };
+        let mut out = Vec::new();
+        encode_envelope(&mut out, &record);
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn every_envelope_round_trips(parts in arb_parts()) {
+            let bytes = envelope_of(&parts);
+            let envelope = decode_envelope(&bytes).unwrap();
+            let (key, payload, time, origin, idempotency_key) = &parts;
+            prop_assert_eq!(envelope.key, key.as_slice());
+            prop_assert_eq!(envelope.payload, payload.as_slice());
+            prop_assert_eq!(envelope.committed_at_ms, *time);
+            prop_assert_eq!(envelope.origin, *origin);
+            prop_assert_eq!(envelope.idempotency_key, idempotency_key.as_slice());
+        }
+
+        #[test]
+        fn arbitrary_bytes_behind_either_version_never_panic(
+            version in prop_oneof![Just(ENVELOPE_VERSION), Just(ENVELOPE_VERSION_PROVENANCE), any::<u8>()],
+            rest in prop::collection::vec(any::<u8>(), 0..96),
+        ) {
+            let mut bytes = vec![version];
+            bytes.extend_from_slice(&rest);
+            if let Ok(envelope) = decode_envelope(&bytes) {
+                re_encodes(&envelope);
+            }
+        }
+
+        #[test]
+        fn a_damaged_envelope_never_panics_and_what_decodes_encodes_again(
+            parts in arb_parts(),
+            at in any::<prop::sample::Index>(),
+            mask in 1u8..=255,
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = envelope_of(&parts);
+            let mut flipped = bytes.clone();
+            flipped[at.index(bytes.len())] ^= mask;
+            for damaged in [&flipped[..], &bytes[..cut.index(bytes.len())]] {
+                if let Ok(envelope) = decode_envelope(damaged) {
+                    re_encodes(&envelope);
+                }
+            }
+        }
+    }
 
     #[test]
     fn envelope_round_trips_with_and_without_a_key() {

@@ -743,6 +743,13 @@ mod tests {
         }
 
         #[test]
+        fn a_damaged_batch_never_panics(batch in batch_strategy(), damage in crate::damage::damage()) {
+            for damaged in damage.apply(&encode_message(&batch)) {
+                let _ = decode_commit_request(Bytes::from(damaged));
+            }
+        }
+
+        #[test]
         fn truncated_batch_is_an_error(batch in batch_strategy(), cut in any::<prop::sample::Index>()) {
             let bytes = encode_message(&batch);
             let cut = cut.index(bytes.len());

@@ -876,6 +876,13 @@ mod tests {
         let _ = decode_forward_request::<M>(Bytes::from(bytes));
     }
 
+    /// Every damaged copy of `message`'s encoding decodes to `Ok` or `Err`.
+    fn never_panics_damaged<M: Message>(message: &M, damage: &crate::damage::Damage) {
+        for damaged in damage.apply(&encode_message(message)) {
+            never_panics::<M>(damaged);
+        }
+    }
+
     proptest! {
         #[test]
         fn consume_round_trips(request in consume_strategy()) {
@@ -971,6 +978,29 @@ mod tests {
         fn stats_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
             never_panics::<TopicPartitionStats>(bytes.clone());
             never_panics::<TopicPartitionStatsAnswer>(bytes);
+        }
+
+        #[test]
+        fn damaged_requests_and_answers_never_panic(
+            request in consume_strategy(),
+            records in proptest::collection::vec(record_strategy(), 0..6),
+            lease in lease_strategy(),
+            batch in batch_strategy(),
+            entries in proptest::collection::vec(stats_entry_strategy(), 1..6),
+            damage in crate::damage::damage(),
+        ) {
+            never_panics_damaged(&request, &damage);
+            never_panics_damaged(&ConsumeAnswer { records }, &damage);
+            never_panics_damaged(&ForwardSettle { topic: "t".into(), lease }, &damage);
+            never_panics_damaged(&batch, &damage);
+            never_panics_damaged(&AckBatchAnswer { statuses: vec![200, 404, 409] }, &damage);
+            let partitions = entries.iter().map(|entry| entry.partition).collect();
+            never_panics_damaged(
+                &TopicPartitionStats { topic: "t".into(), partitions, with_cursors: true },
+                &damage,
+            );
+            never_panics_damaged(&TopicPartitionStatsAnswer { entries }, &damage);
+            never_panics_damaged(&TokenRegister { topic: "t".into(), ttl_ms: 1_000 }, &damage);
         }
     }
 

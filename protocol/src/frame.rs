@@ -613,6 +613,14 @@ mod tests {
         }
 
         #[test]
+        fn a_damaged_frame_never_panics(frame in frame_strategy(), damage in crate::damage::damage()) {
+            let body = frame.encode().expect("fits").slice(4..);
+            for damaged in damage.apply(&body) {
+                let _ = Frame::decode(Bytes::from(damaged));
+            }
+        }
+
+        #[test]
         fn frame_decoder_refuses_any_trailing_byte(frame in frame_strategy(), extra in 1_usize..8) {
             let mut bytes = frame.encode().expect("fits").slice(4..).to_vec();
             bytes.extend(std::iter::repeat_n(0_u8, extra));

@@ -66,4 +66,6 @@ pub use server::{Handler, HandlerFuture, Inbound, OperationLimit, Router};
 pub use stream::codes;
 
 #[cfg(test)]
+mod damage;
+#[cfg(test)]
 mod transport_tests;

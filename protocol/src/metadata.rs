@@ -201,6 +201,13 @@ mod tests {
         fn batch_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
             let _ = decode_message::<MetadataBatch>(Bytes::from(bytes));
         }
+
+        #[test]
+        fn a_damaged_batch_never_panics(batch in batch_strategy(), damage in crate::damage::damage()) {
+            for damaged in damage.apply(&encode_message(&batch)) {
+                let _ = decode_message::<MetadataBatch>(Bytes::from(damaged));
+            }
+        }
     }
 
     #[test]

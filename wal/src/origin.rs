@@ -45,6 +45,10 @@ const HEADER_BYTES: usize = 4 + 1 + 4;
 /// log matter.
 pub const ORIGIN_EPOCHS_MAX: usize = 64;
 
+/// The largest origin file: header, [`ORIGIN_EPOCHS_MAX`] epochs, checksum.
+/// A larger file is refused before it is read, whatever size it claims.
+const ORIGIN_FILE_BYTES_MAX: u64 = (HEADER_BYTES + ORIGIN_EPOCHS_MAX * EPOCH_BYTES + 4) as u64;
+
 /// The epochs of one WAL, oldest first; never empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origins {
@@ -138,6 +142,15 @@ pub(crate) fn open(
         let size = file
             .size()
             .map_err(|error| WalError::io("stat the origin file", &path, error))?;
+        if size > ORIGIN_FILE_BYTES_MAX {
+            return Err(WalError::corrupt(
+                &path,
+                0,
+                format!(
+                    "origin file: {size} bytes, over the {ORIGIN_FILE_BYTES_MAX} of {ORIGIN_EPOCHS_MAX} epochs"
+                ),
+            ));
+        }
         let bytes = file
             .read_at(0, size as usize)
             .wait()
@@ -201,8 +214,68 @@ mod tests {
     use std::sync::Arc;
 
     use narad_disk::sim::{SimDisk, Tear};
+    use proptest::prelude::*;
 
     use super::*;
+
+    /// `body` with the CRC it calls for, so arbitrary bodies reach the
+    /// checks behind the checksum.
+    fn sealed(body: &[u8]) -> Vec<u8> {
+        let mut bytes = body.to_vec();
+        bytes.extend_from_slice(&crc32c::crc32c(body).to_be_bytes());
+        bytes
+    }
+
+    fn arb_origins() -> impl Strategy<Value = Origins> {
+        prop::collection::btree_map(
+            any::<u64>(),
+            any::<[u8; ORIGIN_ID_BYTES]>(),
+            1..=ORIGIN_EPOCHS_MAX,
+        )
+        .prop_map(|epochs| Origins {
+            epochs: epochs.into_iter().collect(),
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn every_origin_file_round_trips(origins in arb_origins()) {
+            prop_assert_eq!(Origins::decode(&origins.encode()), Ok(origins));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..128)) {
+            let _ = Origins::decode(&bytes);
+        }
+
+        /// Behind a good checksum: a count that disagrees with the bytes
+        /// (up to `u32::MAX`) is refused before anything is reserved, and
+        /// whatever decodes is a valid list that encodes to the same bytes.
+        #[test]
+        fn an_arbitrary_body_behind_a_good_checksum_decodes_only_canonically(
+            count in prop::option::of(prop_oneof![0u32..=70, any::<u32>()]),
+            epochs in prop::collection::vec(any::<u8>(), 0..200),
+        ) {
+            // No count drawn: whole epochs and the count that matches them.
+            let (count, epochs) = match count {
+                Some(count) => (count, &epochs[..]),
+                None => {
+                    let whole = epochs.len() / EPOCH_BYTES;
+                    (whole as u32, &epochs[..whole * EPOCH_BYTES])
+                }
+            };
+            let mut body = MAGIC.to_vec();
+            body.push(VERSION);
+            body.extend_from_slice(&count.to_be_bytes());
+            body.extend_from_slice(epochs);
+            let bytes = sealed(&body);
+            if let Ok(origins) = Origins::decode(&bytes) {
+                prop_assert!((1..=ORIGIN_EPOCHS_MAX).contains(&origins.epochs().len()));
+                prop_assert!(origins.epochs().windows(2).all(|pair| pair[0].0 < pair[1].0));
+                prop_assert_eq!(origins.encode(), bytes);
+            }
+        }
+    }
 
     const DIR: &str = "/wal";
 
@@ -244,6 +317,32 @@ mod tests {
         }
         let origins = open(&*disk(&sim), Path::new(DIR), 10_000, false).unwrap();
         assert_eq!(origins.epochs().len(), ORIGIN_EPOCHS_MAX);
+    }
+
+    #[test]
+    fn a_file_larger_than_the_most_epochs_is_refused_unread() {
+        let sim = SimDisk::new(5);
+        let disk = disk(&sim);
+        let path = Path::new(DIR).join(ORIGIN_FILE_NAME);
+        let file = disk.open(&path, OpenOptions::CREATE).unwrap();
+        file.truncate(ORIGIN_FILE_BYTES_MAX + 1).wait().unwrap();
+        drop(file);
+        let error = open(&*disk, Path::new(DIR), 0, false).unwrap_err();
+        let expected = format!("{} bytes, over the", ORIGIN_FILE_BYTES_MAX + 1);
+        assert!(
+            matches!(&error, WalError::Corrupt { reason, .. } if reason.contains(&expected)),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_file_of_the_most_epochs_is_exactly_the_limit() {
+        let origins = Origins {
+            epochs: (0..ORIGIN_EPOCHS_MAX as u64)
+                .map(|first| (first, [1; ORIGIN_ID_BYTES]))
+                .collect(),
+        };
+        assert_eq!(origins.encode().len() as u64, ORIGIN_FILE_BYTES_MAX);
     }
 
     #[test]

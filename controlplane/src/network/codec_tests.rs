@@ -516,6 +516,22 @@ macro_rules! message_properties {
                     let _ = decode_message::<$message>(Bytes::from(bytes));
                 }
 
+                /// A forged count or length anywhere: refused, or read
+                /// within the bytes present, never reserved from the claim.
+                #[test]
+                fn a_hostile_u32_anywhere_never_panics(
+                    message in $strategy,
+                    at in any::<prop::sample::Index>(),
+                    hostile in prop_oneof![Just(u32::MAX), Just(0x8000_0000_u32), any::<u32>()],
+                ) {
+                    let mut bytes = encode_message(&message).to_vec();
+                    if bytes.len() >= 4 {
+                        let at = at.index(bytes.len() - 3);
+                        bytes[at..at + 4].copy_from_slice(&hostile.to_be_bytes());
+                    }
+                    let _ = decode_message::<$message>(Bytes::from(bytes));
+                }
+
                 #[test]
                 fn every_cut_is_refused(message in $strategy, at in any::<prop::sample::Index>()) {
                     let bytes = encode_message(&message);

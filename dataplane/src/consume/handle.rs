@@ -75,6 +75,19 @@ mod tests {
             prop_assert_eq!(ReceiptHandle::parse(&handle.to_string()), Ok(handle));
         }
 
+        /// Digits, colons and signs: text shaped like a handle, which
+        /// reaches the range checks that random text rarely does.
+        #[test]
+        fn handle_shaped_text_parses_only_as_three_decimal_fields(text in "[0-9:+-]{0,64}") {
+            if let Ok(handle) = ReceiptHandle::parse(&text) {
+                let fields: Vec<&str> = text.split(':').collect();
+                prop_assert_eq!(fields.len(), 3);
+                prop_assert!(fields.iter().all(|field| field.bytes().all(|b| b.is_ascii_digit())));
+                prop_assert_eq!(fields[1].parse::<u64>().ok(), Some(handle.offset));
+                prop_assert_eq!(fields[2].parse::<u64>().ok(), Some(handle.nonce));
+            }
+        }
+
         #[test]
         fn any_text_parses_or_is_refused_without_panicking(text in "\\PC{0,40}") {
             if let Ok(handle) = ReceiptHandle::parse(&text) {

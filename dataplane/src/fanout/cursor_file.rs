@@ -379,5 +379,28 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = decode(&bytes);
         }
+
+        /// A record with bytes changed and its checksum written again
+        /// reaches the JSON behind the CRC; whatever decodes is a cursor.
+        #[test]
+        fn a_damaged_record_resealed_never_panics(
+            bits in any::<u64>(),
+            next_offset in any::<u64>(),
+            changes in proptest::collection::vec((CHECKED_FROM..CURSOR_RECORD_BYTES, any::<u8>()), 1..4),
+        ) {
+            let mut record = encode(&position(bits, next_offset));
+            for (at, byte) in changes {
+                record[at] = byte;
+            }
+            let crc = crc32c::crc32c(&record[CHECKED_FROM..]);
+            record[CRC_AT..CRC_END].copy_from_slice(format!("{crc:08x}").as_bytes());
+            prop_assert!(!matches!(decode(&record), Loaded::Legacy(_)));
+        }
+
+        /// Text shaped like the legacy JSON file reaches its parser.
+        #[test]
+        fn legacy_shaped_text_never_panics(text in r#"\{("(epoch|next_offset|crc)":("[0-9a-f]{0,17}"|-?[0-9]{1,21}),?){0,4}\}"#) {
+            let _ = decode(text.as_bytes());
+        }
     }
 }

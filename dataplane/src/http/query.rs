@@ -57,7 +57,49 @@ fn hex(byte: u8) -> Option<u8> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// `bytes` with every byte escaped as `%XX`, the most a client can send.
+    fn escaped(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("%{byte:02X}")).collect()
+    }
+
+    proptest! {
+        #![proptest_config(crate::testing::seeded_proptest_config())]
+
+        #[test]
+        fn any_query_decodes_without_panicking_and_never_grows(
+            query in prop_oneof!["\\PC{0,64}", "[%+=&0-9a-fA-Fgz]{0,64}"],
+        ) {
+            for param in params(&query) {
+                prop_assert!(param.name.len() + param.value.len() <= query.len());
+            }
+            prop_assert!(percent_decode(&query).len() <= query.len());
+        }
+
+        #[test]
+        fn escaped_names_and_values_round_trip(
+            pairs in prop::collection::vec(
+                (
+                    prop::collection::vec(any::<u8>(), 1..12),
+                    prop::collection::vec(any::<u8>(), 0..12),
+                ),
+                0..6,
+            ),
+        ) {
+            let query: Vec<String> = pairs
+                .iter()
+                .map(|(name, value)| format!("{}={}", escaped(name), escaped(value)))
+                .collect();
+            let decoded: Vec<(Vec<u8>, Vec<u8>)> = params(&query.join("&"))
+                .into_iter()
+                .map(|param| (param.name, param.value))
+                .collect();
+            prop_assert_eq!(decoded, pairs);
+        }
+    }
 
     #[test]
     fn binary_key_bytes_survive_decoding() {

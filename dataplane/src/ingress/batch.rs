@@ -268,7 +268,85 @@ fn decode_key(raw: &RawValue, encoding: Option<&str>) -> Result<Vec<u8>, String>
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// One message as a client sends it: base64 payload and key, so any
+    /// bytes fit, and maybe a pinned partition.
+    fn wire_message(payload: &[u8], key: &[u8], partition: Option<u32>) -> String {
+        let partition = partition.map_or(String::new(), |p| format!(r#","partition":{p}"#));
+        format!(
+            r#"{{"payload":"{}","payload_encoding":"base64","key":"{}","key_encoding":"base64"{partition}}}"#,
+            BASE64.encode(payload),
+            BASE64.encode(key)
+        )
+    }
+
+    fn arb_messages() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>, Option<u32>)>> {
+        prop::collection::vec(
+            (
+                prop::collection::vec(any::<u8>(), 1..48),
+                prop::collection::vec(any::<u8>(), 0..16),
+                prop::option::of(any::<u32>()),
+            ),
+            1..6,
+        )
+    }
+
+    fn body_of(messages: &[(Vec<u8>, Vec<u8>, Option<u32>)]) -> String {
+        let list: Vec<String> = messages
+            .iter()
+            .map(|(payload, key, partition)| wire_message(payload, key, *partition))
+            .collect();
+        format!(r#"{{"messages":[{}]}}"#, list.join(","))
+    }
+
+    proptest! {
+        #![proptest_config(crate::testing::seeded_proptest_config())]
+
+        #[test]
+        fn arbitrary_bytes_parse_or_are_refused_without_panicking(
+            body in prop::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let _ = parse_batch(&body);
+        }
+
+        /// Text close to the route's shape reaches the JSON walk, the
+        /// message cap and each field's decoding, not only the UTF-8 check.
+        #[test]
+        fn json_shaped_text_parses_or_is_refused_without_panicking(
+            inside in r#"[\[\]{}":,0-9a-z_= -]{0,96}"#,
+        ) {
+            let _ = parse_batch(format!(r#"{{"messages":[{inside}]}}"#).as_bytes());
+            let _ = parse_batch(format!(r#"{{"messages":[{{"payload":{inside}}}]}}"#).as_bytes());
+        }
+
+        #[test]
+        fn every_valid_batch_round_trips(messages in arb_messages()) {
+            let parsed = parse_batch(body_of(&messages).as_bytes()).unwrap();
+            prop_assert_eq!(parsed.len(), messages.len());
+            for (message, (payload, key, partition)) in parsed.iter().zip(&messages) {
+                prop_assert_eq!(&message.payload[..], payload.as_slice());
+                prop_assert_eq!(&message.key, key);
+                prop_assert_eq!(message.partition, *partition);
+            }
+        }
+
+        #[test]
+        fn a_damaged_valid_batch_never_panics(
+            messages in arb_messages(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let body = body_of(&messages).into_bytes();
+            let mut changed = body.clone();
+            changed[at.index(body.len())] = byte;
+            let _ = parse_batch(&changed);
+            prop_assert!(parse_batch(&body[..cut.index(body.len())]).is_err());
+        }
+    }
 
     #[test]
     fn raw_json_payload_is_stored_verbatim_with_its_whitespace() {

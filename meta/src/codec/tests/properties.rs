@@ -144,6 +144,27 @@ proptest! {
         let _ = decode_state(Bytes::from(bytes));
     }
 
+    /// A forged count or length anywhere in a command or a state: refused,
+    /// or read within the bytes present, never reserved from the claim.
+    #[test]
+    fn a_hostile_u32_anywhere_never_panics(
+        command in strategies::command(),
+        state in strategies::metastore(),
+        at in any::<prop::sample::Index>(),
+        hostile in prop_oneof![Just(u32::MAX), Just(0x8000_0000_u32), any::<u32>()],
+    ) {
+        let mut command = encode_command(&command).to_vec();
+        let mut state = encode_state(&state).to_vec();
+        for bytes in [&mut command, &mut state] {
+            if bytes.len() >= 4 {
+                let at = at.index(bytes.len() - 3);
+                bytes[at..at + 4].copy_from_slice(&hostile.to_be_bytes());
+            }
+        }
+        let _ = decode_command(Bytes::from(command));
+        let _ = decode_state(Bytes::from(state));
+    }
+
     #[test]
     fn every_cut_of_a_command_is_refused(
         command in strategies::command(),
