@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use narad_disk::Disk;
 use narad_disk::sim::{SimDisk, Tear};
 use narad_meta::{Actor, Command, DeleteTopic};
-use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
+use narad_plog::{LogConfig, PartitionLog};
 use narad_wal::CheckpointConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -22,8 +22,8 @@ use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
 use crate::testing::{
-    LOCAL_NODE, apply, assign, basic, create_command, mark_dead, register, replica,
-    start_node as start, topic,
+    LOCAL_NODE, Served, apply, assign, basic, create_command, mark_dead, read_all, register,
+    replica, start_node as start, topic,
 };
 
 const DATA_DIR: &str = "/node";
@@ -91,25 +91,10 @@ fn stored(
             let dir = partition_dir(data_dir, topic, partition);
             let log =
                 PartitionLog::open(Arc::clone(disk), &dir, LogConfig::default()).expect("open log");
-            let mut records = Vec::new();
-            let mut from = 0;
-            loop {
-                let batch = log
-                    .read(from, u64::MAX, ReadLimits::default())
-                    .expect("read");
-                if batch.entries.is_empty() {
-                    break;
-                }
-                for entry in batch.entries {
-                    match entry {
-                        ReadEntry::Record(record) => records.push((record.key, record.payload)),
-                        ReadEntry::Unreadable { offsets } => {
-                            panic!("unreadable offsets {offsets:?}")
-                        }
-                    }
-                }
-                from = batch.next_offset;
-            }
+            let records = read_all(&log)
+                .into_iter()
+                .map(|record| (record.key, record.payload))
+                .collect();
             log.close().expect("close log");
             (partition, records)
         })
@@ -582,21 +567,8 @@ async fn a_standalone_node_serves_create_and_produce_over_tcp() {
     let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE);
     let mut config = config(Path::new(DATA_DIR), 1);
     config.api.security = false;
-    let node = Arc::new(DataNode::start(services, config).expect("start"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = {
-        let node = Arc::clone(&node);
-        tokio::spawn(async move {
-            node.serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await
-        })
-    };
+    let served = Served::serve(DataNode::start(services, config).expect("start")).await;
+    let address = served.address;
     let (status, body) = http_over_tcp(address, "GET", "/readyz", "").await;
     assert_eq!((status, body.as_str()), (200, "{\"status\":\"ready\"}\n"));
     let (status, _) = http_over_tcp(address, "POST", "/v1/topics", r#"{"name":"events"}"#).await;
@@ -609,7 +581,7 @@ async fn a_standalone_node_serves_create_and_produce_over_tcp() {
     )
     .await;
     assert_eq!(status, 202);
-    let drained = Arc::clone(&node);
+    let drained = Arc::clone(&served.node);
     tokio::task::spawn_blocking(move || wait_until("dispatch", || drained.drained()))
         .await
         .expect("wait");
@@ -617,10 +589,8 @@ async fn a_standalone_node_serves_create_and_produce_over_tcp() {
     assert_eq!(status, 200);
     let described: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(described["partition_stats"][2]["high_watermark"], 1);
-    stop.send(()).expect("stop");
-    server.await.expect("server task").expect("serve");
+    let node = served.stop_serving().await;
     assert!(node.api().health.shutting_down.load(Ordering::Acquire));
-    let node = Arc::try_unwrap(node).expect("last handle");
     tokio::task::spawn_blocking(move || node.shutdown())
         .await
         .expect("shutdown");
@@ -633,21 +603,8 @@ async fn a_produce_retried_with_its_idempotency_key_is_stored_once_in_the_keys_p
     let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE);
     let mut config = config(Path::new(DATA_DIR), 1);
     config.api.security = false;
-    let node = Arc::new(DataNode::start(services, config).expect("start"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = {
-        let node = Arc::clone(&node);
-        tokio::spawn(async move {
-            node.serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await
-        })
-    };
+    let served = Served::serve(DataNode::start(services, config).expect("start")).await;
+    let address = served.address;
     let body = r#"{"name":"events","partitions":4}"#;
     let (status, _) = http_over_tcp(address, "POST", "/v1/topics", body).await;
     assert_eq!(status, 201);
@@ -682,16 +639,11 @@ async fn a_produce_retried_with_its_idempotency_key_is_stored_once_in_the_keys_p
     let (status, _) =
         http_over_tcp(address, "POST", "/v1/topics/events/produce/batch", empty).await;
     assert_eq!(status, 400);
-    let drained = Arc::clone(&node);
+    let drained = Arc::clone(&served.node);
     tokio::task::spawn_blocking(move || wait_until("dispatch", || drained.drained()))
         .await
         .expect("wait");
-    stop.send(()).expect("stop");
-    server.await.expect("server task").expect("serve");
-    let node = Arc::try_unwrap(node).expect("last handle");
-    tokio::task::spawn_blocking(move || node.shutdown())
-        .await
-        .expect("shutdown");
+    served.stop().await;
     let stored = stored(&disk, Path::new(DATA_DIR), "events", 4);
     let home = crate::ingress::partition::key_partition(b"order-17", 4);
     let all: Vec<(u32, Vec<u8>)> = stored

@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
-use narad_plog::{LogConfig, Origin, PartitionLog, ReadEntry, ReadLimits};
-use narad_wal::{CheckpointConfig, CheckpointStore, Wal, WalOptions, WalReader, WalRecordRef};
+use narad_plog::{LogConfig, PartitionLog, ReadEntry, ReadLimits};
+use narad_wal::{CheckpointConfig, CheckpointStore, Wal, WalOptions, WalReader};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -51,12 +51,12 @@ use crate::commit::{Combiners, LocalLogs, commit_locally, partition_dir};
 use crate::consume::ahead::{
     ConsumerPosition, ConsumerStateConfig, ConsumerStateStore, PositionSource, StateTicket,
 };
-use crate::dispatch::{Command, DispatchConfig, Dispatcher, RecordMeta, WalPayload};
+use crate::dispatch::{Command, DispatchConfig, Dispatcher, WalPayload, held_of};
 use crate::ingress::partition::key_partition;
 use crate::ingress::{Acceptor, ProduceMessage};
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
-use crate::testing::{LOCAL_NODE, register, topic};
+use crate::testing::{LOCAL_NODE, read_all, register, topic};
 use crate::topology::Destination;
 
 /// Seeds `cargo test` runs.
@@ -267,24 +267,8 @@ impl Node {
             let Ok(Some(frame)) = self.reader.next_frame() else {
                 return progressed;
             };
-            let bytes = frame.payload.len() as u64;
-            let record = WalRecordRef::decode(frame.payload).expect("a durable WAL record decodes");
-            let meta = RecordMeta {
-                home: Destination::new(record.topic, record.partition),
-                bytes,
-                incarnation: record.incarnation_id.map(Arc::from),
-            };
-            let payload = WalPayload {
-                key: Bytes::copy_from_slice(record.key),
-                payload: Bytes::copy_from_slice(record.payload),
-                created_at_unix_ms: record.created_at_unix_ms,
-                origin: Some(Origin {
-                    id: self.wal.origins().id_of(seq),
-                    seq,
-                    floor: self.checkpoint.synced().min(seq),
-                }),
-                idempotency_key: Bytes::copy_from_slice(record.idempotency_key),
-            };
+            let (meta, payload) = held_of(seq, frame.payload, &self.wal, &self.checkpoint)
+                .expect("a durable WAL record decodes");
             self.dispatcher
                 .place(seq, meta, payload, &*self.replica, now);
             progressed = true;
@@ -330,25 +314,10 @@ fn stored(node: &Node) -> BTreeMap<u32, Vec<(u64, Vec<u8>)>> {
     (0..PARTITIONS)
         .map(|partition| {
             let log = node.log(partition).expect("an open log");
-            let mut records = Vec::new();
-            let mut from = 0;
-            loop {
-                let batch = log
-                    .read(from, u64::MAX, ReadLimits::default())
-                    .expect("read");
-                if batch.entries.is_empty() {
-                    break;
-                }
-                for entry in batch.entries {
-                    match entry {
-                        ReadEntry::Record(record) => records.push((record.offset, record.payload)),
-                        ReadEntry::Unreadable { offsets } => {
-                            panic!("partition {partition}: unreadable offsets {offsets:?}")
-                        }
-                    }
-                }
-                from = batch.next_offset;
-            }
+            let records = read_all(&log)
+                .into_iter()
+                .map(|record| (record.offset, record.payload))
+                .collect();
             (partition, records)
         })
         .collect()

@@ -269,3 +269,82 @@ pub(crate) fn start_node(
     )
     .expect("start node")
 }
+
+/// Every record of `log` below its high watermark, in offset order.
+///
+/// # Panics
+/// On a read error or an unreadable stretch: tests expect whole logs.
+pub(crate) fn read_all(log: &narad_plog::PartitionLog) -> Vec<narad_plog::Record> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    loop {
+        let batch = log
+            .read(from, u64::MAX, narad_plog::ReadLimits::default())
+            .expect("read");
+        if batch.entries.is_empty() {
+            return out;
+        }
+        for entry in batch.entries {
+            match entry {
+                narad_plog::ReadEntry::Record(record) => out.push(record),
+                narad_plog::ReadEntry::Unreadable { offsets } => {
+                    panic!("{}: unreadable offsets {offsets:?}", log.dir().display())
+                }
+            }
+        }
+        from = batch.next_offset;
+    }
+}
+
+/// A data node serving its API on a loopback port, for tests that speak
+/// raw TCP, until [`Served::stop`].
+pub(crate) struct Served {
+    /// The node.
+    pub(crate) node: Arc<crate::node::DataNode>,
+    /// Where it listens.
+    pub(crate) address: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    /// Serves `node` on a free loopback port.
+    pub(crate) async fn serve(node: crate::node::DataNode) -> Self {
+        let node = Arc::new(node);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = {
+            let node = Arc::clone(&node);
+            tokio::spawn(async move {
+                node.serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+            })
+        };
+        Self {
+            node,
+            address,
+            stop,
+            server,
+        }
+    }
+
+    /// Stops serving gracefully; the node, still running.
+    pub(crate) async fn stop_serving(self) -> crate::node::DataNode {
+        self.stop.send(()).expect("stop");
+        self.server.await.expect("server task").expect("serve");
+        Arc::try_unwrap(self.node).expect("last handle")
+    }
+
+    /// Stops serving, then shuts the node down.
+    pub(crate) async fn stop(self) {
+        let node = self.stop_serving().await;
+        tokio::task::spawn_blocking(move || node.shutdown())
+            .await
+            .expect("shutdown");
+    }
+}

@@ -13,6 +13,7 @@ mod logs;
 
 pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem, Stored};
 pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
+#[cfg(test)]
 pub(crate) use local_target::commit_locally;
 pub use local_target::{LOCAL_COMMIT_QUEUE_MAX, LOCAL_COMMIT_WORKERS, LocalCommitTarget};
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};

@@ -22,6 +22,8 @@ pub mod targets;
 mod types;
 
 pub use machine::{Dispatcher, incarnation_runs};
+#[cfg(test)]
+pub(crate) use runtime::held_of;
 pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
 pub use targets::{
     CommitDone, CommitTarget, LeaderConfirm, NoRemoteTarget, ReplicaLeader, WalPayload,

@@ -272,27 +272,9 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 return Ok(());
             };
             assert_eq!(frame.seq, seq, "WAL reader yielded another seq than asked");
-            let bytes = frame.payload.len() as u64;
-            let record = WalRecordRef::decode(frame.payload)
-                .map_err(|error| ReadFailure::Decode { seq, error })?;
-            let meta = RecordMeta {
-                home: Destination::new(record.topic, record.partition),
-                bytes,
-                incarnation: record.incarnation_id.map(Arc::from),
-            };
-            let payload = WalPayload {
-                key: Bytes::copy_from_slice(record.key),
-                payload: Bytes::copy_from_slice(record.payload),
-                created_at_unix_ms: record.created_at_unix_ms,
-                origin: Some(Origin {
-                    id: self.parts.wal.origins().id_of(seq),
-                    seq,
-                    // No sequence below the synced checkpoint is ever read
-                    // again, after any crash.
-                    floor: self.parts.checkpoint.synced().min(seq),
-                }),
-                idempotency_key: Bytes::copy_from_slice(record.idempotency_key),
-            };
+            let (meta, payload) =
+                held_of(seq, frame.payload, &self.parts.wal, &self.parts.checkpoint)
+                    .map_err(|error| ReadFailure::Decode { seq, error })?;
             self.machine.place(seq, meta, payload, topology, now);
         }
         Ok(())
@@ -418,4 +400,37 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         }
         true
     }
+}
+
+/// The dispatcher's view of WAL record `seq`: where it goes, and what a
+/// commit carries, its origin included.
+///
+/// # Errors
+/// The record does not decode.
+pub(crate) fn held_of(
+    seq: u64,
+    bytes: &[u8],
+    wal: &Wal,
+    checkpoint: &CheckpointStore,
+) -> Result<(RecordMeta, WalPayload), RecordError> {
+    let record = WalRecordRef::decode(bytes)?;
+    let meta = RecordMeta {
+        home: Destination::new(record.topic, record.partition),
+        bytes: bytes.len() as u64,
+        incarnation: record.incarnation_id.map(Arc::from),
+    };
+    let payload = WalPayload {
+        key: Bytes::copy_from_slice(record.key),
+        payload: Bytes::copy_from_slice(record.payload),
+        created_at_unix_ms: record.created_at_unix_ms,
+        origin: Some(Origin {
+            id: wal.origins().id_of(seq),
+            seq,
+            // No sequence below the synced checkpoint is ever read again,
+            // after any crash.
+            floor: checkpoint.synced().min(seq),
+        }),
+        idempotency_key: Bytes::copy_from_slice(record.idempotency_key),
+    };
+    Ok((meta, payload))
 }

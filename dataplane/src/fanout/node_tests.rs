@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
 use narad_meta::{Actor, AttachChild, AttachEpoch, Command, DetachChild};
-use narad_plog::{PartitionLog, ReadEntry, ReadLimits, Record};
+use narad_plog::Record;
 
 use super::cursor_file::{self, Loaded};
 use crate::commit::partition_dir;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig};
-use crate::testing::{LOCAL_NODE, apply, register, start_node, topic};
+use crate::testing::{LOCAL_NODE, apply, read_all, register, start_node, topic};
 
 fn start(disk: &Arc<dyn Disk>, replica: &Arc<MetadataReplica>, data_dir: &Path) -> DataNode {
     let mut config = DataNodeConfig::new(data_dir);
@@ -73,26 +73,6 @@ fn records(node: &DataNode, topic: &str, partitions: u32) -> BTreeMap<u32, Vec<R
             (partition, read_all(&log))
         })
         .collect()
-}
-
-fn read_all(log: &PartitionLog) -> Vec<Record> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    loop {
-        let batch = log
-            .read(from, u64::MAX, ReadLimits::default())
-            .expect("read");
-        if batch.entries.is_empty() {
-            return out;
-        }
-        for entry in batch.entries {
-            match entry {
-                ReadEntry::Record(record) => out.push(record),
-                ReadEntry::Unreadable { offsets } => panic!("unreadable {offsets:?}"),
-            }
-        }
-        from = batch.next_offset;
-    }
 }
 
 fn count(records: &BTreeMap<u32, Vec<Record>>) -> usize {

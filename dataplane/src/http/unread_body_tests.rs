@@ -13,59 +13,21 @@ use tokio::net::TcpStream;
 
 use crate::http::body::DISCARD_BYTES_PAST_LIMIT;
 use crate::ingress::{BATCH_BODY_BYTES_MAX, MESSAGE_BYTES_MAX};
-use crate::node::{DataNode, DataNodeConfig};
-use crate::testing::{basic, replica, start_node};
+use crate::node::DataNodeConfig;
+use crate::testing::{Served, basic, replica, start_node};
 
 /// Requests per case: the Go original answers all of them.
 const ATTEMPTS: usize = 30;
 
-/// A data node serving its API on a loopback port until dropped through
-/// [`Served::stop`].
-struct Served {
-    node: Arc<DataNode>,
-    address: SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Served {
-    async fn start(seed: u64) -> Self {
-        let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(seed));
-        let node = Arc::new(start_node(
-            disk,
-            &replica(),
-            DataNodeConfig::new(Path::new("/node")),
-        ));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let address = listener.local_addr().expect("address");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = {
-            let node = Arc::clone(&node);
-            tokio::spawn(async move {
-                node.serve(listener, async {
-                    let _ = stopped.await;
-                })
-                .await
-            })
-        };
-        Self {
-            node,
-            address,
-            stop,
-            server,
-        }
-    }
-
-    async fn stop(self) {
-        self.stop.send(()).expect("stop");
-        self.server.await.expect("server task").expect("serve");
-        let node = Arc::try_unwrap(self.node).expect("last handle");
-        tokio::task::spawn_blocking(move || node.shutdown())
-            .await
-            .expect("shutdown");
-    }
+/// A node with the test replica on a simulated disk, served on loopback.
+async fn serve(seed: u64) -> Served {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(seed));
+    Served::serve(start_node(
+        disk,
+        &replica(),
+        DataNodeConfig::new(Path::new("/node")),
+    ))
+    .await
 }
 
 /// One answer as read off the wire.
@@ -204,7 +166,7 @@ fn root() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_oversized_single_produce_is_answered_413() {
-    let served = Served::start(61).await;
+    let served = serve(61).await;
     let mut client = Client::new(served.address);
     let head = produce_head("orders", &root(), "application/octet-stream");
     for _ in 0..ATTEMPTS {
@@ -220,7 +182,7 @@ async fn every_oversized_single_produce_is_answered_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_large_produce_with_wrong_credentials_is_answered_401() {
-    let served = Served::start(62).await;
+    let served = serve(62).await;
     let mut client = Client::new(served.address);
     for attempt in 0..ATTEMPTS {
         // A wrong password for each known user once (the failed-login
@@ -240,7 +202,7 @@ async fn every_large_produce_with_wrong_credentials_is_answered_401() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_large_produce_to_an_unknown_topic_is_answered_404() {
-    let served = Served::start(63).await;
+    let served = serve(63).await;
     let mut client = Client::new(served.address);
     let head = produce_head("nowhere", &root(), "application/octet-stream");
     for _ in 0..ATTEMPTS {
@@ -254,7 +216,7 @@ async fn every_large_produce_to_an_unknown_topic_is_answered_404() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_large_produce_with_a_wrong_content_type_is_answered_415() {
-    let served = Served::start(64).await;
+    let served = serve(64).await;
     let mut client = Client::new(served.address);
     let head = produce_head("orders", &root(), "text/plain");
     for _ in 0..ATTEMPTS {
@@ -269,7 +231,7 @@ async fn every_large_produce_with_a_wrong_content_type_is_answered_415() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_batch_produce_is_answered_413() {
-    let served = Served::start(65).await;
+    let served = serve(65).await;
     let mut client = Client::new(served.address);
     let head = format!(
         "POST /v1/topics/orders/produce/batch HTTP/1.1\r\nHost: narad\r\nAuthorization: {}\r\nContent-Type: application/json\r\n",
@@ -286,7 +248,7 @@ async fn an_oversized_batch_produce_is_answered_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_the_discard_bound_is_answered_without_being_read() {
-    let served = Served::start(66).await;
+    let served = serve(66).await;
     let mut client = Client::new(served.address);
     let head = produce_head("orders", &root(), "application/octet-stream");
     // The node answers at once and waits for no byte it would not read:
@@ -300,7 +262,7 @@ async fn a_body_past_the_discard_bound_is_answered_without_being_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fully_read_body_keeps_the_connection() {
-    let served = Served::start(67).await;
+    let served = serve(67).await;
     let mut client = Client::new(served.address);
     let head = produce_head("orders", &root(), "application/octet-stream");
     for _ in 0..3 {
