@@ -107,21 +107,8 @@ async fn concurrent_http_produces_all_land_in_their_partition_logs() {
     let disk: Arc<dyn Disk> =
         Arc::new(narad_disk::portable::PortableDisk::new(2).expect("portable disk"));
     let replica = replica();
-    let node = Arc::new(start(Arc::clone(&disk), &replica, config(dir.path(), 3)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = {
-        let node = Arc::clone(&node);
-        tokio::spawn(async move {
-            node.serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await
-        })
-    };
+    let served = Served::serve(start(Arc::clone(&disk), &replica, config(dir.path(), 3))).await;
+    let address = served.address;
     const CLIENTS: usize = 8;
     const PER_CLIENT: usize = 60;
     let auth = format!("Authorization: {}\r\n", basic("alice", "alice-pw"));
@@ -158,10 +145,8 @@ async fn concurrent_http_produces_all_land_in_their_partition_logs() {
         produced.extend(client.await.expect("client task"));
     }
     let total = produced.len() as u64;
-    assert_eq!(node.wal().next_durable_seq(), total);
-    stop.send(()).expect("stop");
-    server.await.expect("server task").expect("serve");
-    let node = Arc::try_unwrap(node).expect("last handle");
+    assert_eq!(served.node.wal().next_durable_seq(), total);
+    let node = served.stop_serving().await;
     tokio::task::spawn_blocking(move || {
         wait_until("the checkpoint to reach the end of the WAL", || {
             node.drained()
@@ -560,14 +545,18 @@ async fn http_over_tcp_as(
     (status, body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standalone_node_serves_create_and_produce_over_tcp() {
-    let sim = SimDisk::new(14);
-    let disk: Arc<dyn Disk> = Arc::new(sim);
-    let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE);
+/// A standalone node (security off) on `disk`, served on loopback.
+async fn standalone(disk: &Arc<dyn Disk>) -> Served {
+    let services = NodeServices::standalone(Arc::clone(disk), LOCAL_NODE);
     let mut config = config(Path::new(DATA_DIR), 1);
     config.api.security = false;
-    let served = Served::serve(DataNode::start(services, config).expect("start")).await;
+    Served::serve(DataNode::start(services, config).expect("start")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_serves_create_and_produce_over_tcp() {
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(14));
+    let served = standalone(&disk).await;
     let address = served.address;
     let (status, body) = http_over_tcp(address, "GET", "/readyz", "").await;
     assert_eq!((status, body.as_str()), (200, "{\"status\":\"ready\"}\n"));
@@ -598,12 +587,8 @@ async fn a_standalone_node_serves_create_and_produce_over_tcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_produce_retried_with_its_idempotency_key_is_stored_once_in_the_keys_partition() {
-    let sim = SimDisk::new(15);
-    let disk: Arc<dyn Disk> = Arc::new(sim);
-    let services = NodeServices::standalone(Arc::clone(&disk), LOCAL_NODE);
-    let mut config = config(Path::new(DATA_DIR), 1);
-    config.api.security = false;
-    let served = Served::serve(DataNode::start(services, config).expect("start")).await;
+    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(15));
+    let served = standalone(&disk).await;
     let address = served.address;
     let body = r#"{"name":"events","partitions":4}"#;
     let (status, _) = http_over_tcp(address, "POST", "/v1/topics", body).await;
