@@ -27,7 +27,7 @@
 //! `{`, which is no version byte. An older build cannot read the newer
 //! forms: it refuses a command or a state of a version it does not speak
 //! by name, and a JSON-only build fails to parse a binary snapshot.
-
+//!
 //! The Raft log in redb stores entries in the same binary form (see
 //! `store/log.rs`), and reads the serde JSON entries of older builds too.
 //! The serde derives of the command and state types stay: openraft
