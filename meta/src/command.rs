@@ -76,6 +76,10 @@ pub struct CreateTopic {
     pub max_in_flight_per_partition: Option<i64>,
     /// Per-partition acked-ahead cap.
     pub max_acked_ahead_per_partition: Option<i64>,
+    /// Idempotency window; omitted = the default (two minutes). Absent from
+    /// the JSON and the version-2 binary form of older builds.
+    #[serde(default)]
+    pub idempotency_window_ms: Option<i64>,
     /// A schema document (JSON text), registered as version 1.
     pub schema: Option<String>,
     /// Create as a fan-out child of an existing topic, atomically.
@@ -100,6 +104,7 @@ impl CreateTopic {
             visibility_timeout_ms: None,
             max_in_flight_per_partition: None,
             max_acked_ahead_per_partition: None,
+            idempotency_window_ms: None,
             schema: None,
             parent: None,
             defaults: TopicDefaults::default(),
@@ -125,8 +130,9 @@ pub struct NewLink {
 
 /// `PATCH /v1/topics/{topic}` without the schema (which is
 /// [`AddSchemaVersion`]). Groups apply in the spec's order, retention, then
-/// caps, then partitions, with no transaction: the first failing group
-/// returns its error and earlier groups stay applied.
+/// caps, then partitions, with the idempotency window right after
+/// retention, and no transaction: the first failing group returns its
+/// error and earlier groups stay applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlterTopic {
     /// Who alters it (owner or admin).
@@ -141,6 +147,10 @@ pub struct AlterTopic {
     pub max_in_flight_per_partition: Option<i64>,
     /// New acked-ahead cap (0 = default).
     pub max_acked_ahead_per_partition: Option<i64>,
+    /// New idempotency window. Absent from the JSON and the version-2
+    /// binary form of older builds.
+    #[serde(default)]
+    pub idempotency_window_ms: Option<i64>,
     /// New partition count, strictly larger.
     pub partitions: Option<i64>,
     /// The proposer's defaults.
@@ -170,6 +180,7 @@ impl AlterTopic {
             retention_ms: None,
             max_in_flight_per_partition: None,
             max_acked_ahead_per_partition: None,
+            idempotency_window_ms: None,
             partitions: None,
             defaults: TopicDefaults::default(),
         }

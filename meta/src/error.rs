@@ -4,8 +4,9 @@
 //! is that quote, because clients match on substrings of it.
 
 use super::limits::{
-    CHILDREN_MAX, FANOUT_DELAY_MS_MAX, PASSWORD_BYTES_MAX, SCHEMA_CLUSTER_BYTES_MAX,
-    SCHEMA_DOCUMENT_BYTES_MAX, SCHEMA_TOPIC_BYTES_MAX, SCHEMA_VERSIONS_MAX, TOPIC_NAME_BYTES_MAX,
+    CHILDREN_MAX, FANOUT_DELAY_MS_MAX, IDEMPOTENCY_WINDOW_MS_MAX, IDEMPOTENCY_WINDOW_MS_MIN,
+    PASSWORD_BYTES_MAX, SCHEMA_CLUSTER_BYTES_MAX, SCHEMA_DOCUMENT_BYTES_MAX,
+    SCHEMA_TOPIC_BYTES_MAX, SCHEMA_VERSIONS_MAX, TOPIC_NAME_BYTES_MAX,
 };
 
 /// Why a command was refused. A refused command changes nothing, except an
@@ -61,6 +62,15 @@ pub enum MetastoreError {
     RetentionBelowFloor {
         /// The refused retention.
         retention_ms: u64,
+    },
+    /// An idempotency window outside one second to one day (omitted asks
+    /// for the default; there is no "0 = default").
+    #[error(
+        "idempotency_window_ms must be at least {IDEMPOTENCY_WINDOW_MS_MIN} (1 second) and at most {IDEMPOTENCY_WINDOW_MS_MAX} (1 day), got {idempotency_window_ms}"
+    )]
+    IdempotencyWindowOutOfRange {
+        /// The refused window, as sent.
+        idempotency_window_ms: i64,
     },
     /// A visibility timeout under zero (zero asks for the default).
     #[error("visibility_timeout_ms must not be negative")]
@@ -293,6 +303,7 @@ impl MetastoreError {
             | PartitionsCannotShrink { .. }
             | RetentionNegative
             | RetentionBelowFloor { .. }
+            | IdempotencyWindowOutOfRange { .. }
             | VisibilityTimeoutNegative
             | CapNegative { .. }
             | AlterEmpty

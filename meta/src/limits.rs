@@ -22,6 +22,22 @@ pub const PARTITIONS_MIN: u32 = 3;
 /// reasonably be expected to recover from a short outage.
 pub const RETENTION_MS_MIN: u64 = 3_600_000;
 
+/// A topic's idempotency window when its create does not give one: two
+/// minutes, long enough for a producer's retries through a node restart or
+/// a partition moving, short enough that the keys of a busy topic fit the
+/// partition's memory of them.
+pub const IDEMPOTENCY_WINDOW_MS_DEFAULT: u64 = 120_000;
+
+/// The shortest idempotency window: one second. A shorter one would forget
+/// a key before a producer's first retry could reach the partition.
+pub const IDEMPOTENCY_WINDOW_MS_MIN: u64 = 1_000;
+
+/// The longest idempotency window: one day. A partition remembers a bounded
+/// number of keys and rebuilds its memory from a bounded number of newest
+/// records after a restart, so a longer window would promise more than it
+/// keeps on any busy topic.
+pub const IDEMPOTENCY_WINDOW_MS_MAX: u64 = 86_400_000;
+
 /// A parent keeps a record at least this long past a delay child's delay, so
 /// the record still exists when it falls due and its cursor reads it.
 pub const DELAY_RETENTION_MARGIN_MS: u64 = 3_600_000;
@@ -73,3 +89,6 @@ const _: () = assert!(TOPIC_NAME_BYTES_MAX <= TOPIC_NAME_BYTES_MAX_LEGACY);
 const _: () = assert!(SCHEMA_DOCUMENT_BYTES_MAX as u64 <= SCHEMA_TOPIC_BYTES_MAX);
 const _: () = assert!(SCHEMA_TOPIC_BYTES_MAX <= SCHEMA_CLUSTER_BYTES_MAX);
 const _: () = assert!(FANOUT_DELAY_MS_MAX == 365 * 24 * 3_600_000);
+const _: () = assert!(IDEMPOTENCY_WINDOW_MS_MIN <= IDEMPOTENCY_WINDOW_MS_DEFAULT);
+const _: () = assert!(IDEMPOTENCY_WINDOW_MS_DEFAULT <= IDEMPOTENCY_WINDOW_MS_MAX);
+const _: () = assert!(IDEMPOTENCY_WINDOW_MS_MAX == 24 * 3_600_000);

@@ -5,9 +5,10 @@
 use super::command::{Actor, CreateTopic, TopicDefaults};
 use super::error::MetastoreError;
 use super::limits::{
-    DELAY_RETENTION_MARGIN_MS, FANOUT_DELAY_MS_MAX, GRANT_PATTERN_BYTES_MAX, PARTITIONS_MIN,
-    PASSWORD_BYTES_MAX, RETENTION_MS_MIN, SCHEMA_DOCUMENT_BYTES_MAX, TOPIC_NAME_BYTES_MAX,
-    USERNAME_BYTES_MAX,
+    DELAY_RETENTION_MARGIN_MS, FANOUT_DELAY_MS_MAX, GRANT_PATTERN_BYTES_MAX,
+    IDEMPOTENCY_WINDOW_MS_DEFAULT, IDEMPOTENCY_WINDOW_MS_MAX, IDEMPOTENCY_WINDOW_MS_MIN,
+    PARTITIONS_MIN, PASSWORD_BYTES_MAX, RETENTION_MS_MIN, SCHEMA_DOCUMENT_BYTES_MAX,
+    TOPIC_NAME_BYTES_MAX, USERNAME_BYTES_MAX,
 };
 use super::state::{Grant, GrantAction, SchemaVersion, Topic};
 
@@ -130,6 +131,26 @@ pub fn retention_ms(sent: Option<i64>, defaults: &TopicDefaults) -> Result<u64, 
         });
     }
     Ok(value)
+}
+
+/// `idempotency_window_ms` as sent: omitted = the default (two minutes),
+/// otherwise one second to one day. Unlike the caps, 0 does not ask for
+/// the default: a window of 0 would read as "no deduplication", which the
+/// topic does not offer.
+pub fn idempotency_window_ms(sent: Option<i64>) -> Result<u64, MetastoreError> {
+    let Some(value) = sent else {
+        return Ok(IDEMPOTENCY_WINDOW_MS_DEFAULT);
+    };
+    match u64::try_from(value) {
+        Ok(window_ms)
+            if (IDEMPOTENCY_WINDOW_MS_MIN..=IDEMPOTENCY_WINDOW_MS_MAX).contains(&window_ms) =>
+        {
+            Ok(window_ms)
+        }
+        _ => Err(MetastoreError::IdempotencyWindowOutOfRange {
+            idempotency_window_ms: value,
+        }),
+    }
 }
 
 /// A setting where omitted or 0 takes the default and negative is refused.
@@ -266,6 +287,7 @@ pub fn new_topic(create: &CreateTopic, inherited: Option<u32>) -> Result<Topic, 
             create.max_acked_ahead_per_partition,
             defaults,
         )?,
+        idempotency_window_ms: idempotency_window_ms(create.idempotency_window_ms)?,
         created_at_ms: create.created_at_ms,
         owner: match &create.actor {
             Actor::SecurityOff => None,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ids::{AttachEpoch, IncarnationId, PasswordHash};
+use super::limits::IDEMPOTENCY_WINDOW_MS_DEFAULT;
 
 /// A topic's place in fan-out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +63,12 @@ pub struct Topic {
     pub max_in_flight_per_partition: u64,
     /// Acknowledgements ahead of the committed frontier per partition at most.
     pub max_acked_ahead_per_partition: u64,
+    /// How long after a record with an idempotency key is stored a record
+    /// with the same key is recognised and not stored again; one second to
+    /// one day. A topic written before the setting existed (older JSON, the
+    /// older binary forms) has the default.
+    #[serde(default = "idempotency_window_ms_default")]
+    pub idempotency_window_ms: u64,
     /// When the proposer created it (Unix ms, the proposer's clock).
     pub created_at_ms: u64,
     /// The creating user; `None` when created with security off. Never moves.
@@ -72,6 +79,11 @@ pub struct Topic {
     pub parent: Option<ParentLink>,
     /// Set on a parent, in attach order.
     pub children: Vec<String>,
+}
+
+/// The window of a topic recorded before the setting existed.
+fn idempotency_window_ms_default() -> u64 {
+    IDEMPOTENCY_WINDOW_MS_DEFAULT
 }
 
 impl Topic {

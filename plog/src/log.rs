@@ -250,6 +250,12 @@ impl PartitionLog {
             .store(window_ms, Ordering::Relaxed);
     }
 
+    /// The idempotency window commits use now (see
+    /// [`Self::set_idempotency_window_ms`]).
+    pub fn idempotency_window_ms(&self) -> u64 {
+        self.idempotency_window_ms.load(Ordering::Relaxed)
+    }
+
     /// Origins and idempotency keys the partition remembers now (`None`
     /// until a commit with provenance rebuilt the memory).
     pub fn provenance_memory(&self) -> Option<(usize, usize)> {

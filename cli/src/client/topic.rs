@@ -87,6 +87,10 @@ pub(crate) struct AddArgs {
     /// Most out-of-order acks held per partition.
     #[arg(long)]
     max_acked_ahead: Option<u64>,
+    /// How long a produce's idempotency key is remembered, e.g. 2m; 1s to
+    /// 1d [default: 2m].
+    #[arg(long, value_parser = parse_ms)]
+    idempotency_window: Option<u64>,
     /// JSON schema every message must match: inline JSON, @FILE, or - for
     /// standard input.
     #[arg(long)]
@@ -117,6 +121,9 @@ pub(crate) struct EditArgs {
     /// New acked-ahead cap per partition (0 = the server's default).
     #[arg(long)]
     max_acked_ahead: Option<u64>,
+    /// New idempotency window, e.g. 10m; 1s to 1d.
+    #[arg(long, value_parser = parse_ms)]
+    idempotency_window: Option<u64>,
     /// New schema version: inline JSON, @FILE, or - for standard input.
     #[arg(long)]
     schema: Option<String>,
@@ -168,6 +175,7 @@ fn add(api: &Api, args: AddArgs, json: bool) -> Outcome {
         ("visibility_timeout_ms", args.visibility),
         ("max_in_flight_per_partition", args.max_in_flight),
         ("max_acked_ahead_per_partition", args.max_acked_ahead),
+        ("idempotency_window_ms", args.idempotency_window),
         ("fanout_delay_ms", args.delay),
     ];
     for (name, value) in numbers {
@@ -272,6 +280,10 @@ fn info(api: &Api, name: &str, json: bool) -> Outcome {
         "max acked ahead: {}",
         field(&topic, "max_acked_ahead_per_partition")
     );
+    println!(
+        "idempotency:     {}",
+        ms_text(&topic, "idempotency_window_ms")
+    );
     println!("owner:           {}", field(&topic, "owner"));
     println!("schema version:  {}", field(&topic, "schema_version"));
     if topic.get("partial").and_then(Value::as_bool) == Some(true) {
@@ -308,6 +320,7 @@ fn edit(api: &Api, args: EditArgs, json: bool) -> Outcome {
         ("retention_ms", args.retention),
         ("max_in_flight_per_partition", args.max_in_flight),
         ("max_acked_ahead_per_partition", args.max_acked_ahead),
+        ("idempotency_window_ms", args.idempotency_window),
         (
             "schema_base_version",
             args.schema_base_version.map(u64::from),
@@ -324,7 +337,7 @@ fn edit(api: &Api, args: EditArgs, json: bool) -> Outcome {
     if body.is_empty() {
         return Err(Failure::Usage(
             "topic edit: nothing to change; give --retention, --partitions, --max-in-flight, \
-             --max-acked-ahead or --schema"
+             --max-acked-ahead, --idempotency-window or --schema"
                 .into(),
         ));
     }

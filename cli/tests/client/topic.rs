@@ -21,6 +21,8 @@ fn add_takes_human_durations_and_info_shows_them() {
         "10",
         "--max-acked-ahead",
         "20",
+        "--idempotency-window",
+        "10m",
     ]));
     assert!(
         created.contains("topic t-durations created: 4 partitions"),
@@ -31,6 +33,7 @@ fn add_takes_human_durations_and_info_shows_them() {
         "retention:       12h",
         "visibility:      45s",
         "max in flight:   10",
+        "idempotency:     10m",
     ] {
         assert!(info.contains(line), "{line} missing from:\n{info}");
     }
@@ -44,6 +47,7 @@ fn add_takes_human_durations_and_info_shows_them() {
     assert_eq!(json["retention_ms"], 43_200_000);
     assert_eq!(json["visibility_timeout_ms"], 45_000);
     assert_eq!(json["max_acked_ahead_per_partition"], 20);
+    assert_eq!(json["idempotency_window_ms"], 600_000);
     assert_eq!(json["partition_stats"].as_array().map(Vec::len), Some(4));
 }
 
@@ -91,6 +95,9 @@ fn edit_changes_retention_and_partitions() {
         "5",
     ]));
     assert!(changed.contains("5 partitions, retention 2d"), "{changed}");
+    ok(&server.run(&["topic", "edit", "t-edit", "--idempotency-window", "1d"]));
+    let info = ok(&server.run(&["topic", "info", "t-edit"]));
+    assert!(info.contains("idempotency:     1d"), "{info}");
     let error = fails(&server.run(&["topic", "edit", "t-edit"]), 2);
     assert!(error.contains("nothing to change"), "{error}");
 }

@@ -354,7 +354,7 @@ fn topic() -> impl Strategy<Value = Topic> {
         },
     );
     (
-        (text(), incarnation(), any::<u32>(), any::<[u64; 5]>()),
+        (text(), incarnation(), any::<u32>(), any::<[u64; 6]>()),
         proptest::option::of(text()),
         vec((any::<u32>(), text()), 0..3),
         proptest::option::of(link),
@@ -369,6 +369,7 @@ fn topic() -> impl Strategy<Value = Topic> {
                 visibility_timeout_ms: numbers[1],
                 max_in_flight_per_partition: numbers[2],
                 max_acked_ahead_per_partition: numbers[3],
+                idempotency_window_ms: numbers[5],
                 created_at_ms: numbers[4],
                 owner,
                 schemas: schemas
@@ -499,7 +500,7 @@ macro_rules! message_properties {
 
                 #[test]
                 fn arbitrary_bytes_never_panic(body in vec(any::<u8>(), 0..256)) {
-                    let mut bytes = vec![CONTROL_MESSAGE_VERSION];
+                    let mut bytes = vec![<$message as Message>::VERSION];
                     bytes.extend(body);
                     let _ = decode_message::<$message>(Bytes::from(bytes));
                 }
@@ -551,7 +552,7 @@ macro_rules! message_properties {
 
                 #[test]
                 fn another_version_is_refused_by_name(message in $strategy, version in any::<u8>()) {
-                    prop_assume!(version != CONTROL_MESSAGE_VERSION);
+                    prop_assume!(version != <$message as Message>::VERSION);
                     let mut bytes = encode_message(&message).to_vec();
                     bytes[0] = version;
                     prop_assert_eq!(
@@ -559,7 +560,7 @@ macro_rules! message_properties {
                         Some(DecodeError::UnsupportedVersion {
                             what: <$message as Message>::NAME,
                             found: version,
-                            supported: CONTROL_MESSAGE_VERSION,
+                            supported: <$message as Message>::VERSION,
                         })
                     );
                 }
@@ -768,10 +769,10 @@ fn propose_bytes(format: u8, json: &[u8]) -> Bytes {
 
 #[test]
 fn another_command_format_is_refused_by_name() {
-    let error = decode_message::<ProposeRequest>(propose_bytes(3, b"{}")).expect_err("refused");
+    let error = decode_message::<ProposeRequest>(propose_bytes(4, b"{}")).expect_err("refused");
     assert_eq!(
         error.to_string(),
-        "metastore command version 3 is not supported (this build speaks version 2)"
+        "metastore command version 4 is not supported (this build speaks version 3)"
     );
 }
 

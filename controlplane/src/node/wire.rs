@@ -199,11 +199,26 @@ pub struct MemberRequest {
 /// stops a forged count.
 pub const USERNAMES_MAX: u32 = 1 << 20;
 
+/// Version of the `ReadLocal` answer: one above
+/// [`CONTROL_MESSAGE_VERSION`](crate::network::messages::CONTROL_MESSAGE_VERSION),
+/// because the topic record it carries gained the idempotency window (a
+/// value inside a message carries no version of its own). Version 2, the
+/// record without it, is refused by name: `ReadLocal` serves operators and
+/// tests, not the data path, so a mixed cluster loses only that read.
+pub const LOCAL_READ_ANSWER_VERSION: u8 = 3;
+
+const _: () =
+    assert!(LOCAL_READ_ANSWER_VERSION > crate::network::messages::CONTROL_MESSAGE_VERSION);
+
+impl narad_protocol::Message for LocalReadAnswer {
+    const NAME: &'static str = "ReadLocal answer";
+    const VERSION: u8 = LOCAL_READ_ANSWER_VERSION;
+}
+
 control_message!(
     ProposeRequest => "Propose",
     Applied => "Applied",
     LocalRead => "ReadLocal",
-    LocalReadAnswer => "ReadLocal answer",
     ConfirmRequest => "LeaderConfirm",
     ConfirmAnswer => "LeaderConfirm answer",
     MemberRequest => "RegisterMember",

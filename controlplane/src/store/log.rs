@@ -296,7 +296,7 @@ mod stored_entry_tests {
             "01",                                                 // stored entry version
             "0000000000000002 0000000000000001 0000000000000007", // log id: term 2, node 1, index 7
             "01",                                                 // normal: a command
-            "02 09 00000002 6e31 00000000000003e8",               // heartbeat "n1" at 1,000 ms
+            "03 09 00000002 6e31 00000000000003e8",               // heartbeat "n1" at 1,000 ms
         ];
         let bytes = encode_stored_entry(&heartbeat_entry(7));
         assert_eq!(hex(&bytes), golden.concat().replace(' ', ""));

@@ -478,7 +478,7 @@ mod snapshot_tests {
         "01 0000000000000003 0000000000000001 0000000000000001", // membership log id, index 1
         "00000001 00000001 0000000000000001",                    // one config: voter 1
         "00000001 0000000000000001 00000007 63313a37393433",     // node 1 at "c1:7943"
-        "01 00000000 00000000",   // state version, no topics, placements
+        "02 00000000 00000000",   // state version, no topics, placements
         "00000001 00000002 6e31", // one member "n1"
         "00000005 6e313a3830 00000007 6e313a37393432", // addresses
         "00000000000003e8 01 00", // heartbeat, alive, not draining
@@ -496,6 +496,16 @@ mod snapshot_tests {
     fn a_snapshot_encodes_to_its_golden_bytes() {
         let data = encode_snapshot(&sample_state());
         assert_eq!(hex(&data), GOLDEN_SNAPSHOT.concat().replace(' ', ""));
+        assert_eq!(decode_snapshot(Bytes::from(data)), Ok(sample_state()));
+    }
+
+    #[test]
+    fn a_snapshot_holding_a_version_1_state_still_decodes() {
+        let mut data = encode_snapshot(&sample_state()).to_vec();
+        let at = GOLDEN_SNAPSHOT[..5].concat().replace(' ', "").len() / 2;
+        assert_eq!(data[at], narad_meta::codec::STATE_VERSION);
+        // Without topics, version 1 differs from version 2 only in its byte.
+        data[at] = narad_meta::codec::STATE_VERSION_BEFORE_WINDOW;
         assert_eq!(decode_snapshot(Bytes::from(data)), Ok(sample_state()));
     }
 

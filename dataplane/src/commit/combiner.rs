@@ -18,9 +18,16 @@ use parking_lot::{Condvar, Mutex};
 
 use super::logs::LocalLogs;
 use crate::ingress::now_unix_ms;
-use crate::metadata::MetadataReplica;
+use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::metrics::{self, NodeMetrics};
 use crate::topology::{Destination, Route, Topology};
+
+// A log uses the plog's default window until its first commit sets the
+// topic's; a topic without a window of its own has the metastore's default.
+// They are one window.
+const _: () = assert!(
+    narad_meta::limits::IDEMPOTENCY_WINDOW_MS_DEFAULT == narad_plog::IDEMPOTENCY_WINDOW_MS_DEFAULT
+);
 
 /// One record of a commit batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -267,7 +274,7 @@ impl Combiners {
         if admitted.is_empty() {
             return;
         }
-        let outcome = self.append_run(destination, live.as_ref(), &admitted);
+        let outcome = self.append_run(destination, &topic, &admitted);
         match outcome {
             Ok(offsets) => {
                 for ((ticket, _), range) in admitted.iter().zip(offsets) {
@@ -289,17 +296,21 @@ impl Combiners {
         }
     }
 
-    /// One `commit_durable` for every admitted batch; their offsets.
+    /// One `commit_durable` for every admitted batch of `topic`; their
+    /// offsets. The log deduplicates keys over the topic's idempotency
+    /// window as the replica holds it now, so an alter takes effect at the
+    /// partition's next commit.
     fn append_run(
         &self,
         destination: &Destination,
-        live: Option<&Arc<str>>,
+        topic: &TopicMeta,
         admitted: &[(Arc<Ticket>, CommitBatch)],
     ) -> Result<Vec<Stored>, CommitError> {
         let log = self
             .logs
-            .resolve(destination, live)
+            .resolve(destination, topic.incarnation_id.as_ref())
             .map_err(|error| CommitError::Log(Arc::new(error)))?;
+        log.set_idempotency_window_ms(topic.idempotency_window_ms);
         let committed_at_ms = now_unix_ms();
         let runs: Vec<Vec<CommitRecord<'_>>> = admitted
             .iter()

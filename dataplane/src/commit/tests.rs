@@ -11,9 +11,9 @@ use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem, LocalLogs};
 use crate::metrics::NodeMetrics;
-use crate::testing::{LOCAL_NODE, apply, assign, create_command, id_text, replica};
+use crate::testing::{LOCAL_NODE, apply, assign, create_command, id_text, place, replica};
 use crate::topology::Destination;
-use narad_meta::{Actor, Command, DeleteTopic};
+use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic};
 
 fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(3));
@@ -185,4 +185,67 @@ fn concurrent_batches_land_as_disjoint_runs() {
             "a batch's records stay together"
         );
     }
+}
+
+/// Creates topic `name` (incarnation `id`) on this node with an
+/// idempotency window of `window_ms`.
+fn topic_with_window(
+    replica: &crate::metadata::MetadataReplica,
+    name: &str,
+    id: u64,
+    window_ms: i64,
+) {
+    let create = CreateTopic {
+        idempotency_window_ms: Some(window_ms),
+        ..create_command(name, id, 3)
+    };
+    place(replica, create, LOCAL_NODE);
+}
+
+/// One record with idempotency key `key`.
+fn keyed(key: &str, incarnation: &str) -> CommitBatch {
+    let mut batch = batch(&[key], Some(incarnation));
+    batch.items[0].idempotency_key = Bytes::copy_from_slice(key.as_bytes());
+    batch
+}
+
+#[test]
+fn a_commit_deduplicates_over_the_topic_idempotency_window_as_altered() {
+    let (combiners, replica) = combiners();
+    topic_with_window(&replica, "brief", 0xe6, 1_000);
+    let destination = Destination::new("brief", 0);
+    let id = id_text(0xe6);
+    combiners.commit(&destination, keyed("k1", &id)).unwrap();
+    let window_ms = |combiners: &Combiners| {
+        let log = combiners.logs().get(&destination).expect("the log is open");
+        log.idempotency_window_ms()
+    };
+    assert_eq!(window_ms(&combiners), 1_000);
+    let alter = AlterTopic {
+        idempotency_window_ms: Some(5_000),
+        ..AlterTopic::named(Actor::SecurityOff, "brief", None)
+    };
+    apply(&replica, Command::AlterTopic(alter));
+    let again = combiners.commit(&destination, keyed("k1", &id)).unwrap();
+    assert_eq!(window_ms(&combiners), 5_000);
+    assert_eq!(
+        again.already_stored, 1,
+        "within the window: not stored again"
+    );
+}
+
+#[test]
+fn a_key_is_stored_again_once_a_short_topic_window_has_passed() {
+    let (combiners, replica) = combiners();
+    topic_with_window(&replica, "brief", 0xe6, 1_000);
+    let destination = Destination::new("brief", 0);
+    let id = id_text(0xe6);
+    let first = combiners.commit(&destination, keyed("k1", &id)).unwrap();
+    assert_eq!((first.offsets, first.already_stored), (0..1, 0));
+    // Commit times are the wall clock's; nothing shorter than the window
+    // itself lets it pass.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let second = combiners.commit(&destination, keyed("k1", &id)).unwrap();
+    assert_eq!((second.offsets, second.already_stored), (1..2, 0));
+    assert_eq!(payloads(&combiners, &destination).len(), 2);
 }

@@ -429,3 +429,65 @@ async fn alter_by_a_non_owner_is_403() {
     .await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
 }
+
+#[tokio::test]
+async fn an_idempotency_window_given_at_create_is_described_and_altered() {
+    let api = api();
+    let created = send(
+        &api,
+        create(ROOT, r#"{"name":"brief","idempotency_window_ms":1000}"#),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(json(&created)["idempotency_window_ms"], 1_000);
+    let described = send(&api, get(ROOT, "/v1/topics/brief")).await;
+    assert_eq!(json(&described)["idempotency_window_ms"], 1_000);
+    let altered = send(
+        &api,
+        patch(
+            ROOT,
+            "/v1/topics/brief",
+            r#"{"idempotency_window_ms":86400000}"#,
+        ),
+    )
+    .await;
+    assert_eq!(altered.status, StatusCode::OK);
+    assert_eq!(json(&altered)["idempotency_window_ms"], 86_400_000);
+    let described = send(&api, get(ROOT, "/v1/topics/brief")).await;
+    assert_eq!(json(&described)["idempotency_window_ms"], 86_400_000);
+}
+
+#[tokio::test]
+async fn a_topic_created_without_a_window_has_two_minutes() {
+    let api = api();
+    let created = send(&api, create(ROOT, r#"{"name":"plain"}"#)).await;
+    assert_eq!(json(&created)["idempotency_window_ms"], 120_000);
+    let described = send(&api, get(ROOT, "/v1/topics/orders")).await;
+    assert_eq!(json(&described)["idempotency_window_ms"], 120_000);
+}
+
+/// The metastore's text for a refused window of `window_ms`.
+fn window_refusal(window_ms: i64) -> String {
+    format!(
+        "idempotency_window_ms must be at least 1000 (1 second) and at most 86400000 (1 day), got {window_ms}"
+    )
+}
+
+#[tokio::test]
+async fn an_idempotency_window_outside_one_second_to_one_day_is_400() {
+    let api = api();
+    for window_ms in [0, 999, 86_400_001, -5] {
+        let body = format!(r#"{{"name":"brief","idempotency_window_ms":{window_ms}}}"#);
+        let answer = send(&api, create(ROOT, &body)).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{window_ms}");
+        assert_eq!(answer.error(), window_refusal(window_ms));
+        let body = format!(r#"{{"idempotency_window_ms":{window_ms}}}"#);
+        let answer = send(&api, patch(ROOT, "/v1/topics/orders", &body)).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{window_ms}");
+        assert_eq!(answer.error(), window_refusal(window_ms));
+    }
+    let described = send(&api, get(ROOT, "/v1/topics/orders")).await;
+    assert_eq!(json(&described)["idempotency_window_ms"], 120_000);
+    let missing = send(&api, get(ROOT, "/v1/topics/brief")).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}

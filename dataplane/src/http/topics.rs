@@ -57,6 +57,8 @@ struct CreateBody {
     #[serde(default)]
     max_acked_ahead_per_partition: Option<i64>,
     #[serde(default)]
+    idempotency_window_ms: Option<i64>,
+    #[serde(default)]
     schema: Option<Value>,
     #[serde(default)]
     parent: Option<String>,
@@ -160,6 +162,7 @@ fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTo
         visibility_timeout_ms: body.visibility_timeout_ms,
         max_in_flight_per_partition: body.max_in_flight_per_partition,
         max_acked_ahead_per_partition: body.max_acked_ahead_per_partition,
+        idempotency_window_ms: body.idempotency_window_ms,
         schema,
         parent: None,
         defaults: TopicDefaults::default(),
@@ -533,6 +536,8 @@ struct AlterBody<'a> {
     #[serde(default)]
     retention_ms: Option<i64>,
     #[serde(default)]
+    idempotency_window_ms: Option<i64>,
+    #[serde(default)]
     max_in_flight_per_partition: Option<i64>,
     #[serde(default)]
     max_acked_ahead_per_partition: Option<i64>,
@@ -577,8 +582,9 @@ pub(crate) async fn alter(
 }
 
 /// The commands of one alter of `topic`, in the spec's group order
-/// (retention, caps, partitions, schema), each group its own command, each
-/// checked first with the rule the metastore applies to it.
+/// (retention, idempotency window, caps, partitions, schema), each group
+/// its own command, each checked first with the rule the metastore applies
+/// to it.
 fn alter_commands(
     actor: &narad_meta::Actor,
     topic: &TopicMeta,
@@ -592,6 +598,13 @@ fn alter_commands(
         let retention_ms = Some(retention);
         commands.push(Command::AlterTopic(AlterTopic {
             retention_ms,
+            ..alter()
+        }));
+    }
+    if let Some(window) = body.idempotency_window_ms {
+        rules::idempotency_window_ms(Some(window)).map_err(refused)?;
+        commands.push(Command::AlterTopic(AlterTopic {
+            idempotency_window_ms: Some(window),
             ..alter()
         }));
     }
@@ -732,6 +745,7 @@ pub(super) fn record(topic: &TopicMeta) -> Value {
         "visibility_timeout_ms": topic.visibility_timeout_ms,
         "max_in_flight_per_partition": topic.max_in_flight_per_partition,
         "max_acked_ahead_per_partition": topic.max_acked_ahead_per_partition,
+        "idempotency_window_ms": topic.idempotency_window_ms,
         "created_at": topic.created_at_ms,
     });
     if let Some(id) = &topic.incarnation_id {

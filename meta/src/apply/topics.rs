@@ -87,6 +87,7 @@ impl Metastore {
         let topic = self.current_topic(&alter.name, alter.expected_id.as_ref())?;
         self.require_manage(&alter.actor, topic)?;
         let nothing = alter.retention_ms.is_none()
+            && alter.idempotency_window_ms.is_none()
             && alter.max_in_flight_per_partition.is_none()
             && alter.max_acked_ahead_per_partition.is_none()
             && alter.partitions.is_none();
@@ -98,6 +99,7 @@ impl Metastore {
         let mut changed = false;
         let result = self
             .alter_retention(alter, &mut changed)
+            .and_then(|()| self.alter_idempotency_window(alter, &mut changed))
             .and_then(|()| self.alter_caps(alter, &mut changed))
             .and_then(|()| self.alter_partitions(alter, &mut changed));
         if changed {
@@ -132,6 +134,21 @@ impl Metastore {
         let topic = self.topic_mut(&alter.name);
         *changed |= topic.retention_ms != retention_ms;
         topic.retention_ms = retention_ms;
+        Ok(())
+    }
+
+    fn alter_idempotency_window(
+        &mut self,
+        alter: &AlterTopic,
+        changed: &mut bool,
+    ) -> Result<(), MetastoreError> {
+        if alter.idempotency_window_ms.is_none() {
+            return Ok(());
+        }
+        let window_ms = rules::idempotency_window_ms(alter.idempotency_window_ms)?;
+        let topic = self.topic_mut(&alter.name);
+        *changed |= topic.idempotency_window_ms != window_ms;
+        topic.idempotency_window_ms = window_ms;
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
+use super::Layout;
 use super::values::{
     PARTITION_SLOTS_MAX, STR_BYTES_MIN, get_epoch, get_grants, get_hash, get_incarnation, get_list,
     get_offsets, get_opt_i64, get_opt_incarnation, get_opt_str, put_epoch, put_grants, put_hash,
@@ -19,9 +20,17 @@ use crate::{
 use narad_protocol::fields::{get_bool, get_option, invalid, put_bool, put_option};
 
 /// The version of the binary command encoding. Version 1 was the serde
-/// JSON of [`Command`] in a length-prefixed blob; decoders still read it
-/// (see [`super::get_command`]).
-pub const COMMAND_VERSION: u8 = 2;
+/// JSON of [`Command`] in a length-prefixed blob; version 2 was this
+/// encoding without the idempotency window of `CreateTopic` and
+/// `AlterTopic` ([`COMMAND_VERSION_BEFORE_WINDOW`]). Decoders still read
+/// both (see [`super::get_command`]).
+pub const COMMAND_VERSION: u8 = 3;
+
+/// The binary command encoding before the idempotency window was a topic
+/// setting: every kind as in [`COMMAND_VERSION`], except that `CreateTopic`
+/// and `AlterTopic` have no `idempotency_window_ms` (it reads as omitted).
+/// Read, never written.
+pub const COMMAND_VERSION_BEFORE_WINDOW: u8 = 2;
 
 impl Message for Command {
     const NAME: &'static str = "metastore command";
@@ -75,26 +84,32 @@ impl Encode for Command {
 
 impl Decode for Command {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(match reader.u8("metastore command kind")? {
-            kind::CREATE_TOPIC => Self::CreateTopic(CreateTopic::decode(reader)?),
-            kind::ALTER_TOPIC => Self::AlterTopic(AlterTopic::decode(reader)?),
-            kind::DELETE_TOPIC => Self::DeleteTopic(DeleteTopic::decode(reader)?),
-            kind::ADD_SCHEMA_VERSION => Self::AddSchemaVersion(AddSchemaVersion::decode(reader)?),
-            kind::ATTACH_CHILD => Self::AttachChild(AttachChild::decode(reader)?),
-            kind::DETACH_CHILD => Self::DetachChild(DetachChild::decode(reader)?),
-            kind::ASSIGN_PARTITIONS => Self::AssignPartitions(AssignPartitions::decode(reader)?),
-            kind::REGISTER_MEMBER => Self::RegisterMember(RegisterMember::decode(reader)?),
-            kind::HEARTBEAT => Self::Heartbeat(Heartbeat::decode(reader)?),
-            kind::MARK_DEAD => Self::MarkDead(MarkDead::decode(reader)?),
-            kind::SET_DRAINING => Self::SetDraining(SetDraining::decode(reader)?),
-            kind::SEED_ADMIN => Self::SeedAdmin(SeedAdmin::decode(reader)?),
-            kind::CREATE_USER => Self::CreateUser(CreateUser::decode(reader)?),
-            kind::DELETE_USER => Self::DeleteUser(DeleteUser::decode(reader)?),
-            kind::SET_PASSWORD => Self::SetPassword(SetPassword::decode(reader)?),
-            kind::SET_GRANTS => Self::SetGrants(SetGrants::decode(reader)?),
-            other => return Err(invalid("metastore command kind", other)),
-        })
+        decode_command(reader, Layout::Current)
     }
+}
+
+/// Reads a command's kind and fields in `layout` (the version byte in front
+/// chose it).
+pub(super) fn decode_command(reader: &mut Reader, layout: Layout) -> Result<Command, DecodeError> {
+    Ok(match reader.u8("metastore command kind")? {
+        kind::CREATE_TOPIC => Command::CreateTopic(decode_create_topic(reader, layout)?),
+        kind::ALTER_TOPIC => Command::AlterTopic(decode_alter_topic(reader, layout)?),
+        kind::DELETE_TOPIC => Command::DeleteTopic(DeleteTopic::decode(reader)?),
+        kind::ADD_SCHEMA_VERSION => Command::AddSchemaVersion(AddSchemaVersion::decode(reader)?),
+        kind::ATTACH_CHILD => Command::AttachChild(AttachChild::decode(reader)?),
+        kind::DETACH_CHILD => Command::DetachChild(DetachChild::decode(reader)?),
+        kind::ASSIGN_PARTITIONS => Command::AssignPartitions(AssignPartitions::decode(reader)?),
+        kind::REGISTER_MEMBER => Command::RegisterMember(RegisterMember::decode(reader)?),
+        kind::HEARTBEAT => Command::Heartbeat(Heartbeat::decode(reader)?),
+        kind::MARK_DEAD => Command::MarkDead(MarkDead::decode(reader)?),
+        kind::SET_DRAINING => Command::SetDraining(SetDraining::decode(reader)?),
+        kind::SEED_ADMIN => Command::SeedAdmin(SeedAdmin::decode(reader)?),
+        kind::CREATE_USER => Command::CreateUser(CreateUser::decode(reader)?),
+        kind::DELETE_USER => Command::DeleteUser(DeleteUser::decode(reader)?),
+        kind::SET_PASSWORD => Command::SetPassword(SetPassword::decode(reader)?),
+        kind::SET_GRANTS => Command::SetGrants(SetGrants::decode(reader)?),
+        other => return Err(invalid("metastore command kind", other)),
+    })
 }
 
 impl Encode for NewLink {
@@ -129,6 +144,7 @@ impl Encode for CreateTopic {
         put_opt_i64(writer, self.visibility_timeout_ms);
         put_opt_i64(writer, self.max_in_flight_per_partition);
         put_opt_i64(writer, self.max_acked_ahead_per_partition);
+        put_opt_i64(writer, self.idempotency_window_ms);
         put_opt_str(writer, self.schema.as_deref());
         put_option(writer, self.parent.as_ref(), |writer, link| {
             link.encode(writer);
@@ -140,20 +156,35 @@ impl Encode for CreateTopic {
 
 impl Decode for CreateTopic {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            actor: Actor::decode(reader)?,
-            name: reader.str("topic name")?,
-            id: get_incarnation(reader, "topic incarnation id")?,
-            partitions: get_opt_i64(reader, "partitions")?,
-            retention_ms: get_opt_i64(reader, "retention_ms")?,
-            visibility_timeout_ms: get_opt_i64(reader, "visibility_timeout_ms")?,
-            max_in_flight_per_partition: get_opt_i64(reader, "max_in_flight_per_partition")?,
-            max_acked_ahead_per_partition: get_opt_i64(reader, "max_acked_ahead_per_partition")?,
-            schema: get_opt_str(reader, "schema")?,
-            parent: get_option(reader, "parent link", NewLink::decode)?,
-            defaults: TopicDefaults::decode(reader)?,
-            created_at_ms: reader.u64("created_at_ms")?,
-        })
+        decode_create_topic(reader, Layout::Current)
+    }
+}
+
+/// Reads a create in `layout`; in [`Layout::BeforeWindow`] it has no
+/// window, which reads as omitted (the default).
+fn decode_create_topic(reader: &mut Reader, layout: Layout) -> Result<CreateTopic, DecodeError> {
+    Ok(CreateTopic {
+        actor: Actor::decode(reader)?,
+        name: reader.str("topic name")?,
+        id: get_incarnation(reader, "topic incarnation id")?,
+        partitions: get_opt_i64(reader, "partitions")?,
+        retention_ms: get_opt_i64(reader, "retention_ms")?,
+        visibility_timeout_ms: get_opt_i64(reader, "visibility_timeout_ms")?,
+        max_in_flight_per_partition: get_opt_i64(reader, "max_in_flight_per_partition")?,
+        max_acked_ahead_per_partition: get_opt_i64(reader, "max_acked_ahead_per_partition")?,
+        idempotency_window_ms: get_window(reader, layout)?,
+        schema: get_opt_str(reader, "schema")?,
+        parent: get_option(reader, "parent link", NewLink::decode)?,
+        defaults: TopicDefaults::decode(reader)?,
+        created_at_ms: reader.u64("created_at_ms")?,
+    })
+}
+
+/// The optional idempotency window of a create or an alter in `layout`.
+fn get_window(reader: &mut Reader, layout: Layout) -> Result<Option<i64>, DecodeError> {
+    match layout {
+        Layout::Current => get_opt_i64(reader, "idempotency_window_ms"),
+        Layout::BeforeWindow => Ok(None),
     }
 }
 
@@ -165,6 +196,7 @@ impl Encode for AlterTopic {
         put_opt_i64(writer, self.retention_ms);
         put_opt_i64(writer, self.max_in_flight_per_partition);
         put_opt_i64(writer, self.max_acked_ahead_per_partition);
+        put_opt_i64(writer, self.idempotency_window_ms);
         put_opt_i64(writer, self.partitions);
         self.defaults.encode(writer);
     }
@@ -172,17 +204,24 @@ impl Encode for AlterTopic {
 
 impl Decode for AlterTopic {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            actor: Actor::decode(reader)?,
-            name: reader.str("topic name")?,
-            expected_id: get_opt_incarnation(reader, "expected incarnation id")?,
-            retention_ms: get_opt_i64(reader, "retention_ms")?,
-            max_in_flight_per_partition: get_opt_i64(reader, "max_in_flight_per_partition")?,
-            max_acked_ahead_per_partition: get_opt_i64(reader, "max_acked_ahead_per_partition")?,
-            partitions: get_opt_i64(reader, "partitions")?,
-            defaults: TopicDefaults::decode(reader)?,
-        })
+        decode_alter_topic(reader, Layout::Current)
     }
+}
+
+/// Reads an alter in `layout`; in [`Layout::BeforeWindow`] it has no
+/// window, which reads as not changed.
+fn decode_alter_topic(reader: &mut Reader, layout: Layout) -> Result<AlterTopic, DecodeError> {
+    Ok(AlterTopic {
+        actor: Actor::decode(reader)?,
+        name: reader.str("topic name")?,
+        expected_id: get_opt_incarnation(reader, "expected incarnation id")?,
+        retention_ms: get_opt_i64(reader, "retention_ms")?,
+        max_in_flight_per_partition: get_opt_i64(reader, "max_in_flight_per_partition")?,
+        max_acked_ahead_per_partition: get_opt_i64(reader, "max_acked_ahead_per_partition")?,
+        idempotency_window_ms: get_window(reader, layout)?,
+        partitions: get_opt_i64(reader, "partitions")?,
+        defaults: TopicDefaults::decode(reader)?,
+    })
 }
 
 impl Encode for DeleteTopic {

@@ -3,9 +3,9 @@
 //! (metadata-stream snapshots, and the state inside a Raft snapshot).
 //! Layouts are drawn in `docs/internals/metastore-formats.md`.
 //!
-//! - A command is `u8 version` ([`COMMAND_VERSION`], 2), a kind tag, then
+//! - A command is `u8 version` ([`COMMAND_VERSION`], 3), a kind tag, then
 //!   the command's fields in declaration order.
-//! - A state is `u8 version` ([`STATE_VERSION`], 1), then topics,
+//! - A state is `u8 version` ([`STATE_VERSION`], 2), then topics,
 //!   placements, members and users, each map in key order, the change
 //!   counters and the applied index. The same state always gives the same
 //!   bytes.
@@ -14,16 +14,19 @@
 //! type), an unknown kind or enum tag (naming the type and the tag), and a
 //! count that the remaining input cannot hold, before reserving anything.
 //!
-//! **The JSON of earlier builds is still read, never written.** Before
-//! these codecs a command crossed the wire as format byte 1 and its serde
-//! JSON, length-prefixed ([`COMMAND_FORMAT_JSON`]); a metadata-stream change
-//! or snapshot was the bare JSON; a Raft snapshot was the bare JSON of the
-//! state machine. The decoders here take all of these, so a redb snapshot
-//! written by an older build still opens, and an entry or proposal from an
-//! older peer still applies. Bare JSON is told apart by its first byte:
-//! serde JSON of a struct or an enum starts with `{`, which is no version
-//! byte. An older build cannot read the binary forms: it refuses a
-//! version-2 command by name, and fails to parse a binary snapshot.
+//! **The forms of earlier builds are still read, never written.** Command
+//! version 2 and state version 1 are the binary forms from before the
+//! idempotency window was a topic setting (see [`Layout::BeforeWindow`]).
+//! Before the binary codecs a command crossed the wire as format byte 1
+//! and its serde JSON, length-prefixed ([`COMMAND_FORMAT_JSON`]); a
+//! metadata-stream change or snapshot was the bare JSON; a Raft snapshot
+//! was the bare JSON of the state machine. The decoders here take all of
+//! these, so a redb snapshot written by an older build still opens, and an
+//! entry or proposal from an older peer still applies. Bare JSON is told
+//! apart by its first byte: serde JSON of a struct or an enum starts with
+//! `{`, which is no version byte. An older build cannot read the newer
+//! forms: it refuses a command or a state of a version it does not speak
+//! by name, and a JSON-only build fails to parse a binary snapshot.
 //!
 //! The Raft log in redb stores entries in the same binary form (see
 //! `store/log.rs`), and reads the serde JSON entries of older builds too.
@@ -38,12 +41,12 @@ mod values;
 mod tests;
 
 use bytes::Bytes;
-use narad_protocol::codec::{decode_message, encode_message};
+use narad_protocol::codec::encode_message;
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::de::DeserializeOwned;
 
-pub use command::COMMAND_VERSION;
-pub use state::STATE_VERSION;
+pub use command::{COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW};
+pub use state::{STATE_VERSION, STATE_VERSION_BEFORE_WINDOW};
 pub use values::{
     PARTITION_SLOTS_MAX, get_epoch, get_incarnation, get_topic, put_epoch, put_incarnation,
     put_topic,
@@ -62,7 +65,26 @@ pub const BARE_JSON_FIRST_BYTE: u8 = b'{';
 
 const _: () = assert!(COMMAND_VERSION != COMMAND_FORMAT_JSON);
 const _: () = assert!(COMMAND_VERSION != BARE_JSON_FIRST_BYTE);
+const _: () = assert!(COMMAND_VERSION != COMMAND_VERSION_BEFORE_WINDOW);
+const _: () = assert!(COMMAND_VERSION_BEFORE_WINDOW != COMMAND_FORMAT_JSON);
+const _: () = assert!(COMMAND_VERSION_BEFORE_WINDOW != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION != BARE_JSON_FIRST_BYTE);
+const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_WINDOW);
+const _: () = assert!(STATE_VERSION_BEFORE_WINDOW != BARE_JSON_FIRST_BYTE);
+
+/// Which form of a topic's settings a decoder reads. Values inside a
+/// command or a state carry no version byte, so the top-level version
+/// chooses the layout of every value in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// What this build writes: [`COMMAND_VERSION`], [`STATE_VERSION`].
+    Current,
+    /// Before the idempotency window was a topic setting
+    /// ([`COMMAND_VERSION_BEFORE_WINDOW`], [`STATE_VERSION_BEFORE_WINDOW`]):
+    /// a create or an alter has no window (it reads as omitted), and a
+    /// topic has none (it takes the default, two minutes).
+    BeforeWindow,
+}
 
 /// Appends a command inside a message: its version byte, then its fields.
 pub fn put_command(writer: &mut Writer, command: &Command) {
@@ -71,7 +93,7 @@ pub fn put_command(writer: &mut Writer, command: &Command) {
 }
 
 /// Reads a command written by [`put_command`], or by an older build as
-/// [`COMMAND_FORMAT_JSON`].
+/// [`COMMAND_VERSION_BEFORE_WINDOW`] or [`COMMAND_FORMAT_JSON`].
 ///
 /// # Errors
 /// [`DecodeError::UnsupportedVersion`] naming `metastore command` for
@@ -80,6 +102,7 @@ pub fn put_command(writer: &mut Writer, command: &Command) {
 pub fn get_command(reader: &mut Reader) -> Result<Command, DecodeError> {
     match reader.u8("metastore command version")? {
         COMMAND_VERSION => Command::decode(reader),
+        COMMAND_VERSION_BEFORE_WINDOW => command::decode_command(reader, Layout::BeforeWindow),
         COMMAND_FORMAT_JSON => {
             let json = reader.bytes("command json")?;
             from_json(&json, "command json (column of the first error)")
@@ -119,21 +142,22 @@ pub fn put_state(writer: &mut Writer, metastore: &Metastore) {
     metastore.encode(writer);
 }
 
-/// Reads a state written by [`put_state`].
+/// Reads a state written by [`put_state`], or by an older build as
+/// [`STATE_VERSION_BEFORE_WINDOW`].
 ///
 /// # Errors
 /// [`DecodeError::UnsupportedVersion`] naming `metastore state`, then the
 /// state's field errors.
 pub fn get_state(reader: &mut Reader) -> Result<Metastore, DecodeError> {
-    let found = reader.u8("metastore state version")?;
-    if found != STATE_VERSION {
-        return Err(DecodeError::UnsupportedVersion {
+    match reader.u8("metastore state version")? {
+        STATE_VERSION => Metastore::decode(reader),
+        STATE_VERSION_BEFORE_WINDOW => state::decode_state(reader, Layout::BeforeWindow),
+        found => Err(DecodeError::UnsupportedVersion {
             what: Metastore::NAME,
             found,
             supported: STATE_VERSION,
-        });
+        }),
     }
-    Metastore::decode(reader)
 }
 
 /// A whole state alone, as a metadata-stream snapshot carries it.
@@ -141,8 +165,8 @@ pub fn encode_state(metastore: &Metastore) -> Bytes {
     encode_message(metastore)
 }
 
-/// Reads a state written by [`encode_state`], or as bare JSON by an older
-/// build.
+/// Reads a state written by [`encode_state`], or by an older build as
+/// [`STATE_VERSION_BEFORE_WINDOW`] or bare JSON.
 ///
 /// # Errors
 /// As [`get_state`], and [`DecodeError::TrailingBytes`]; for the JSON form,
@@ -151,7 +175,10 @@ pub fn decode_state(bytes: Bytes) -> Result<Metastore, DecodeError> {
     if is_bare_json(&bytes) {
         return from_json(&bytes, "metastore state json (column of the first error)");
     }
-    decode_message(bytes)
+    let mut reader = Reader::new(bytes);
+    let metastore = get_state(&mut reader)?;
+    reader.finish()?;
+    Ok(metastore)
 }
 
 /// Whether `bytes` are the bare serde JSON an older build wrote.

@@ -14,16 +14,23 @@ use std::collections::BTreeMap;
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
+use super::Layout;
 use super::values::{
-    MEMBER_BYTES_MIN, PARTITION_SLOTS_MAX, STR_BYTES_MIN, TOPIC_BYTES_MIN, USER_BYTES_MIN,
-    get_list, put_list,
+    MEMBER_BYTES_MIN, PARTITION_SLOTS_MAX, STR_BYTES_MIN, TOPIC_BYTES_MIN,
+    TOPIC_BYTES_MIN_BEFORE_WINDOW, USER_BYTES_MIN, decode_topic, get_list, put_list,
 };
-use crate::{Assignment, DomainVersions, Member, Metastore, Topic, User};
+use crate::{Assignment, DomainVersions, Member, Metastore, User};
 use narad_protocol::fields::{get_count, get_option, put_count, put_option};
 
 /// The version of the state encoding. The serde JSON that snapshots held
 /// before has no version byte; it starts with `{`, which no version is.
-pub const STATE_VERSION: u8 = 1;
+/// Version 1 ([`STATE_VERSION_BEFORE_WINDOW`]) is still read.
+pub const STATE_VERSION: u8 = 2;
+
+/// The state encoding before the idempotency window was a topic setting:
+/// as [`STATE_VERSION`], except that a topic has no `idempotency_window_ms`
+/// (it takes the default). Read, never written.
+pub const STATE_VERSION_BEFORE_WINDOW: u8 = 1;
 
 /// The most records of one kind (topics, placements, members, users) a
 /// state holds. Far above any cluster's (each topic costs directories on
@@ -48,6 +55,11 @@ const TOPICS: MapField = MapField {
     count: "metastore topics",
     order: "position of a metastore topic out of name order",
     record_bytes_min: TOPIC_BYTES_MIN,
+};
+
+const TOPICS_BEFORE_WINDOW: MapField = MapField {
+    record_bytes_min: TOPIC_BYTES_MIN_BEFORE_WINDOW,
+    ..TOPICS
 };
 
 const PLACEMENTS: MapField = MapField {
@@ -105,24 +117,33 @@ impl Encode for Metastore {
 
 impl Decode for Metastore {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            topics: get_records(reader, &TOPICS, |reader| {
-                let topic = Topic::decode(reader)?;
-                Ok((topic.name.clone(), topic))
-            })?,
-            assignments: get_records(reader, &PLACEMENTS, get_placement)?,
-            members: get_records(reader, &MEMBERS, |reader| {
-                let member = Member::decode(reader)?;
-                Ok((member.id.clone(), member))
-            })?,
-            users: get_records(reader, &USERS, |reader| {
-                let user = User::decode(reader)?;
-                Ok((user.username.clone(), user))
-            })?,
-            versions: DomainVersions::decode(reader)?,
-            applied_index: reader.u64("metastore applied_index")?,
-        })
+        decode_state(reader, Layout::Current)
     }
+}
+
+/// Reads a state's fields in `layout` (the version byte in front chose it).
+pub(super) fn decode_state(reader: &mut Reader, layout: Layout) -> Result<Metastore, DecodeError> {
+    let topics = match layout {
+        Layout::Current => &TOPICS,
+        Layout::BeforeWindow => &TOPICS_BEFORE_WINDOW,
+    };
+    Ok(Metastore {
+        topics: get_records(reader, topics, |reader| {
+            let topic = decode_topic(reader, layout)?;
+            Ok((topic.name.clone(), topic))
+        })?,
+        assignments: get_records(reader, &PLACEMENTS, get_placement)?,
+        members: get_records(reader, &MEMBERS, |reader| {
+            let member = Member::decode(reader)?;
+            Ok((member.id.clone(), member))
+        })?,
+        users: get_records(reader, &USERS, |reader| {
+            let user = User::decode(reader)?;
+            Ok((user.username.clone(), user))
+        })?,
+        versions: DomainVersions::decode(reader)?,
+        applied_index: reader.u64("metastore applied_index")?,
+    })
 }
 
 /// Appends a map's entries in key order (the map's own order).

@@ -10,7 +10,8 @@ use std::mem::size_of;
 use narad_protocol::limits::FRAME_BYTES_MAX;
 use narad_protocol::{Decode, DecodeError, Encode, Reader, Writer};
 
-use crate::limits::{CHILDREN_MAX, SCHEMA_VERSIONS_MAX};
+use super::Layout;
+use crate::limits::{CHILDREN_MAX, IDEMPOTENCY_WINDOW_MS_DEFAULT, SCHEMA_VERSIONS_MAX};
 use crate::{
     Actor, AttachEpoch, Grant, GrantAction, IncarnationId, Member, MemberStatus, ParentLink,
     PasswordHash, SchemaVersion, Topic, TopicDefaults, User,
@@ -273,9 +274,13 @@ impl Decode for ParentLink {
     }
 }
 
-/// Smallest encoded [`Topic`]: name prefix, id, partitions, five `u64`
-/// settings, owner presence, schema count, parent presence, child count.
-pub(super) const TOPIC_BYTES_MIN: usize = STR_BYTES_MIN + 8 + 4 + 5 * 8 + 1 + 4 + 1 + 4;
+/// Smallest encoded [`Topic`]: name prefix, id, partitions, six `u64`
+/// settings and stamps, owner presence, schema count, parent presence,
+/// child count.
+pub(super) const TOPIC_BYTES_MIN: usize = STR_BYTES_MIN + 8 + 4 + 6 * 8 + 1 + 4 + 1 + 4;
+
+/// Smallest [`Topic`] in [`Layout::BeforeWindow`]: no window.
+pub(super) const TOPIC_BYTES_MIN_BEFORE_WINDOW: usize = TOPIC_BYTES_MIN - 8;
 
 impl Encode for Topic {
     fn encode(&self, writer: &mut Writer) {
@@ -286,6 +291,7 @@ impl Encode for Topic {
         writer.u64(self.visibility_timeout_ms);
         writer.u64(self.max_in_flight_per_partition);
         writer.u64(self.max_acked_ahead_per_partition);
+        writer.u64(self.idempotency_window_ms);
         writer.u64(self.created_at_ms);
         put_opt_str(writer, self.owner.as_deref());
         put_list(
@@ -310,33 +316,43 @@ impl Encode for Topic {
 
 impl Decode for Topic {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            name: reader.str("topic name")?,
-            id: get_incarnation(reader, "topic incarnation id")?,
-            partitions: reader.u32("topic partitions")?,
-            retention_ms: reader.u64("topic retention_ms")?,
-            visibility_timeout_ms: reader.u64("topic visibility_timeout_ms")?,
-            max_in_flight_per_partition: reader.u64("topic max_in_flight_per_partition")?,
-            max_acked_ahead_per_partition: reader.u64("topic max_acked_ahead_per_partition")?,
-            created_at_ms: reader.u64("topic created_at_ms")?,
-            owner: get_opt_str(reader, "topic owner")?,
-            schemas: get_list(
-                reader,
-                "schema versions",
-                SCHEMA_VERSIONS_MAX as u32,
-                4 + STR_BYTES_MIN,
-                SchemaVersion::decode,
-            )?,
-            parent: get_option(reader, "topic parent", ParentLink::decode)?,
-            children: get_list(
-                reader,
-                "children",
-                CHILDREN_MAX as u32,
-                STR_BYTES_MIN,
-                |reader| reader.str("child name"),
-            )?,
-        })
+        decode_topic(reader, Layout::Current)
     }
+}
+
+/// Reads a topic in `layout`; one in [`Layout::BeforeWindow`] has no window
+/// field and takes the default window.
+pub(super) fn decode_topic(reader: &mut Reader, layout: Layout) -> Result<Topic, DecodeError> {
+    Ok(Topic {
+        name: reader.str("topic name")?,
+        id: get_incarnation(reader, "topic incarnation id")?,
+        partitions: reader.u32("topic partitions")?,
+        retention_ms: reader.u64("topic retention_ms")?,
+        visibility_timeout_ms: reader.u64("topic visibility_timeout_ms")?,
+        max_in_flight_per_partition: reader.u64("topic max_in_flight_per_partition")?,
+        max_acked_ahead_per_partition: reader.u64("topic max_acked_ahead_per_partition")?,
+        idempotency_window_ms: match layout {
+            Layout::Current => reader.u64("topic idempotency_window_ms")?,
+            Layout::BeforeWindow => IDEMPOTENCY_WINDOW_MS_DEFAULT,
+        },
+        created_at_ms: reader.u64("topic created_at_ms")?,
+        owner: get_opt_str(reader, "topic owner")?,
+        schemas: get_list(
+            reader,
+            "schema versions",
+            SCHEMA_VERSIONS_MAX as u32,
+            4 + STR_BYTES_MIN,
+            SchemaVersion::decode,
+        )?,
+        parent: get_option(reader, "topic parent", ParentLink::decode)?,
+        children: get_list(
+            reader,
+            "children",
+            CHILDREN_MAX as u32,
+            STR_BYTES_MIN,
+            |reader| reader.str("child name"),
+        )?,
+    })
 }
 
 /// Appends a topic record (for callers that take a function).

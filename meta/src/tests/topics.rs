@@ -12,6 +12,7 @@ fn create_with_fields_omitted_takes_the_server_defaults() {
     assert_eq!(topic.visibility_timeout_ms, 30_000);
     assert_eq!(topic.max_in_flight_per_partition, 1_024);
     assert_eq!(topic.max_acked_ahead_per_partition, 1_024);
+    assert_eq!(topic.idempotency_window_ms, 120_000);
     assert_eq!(topic.id, id_of("orders"));
     assert_eq!(topic.role(), Role::Standalone);
 }
@@ -196,6 +197,75 @@ fn retention_of_exactly_one_hour_is_accepted() {
         retention_ms: Some(3_600_000),
         ..create("orders")
     }));
+}
+
+#[test]
+fn an_idempotency_window_from_one_second_to_one_day_is_kept() {
+    let mut store = Store::new();
+    for (name, window_ms) in [("short", 1_000), ("long", 86_400_000)] {
+        store.ok(Command::CreateTopic(CreateTopic {
+            idempotency_window_ms: Some(window_ms),
+            ..create(name)
+        }));
+        let kept = store.topic(name).idempotency_window_ms;
+        assert_eq!(i64::try_from(kept), Ok(window_ms));
+    }
+}
+
+#[test]
+fn an_idempotency_window_outside_one_second_to_one_day_is_refused_with_a_400() {
+    let mut store = Store::new();
+    for window_ms in [-1, 0, 999, 86_400_001] {
+        let command = CreateTopic {
+            idempotency_window_ms: Some(window_ms),
+            ..create("orders")
+        };
+        let error = store.apply(Command::CreateTopic(command)).unwrap_err();
+        assert_eq!(error.status(), 400);
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "idempotency_window_ms must be at least 1000 (1 second) and at most 86400000 (1 day), got {window_ms}"
+            )
+        );
+    }
+    assert!(store.meta.topic("orders").is_none());
+}
+
+#[test]
+fn alter_changes_the_idempotency_window_within_its_range() {
+    let mut store = Store::new();
+    store.ok(create_cmd("orders"));
+    store.ok(Command::AlterTopic(AlterTopic {
+        idempotency_window_ms: Some(5_000),
+        ..alter("orders")
+    }));
+    assert_eq!(store.topic("orders").idempotency_window_ms, 5_000);
+    let zero = AlterTopic {
+        idempotency_window_ms: Some(0),
+        ..alter("orders")
+    };
+    assert_eq!(
+        store.apply(Command::AlterTopic(zero)),
+        Err(MetastoreError::IdempotencyWindowOutOfRange {
+            idempotency_window_ms: 0
+        })
+    );
+    assert_eq!(store.topic("orders").idempotency_window_ms, 5_000);
+}
+
+#[test]
+fn an_alter_to_the_same_idempotency_window_is_unchanged() {
+    let mut store = Store::new();
+    store.ok(create_cmd("orders"));
+    let same = AlterTopic {
+        idempotency_window_ms: Some(120_000),
+        ..alter("orders")
+    };
+    assert_eq!(
+        store.apply(Command::AlterTopic(same)),
+        Ok(Outcome::Unchanged)
+    );
 }
 
 #[test]

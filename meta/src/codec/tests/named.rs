@@ -6,7 +6,8 @@ use narad_protocol::{DecodeError, Reader, Writer};
 
 use super::super::values::put_list;
 use super::super::{
-    COMMAND_FORMAT_JSON, STATE_VERSION, decode_command, decode_state, encode_command, encode_state,
+    COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW, STATE_VERSION,
+    STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state, encode_command, encode_state,
     get_command,
 };
 use crate::tests::{Store, assign, attach, create_user, grant, link, register};
@@ -30,6 +31,7 @@ fn golden_command() -> Command {
         visibility_timeout_ms: None,
         max_in_flight_per_partition: None,
         max_acked_ahead_per_partition: Some(-1),
+        idempotency_window_ms: Some(5_000),
         schema: Some("true".into()),
         parent: None,
         defaults: TopicDefaults::default(),
@@ -81,8 +83,97 @@ fn a_state_encodes_to_its_golden_bytes() {
     assert_eq!(decode_state(bytes).expect("decodes"), state);
 }
 
+#[test]
+fn a_version_2_command_decodes_with_the_window_omitted() {
+    let bytes = Bytes::from(hex_bytes(&golden(GOLDEN_COMMAND_BEFORE_WINDOW)));
+    let Command::CreateTopic(golden) = golden_command() else {
+        unreachable!("the golden command is a create");
+    };
+    let expected = Command::CreateTopic(CreateTopic {
+        idempotency_window_ms: None,
+        ..golden
+    });
+    assert_eq!(decode_command(bytes), Ok(expected));
+}
+
+#[test]
+fn a_version_2_alter_decodes_changing_no_window() {
+    let mut writer = Writer::new();
+    writer.u8(COMMAND_VERSION_BEFORE_WINDOW);
+    writer.u8(2); // AlterTopic
+    writer.u8(1); // security off
+    writer.str("orders");
+    writer.u8(0); // no expected id
+    writer.u8(1); // retention_ms
+    writer.i64(3_600_000);
+    writer.u8(0); // in-flight cap
+    writer.u8(0); // acked-ahead cap
+    writer.u8(0); // partitions
+    narad_protocol::Encode::encode(&TopicDefaults::default(), &mut writer);
+    let expected = crate::AlterTopic {
+        retention_ms: Some(3_600_000),
+        ..crate::AlterTopic::named(Actor::SecurityOff, "orders", None)
+    };
+    assert_eq!(
+        decode_command(writer.finish()),
+        Ok(Command::AlterTopic(expected))
+    );
+}
+
+#[test]
+fn a_version_1_state_decodes_with_the_default_window() {
+    let state = sample_store().meta;
+    let bytes = Bytes::from(hex_bytes(&golden_state_before_window()));
+    let decoded = decode_state(bytes).expect("decodes");
+    assert_eq!(decoded, state);
+    for topic in decoded.topics.values() {
+        assert_eq!(topic.idempotency_window_ms, 120_000);
+    }
+}
+
+#[test]
+fn a_topic_window_round_trips_in_the_current_state_version() {
+    let mut state = sample_store().meta;
+    state
+        .topics
+        .get_mut("p")
+        .expect("p exists")
+        .idempotency_window_ms = 1_000;
+    let bytes = encode_state(&state);
+    assert_eq!(bytes[0], STATE_VERSION);
+    assert_eq!(decode_state(bytes), Ok(state));
+}
+
+/// Bytes from lowercase hex.
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
+        .collect()
+}
+
 /// [`golden_command`], field by field (spaces are for reading only).
 const GOLDEN_COMMAND: &[&str] = &[
+    "03",                                // command version
+    "01",                                // kind: create topic
+    "02 00000003 616e6e",                // actor: user "ann"
+    "00000006 6f7264657273",             // name "orders"
+    "0123456789abcdef",                  // incarnation id
+    "01 0000000000000004",               // partitions: 4
+    "00 00 00",                          // retention, visibility timeout, in-flight cap: omitted
+    "01 ffffffffffffffff",               // acked-ahead cap: -1
+    "01 0000000000001388",               // idempotency window: 5 s
+    "01 00000004 74727565",              // schema "true"
+    "00",                                // no parent link
+    "00000003 0000006c",                 // defaults: 3 partitions, at most 108
+    "00000000240c8400 0000000000007530", // default retention and visibility timeout
+    "0000000000000400 0000000000000400", // default caps
+    "0000018bcfe56800",                  // created_at_ms
+];
+
+/// [`golden_command`] as a build before the window wrote it (version 2):
+/// no window field.
+const GOLDEN_COMMAND_BEFORE_WINDOW: &[&str] = &[
     "02",                                // command version
     "01",                                // kind: create topic
     "02 00000003 616e6e",                // actor: user "ann"
@@ -99,14 +190,31 @@ const GOLDEN_COMMAND: &[&str] = &[
     "0000018bcfe56800",                  // created_at_ms
 ];
 
+/// The default idempotency window, two minutes, as a topic in
+/// [`GOLDEN_STATE`] carries it.
+const DEFAULT_WINDOW: &str = "000000000001d4c0";
+
+/// [`GOLDEN_STATE`] as a build before the window wrote it (version 1): the
+/// same bytes without the topics' windows.
+fn golden_state_before_window() -> String {
+    let chunks: Vec<&str> = GOLDEN_STATE
+        .iter()
+        .skip(1)
+        .copied()
+        .filter(|chunk| *chunk != DEFAULT_WINDOW)
+        .collect();
+    format!("{STATE_VERSION_BEFORE_WINDOW:02x}{}", golden(&chunks))
+}
+
 /// The state of [`sample_store`], field by field (spaces are for reading
 /// only). Password hashes are the test helper's: `$2b$04$` and 53 letters.
 const GOLDEN_STATE: &[&str] = &[
-    "01",                                                        // state version
+    "02",                                                        // state version
     "00000002",                                                  // topics, in name order
     "00000001 63 af63de4c8601eff2 00000003",                     // "c", id, partitions
     "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
     "0000000000000400 0000000000000400", // in-flight and acked-ahead caps 1,024
+    DEFAULT_WINDOW,                      // idempotency_window_ms 2 min
     "00000000000003e8",                  // created_at_ms
     "00 00000000",                       // no owner, no schema
     "01 00000001 70",                    // parent "p"
@@ -116,6 +224,7 @@ const GOLDEN_STATE: &[&str] = &[
     "00000001 70 af63ed4c8602096f 00000003", // "p", id, partitions
     "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
     "0000000000000400 0000000000000400", // in-flight and acked-ahead caps 1,024
+    DEFAULT_WINDOW,                      // idempotency_window_ms 2 min
     "00000000000003e8",                  // created_at_ms
     "00 00000000 00",                    // no owner, no schema, no parent
     "00000001 00000001 63",              // children: "c"
@@ -165,6 +274,18 @@ fn the_bare_json_of_an_older_build_still_decodes() {
 }
 
 #[test]
+fn the_json_of_a_build_before_the_window_decodes_with_the_default() {
+    let state = sample_store().meta;
+    let mut json = serde_json::to_value(&state).expect("serializes");
+    for topic in json["topics"].as_object_mut().expect("a map").values_mut() {
+        let removed = topic.as_object_mut().expect("a record");
+        assert!(removed.remove("idempotency_window_ms").is_some());
+    }
+    let bytes = serde_json::to_vec(&json).expect("serializes");
+    assert_eq!(decode_state(Bytes::from(bytes)), Ok(state));
+}
+
+#[test]
 fn the_json_command_blob_of_an_older_peer_still_decodes() {
     let command = golden_command();
     let mut writer = Writer::new();
@@ -189,7 +310,7 @@ fn json_that_is_no_command_is_refused_with_its_column() {
 
 #[test]
 fn an_unknown_command_kind_is_refused_naming_the_type_and_tag() {
-    let error = decode_command(Bytes::from_static(&[2, 99])).expect_err("refused");
+    let error = decode_command(command_bytes(99, &[])).expect_err("refused");
     assert_eq!(
         error.to_string(),
         "metastore command kind has the invalid value 99"
@@ -199,7 +320,7 @@ fn an_unknown_command_kind_is_refused_naming_the_type_and_tag() {
 /// A binary command of kind `kind` whose fields are `body`, to reach the
 /// enum tags nested in commands.
 fn command_bytes(kind: u8, body: &[u8]) -> Bytes {
-    let mut bytes = vec![2, kind];
+    let mut bytes = vec![COMMAND_VERSION, kind];
     bytes.extend(body);
     Bytes::from(bytes)
 }
@@ -214,7 +335,7 @@ fn an_unknown_actor_kind_is_refused_naming_the_type_and_tag() {
 #[test]
 fn an_unknown_grant_action_is_refused_naming_the_type_and_tag() {
     let mut writer = Writer::new();
-    writer.u8(2);
+    writer.u8(COMMAND_VERSION);
     writer.u8(16); // SetGrants
     writer.u8(1); // security off
     writer.str("bob");
@@ -252,7 +373,7 @@ fn an_unknown_member_status_is_refused_naming_the_type_and_tag() {
 #[test]
 fn a_malformed_password_hash_is_refused_by_length_without_its_text() {
     let mut writer = Writer::new();
-    writer.u8(2);
+    writer.u8(COMMAND_VERSION);
     writer.u8(12); // SeedAdmin
     writer.str("admin");
     writer.str("secret");
@@ -299,7 +420,7 @@ fn a_topic_count_over_the_limit_is_refused() {
 #[test]
 fn a_forged_pattern_count_is_refused_before_anything_is_reserved() {
     let mut writer = Writer::new();
-    writer.u8(2);
+    writer.u8(COMMAND_VERSION);
     writer.u8(16); // SetGrants
     writer.u8(1);
     writer.str("bob");

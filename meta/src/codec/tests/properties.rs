@@ -9,8 +9,9 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::super::{
-    BARE_JSON_FIRST_BYTE, COMMAND_FORMAT_JSON, COMMAND_VERSION, STATE_VERSION, decode_command,
-    decode_state, encode_command, encode_state,
+    BARE_JSON_FIRST_BYTE, COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW,
+    STATE_VERSION, STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state, encode_command,
+    encode_state,
 };
 use super::strategies;
 
@@ -105,7 +106,12 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic_the_command_decoder(
         body in vec(any::<u8>(), 0..256),
-        version in prop_oneof![Just(COMMAND_VERSION), Just(COMMAND_FORMAT_JSON), any::<u8>()],
+        version in prop_oneof![
+            Just(COMMAND_VERSION),
+            Just(COMMAND_VERSION_BEFORE_WINDOW),
+            Just(COMMAND_FORMAT_JSON),
+            any::<u8>(),
+        ],
     ) {
         let _ = decode_command(behind(version, body.clone()));
         let _ = decode_command(Bytes::from(body));
@@ -114,7 +120,11 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic_the_state_decoder(
         body in vec(any::<u8>(), 0..256),
-        version in prop_oneof![Just(STATE_VERSION), any::<u8>()],
+        version in prop_oneof![
+            Just(STATE_VERSION),
+            Just(STATE_VERSION_BEFORE_WINDOW),
+            any::<u8>(),
+        ],
     ) {
         let _ = decode_state(behind(version, body.clone()));
         let _ = decode_state(Bytes::from(body));
@@ -216,7 +226,13 @@ proptest! {
         command in strategies::command(),
         version in any::<u8>(),
     ) {
-        prop_assume!(![COMMAND_VERSION, COMMAND_FORMAT_JSON, BARE_JSON_FIRST_BYTE].contains(&version));
+        let read = [
+            COMMAND_VERSION,
+            COMMAND_VERSION_BEFORE_WINDOW,
+            COMMAND_FORMAT_JSON,
+            BARE_JSON_FIRST_BYTE,
+        ];
+        prop_assume!(!read.contains(&version));
         let mut bytes = encode_command(&command).to_vec();
         bytes[0] = version;
         prop_assert_eq!(
@@ -234,7 +250,8 @@ proptest! {
         state in strategies::metastore(),
         version in any::<u8>(),
     ) {
-        prop_assume!(![STATE_VERSION, BARE_JSON_FIRST_BYTE].contains(&version));
+        let read = [STATE_VERSION, STATE_VERSION_BEFORE_WINDOW, BARE_JSON_FIRST_BYTE];
+        prop_assume!(!read.contains(&version));
         let mut bytes = encode_state(&state).to_vec();
         bytes[0] = version;
         prop_assert_eq!(

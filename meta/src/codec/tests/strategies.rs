@@ -110,7 +110,7 @@ pub(super) fn parent_link() -> impl Strategy<Value = ParentLink> {
 }
 
 pub(super) fn topic() -> impl Strategy<Value = Topic> {
-    let settings = (any::<u32>(), vec(any::<u64>(), 5..=5));
+    let settings = (any::<u32>(), vec(any::<u64>(), 6..=6));
     (
         text(),
         incarnation(),
@@ -129,6 +129,7 @@ pub(super) fn topic() -> impl Strategy<Value = Topic> {
                 visibility_timeout_ms: numbers[1],
                 max_in_flight_per_partition: numbers[2],
                 max_acked_ahead_per_partition: numbers[3],
+                idempotency_window_ms: numbers[5],
                 created_at_ms: numbers[4],
                 owner,
                 schemas,
@@ -180,7 +181,7 @@ fn opt_i64() -> impl Strategy<Value = Option<i64>> {
 pub(super) fn create_topic() -> impl Strategy<Value = CreateTopic> {
     (
         (actor(), text(), incarnation()),
-        vec(opt_i64(), 5..=5),
+        vec(opt_i64(), 6..=6),
         of(".{0,16}"),
         of(new_link()),
         defaults(),
@@ -196,6 +197,7 @@ pub(super) fn create_topic() -> impl Strategy<Value = CreateTopic> {
                 visibility_timeout_ms: numbers[2],
                 max_in_flight_per_partition: numbers[3],
                 max_acked_ahead_per_partition: numbers[4],
+                idempotency_window_ms: numbers[5],
                 schema,
                 parent,
                 defaults,
@@ -209,7 +211,7 @@ pub(super) fn alter_topic() -> impl Strategy<Value = AlterTopic> {
         actor(),
         text(),
         of(incarnation()),
-        vec(opt_i64(), 4..=4),
+        vec(opt_i64(), 5..=5),
         defaults(),
     )
         .prop_map(|(actor, name, expected_id, numbers, defaults)| AlterTopic {
@@ -219,6 +221,7 @@ pub(super) fn alter_topic() -> impl Strategy<Value = AlterTopic> {
             retention_ms: numbers[0],
             max_in_flight_per_partition: numbers[1],
             max_acked_ahead_per_partition: numbers[2],
+            idempotency_window_ms: numbers[4],
             partitions: numbers[3],
             defaults,
         })
