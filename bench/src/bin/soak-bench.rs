@@ -27,7 +27,8 @@
 //!   load phase after its first quarter (warm-up growth excluded).
 //! - Latencies: produce (request written to `202` read), delivery (produce
 //!   request written to the message's first consume answer read: what a
-//!   consumer waits), ack; overall and per [`WINDOW`] for the chart.
+//!   consumer waits), ack; overall and per [`WINDOW`] for the chart; the
+//!   longest first delivery of each topic.
 //!
 //! `--scale F` multiplies every steady rate and the burst size (not the
 //! nine-minute config change), keeping the ratios between topics; the plan
@@ -420,6 +421,9 @@ struct Soak {
     ack_latency: Mutex<Latencies>,
     burst_latency: Mutex<Latencies>,
     lateness: Mutex<Latencies>,
+    /// The longest first delivery of each topic, in µs, so a stall shows
+    /// which topic it was on.
+    deliver_max_us: Vec<AtomicU64>,
     counters: Counters,
     /// Set after the load phase: consumers stop nacking and dropping.
     draining: AtomicBool,
@@ -431,6 +435,7 @@ impl Soak {
     fn new(addr: SocketAddr, topics: Vec<TopicShape>, load: Duration) -> Self {
         Self {
             addr,
+            deliver_max_us: topics.iter().map(|_| AtomicU64::new(0)).collect(),
             topics,
             started: Instant::now(),
             load,
@@ -520,11 +525,14 @@ impl Soak {
             }
             (
                 entry.deliveries,
-                first.then(|| Duration::from_micros(now_us.saturating_sub(entry.sent_us))),
+                first.then(|| (entry.topic, now_us.saturating_sub(entry.sent_us))),
             )
         };
         match first_latency {
-            Some(latency) => self.record_window(now_us, latency, true),
+            Some((topic, latency_us)) => {
+                self.deliver_max_us[topic].fetch_max(latency_us, Ordering::Relaxed);
+                self.record_window(now_us, Duration::from_micros(latency_us), true);
+            }
             None => add(&self.counters.redeliveries, 1),
         }
         Some(deliveries)
@@ -1029,6 +1037,10 @@ fn record(report: &mut Report, soak: &Soak, run: &Run, verdict: &Verdict) -> boo
     for (topic, accepted) in &verdict.accepted_by_topic {
         report.set(&format!("accepted_{topic}"), *accepted as f64);
     }
+    for (shape, max_us) in soak.topics.iter().zip(&soak.deliver_max_us) {
+        let max_ms = max_us.load(Ordering::Relaxed) as f64 / 1_000.0;
+        report.set(&format!("deliver_max_ms_{}", shape.name), max_ms);
+    }
     record_rss(report, soak, &run.rss);
     record_latencies(report, soak, &run.rss);
     counters.dup_after_ack.load(Ordering::Relaxed) == 0
@@ -1275,6 +1287,8 @@ mod tests {
         let id = soak.send(0);
         soak.produced(&[id], Some(202));
         assert_eq!(soak.delivered(id, 10, 20), Some(1));
+        let first_us = 20u64.saturating_sub(soak.ledger.lock().unwrap()[&id].sent_us);
+        assert_eq!(soak.deliver_max_us[0].load(Ordering::Relaxed), first_us);
         assert_eq!(soak.unacked(), 1);
         soak.acked(id, 30);
         assert_eq!(soak.unacked(), 0);
