@@ -1,5 +1,5 @@
-//! A benchmark report: named figures written as JSON, and bar charts written
-//! as one PNG.
+//! A benchmark report: named figures written as JSON, and charts (bars, or
+//! lines over time) written as one PNG.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -18,6 +18,10 @@ const FONT_FAMILY: &str = "sans-serif";
 const PANEL_WIDTH_PX: u32 = 1000;
 const PANEL_HEIGHT_PX: u32 = 60;
 const BAR_HEIGHT_PX: u32 = 28;
+/// Height of one line-chart panel in pixels.
+const LINES_HEIGHT_PX: u32 = 320;
+/// Colours of a line chart's series, in order (then repeated).
+const LINE_COLOURS: [RGBColor; 4] = [BLUE, RED, GREEN, MAGENTA];
 
 /// One bar chart: a title, the unit of its values, and labelled bars.
 #[derive(Debug, Clone)]
@@ -27,13 +31,39 @@ struct Bars {
     bars: Vec<(String, f64)>,
 }
 
+/// One line chart: a title, the units of its axes, and named series of
+/// (x, y) points.
+#[derive(Debug, Clone)]
+struct Lines {
+    title: String,
+    x_unit: String,
+    y_unit: String,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// One panel of the PNG.
+#[derive(Debug, Clone)]
+enum Chart {
+    Bars(Bars),
+    Lines(Lines),
+}
+
+impl Chart {
+    fn height_px(&self) -> u32 {
+        match self {
+            Self::Bars(chart) => PANEL_HEIGHT_PX + BAR_HEIGHT_PX * chart.bars.len() as u32,
+            Self::Lines(_) => LINES_HEIGHT_PX,
+        }
+    }
+}
+
 /// Figures of one benchmark run.
 #[derive(Debug, Clone)]
 pub struct Report {
     name: String,
     values: BTreeMap<String, f64>,
     notes: BTreeMap<String, String>,
-    charts: Vec<Bars>,
+    charts: Vec<Chart>,
 }
 
 impl Report {
@@ -66,14 +96,34 @@ impl Report {
 
     /// Adds a bar chart to the PNG.
     pub fn bars(&mut self, title: &str, unit: &str, bars: &[(&str, f64)]) -> &mut Self {
-        self.charts.push(Bars {
+        self.charts.push(Chart::Bars(Bars {
             title: title.to_string(),
             unit: unit.to_string(),
             bars: bars
                 .iter()
                 .map(|(label, value)| (label.to_string(), *value))
                 .collect(),
-        });
+        }));
+        self
+    }
+
+    /// Adds a line chart to the PNG: each series is a name and its (x, y)
+    /// points in x order, drawn on shared axes from 0.
+    pub fn lines(
+        &mut self,
+        title: &str,
+        (x_unit, y_unit): (&str, &str),
+        series: &[(&str, Vec<(f64, f64)>)],
+    ) -> &mut Self {
+        self.charts.push(Chart::Lines(Lines {
+            title: title.to_string(),
+            x_unit: x_unit.to_string(),
+            y_unit: y_unit.to_string(),
+            series: series
+                .iter()
+                .map(|(name, points)| (name.to_string(), points.clone()))
+                .collect(),
+        }));
         self
     }
 
@@ -119,23 +169,27 @@ impl Report {
         Ok(json_path)
     }
 
-    /// Draws the report's bar charts as one PNG at `path` (no JSON).
+    /// Draws the report's charts as one PNG at `path` (no JSON).
     ///
     /// # Errors
     /// When the chart cannot be drawn or written.
     pub fn draw(&self, path: &std::path::Path) -> io::Result<()> {
         let has_font = font_registered();
-        let height: u32 = self
-            .charts
-            .iter()
-            .map(|chart| PANEL_HEIGHT_PX + BAR_HEIGHT_PX * chart.bars.len() as u32)
-            .sum();
+        let height: u32 = self.charts.iter().map(Chart::height_px).sum();
         let root = BitMapBackend::new(path, (PANEL_WIDTH_PX, height.max(1))).into_drawing_area();
         root.fill(&WHITE).map_err(io::Error::other)?;
         let mut top = 0i32;
         for chart in &self.charts {
-            draw_panel(&root, chart, top, has_font).map_err(io::Error::other)?;
-            top += (PANEL_HEIGHT_PX + BAR_HEIGHT_PX * chart.bars.len() as u32) as i32;
+            match chart {
+                Chart::Bars(bars) => draw_panel(&root, bars, top, has_font),
+                Chart::Lines(lines) => {
+                    let (_, below) = root.split_vertically(top);
+                    let (panel, _) = below.split_vertically(LINES_HEIGHT_PX as i32);
+                    draw_lines(&panel, lines, has_font)
+                }
+            }
+            .map_err(io::Error::other)?;
+            top += chart.height_px() as i32;
         }
         root.present().map_err(io::Error::other)
     }
@@ -192,6 +246,60 @@ fn draw_panel(
     Ok(())
 }
 
+/// Draws `chart` filling `area`: axes from 0 to the largest x and y (with
+/// some room above), one coloured line per series, a legend when there is
+/// a font.
+fn draw_lines(
+    area: &Area<'_>,
+    chart: &Lines,
+    has_font: bool,
+) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>> {
+    let points = || chart.series.iter().flat_map(|(_, points)| points.iter());
+    let x_max = points().map(|(x, _)| *x).fold(0.0f64, f64::max).max(1e-9);
+    let y_max = points().map(|(_, y)| *y).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let mut builder = ChartBuilder::on(area);
+    builder.margin(10);
+    if has_font {
+        builder
+            .caption(&chart.title, (FONT_FAMILY, 20))
+            .x_label_area_size(35)
+            .y_label_area_size(60);
+    }
+    let mut plot = builder.build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    if has_font {
+        plot.configure_mesh()
+            .x_desc(chart.x_unit.as_str())
+            .y_desc(chart.y_unit.as_str())
+            .label_style((FONT_FAMILY, 14))
+            .draw()?;
+    } else {
+        plot.configure_mesh()
+            .disable_x_mesh()
+            .disable_y_mesh()
+            .draw()?;
+    }
+    for (index, (name, points)) in chart.series.iter().enumerate() {
+        let colour = LINE_COLOURS[index % LINE_COLOURS.len()];
+        // A path element rather than a `LineSeries`: the workspace builds
+        // plotters without its series features.
+        let path = PathElement::new(points.clone(), colour.stroke_width(2));
+        let drawn = plot.draw_series(std::iter::once(path))?;
+        if has_font {
+            drawn
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour));
+        }
+    }
+    if has_font && !chart.series.is_empty() {
+        plot.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font((FONT_FAMILY, 14))
+            .draw()?;
+    }
+    Ok(())
+}
+
 /// Registers the chart font once; false when it is not installed.
 fn font_registered() -> bool {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
@@ -236,6 +344,23 @@ mod tests {
             serde_json::from_slice(&fs::read(json_path).unwrap()).unwrap();
         assert_eq!(json["x"], 1.0);
         let png = fs::read(dir.path().join("unit-write.png")).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+    }
+
+    #[test]
+    fn line_charts_are_drawn_below_bars() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut report = Report::new("unit-lines");
+        report.bars("demo", "us", &[("one", 1.0)]).lines(
+            "over time",
+            ("minutes", "MiB"),
+            &[
+                ("rss", vec![(0.0, 10.0), (1.0, 12.0)]),
+                ("empty", Vec::new()),
+            ],
+        );
+        report.write_to(dir.path()).unwrap();
+        let png = fs::read(dir.path().join("unit-lines.png")).unwrap();
         assert_eq!(&png[1..4], b"PNG");
     }
 }

@@ -26,12 +26,12 @@ use crate::testing::{
     replica, start_node as start, topic,
 };
 
-const DATA_DIR: &str = "/node";
+pub(crate) const DATA_DIR: &str = "/node";
 
 /// A stored record's key and payload.
 type KeyedPayload = (Vec<u8>, Vec<u8>);
 
-fn config(data_dir: &Path, seed: u64) -> DataNodeConfig {
+pub(crate) fn config(data_dir: &Path, seed: u64) -> DataNodeConfig {
     let mut config = DataNodeConfig::new(data_dir);
     config.seed = seed;
     config.checkpoint = CheckpointConfig {
@@ -70,7 +70,7 @@ fn delete(replica: &MetadataReplica, name: &str) {
 
 /// Waits for `done`, polling; a ceiling, not a timing assertion: it only
 /// turns a hang into a failure.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -80,7 +80,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Every record of every partition of `topic`, read from disk: partition →
 /// (key, payload) in offset order.
-fn stored(
+pub(crate) fn stored(
     disk: &Arc<dyn Disk>,
     data_dir: &Path,
     topic: &str,

@@ -36,6 +36,8 @@ pub mod remote;
 pub mod topology;
 
 #[cfg(test)]
+mod disk_fault_tests;
+#[cfg(test)]
 mod e2e_tests;
 #[cfg(test)]
 mod node_sim;
