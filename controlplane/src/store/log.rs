@@ -296,7 +296,9 @@ mod stored_entry_tests {
             "01",                                                 // stored entry version
             "0000000000000002 0000000000000001 0000000000000007", // log id: term 2, node 1, index 7
             "01",                                                 // normal: a command
-            "03 09 00000002 6e31 00000000000003e8",               // heartbeat "n1" at 1,000 ms
+            // A heartbeat sets no idempotency window: command version 2,
+            // which builds from before the window read too.
+            "02 09 00000002 6e31 00000000000003e8", // heartbeat "n1" at 1,000 ms
         ];
         let bytes = encode_stored_entry(&heartbeat_entry(7));
         assert_eq!(hex(&bytes), golden.concat().replace(' ', ""));

@@ -29,8 +29,34 @@ pub const COMMAND_VERSION: u8 = 3;
 /// The binary command encoding before the idempotency window was a topic
 /// setting: every kind as in [`COMMAND_VERSION`], except that `CreateTopic`
 /// and `AlterTopic` have no `idempotency_window_ms` (it reads as omitted).
-/// Read, never written.
+/// Still written for every command that does not set a window, so a leader
+/// of an older build takes what upgraded nodes propose (see
+/// [`command_layout`]).
 pub const COMMAND_VERSION_BEFORE_WINDOW: u8 = 2;
+
+/// The layout a command is written in: [`Layout::Current`] only for a
+/// create or an alter that sets an idempotency window, every other command
+/// in [`Layout::BeforeWindow`], whose bytes an older build reads.
+pub(super) fn command_layout(command: &Command) -> Layout {
+    let sets_window = match command {
+        Command::CreateTopic(create) => create.idempotency_window_ms.is_some(),
+        Command::AlterTopic(alter) => alter.idempotency_window_ms.is_some(),
+        _ => false,
+    };
+    if sets_window {
+        Layout::Current
+    } else {
+        Layout::BeforeWindow
+    }
+}
+
+/// The version byte of `layout`.
+pub(super) fn command_version(layout: Layout) -> u8 {
+    match layout {
+        Layout::Current => COMMAND_VERSION,
+        Layout::BeforeWindow => COMMAND_VERSION_BEFORE_WINDOW,
+    }
+}
 
 impl Message for Command {
     const NAME: &'static str = "metastore command";
@@ -59,27 +85,39 @@ mod kind {
 
 impl Encode for Command {
     fn encode(&self, writer: &mut Writer) {
-        let (tag, body): (u8, &dyn Encode) = match self {
-            Self::CreateTopic(body) => (kind::CREATE_TOPIC, body),
-            Self::AlterTopic(body) => (kind::ALTER_TOPIC, body),
-            Self::DeleteTopic(body) => (kind::DELETE_TOPIC, body),
-            Self::AddSchemaVersion(body) => (kind::ADD_SCHEMA_VERSION, body),
-            Self::AttachChild(body) => (kind::ATTACH_CHILD, body),
-            Self::DetachChild(body) => (kind::DETACH_CHILD, body),
-            Self::AssignPartitions(body) => (kind::ASSIGN_PARTITIONS, body),
-            Self::RegisterMember(body) => (kind::REGISTER_MEMBER, body),
-            Self::Heartbeat(body) => (kind::HEARTBEAT, body),
-            Self::MarkDead(body) => (kind::MARK_DEAD, body),
-            Self::SetDraining(body) => (kind::SET_DRAINING, body),
-            Self::SeedAdmin(body) => (kind::SEED_ADMIN, body),
-            Self::CreateUser(body) => (kind::CREATE_USER, body),
-            Self::DeleteUser(body) => (kind::DELETE_USER, body),
-            Self::SetPassword(body) => (kind::SET_PASSWORD, body),
-            Self::SetGrants(body) => (kind::SET_GRANTS, body),
-        };
-        writer.u8(tag);
-        body.encode(writer);
+        encode_command(self, writer, Layout::Current);
     }
+}
+
+/// Writes a command's kind and fields in `layout` (its version byte in
+/// front is the caller's).
+pub(super) fn encode_command(command: &Command, writer: &mut Writer, layout: Layout) {
+    let (tag, body): (u8, &dyn Encode) = match command {
+        Command::CreateTopic(body) => {
+            writer.u8(kind::CREATE_TOPIC);
+            return encode_create_topic(body, writer, layout);
+        }
+        Command::AlterTopic(body) => {
+            writer.u8(kind::ALTER_TOPIC);
+            return encode_alter_topic(body, writer, layout);
+        }
+        Command::DeleteTopic(body) => (kind::DELETE_TOPIC, body),
+        Command::AddSchemaVersion(body) => (kind::ADD_SCHEMA_VERSION, body),
+        Command::AttachChild(body) => (kind::ATTACH_CHILD, body),
+        Command::DetachChild(body) => (kind::DETACH_CHILD, body),
+        Command::AssignPartitions(body) => (kind::ASSIGN_PARTITIONS, body),
+        Command::RegisterMember(body) => (kind::REGISTER_MEMBER, body),
+        Command::Heartbeat(body) => (kind::HEARTBEAT, body),
+        Command::MarkDead(body) => (kind::MARK_DEAD, body),
+        Command::SetDraining(body) => (kind::SET_DRAINING, body),
+        Command::SeedAdmin(body) => (kind::SEED_ADMIN, body),
+        Command::CreateUser(body) => (kind::CREATE_USER, body),
+        Command::DeleteUser(body) => (kind::DELETE_USER, body),
+        Command::SetPassword(body) => (kind::SET_PASSWORD, body),
+        Command::SetGrants(body) => (kind::SET_GRANTS, body),
+    };
+    writer.u8(tag);
+    body.encode(writer);
 }
 
 impl Decode for Command {
@@ -136,21 +174,42 @@ impl Decode for NewLink {
 
 impl Encode for CreateTopic {
     fn encode(&self, writer: &mut Writer) {
-        self.actor.encode(writer);
-        writer.str(&self.name);
-        put_incarnation(writer, &self.id);
-        put_opt_i64(writer, self.partitions);
-        put_opt_i64(writer, self.retention_ms);
-        put_opt_i64(writer, self.visibility_timeout_ms);
-        put_opt_i64(writer, self.max_in_flight_per_partition);
-        put_opt_i64(writer, self.max_acked_ahead_per_partition);
-        put_opt_i64(writer, self.idempotency_window_ms);
-        put_opt_str(writer, self.schema.as_deref());
-        put_option(writer, self.parent.as_ref(), |writer, link| {
-            link.encode(writer);
-        });
-        self.defaults.encode(writer);
-        writer.u64(self.created_at_ms);
+        encode_create_topic(self, writer, Layout::Current);
+    }
+}
+
+/// Writes a create in `layout`; [`Layout::BeforeWindow`] has no window.
+fn encode_create_topic(create: &CreateTopic, writer: &mut Writer, layout: Layout) {
+    create.actor.encode(writer);
+    writer.str(&create.name);
+    put_incarnation(writer, &create.id);
+    put_opt_i64(writer, create.partitions);
+    put_opt_i64(writer, create.retention_ms);
+    put_opt_i64(writer, create.visibility_timeout_ms);
+    put_opt_i64(writer, create.max_in_flight_per_partition);
+    put_opt_i64(writer, create.max_acked_ahead_per_partition);
+    put_window(writer, create.idempotency_window_ms, layout);
+    put_opt_str(writer, create.schema.as_deref());
+    put_option(writer, create.parent.as_ref(), |writer, link| {
+        link.encode(writer);
+    });
+    create.defaults.encode(writer);
+    writer.u64(create.created_at_ms);
+}
+
+/// Writes the optional idempotency window of a create or an alter in
+/// `layout`.
+///
+/// # Panics
+/// If `layout` has no window and one is set: [`command_layout`] chooses the
+/// layout that has one.
+fn put_window(writer: &mut Writer, window: Option<i64>, layout: Layout) {
+    match layout {
+        Layout::Current => put_opt_i64(writer, window),
+        Layout::BeforeWindow => assert!(
+            window.is_none(),
+            "a command that sets an idempotency window is written in the current layout"
+        ),
     }
 }
 
@@ -190,16 +249,21 @@ fn get_window(reader: &mut Reader, layout: Layout) -> Result<Option<i64>, Decode
 
 impl Encode for AlterTopic {
     fn encode(&self, writer: &mut Writer) {
-        self.actor.encode(writer);
-        writer.str(&self.name);
-        put_opt_incarnation(writer, self.expected_id.as_ref());
-        put_opt_i64(writer, self.retention_ms);
-        put_opt_i64(writer, self.max_in_flight_per_partition);
-        put_opt_i64(writer, self.max_acked_ahead_per_partition);
-        put_opt_i64(writer, self.idempotency_window_ms);
-        put_opt_i64(writer, self.partitions);
-        self.defaults.encode(writer);
+        encode_alter_topic(self, writer, Layout::Current);
     }
+}
+
+/// Writes an alter in `layout`; [`Layout::BeforeWindow`] has no window.
+fn encode_alter_topic(alter: &AlterTopic, writer: &mut Writer, layout: Layout) {
+    alter.actor.encode(writer);
+    writer.str(&alter.name);
+    put_opt_incarnation(writer, alter.expected_id.as_ref());
+    put_opt_i64(writer, alter.retention_ms);
+    put_opt_i64(writer, alter.max_in_flight_per_partition);
+    put_opt_i64(writer, alter.max_acked_ahead_per_partition);
+    put_window(writer, alter.idempotency_window_ms, layout);
+    put_opt_i64(writer, alter.partitions);
+    alter.defaults.encode(writer);
 }
 
 impl Decode for AlterTopic {

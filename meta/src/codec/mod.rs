@@ -14,9 +14,11 @@
 //! type), an unknown kind or enum tag (naming the type and the tag), and a
 //! count that the remaining input cannot hold, before reserving anything.
 //!
-//! **The forms of earlier builds are still read, never written.** Command
-//! version 2 and state version 1 are the binary forms from before the
-//! idempotency window was a topic setting (see [`Layout::BeforeWindow`]).
+//! **The forms of earlier builds are still read.** Command version 2 and
+//! state version 1 are the binary forms from before the idempotency window
+//! was a topic setting (see [`Layout::BeforeWindow`]). State version 1 is
+//! never written; command version 2 is written for every command that sets
+//! no window, so an older leader takes what upgraded nodes propose.
 //! Before the binary codecs a command crossed the wire as format byte 1
 //! and its serde JSON, length-prefixed ([`COMMAND_FORMAT_JSON`]); a
 //! metadata-stream change or snapshot was the bare JSON; a Raft snapshot
@@ -87,9 +89,12 @@ enum Layout {
 }
 
 /// Appends a command inside a message: its version byte, then its fields.
+/// A command that sets no idempotency window is written as
+/// [`COMMAND_VERSION_BEFORE_WINDOW`], which an older build reads.
 pub fn put_command(writer: &mut Writer, command: &Command) {
-    writer.u8(COMMAND_VERSION);
-    command.encode(writer);
+    let layout = command::command_layout(command);
+    writer.u8(command::command_version(layout));
+    command::encode_command(command, writer, layout);
 }
 
 /// Reads a command written by [`put_command`], or by an older build as
@@ -117,7 +122,9 @@ pub fn get_command(reader: &mut Reader) -> Result<Command, DecodeError> {
 
 /// A command alone, as a metadata-stream change carries it.
 pub fn encode_command(command: &Command) -> Bytes {
-    encode_message(command)
+    let mut writer = Writer::new();
+    put_command(&mut writer, command);
+    writer.finish()
 }
 
 /// Reads a command written by [`encode_command`], by [`put_command`] (the

@@ -76,6 +76,30 @@ fn a_command_encodes_to_its_golden_bytes() {
 }
 
 #[test]
+fn a_command_that_sets_no_window_is_written_in_the_version_older_builds_read() {
+    let Command::CreateTopic(with_window) = golden_command() else {
+        unreachable!("the golden command is a create")
+    };
+    let without = Command::CreateTopic(CreateTopic {
+        idempotency_window_ms: None,
+        ..with_window
+    });
+    let bytes = encode_command(&without);
+    assert_eq!(bytes[0], COMMAND_VERSION_BEFORE_WINDOW);
+    // The current layout with the window's "absent" byte taken out: what a
+    // build from before the window writes.
+    let current = {
+        let mut writer = narad_protocol::Writer::new();
+        writer.u8(COMMAND_VERSION);
+        narad_protocol::Encode::encode(&without, &mut writer);
+        writer.finish()
+    };
+    assert_eq!(bytes.len() + 1, current.len());
+    assert_eq!(decode_command(bytes).expect("decodes"), without);
+    assert_eq!(encode_command(&golden_command())[0], COMMAND_VERSION);
+}
+
+#[test]
 fn a_state_encodes_to_its_golden_bytes() {
     let state = sample_store().meta;
     let bytes = encode_state(&state);
