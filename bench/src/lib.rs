@@ -40,3 +40,26 @@ pub fn bench_dir() -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
+
+/// A benchmark's command line as `(flag, value)` pairs: every flag takes a
+/// value. `None` for `--help` or `-h` (the caller prints `usage`).
+///
+/// # Errors
+/// A flag without a value, naming it, with `usage`.
+pub fn flag_pairs(
+    args: impl IntoIterator<Item = String>,
+    usage: &str,
+) -> std::io::Result<Option<Vec<(String, String)>>> {
+    let mut pairs = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return Ok(None);
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{flag} needs a value; {usage}")))?;
+        pairs.push((flag, value));
+    }
+    Ok(Some(pairs))
+}

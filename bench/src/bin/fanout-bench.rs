@@ -131,14 +131,10 @@ const USAGE: &str = "fanout-bench [--phase-secs 4] [--warmup-secs 1] [--drain-ma
 impl Options {
     fn parse(args: impl IntoIterator<Item = String>) -> io::Result<Option<Self>> {
         let mut options = Self::default();
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            if flag == "--help" || flag == "-h" {
-                return Ok(None);
-            }
-            let value = args
-                .next()
-                .ok_or_else(|| io::Error::other(format!("{flag} needs a value; {USAGE}")))?;
+        let Some(pairs) = narad_bench::flag_pairs(args, USAGE)? else {
+            return Ok(None);
+        };
+        for (flag, value) in pairs {
             let number = || {
                 value
                     .parse::<u64>()

@@ -204,14 +204,10 @@ impl Default for Options {
 impl Options {
     fn parse(args: impl IntoIterator<Item = String>) -> io::Result<Option<Self>> {
         let mut options = Self::default();
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            if flag == "--help" || flag == "-h" {
-                return Ok(None);
-            }
-            let value = args
-                .next()
-                .ok_or_else(|| io::Error::other(format!("{flag} needs a value; {USAGE}")))?;
+        let Some(pairs) = narad_bench::flag_pairs(args, USAGE)? else {
+            return Ok(None);
+        };
+        for (flag, value) in pairs {
             let bad = || io::Error::other(format!("{flag} {value:?}: not understood; {USAGE}"));
             let seconds = || {
                 value
