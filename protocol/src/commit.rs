@@ -270,6 +270,18 @@ impl CommitProduceBatch {
         self.floor = 0;
     }
 
+    /// Whether the batch carries a trailing section (incarnations or
+    /// provenance) that an owner from before them refuses.
+    pub fn has_trailing_sections(&self) -> bool {
+        self.has_incarnations() || !self.provenance.is_empty()
+    }
+
+    /// Drops both trailing sections: the shape every older owner accepts.
+    pub fn strip_trailing_sections(&mut self) {
+        self.strip_incarnations();
+        self.strip_provenance();
+    }
+
     /// The topic.
     pub fn topic(&self) -> &str {
         &self.topic
@@ -757,7 +769,7 @@ mod tests {
             // without it; every other cut is refused.
             match decode_commit_request(bytes.slice(..cut)) {
                 Ok(decoded) => {
-                    prop_assert!(batch.has_incarnations() || !batch.provenance().is_empty());
+                    prop_assert!(batch.has_trailing_sections());
                     prop_assert!(decoded.provenance().is_empty());
                     prop_assert_eq!(decoded.records(), batch.records());
                 }

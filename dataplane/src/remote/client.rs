@@ -151,9 +151,8 @@ impl Inner {
                 return CommitOutcome::Failed;
             }
         };
-        if carries_sections(&batch) && !self.legacy.lock().sends_ids(order.node, started_ms) {
-            batch.strip_incarnations();
-            batch.strip_provenance();
+        if batch.has_trailing_sections() && !self.legacy.lock().sends_ids(order.node, started_ms) {
+            batch.strip_trailing_sections();
         }
         loop {
             let elapsed_ms = self.clock.now_ms().saturating_sub(started_ms);
@@ -164,15 +163,14 @@ impl Inner {
                 tracing::warn!(destination = %order.destination, node = order.node, "remote commit failed: its budget ran out");
                 return CommitOutcome::Failed;
             }
-            let sent_ids = carries_sections(&batch);
+            let sent_ids = batch.has_trailing_sections();
             let answer = self.send(peer, &batch, remaining).await;
             match judge(&answer, sent_ids, batch.records().len()) {
                 Verdict::RetryWithoutIds => {
                     assert!(sent_ids, "a batch without ids is never sent again");
                     self.legacy.lock().refused(order.node, self.clock.now_ms());
                     tracing::info!(destination = %order.destination, node = order.node, %peer, "owner refused the trailing sections (an older build); sending without incarnation ids and provenance for 2 minutes");
-                    batch.strip_incarnations();
-                    batch.strip_provenance();
+                    batch.strip_trailing_sections();
                 }
                 Verdict::Done { outcome, reason } => {
                     log_outcome(order, peer, outcome, &reason);
@@ -279,9 +277,4 @@ fn batch_of(order: &CommitOrder<WalPayload>) -> Result<CommitProduceBatch, Inval
         records,
     )
     .with_provenance(floor, provenance))
-}
-
-/// Whether the batch carries a trailing section an older owner refuses.
-fn carries_sections(batch: &CommitProduceBatch) -> bool {
-    batch.has_incarnations() || !batch.provenance().is_empty()
 }
