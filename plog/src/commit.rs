@@ -104,7 +104,7 @@ impl PartitionLog {
         let carries_provenance = batches
             .iter()
             .flat_map(|batch| batch.iter())
-            .any(|record| record.origin.is_some() || !record.idempotency_key.is_empty());
+            .any(CommitRecord::has_provenance);
         if carries_provenance && writer.seen.is_none() {
             writer.seen = Some(self.rebuild_seen()?);
         }

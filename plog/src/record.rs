@@ -91,6 +91,13 @@ impl<'a> CommitRecord<'a> {
             idempotency_key: &[],
         }
     }
+
+    /// Whether the record carries an origin or an idempotency key (and so is
+    /// written in envelope version 3, and checked against what the
+    /// partition stores).
+    pub(crate) fn has_provenance(&self) -> bool {
+        self.origin.is_some() || !self.idempotency_key.is_empty()
+    }
 }
 
 /// One committed record as a read returns it.
@@ -126,7 +133,7 @@ pub(crate) struct Envelope<'a> {
 pub(crate) fn envelope_bytes(record: &CommitRecord<'_>) -> usize {
     let key_bytes = record.key.len();
     let plain = 1 + uvarint_bytes(key_bytes as u64) + key_bytes + 8 + record.payload.len();
-    if !has_provenance(record) {
+    if !record.has_provenance() {
         return plain;
     }
     let origin = record.origin.map_or(0, |origin| {
@@ -139,10 +146,6 @@ pub(crate) fn envelope_bytes(record: &CommitRecord<'_>) -> usize {
     plain + 1 + origin + idempotency
 }
 
-fn has_provenance(record: &CommitRecord<'_>) -> bool {
-    record.origin.is_some() || !record.idempotency_key.is_empty()
-}
-
 /// Appends the envelope of one record to `out`.
 ///
 /// # Panics
@@ -150,7 +153,7 @@ fn has_provenance(record: &CommitRecord<'_>) -> bool {
 /// idempotency key is longer than [`IDEMPOTENCY_KEY_BYTES_MAX`]: callers
 /// check both before a record reaches the log.
 pub(crate) fn encode_envelope(out: &mut Vec<u8>, record: &CommitRecord<'_>) {
-    let provenance = has_provenance(record);
+    let provenance = record.has_provenance();
     out.push(if provenance {
         ENVELOPE_VERSION_PROVENANCE
     } else {
