@@ -118,6 +118,8 @@ struct Shared {
     /// Cleared when the file system refuses `RWF_NOWAIT`: every read then
     /// goes to the ring.
     cached_reads_supported: AtomicBool,
+    /// How write-and-syncs to `O_DIRECT` files are made durable.
+    direct_sync: DirectSync,
 }
 
 /// The submitting side of one storage thread.
@@ -241,6 +243,9 @@ enum OpKind {
         written: usize,
         fixed: Option<u16>,
         round: SyncRound,
+        /// Durable by `RWF_DSYNC` on the write instead of a linked
+        /// fdatasync (see [`DirectSync`]).
+        dsync: bool,
         done: CompletionSender<IoBuf>,
     },
     Fallocate {
@@ -268,6 +273,10 @@ struct SyncRound {
     /// submission (it stops early only when out of memory), so the sync
     /// started unordered and its success proves nothing about the write.
     split: bool,
+    /// The round's write carried `RWF_DSYNC` (an `O_DIRECT` file under
+    /// [`DirectSync::DsyncWrite`]): it has no fdatasync entry, and the write
+    /// completing in full is the data being durable.
+    dsync: bool,
 }
 
 /// What a write-and-sync does once its round's completions are all in.
@@ -309,8 +318,23 @@ fn settle(round: SyncRound, len: usize, written: &mut usize) -> Settled {
                 assert!(*written <= len, "kernel wrote past the buffer");
             }
             Err(_) if matches!(-result, libc::EINTR | libc::EAGAIN) => return Settled::Again,
+            // A `RWF_DSYNC` write's I/O or space error may be its flush's:
+            // treated as a failed fdatasync, so it is never retried. Others
+            // (`EINVAL` for a misaligned one, `EBADF`, ...) wrote nothing.
+            Err(_) if round.dsync && matches!(-result, libc::EIO | libc::ENOSPC | libc::EDQUOT) => {
+                return Settled::SyncFailed(result);
+            }
             Err(_) => return Settled::Done(result),
         }
+    }
+    if round.dsync {
+        // Each byte a `RWF_DSYNC` write reports written is durable; a short
+        // one continues with the rest, again with the flag.
+        return if *written == len {
+            Settled::Done(0)
+        } else {
+            Settled::Again
+        };
     }
     match round.sync {
         Some(0) if !round.split && *written == len => Settled::Done(0),
@@ -415,6 +439,7 @@ impl UringDisk {
                 fixed_writes,
                 cached_reads: AtomicU64::new(0),
                 cached_reads_supported: AtomicBool::new(true),
+                direct_sync: options.direct_sync,
             }),
         })
     }
@@ -473,14 +498,35 @@ pub struct RingOptions {
     /// (docs/internals/disk.md). Where the kernel refuses the flags the ring
     /// is set up without them, and an `info` line says so.
     pub defer_taskrun: bool,
+    /// How a write-and-sync to an `O_DIRECT` file makes its data durable.
+    pub direct_sync: DirectSync,
 }
 
 impl Default for RingOptions {
     fn default() -> Self {
         Self {
             defer_taskrun: true,
+            direct_sync: DirectSync::default(),
         }
     }
+}
+
+/// How [`DiskFile::write_and_sync`] makes an `O_DIRECT` file's write
+/// durable on io_uring. Buffered files always use the linked fdatasync.
+///
+/// Either way the write itself completes without the kernel's io-wq workers
+/// when the file system can write directly at submission (an overwrite of
+/// allocated blocks, such as a prepared WAL segment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirectSync {
+    /// One `WRITE` entry with `RWF_DSYNC`: the kernel flushes the device
+    /// cache (or writes with FUA) before completing it. No fdatasync entry,
+    /// so nothing goes to an io-wq worker.
+    #[default]
+    DsyncWrite,
+    /// The write linked to an `FSYNC(DATASYNC)`, as for buffered files. The
+    /// fdatasync runs on an io-wq worker.
+    LinkedFsync,
 }
 
 /// What a ring can do beyond the operations Narad requires.
@@ -857,15 +903,30 @@ impl Worker {
             written,
             fixed,
             round,
+            dsync,
             ..
         } = &mut op.kind
         else {
             unreachable!("queue_write_sync is called for write-and-sync operations only");
         };
-        *round = SyncRound::default();
+        *round = SyncRound {
+            dsync: *dsync,
+            ..SyncRound::default()
+        };
+        if *dsync {
+            // One entry: the write itself waits for its data to be durable.
+            // An empty buffer writes nothing, so it is a lone fdatasync.
+            if *written < buf.len() {
+                let entry = self.write_entry(fd, *offset, buf, *written, *fixed, libc::RWF_DSYNC);
+                self.push_op_entry(&entry.user_data(slot as u64));
+                round.awaiting += 1;
+                return;
+            }
+            round.dsync = false;
+        }
         if *written < buf.len() {
             let linked = buf.len() - *written <= IO_CHUNK_BYTES_MAX;
-            let mut entry = self.write_entry(fd, *offset, buf, *written, *fixed);
+            let mut entry = self.write_entry(fd, *offset, buf, *written, *fixed, 0);
             if linked {
                 entry = entry.flags(squeue::Flags::IO_LINK);
             }
@@ -910,7 +971,7 @@ impl Worker {
                 written,
                 fixed,
                 ..
-            } => self.write_entry(fd, *offset, buf, *written, *fixed),
+            } => self.write_entry(fd, *offset, buf, *written, *fixed, 0),
             OpKind::Read {
                 offset,
                 target,
@@ -939,7 +1000,8 @@ impl Worker {
     }
 
     /// A write entry for `buf[written..]` (at most one chunk), from the
-    /// fixed-buffer slot when the write has one.
+    /// fixed-buffer slot when the write has one, with `rw_flags` (0, or
+    /// `RWF_DSYNC`).
     fn write_entry(
         &self,
         fd: types::Fd,
@@ -947,6 +1009,7 @@ impl Worker {
         buf: &IoBuf,
         written: usize,
         fixed: Option<u16>,
+        rw_flags: i32,
     ) -> squeue::Entry {
         let rest = &buf[written..];
         let len = rest.len().min(IO_CHUNK_BYTES_MAX) as u32;
@@ -956,10 +1019,12 @@ impl Worker {
                 self.fixed_writes.fetch_add(1, Ordering::Relaxed);
                 opcode::WriteFixed::new(fd, rest.as_ptr(), len, index)
                     .offset(at)
+                    .rw_flags(rw_flags)
                     .build()
             }
             None => opcode::Write::new(fd, rest.as_ptr(), len)
                 .offset(at)
+                .rw_flags(rw_flags)
                 .build(),
         }
     }
@@ -1344,15 +1409,19 @@ impl DiskFile for UringFile {
     }
 
     /// One request to the storage thread, which submits the write linked
-    /// (`IO_LINK`) to an fdatasync in one `io_uring_enter`.
+    /// (`IO_LINK`) to an fdatasync in one `io_uring_enter`; or, for an
+    /// `O_DIRECT` file under [`DirectSync::DsyncWrite`], one write with
+    /// `RWF_DSYNC`.
     fn write_and_sync(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf> {
         let (done, completion) = Completion::channel();
+        let dsync = self.direct_io && self.disk.shared.direct_sync == DirectSync::DsyncWrite;
         let kind = OpKind::WriteSync {
             offset,
             buf,
             written: 0,
             fixed: None,
             round: SyncRound::default(),
+            dsync,
             done,
         };
         self.submit(kind, completion)
@@ -1539,6 +1608,7 @@ mod tests {
                 written: 0,
                 fixed: None,
                 round: SyncRound::default(),
+                dsync: false,
                 done,
             },
         };
@@ -1551,7 +1621,52 @@ mod tests {
             write,
             sync,
             split: false,
+            dsync: false,
         }
+    }
+
+    fn dsync_round(write: i32) -> SyncRound {
+        SyncRound {
+            write: Some(write),
+            dsync: true,
+            ..SyncRound::default()
+        }
+    }
+
+    #[test]
+    fn a_dsync_write_is_done_once_every_byte_is_written() {
+        let mut written = 0;
+        assert_eq!(settle(dsync_round(4096), 4096, &mut written), Settled::Done(0));
+        assert_eq!(written, 4096);
+    }
+
+    #[test]
+    fn a_short_dsync_write_continues_with_the_rest() {
+        let mut written = 0;
+        assert_eq!(settle(dsync_round(512), 4096, &mut written), Settled::Again);
+        assert_eq!(written, 512);
+        assert_eq!(
+            settle(dsync_round(3584), 4096, &mut written),
+            Settled::Done(0)
+        );
+    }
+
+    #[test]
+    fn a_failed_dsync_write_counts_as_a_failed_fdatasync_and_is_never_retried() {
+        let mut written = 0;
+        assert_eq!(
+            settle(dsync_round(-libc::EIO), 4096, &mut written),
+            Settled::SyncFailed(-libc::EIO)
+        );
+        assert_eq!(
+            settle(dsync_round(-libc::EINTR), 4096, &mut written),
+            Settled::Again
+        );
+        assert_eq!(
+            settle(dsync_round(-libc::EINVAL), 4096, &mut written),
+            Settled::Done(-libc::EINVAL)
+        );
+        assert_eq!(settle(dsync_round(0), 4096, &mut written), Settled::Done(0));
     }
 
     #[test]
@@ -1628,6 +1743,7 @@ mod tests {
         let mut written = 0;
         let split = SyncRound {
             split: true,
+            dsync: false,
             ..round(Some(10), Some(0))
         };
         assert_eq!(settle(split, 10, &mut written), Settled::Again);

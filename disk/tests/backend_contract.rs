@@ -15,7 +15,7 @@ use std::thread;
 
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
-use narad_disk::uring::{RingOptions, UringDisk};
+use narad_disk::uring::{DirectSync, RingOptions, UringDisk};
 use narad_disk::{BackendKind, Completion, Disk, FileHandle, IO_ALIGN, IoBuf, OpenOptions};
 use tempfile::TempDir;
 
@@ -38,10 +38,12 @@ impl Env {
     }
 
     /// io_uring on rings set up without `DEFER_TASKRUN`, as on kernels
-    /// before 6.1.
+    /// before 6.1, and `O_DIRECT` files synced by a linked fdatasync rather
+    /// than `RWF_DSYNC`: the default rings cover the other mode.
     fn io_uring_plain() -> Option<Self> {
         Self::io_uring_with(RingOptions {
             defer_taskrun: false,
+            direct_sync: DirectSync::LinkedFsync,
         })
     }
 
@@ -473,6 +475,46 @@ fn write_and_sync_on_a_direct_io_file_round_trips(env: &Env) {
     assert_eq!(read(&file, 0, 2 * IO_ALIGN), bytes);
 }
 
+/// The WAL's pattern on a prepared segment: 4 KiB-aligned write-and-syncs
+/// from registered buffers over zeros already on disk, each rewriting the
+/// block the previous one ended in; an unaligned one is refused, not
+/// reported durable.
+fn write_and_sync_overwrites_a_preallocated_direct_io_file(env: &Env) {
+    const BLOCKS: usize = 16;
+    let options = OpenOptions {
+        create: true,
+        direct_io: true,
+    };
+    let file = match env.disk.open(&env.path("prepared"), options) {
+        Ok(file) => file,
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!("SKIPPED: this file system refuses O_DIRECT");
+            return;
+        }
+        Err(error) => panic!("opening with O_DIRECT: {error}"),
+    };
+    write_and_sync(&file, 0, &vec![0; BLOCKS * IO_ALIGN]);
+    let mut pool = vec![IoBuf::with_capacity(2 * IO_ALIGN), IoBuf::with_capacity(2 * IO_ALIGN)];
+    env.disk.register_buffers(&mut pool).unwrap();
+    let mut expected = vec![0; BLOCKS * IO_ALIGN];
+    for block in 0..BLOCKS - 1 {
+        let bytes = pattern(block as u64, 2 * IO_ALIGN);
+        expected[block * IO_ALIGN..(block + 2) * IO_ALIGN].copy_from_slice(&bytes);
+        let mut buf = pool.pop().unwrap();
+        buf.clear();
+        buf.extend_from_slice(&bytes);
+        let buf = file
+            .write_and_sync((block * IO_ALIGN) as u64, buf)
+            .wait()
+            .unwrap();
+        pool.insert(0, buf);
+    }
+    assert_eq!(read(&file, 0, BLOCKS * IO_ALIGN), expected);
+    let unaligned = file.write_and_sync(100, IoBuf::from_slice(&[1; IO_ALIGN])).wait();
+    assert_eq!(unaligned.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(read(&file, 0, BLOCKS * IO_ALIGN), expected);
+}
+
 macro_rules! contract {
     ($($behaviour:ident),* $(,)?) => {
         mod portable {
@@ -512,6 +554,7 @@ contract!(
     write_and_sync_from_many_threads_at_once_all_land,
     eight_mib_write_and_sync_round_trips,
     write_and_sync_on_a_direct_io_file_round_trips,
+    write_and_sync_overwrites_a_preallocated_direct_io_file,
 );
 
 /// Faults on the simulated disk: a write-and-sync is a write and then an

@@ -17,14 +17,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::fs;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use narad_disk::portable::PortableDisk;
-use narad_disk::uring::{RingOptions, UringDisk};
+use narad_disk::uring::{DirectSync, RingOptions, UringDisk};
 use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
 
 /// Durable writes per series, each waited for before the next.
@@ -83,18 +83,48 @@ struct Series {
     buf: Option<IoBuf>,
     relay: Option<mpsc::Sender<RelayJob>>,
     latencies: Vec<Duration>,
+    /// Process CPU (every thread: storage threads and io-wq workers too)
+    /// spent during this series' slices.
+    cpu: Duration,
+}
+
+/// User plus system CPU of the whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
 impl Series {
-    fn new(label: &str, disk: &dyn Disk, ask: Ask, path: PathBuf, layout: Layout) -> Self {
+    fn new(
+        label: &str,
+        disk: &dyn Disk,
+        (ask, direct_io): (Ask, bool),
+        path: PathBuf,
+        layout: Layout,
+    ) -> Self {
         let _ = fs::remove_file(&path);
-        let file = disk.open(&path, OpenOptions::CREATE).unwrap();
+        let options = OpenOptions {
+            create: true,
+            direct_io,
+        };
+        let file = disk.open(&path, options).unwrap();
         if let Layout::Preallocated = layout {
             let zeros = IoBuf::from_slice(&vec![0; WRITE_BYTES * WRITES as usize]);
             file.write_at(0, zeros).wait().unwrap();
             file.fdatasync().wait().unwrap();
         }
-        let raw = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let mut raw_options = fs::OpenOptions::new();
+        raw_options.write(true);
+        if direct_io {
+            raw_options.custom_flags(libc::O_DIRECT);
+        }
+        let raw = raw_options.open(&path).unwrap();
         let mut buf = IoBuf::with_capacity(WRITE_BYTES);
         buf.extend_from_slice(&[0xA5; WRITE_BYTES]);
         let relay = matches!(ask, Ask::Relayed).then(|| relay(file.clone()));
@@ -107,10 +137,17 @@ impl Series {
             path,
             buf: Some(buf),
             latencies: Vec::with_capacity(WRITES as usize),
+            cpu: Duration::ZERO,
         }
     }
 
     fn run_slice(&mut self) {
+        let cpu = process_cpu();
+        self.run_writes();
+        self.cpu += process_cpu().saturating_sub(cpu);
+    }
+
+    fn run_writes(&mut self) {
         for _ in 0..SLICE_WRITES {
             let offset = self.latencies.len() as u64 * WRITE_BYTES as u64;
             let buf = self.buf.take().unwrap();
@@ -139,22 +176,25 @@ impl Series {
         }
     }
 
-    /// Prints p50, p90 and p99 in microseconds and returns them.
-    fn report(mut self, round: usize, layout: Layout) -> [u128; 3] {
+    /// Prints p50, p90, p99 and process CPU per write in microseconds and
+    /// returns them.
+    fn report(mut self, round: usize, layout: Layout) -> [u128; 4] {
         self.latencies.sort_unstable();
         let micros = |per_mille: usize| {
             let at = (self.latencies.len() * per_mille / 1000).min(self.latencies.len() - 1);
             self.latencies[at].as_micros()
         };
-        let figures = [micros(500), micros(900), micros(990)];
+        let cpu_per_write = self.cpu.as_micros() / self.latencies.len() as u128;
+        let figures = [micros(500), micros(900), micros(990), cpu_per_write];
         println!(
-            "{round:<5} {:<12} {:<20} {:<14} {:>6} {:>6} {:>6}",
+            "{round:<5} {:<12} {:<24} {:<14} {:>6} {:>6} {:>6} {:>6}",
             format!("{layout:?}"),
             self.label,
             format!("{:?}", self.ask),
             figures[0],
             figures[1],
             figures[2],
+            figures[3],
         );
         drop(self.relay);
         drop(self.file);
@@ -180,19 +220,35 @@ fn durable_4k_write_latency_per_backend() {
     let uring: Arc<dyn Disk> = Arc::new(UringDisk::new(1).unwrap());
     let plain = RingOptions {
         defer_taskrun: false,
+        ..RingOptions::default()
     };
     let uring_plain: Arc<dyn Disk> = Arc::new(UringDisk::with_options(1, plain).unwrap());
-    let variants: Vec<(&str, Arc<dyn Disk>, Ask)> = vec![
-        ("thread", Arc::clone(&portable), Ask::Raw),
-        ("portable", Arc::clone(&portable), Ask::WriteThenSync),
-        ("portable", Arc::clone(&portable), Ask::WriteAndSync),
-        ("portable", Arc::clone(&portable), Ask::Relayed),
-        ("io_uring", Arc::clone(&uring), Ask::WriteThenSync),
-        ("io_uring", Arc::clone(&uring), Ask::WriteAndSync),
+    let linked = RingOptions {
+        direct_sync: DirectSync::LinkedFsync,
+        ..RingOptions::default()
+    };
+    let uring_linked: Arc<dyn Disk> = Arc::new(UringDisk::with_options(1, linked).unwrap());
+    let buffered = false;
+    let direct = true;
+    let variants: Vec<(&str, Arc<dyn Disk>, (Ask, bool))> = vec![
+        ("thread", Arc::clone(&portable), (Ask::Raw, buffered)),
+        ("portable", Arc::clone(&portable), (Ask::WriteThenSync, buffered)),
+        ("portable", Arc::clone(&portable), (Ask::WriteAndSync, buffered)),
+        ("portable", Arc::clone(&portable), (Ask::Relayed, buffered)),
+        ("io_uring", Arc::clone(&uring), (Ask::WriteThenSync, buffered)),
+        ("io_uring", Arc::clone(&uring), (Ask::WriteAndSync, buffered)),
         (
             "io_uring plain ring",
             Arc::clone(&uring_plain),
-            Ask::WriteAndSync,
+            (Ask::WriteAndSync, buffered),
+        ),
+        ("thread O_DIRECT", Arc::clone(&portable), (Ask::Raw, direct)),
+        ("portable O_DIRECT", Arc::clone(&portable), (Ask::WriteAndSync, direct)),
+        ("io_uring O_DIRECT dsync", Arc::clone(&uring), (Ask::WriteAndSync, direct)),
+        (
+            "io_uring O_DIRECT linked",
+            Arc::clone(&uring_linked),
+            (Ask::WriteAndSync, direct),
         ),
     ];
     let rounds: usize = std::env::var("NARAD_ROUNDS")
@@ -204,8 +260,8 @@ fn durable_4k_write_latency_per_backend() {
          {SLICE_WRITES}, {rounds} rounds, in {}",
         dir.display()
     );
-    println!("round layout       backend              ask            p50_us p90_us p99_us");
-    let mut all: Vec<Vec<[u128; 3]>> = vec![Vec::new(); variants.len() * 2];
+    println!("round layout       backend                  ask            p50_us p90_us p99_us cpu_us");
+    let mut all: Vec<Vec<[u128; 4]>> = vec![Vec::new(); variants.len() * 2];
     for round in 0..rounds {
         for (layout_index, layout) in [Layout::Append, Layout::Preallocated]
             .into_iter()
@@ -243,11 +299,12 @@ fn durable_4k_write_latency_per_backend() {
             values[values.len() / 2]
         };
         println!(
-            "med   {layout:<12} {label:<20} {:<14} {:>6} {:>6} {:>6}",
+            "med   {layout:<12} {label:<24} {:<14} {:>6} {:>6} {:>6} {:>6}",
             format!("{ask:?}"),
             median(0),
             median(1),
-            median(2)
+            median(2),
+            median(3)
         );
     }
 }
