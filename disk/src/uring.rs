@@ -1636,7 +1636,10 @@ mod tests {
     #[test]
     fn a_dsync_write_is_done_once_every_byte_is_written() {
         let mut written = 0;
-        assert_eq!(settle(dsync_round(4096), 4096, &mut written), Settled::Done(0));
+        assert_eq!(
+            settle(dsync_round(4096), 4096, &mut written),
+            Settled::Done(0)
+        );
         assert_eq!(written, 4096);
     }
 

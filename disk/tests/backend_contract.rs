@@ -494,7 +494,10 @@ fn write_and_sync_overwrites_a_preallocated_direct_io_file(env: &Env) {
         Err(error) => panic!("opening with O_DIRECT: {error}"),
     };
     write_and_sync(&file, 0, &vec![0; BLOCKS * IO_ALIGN]);
-    let mut pool = vec![IoBuf::with_capacity(2 * IO_ALIGN), IoBuf::with_capacity(2 * IO_ALIGN)];
+    let mut pool = vec![
+        IoBuf::with_capacity(2 * IO_ALIGN),
+        IoBuf::with_capacity(2 * IO_ALIGN),
+    ];
     env.disk.register_buffers(&mut pool).unwrap();
     let mut expected = vec![0; BLOCKS * IO_ALIGN];
     for block in 0..BLOCKS - 1 {
@@ -510,7 +513,9 @@ fn write_and_sync_overwrites_a_preallocated_direct_io_file(env: &Env) {
         pool.insert(0, buf);
     }
     assert_eq!(read(&file, 0, BLOCKS * IO_ALIGN), expected);
-    let unaligned = file.write_and_sync(100, IoBuf::from_slice(&[1; IO_ALIGN])).wait();
+    let unaligned = file
+        .write_and_sync(100, IoBuf::from_slice(&[1; IO_ALIGN]))
+        .wait();
     assert_eq!(unaligned.unwrap_err().raw_os_error(), Some(libc::EINVAL));
     assert_eq!(read(&file, 0, BLOCKS * IO_ALIGN), expected);
 }

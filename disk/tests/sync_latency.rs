@@ -65,6 +65,9 @@ fn relay(file: FileHandle) -> mpsc::Sender<RelayJob> {
     jobs
 }
 
+/// A series' label, its disk, and how it asks (with `O_DIRECT` or not).
+type Variant = (&'static str, Arc<dyn Disk>, (Ask, bool));
+
 #[derive(Clone, Copy, Debug)]
 enum Layout {
     /// Each write extends the file.
@@ -230,21 +233,45 @@ fn durable_4k_write_latency_per_backend() {
     let uring_linked: Arc<dyn Disk> = Arc::new(UringDisk::with_options(1, linked).unwrap());
     let buffered = false;
     let direct = true;
-    let variants: Vec<(&str, Arc<dyn Disk>, (Ask, bool))> = vec![
+    let variants: Vec<Variant> = vec![
         ("thread", Arc::clone(&portable), (Ask::Raw, buffered)),
-        ("portable", Arc::clone(&portable), (Ask::WriteThenSync, buffered)),
-        ("portable", Arc::clone(&portable), (Ask::WriteAndSync, buffered)),
+        (
+            "portable",
+            Arc::clone(&portable),
+            (Ask::WriteThenSync, buffered),
+        ),
+        (
+            "portable",
+            Arc::clone(&portable),
+            (Ask::WriteAndSync, buffered),
+        ),
         ("portable", Arc::clone(&portable), (Ask::Relayed, buffered)),
-        ("io_uring", Arc::clone(&uring), (Ask::WriteThenSync, buffered)),
-        ("io_uring", Arc::clone(&uring), (Ask::WriteAndSync, buffered)),
+        (
+            "io_uring",
+            Arc::clone(&uring),
+            (Ask::WriteThenSync, buffered),
+        ),
+        (
+            "io_uring",
+            Arc::clone(&uring),
+            (Ask::WriteAndSync, buffered),
+        ),
         (
             "io_uring plain ring",
             Arc::clone(&uring_plain),
             (Ask::WriteAndSync, buffered),
         ),
         ("thread O_DIRECT", Arc::clone(&portable), (Ask::Raw, direct)),
-        ("portable O_DIRECT", Arc::clone(&portable), (Ask::WriteAndSync, direct)),
-        ("io_uring O_DIRECT dsync", Arc::clone(&uring), (Ask::WriteAndSync, direct)),
+        (
+            "portable O_DIRECT",
+            Arc::clone(&portable),
+            (Ask::WriteAndSync, direct),
+        ),
+        (
+            "io_uring O_DIRECT dsync",
+            Arc::clone(&uring),
+            (Ask::WriteAndSync, direct),
+        ),
         (
             "io_uring O_DIRECT linked",
             Arc::clone(&uring_linked),
@@ -260,7 +287,9 @@ fn durable_4k_write_latency_per_backend() {
          {SLICE_WRITES}, {rounds} rounds, in {}",
         dir.display()
     );
-    println!("round layout       backend                  ask            p50_us p90_us p99_us cpu_us");
+    println!(
+        "round layout       backend                  ask            p50_us p90_us p99_us cpu_us"
+    );
     let mut all: Vec<Vec<[u128; 4]>> = vec![Vec::new(); variants.len() * 2];
     for round in 0..rounds {
         for (layout_index, layout) in [Layout::Append, Layout::Preallocated]

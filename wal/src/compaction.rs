@@ -142,7 +142,7 @@ impl Wal {
                 next_seq,
             },
             synced_checkpoint,
-            shared.options.compact_rotate_bytes,
+            shared.options.rotate_bytes(),
         )
     }
 }

@@ -46,6 +46,7 @@
 //! ```
 
 pub mod compaction;
+mod direct;
 mod error;
 pub mod frame;
 mod log;

@@ -3,10 +3,10 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use narad_disk::{BackendKind, Disk, IoBuf};
+use narad_disk::{BackendKind, Disk, IO_ALIGN, IoBuf};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{FillError, IoFailure, WalError};
@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) room: Condvar,
     /// Mirrors `AppendState::latch` for lock-free reads (the gauge).
     pub(crate) failed: AtomicBool,
+    /// Group commits written with `O_DIRECT` so far.
+    pub(crate) direct_writes: AtomicU64,
     pub(crate) frontier: Arc<Frontier>,
     /// Every segment's base and the end of its durable data.
     pub(crate) segments: Mutex<BTreeMap<u64, u64>>,
@@ -75,9 +77,18 @@ impl Wal {
             IoBuf::with_capacity(options.staging_buffer_bytes),
             IoBuf::with_capacity(options.staging_buffer_bytes),
         ];
+        // Prepared segments are written with O_DIRECT from a third buffer,
+        // where each write is assembled in whole blocks.
+        let direct = options.prealloc && options.direct_io;
+        if direct {
+            pool.push(IoBuf::with_capacity(
+                options.staging_buffer_bytes + 2 * IO_ALIGN,
+            ));
+        }
         if let Err(error) = disk.register_buffers(&mut pool) {
             tracing::warn!(error = %error, "WAL staging buffers not registered; writes copy");
         }
+        let direct_buf = if direct { pool.pop() } else { None };
         tracing::info!(
             dir = %dir.display(),
             backend = %disk.kind(),
@@ -105,6 +116,7 @@ impl Wal {
             work: Condvar::new(),
             room: Condvar::new(),
             failed: AtomicBool::new(false),
+            direct_writes: AtomicU64::new(0),
             frontier: Arc::new(Frontier::new(next_seq)),
             segments: Mutex::new(recovered.segments),
             prep: Prep::new(),
@@ -120,7 +132,10 @@ impl Wal {
         let truncated_at = recovered.truncated_at;
         let active_base = recovered.active.base;
         let active_end = recovered.active.end;
-        threads.push(sync_loop::spawn(Arc::clone(&shared), recovered.active).map_err(spawn_error)?);
+        threads.push(
+            sync_loop::spawn(Arc::clone(&shared), recovered.active, direct_buf)
+                .map_err(spawn_error)?,
+        );
         if options.prealloc && active_end >= options.segment_bytes / 2 {
             shared.prep.request(active_base);
         }
@@ -266,6 +281,13 @@ impl Wal {
     /// (the gauge `narad_ingress_wal_failed`).
     pub fn is_failed(&self) -> bool {
         self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// Group commits written into prepared segments with `O_DIRECT` since
+    /// open: zero without `prealloc`, or where the file system refuses
+    /// `O_DIRECT`.
+    pub fn direct_writes(&self) -> u64 {
+        self.shared.direct_writes.load(Ordering::Relaxed)
     }
 
     /// The failure that latched the log, if any.

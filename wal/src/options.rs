@@ -50,6 +50,9 @@ pub struct WalOptions {
     /// Prepare the next segment off the append path
     /// (`storage.ingress_wal_prealloc`).
     pub prealloc: bool,
+    /// Write prepared segments with `O_DIRECT` (`internals/wal.md`); plain
+    /// segments always go through the page cache.
+    pub direct_io: bool,
     /// Write limit stored in a prepared segment's trailer; at most 16 MiB.
     pub prep_run_bytes_max: u64,
     /// Rotate a fully dispatched active segment past this many bytes.
@@ -65,6 +68,7 @@ impl Default for WalOptions {
             staging_buffer_bytes: STAGING_BUFFER_BYTES_DEFAULT,
             staged_bytes_max: STAGED_BYTES_MAX_DEFAULT,
             prealloc: false,
+            direct_io: true,
             prep_run_bytes_max: PREP_RUN_BYTES_MAX,
             compact_rotate_bytes: COMPACT_ROTATE_BYTES_DEFAULT,
         }
@@ -83,6 +87,19 @@ impl WalOptions {
     /// segments roll at the same point).
     pub fn segment_data_bytes(&self) -> u64 {
         self.segment_bytes - PREP_TRAILER_BYTES as u64
+    }
+
+    /// How much a fully dispatched active segment holds before compaction
+    /// rotates it. With `prealloc` a segment takes its full size on disk
+    /// whatever it holds, and each rotation costs a whole zero-filled spare,
+    /// so rotation waits until the segment is half full, when the spare is
+    /// asked for anyway; without it, `compact_rotate_bytes`.
+    pub fn rotate_bytes(&self) -> u64 {
+        if self.prealloc {
+            self.compact_rotate_bytes.max(self.segment_bytes / 2)
+        } else {
+            self.compact_rotate_bytes
+        }
     }
 
     /// Checks the relations the log relies on.

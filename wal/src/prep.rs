@@ -145,7 +145,7 @@ fn run(prep: &Prep, disk: &dyn Disk, dir: &Path, options: &WalOptions) {
 }
 
 /// Writes the spare. Returns `Ok(false)` when stopped before finishing.
-fn prepare(
+pub(crate) fn prepare(
     prep: &Prep,
     disk: &dyn Disk,
     dir: &Path,

@@ -23,9 +23,11 @@ use std::path::{Path, PathBuf};
 
 use narad_disk::{Disk, FileHandle, OpenOptions};
 
+use crate::direct::DirectTail;
 use crate::error::WalError;
 use crate::frame::{check_frame, valid_frames_after};
 use crate::options::{PREP_RUN_BYTES_MAX, WalOptions};
+use crate::prep::{self, Prep};
 use crate::segment::{
     PREP_FILE_NAME, PREP_TRAILER_BYTES, parse_prep_trailer, parse_segment_name, segment_path,
 };
@@ -37,8 +39,12 @@ pub(crate) struct Active {
     pub(crate) file: FileHandle,
     /// End of its durable data: the next frame goes here.
     pub(crate) end: u64,
-    /// Whether it is a prepared (zero-filled, trailer-ended) segment.
-    pub(crate) prepared: bool,
+    /// For a prepared (zero-filled, trailer-ended) segment, the write limit
+    /// its trailer holds; `None` for a plain one.
+    pub(crate) write_limit: Option<u64>,
+    /// Set once the sync loop writes it with `O_DIRECT` (`file` is then the
+    /// direct handle).
+    pub(crate) direct: Option<DirectTail>,
 }
 
 /// What open found.
@@ -60,8 +66,9 @@ pub(crate) struct SegmentScan {
     pub(crate) next_seq: u64,
     /// End of its valid frames.
     pub(crate) data_end: u64,
-    /// Whether it ends in a valid preparation trailer.
-    pub(crate) prepared: bool,
+    /// The write limit of its valid preparation trailer; `None` when it has
+    /// none.
+    pub(crate) write_limit: Option<u64>,
     /// Whether the bytes after `data_end` are a torn tail to cut off.
     pub(crate) torn: bool,
 }
@@ -112,7 +119,7 @@ pub(crate) fn scan_segment(
     let clean = SegmentScan {
         next_seq,
         data_end: at as u64,
-        prepared: trailer_limit.is_some(),
+        write_limit: trailer_limit,
         torn: false,
     };
     let Some(fault) = fault else {
@@ -148,7 +155,7 @@ pub(crate) fn scan_segment(
     }
     Ok(SegmentScan {
         torn: true,
-        prepared: false,
+        write_limit: None,
         ..clean
     })
 }
@@ -165,7 +172,7 @@ pub(crate) fn recover(
 ) -> Result<Recovered, WalError> {
     let bases = list_segments(disk, dir)?;
     let Some(&last_base) = bases.last() else {
-        return create_first_segment(disk, dir);
+        return create_first_segment(disk, dir, options);
     };
     let last_path = segment_path(dir, last_base);
     let last_file = disk
@@ -219,7 +226,8 @@ pub(crate) fn recover(
             base: last_base,
             file: last_file,
             end: scan.data_end,
-            prepared: scan.prepared,
+            write_limit: scan.write_limit,
+            direct: None,
         },
         truncated_at,
     })
@@ -261,8 +269,23 @@ fn cut_torn_tail(file: &FileHandle, path: &Path, offset: u64) -> Result<(), WalE
         .map_err(|e| WalError::io("fdatasync after truncate", path, e))
 }
 
-fn create_first_segment(disk: &dyn Disk, dir: &Path) -> Result<Recovered, WalError> {
+/// Creates segment 0 of a new log. With `prealloc` it is prepared like any
+/// spare (zero-filled, trailer, fdatasync, then renamed into place), so the
+/// first records already take the prepared path.
+fn create_first_segment(
+    disk: &dyn Disk,
+    dir: &Path,
+    options: &WalOptions,
+) -> Result<Recovered, WalError> {
     let path = segment_path(dir, 0);
+    let mut write_limit = None;
+    if options.prealloc {
+        let spare = dir.join(PREP_FILE_NAME);
+        prep::prepare(&Prep::new(), disk, dir, options)
+            .and_then(|_| disk.rename(&spare, &path))
+            .map_err(|e| WalError::io("prepare first segment", &spare, e))?;
+        write_limit = Some(options.prep_run_bytes_max);
+    }
     let file = disk
         .open(&path, OpenOptions::CREATE)
         .map_err(|e| WalError::io("create segment", &path, e))?;
@@ -275,7 +298,8 @@ fn create_first_segment(disk: &dyn Disk, dir: &Path) -> Result<Recovered, WalErr
             base: 0,
             file,
             end: 0,
-            prepared: false,
+            write_limit,
+            direct: None,
         },
         truncated_at: None,
     })
@@ -366,7 +390,7 @@ mod tests {
         let bytes = prepared(frames(10, 2), 4096, 1024);
         let scan = scan(&bytes, false).unwrap();
         assert_eq!(scan.next_seq, 12);
-        assert!(scan.prepared);
+        assert_eq!(scan.write_limit, Some(1024));
         assert!(!scan.torn);
     }
 

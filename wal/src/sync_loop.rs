@@ -19,8 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::{self, JoinHandle};
 
-use narad_disk::{IoBuf, OpenOptions};
+use narad_disk::{IO_ALIGN, IoBuf, OpenOptions};
 
+use crate::direct::DirectTail;
 use crate::error::{FailedOp, IoFailure};
 use crate::frame::{FRAME_PAYLOAD_BYTES_MAX, parse_header};
 use crate::log::Shared;
@@ -33,19 +34,34 @@ use crate::staging::Chunk;
 ///
 /// # Errors
 /// When the thread cannot be spawned.
-pub(crate) fn spawn(shared: Arc<Shared>, active: Active) -> io::Result<JoinHandle<()>> {
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    active: Active,
+    direct_buf: Option<IoBuf>,
+) -> io::Result<JoinHandle<()>> {
     thread::Builder::new()
         .name("narad-wal-sync".to_string())
-        .spawn(move || SyncLoop { shared, active }.run())
+        .spawn(move || {
+            SyncLoop {
+                shared,
+                active,
+                direct_buf,
+            }
+            .run();
+        })
 }
 
 struct SyncLoop {
     shared: Arc<Shared>,
     active: Active,
+    /// The registered buffer that `O_DIRECT` writes are assembled in; a
+    /// chunk too large for it gets a buffer of its own.
+    direct_buf: Option<IoBuf>,
 }
 
 impl SyncLoop {
     fn run(mut self) {
+        self.go_direct();
         while let Some(chunks) = self.take_staged() {
             self.flush(chunks);
         }
@@ -148,21 +164,97 @@ impl SyncLoop {
         // One request for both parts: on io_uring the write is linked to
         // its fdatasync, which saves a round trip through the storage thread
         // per group commit (about a fifth more single-message produces at 64
-        // producers, docs/benchmarks.md).
-        let buf = self
-            .active
-            .file
-            .write_and_sync(chunk.offset, chunk.buf)
-            .wait()
-            .map_err(|e| match narad_disk::sync_failure(&e) {
-                Some(sync) => IoFailure::new(FailedOp::Sync, sync),
-                None => IoFailure::new(FailedOp::Write, &e),
-            })?;
+        // producers, docs/benchmarks.md); an `O_DIRECT` write may instead
+        // carry `RWF_DSYNC`.
+        let written = if self.active.direct.is_some() {
+            self.write_direct(chunk.offset, chunk.buf)
+        } else {
+            self.active
+                .file
+                .write_and_sync(chunk.offset, chunk.buf)
+                .wait()
+        };
+        let buf = written.map_err(|e| match narad_disk::sync_failure(&e) {
+            Some(sync) => IoFailure::new(FailedOp::Sync, sync),
+            None => IoFailure::new(FailedOp::Write, &e),
+        })?;
         self.active.end = end;
         self.shared.segments.lock().insert(self.active.base, end);
         self.shared.frontier.advance(chunk.end_seq);
         self.maybe_request_spare();
         Ok(buf)
+    }
+
+    /// Writes and syncs `frames` at `offset` of the active `O_DIRECT`
+    /// segment as whole blocks (see `direct.rs`); hands `frames` back.
+    fn write_direct(&mut self, offset: u64, frames: IoBuf) -> io::Result<IoBuf> {
+        let needed = frames.len() + 2 * IO_ALIGN;
+        let (mut out, pooled) = match self.direct_buf.take() {
+            Some(buf) if buf.capacity() >= needed => (buf, true),
+            kept => {
+                self.direct_buf = kept;
+                (IoBuf::with_capacity(needed), false)
+            }
+        };
+        let direct = self
+            .active
+            .direct
+            .as_mut()
+            .expect("write_direct is called for O_DIRECT segments only");
+        let start = direct.fill(offset, &frames, &mut out);
+        let out = self.active.file.write_and_sync(start, out).wait()?;
+        direct.written(start, &out, offset + frames.len() as u64);
+        self.shared.direct_writes.fetch_add(1, Ordering::Relaxed);
+        if pooled {
+            self.direct_buf = Some(out);
+        }
+        Ok(frames)
+    }
+
+    /// Reopens the active segment with `O_DIRECT` when it is prepared and
+    /// the options ask for it. Where that cannot be done (a file system that
+    /// refuses `O_DIRECT`, a segment size that is not whole blocks) it stays
+    /// written through the page cache, which is as durable, only dearer.
+    fn go_direct(&mut self) {
+        let Some(write_limit) = self.active.write_limit else {
+            return;
+        };
+        if !self.shared.options.direct_io || self.active.direct.is_some() {
+            return;
+        }
+        let path = segment_path(&self.shared.dir, self.active.base);
+        let end = self.active.end;
+        let block = end - end % IO_ALIGN as u64;
+        let reopened = self.active.file.size().and_then(|size| {
+            if !DirectTail::fits(size) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("a segment of {size} bytes is not whole 4 KiB blocks"),
+                ));
+            }
+            let tail = self
+                .active
+                .file
+                .read_at(block, (end - block) as usize)
+                .wait()?;
+            let options = OpenOptions {
+                create: false,
+                direct_io: true,
+            };
+            let file = self.shared.disk.open(&path, options)?;
+            Ok((file, DirectTail::new(tail, end, write_limit, size)))
+        });
+        match reopened {
+            Ok((file, direct)) => {
+                self.active.file = file;
+                self.active.direct = Some(direct);
+            }
+            Err(error) => tracing::info!(
+                path = %path.display(),
+                %error,
+                "writing the prepared ingress WAL segment through the page cache, not O_DIRECT"
+            ),
+        }
     }
 
     fn maybe_request_spare(&self) {
@@ -185,7 +277,7 @@ impl SyncLoop {
         assert!(new_base > self.active.base, "segments only roll forward");
         assert_eq!(chunk.offset, 0, "a new segment is written from its start");
         let fail = |e: io::Error| IoFailure::new(FailedOp::Roll, &e);
-        if self.active.prepared {
+        if self.active.write_limit.is_some() {
             self.active
                 .file
                 .truncate(self.active.end)
@@ -214,8 +306,10 @@ impl SyncLoop {
             base: new_base,
             file,
             end: 0,
-            prepared: use_spare,
+            write_limit: use_spare.then_some(self.shared.options.prep_run_bytes_max),
+            direct: None,
         };
+        self.go_direct();
         tracing::debug!(base = new_base, prepared = use_spare, "ingress WAL rolled");
         Ok(())
     }

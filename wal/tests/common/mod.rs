@@ -76,6 +76,7 @@ pub fn small_options() -> WalOptions {
         staging_buffer_bytes: 4096,
         staged_bytes_max: 256 * 1024,
         prealloc: false,
+        direct_io: true,
         prep_run_bytes_max: 4096,
         compact_rotate_bytes: 4096,
     }
