@@ -200,6 +200,26 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
         Completion::ready(result)
     }
 
+    /// [`Self::write_and_sync`] for a caller that would only wait for it (a
+    /// log's dedicated flushing thread): the same contract, returned when
+    /// done instead of as a [`Completion`].
+    ///
+    /// The real backends run it on the calling thread with plain system
+    /// calls: `pwritev2(RWF_DSYNC)` for an `O_DIRECT` file, `pwrite` then
+    /// `fdatasync` otherwise. A caller that blocks anyway then pays no
+    /// hand-off to a storage thread and back, which on the 2-vCPU machines
+    /// measured here cost more than the write (docs/internals/disk.md). The
+    /// default waits for [`Self::write_and_sync`].
+    ///
+    /// # Errors
+    /// As [`Self::write_and_sync`]: the write's error, or the fdatasync's,
+    /// wrapped ([`sync_failure`]). An `RWF_DSYNC` write's `EIO`, `ENOSPC`
+    /// or `EDQUOT` may be its flush's, so it comes wrapped as the
+    /// fdatasync's: never retried.
+    fn write_and_sync_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        self.write_and_sync(offset, buf).wait()
+    }
+
     /// Allocates `[offset, offset + len)` without writing it
     /// (`fallocate`, mode 0).
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()>;

@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -228,6 +229,11 @@ impl DiskFile for PortableFile {
         })
     }
 
+    fn write_and_sync_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        write_and_sync_std(&self.file, offset, &buf, self.direct_io)?;
+        Ok(buf)
+    }
+
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()> {
         let file = Arc::clone(&self.file);
         self.disk.run(move || fallocate_std(&file, offset, len))
@@ -237,6 +243,62 @@ impl DiskFile for PortableFile {
         let file = Arc::clone(&self.file);
         self.disk.run(move || file.set_len(len))
     }
+}
+
+/// Writes all of `bytes` at `offset` and makes them durable, on the calling
+/// thread: [`crate::DiskFile::write_and_sync_now`] of both real backends.
+///
+/// An `O_DIRECT` file takes `pwritev2(RWF_DSYNC)`: each call returns once
+/// the bytes it wrote are durable, so a short write continues with the rest
+/// and no fdatasync follows. Any other file takes `pwrite` until done, then
+/// one `fdatasync`, never retried.
+pub(crate) fn write_and_sync_std(
+    file: &fs::File,
+    offset: u64,
+    bytes: &[u8],
+    direct_io: bool,
+) -> io::Result<()> {
+    if !direct_io || bytes.is_empty() {
+        // `write_all_at` continues short writes and fails on a zero-byte one.
+        file.write_all_at(bytes, offset)?;
+        return file.sync_data().map_err(crate::sync_failed);
+    }
+    let mut written = 0;
+    while written < bytes.len() {
+        let rest = &bytes[written..];
+        let iov = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let at = libc::off_t::try_from(offset + written as u64)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+        // SAFETY: `iov` describes `rest`, which outlives the call; the
+        // kernel only reads from it.
+        let result = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
+        match usize::try_from(result) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!(
+                        "write made no progress after {written} of {} bytes",
+                        bytes.len()
+                    ),
+                ));
+            }
+            Ok(count) => written += count,
+            Err(_) => {
+                let error = io::Error::last_os_error();
+                match error.raw_os_error() {
+                    Some(libc::EINTR | libc::EAGAIN) => {}
+                    Some(libc::EIO | libc::ENOSPC | libc::EDQUOT) => {
+                        return Err(crate::sync_failed(error));
+                    }
+                    _ => return Err(error),
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads up to `len` bytes, continuing short reads until end of file.

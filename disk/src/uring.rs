@@ -1427,6 +1427,13 @@ impl DiskFile for UringFile {
         self.submit(kind, completion)
     }
 
+    /// On the calling thread, past the ring: a caller that waits anyway
+    /// saves the two hand-offs through the storage thread.
+    fn write_and_sync_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        crate::portable::write_and_sync_std(&self.file, offset, &buf, self.direct_io)?;
+        Ok(buf)
+    }
+
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()> {
         let (done, completion) = Completion::channel();
         self.submit(OpKind::Fallocate { offset, len, done }, completion)

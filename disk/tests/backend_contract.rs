@@ -520,6 +520,40 @@ fn write_and_sync_overwrites_a_preallocated_direct_io_file(env: &Env) {
     assert_eq!(read(&file, 0, BLOCKS * IO_ALIGN), expected);
 }
 
+/// `write_and_sync_now` keeps `write_and_sync`'s contract: buffered at any
+/// offset, `O_DIRECT` in whole blocks, a misaligned direct write refused.
+fn write_and_sync_now_round_trips(env: &Env) {
+    let file = env.create("now");
+    let bytes = pattern(41, 10_000);
+    let buf = file
+        .write_and_sync_now(300, IoBuf::from_slice(&bytes))
+        .unwrap();
+    assert_eq!(&buf[..], &bytes[..], "the buffer comes back");
+    assert_eq!(read(&file, 300, bytes.len()), bytes);
+    let empty = file.write_and_sync_now(0, IoBuf::with_capacity(0)).unwrap();
+    assert!(empty.is_empty());
+
+    let options = OpenOptions {
+        create: true,
+        direct_io: true,
+    };
+    let direct = match env.disk.open(&env.path("now-direct"), options) {
+        Ok(file) => file,
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!("SKIPPED: this file system refuses O_DIRECT");
+            return;
+        }
+        Err(error) => panic!("opening with O_DIRECT: {error}"),
+    };
+    let blocks = pattern(42, 3 * IO_ALIGN);
+    direct
+        .write_and_sync_now(IO_ALIGN as u64, IoBuf::from_slice(&blocks))
+        .unwrap();
+    assert_eq!(read(&direct, IO_ALIGN as u64, 3 * IO_ALIGN), blocks);
+    let misaligned = direct.write_and_sync_now(7, IoBuf::from_slice(&[1; IO_ALIGN]));
+    assert_eq!(misaligned.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+}
+
 macro_rules! contract {
     ($($behaviour:ident),* $(,)?) => {
         mod portable {
@@ -560,6 +594,7 @@ contract!(
     eight_mib_write_and_sync_round_trips,
     write_and_sync_on_a_direct_io_file_round_trips,
     write_and_sync_overwrites_a_preallocated_direct_io_file,
+    write_and_sync_now_round_trips,
 );
 
 /// Faults on the simulated disk: a write-and-sync is a write and then an
@@ -665,7 +700,7 @@ mod sim_faults {
 mod short_writes {
     use std::process::Command;
 
-    use narad_disk::IoBuf;
+    use narad_disk::{IO_ALIGN, IoBuf, OpenOptions};
 
     use super::{Env, pattern, read};
 
@@ -727,6 +762,42 @@ mod short_writes {
                 .unwrap_err();
             assert_eq!(error.raw_os_error(), Some(libc::EFBIG), "{kind}");
             assert_eq!(read(&plain, at, 4096), &bytes[..LANDED], "{kind}");
+            let now = env.create("now");
+            let error = now
+                .write_and_sync_now(at, IoBuf::from_slice(&bytes))
+                .unwrap_err();
+            assert_eq!(error.raw_os_error(), Some(libc::EFBIG), "{kind}");
+            assert_eq!(read(&now, at, 4096), &bytes[..LANDED], "{kind}");
+            direct_writes_cut_short(&env);
         }
+    }
+
+    /// An `O_DIRECT` write of two blocks from one block below the limit:
+    /// the first lands (a short write), the rest fails with `EFBIG`, through
+    /// the ring (`RWF_DSYNC` or the linked fsync) and on the calling thread.
+    fn direct_writes_cut_short(env: &Env) {
+        let kind = env.disk.kind();
+        let blocks = pattern(4, 2 * IO_ALIGN);
+        let at = LIMIT - IO_ALIGN as u64;
+        let options = OpenOptions {
+            create: true,
+            direct_io: true,
+        };
+        let Ok(ring) = env.disk.open(&env.path("direct-ring"), options) else {
+            eprintln!("SKIPPED: this file system refuses O_DIRECT");
+            return;
+        };
+        let error = ring
+            .write_and_sync(at, IoBuf::from_slice(&blocks))
+            .wait()
+            .unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EFBIG), "{kind}");
+        assert_eq!(read(&ring, at, 2 * IO_ALIGN), &blocks[..IO_ALIGN], "{kind}");
+        let now = env.disk.open(&env.path("direct-now"), options).unwrap();
+        let error = now
+            .write_and_sync_now(at, IoBuf::from_slice(&blocks))
+            .unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EFBIG), "{kind}");
+        assert_eq!(read(&now, at, 2 * IO_ALIGN), &blocks[..IO_ALIGN], "{kind}");
     }
 }

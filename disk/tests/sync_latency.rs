@@ -44,6 +44,8 @@ enum Ask {
     WriteThenSync,
     /// `write_and_sync`, wait.
     WriteAndSync,
+    /// `write_and_sync_now`: on the calling thread.
+    Now,
     /// `write_and_sync` asked by a relay thread that the measuring thread
     /// hands the buffer to and waits for: the portable backend with two more
     /// thread hand-offs, the same count as io_uring's relay through its
@@ -167,6 +169,7 @@ impl Series {
                     buf
                 }
                 Ask::WriteAndSync => self.file.write_and_sync(offset, buf).wait().unwrap(),
+                Ask::Now => self.file.write_and_sync_now(offset, buf).unwrap(),
                 Ask::Relayed => {
                     let (reply, answer) = mpsc::channel();
                     let relay = self.relay.as_ref().unwrap();
@@ -262,6 +265,8 @@ fn durable_4k_write_latency_per_backend() {
             (Ask::WriteAndSync, buffered),
         ),
         ("thread O_DIRECT", Arc::clone(&portable), (Ask::Raw, direct)),
+        ("io_uring O_DIRECT", Arc::clone(&uring), (Ask::Now, direct)),
+        ("io_uring", Arc::clone(&uring), (Ask::Now, buffered)),
         (
             "portable O_DIRECT",
             Arc::clone(&portable),

@@ -391,10 +391,10 @@ impl PartitionLog {
         for planned in &plan.frames {
             buf.extend_from_slice(&planned.bytes);
         }
-        // One linked write and fdatasync: a storage thread runs both back to
-        // back, so the committing thread waits once instead of twice.
+        // The committing thread only waits for the write and its fdatasync,
+        // so it runs both itself: no hand-off to a storage thread and back.
         let syncing = Instant::now();
-        if let Err(error) = file.write_and_sync(position, buf).wait() {
+        if let Err(error) = file.write_and_sync_now(position, buf) {
             if narad_disk::sync_failure(&error).is_none() {
                 return Err(LogError::io("write a commit")(error));
             }

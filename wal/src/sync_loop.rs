@@ -161,18 +161,14 @@ impl SyncLoop {
             self.shared.options.record_bytes_max,
         );
         let end = chunk.offset + chunk.buf.len() as u64;
-        // One request for both parts: on io_uring the write is linked to
-        // its fdatasync, which saves a round trip through the storage thread
-        // per group commit (about a fifth more single-message produces at 64
-        // producers, docs/benchmarks.md); an `O_DIRECT` write may instead
-        // carry `RWF_DSYNC`.
+        // This thread only waits for the write and its fdatasync, so it runs
+        // both itself (`write_and_sync_now`): no hand-off to a storage thread
+        // and back. A prepared segment is written with `O_DIRECT` and
+        // `RWF_DSYNC`, one system call.
         let written = if self.active.direct.is_some() {
             self.write_direct(chunk.offset, chunk.buf)
         } else {
-            self.active
-                .file
-                .write_and_sync(chunk.offset, chunk.buf)
-                .wait()
+            self.active.file.write_and_sync_now(chunk.offset, chunk.buf)
         };
         let buf = written.map_err(|e| match narad_disk::sync_failure(&e) {
             Some(sync) => IoFailure::new(FailedOp::Sync, sync),
@@ -202,7 +198,7 @@ impl SyncLoop {
             .as_mut()
             .expect("write_direct is called for O_DIRECT segments only");
         let start = direct.fill(offset, &frames, &mut out);
-        let out = self.active.file.write_and_sync(start, out).wait()?;
+        let out = self.active.file.write_and_sync_now(start, out)?;
         direct.written(start, &out, offset + frames.len() as u64);
         self.shared.direct_writes.fetch_add(1, Ordering::Relaxed);
         if pooled {

@@ -614,32 +614,6 @@ fn compaction_only_runs_behind_the_synced_checkpoint() {
 }
 
 #[test]
-fn the_staging_buffers_go_to_io_uring_as_registered_buffers() {
-    let disk = match narad_disk::uring::UringDisk::new(1) {
-        Ok(disk) => disk,
-        Err(error) => {
-            eprintln!("SKIPPED: io_uring is unavailable here: {error}");
-            return;
-        }
-    };
-    let temp = tempfile::tempdir().unwrap();
-    let wal = narad_wal::Wal::open(
-        Arc::new(disk.clone()),
-        temp.path().join("wal"),
-        small_options(),
-    )
-    .unwrap();
-    for i in 0..10u64 {
-        wal.append(&payload(i, 100)).unwrap().wait().unwrap();
-    }
-    assert!(
-        disk.fixed_writes() >= 10,
-        "only {} fixed writes",
-        disk.fixed_writes()
-    );
-}
-
-#[test]
 fn produce_records_are_encoded_in_place_and_decode_back() {
     use narad_wal::{WalRecord, WalRecordRef};
     for backend in backends() {
