@@ -39,8 +39,9 @@ use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
+use narad_bench::cpu::cpu_seconds;
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
-use narad_bench::node::{cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 use serde_json::Value;

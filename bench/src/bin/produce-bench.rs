@@ -38,10 +38,11 @@ use std::time::{Duration, Instant};
 
 use narad_bench::baseline::FdatasyncBaseline;
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
+use narad_bench::cpu::cpu_seconds;
 use narad_bench::http::{
     Connection, KeyedRequest, NoopServer, batch_produce_request, http_request,
 };
-use narad_bench::node::{cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 
