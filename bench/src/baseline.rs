@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::cpu::{thread_cpu_seconds, us_per_unit};
 use crate::report::Report;
 use crate::stats::Latencies;
 
@@ -34,13 +35,38 @@ pub enum FileMode {
 /// # Errors
 /// Any I/O error; the scratch file is removed either way.
 pub fn fdatasync_4k(dir: &Path, mode: FileMode, writes: usize) -> io::Result<Latencies> {
+    Ok(fdatasync_4k_with_cpu(dir, mode, writes)?.latencies)
+}
+
+/// What [`fdatasync_4k_with_cpu`] measured.
+#[derive(Debug, Clone, Default)]
+pub struct FdatasyncSamples {
+    /// One latency per write + fdatasync.
+    pub latencies: Latencies,
+    /// CPU seconds (user + system) the calling thread spent in the writes
+    /// and fdatasyncs, the file's creation and preallocation left out. Work
+    /// the kernel hands to its own threads (the ext4 journal's commit in
+    /// jbd2, writeback kworkers) is not in it.
+    pub thread_cpu_seconds: f64,
+}
+
+/// As [`fdatasync_4k`], with the calling thread's CPU time across the
+/// writes.
+///
+/// # Errors
+/// Any I/O error; the scratch file is removed either way.
+pub fn fdatasync_4k_with_cpu(
+    dir: &Path,
+    mode: FileMode,
+    writes: usize,
+) -> io::Result<FdatasyncSamples> {
     let path = dir.join(format!("baseline-fdatasync-{mode:?}.dat"));
     let result = measure_fdatasync(&path, mode, writes);
     let _ = fs::remove_file(&path);
     result
 }
 
-fn measure_fdatasync(path: &Path, mode: FileMode, writes: usize) -> io::Result<Latencies> {
+fn measure_fdatasync(path: &Path, mode: FileMode, writes: usize) -> io::Result<FdatasyncSamples> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -53,13 +79,17 @@ fn measure_fdatasync(path: &Path, mode: FileMode, writes: usize) -> io::Result<L
     }
     let block = vec![0xA5u8; BASELINE_WRITE_BYTES];
     let mut latencies = Latencies::new();
+    let cpu_before = thread_cpu_seconds();
     for index in 0..writes {
         let started = Instant::now();
         file.write_all_at(&block, (index * BASELINE_WRITE_BYTES) as u64)?;
         file.sync_data()?;
         latencies.record(started.elapsed());
     }
-    Ok(latencies)
+    Ok(FdatasyncSamples {
+        latencies,
+        thread_cpu_seconds: thread_cpu_seconds() - cpu_before,
+    })
 }
 
 fn write_zeros(file: &File, bytes: u64) -> io::Result<()> {
@@ -155,6 +185,22 @@ mod tests {
     }
 
     #[test]
+    fn fdatasync_baseline_reports_the_thread_cpu_per_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut baseline = FdatasyncBaseline::default();
+        assert_eq!(baseline.cpu_us(), 0.0);
+        baseline.sample(dir.path(), 4).unwrap();
+        baseline.sample(dir.path(), 4).unwrap();
+        assert!(baseline.cpu_us() > 0.0);
+        let mut report = Report::new("unit");
+        baseline.record(&mut report);
+        assert_eq!(
+            report.get("baseline_fdatasync_cpu_us"),
+            Some(baseline.cpu_us())
+        );
+    }
+
+    #[test]
     fn sequential_baselines_read_what_was_written() {
         let dir = tempfile::tempdir().unwrap();
         assert!(seq_write_mb_per_s(dir.path(), 3 << 20).unwrap() > 0.0);
@@ -166,11 +212,13 @@ mod tests {
 
 /// Raw fdatasync samples taken in two halves, before and after a
 /// benchmark's HTTP phases, so a burst of disk noise at one end does not
-/// make the baseline: on a preallocated file and on an appended one.
+/// make the baseline: on a preallocated file and on an appended one, with
+/// the calling thread's CPU time across all of them.
 #[derive(Debug, Default)]
 pub struct FdatasyncBaseline {
     preallocated: Latencies,
     appended: Latencies,
+    thread_cpu_seconds: f64,
 }
 
 impl FdatasyncBaseline {
@@ -180,23 +228,42 @@ impl FdatasyncBaseline {
     /// When the scratch files cannot be written or synced.
     pub fn sample(&mut self, dir: &Path, samples: usize) -> io::Result<()> {
         let half = samples / 2;
-        self.preallocated
-            .merge(&fdatasync_4k(dir, FileMode::Preallocated, half)?);
-        self.appended
-            .merge(&fdatasync_4k(dir, FileMode::Appended, half)?);
+        for (mode, into) in [
+            (FileMode::Preallocated, &mut self.preallocated),
+            (FileMode::Appended, &mut self.appended),
+        ] {
+            let taken = fdatasync_4k_with_cpu(dir, mode, half)?;
+            into.merge(&taken.latencies);
+            self.thread_cpu_seconds += taken.thread_cpu_seconds;
+        }
         Ok(())
     }
 
-    /// Writes the figures and their note into `report`.
+    /// CPU µs of one write + fdatasync on the calling thread, averaged over
+    /// every sample of both kinds; 0 before any sample.
+    pub fn cpu_us(&self) -> f64 {
+        let writes = self.preallocated.len() + self.appended.len();
+        us_per_unit(self.thread_cpu_seconds, writes as u64)
+    }
+
+    /// Writes the figures and their notes into `report`.
     pub fn record(&mut self, report: &mut Report) {
         report.set("baseline_fdatasync_p50_us", self.preallocated.p50_us());
         report.set("baseline_fdatasync_p99_us", self.preallocated.p99_us());
         report.set("baseline_fdatasync_appended_p50_us", self.appended.p50_us());
         report.set("baseline_fdatasync_appended_p99_us", self.appended.p99_us());
+        report.set("baseline_fdatasync_cpu_us", self.cpu_us());
         report.note(
             "baseline_fdatasync",
             "4 KiB pwrite + fdatasync, half the samples before and half after the HTTP phases; \
              baseline_fdatasync_* on a preallocated file, *_appended_* on an appended one",
         );
+        report.note("baseline_fdatasync_cpu", BASELINE_CPU_NOTE);
     }
 }
+
+/// What `baseline_fdatasync_cpu_us` counts, for every report that holds it.
+pub const BASELINE_CPU_NOTE: &str = "baseline_fdatasync_cpu_us: CPU (user + system) of the calling thread per 4 KiB pwrite + \
+     fdatasync, averaged over every sample; only that thread is counted, so work the kernel \
+     does in its own threads (jbd2's journal commit, writeback kworkers) is not, neither here \
+     nor in narad's CPU figures";

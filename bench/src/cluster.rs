@@ -14,8 +14,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cpu::cpu_seconds;
 use crate::http::{Connection, http_request};
-use crate::node::{DevNode, cpu_seconds, free_tcp_port};
+use crate::node::{DevNode, free_tcp_port};
 
 /// How long the data nodes may take to answer `/readyz` with 200: the
 /// control plane elects a leader first, then each data node registers.

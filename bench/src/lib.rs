@@ -8,17 +8,20 @@
 //! JSON under `target/bench/` with a PNG chart beside them.
 //!
 //! This library holds what every benchmark binary shares: latency statistics
-//! ([`stats`]), the raw-disk baselines ([`baseline`]), the report writer
-//! ([`report`]) and the brokers a benchmark drives, one `narad dev`
-//! ([`node`]) or a cluster of control and data nodes ([`cluster`]). Each
-//! benchmark is a binary in `src/bin/`.
+//! ([`stats`]), CPU time ([`cpu`]), the raw-disk baselines ([`baseline`]),
+//! the report writer ([`report`]) and its target verdicts ([`verdict`]), and
+//! the brokers a benchmark drives, one `narad dev` ([`node`]) or a cluster
+//! of control and data nodes ([`cluster`]). Each benchmark is a binary in
+//! `src/bin/`.
 
 pub mod baseline;
 pub mod cluster;
+pub mod cpu;
 pub mod http;
 pub mod node;
 pub mod report;
 pub mod stats;
+pub mod verdict;
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! A `narad dev` process to benchmark, and what a benchmark reports about the
-//! machine while it runs (CPU seconds of a process, load averages).
+//! machine while it runs (load averages; CPU time is in [`crate::cpu`]).
 
 use std::fs::{self, File};
 use std::io;
@@ -114,28 +114,6 @@ pub fn narad_binary() -> PathBuf {
             "/../target/release/narad"
         )),
     }
-}
-
-/// CPU time (user + system) of process `pid` (or `self`) in seconds, from
-/// `/proc/<pid>/stat` at Linux's fixed 100 ticks per second; 0 when unknown.
-pub fn cpu_seconds(pid: &str) -> f64 {
-    const TICKS_PER_SECOND: f64 = 100.0;
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name start at field 3 (state);
-    // utime and stime are fields 14 and 15.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |index: usize| {
-        fields
-            .get(index)
-            .and_then(|field| field.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / TICKS_PER_SECOND
 }
 
 /// The load averages of `/proc/loadavg`, or `unknown`.

@@ -47,8 +47,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use narad_bench::baseline::FdatasyncBaseline;
+use narad_bench::cpu::cpu_seconds;
 use narad_bench::http::{Connection, NoopServer, Response, batch_produce_request, http_request};
-use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{DevNode, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 use narad_disk::portable::PortableDisk;

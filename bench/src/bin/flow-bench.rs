@@ -19,9 +19,12 @@
 //!
 //! Baselines of the same run: an axum handler in this process that answers
 //! `202` to a produce (driven like the single flow's producers), and 4 KiB
-//! write + fdatasync on the same disk.
+//! write + fdatasync on the same disk, half before and half after the HTTP
+//! phases, with the CPU one write + fdatasync costs its thread. Each phase
+//! also reports narad's CPU per message.
 //!
-//! Writes `target/bench/flow.json` and `flow.png`.
+//! Writes `target/bench/flow.json` and `flow.png`, then prints one line per
+//! target.
 //!
 //! With `--cluster N` it drives N `narad control` and N `narad data`
 //! processes instead of `narad dev` (see [`narad_bench::cluster`]): producer
@@ -37,12 +40,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use narad_bench::baseline::{self, FileMode};
+use narad_bench::baseline::FdatasyncBaseline;
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
+use narad_bench::cpu::{cpu_seconds, us_per_unit};
 use narad_bench::http::{Connection, NoopServer, batch_produce_request, http_request};
-use narad_bench::node::{cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
+use narad_bench::verdict::{self, Verdict};
 use serde_json::Value;
 
 /// Bytes of every produced message in the flow phases.
@@ -62,14 +67,21 @@ const VISIBLE_RATE: u64 = 5_000;
 /// Connections the paced producer spreads its sends over.
 const VISIBLE_PRODUCERS: usize = 16;
 const VISIBLE_CONSUMERS: usize = 4;
+/// Topic of the visible-latency phase.
+const VISIBLE_TOPIC: &str = "flow-visible";
 /// Connections of the no-op baseline.
 const NOOP_CONNECTIONS: usize = 64;
+/// Samples of each fdatasync baseline, half before and half after the HTTP
+/// phases.
 const FDATASYNC_SAMPLES: usize = 500;
 const CLIENT_HEADER: &str = "X-Narad-Client: flow-bench";
 /// Targets of issue 7 on the 2-core machine.
 const TARGET_SINGLE_MSGS_PER_S: f64 = 20_000.0;
 const TARGET_BATCH_MSGS_PER_S: f64 = 150_000.0;
 const TARGET_VISIBLE_P99_MS: f64 = 10.0;
+/// Issue 18: the single flow at least this share of the no-op handler's
+/// requests per second at 64 connections.
+const TARGET_FLOW_SINGLE_TO_NOOP_C64: f64 = 0.2;
 
 fn main() -> io::Result<()> {
     let cluster = cluster_arg(std::env::args().skip(1))?;
@@ -110,16 +122,24 @@ fn main() -> io::Result<()> {
         ),
     );
 
-    let mut fdatasync =
-        baseline::fdatasync_4k(&scratch, FileMode::Preallocated, FDATASYNC_SAMPLES)?;
-    report.set("baseline_fdatasync_p50_us", fdatasync.p50_us());
-    report.set("baseline_fdatasync_p99_us", fdatasync.p99_us());
+    report.note(
+        "cpu_per_msg",
+        "flow_<phase>_narad_cpu_us_per_msg: narad's CPU seconds over the measured window (every \
+         thread of every narad process, io_uring's io-wq workers among them; /proc at 10 ms \
+         ticks) over the messages acked (204) in it, each produced, consumed and acked; \
+         visible_narad_cpu_us_per_msg: over the whole visible phase, its 2 s tail included, per \
+         message the consumers read; the kernel's own threads (jbd2, kworkers) are not counted",
+    );
 
+    let mut fdatasync = FdatasyncBaseline::default();
+    fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(measure(&scratch, &mut report, cluster))?;
+    let verdicts = runtime.block_on(measure(&scratch, &mut report, cluster))?;
+    fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
+    fdatasync.record(&mut report);
     report.note("load_average_at_end", &load_average());
     let path = report.write()?;
     println!(
@@ -127,15 +147,18 @@ fn main() -> io::Result<()> {
         serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
     );
     println!("wrote {}", path.display());
+    verdict::print_summary(&verdicts);
     let _ = fs::remove_dir_all(&scratch);
     Ok(())
 }
 
+/// The HTTP phases and their verdicts, recorded in `report`; the verdicts,
+/// for the summary printed last.
 async fn measure(
     scratch: &std::path::Path,
     report: &mut Report,
     cluster: Option<usize>,
-) -> io::Result<()> {
+) -> io::Result<Vec<Verdict>> {
     let noop = NoopServer::start().await?;
     let noop_per_s = noop_baseline(noop.addr).await?;
     noop.stop();
@@ -149,7 +172,13 @@ async fn measure(
     let batch = recorded_flow(&node, &addrs, report, Shape::Batch).await?;
 
     report.set("drain_before_visible_ms", drain_all(&addrs).await?);
+    create_topic(&addrs, VISIBLE_TOPIC).await?;
+    let narad_before = node.cpu_seconds();
     let (mut visible, mut lateness) = visible_latency(&addrs).await?;
+    report.set(
+        "visible_narad_cpu_us_per_msg",
+        us_per_unit(node.cpu_seconds() - narad_before, visible.len() as u64),
+    );
     report.set("visible_send_lateness_p50_ms", lateness.p50_us() / 1_000.0);
     report.set("visible_send_lateness_p99_ms", lateness.p99_us() / 1_000.0);
     report.set("visible_p50_ms", visible.p50_us() / 1_000.0);
@@ -157,7 +186,7 @@ async fn measure(
     report.set("visible_p999_ms", visible.p999_us() / 1_000.0);
     report.set("visible_samples", visible.len() as f64);
     if cluster.is_some() {
-        for topic in ["flow-single", "flow-batch", "flow-visible"] {
+        for topic in ["flow-single", "flow-batch", VISIBLE_TOPIC] {
             let owners = partition_owners(addrs[0], topic).await?;
             report.note(&format!("partition_owners_{topic}"), &owners);
         }
@@ -168,20 +197,33 @@ async fn measure(
         "flow_single_vs_noop_http",
         single.acked_per_s / noop_per_s.max(1.0),
     );
-    report.set(
-        "target_flow_single_met",
-        f64::from(u8::from(single.acked_per_s >= TARGET_SINGLE_MSGS_PER_S)),
-    );
-    report.set(
-        "target_flow_batch_met",
-        f64::from(u8::from(batch.acked_per_s >= TARGET_BATCH_MSGS_PER_S)),
-    );
-    report.set(
-        "target_visible_p99_met",
-        f64::from(u8::from(
-            visible.p99_us() / 1_000.0 <= TARGET_VISIBLE_P99_MS,
-        )),
-    );
+    let verdicts = vec![
+        Verdict::at_least(
+            "flow_single_ratio",
+            "flow_single_msgs_per_s vs 0.2 x baseline_http_noop_c64_per_s",
+            single.acked_per_s,
+            TARGET_FLOW_SINGLE_TO_NOOP_C64 * noop_per_s,
+        ),
+        Verdict::at_least(
+            "flow_single",
+            "flow_single_msgs_per_s vs 20,000 (issue 7, absolute)",
+            single.acked_per_s,
+            TARGET_SINGLE_MSGS_PER_S,
+        ),
+        Verdict::at_least(
+            "flow_batch",
+            "flow_batch_msgs_per_s vs 150,000 (issue 7, absolute)",
+            batch.acked_per_s,
+            TARGET_BATCH_MSGS_PER_S,
+        ),
+        Verdict::at_most(
+            "visible_p99",
+            "visible_p99_ms vs 10 ms (issue 7)",
+            visible.p99_us() / 1_000.0,
+            TARGET_VISIBLE_P99_MS,
+        ),
+    ];
+    verdict::record_all(report, &verdicts);
     report.bars(
         "messages per second",
         "msg/s",
@@ -191,7 +233,15 @@ async fn measure(
             ("batch flow", batch.acked_per_s),
         ],
     );
-    Ok(())
+    report.bars(
+        "narad CPU per message",
+        "µs",
+        &[
+            ("single flow (acked)", single.narad_cpu_us_per_msg()),
+            ("batch flow (acked)", batch.narad_cpu_us_per_msg()),
+        ],
+    );
+    Ok(verdicts)
 }
 
 /// Requests per second the no-op server answers over [`NOOP_CONNECTIONS`].
@@ -237,9 +287,20 @@ enum Shape {
 struct FlowFigures {
     acked_per_s: f64,
     produced_per_s: f64,
+    /// Messages acked (`204`) in the measured window.
+    acked: u64,
+    /// CPU seconds of narad and of this process over the measured window.
+    narad_cpu_seconds: f64,
+    client_cpu_seconds: f64,
     /// Per request of the measured phase: produces answered `202`,
     /// consumes answered `200` and acks.
     timings: Timings,
+}
+
+impl FlowFigures {
+    fn narad_cpu_us_per_msg(&self) -> f64 {
+        us_per_unit(self.narad_cpu_seconds, self.acked)
+    }
 }
 
 /// Request latencies of one phase, request written to response read.
@@ -293,7 +354,8 @@ struct Counters {
 
 /// One flow phase on topic `flow-<name>`, with its figures set in
 /// `report` as `flow_<name>_*`: messages acked and produced per second,
-/// request latencies, and the cores of narad and of this client.
+/// request latencies, the cores of narad and of this client, and narad's
+/// CPU per message acked, all over the measured window.
 async fn recorded_flow(
     node: &Broker,
     addrs: &[SocketAddr],
@@ -304,17 +366,20 @@ async fn recorded_flow(
         Shape::Single => "single",
         Shape::Batch => "batch",
     };
-    let cores = |before: f64, after: f64| (after - before) / (PHASE + WARMUP).as_secs_f64();
-    let (narad_before, client_before) = (node.cpu_seconds(), cpu_seconds("self"));
-    let mut figures = flow(addrs, &format!("flow-{name}"), shape).await?;
+    let mut figures = flow(node, addrs, &format!("flow-{name}"), shape).await?;
     let prefix = format!("flow_{name}");
+    let seconds = PHASE.as_secs_f64();
     report.set(
         &format!("{prefix}_narad_cores"),
-        cores(narad_before, node.cpu_seconds()),
+        figures.narad_cpu_seconds / seconds,
     );
     report.set(
         &format!("{prefix}_client_cores"),
-        cores(client_before, cpu_seconds("self")),
+        figures.client_cpu_seconds / seconds,
+    );
+    report.set(
+        &format!("{prefix}_narad_cpu_us_per_msg"),
+        figures.narad_cpu_us_per_msg(),
     );
     report.set(&format!("{prefix}_msgs_per_s"), figures.acked_per_s);
     report.set(
@@ -326,8 +391,13 @@ async fn recorded_flow(
 }
 
 /// One flow phase on a new topic, its connections round robin over
-/// `addrs`.
-async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<FlowFigures> {
+/// `addrs`; CPU figures are of `node` and of this process.
+async fn flow(
+    node: &Broker,
+    addrs: &[SocketAddr],
+    topic: &str,
+    shape: Shape,
+) -> io::Result<FlowFigures> {
     create_topic(addrs, topic).await?;
     let counters = Arc::new(Counters::default());
     let (producers, consumers) = match shape {
@@ -386,9 +456,12 @@ async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<Flo
         counters.produced.load(Ordering::Relaxed),
         counters.acked.load(Ordering::Relaxed),
     );
+    let (narad_before, client_before) = (node.cpu_seconds(), cpu_seconds("self"));
     tokio::time::sleep(PHASE).await;
     let produced = counters.produced.load(Ordering::Relaxed) - produced_before;
     let acked = counters.acked.load(Ordering::Relaxed) - acked_before;
+    let narad_cpu_seconds = node.cpu_seconds() - narad_before;
+    let client_cpu_seconds = cpu_seconds("self") - client_before;
     counters.stop.store(true, Ordering::Relaxed);
     let mut timings = Timings::default();
     for task in tasks {
@@ -397,6 +470,9 @@ async fn flow(addrs: &[SocketAddr], topic: &str, shape: Shape) -> io::Result<Flo
     Ok(FlowFigures {
         acked_per_s: acked as f64 / PHASE.as_secs_f64(),
         produced_per_s: produced as f64 / PHASE.as_secs_f64(),
+        acked,
+        narad_cpu_seconds,
+        client_cpu_seconds,
         timings,
     })
 }
@@ -494,12 +570,12 @@ async fn consume_batch(connection: &mut Connection, topic: &str) -> io::Result<V
     })
 }
 
-/// Produce at [`VISIBLE_RATE`] for [`PHASE`]: message `i` is due at
-/// `i / rate` and carries `i` as its payload; consumers note when each
-/// arrives. Returns the visible latencies and how late each send was.
+/// Produce at [`VISIBLE_RATE`] for [`PHASE`] to [`VISIBLE_TOPIC`], which
+/// must exist: message `i` is due at `i / rate` and carries `i` as its
+/// payload; consumers note when each arrives. Returns the visible latencies
+/// and how late each send was.
 async fn visible_latency(addrs: &[SocketAddr]) -> io::Result<(Latencies, Latencies)> {
-    let topic = "flow-visible";
-    create_topic(addrs, topic).await?;
+    let topic = VISIBLE_TOPIC;
     let total = VISIBLE_RATE * PHASE.as_secs();
     let interval = Duration::from_secs(1) / u32::try_from(VISIBLE_RATE).unwrap_or(u32::MAX);
     let next = Arc::new(AtomicU64::new(0));

@@ -9,7 +9,8 @@
 //! - sequential read MB/s of one full segment through the log, against a raw
 //!   sequential read of the same file, both with its pages dropped first.
 //!
-//! Writes `target/bench/plog.json` and `.png`.
+//! Writes `target/bench/plog.json` and `.png`, then prints one line per
+//! target.
 
 use std::io;
 use std::path::Path;
@@ -17,9 +18,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use narad_bench::baseline::{self, FileMode};
+use narad_bench::baseline::{self, BASELINE_CPU_NOTE, FileMode};
+use narad_bench::cpu::us_per_unit;
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
+use narad_bench::verdict::{self, Verdict};
 use narad_disk::{BackendChoice, Disk, open_backend};
 use narad_plog::segment::segment_file_name;
 use narad_plog::{CommitRecord, LogConfig, PartitionLog, ReadLimits};
@@ -36,6 +39,9 @@ const CONCURRENT_RUN: Duration = Duration::from_secs(3);
 const COMMITTERS: usize = 16;
 /// Records per commit in the concurrency runs.
 const CONCURRENT_BATCH: usize = 64;
+/// Issue 18: a sequential read through the log at least this share of a
+/// raw sequential read of the same file.
+const TARGET_SEQ_READ_TO_RAW: f64 = 0.6;
 
 fn main() -> io::Result<()> {
     let scratch = narad_bench::bench_dir()?.join("plog");
@@ -50,10 +56,16 @@ fn main() -> io::Result<()> {
     let mut report = Report::new("plog");
     report.note("backend", &disk.kind().to_string());
 
-    let mut fdatasync = baseline::fdatasync_4k(&scratch, FileMode::Appended, BASELINE_SAMPLES)?;
+    let baseline = baseline::fdatasync_4k_with_cpu(&scratch, FileMode::Appended, BASELINE_SAMPLES)?;
+    let mut fdatasync = baseline.latencies;
     report
         .set("baseline_fdatasync_p50_us", fdatasync.p50_us())
-        .set("baseline_fdatasync_p99_us", fdatasync.p99_us());
+        .set("baseline_fdatasync_p99_us", fdatasync.p99_us())
+        .set(
+            "baseline_fdatasync_cpu_us",
+            us_per_unit(baseline.thread_cpu_seconds, fdatasync.len() as u64),
+        )
+        .note("baseline_fdatasync_cpu", BASELINE_CPU_NOTE);
 
     let payload = payload();
     let mut latency_bars = vec![("raw fdatasync p50".to_string(), fdatasync.p50_us())];
@@ -82,7 +94,22 @@ fn main() -> io::Result<()> {
         sequential_read(&disk, &scratch.join("read"), &payload)?;
     report
         .set("read_mb_per_s", read_mb_per_s)
-        .set("baseline_read_mb_per_s", baseline_read_mb_per_s);
+        .set("baseline_read_mb_per_s", baseline_read_mb_per_s)
+        .set(
+            "ratio_read_to_baseline_read",
+            if baseline_read_mb_per_s > 0.0 {
+                read_mb_per_s / baseline_read_mb_per_s
+            } else {
+                0.0
+            },
+        );
+    let verdicts = [Verdict::at_least(
+        "plog_seq_read_ratio",
+        "read_mb_per_s vs 0.6 x baseline_read_mb_per_s",
+        read_mb_per_s,
+        TARGET_SEQ_READ_TO_RAW * baseline_read_mb_per_s,
+    )];
+    verdict::record_all(&mut report, &verdicts);
 
     let latency_bars: Vec<(&str, f64)> = latency_bars
         .iter()
@@ -109,6 +136,7 @@ fn main() -> io::Result<()> {
         serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
     );
     println!("wrote {}", path.display());
+    verdict::print_summary(&verdicts);
     Ok(())
 }
 

@@ -49,8 +49,9 @@ use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FileMode};
 use narad_bench::cluster::wait_assigned;
+use narad_bench::cpu::cpu_seconds;
 use narad_bench::http::{Connection, Response};
-use narad_bench::node::{DevNode, cpu_seconds, load_average, narad_binary};
+use narad_bench::node::{DevNode, load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 use serde_json::Value;

@@ -8,11 +8,15 @@
 //! - `append_many` of 100 and 1,000 records of 256 bytes;
 //! - the io_uring backend against the portable one.
 //!
-//! Writes `target/bench/wal.json` and `wal.png`. The machines are shared
-//! and noisy, so latency samples are taken in rounds that interleave the
-//! baselines with the WAL (noise hits both alike), and each throughput
-//! figure is the median of three short runs. Read the ratios, not the
-//! absolute figures.
+//! With each it reports CPU per append of this whole process (the WAL's and
+//! the storage backend's threads and the appending ones), and the CPU one raw
+//! write + fdatasync costs its thread.
+//!
+//! Writes `target/bench/wal.json` and `wal.png`, then prints one line per
+//! target. The machines are shared and noisy, so latency samples are taken
+//! in rounds that interleave the baselines with the WAL (noise hits both
+//! alike), and each throughput figure is the median of three short runs.
+//! Read the ratios, not the absolute figures.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,9 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use narad_bench::baseline::{self, FileMode};
+use narad_bench::baseline::{self, BASELINE_CPU_NOTE, FileMode};
+use narad_bench::cpu::{process_cpu_seconds, us_per_unit};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
+use narad_bench::verdict::{self, Verdict};
 use narad_disk::portable::PortableDisk;
 use narad_disk::uring::UringDisk;
 use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
@@ -49,6 +55,9 @@ const THROUGHPUT_ROUNDS: usize = 3;
 const LATENCY_SEGMENT_BYTES: u64 = 32 << 20;
 /// Concurrency levels of the throughput phase.
 const APPENDER_COUNTS: [usize; 4] = [1, 8, 64, 256];
+/// Issue 18: a single append's p50 (prealloc) at most this many raw
+/// fdatasync p50s on a preallocated file, same run.
+const TARGET_SINGLE_PREALLOC_TO_FDATASYNC: f64 = 1.2;
 
 fn main() -> io::Result<()> {
     let scratch = narad_bench::bench_dir()?.join("wal");
@@ -60,11 +69,24 @@ fn main() -> io::Result<()> {
         "method",
         "latency phases interleave baseline and WAL samples in rounds; throughput figures are the median of rounds",
     );
+    report.note(
+        "cpu_per_append",
+        "*_cpu_us_per_append: CPU (user + system) of this whole process across the appends, \
+         over their count: the WAL's sync and preparation threads, the storage backend's threads \
+         (io_uring's io-wq workers among them) and the appending threads; the kernel's own \
+         threads (jbd2, kworkers) are not counted. In the throughput runs it is the run whose \
+         rate is the median",
+    );
+    report.note("baseline_fdatasync_cpu", BASELINE_CPU_NOTE);
     let uring: Arc<dyn Disk> = Arc::new(UringDisk::new(1)?);
     let portable: Arc<dyn Disk> = Arc::new(PortableDisk::new(4)?);
 
-    let mut latency = latency_rounds(&uring, &portable, &scratch)?;
-    let rates: Vec<(usize, f64)> = APPENDER_COUNTS
+    let LatencyRounds {
+        series: mut latency,
+        cpu_seconds: latency_cpu,
+        baseline_cpu_seconds,
+    } = latency_rounds(&uring, &portable, &scratch)?;
+    let rates: Vec<(usize, Throughput)> = APPENDER_COUNTS
         .iter()
         .map(|&n| {
             let dir = scratch.join(format!("appenders-{n}"));
@@ -72,11 +94,13 @@ fn main() -> io::Result<()> {
         })
         .collect::<io::Result<_>>()?;
     let portable_64 =
-        median_of_rounds(|| appenders_per_s(&portable, &scratch.join("portable-64"), 64))?;
+        median_of_rounds(|| appenders_per_s(&portable, &scratch.join("portable-64"), 64))?.per_s;
     let many_100 =
-        median_of_rounds(|| append_many_records_per_s(&uring, &scratch.join("many-100"), 100))?;
+        median_of_rounds(|| append_many_records_per_s(&uring, &scratch.join("many-100"), 100))?
+            .per_s;
     let many_1000 =
-        median_of_rounds(|| append_many_records_per_s(&uring, &scratch.join("many-1000"), 1000))?;
+        median_of_rounds(|| append_many_records_per_s(&uring, &scratch.join("many-1000"), 1000))?
+            .per_s;
 
     let [
         base_append,
@@ -89,7 +113,24 @@ fn main() -> io::Result<()> {
         trait_prealloc,
         portable_prealloc_single,
     ] = &mut latency;
+    let cpu_us_per_sample =
+        |cpu_seconds: f64, samples: &Latencies| us_per_unit(cpu_seconds, samples.len() as u64);
     report
+        .set(
+            "baseline_fdatasync_cpu_us",
+            us_per_unit(
+                baseline_cpu_seconds,
+                (base_append.len() + base_prealloc.len()) as u64,
+            ),
+        )
+        .set(
+            "single_no_prealloc_cpu_us_per_append",
+            cpu_us_per_sample(latency_cpu[2], single_plain),
+        )
+        .set(
+            "single_prealloc_cpu_us_per_append",
+            cpu_us_per_sample(latency_cpu[3], single_prealloc),
+        )
         .set("baseline_fdatasync_append_p50_us", base_append.p50_us())
         .set("baseline_fdatasync_append_p99_us", base_append.p99_us())
         .set("baseline_fdatasync_prealloc_p50_us", base_prealloc.p50_us())
@@ -119,7 +160,11 @@ fn main() -> io::Result<()> {
         .set("single_prealloc_4k_frame_p50_us", prealloc_page.p50_us())
         .set("single_prealloc_4k_frame_p99_us", prealloc_page.p99_us());
     for (appenders, rate) in &rates {
-        report.set(&format!("appenders_{appenders}_per_s"), *rate);
+        report.set(&format!("appenders_{appenders}_per_s"), rate.per_s);
+        report.set(
+            &format!("appenders_{appenders}_cpu_us_per_append"),
+            rate.cpu_us_per_record,
+        );
     }
     report
         .set("portable_appenders_64_per_s", portable_64)
@@ -133,11 +178,21 @@ fn main() -> io::Result<()> {
             "ratio_single_prealloc_to_baseline_prealloc_p50",
             single_prealloc.p50_us() / base_prealloc.p50_us(),
         )
-        .set("ratio_appenders_64_to_1", rates[2].1 / rates[0].1)
+        .set(
+            "ratio_appenders_64_to_1",
+            rates[2].1.per_s / rates[0].1.per_s,
+        )
         .set(
             "prealloc_single_p50_reduction",
             1.0 - single_prealloc.p50_us() / single_plain.p50_us(),
         );
+    let verdicts = [Verdict::at_most(
+        "wal_single_prealloc_ratio",
+        "single_prealloc_p50_us vs 1.2 x baseline_fdatasync_prealloc_p50_us",
+        single_prealloc.p50_us(),
+        TARGET_SINGLE_PREALLOC_TO_FDATASYNC * base_prealloc.p50_us(),
+    )];
+    verdict::record_all(&mut report, &verdicts);
 
     report.bars(
         "p50 latency",
@@ -159,7 +214,7 @@ fn main() -> io::Result<()> {
     );
     let rate_bars: Vec<(String, f64)> = rates
         .iter()
-        .map(|(n, rate)| (format!("{n} appenders"), *rate))
+        .map(|(n, rate)| (format!("{n} appenders"), rate.per_s))
         .chain([
             ("64, portable".to_string(), portable_64),
             ("append_many 100".to_string(), many_100),
@@ -175,7 +230,40 @@ fn main() -> io::Result<()> {
         serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
     );
     println!("wrote {}", path.display());
+    verdict::print_summary(&verdicts);
     let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+/// What [`latency_rounds`] measured.
+struct LatencyRounds {
+    /// The latency series, in the order [`latency_rounds`] lists them.
+    series: [Latencies; 9],
+    /// CPU seconds of this whole process across each WAL and `Disk` trait
+    /// series (0 for the two raw baselines, see `baseline_cpu_seconds`).
+    cpu_seconds: [f64; 9],
+    /// CPU seconds of the calling thread across the raw baselines' writes,
+    /// both kinds together.
+    baseline_cpu_seconds: f64,
+}
+
+/// A rate of one throughput run, with the CPU of this whole process per
+/// record across it.
+#[derive(Clone, Copy, Debug)]
+struct Throughput {
+    per_s: f64,
+    cpu_us_per_record: f64,
+}
+
+/// Runs `sample`, adding this process's CPU time across it to
+/// `cpu_seconds`.
+fn with_process_cpu(
+    cpu_seconds: &mut f64,
+    sample: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    let before = process_cpu_seconds();
+    sample()?;
+    *cpu_seconds += process_cpu_seconds() - before;
     Ok(())
 }
 
@@ -184,12 +272,14 @@ fn main() -> io::Result<()> {
 /// preallocated; the WAL without and with prealloc (io_uring); the WAL on
 /// the portable backend; the WAL with prealloc writing one-page frames;
 /// 4 KiB write + fdatasync through the `Disk` trait (io_uring, no WAL) on an
-/// appended and a preallocated file; the WAL with prealloc on portable.
+/// appended and a preallocated file; the WAL with prealloc on portable. With
+/// each WAL and `Disk` trait series, this process's CPU time across it; with
+/// the raw baselines, the calling thread's.
 fn latency_rounds(
     uring: &Arc<dyn Disk>,
     portable: &Arc<dyn Disk>,
     scratch: &Path,
-) -> io::Result<[Latencies; 9]> {
+) -> io::Result<LatencyRounds> {
     let plain_dir = scratch.join("single-plain");
     let prealloc_dir = scratch.join("single-prealloc");
     let portable_dir = scratch.join("single-portable");
@@ -201,6 +291,8 @@ fn latency_rounds(
     let page_dir = scratch.join("single-prealloc-page");
     let page = open_filled(uring, &page_dir, true)?;
     let mut series: [Latencies; 9] = Default::default();
+    let mut cpu: [f64; 9] = [0.0; 9];
+    let mut baseline_cpu_seconds = 0.0;
     let trait_append = scratch.join("disk-trait-append.dat");
     let trait_prealloc = scratch.join("disk-trait-prealloc.dat");
     let appended_file = uring.open(&trait_append, OpenOptions::CREATE)?;
@@ -209,33 +301,26 @@ fn latency_rounds(
     let mut trait_offsets = [0u64; 2];
     let per_round = LATENCY_SAMPLES / LATENCY_ROUNDS;
     for _ in 0..LATENCY_ROUNDS {
-        series[0].merge(&baseline::fdatasync_4k(
-            scratch,
-            FileMode::Appended,
-            per_round,
-        )?);
-        series[1].merge(&baseline::fdatasync_4k(
-            scratch,
-            FileMode::Preallocated,
-            per_round,
-        )?);
-        sample_appends(&plain, per_round, &mut series[2])?;
-        sample_appends(&prealloc, per_round, &mut series[3])?;
-        sample_appends(&portable_wal, per_round, &mut series[4])?;
-        sample_sized_appends(&page, PAGE_FRAME_PAYLOAD_BYTES, per_round, &mut series[5])?;
-        sample_disk_trait(
-            &appended_file,
-            &mut trait_offsets[0],
-            per_round,
-            &mut series[6],
-        )?;
-        sample_disk_trait(
-            &prealloc_file,
-            &mut trait_offsets[1],
-            per_round,
-            &mut series[7],
-        )?;
-        sample_appends(&portable_prealloc, per_round, &mut series[8])?;
+        for (index, mode) in [(0, FileMode::Appended), (1, FileMode::Preallocated)] {
+            let taken = baseline::fdatasync_4k_with_cpu(scratch, mode, per_round)?;
+            series[index].merge(&taken.latencies);
+            baseline_cpu_seconds += taken.thread_cpu_seconds;
+        }
+        let [_, _, s2, s3, s4, s5, s6, s7, s8] = &mut series;
+        let [_, _, c2, c3, c4, c5, c6, c7, c8] = &mut cpu;
+        with_process_cpu(c2, || sample_appends(&plain, per_round, s2))?;
+        with_process_cpu(c3, || sample_appends(&prealloc, per_round, s3))?;
+        with_process_cpu(c4, || sample_appends(&portable_wal, per_round, s4))?;
+        with_process_cpu(c5, || {
+            sample_sized_appends(&page, PAGE_FRAME_PAYLOAD_BYTES, per_round, s5)
+        })?;
+        with_process_cpu(c6, || {
+            sample_disk_trait(&appended_file, &mut trait_offsets[0], per_round, s6)
+        })?;
+        with_process_cpu(c7, || {
+            sample_disk_trait(&prealloc_file, &mut trait_offsets[1], per_round, s7)
+        })?;
+        with_process_cpu(c8, || sample_appends(&portable_prealloc, per_round, s8))?;
     }
     drop((appended_file, prealloc_file));
     std::fs::remove_file(&trait_append)?;
@@ -250,15 +335,20 @@ fn latency_rounds(
     ] {
         std::fs::remove_dir_all(dir)?;
     }
-    Ok(series)
+    Ok(LatencyRounds {
+        series,
+        cpu_seconds: cpu,
+        baseline_cpu_seconds,
+    })
 }
 
-/// The median of [`THROUGHPUT_ROUNDS`] runs of a rate measurement.
-fn median_of_rounds(mut measure: impl FnMut() -> io::Result<f64>) -> io::Result<f64> {
+/// The run with the median rate of [`THROUGHPUT_ROUNDS`] runs of a rate
+/// measurement.
+fn median_of_rounds(mut measure: impl FnMut() -> io::Result<Throughput>) -> io::Result<Throughput> {
     let mut rates = (0..THROUGHPUT_ROUNDS)
         .map(|_| measure())
-        .collect::<io::Result<Vec<f64>>>()?;
-    rates.sort_by(f64::total_cmp);
+        .collect::<io::Result<Vec<Throughput>>>()?;
+    rates.sort_by(|a, b| a.per_s.total_cmp(&b.per_s));
     Ok(rates[rates.len() / 2])
 }
 
@@ -377,10 +467,11 @@ fn append_one(wal: &Wal, payload: &[u8]) -> io::Result<()> {
 
 /// Appends per second with `appenders` threads, each appending one record
 /// at a time and waiting for it, for [`THROUGHPUT_PHASE`].
-fn appenders_per_s(disk: &Arc<dyn Disk>, dir: &Path, appenders: usize) -> io::Result<f64> {
+fn appenders_per_s(disk: &Arc<dyn Disk>, dir: &Path, appenders: usize) -> io::Result<Throughput> {
     let wal = Arc::new(open(disk, dir, WalOptions::default())?);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = process_cpu_seconds();
     let started = Instant::now();
     let threads: Vec<_> = (0..appenders)
         .map(|_| {
@@ -402,7 +493,11 @@ fn appenders_per_s(disk: &Arc<dyn Disk>, dir: &Path, appenders: usize) -> io::Re
             .join()
             .map_err(|_| io::Error::other("appender panicked"))??;
     }
-    let rate = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    let appends = done.load(Ordering::Relaxed);
+    let rate = Throughput {
+        per_s: appends as f64 / started.elapsed().as_secs_f64(),
+        cpu_us_per_record: us_per_unit(process_cpu_seconds() - cpu_before, appends),
+    };
     drop(wal);
     std::fs::remove_dir_all(dir)?;
     Ok(rate)
@@ -410,9 +505,14 @@ fn appenders_per_s(disk: &Arc<dyn Disk>, dir: &Path, appenders: usize) -> io::Re
 
 /// Records per second of one thread appending batches of `count` × 256 B
 /// with `append_many`, each batch waited for.
-fn append_many_records_per_s(disk: &Arc<dyn Disk>, dir: &Path, count: usize) -> io::Result<f64> {
+fn append_many_records_per_s(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+    count: usize,
+) -> io::Result<Throughput> {
     let wal = open(disk, dir, WalOptions::default())?;
     let lens = vec![RECORD_BYTES; count];
+    let cpu_before = process_cpu_seconds();
     let started = Instant::now();
     let mut records = 0u64;
     while started.elapsed() < THROUGHPUT_PHASE {
@@ -425,7 +525,10 @@ fn append_many_records_per_s(disk: &Arc<dyn Disk>, dir: &Path, count: usize) -> 
         .map_err(io::Error::other)?;
         records += count as u64;
     }
-    let rate = records as f64 / started.elapsed().as_secs_f64();
+    let rate = Throughput {
+        per_s: records as f64 / started.elapsed().as_secs_f64(),
+        cpu_us_per_record: us_per_unit(process_cpu_seconds() - cpu_before, records),
+    };
     drop(wal);
     std::fs::remove_dir_all(dir)?;
     Ok(rate)
