@@ -62,6 +62,16 @@ pub(crate) struct DevArgs {
     /// status, duration, identity, bytes (http.access_log).
     #[arg(long, env = "NARAD_HTTP_ACCESS_LOG")]
     access_log: bool,
+    /// Prepare each next ingress WAL segment in the background and write it
+    /// with O_DIRECT (storage.ingress_wal_prealloc).
+    #[arg(
+        long,
+        env = "NARAD_STORAGE_INGRESS_WAL_PREALLOC",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    ingress_wal_prealloc: bool,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -201,6 +211,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     let mut config = DataNodeConfig::new(&args.data_dir);
     config.api.security = args.secure;
     config.api.access_log = args.access_log;
+    config.wal.prealloc = args.ingress_wal_prealloc;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

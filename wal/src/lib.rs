@@ -55,6 +55,7 @@ mod options;
 pub mod origin;
 mod prep;
 mod reader;
+mod recent;
 mod recovery;
 pub mod segment;
 mod staging;

@@ -16,6 +16,7 @@ use crate::options::WalOptions;
 use crate::origin::{self, Origins};
 use crate::prep::{self, Prep, PrepStatus};
 use crate::reader::WalReader;
+use crate::recent::Recent;
 use crate::record::WalRecordRef;
 use crate::recovery::recover;
 use crate::staging::{AppendState, StageFailure};
@@ -37,6 +38,10 @@ pub(crate) struct Shared {
     pub(crate) failed: AtomicBool,
     /// Group commits written with `O_DIRECT` so far.
     pub(crate) direct_writes: AtomicU64,
+    /// The newest durable chunks, for readers.
+    pub(crate) recent: Mutex<Recent>,
+    /// Reader windows filled from `recent` instead of the file.
+    pub(crate) recent_reads: AtomicU64,
     pub(crate) frontier: Arc<Frontier>,
     /// Every segment's base and the end of its durable data.
     pub(crate) segments: Mutex<BTreeMap<u64, u64>>,
@@ -112,6 +117,8 @@ impl Wal {
             room: Condvar::new(),
             failed: AtomicBool::new(false),
             direct_writes: AtomicU64::new(0),
+            recent: Mutex::new(Recent::default()),
+            recent_reads: AtomicU64::new(0),
             frontier: Arc::new(Frontier::new(next_seq)),
             segments: Mutex::new(recovered.segments),
             prep: Prep::new(),
@@ -283,6 +290,12 @@ impl Wal {
     /// `O_DIRECT`.
     pub fn direct_writes(&self) -> u64 {
         self.shared.direct_writes.load(Ordering::Relaxed)
+    }
+
+    /// Reads of durable records served from the copies of the newest
+    /// chunks kept in memory rather than from the segment file.
+    pub fn recent_reads(&self) -> u64 {
+        self.shared.recent_reads.load(Ordering::Relaxed)
     }
 
     /// The failure that latched the log, if any.

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use narad_disk::{FileHandle, OpenOptions};
 
@@ -271,6 +272,19 @@ impl WalReader {
         let window_end = self.window_start + self.window.len() as u64;
         if offset >= self.window_start && offset + len as u64 <= window_end {
             return Ok((offset - self.window_start) as usize);
+        }
+        let max = len.max(READ_WINDOW_BYTES);
+        let copied = self.shared.recent.lock().copy_from(
+            self.segment_base,
+            offset,
+            durable_end,
+            max,
+            &mut self.window,
+        );
+        if copied >= len {
+            self.shared.recent_reads.fetch_add(1, Ordering::Relaxed);
+            self.window_start = offset;
+            return Ok(0);
         }
         let path = segment_path(&self.shared.dir, self.segment_base);
         if self.file.is_none() {

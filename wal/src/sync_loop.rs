@@ -160,6 +160,7 @@ impl SyncLoop {
             self.active.end,
             self.shared.options.record_bytes_max,
         );
+        let chunk_offset = chunk.offset;
         let end = chunk.offset + chunk.buf.len() as u64;
         // This thread only waits for the write and its fdatasync, so it runs
         // both itself (`write_and_sync_now`): no hand-off to a storage thread
@@ -175,6 +176,11 @@ impl SyncLoop {
             None => IoFailure::new(FailedOp::Write, &e),
         })?;
         self.active.end = end;
+        // Readers find the bytes in memory before they learn the new end.
+        self.shared
+            .recent
+            .lock()
+            .push(self.active.base, chunk_offset, &buf);
         self.shared.segments.lock().insert(self.active.base, end);
         self.shared.frontier.advance(chunk.end_seq);
         self.maybe_request_spare();

@@ -561,6 +561,30 @@ fn prepared_segments_are_written_with_o_direct_and_read_back_whole() {
 }
 
 #[test]
+fn a_reader_takes_just_written_records_from_memory_and_older_ones_from_the_file() {
+    for backend in backends() {
+        let wal = backend.open(prealloc_options());
+        let mut expected = Vec::new();
+        for seq in 0..40u64 {
+            let record = payload(seq, 300);
+            wal.append(&record).unwrap().wait().unwrap();
+            expected.push((seq, record));
+        }
+        let mut reader = wal.reader(35).unwrap();
+        let frame = reader.next_frame().unwrap().unwrap();
+        assert_eq!((frame.seq, frame.payload.to_vec()), expected[35]);
+        assert!(wal.recent_reads() > 0, "{}", backend.name);
+        // After a reopen nothing is in memory: the same bytes come from the
+        // segment files.
+        drop(reader);
+        drop(wal);
+        let wal = backend.open(prealloc_options());
+        assert_eq!(read_all(&wal, 0), expected, "{}", backend.name);
+        assert_eq!(wal.recent_reads(), 0, "{}", backend.name);
+    }
+}
+
+#[test]
 fn without_prealloc_nothing_is_written_with_o_direct() {
     for backend in backends() {
         let wal = backend.open(small_options());
