@@ -2,7 +2,7 @@
 //!
 //! Staged frames sit in chunks. A chunk is one future write: whole frames,
 //! contiguous in one segment, in one [`IoBuf`] of at most the staging buffer
-//! size (or a single larger frame). The two registered staging buffers are
+//! size (or a single larger frame). The two pooled staging buffers are
 //! used first; when both are busy (one being written, one full) further
 //! chunks get fresh buffers. A chunk whose segment differs from the one
 //! before it tells the sync loop to roll first.
@@ -28,7 +28,7 @@ pub(crate) struct Chunk {
     pub(crate) offset: u64,
     /// The frames.
     pub(crate) buf: IoBuf,
-    /// Whether `buf` is one of the two pooled (registered) buffers.
+    /// Whether `buf` is one of the two pooled buffers.
     pub(crate) pooled: bool,
     /// Sequence number of its first frame.
     pub(crate) first_seq: u64,

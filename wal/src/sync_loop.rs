@@ -54,8 +54,8 @@ pub(crate) fn spawn(
 struct SyncLoop {
     shared: Arc<Shared>,
     active: Active,
-    /// The registered buffer that `O_DIRECT` writes are assembled in; a
-    /// chunk too large for it gets a buffer of its own.
+    /// The aligned buffer `O_DIRECT` writes are assembled in; a chunk too
+    /// large for it gets a buffer of its own.
     direct_buf: Option<IoBuf>,
 }
 

@@ -42,8 +42,8 @@ fn defaults_fill_every_setting_but_the_node_id_and_the_control_nodes() {
     assert_eq!(config.data_dir, PathBuf::from("data"));
     assert!(config.api.security);
     assert!(
-        !config.ingress_wal_prealloc,
-        "off by default, as in the spec"
+        config.ingress_wal_prealloc,
+        "on by default (the spec's default is off; docs/operations.md says why)"
     );
     assert_eq!(config.api.bcrypt_cost, BCRYPT_COST_DEFAULT);
     assert!(matches!(
@@ -222,11 +222,11 @@ fn a_consumer_offset_commit_interval_outside_its_bounds_is_refused() {
 fn ingress_wal_prealloc_is_read_from_the_file() {
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
-            "storage": {"ingress_wal_prealloc": true}}"#,
+            "storage": {"ingress_wal_prealloc": false}}"#,
     )
     .expect("file");
     let config = resolve(&[file], env_with_secret).expect("valid");
-    assert!(config.ingress_wal_prealloc);
+    assert!(!config.ingress_wal_prealloc);
 }
 
 #[test]
