@@ -71,7 +71,7 @@ pub use log::Wal;
 pub use notify::{DurableWatch, FrontierChange, FrontierChanged, Pending};
 pub use options::{
     COMPACT_ROTATE_BYTES_DEFAULT, PREP_RUN_BYTES_MAX, SEGMENT_BYTES_DEFAULT,
-    STAGED_BYTES_MAX_DEFAULT, STAGING_BUFFER_BYTES_DEFAULT, SYNC_BACKSTOP_DEFAULT, WalOptions,
+    STAGED_BYTES_MAX_DEFAULT, STAGING_BUFFER_BYTES_DEFAULT, WalOptions,
 };
 pub use origin::Origins;
 pub use reader::{Frame, WalReader};

@@ -1,8 +1,6 @@
 //! The settings of one log, with the constants of the seed and the spec as
 //! defaults.
 
-use std::time::Duration;
-
 use crate::error::WalError;
 use crate::frame::{FRAME_HEADER_BYTES, FRAME_PAYLOAD_BYTES_MAX};
 use crate::segment::PREP_TRAILER_BYTES;
@@ -10,10 +8,6 @@ use crate::segment::PREP_TRAILER_BYTES;
 /// Segment size (64 MiB): large enough that rolls are rare, small enough
 /// that compaction reclaims space in useful steps.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
-
-/// Sync-loop backstop (10 ms): the loop wakes on every append; this only
-/// bounds a missed wakeup (`ingress_wal_sync_interval_ms`).
-pub const SYNC_BACKSTOP_DEFAULT: Duration = Duration::from_millis(10);
 
 /// Each of the two staging buffers holds up to 4 MiB: a busy log reuses
 /// them instead of allocating per flush.
@@ -40,8 +34,6 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// Largest record payload; at most 16 MiB.
     pub record_bytes_max: usize,
-    /// Sync-loop backstop.
-    pub sync_backstop: Duration,
     /// Capacity of each staging buffer; also the largest write of frames
     /// (a record larger than this goes in its own write).
     pub staging_buffer_bytes: usize,
@@ -64,7 +56,6 @@ impl Default for WalOptions {
         Self {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             record_bytes_max: FRAME_PAYLOAD_BYTES_MAX,
-            sync_backstop: SYNC_BACKSTOP_DEFAULT,
             staging_buffer_bytes: STAGING_BUFFER_BYTES_DEFAULT,
             staged_bytes_max: STAGED_BYTES_MAX_DEFAULT,
             prealloc: false,
@@ -126,9 +117,6 @@ impl WalOptions {
         }
         if self.staged_bytes_max < self.staging_buffer_bytes {
             return fail("staged_bytes_max must hold a staging buffer");
-        }
-        if self.sync_backstop.is_zero() {
-            return fail("sync_backstop must be positive");
         }
         Ok(())
     }

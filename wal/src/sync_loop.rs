@@ -1,12 +1,13 @@
 //! Group commit's doing half: the sync loop.
 //!
-//! One dedicated thread owns the active segment. It wakes on every append
-//! (with a backstop for a missed wakeup), takes every staged chunk at once,
+//! One dedicated thread owns the active segment. It sleeps until an append
+//! (or a rotation, or close) wakes it, takes every staged chunk at once,
 //! and for each: rolls to the chunk's segment if it differs, writes the
-//! chunk and fdatasyncs it (one `write_and_sync` request), advances the
-//! durable frontier and completes the chunk's waiters with the true outcome. Each write is synced before the
-//! next one is issued, so a file never has more than one unsynced write: a
-//! crash can tear only the last write of the last segment.
+//! chunk and fdatasyncs it on this thread (`write_and_sync_now`; `O_DIRECT`
+//! and `RWF_DSYNC` for a prepared segment), advances the durable frontier
+//! and completes the chunk's waiters with the true outcome. Each write is
+//! synced before the next one is issued, so a file never has more than one
+//! unsynced write: a crash can tear only the last write of the last segment.
 //!
 //! A write, fdatasync or roll error latches the log: the failing chunk, the
 //! chunks after it and every later append get the same error. An fdatasync
@@ -82,10 +83,9 @@ impl SyncLoop {
             if state.closed {
                 return None;
             }
-            let _ = self
-                .shared
-                .work
-                .wait_for(&mut state, self.shared.options.sync_backstop);
+            // Every append, rotation and close changes this state under the
+            // lock and then notifies, so no wake-up can be missed: no timer.
+            self.shared.work.wait(&mut state);
         }
     }
 

@@ -9,7 +9,6 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
-use std::time::Duration;
 
 use narad_disk::Disk;
 use narad_disk::portable::PortableDisk;
@@ -72,7 +71,6 @@ pub fn small_options() -> WalOptions {
     WalOptions {
         segment_bytes: 16 * 1024,
         record_bytes_max: 2048,
-        sync_backstop: Duration::from_millis(10),
         staging_buffer_bytes: 4096,
         staged_bytes_max: 256 * 1024,
         prealloc: false,
