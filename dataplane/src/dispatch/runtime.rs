@@ -45,7 +45,7 @@ pub const COMPACTION_SLACK: Duration = Duration::from_millis(10);
 /// A record the durable frontier covers but the WAL reader does not see
 /// yet is read again after this long. The WAL publishes a segment's end
 /// before it moves the frontier, so this is a backstop, not a cadence.
-pub const UNSEEN_DURABLE_RETRY: Duration = Duration::from_millis(1);
+pub const UNSEEN_DURABLE_RETRY: Duration = Duration::from_millis(10);
 
 /// What reaches the runtime thread. The queue is unbounded; what is in it
 /// is bounded by the dispatcher's own limits: one `CommitDone` per commit
