@@ -25,6 +25,7 @@ use crate::testing::{
     LOCAL_NODE, Served, apply, assign, basic, create_command, mark_dead, read_all, register,
     replica, start_node as start, topic,
 };
+use crate::topology::Destination;
 
 pub(crate) const DATA_DIR: &str = "/node";
 
@@ -414,6 +415,61 @@ fn a_topic_created_after_start_is_dispatched_once_assigned() {
     node.shutdown();
     let stored = stored(&disk, Path::new(DATA_DIR), "fresh", 3);
     assert_eq!(stored[&2], vec![(Vec::new(), b"early".to_vec())]);
+}
+
+#[test]
+fn an_assignment_wakes_the_dispatcher_without_a_retry_timer() {
+    let sim = SimDisk::new(14);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    let replica = replica();
+    let mut config = config(Path::new(DATA_DIR), 1);
+    // Both backstops an hour away: only the replica's change can wake the
+    // dispatcher within the test's ceiling.
+    config.dispatch.unresolved_retry = Duration::from_secs(3_600);
+    config.dispatch.rescan_interval = Duration::from_secs(3_600);
+    let node = start(Arc::clone(&disk), &replica, config);
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("fresh", 0xe5, 3)),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let topic = node
+        .api()
+        .acceptor
+        .producible_topic("fresh")
+        .expect("topic");
+    let message = |payload: &'static [u8]| ProduceMessage {
+        key: Vec::new(),
+        partition: Some(1),
+        payload: bytes::Bytes::from_static(payload),
+        idempotency_key: Vec::new(),
+    };
+    runtime
+        .block_on(node.api().acceptor.accept(&topic, &message(b"waiting")))
+        .expect("accept");
+    // A record behind it, to a placed topic: once that one is stored, the
+    // dispatcher has read the first and holds it for its partition.
+    let orders = node
+        .api()
+        .acceptor
+        .producible_topic("orders")
+        .expect("topic");
+    runtime
+        .block_on(node.api().acceptor.accept(&orders, &message(b"behind")))
+        .expect("accept");
+    wait_until("the record behind it to be stored", || {
+        node.logs()
+            .get(&Destination::new("orders", 1))
+            .is_some_and(|log| log.high_watermark() == 1)
+    });
+    assert!(!node.drained(), "the first record waits for its partition");
+    assign(&replica, "fresh", &[(1, LOCAL_NODE)]);
+    wait_until("the assignment to wake the dispatcher", || node.drained());
+    node.shutdown();
+    let stored = stored(&disk, Path::new(DATA_DIR), "fresh", 3);
+    assert_eq!(stored[&1], vec![(Vec::new(), b"waiting".to_vec())]);
 }
 
 #[test]

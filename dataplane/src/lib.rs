@@ -32,6 +32,7 @@ pub mod ingress;
 pub mod metadata;
 pub mod metrics;
 pub mod node;
+mod queue;
 pub mod remote;
 pub mod topology;
 

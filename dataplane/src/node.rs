@@ -239,6 +239,8 @@ impl DataNode {
                 wal: Arc::clone(&wal),
                 checkpoint: Arc::clone(&checkpoint),
                 topology: Arc::clone(&services.replica),
+                topology_changes: services.replica.watch_changes(),
+                checkpoint_sync_delay: config.checkpoint.sync_delay,
                 local,
                 remote: services.remote,
                 leader: Arc::clone(&services.leader),

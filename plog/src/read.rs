@@ -108,14 +108,34 @@ impl PartitionLog {
         Ok(reader.into_batch())
     }
 
-    /// Serves a read from the tail cache when the cache holds its first
-    /// offset. The cache ends at the high watermark, so it then holds
+    /// [`PartitionLog::read`] without touching the disk: the batch when the
+    /// tail cache holds `from`, or when `from` is at or past the high
+    /// watermark (an empty batch); `None` when the read would go to the
+    /// segments. Async callers read here first and take a `None` to a
+    /// thread that may block.
+    pub fn read_from_memory(&self, from: u64, until: u64, limits: ReadLimits) -> Option<ReadBatch> {
+        let mut reader = Reader {
+            entries: Vec::new(),
+            next_offset: from,
+            bytes: 0,
+            limits,
+        };
+        self.read_cached(&mut reader, until)
+            .then(|| reader.into_batch())
+    }
+
+    /// Serves a read from memory when the tail cache holds its first
+    /// offset, or when it starts at or past the high watermark (nothing to
+    /// return). The cache ends at the high watermark, so it then holds
     /// everything the read may return. Offsets below the oldest kept are
     /// left to the segments' path, which reports them trimmed.
     fn read_cached(&self, reader: &mut Reader, until: u64) -> bool {
         let table = self.table.read();
         let from = reader.next_offset;
-        if from >= table.high_watermark || from < table.oldest_offset() {
+        if from >= table.high_watermark {
+            return true;
+        }
+        if from < table.oldest_offset() {
             return false;
         }
         let Some(records) = table.tail.records_from(from) else {

@@ -21,7 +21,7 @@ use narad_plog::frame::{self, FRAME_BYTES_MAX};
 use narad_plog::segment::segment_file_name;
 use narad_plog::{
     Codec, CommitRecord, CompressionLevel, HWM_FILE_NAME, LogConfig, LogError, PartitionLog,
-    ReadEntry, Record,
+    ReadEntry, ReadLimits, Record,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -575,6 +575,40 @@ fn reads_older_than_the_tail_cache_go_to_the_segments() {
         all.iter().map(|r| r.offset).collect::<Vec<_>>(),
         (0..40).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn a_read_from_memory_serves_the_tail_cache_and_declines_what_lies_below_it() {
+    let sim = SimDisk::new(23);
+    let newest_two = numbered(32, 8, 1)
+        .iter()
+        .map(|o| o.key.len() + o.payload.len() + size_of::<Record>())
+        .sum();
+    let config = LogConfig {
+        tail_cache_bytes: newest_two,
+        ..LogConfig::default()
+    };
+    let log = forty_records_in_ten_commits(&sim, &config);
+    let before = sim.op_count();
+    let cached = log
+        .read_from_memory(32, u64::MAX, ReadLimits::default())
+        .expect("the newest two commits are in memory");
+    assert_eq!(
+        cached,
+        log.read(32, u64::MAX, ReadLimits::default()).unwrap()
+    );
+    assert_eq!(cached.entries.len(), 8);
+    let past_the_end = log
+        .read_from_memory(40, u64::MAX, ReadLimits::default())
+        .expect("nothing to read needs no disk");
+    assert!(past_the_end.entries.is_empty());
+    assert_eq!(past_the_end.next_offset, 40);
+    assert_eq!(
+        log.read_from_memory(31, u64::MAX, ReadLimits::default()),
+        None,
+        "below the cache the read would go to the segment"
+    );
+    assert_eq!(sim.op_count(), before, "no read touched the disk");
 }
 
 #[test]

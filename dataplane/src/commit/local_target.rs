@@ -9,10 +9,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
-
 use super::{Combiners, CommitBatch, CommitError, CommitItem};
 use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, Held, WalPayload};
+use crate::queue::{self, Sender};
 
 /// Commit worker threads for local commits. A hung commit holds a worker,
 /// and the dispatcher starts at most 16 commits that are not hung, so this
@@ -20,7 +19,8 @@ use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, Held
 pub const LOCAL_COMMIT_WORKERS: usize = 32;
 
 /// Local commits queued for a worker at most; the dispatcher's own limits
-/// keep it far below this.
+/// keep it far below this. A full queue blocks the caller of
+/// [`CommitTarget::start`] until a worker takes an order.
 pub const LOCAL_COMMIT_QUEUE_MAX: usize = 4_096;
 
 type LocalJob = (CommitOrder<WalPayload>, CommitDone);
@@ -51,14 +51,15 @@ impl LocalCommitTarget {
         workers: usize,
         name: &str,
     ) -> std::io::Result<Self> {
-        let (jobs, receiver) = crossbeam_channel::bounded::<LocalJob>(LOCAL_COMMIT_QUEUE_MAX);
+        let (jobs, receiver) = queue::bounded::<LocalJob>(LOCAL_COMMIT_QUEUE_MAX);
         for index in 0..workers {
-            let receiver: Receiver<LocalJob> = receiver.clone();
+            let receiver = receiver.clone();
             let combiners = Arc::clone(&combiners);
             std::thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
-                    for (order, done) in receiver {
+                    // An idle worker sleeps in `recv` until an order comes.
+                    while let Some((order, done)) = receiver.recv() {
                         // A panic is a bug; reporting the commit failed
                         // keeps the records in the WAL and the destination
                         // alive, where a lost answer would leave it hung.
@@ -79,9 +80,8 @@ impl LocalCommitTarget {
 
 impl CommitTarget for LocalCommitTarget {
     fn start(&self, order: CommitOrder<WalPayload>, done: CommitDone) {
-        if let Err(error) = self.jobs.send((order, done)) {
+        if let Err((order, done)) = self.jobs.send((order, done)) {
             // Workers are gone only at shutdown.
-            let (order, done) = error.into_inner();
             done.finish(order, CommitOutcome::Failed);
         }
     }

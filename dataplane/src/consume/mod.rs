@@ -19,6 +19,8 @@ pub mod shard;
 pub mod waiters;
 
 #[cfg(test)]
+mod service_reads_tests;
+#[cfg(test)]
 mod service_tests;
 #[cfg(test)]
 mod shard_tests;

@@ -22,6 +22,11 @@
 //! looks for ready records before it joins a line, so it may take a record
 //! that arrived just before the pump ran.
 //!
+//! Reads of the partition logs run inline when the tail cache serves them;
+//! a read that needs the disk (and a partition's first open) moves the
+//! rest of its work to Tokio's blocking pool, so no async worker waits for
+//! the disk (`reads`).
+//!
 //! For delivery tokens (`hold`), a record can be leased for a short hold
 //! on behalf of another node and turned into a full lease by that node's
 //! claim; an unclaimed hold lapses as any lease does.
@@ -35,15 +40,15 @@
 //! `request` and `error` (what goes in and out), `lease` (scan, reserve,
 //! read), `shards` (each owned partition's shard and its persisted
 //! position), `pump` (parked consumes and the pump serving them), `wakeups`
-//! (what runs the pump besides a consume) and `hold` (records held for
-//! delivery tokens).
+//! (what runs the pump besides a consume), `hold` (records held for
+//! delivery tokens) and `reads` (where reads of the log run).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use narad_plog::{LogError, ReadEntry, Record};
+use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
@@ -59,6 +64,7 @@ mod error;
 mod hold;
 mod lease;
 mod pump;
+mod reads;
 mod request;
 mod shards;
 mod wakeups;
@@ -115,6 +121,8 @@ pub struct ConsumeService {
     metadata_task: OnceLock<AbortHandle>,
     runtime: OnceLock<tokio::runtime::Handle>,
     shut_down: AtomicBool,
+    /// Pieces of work moved to the blocking pool to read the disk.
+    reads_offloaded: AtomicU64,
 }
 
 impl ConsumeService {
@@ -153,6 +161,7 @@ impl ConsumeService {
             metadata_task: OnceLock::new(),
             runtime: OnceLock::new(),
             shut_down: AtomicBool::new(false),
+            reads_offloaded: AtomicU64::new(0),
         })
     }
 
@@ -182,7 +191,7 @@ impl ConsumeService {
         let wait = request.wait.min(self.config.max_wait);
         let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         let deadline_ms = self.clock.now_ms().saturating_add(wait_ms);
-        let ready = self.scan(&meta, request.partition, max)?;
+        let ready = self.scan(&meta, request.partition, max).await?;
         if !ready.is_empty() || wait_ms == 0 {
             return Ok(ready);
         }
@@ -190,13 +199,14 @@ impl ConsumeService {
     }
 
     /// Reads the record at `offset` without leasing it. `None` when the
-    /// offset is at or past the high watermark.
+    /// offset is at or past the high watermark. Reads the tail cache
+    /// inline, the disk on the blocking pool.
     ///
     /// # Errors
     /// [`ReplayError::Gone`] when retention deleted it,
     /// [`ReplayError::Unreadable`] when it is damaged, and the lookup
     /// errors.
-    pub fn replay(
+    pub async fn replay(
         &self,
         topic: &str,
         partition: u32,
@@ -219,11 +229,30 @@ impl ConsumeService {
             topic: Arc::clone(&meta.name),
             partition,
         };
-        let log = self
+        let one = ReadLimits {
+            records_max: 1,
+            bytes_max: 1,
+        };
+        let until = offset.saturating_add(1);
+        let cached = self
             .logs
-            .resolve(&destination, meta.incarnation_id.as_ref())
-            .map_err(|error| ReplayError::Read(error.to_string()))?;
-        match log.read_record(offset) {
+            .current(&destination, meta.incarnation_id.as_ref())
+            .and_then(|log| log.read_from_memory(offset, until, one));
+        let entry = match cached {
+            Some(batch) => Ok(batch.entries.into_iter().next()),
+            None => {
+                let logs = Arc::clone(&self.logs);
+                let incarnation = meta.incarnation_id.clone();
+                self.reads_offloaded.fetch_add(1, Ordering::Relaxed);
+                tokio::task::spawn_blocking(move || {
+                    let log = logs.resolve(&destination, incarnation.as_ref())?;
+                    log.read_record(offset)
+                })
+                .await
+                .map_err(|error| ReplayError::Read(format!("partition read failed: {error}")))?
+            }
+        };
+        match entry {
             Ok(None) => Ok(None),
             Ok(Some(ReadEntry::Record(record))) => Ok(Some(record)),
             Ok(Some(ReadEntry::Unreadable { .. })) => Err(ReplayError::Unreadable { offset }),
@@ -316,6 +345,12 @@ impl ConsumeService {
     /// Consumes parked on `topic` now (tests, diagnostics).
     pub fn parked(&self, topic: &str) -> usize {
         self.waiters.count(topic)
+    }
+
+    /// Pieces of work (a scan, a pump, a claim, a replay) that moved to the
+    /// blocking pool because a read needed the disk (tests, diagnostics).
+    pub fn reads_offloaded(&self) -> u64 {
+        self.reads_offloaded.load(Ordering::Relaxed)
     }
 
     /// The consumer state store the service persists positions through.

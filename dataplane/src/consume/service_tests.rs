@@ -38,6 +38,10 @@ const ANSWER_CEILING: Duration = Duration::from_secs(30);
 /// Yields allowed while waiting for a spawned consume to park: a ceiling
 /// that turns a hang into a failure, not a timing assertion.
 const PARK_YIELDS_MAX: usize = 10_000;
+/// How long a test waits for a spawned consume to park, polling: its first
+/// scan may open the partition on the blocking pool. A ceiling, not a
+/// timing assertion.
+const PARK_CEILING: Duration = Duration::from_secs(30);
 
 /// One node's consume path over `disk`.
 struct Node {
@@ -164,13 +168,15 @@ impl Node {
         let service = Arc::clone(&self.service);
         let task =
             tokio::spawn(async move { service.consume(request(partition, 10, LONG_WAIT)).await });
-        for _ in 0..PARK_YIELDS_MAX {
-            if self.service.parked(TOPIC) > parked {
-                return task;
-            }
-            tokio::task::yield_now().await;
+        let deadline = std::time::Instant::now() + PARK_CEILING;
+        while self.service.parked(TOPIC) <= parked {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the consume never parked"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        panic!("the consume never parked");
+        task
     }
 }
 
@@ -666,7 +672,7 @@ async fn shutdown_answers_parked_consumes_empty() {
 async fn a_replay_reads_a_record_without_leasing_it() {
     let node = sim_node();
     node.commit(0, &["a"]);
-    let record = node.service.replay(TOPIC, 0, 0).expect("replay");
+    let record = node.service.replay(TOPIC, 0, 0).await.expect("replay");
     assert_eq!(record.map(|r| r.payload), Some(b"a".to_vec()));
     assert_eq!(offsets(&node.consume(Some(0), 1).await), vec![0]);
 }
@@ -676,7 +682,13 @@ async fn a_replay_of_a_leased_record_leaves_the_lease_alone() {
     let node = sim_node();
     node.commit(0, &["a"]);
     let got = node.consume(Some(0), 1).await;
-    assert!(node.service.replay(TOPIC, 0, 0).expect("replay").is_some());
+    assert!(
+        node.service
+            .replay(TOPIC, 0, 0)
+            .await
+            .expect("replay")
+            .is_some()
+    );
     node.settle(&got[0], Settle::Ack)
         .expect("the lease is intact");
 }
@@ -685,7 +697,7 @@ async fn a_replay_of_a_leased_record_leaves_the_lease_alone() {
 async fn a_replay_past_the_end_is_none() {
     let node = sim_node();
     node.commit(0, &["a"]);
-    assert_eq!(node.service.replay(TOPIC, 0, 1), Ok(None));
+    assert_eq!(node.service.replay(TOPIC, 0, 1).await, Ok(None));
 }
 
 #[tokio::test]
@@ -699,7 +711,7 @@ async fn a_replay_of_an_offset_retention_deleted_is_gone() {
     log.sweep_retention(1_000 + 7_200_000, 3_600_000)
         .expect("sweep");
     assert_eq!(
-        node.service.replay(TOPIC, 0, 0),
+        node.service.replay(TOPIC, 0, 0).await,
         Err(ReplayError::Gone { offset: 0 })
     );
 }
@@ -757,7 +769,7 @@ async fn a_damaged_record_replays_as_unreadable() {
     bytes[40] ^= 0xff;
     std::fs::write(&segment, &bytes).expect("write segment");
     assert_eq!(
-        node.service.replay(TOPIC, 0, 0),
+        node.service.replay(TOPIC, 0, 0).await,
         Err(ReplayError::Unreadable { offset: 0 })
     );
 }
@@ -1040,7 +1052,7 @@ async fn a_claim_turns_a_hold_into_a_lease_of_the_visibility_timeout() {
     node.commit(1, &["a"]);
     let held = node.service.hold(TOPIC, 1, HOLD);
 
-    let claimed = node.service.claim(TOPIC, &held, 1);
+    let claimed = node.service.claim(TOPIC, &held, 1).await;
 
     assert_eq!(payloads(&claimed), vec!["a"]);
     assert_eq!(claimed[0].nonce, held[0].nonce);
@@ -1057,7 +1069,7 @@ async fn a_claim_after_the_hold_lapsed_gets_nothing_and_the_record_is_ready_agai
     let held = node.service.hold(TOPIC, 1, HOLD);
     node.clock.advance(500);
 
-    let claimed = node.service.claim(TOPIC, &held, 1);
+    let claimed = node.service.claim(TOPIC, &held, 1).await;
 
     assert!(claimed.is_empty());
     assert_eq!(payloads(&node.consume(None, 1).await), vec!["a"]);
@@ -1070,7 +1082,7 @@ async fn holds_past_the_claims_max_are_released_at_once() {
     let held = node.service.hold(TOPIC, 2, HOLD);
     assert_eq!(held.len(), 2);
 
-    let claimed = node.service.claim(TOPIC, &held, 1);
+    let claimed = node.service.claim(TOPIC, &held, 1).await;
 
     assert_eq!(payloads(&claimed), vec!["a"]);
     assert_eq!(payloads(&node.consume(None, 1).await), vec!["b"]);

@@ -290,6 +290,18 @@ impl<R> Waiters<R> {
         false
     }
 
+    /// Ends a pump that cannot finish its pass (the work it left for the
+    /// blocking pool was dropped, as when the runtime shuts down): the
+    /// topic's next wake-up starts a new pump.
+    pub fn abandon_pump(&self, topic: &str) {
+        let mut table = self.table.lock();
+        if let Some(waiting) = table.topics.get_mut(topic) {
+            waiting.pumping = false;
+            waiting.dirty = false;
+        }
+        table.tidy(topic);
+    }
+
     /// Answers every waiter with nothing (their reply channels close) and
     /// refuses new ones.
     pub fn close(&self) {

@@ -52,6 +52,7 @@ impl ConsumeFront<'_> {
             None => self
                 .service
                 .replay(topic, partition, offset)
+                .await
                 .map_err(FrontError::Local),
         }
     }

@@ -78,8 +78,9 @@ pub const REROUTE_GRACE: Duration = Duration::from_secs(3);
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A destination whose owner does not resolve (a topic not assigned yet) is
-/// looked up again this often.
-pub const UNRESOLVED_RETRY: Duration = Duration::from_millis(10);
+/// looked up again this often. Every topology change wakes the runtime, so
+/// an assignment is seen at once; this only bounds a missed wake-up.
+pub const UNRESOLVED_RETRY: Duration = Duration::from_secs(1);
 
 /// An unconfirmed "is this topic gone?" answer is remembered this long, so a
 /// leader that cannot be reached is asked about once a second.

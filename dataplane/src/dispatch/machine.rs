@@ -699,8 +699,8 @@ impl<P> Dispatcher<P> {
             } = topology.route(&destination)
             else {
                 // Unassigned: looked up again on the next poll (the runtime
-                // polls at least every `unresolved_retry`). Dead: released on
-                // the next poll.
+                // polls after every topology change, and at least every
+                // `unresolved_retry`). Dead: released on the next poll.
                 continue;
             };
             if self.lingers(&destination, node, now, others_running) {

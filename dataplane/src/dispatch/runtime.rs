@@ -2,42 +2,60 @@
 //! happened (records read from the WAL, commit outcomes, leader answers,
 //! the time) and carries out the commands it returns. All decisions stay in
 //! the machine; this file only does I/O.
+//!
+//! The thread sleeps on its event queue until an event comes or the next
+//! real deadline passes; with nothing pending it sleeps without a timeout.
+//! What wakes it: a commit ending, a leader answer, the WAL's durable
+//! frontier moving, the topology changing (both through a waker that posts
+//! [`Event::Wake`]), and the deadlines of the machine, of a failure
+//! backoff and of WAL compaction behind a checkpoint not yet synced.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use narad_plog::Origin;
 use narad_wal::{
-    CheckpointStore, FrontierChange, RecordError, Wal, WalError, WalReader, WalRecordRef,
+    CheckpointStore, DurableWatch, FrontierChange, RecordError, Wal, WalError, WalReader,
+    WalRecordRef,
 };
+use tokio::sync::watch;
 
 use super::targets::{CommitDone, CommitTarget, LeaderConfirm, WalPayload};
 use super::{
     Command, CommitId, CommitOutcome, DispatchConfig, Dispatcher, GoneQuestion, Held, RecordMeta,
 };
+use crate::queue::{self, Received, Receiver, Sender};
 use crate::topology::{Destination, Topology};
-
-/// How long the runtime sleeps at most without news: a record becoming
-/// durable wakes it at once, so this only bounds a missed wakeup (and is
-/// how often an owner that does not resolve is looked up again).
-pub const IDLE_BACKSTOP: Duration = Duration::from_millis(10);
 
 /// The dispatcher as a whole backs off this long after it could not read
 /// the WAL or store its checkpoint.
 pub const FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 
-/// How long the durable-frontier watcher blocks before checking for stop.
-const WATCH_POLL: Duration = Duration::from_millis(100);
+/// A stored checkpoint is synced within the checkpoint store's sync delay,
+/// plus the time of one fdatasync of an 8-byte file; the dispatcher looks
+/// for the synced value to compact behind this long after the delay.
+pub const COMPACTION_SLACK: Duration = Duration::from_millis(10);
 
-/// What reaches the runtime thread.
+/// A record the durable frontier covers but the WAL reader does not see
+/// yet is read again after this long. The WAL publishes a segment's end
+/// before it moves the frontier, so this is a backstop, not a cadence.
+pub const UNSEEN_DURABLE_RETRY: Duration = Duration::from_millis(10);
+
+/// What reaches the runtime thread. The queue is unbounded; what is in it
+/// is bounded by the dispatcher's own limits: one `CommitDone` per commit
+/// started (at most the commit slots plus hung commits), one `Gone` per
+/// question asked (one per topic or incarnation at a time), and at most
+/// one `Wake` per watch between two passes of the loop.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// The WAL's durable frontier moved.
-    Durable(u64),
+    /// The durable frontier or the topology moved: look again.
+    Wake,
     /// A commit ended.
     CommitDone {
         id: CommitId,
@@ -59,6 +77,14 @@ pub struct DispatchParts<T> {
     pub checkpoint: Arc<CheckpointStore>,
     /// The metadata replica.
     pub topology: Arc<T>,
+    /// Ticks after every change to `topology`
+    /// ([`crate::metadata::MetadataReplica::watch_changes`]): a partition
+    /// assigned, an owner marked dead, a topic deleted. The dispatcher
+    /// looks again at once instead of polling the topology.
+    pub topology_changes: watch::Receiver<u64>,
+    /// The checkpoint store's sync delay (`CheckpointConfig::sync_delay`):
+    /// when to look for a newly stored checkpoint to compact behind.
+    pub checkpoint_sync_delay: Duration,
     /// Commits to this node's partitions.
     pub local: Arc<dyn CommitTarget>,
     /// Commits to other nodes' partitions.
@@ -86,8 +112,7 @@ pub struct DispatchStatus {
 #[derive(Debug)]
 pub struct DispatchRuntime {
     events: Sender<Event>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
     status: Arc<DispatchStatus>,
 }
 
@@ -115,27 +140,32 @@ impl DispatchRuntime {
         }
         let reader = parts.wal.reader(start).map_err(std::io::Error::other)?;
         status.checkpoint_stored.store(start, Ordering::Release);
-        let (events, receiver) = crossbeam_channel::unbounded();
-        let stop = Arc::new(AtomicBool::new(false));
-        let watcher = spawn_watcher(&parts.wal, events.clone(), Arc::clone(&stop))?;
+        let (events, receiver) = queue::unbounded();
+        let watches = Watches::new(
+            parts.wal.durable_watch(),
+            parts.topology_changes.clone(),
+            &events,
+        );
         let mut state = Loop {
             machine: Dispatcher::new(config, start),
             reader,
             parts,
             events: events.clone(),
             receiver,
+            watches,
             epoch: Instant::now(),
             status: Arc::clone(&status),
             backoff_until: Duration::ZERO,
             compacted_behind: 0,
+            compaction_due: None,
+            reread_due: None,
         };
         let runner = std::thread::Builder::new()
             .name("narad-dispatch".into())
             .spawn(move || state.run())?;
         Ok(Self {
             events,
-            stop,
-            threads: vec![runner, watcher],
+            thread: Some(runner),
             status,
         })
     }
@@ -145,57 +175,103 @@ impl DispatchRuntime {
         &self.status
     }
 
-    /// Stops the loop and waits for its threads. Commits in flight finish
+    /// Stops the loop and waits for its thread. Commits in flight finish
     /// on their workers; their records are still in the WAL, above the
     /// checkpoint, so nothing is lost.
     pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Release);
         let _ = self.events.send(Event::Stop);
-        for thread in self.threads.drain(..) {
-            if thread.join().is_err() {
-                tracing::error!("a dispatcher thread panicked");
-            }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the dispatcher thread panicked");
         }
     }
 }
 
 impl Drop for DispatchRuntime {
     /// A runtime dropped without [`DispatchRuntime::stop`] (a panicking
-    /// test, an aborted start) still stops its threads, without waiting.
+    /// test, an aborted start) still stops its thread, without waiting.
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            self.stop.store(true, Ordering::Release);
+        if self.thread.is_some() {
             let _ = self.events.send(Event::Stop);
         }
     }
 }
 
-fn spawn_watcher(
-    wal: &Wal,
-    events: Sender<Event>,
-    stop: Arc<AtomicBool>,
-) -> std::io::Result<JoinHandle<()>> {
-    let watch = wal.durable_watch();
-    std::thread::Builder::new()
-        .name("narad-dispatch-watch".into())
-        .spawn(move || {
-            let mut seen = watch.next_durable_seq();
-            while !stop.load(Ordering::Acquire) {
-                match watch.wait_changed(seen, WATCH_POLL) {
-                    FrontierChange::Advanced(next) if next != seen => {
-                        seen = next;
-                        if events.send(Event::Durable(next)).is_err() {
-                            return;
-                        }
-                    }
-                    FrontierChange::Advanced(_) => {}
-                    FrontierChange::Stopped(next) => {
-                        let _ = events.send(Event::Durable(next));
-                        return;
-                    }
-                }
+/// Posts [`Event::Wake`] when a watched future's waker is called, so the
+/// dispatcher thread sleeps on its queue alone.
+struct EventWaker(Sender<Event>);
+
+impl Wake for EventWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // A stopped dispatcher no longer listens.
+        let _ = self.0.send(Event::Wake);
+    }
+}
+
+/// The next change of the topology, as an owned future.
+type TopologyChange = Pin<
+    Box<dyn Future<Output = (watch::Receiver<u64>, Result<(), watch::error::RecvError>)> + Send>,
+>;
+
+fn next_topology_change(mut changes: watch::Receiver<u64>) -> TopologyChange {
+    Box::pin(async move {
+        let changed = changes.changed().await;
+        (changes, changed)
+    })
+}
+
+/// What the dispatcher watches besides its queue: the WAL's durable
+/// frontier and the topology. Both are futures polled with an
+/// [`EventWaker`], never waited on.
+struct Watches {
+    waker: Waker,
+    durable: DurableWatch,
+    /// The frontier the current pass read.
+    durable_seen: u64,
+    /// The WAL closed or latched: its frontier moves no more.
+    durable_stopped: bool,
+    /// `None` once the replica is gone.
+    topology: Option<TopologyChange>,
+}
+
+impl Watches {
+    fn new(durable: DurableWatch, topology: watch::Receiver<u64>, events: &Sender<Event>) -> Self {
+        Self {
+            waker: Waker::from(Arc::new(EventWaker(events.clone()))),
+            durable_seen: durable.next_durable_seq(),
+            durable,
+            durable_stopped: false,
+            topology: Some(next_topology_change(topology)),
+        }
+    }
+
+    /// Registers the waker with both watches for the pass that just ended.
+    /// `true` when one moved during the pass: the loop then goes round
+    /// again instead of sleeping.
+    fn arm(&mut self) -> bool {
+        let mut cx = Context::from_waker(&self.waker);
+        let mut moved = false;
+        if !self.durable_stopped {
+            match Pin::new(&mut self.durable.changed(self.durable_seen)).poll(&mut cx) {
+                Poll::Ready(FrontierChange::Advanced(_)) => moved = true,
+                Poll::Ready(FrontierChange::Stopped(_)) => self.durable_stopped = true,
+                Poll::Pending => {}
             }
-        })
+        }
+        if let Some(change) = &mut self.topology
+            && let Poll::Ready((changes, changed)) = change.as_mut().poll(&mut cx)
+        {
+            // An error means the replica is gone: nothing changes any more.
+            self.topology = changed.is_ok().then(|| next_topology_change(changes));
+            moved |= changed.is_ok();
+        }
+        moved
+    }
 }
 
 /// Why a read of the WAL failed.
@@ -224,18 +300,25 @@ struct Loop<T> {
     parts: DispatchParts<T>,
     events: Sender<Event>,
     receiver: Receiver<Event>,
+    watches: Watches,
     epoch: Instant,
     status: Arc<DispatchStatus>,
     backoff_until: Duration,
+    /// The synced checkpoint the WAL was last compacted behind.
     compacted_behind: u64,
+    /// When to look for a stored checkpoint's sync, to compact behind it.
+    compaction_due: Option<Duration>,
+    /// When to read again a record the frontier covers but the reader did
+    /// not see.
+    reread_due: Option<Duration>,
 }
 
 impl<T: Topology + Send + Sync + 'static> Loop<T> {
     fn run(&mut self) {
         loop {
             let now = self.epoch.elapsed();
-            self.machine
-                .durable_advanced(self.parts.wal.next_durable_seq());
+            self.watches.durable_seen = self.parts.wal.next_durable_seq();
+            self.machine.durable_advanced(self.watches.durable_seen);
             if now >= self.backoff_until
                 && let Err(error) = self.read(now)
             {
@@ -252,7 +335,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
             for command in commands {
                 self.execute(command, now);
             }
-            self.compact();
+            self.compact(now);
             if !self.wait(now) {
                 return;
             }
@@ -261,6 +344,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
 
     /// Reads what the machine asks for and places it.
     fn read(&mut self, now: Duration) -> Result<(), ReadFailure> {
+        self.reread_due = None;
         let topology = &*self.parts.topology;
         while let Some(seq) = self.machine.next_read(topology, now) {
             if self.reader.next_seq() != seq {
@@ -268,7 +352,8 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
             }
             let Some(frame) = self.reader.next_frame()? else {
                 // Durable per the frontier but not visible to the reader
-                // yet: read again on the next wakeup.
+                // yet: read again shortly.
+                self.reread_due = Some(now + UNSEEN_DURABLE_RETRY);
                 return Ok(());
             };
             assert_eq!(frame.seq, seq, "WAL reader yielded another seq than asked");
@@ -344,37 +429,62 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     }
 
     /// Compacts the WAL behind the checkpoint's synced value when it moved.
-    fn compact(&mut self) {
-        let synced = self.parts.checkpoint.synced();
-        if synced <= self.compacted_behind {
-            return;
+    /// While a stored checkpoint waits for its sync, sets when to look
+    /// again: the sync delay after now (plus slack). Nothing else wakes
+    /// the loop when the checkpoint store's flusher syncs.
+    fn compact(&mut self, now: Duration) {
+        let checkpoint = &self.parts.checkpoint;
+        let synced = checkpoint.synced();
+        if synced > self.compacted_behind {
+            match self.parts.wal.compact_behind(checkpoint) {
+                Ok(_) => self.compacted_behind = synced,
+                Err(error) => tracing::warn!(%error, "ingress WAL compaction failed"),
+            }
         }
-        match self.parts.wal.compact_behind(&self.parts.checkpoint) {
-            Ok(_) => self.compacted_behind = synced,
-            Err(error) => tracing::warn!(%error, "ingress WAL compaction failed"),
-        }
+        let waiting = checkpoint.stored() > self.compacted_behind && !checkpoint.is_latched();
+        self.compaction_due = match self.compaction_due {
+            _ if !waiting => None,
+            Some(at) if at > now => Some(at),
+            _ => Some(now + self.parts.checkpoint_sync_delay + COMPACTION_SLACK),
+        };
     }
 
-    /// Waits for news or the next deadline, and applies what came.
-    /// Returns `false` to stop.
+    /// When the loop must run again at the latest, without news: the
+    /// machine's next deadline, a compaction or a re-read due, and during
+    /// a failure backoff not before it ends. `None`: nothing is pending.
+    fn next_wakeup(&self, now: Duration) -> Option<Duration> {
+        let due = [
+            self.machine.next_deadline(&*self.parts.topology, now),
+            self.compaction_due,
+            self.reread_due,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if self.backoff_until > now {
+            return Some(due.map_or(self.backoff_until, |at| at.max(self.backoff_until)));
+        }
+        due
+    }
+
+    /// Waits for news or the next wakeup, and applies what came. Returns
+    /// `false` to stop.
     fn wait(&mut self, now: Duration) -> bool {
-        let deadline = self
-            .machine
-            .next_deadline(&*self.parts.topology, now)
-            .map_or(IDLE_BACKSTOP, |at| at.saturating_sub(now))
-            .min(IDLE_BACKSTOP)
-            .max(self.backoff_until.saturating_sub(now).min(FAILURE_BACKOFF));
-        let first = match self.receiver.recv_timeout(deadline) {
-            Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => return true,
-            Err(RecvTimeoutError::Disconnected) => return false,
+        if self.watches.arm() {
+            return true;
+        }
+        let deadline = self.next_wakeup(now).map(|at| self.epoch + at);
+        let first = match self.receiver.recv_until(deadline) {
+            Received::Item(event) => event,
+            Received::TimedOut => return true,
+            Received::Disconnected => return false,
         };
         let mut next = Some(first);
         while let Some(event) = next {
             if !self.apply(event) {
                 return false;
             }
-            next = self.receiver.try_recv().ok();
+            next = self.receiver.try_recv();
         }
         true
     }
@@ -382,7 +492,8 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     fn apply(&mut self, event: Event) -> bool {
         let now = self.epoch.elapsed();
         match event {
-            Event::Durable(next) => self.machine.durable_advanced(next),
+            // The next pass reads the frontier and the topology anew.
+            Event::Wake => {}
             Event::CommitDone {
                 id,
                 outcome,

@@ -7,13 +7,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use crossbeam_channel::Sender;
 use narad_meta::AttachEpoch;
 use narad_plog::Origin;
 
 use super::runtime::Event;
 use super::{CommitOrder, CommitOutcome, GoneQuestion};
 use crate::metadata::MetadataReplica;
+use crate::queue::Sender;
 
 /// What the dispatcher holds of a WAL record: enough to commit it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -44,8 +44,6 @@ pub struct CursorConfig {
     /// How long a read waits for a slab to fill once one record is there
     /// (`fanout.linger_ms`).
     pub linger_ms: u64,
-    /// How long a read waits for the first record.
-    pub long_poll_ms: u64,
     /// Buckets being committed at once.
     pub buckets_in_flight: usize,
     /// Wait before a failed bucket, read, load or write is tried again.
@@ -63,7 +61,6 @@ impl Default for CursorConfig {
             slab_records_max: 4_096,
             slab_bytes_max: 4 << 20,
             linger_ms: 25,
-            long_poll_ms: 1_000,
             buckets_in_flight: 16,
             retry_ms: 1_000,
             confirm_defer_ms: 1_000,
@@ -546,7 +543,8 @@ impl Cursor {
                     let until = due.min(now_ms + self.config.due_sleep_max_ms);
                     self.wait(until, Resume::Read)
                 }
-                // Nothing new within the long poll: read again.
+                // Nothing to take (the read waits for a commit, so only a
+                // log that moved under it returns empty): read again.
                 None => self.read(),
             };
         }

@@ -481,7 +481,7 @@ fn at_most_sixteen_buckets_are_in_flight() {
 }
 
 #[test]
-fn an_empty_long_poll_reads_again() {
+fn an_empty_slab_reads_again() {
     let mut cursor = reading_at(link(0, 0), 9);
     assert_eq!(
         cursor.handle(

@@ -1,7 +1,9 @@
 //! The fan-out thread ([`FanoutRuntime`]), with a Tokio runtime of its
 //! own, and the reconciler it runs: which cursors this node should run (links × parent
-//! partitions it owns), compared every second, and at once on a metadata
-//! change, with the ones it runs. A cursor whose plan changed (a new
+//! partitions it owns), compared at once on a metadata change, with the
+//! ones it runs. Without a change it compares again only while something
+//! is pending (a cursor that could not start, a cursor file being
+//! retired), every second; otherwise it sleeps without a timer. A cursor whose plan changed (a new
 //! attach epoch, another incarnation, a partition count) is stopped before
 //! its successor starts, so two cursors never share a file. A link that is
 //! gone while the parent partition stays here has its cursor file deleted,
@@ -22,7 +24,8 @@ use super::status::CursorKey;
 use crate::metadata::MetadataView;
 use crate::topology::{Destination, Route, Topology};
 
-/// How often the reconciler compares, without a metadata change.
+/// How often the reconciler compares without a metadata change, while a
+/// cursor could not start or a cursor file is being retired.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
 /// How many times a retiring cursor asks the leader before leaving the
@@ -162,16 +165,25 @@ impl Reconciler {
     /// Runs passes until `stop` turns true, then stops every cursor.
     async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut changes = self.parts.replica.watch_changes();
+        // A replica that is gone changes no more: stop watching it.
+        let mut watching = true;
         loop {
-            self.pass().await;
+            let pending = self.pass().await;
+            let again = async {
+                if pending {
+                    tokio::time::sleep(RECONCILE_EVERY).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
                         break;
                     }
                 }
-                _ = changes.changed() => {}
-                () = tokio::time::sleep(RECONCILE_EVERY) => {}
+                changed = changes.changed(), if watching => watching = changed.is_ok(),
+                () = again => {}
             }
         }
         for key in self.running.keys().cloned().collect::<Vec<_>>() {
@@ -182,8 +194,11 @@ impl Reconciler {
         }
     }
 
-    /// One comparison of desired and running cursors.
-    async fn pass(&mut self) {
+    /// One comparison of desired and running cursors. `true` while
+    /// something is left to do without a metadata change: a cursor that
+    /// could not start, or a cursor file still being retired (its cursor
+    /// starts on a later pass).
+    async fn pass(&mut self) -> bool {
         let view = self.parts.replica.view();
         let desired = desired(&view, &*self.parts.replica);
         self.retiring.retain(|_, retire| !retire.is_finished());
@@ -201,15 +216,19 @@ impl Reconciler {
                 self.retire_if_unlinked(&view, plan);
             }
         }
+        let mut failed = false;
         for (key, plan) in desired {
             if self.running.contains_key(&key) || self.retiring.contains_key(&key) {
                 continue;
             }
-            self.start_cursor(plan).await;
+            failed |= !self.start_cursor(plan).await;
         }
+        failed || !self.retiring.is_empty()
     }
 
-    async fn start_cursor(&mut self, plan: CursorPlan) {
+    /// Starts a cursor for `plan`; `false` when its parent partition could
+    /// not be opened (the next pass tries again).
+    async fn start_cursor(&mut self, plan: CursorPlan) -> bool {
         let destination = Destination::new(&plan.key.parent, plan.key.partition);
         let logs = Arc::clone(&self.parts.logs);
         let incarnation = plan.parent_incarnation.clone();
@@ -220,11 +239,11 @@ impl Reconciler {
             Ok(Ok(log)) => log,
             Ok(Err(error)) => {
                 tracing::warn!(parent = %plan.key.parent, partition = plan.key.partition, %error, "fan-out cursor cannot open its parent partition; trying again on the next pass");
-                return;
+                return false;
             }
             Err(error) => {
                 tracing::warn!(%error, "fan-out cursor start panicked");
-                return;
+                return false;
             }
         };
         let (stop, stopped) = watch::channel(false);
@@ -237,6 +256,7 @@ impl Reconciler {
         tracing::info!(parent = %plan.key.parent, partition = plan.key.partition, child = %plan.key.child, epoch = %plan.link.epoch, "fan-out cursor started");
         self.running
             .insert(plan.key.clone(), Running { plan, stop, task });
+        true
     }
 
     /// Stops a cursor and waits until nothing it started can still write.

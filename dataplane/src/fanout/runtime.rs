@@ -88,12 +88,17 @@ pub async fn run_cursor(
     let mut actions = cursor.start();
     let mut wake_at: Option<u64> = None;
     let mut writing: Option<tokio::task::JoinHandle<()>> = None;
+    // A read waits for the parent's next commit without a timeout: the
+    // cursor aborts it when it stops.
+    let mut reading: Option<tokio::task::AbortHandle> = None;
     loop {
         for action in actions.drain(..) {
             match action {
                 Action::Load => load(&parts, &path, &events),
                 Action::Confirm => confirm(&parts, &plan, &events),
-                Action::Read { from, linger } => read(&parts, &log, from, linger, &events),
+                Action::Read { from, linger } => {
+                    reading = Some(read(&parts, &log, from, linger, &events));
+                }
                 Action::Commit(bucket) => commit(&parts, &plan, bucket, &events),
                 Action::Write { position, replace } => {
                     writing = Some(write(&parts, &path, position, replace, &events));
@@ -126,6 +131,9 @@ pub async fn run_cursor(
         }
     }
     cursor.stop();
+    if let Some(read) = reading {
+        read.abort();
+    }
     if let Some(write) = writing {
         // A write in progress may still land; the next cursor of this pair
         // starts only after it did.
@@ -175,16 +183,17 @@ fn read(
     from: u64,
     linger: bool,
     events: &mpsc::UnboundedSender<Event>,
-) {
+) -> tokio::task::AbortHandle {
     let (config, log, events) = (parts.config, Arc::clone(log), events.clone());
     tokio::spawn(async move {
         let outcome = read_slab(config, log, from, linger).await;
         let _ = events.send(Event::Read(outcome));
-    });
+    })
+    .abort_handle()
 }
 
-/// Waits up to the long poll for a record at `from`, lingers for a fuller
-/// slab if asked, then reads one slab.
+/// Waits for a record at `from` (no timer: the parent's commit wakes it),
+/// lingers for a fuller slab if asked, then reads one slab.
 async fn read_slab(
     config: CursorConfig,
     log: Arc<PartitionLog>,
@@ -192,18 +201,10 @@ async fn read_slab(
     linger: bool,
 ) -> ReadOutcome {
     let mut watch = log.watch_high_watermark();
-    if watch.high_watermark() <= from {
-        let long_poll = Duration::from_millis(config.long_poll_ms);
-        match tokio::time::timeout(long_poll, watch.wait_beyond(from)).await {
-            Err(_) => {
-                return ReadOutcome::Slab {
-                    entries: Vec::new(),
-                    next_offset: from,
-                };
-            }
-            Ok(Err(error)) => return ReadOutcome::Failed(error.to_string()),
-            Ok(Ok(_)) => {}
-        }
+    if watch.high_watermark() <= from
+        && let Err(error) = watch.wait_beyond(from).await
+    {
+        return ReadOutcome::Failed(error.to_string());
     }
     let waiting = watch.high_watermark().saturating_sub(from);
     if linger && config.linger_ms > 0 && waiting < config.slab_records_max as u64 {

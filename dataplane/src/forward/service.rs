@@ -333,8 +333,8 @@ impl ForwardService {
             }
         }
         if !unused.is_empty() {
-            // Released at once: a claim of none of them.
-            serving.consume.claim(topic, &unused, 0);
+            // Released at once.
+            serving.consume.release_holds(topic, &unused);
         }
         self.notify(topic, notified);
     }
@@ -381,7 +381,8 @@ impl ForwardService {
                 let held = self.holds.lock().take(&request.topic, peer, now_ms);
                 let claimed = serving
                     .consume
-                    .claim(&request.topic, &held, request.max as usize);
+                    .claim(&request.topic, &held, request.max as usize)
+                    .await;
                 self.claimed_total
                     .fetch_add(claimed.len() as u64, Ordering::Relaxed);
                 claimed
@@ -438,6 +439,7 @@ impl Serving {
         let record = self
             .consume
             .replay(&request.topic, partition, offset)
+            .await
             .map_err(|error| replay_refusal(&request.topic, partition, error))?;
         let records = record
             .map(|record| ForwardedRecord {

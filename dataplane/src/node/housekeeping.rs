@@ -4,9 +4,13 @@
 //! delete"; `docs/internals/topic-directories.md`).
 //!
 //! It runs on its own thread, because the sweep's leader confirmation
-//! blocks (and refuses to run on an async runtime worker). It ticks every
-//! tick interval and at once after every change the replica applies, so
-//! a delete is acted on as soon as the node learns of it. Each tick:
+//! blocks (and refuses to run on an async runtime worker). It ticks at once
+//! after every change the replica applies, so a delete is acted on as soon
+//! as the node learns of it, and otherwise only when something is pending:
+//! a retirement to retry (every tick interval), an orphan directory the
+//! reconcile kept, or quarantined copies (on the sweep and stats
+//! intervals). A node with none of these sleeps without a timer. Each
+//! tick:
 //! - once the replica is caught up: every topic incarnation that left the
 //!   replica since the previous tick (deleted, or replaced by a new
 //!   incarnation under the same name) first has its consume shards
@@ -15,16 +19,19 @@
 //!   closed and its directory retired (`LocalLogs::retire_deleted` with
 //!   the remembered id);
 //! - once the replica is caught up, at the first such tick and then every
-//!   sweep interval: the reconcile, which retires every topic directory
+//!   sweep interval while it kept a directory: the reconcile, which
+//!   retires every topic directory
 //!   whose topic the replica does not hold (left by a delete while the node
 //!   was down, or by a topic created and deleted between two ticks), with
 //!   the id its marker names, once the leader confirms that incarnation
 //!   gone (a replica fed by a lagging control node after a restart may
 //!   lack a topic that exists);
-//! - every stats interval: `narad_quarantined_copies` and
-//!   `narad_quarantined_bytes`;
-//! - every sweep interval: the quarantine sweep, which removes only copies
-//!   the leader confirms gone.
+//! - at the first tick, after a tick that retired or removed a copy, and
+//!   every stats interval while copies may remain: the
+//!   `narad_quarantined_copies` and `narad_quarantined_bytes` gauges;
+//! - at the first tick and then every sweep interval while copies may
+//!   remain: the quarantine sweep, which removes only copies the leader
+//!   confirms gone.
 //!
 //! Retiring never destroys anything (it renames), and a retire whose marker
 //! names another incarnation is refused by `LocalLogs`, so a topic created
@@ -47,11 +54,12 @@ use crate::metrics::NodeMetrics;
 /// Cadences of the housekeeping thread.
 #[derive(Clone, Debug)]
 pub struct HousekeepingConfig {
-    /// How often deleted topics are looked for.
+    /// How often a retirement that failed on a disk error is tried again.
     pub tick: Duration,
-    /// How often the quarantine gauges are refreshed.
+    /// How often the quarantine gauges are refreshed while copies remain.
     pub stats_interval: Duration,
-    /// How often quarantined copies are swept and directories reconciled.
+    /// How often quarantined copies are swept while some remain, and how
+    /// often directories are reconciled while one was kept.
     pub sweep_interval: Duration,
 }
 
@@ -183,9 +191,48 @@ struct Memory {
     seen_version: Option<u64>,
     /// Retirements that failed on a disk error, retried each tick.
     pending: Vec<(Arc<str>, Option<Arc<str>>)>,
+    /// When the last tick ran.
+    ticked_at: Option<Instant>,
     last_stats: Option<Instant>,
     last_sweep: Option<Instant>,
     last_reconcile: Option<Instant>,
+    /// The last reconcile kept a directory (the leader did not confirm,
+    /// or a step failed): it runs again after the sweep interval.
+    orphans_kept: bool,
+    /// Quarantined copies may remain: set by a retirement, cleared by a
+    /// sweep that found none left. Until the first sweep, unknown.
+    quarantine_left: bool,
+}
+
+impl Memory {
+    fn new() -> Self {
+        Self {
+            quarantine_left: true,
+            ..Self::default()
+        }
+    }
+
+    /// When the next tick is due if the replica does not change first;
+    /// `None` when nothing is pending, and the thread sleeps untimed.
+    fn next_due(&self, config: &HousekeepingConfig) -> Option<Instant> {
+        let retry = self
+            .ticked_at
+            .filter(|_| !self.pending.is_empty())
+            .map(|at| at + config.tick);
+        let reconcile = self
+            .last_reconcile
+            .filter(|_| self.orphans_kept)
+            .map(|at| at + config.sweep_interval);
+        let sweep = self
+            .last_sweep
+            .filter(|_| self.quarantine_left)
+            .map(|at| at + config.sweep_interval);
+        let stats = self
+            .last_stats
+            .filter(|_| self.quarantine_left)
+            .map(|at| at + config.stats_interval);
+        [retry, reconcile, sweep, stats].into_iter().flatten().min()
+    }
 }
 
 fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
@@ -200,21 +247,27 @@ fn run(
     mut changes: watch::Receiver<u64>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let mut memory = Memory::default();
+    let mut memory = Memory::new();
+    // A replica that is gone changes no more: stop watching it.
+    let mut watching = true;
     loop {
         tick(parts, leader, config, &mut memory, Instant::now());
+        let due = memory.next_due(config);
         let stop = waiter.block_on(async {
+            let sleep = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 _ = &mut stopped => true,
-                // A replica that is gone changes no more: tick on time.
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        tokio::time::sleep(config.tick).await;
-                    }
+                changed = changes.changed(), if watching => {
+                    watching = changed.is_ok();
                     false
                 }
-                () = tokio::time::sleep(config.tick) => false,
+                () = sleep => false,
             }
         });
         if stop {
@@ -230,21 +283,35 @@ fn tick(
     memory: &mut Memory,
     now: Instant,
 ) {
+    memory.ticked_at = Some(now);
+    let mut changed = false;
     if parts.replica.is_caught_up() {
-        retire_departed(parts, memory);
-        if due(memory.last_reconcile, config.sweep_interval, now) {
-            reconcile(parts, leader);
+        changed |= retire_departed(parts, memory);
+        let reconcile_due = memory.last_reconcile.is_none() || memory.orphans_kept;
+        if reconcile_due && due(memory.last_reconcile, config.sweep_interval, now) {
+            let outcome = reconcile(parts, leader);
+            memory.orphans_kept = outcome.kept;
+            changed |= outcome.retired;
             memory.last_reconcile = Some(now);
         }
     }
-    if due(memory.last_sweep, config.sweep_interval, now) {
+    if changed {
+        memory.quarantine_left = true;
+    }
+    let sweep_due = memory.last_sweep.is_none() || memory.quarantine_left;
+    if sweep_due && due(memory.last_sweep, config.sweep_interval, now) {
         let report = parts.logs.sweep_quarantine(leader);
         if report.removed > 0 || report.questions_failed > 0 || report.removals_failed > 0 {
             tracing::info!(?report, "quarantine sweep");
         }
+        let left =
+            report.unconfirmed + report.questions_failed + report.removals_failed + report.deferred;
+        memory.quarantine_left = left > 0 || report.listing_error.is_some();
+        changed |= report.removed > 0;
         memory.last_sweep = Some(now);
     }
-    if due(memory.last_stats, config.stats_interval, now) {
+    let stats_due = memory.last_stats.is_none() || memory.quarantine_left;
+    if changed || (stats_due && due(memory.last_stats, config.stats_interval, now)) {
         match parts.logs.quarantine_stats() {
             Ok(stats) => stats.record(&parts.metrics),
             Err(error) => tracing::warn!(%error, "counting quarantined topic directories failed"),
@@ -254,12 +321,12 @@ fn tick(
 }
 
 /// Retires the incarnations that left the replica since the previous tick,
-/// and those whose retirement failed before.
-fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
+/// and those whose retirement failed before. `true` when it tried one.
+fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) -> bool {
     let view = parts.replica.view();
     let version = view.metastore.versions().topics;
     if memory.pending.is_empty() && memory.seen_version == Some(version) {
-        return;
+        return false;
     }
     memory.seen_version = Some(version);
     let now = incarnations(&view);
@@ -268,6 +335,7 @@ fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
         retiring.extend(departed(before, &now));
     }
     memory.seen = Some(now);
+    let tried = !retiring.is_empty();
     for (topic, id) in retiring {
         if !retire(parts, &topic, id.as_deref()) {
             if memory.pending.len() == RETIRE_PENDING_MAX {
@@ -277,6 +345,7 @@ fn retire_departed(parts: &HousekeepingParts, memory: &mut Memory) {
             memory.pending.push((topic, id));
         }
     }
+    tried
 }
 
 /// Retires `topic`'s incarnation `id`: its consume shards first (no
@@ -304,6 +373,16 @@ fn retire(parts: &HousekeepingParts, topic: &str, id: Option<&str>) -> bool {
     }
 }
 
+/// What a reconcile did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Reconciled {
+    /// It retired a directory (a new quarantined copy).
+    retired: bool,
+    /// It kept a directory of no known topic, or could not look: it must
+    /// run again.
+    kept: bool,
+}
+
 /// Retires every topic directory whose topic the replica does not hold
 /// and whose incarnation the leader confirms gone.
 ///
@@ -311,12 +390,14 @@ fn retire(parts: &HousekeepingParts, topic: &str, id: Option<&str>) -> bool {
 /// orphan's marker is read before the replica is read again: a directory
 /// is only made for a topic the replica already holds, so a topic created
 /// while this runs is found in the second read and left alone.
-fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) {
+fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) -> Reconciled {
+    let mut outcome = Reconciled::default();
     let directories = match parts.logs.topic_directories() {
         Ok(directories) => directories,
         Err(error) => {
             tracing::warn!(%error, "listing topic directories failed; reconcile skipped");
-            return;
+            outcome.kept = true;
+            return outcome;
         }
     };
     let view = parts.replica.view();
@@ -328,6 +409,7 @@ fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) {
             Ok(token) => token,
             Err(error) => {
                 tracing::warn!(topic, %error, "topic directory of no known topic left alone");
+                outcome.kept = true;
                 continue;
             }
         };
@@ -343,10 +425,12 @@ fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) {
                     incarnation = token.as_str(),
                     "topic directory of no known topic kept: the leader says its topic exists"
                 );
+                outcome.kept = true;
                 continue;
             }
             Err(error) => {
                 tracing::info!(topic, %error, "topic directory of no known topic kept until the leader answers");
+                outcome.kept = true;
                 continue;
             }
         }
@@ -354,8 +438,10 @@ fn reconcile(parts: &HousekeepingParts, leader: &dyn LeaderConfirm) {
             MarkerToken::Id(id) => Some(&**id),
             MarkerToken::NoId => None,
         };
-        retire(parts, &topic, id);
+        outcome.retired = true;
+        outcome.kept |= !retire(parts, &topic, id);
     }
+    outcome
 }
 
 #[cfg(test)]
@@ -419,6 +505,67 @@ mod tests {
         assert_eq!(leader.confirm_gone(&question), Ok(true));
         stopping.store(true, Ordering::Release);
         assert!(leader.confirm_gone(&question).is_err());
+    }
+
+    fn config() -> HousekeepingConfig {
+        HousekeepingConfig {
+            tick: Duration::from_secs(1),
+            stats_interval: Duration::from_secs(5),
+            sweep_interval: Duration::from_secs(30),
+        }
+    }
+
+    /// Memory after a first tick at `at` that left nothing pending.
+    fn settled(at: Instant) -> Memory {
+        Memory {
+            ticked_at: Some(at),
+            last_stats: Some(at),
+            last_sweep: Some(at),
+            last_reconcile: Some(at),
+            orphans_kept: false,
+            quarantine_left: false,
+            ..Memory::new()
+        }
+    }
+
+    #[test]
+    fn with_nothing_pending_no_tick_is_due() {
+        assert_eq!(settled(Instant::now()).next_due(&config()), None);
+    }
+
+    #[test]
+    fn a_failed_retirement_is_retried_after_one_tick() {
+        let at = Instant::now();
+        let mut memory = settled(at);
+        memory.pending.push((Arc::from("orders"), None));
+        assert_eq!(memory.next_due(&config()), Some(at + config().tick));
+    }
+
+    #[test]
+    fn quarantined_copies_keep_the_stats_and_the_sweep_on_their_intervals() {
+        let at = Instant::now();
+        let mut memory = settled(at);
+        memory.quarantine_left = true;
+        assert_eq!(
+            memory.next_due(&config()),
+            Some(at + config().stats_interval)
+        );
+        memory.last_stats = Some(at + config().sweep_interval);
+        assert_eq!(
+            memory.next_due(&config()),
+            Some(at + config().sweep_interval)
+        );
+    }
+
+    #[test]
+    fn a_kept_orphan_brings_the_reconcile_back_after_the_sweep_interval() {
+        let at = Instant::now();
+        let mut memory = settled(at);
+        memory.orphans_kept = true;
+        assert_eq!(
+            memory.next_due(&config()),
+            Some(at + config().sweep_interval)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use narad_disk::Disk;
@@ -38,6 +38,7 @@ use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
+use crate::queue::Received;
 use crate::testing::{apply, assign, create_command, place, register, topic};
 use crate::topology::{Destination, NodeId};
 
@@ -161,16 +162,17 @@ async fn run(
     order: CommitOrder<WalPayload>,
 ) -> (CommitOutcome, usize) {
     assert!(!order.local, "the order goes to another node");
-    let (events, receiver) = crossbeam_channel::unbounded();
+    let (events, receiver) = crate::queue::unbounded();
     target.start(order, CommitDone::new(events));
-    let event = tokio::task::spawn_blocking(move || receiver.recv_timeout(SIGNAL_WAIT))
-        .await
-        .expect("waiter")
-        .expect("the target reports the commit");
+    let event = tokio::task::spawn_blocking(move || {
+        receiver.recv_until(Some(Instant::now() + SIGNAL_WAIT))
+    })
+    .await
+    .expect("waiter");
     match event {
-        Event::CommitDone {
+        Received::Item(Event::CommitDone {
             outcome, records, ..
-        } => (outcome, records.len()),
+        }) => (outcome, records.len()),
         other => panic!("unexpected event {other:?}"),
     }
 }

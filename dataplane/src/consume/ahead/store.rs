@@ -20,6 +20,7 @@ use super::config::ConsumerStateConfig;
 use super::error::StateError;
 use super::position::{ConsumerPosition, PositionSource};
 use super::recovery::Recovered;
+use crate::queue::{self, Receiver, Sender};
 
 mod handles;
 mod load;
@@ -27,16 +28,26 @@ mod writeout;
 
 use self::load::log_recovery;
 
-/// Tells the store that a partition's position changed (cheap: an atomic flag).
+/// Nudges queued for the worker at most: one queued nudge wakes it as
+/// well as many would.
+const NUDGES_MAX: usize = 1;
+
+/// Tells the store that a partition's position changed (cheap: an atomic
+/// flag, and a nudge to the worker on the first touch since a tick).
 #[derive(Clone, Debug)]
 pub struct StateTicket {
     touched: Arc<AtomicBool>,
+    nudge: Sender<()>,
 }
 
 impl StateTicket {
     /// Marks the partition for the next tick's window write.
     pub fn touched(&self) {
-        self.touched.store(true, Ordering::Release);
+        if !self.touched.swap(true, Ordering::AcqRel) {
+            // Wakes a worker that sleeps with nothing pending; a full
+            // queue already holds a nudge.
+            let _ = self.nudge.try_send(());
+        }
     }
 }
 
@@ -47,6 +58,9 @@ pub struct ConsumerStateStore {
     inner: Mutex<Inner>,
     /// Partitions latched by a disk error since the store was made.
     disk_failures: Arc<AtomicU64>,
+    /// Wakes the worker (`worker.rs`) from its sleep with nothing pending.
+    nudge: Sender<()>,
+    nudged: Receiver<()>,
 }
 
 impl fmt::Debug for ConsumerStateStore {
@@ -123,12 +137,25 @@ impl ConsumerStateStore {
     /// If `config` is out of range (see [`ConsumerStateConfig`]).
     pub fn new(disk: Arc<dyn Disk>, config: ConsumerStateConfig) -> Arc<Self> {
         config.assert_valid();
+        let (nudge, nudged) = queue::bounded(NUDGES_MAX);
         Arc::new(Self {
             disk,
             config,
             inner: Mutex::new(Inner::default()),
             disk_failures: Arc::new(AtomicU64::new(0)),
+            nudge,
+            nudged,
         })
+    }
+
+    /// What wakes the worker.
+    pub(super) fn nudges(&self) -> Receiver<()> {
+        self.nudged.clone()
+    }
+
+    /// A sender of nudges, for the worker's stop.
+    pub(super) fn nudger(&self) -> Sender<()> {
+        self.nudge.clone()
     }
 
     /// The store's configuration.
@@ -196,7 +223,11 @@ impl ConsumerStateStore {
             inner.handles_open += 1;
         }
         inner.partitions.insert(dir.to_path_buf(), partition);
-        Ok((loaded.recovered.position, StateTicket { touched }))
+        let ticket = StateTicket {
+            touched,
+            nudge: self.nudge.clone(),
+        };
+        Ok((loaded.recovered.position, ticket))
     }
 
     /// Forget a partition (topic deleted / partition moved); nothing more is
@@ -259,6 +290,20 @@ impl ConsumerStateStore {
             }
         }
         inner.close_latched();
+    }
+
+    /// Whether a tick has work: a partition touched, a window not written
+    /// out, a `consumer.offset` behind the written frontier, or a source
+    /// gone. While there is none, the worker sleeps without a timer.
+    pub fn has_pending(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.partitions.values().any(|partition| {
+            !partition.latched
+                && (partition.touched.load(Ordering::Acquire)
+                    || partition.unsynced
+                    || partition.written.frontier != partition.offset_frontier
+                    || partition.source.strong_count() == 0)
+        })
     }
 
     /// Graceful stop: writes and fdatasyncs every attached partition's

@@ -551,6 +551,26 @@ fn unreadable_file_fails_attach_with_the_disk_error() {
 }
 
 #[test]
+fn work_is_pending_from_a_touch_until_it_is_written_out_and_levelled() {
+    let disk = SimDisk::new(24);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
+    let start = Instant::now();
+    state.tick(start);
+    assert!(!state.has_pending(), "a primed partition owes nothing");
+    source.set(4, &[]);
+    ticket.touched();
+    assert!(state.has_pending(), "touched");
+    state.tick(start + Duration::from_millis(500));
+    assert!(state.has_pending(), "written into the window, not out");
+    state.tick(secs(start, 1));
+    assert_eq!(offset_file(&disk, &dir), Some(4));
+    assert!(!state.has_pending(), "written out and levelled");
+}
+
+#[test]
 fn spawned_worker_writes_touched_partitions_and_stops() {
     let disk = SimDisk::new(19);
     let dir = partition_dir(&disk, 0);

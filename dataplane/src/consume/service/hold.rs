@@ -12,13 +12,19 @@
 //! before a hold is taken (the pump runs first), so holds only take what no
 //! local consume was waiting for.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use narad_plog::ReadLimits;
+
 use super::lease::{Leased, read_leased};
+use super::reads::{self, NeedsDisk, Reads};
+use super::shards::PartitionShard;
 use super::{ConsumeService, Delivery, limits};
 use crate::consume::shard::{Reserve, Settle};
+use crate::metadata::TopicMeta;
 
 /// One record held for a token holder: its lease, under the hold's nonce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,15 +99,21 @@ impl ConsumeService {
     }
 
     /// Turns up to `max` of `held` (the claimant's holds, oldest first)
-    /// into leases of the topic's visibility timeout and reads them. A
-    /// hold that lapsed meanwhile is skipped (its record is ready again for
-    /// anyone); holds past `max` are released at once.
-    pub fn claim(&self, topic: &str, held: &[HeldRecord], max: usize) -> Vec<Delivery> {
-        let mut deliveries = Vec::new();
+    /// into leases of the topic's visibility timeout and reads them: the
+    /// tail cache inline, the disk on the blocking pool. A hold that
+    /// lapsed meanwhile is skipped (its record is ready again for anyone);
+    /// holds past `max` are released at once.
+    pub async fn claim(&self, topic: &str, held: &[HeldRecord], max: usize) -> Vec<Delivery> {
         let Some(meta) = self.replica.topic_meta(topic) else {
-            return deliveries;
+            return Vec::new();
         };
-        let mut returned = false;
+        let mut claimed = Claimed {
+            service: self.this.clone(),
+            meta: Arc::clone(&meta),
+            unread: VecDeque::new(),
+            deliveries: Vec::new(),
+            returned: false,
+        };
         for (index, hold) in held.iter().enumerate() {
             let Some(shard) = self.existing_shard(&meta, hold.partition) else {
                 continue;
@@ -109,9 +121,9 @@ impl ConsumeService {
             let now_ms = self.clock.now_ms();
             let extended = {
                 let mut state = shard.state.lock();
-                returned |= state.purge_expired(now_ms) > 0;
+                claimed.returned |= state.purge_expired(now_ms) > 0;
                 if index >= max {
-                    returned |= state.release(hold.offset, hold.nonce);
+                    claimed.returned |= state.release(hold.offset, hold.nonce);
                     continue;
                 }
                 state.settle(
@@ -122,23 +134,118 @@ impl ConsumeService {
                     meta.visibility_timeout_ms,
                 )
             };
-            if extended.is_err() {
-                continue;
+            if extended.is_ok() {
+                claimed.unread.push_back((shard, *hold));
             }
-            let entry = shard.log.read_record(hold.offset);
-            match read_leased(&shard, hold.offset, hold.nonce, entry) {
-                Leased::Record(record) => deliveries.push(Delivery {
-                    topic: Arc::clone(&meta.name),
-                    partition: hold.partition,
-                    record,
-                    nonce: hold.nonce,
-                }),
-                Leased::Skipped | Leased::Stop(_) => returned = true,
+        }
+        if claimed.read(Reads::Memory).is_err() {
+            self.reads_offloaded.fetch_add(1, Ordering::Relaxed);
+            let read = tokio::task::spawn_blocking(move || {
+                let finished = claimed.read(Reads::Disk);
+                assert_eq!(finished, Ok(()), "a claim that may block reads anything");
+                claimed
+            })
+            .await;
+            match read {
+                Ok(read) => claimed = read,
+                // The claim gave its leases back as it unwound.
+                Err(_) => return Vec::new(),
+            }
+        }
+        claimed.finish()
+    }
+
+    /// Gives back every hold of `held` (holds nobody will claim).
+    pub fn release_holds(&self, topic: &str, held: &[HeldRecord]) {
+        let Some(meta) = self.replica.topic_meta(topic) else {
+            return;
+        };
+        let mut returned = false;
+        for hold in held {
+            if let Some(shard) = self.existing_shard(&meta, hold.partition) {
+                let mut state = shard.state.lock();
+                returned |= state.purge_expired(self.clock.now_ms()) > 0;
+                returned |= state.release(hold.offset, hold.nonce);
             }
         }
         if returned {
             self.pump(&meta.name);
         }
-        deliveries
+    }
+}
+
+/// Claimed holds, now leases, and their reads. Dropped before
+/// [`Claimed::finish`] (its caller went away while it read on the blocking
+/// pool), it gives every lease back.
+struct Claimed {
+    service: Weak<ConsumeService>,
+    meta: Arc<TopicMeta>,
+    /// Leases whose records are still to be read, in the claimant's order.
+    unread: VecDeque<(Arc<PartitionShard>, HeldRecord)>,
+    deliveries: Vec<Delivery>,
+    /// A record went back to the partition (a lapsed or released hold,
+    /// one retention deleted): the pump runs.
+    returned: bool,
+}
+
+impl Claimed {
+    /// Reads the leased records in order.
+    ///
+    /// # Errors
+    /// [`NeedsDisk`] when a read needs the disk and `reads` allows only
+    /// memory; the records not read yet stay in `unread`.
+    fn read(&mut self, reads: Reads) -> Result<(), NeedsDisk> {
+        let one = ReadLimits {
+            records_max: 1,
+            bytes_max: 1,
+        };
+        while let Some((shard, hold)) = self.unread.front() {
+            let until = hold.offset.saturating_add(1);
+            let entry = reads::read(&shard.log, hold.offset, until, one, reads)?
+                .map(|read| read.entries.into_iter().next());
+            let Some((shard, hold)) = self.unread.pop_front() else {
+                break;
+            };
+            match read_leased(&shard, hold.offset, hold.nonce, entry) {
+                Leased::Record(record) => self.deliveries.push(Delivery {
+                    topic: Arc::clone(&self.meta.name),
+                    partition: hold.partition,
+                    record,
+                    nonce: hold.nonce,
+                }),
+                Leased::Skipped | Leased::Stop(_) => self.returned = true,
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Vec<Delivery> {
+        assert!(
+            self.unread.is_empty(),
+            "a claim finished with records unread"
+        );
+        if std::mem::take(&mut self.returned)
+            && let Some(service) = self.service.upgrade()
+        {
+            service.pump(&self.meta.name);
+        }
+        std::mem::take(&mut self.deliveries)
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        let Some(service) = self.service.upgrade() else {
+            return;
+        };
+        for (shard, hold) in self.unread.drain(..) {
+            shard.state.lock().release(hold.offset, hold.nonce);
+            self.returned = true;
+        }
+        if !self.deliveries.is_empty() {
+            service.release(&self.deliveries);
+        } else if self.returned {
+            service.pump(&self.meta.name);
+        }
     }
 }

@@ -10,6 +10,7 @@ use narad_plog::PartitionLog;
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
+use super::reads::{NeedsDisk, Reads};
 use super::{ConsumeError, ConsumeService};
 use crate::commit::partition_dir;
 use crate::consume::ahead::{ConsumerPosition, PositionSource, StateTicket};
@@ -86,6 +87,29 @@ impl ConsumeService {
         let shard = opened?;
         self.ensure_watcher(&shard);
         Ok(shard)
+    }
+
+    /// The shard of an owned partition as `reads` allows: one not open yet
+    /// is opened only where the disk may be read (opening reads the log
+    /// and the consumer state files).
+    ///
+    /// # Errors
+    /// [`NeedsDisk`] when the shard is not open and only memory may be
+    /// read; inside, the errors of [`ConsumeService::shard`].
+    pub(super) fn shard_for(
+        &self,
+        meta: &TopicMeta,
+        partition: u32,
+        reads: Reads,
+    ) -> Result<Result<Arc<PartitionShard>, ConsumeError>, NeedsDisk> {
+        match reads {
+            Reads::Disk => Ok(self.shard(meta, partition)),
+            Reads::Memory => {
+                let shard = self.existing_shard(meta, partition).ok_or(NeedsDisk)?;
+                self.ensure_watcher(&shard);
+                Ok(Ok(shard))
+            }
+        }
     }
 
     /// Makes the shard of `destination` unless another consume made it
