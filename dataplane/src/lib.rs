@@ -32,7 +32,6 @@ pub mod ingress;
 pub mod metadata;
 pub mod metrics;
 pub mod node;
-mod queue;
 pub mod remote;
 pub mod topology;
 

@@ -29,8 +29,9 @@
 //! awaited from async code or waited on from a plain thread.
 //!
 //! It also holds the workspace's [`clock::Clock`], the narrow trait time
-//! reaches the core through, because every crate that reads time depends
-//! on this one and on no other in common.
+//! reaches the core through, and [`queue`], the queue between threads whose
+//! receivers sleep at once, because every crate that needs them depends on
+//! this one and on no other in common.
 
 mod backend;
 mod buf;
@@ -38,6 +39,7 @@ pub mod clock;
 mod completion;
 mod file;
 pub mod portable;
+pub mod queue;
 pub mod sim;
 pub mod uring;
 

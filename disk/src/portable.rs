@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread;
 
-use crossbeam_channel::{Receiver, Sender};
-
+use crate::queue::{self, Receiver, Sender};
 use crate::{BackendKind, Completion, Disk, DiskFile, FileHandle, IoBuf, OpenOptions};
 
 /// Threads serving disk operations. Two are enough to overlap an fdatasync
@@ -40,12 +39,16 @@ impl PortableDisk {
     /// # Errors
     /// When a thread cannot be spawned.
     pub fn new(threads: usize) -> io::Result<Self> {
-        let (jobs, queue) = crossbeam_channel::bounded::<Job>(PORTABLE_QUEUE_CAPACITY);
+        let (jobs, queue) = queue::bounded::<Job>(PORTABLE_QUEUE_CAPACITY);
         for index in 0..threads.max(1) {
             let queue: Receiver<Job> = queue.clone();
             thread::Builder::new()
                 .name(format!("narad-disk-{index}"))
-                .spawn(move || queue.iter().for_each(|job| job()))?;
+                .spawn(move || {
+                    while let Some(job) = queue.recv() {
+                        job();
+                    }
+                })?;
         }
         Ok(Self { jobs })
     }

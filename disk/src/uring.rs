@@ -44,9 +44,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
+use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{IoUring, opcode, squeue, types};
+
+use crate::queue::{self, Received, Receiver, Sender};
 
 use crate::OpenOptions;
 use crate::portable::{open_std, std_namespace_ops};
@@ -403,7 +405,7 @@ impl UringDisk {
             let (ring, features) = setup_ring(options)?;
             buffers_supported &= features.fixed_buffers;
             let wake = Arc::new(Wake::new()?);
-            let (requests, queue) = crossbeam_channel::bounded(URING_QUEUE_CAPACITY);
+            let (requests, queue) = queue::bounded(URING_QUEUE_CAPACITY);
             let thread_wake = Arc::clone(&wake);
             let counter = Arc::clone(&fixed_writes);
             // The thread enables its own ring (a single-issuer ring belongs to
@@ -732,16 +734,17 @@ impl Worker {
             return;
         }
         while self.in_flight + ENTRIES_PER_OP_MAX <= ENTRIES_IN_FLIGHT_MAX {
-            match self.requests.try_recv() {
-                Ok(Request::Op(op)) => self.start(op),
-                Ok(Request::Register { buffers, done }) => {
+            // Never waits: the thread sleeps in `io_uring_enter` instead.
+            match self.requests.recv_until(Some(Instant::now())) {
+                Received::Item(Request::Op(op)) => self.start(op),
+                Received::Item(Request::Register { buffers, done }) => {
                     self.parked = Some(ParkedRegistration { buffers, done });
                     if !self.register_parked() {
                         return;
                     }
                 }
-                Err(TryRecvError::Empty) => return,
-                Err(TryRecvError::Disconnected) => {
+                Received::TimedOut => return,
+                Received::Disconnected => {
                     if !self.closing {
                         self.closing = true;
                         // Completes our own eventfd read so we can exit.
@@ -1474,7 +1477,7 @@ mod tests {
     ) -> Option<(Worker, Sender<Request>)> {
         uring_disk(1)?;
         let (ring, features) = setup_ring(RingOptions::default()).unwrap();
-        let (requests, queue) = crossbeam_channel::bounded(8);
+        let (requests, queue) = queue::bounded(8);
         let wake = Arc::new(Wake::new().unwrap());
         let worker = Worker::new(ring, queue, wake, adjust(features), Arc::default()).unwrap();
         Some((worker, requests))
@@ -1872,7 +1875,7 @@ mod tests {
         };
         let (_dir, file) = temp_file();
         let (op, completion) = write_sync_op(&file, b"linked");
-        requests.send(Request::Op(op)).unwrap();
+        assert!(requests.send(Request::Op(op)).is_ok());
         worker.take_requests();
         assert_eq!(worker.in_flight, 2, "a write and its fdatasync");
         assert_eq!(worker.unsubmitted, [0, SYNC_PART_BIT]);
@@ -1888,7 +1891,7 @@ mod tests {
         };
         let (_dir, file) = temp_file();
         let (op, completion) = write_sync_op(&file, b"split");
-        requests.send(Request::Op(op)).unwrap();
+        assert!(requests.send(Request::Op(op)).is_ok());
         worker.take_requests();
         // As if io_uring_enter had taken only the write.
         worker.submitted(1);
@@ -2031,14 +2034,14 @@ mod tests {
         worker.fixed_busy[3] = 1;
         let (done, registered) = Completion::channel();
         let buffers = vec![(3, buf.as_ptr() as usize, buf.capacity())];
-        requests.send(Request::Register { buffers, done }).unwrap();
+        assert!(requests.send(Request::Register { buffers, done }).is_ok());
         let (_dir, file) = temp_file();
         let (sync_done, _synced) = Completion::channel();
         let sync = Op {
             file,
             kind: OpKind::Sync { done: sync_done },
         };
-        requests.send(Request::Op(sync)).unwrap();
+        assert!(requests.send(Request::Op(sync)).is_ok());
         worker.take_requests();
         assert!(worker.parked.is_some());
         assert_eq!(
@@ -2074,7 +2077,7 @@ mod tests {
             file: Arc::clone(&file),
             kind: OpKind::Truncate { len: 12345, done },
         };
-        requests.send(Request::Op(truncate)).unwrap();
+        assert!(requests.send(Request::Op(truncate)).is_ok());
         worker.take_requests();
         assert_eq!(worker.in_flight, 0, "the truncate went to the ring");
         truncated.wait().unwrap();

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem};
 use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, Held, WalPayload};
-use crate::queue::{self, Sender};
+use narad_disk::queue::{self, Sender};
 
 /// Commit worker threads for local commits. A hung commit holds a worker,
 /// and the dispatcher starts at most 16 commits that are not hung, so this

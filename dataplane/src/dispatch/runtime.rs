@@ -30,8 +30,8 @@ use super::targets::{CommitDone, CommitTarget, LeaderConfirm, WalPayload};
 use super::{
     Command, CommitId, CommitOutcome, DispatchConfig, Dispatcher, GoneQuestion, Held, RecordMeta,
 };
-use crate::queue::{self, Received, Receiver, Sender};
 use crate::topology::{Destination, Topology};
+use narad_disk::queue::{self, Received, Receiver, Sender};
 
 /// The dispatcher as a whole backs off this long after it could not read
 /// the WAL or store its checkpoint.

@@ -13,7 +13,7 @@ use narad_plog::Origin;
 use super::runtime::Event;
 use super::{CommitOrder, CommitOutcome, GoneQuestion};
 use crate::metadata::MetadataReplica;
-use crate::queue::Sender;
+use narad_disk::queue::Sender;
 
 /// What the dispatcher holds of a WAL record: enough to commit it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -38,9 +38,9 @@ use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
-use crate::queue::Received;
 use crate::testing::{apply, assign, create_command, place, register, topic};
 use crate::topology::{Destination, NodeId};
+use narad_disk::queue::Received;
 
 /// Generous bound on waits for an outcome that must come; never a
 /// performance claim.
@@ -162,7 +162,7 @@ async fn run(
     order: CommitOrder<WalPayload>,
 ) -> (CommitOutcome, usize) {
     assert!(!order.local, "the order goes to another node");
-    let (events, receiver) = crate::queue::unbounded();
+    let (events, receiver) = narad_disk::queue::unbounded();
     target.start(order, CommitDone::new(events));
     let event = tokio::task::spawn_blocking(move || {
         receiver.recv_until(Some(Instant::now() + SIGNAL_WAIT))

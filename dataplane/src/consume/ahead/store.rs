@@ -20,7 +20,7 @@ use super::config::ConsumerStateConfig;
 use super::error::StateError;
 use super::position::{ConsumerPosition, PositionSource};
 use super::recovery::Recovered;
-use crate::queue::{self, Receiver, Sender};
+use narad_disk::queue::{self, Receiver, Sender};
 
 mod handles;
 mod load;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tracing::error;
 
 use super::store::ConsumerStateStore;
-use crate::queue::{Received, Receiver, Sender};
+use narad_disk::queue::{Received, Receiver, Sender};
 
 impl ConsumerStateStore {
     /// Runs [`ConsumerStateStore::tick`] on a thread, on a grid of one

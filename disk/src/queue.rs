@@ -1,6 +1,6 @@
 //! A queue between threads whose receivers sleep at once when it is empty:
-//! the dispatcher's events, the local commit pool's orders, the consumer
-//! state worker's wake-ups.
+//! the storage threads' requests, the dispatcher's events, the local commit
+//! pool's orders, the consumer state worker's wake-ups.
 //!
 //! Why not a channel crate: the receivers of crossbeam-channel and of
 //! `std::sync::mpsc` spin, then call `sched_yield` in a loop, before they
@@ -35,13 +35,13 @@ use std::time::Instant;
 ///
 /// # Panics
 /// If `capacity` is 0: a queue that holds nothing would block every send.
-pub(crate) fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     assert!(capacity > 0, "a bounded queue must hold at least one item");
     make(Some(capacity))
 }
 
 /// A queue with no limit: sends never block.
-pub(crate) fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     make(None)
 }
 
@@ -111,7 +111,7 @@ impl<T> Shared<T> {
 
 /// Why [`Sender::try_send`] did not queue its item; the item comes back.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum TrySendError<T> {
+pub enum TrySendError<T> {
     /// The bounded queue is full.
     Full(T),
     /// Every receiver is gone.
@@ -120,7 +120,7 @@ pub(crate) enum TrySendError<T> {
 
 /// What a receive found.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Received<T> {
+pub enum Received<T> {
     /// The oldest item.
     Item(T),
     /// The deadline passed with the queue empty.
@@ -130,7 +130,7 @@ pub(crate) enum Received<T> {
 }
 
 /// The sending end.
-pub(crate) struct Sender<T> {
+pub struct Sender<T> {
     shared: Arc<Shared<T>>,
 }
 
@@ -139,7 +139,7 @@ impl<T> Sender<T> {
     ///
     /// # Errors
     /// The item, when every receiver is gone.
-    pub(crate) fn send(&self, item: T) -> Result<(), T> {
+    pub fn send(&self, item: T) -> Result<(), T> {
         let shared = &*self.shared;
         let mut state = shared.lock();
         loop {
@@ -164,7 +164,7 @@ impl<T> Sender<T> {
     ///
     /// # Errors
     /// [`TrySendError`], with the item.
-    pub(crate) fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+    pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
         let shared = &*self.shared;
         let state = shared.lock();
         if state.receivers == 0 {
@@ -206,14 +206,14 @@ impl<T> fmt::Debug for Sender<T> {
 }
 
 /// The receiving end.
-pub(crate) struct Receiver<T> {
+pub struct Receiver<T> {
     shared: Arc<Shared<T>>,
 }
 
 impl<T> Receiver<T> {
     /// The oldest item, sleeping while the queue is empty; `None` once it
     /// is empty and every sender is gone.
-    pub(crate) fn recv(&self) -> Option<T> {
+    pub fn recv(&self) -> Option<T> {
         match self.recv_until(None) {
             Received::Item(item) => Some(item),
             Received::TimedOut | Received::Disconnected => None,
@@ -222,7 +222,7 @@ impl<T> Receiver<T> {
 
     /// The oldest item, sleeping while the queue is empty until `deadline`
     /// (`None`: no deadline).
-    pub(crate) fn recv_until(&self, deadline: Option<Instant>) -> Received<T> {
+    pub fn recv_until(&self, deadline: Option<Instant>) -> Received<T> {
         let shared = &*self.shared;
         let mut state = shared.lock();
         loop {
@@ -263,7 +263,7 @@ impl<T> Receiver<T> {
     }
 
     /// The oldest item, if there is one now.
-    pub(crate) fn try_recv(&self) -> Option<T> {
+    pub fn try_recv(&self) -> Option<T> {
         match self.recv_until(Some(Instant::now())) {
             Received::Item(item) => Some(item),
             Received::TimedOut | Received::Disconnected => None,
@@ -272,13 +272,13 @@ impl<T> Receiver<T> {
 
     /// Receivers asleep on this queue now (tests).
     #[cfg(test)]
-    pub(crate) fn receivers_asleep(&self) -> usize {
+    pub fn receivers_asleep(&self) -> usize {
         self.shared.lock().receivers_asleep
     }
 
     /// Senders asleep on this queue now (tests).
     #[cfg(test)]
-    pub(crate) fn senders_asleep(&self) -> usize {
+    pub fn senders_asleep(&self) -> usize {
         self.shared.lock().senders_asleep
     }
 }
