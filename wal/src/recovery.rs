@@ -271,7 +271,9 @@ fn cut_torn_tail(file: &FileHandle, path: &Path, offset: u64) -> Result<(), WalE
 
 /// Creates segment 0 of a new log. With `prealloc` it is prepared like any
 /// spare (zero-filled, trailer, fdatasync, then renamed into place), so the
-/// first records already take the prepared path.
+/// first records already take the prepared path. When that fails (a disk
+/// too small for a whole segment), it is created empty, as a roll does
+/// without a spare, and a warning says why: the log works the same.
 fn create_first_segment(
     disk: &dyn Disk,
     dir: &Path,
@@ -281,10 +283,18 @@ fn create_first_segment(
     let mut write_limit = None;
     if options.prealloc {
         let spare = dir.join(PREP_FILE_NAME);
-        prep::prepare(&Prep::new(), disk, dir, options)
-            .and_then(|_| disk.rename(&spare, &path))
-            .map_err(|e| WalError::io("prepare first segment", &spare, e))?;
-        write_limit = Some(options.prep_run_bytes_max);
+        let prepared = prep::prepare(&Prep::new(), disk, dir, options)
+            .and_then(|_| disk.rename(&spare, &path));
+        match prepared {
+            Ok(()) => write_limit = Some(options.prep_run_bytes_max),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "preparing the first ingress WAL segment failed; it starts empty and unprepared"
+                );
+                let _ = disk.remove_file(&spare);
+            }
+        }
     }
     let file = disk
         .open(&path, OpenOptions::CREATE)

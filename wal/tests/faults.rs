@@ -185,6 +185,21 @@ fn a_failed_roll_latches_the_log() {
     assert!(wal.is_failed());
 }
 
+#[test]
+fn a_first_segment_that_cannot_be_prepared_starts_empty_and_the_log_works() {
+    let disk = SimDisk::new(17);
+    disk.inject(fault(FaultOp::Write, FaultError::Enospc));
+    let wal = open(&disk, prealloc_options());
+    assert!(!last_segment_is_prepared(&disk, &wal));
+    wal.append(b"still works").unwrap().wait().unwrap();
+    assert_eq!(read_all(&wal, 0), vec![(0, b"still works".to_vec())]);
+    assert_eq!(wal.direct_writes(), 0);
+    assert!(
+        disk.read_file(&dir().join(narad_wal::segment::PREP_FILE_NAME))
+            .is_none()
+    );
+}
+
 fn last_segment_is_prepared(disk: &SimDisk, wal: &Wal) -> bool {
     let last = *wal.segment_bases().last().unwrap();
     let path = narad_wal::segment::segment_path(&dir(), last);
