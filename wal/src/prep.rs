@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
-use narad_disk::{Disk, IoBuf, OpenOptions};
+use narad_disk::{Disk, FileHandle, IO_ALIGN, IoBuf, OpenOptions};
 use parking_lot::{Condvar, Mutex};
 
+use crate::direct::DirectTail;
 use crate::options::WalOptions;
 use crate::segment::{PREP_FILE_NAME, PREP_TRAILER_BYTES, prep_trailer};
 
@@ -156,22 +157,56 @@ pub(crate) fn prepare(
         // Left by a preparation that failed half-way; start from nothing.
         disk.remove_file(&path)?;
     }
-    let file = disk.open(&path, OpenOptions::CREATE)?;
-    let data_end = options.segment_bytes - PREP_TRAILER_BYTES as u64;
+    let (file, direct) = open_spare(disk, &path, options)?;
+    // With O_DIRECT the zeros go to the device write by write, and the final
+    // fdatasync has no dirty pages to flush. Through the page cache, 64 MiB
+    // of dirty pages would reach the device in one burst at that fdatasync,
+    // and every group commit and partition commit behind it would wait.
+    let trailer_at = options.segment_bytes - PREP_TRAILER_BYTES as u64;
+    let zeros_end = if direct {
+        options.segment_bytes - IO_ALIGN as u64
+    } else {
+        trailer_at
+    };
     let mut zeros = IoBuf::with_capacity(ZERO_WRITE_BYTES);
     let mut offset = 0u64;
-    while offset < data_end {
+    while offset < zeros_end {
         if prep.stopped() {
             return Ok(false);
         }
-        let len = (data_end - offset).min(ZERO_WRITE_BYTES as u64) as usize;
+        let len = (zeros_end - offset).min(ZERO_WRITE_BYTES as u64) as usize;
         zeros.clear();
         zeros.extend_zeros(len);
         zeros = file.write_at(offset, zeros).wait()?;
         offset += len as u64;
     }
-    let trailer = IoBuf::from_slice(&prep_trailer(options.prep_run_bytes_max));
-    file.write_at(data_end, trailer).wait()?;
+    // The last block (or, through the page cache, just the trailer).
+    let mut last = IoBuf::with_capacity(IO_ALIGN);
+    last.extend_zeros((trailer_at - zeros_end) as usize);
+    last.extend_from_slice(&prep_trailer(options.prep_run_bytes_max));
+    file.write_at(zeros_end, last).wait()?;
     file.fdatasync().wait()?;
     Ok(true)
+}
+
+/// Creates the spare, with `O_DIRECT` when the options ask for it and the
+/// segment is whole blocks; through the page cache where the file system
+/// refuses `O_DIRECT`. Returns the file and whether it is direct.
+fn open_spare(
+    disk: &dyn Disk,
+    path: &Path,
+    options: &WalOptions,
+) -> std::io::Result<(FileHandle, bool)> {
+    if options.direct_io && DirectTail::fits(options.segment_bytes) {
+        let direct = OpenOptions {
+            create: true,
+            direct_io: true,
+        };
+        match disk.open(path, direct) {
+            Ok(file) => return Ok((file, true)),
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidInput => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok((disk.open(path, OpenOptions::CREATE)?, false))
 }
