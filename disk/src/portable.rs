@@ -225,9 +225,7 @@ impl DiskFile for PortableFile {
     fn write_and_sync(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf> {
         let file = Arc::clone(&self.file);
         self.disk.run(move || {
-            file.write_all_at(&buf, offset)?;
-            // Never retried: see the crate documentation.
-            file.sync_data().map_err(crate::sync_failed)?;
+            write_then_sync_std(&file, offset, &buf)?;
             Ok(buf)
         })
     }
@@ -248,6 +246,15 @@ impl DiskFile for PortableFile {
     }
 }
 
+/// `pwrite` until every byte of `bytes` is at `offset`, then one
+/// `fdatasync`, never retried (see the crate documentation); its error comes
+/// marked as the fdatasync's.
+fn write_then_sync_std(file: &fs::File, offset: u64, bytes: &[u8]) -> io::Result<()> {
+    // `write_all_at` continues short writes and fails on a zero-byte one.
+    file.write_all_at(bytes, offset)?;
+    file.sync_data().map_err(crate::sync_failed)
+}
+
 /// Writes all of `bytes` at `offset` and makes them durable, on the calling
 /// thread: [`crate::DiskFile::write_and_sync_now`] of both real backends.
 ///
@@ -262,9 +269,7 @@ pub(crate) fn write_and_sync_std(
     direct_io: bool,
 ) -> io::Result<()> {
     if !direct_io || bytes.is_empty() {
-        // `write_all_at` continues short writes and fails on a zero-byte one.
-        file.write_all_at(bytes, offset)?;
-        return file.sync_data().map_err(crate::sync_failed);
+        return write_then_sync_std(file, offset, bytes);
     }
     let mut written = 0;
     while written < bytes.len() {
