@@ -4,8 +4,8 @@
 //! backends:
 //!
 //! - [`uring::UringDisk`]: storage threads, each owning one io_uring ring,
-//!   served over bounded channels, with registered buffers for the WAL's
-//!   staging buffers;
+//!   served over bounded queues, with registered (fixed) buffers for callers
+//!   that register them;
 //! - [`portable::PortableDisk`]: `pwrite`/`pread`/`fdatasync` on a small
 //!   thread pool, for kernels or sandboxes where io_uring cannot be set up;
 //! - [`sim::SimDisk`], a simulated disk for tests, which keeps only synced

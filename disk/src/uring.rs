@@ -79,9 +79,9 @@ pub const URING_QUEUE_CAPACITY: usize = 1024;
 /// workers), and a second thread only competes for a core on small machines.
 pub const URING_THREADS_DEFAULT: usize = 1;
 
-/// Fixed-buffer slots per ring. The WAL registers two staging buffers each
-/// time it opens; slots are reused round-robin, so reopening never runs out
-/// (a stale slot only stops being used: see `fixed_slot`).
+/// Fixed-buffer slots per ring. Slots are reused round-robin, so a caller
+/// that registers buffers each time it opens never runs out (a stale slot
+/// only stops being used: see `fixed_slot`).
 pub const REGISTERED_BUFFERS_MAX: u16 = 64;
 
 /// Largest transfer one read or write entry asks for. Linux moves at most
