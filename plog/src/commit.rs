@@ -44,7 +44,7 @@ pub struct CommitOutcome {
     pub newest_commit_ms: u64,
     /// The high watermark after the commit.
     pub high_watermark: u64,
-    /// How long the commit's linked write and fdatasync took; `None` for
+    /// How long the commit's write and fdatasync took; `None` for
     /// an empty run, which does no I/O.
     pub sync_duration: Option<Duration>,
 }
