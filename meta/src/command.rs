@@ -297,6 +297,72 @@ pub struct SetDraining {
     pub draining: bool,
 }
 
+/// One move the planner decided: take a partition from the owner it read
+/// to a receiver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveTarget {
+    /// The partition index.
+    pub partition: u32,
+    /// The owner the planner read; the move is refused if it changed.
+    pub owner: String,
+    /// The member to take it.
+    pub target: String,
+}
+
+/// The planner's moves for one topic, applied all or none. Each partition
+/// must still have the owner the planner read and no target yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetMoveTargets {
+    /// The topic.
+    pub topic: String,
+    /// The incarnation the planner read.
+    pub id: IncarnationId,
+    /// The moves.
+    pub moves: Vec<MoveTarget>,
+}
+
+/// Clear a partition's move target, if it is still `target`: an operator's
+/// abort, or the controller giving up on a dead target. Once the flip has
+/// committed the target is the owner, and the abort is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortMove {
+    /// The topic.
+    pub topic: String,
+    /// The incarnation the proposer read.
+    pub id: IncarnationId,
+    /// The partition index.
+    pub partition: u32,
+    /// The target the proposer means to clear.
+    pub target: String,
+}
+
+/// The flip of a move: the target installed its copy, so it becomes the
+/// owner. Applied only if the owner is still `source` and the target still
+/// `target` (a compare-and-set), so a flip can commit at most once and
+/// never after an abort.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteMove {
+    /// The topic.
+    pub topic: String,
+    /// The incarnation the target copied.
+    pub id: IncarnationId,
+    /// The partition index.
+    pub partition: u32,
+    /// The owner the copy was taken from.
+    pub source: String,
+    /// The member that installed the copy.
+    pub target: String,
+}
+
+/// A decommissioned member leaves the cluster: refused unless it is
+/// draining, owns nothing and no move is headed to it. Its id is
+/// remembered, so its heartbeats are refused from then on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveMember {
+    /// Node id.
+    pub id: String,
+}
+
 /// Seed the root admin of a secured cluster that has no users yet. The
 /// proposer chose the password (`NARAD_ADMIN_PASSWORD`, or random and
 /// logged once) and hashed it.
@@ -402,6 +468,14 @@ pub enum Command {
     SetPassword(SetPassword),
     /// See [`SetGrants`].
     SetGrants(SetGrants),
+    /// See [`SetMoveTargets`].
+    SetMoveTargets(SetMoveTargets),
+    /// See [`AbortMove`].
+    AbortMove(AbortMove),
+    /// See [`CompleteMove`].
+    CompleteMove(CompleteMove),
+    /// See [`RemoveMember`].
+    RemoveMember(RemoveMember),
 }
 
 /// Where a command sits in the log.

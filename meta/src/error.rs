@@ -234,6 +234,81 @@ pub enum MetastoreError {
         partition: u32,
     },
 
+    // ---- Moves and decommission (409) ----
+    /// A move names an owner the partition no longer has.
+    #[error("partition {partition} changed owner since it was read")]
+    MoveOwnerChanged {
+        /// The partition.
+        partition: u32,
+    },
+    /// The planner set a target on a partition that has one.
+    #[error("partition {partition} already has a move in progress")]
+    MoveInProgress {
+        /// The partition.
+        partition: u32,
+    },
+    /// A move to the partition's own owner.
+    #[error("partition {partition} cannot move to the node that owns it")]
+    MoveToOwner {
+        /// The partition.
+        partition: u32,
+    },
+    /// An abort of a partition with no move.
+    #[error("partition {partition} has no move in progress")]
+    NoMove {
+        /// The partition.
+        partition: u32,
+    },
+    /// An abort naming another target than the move's.
+    #[error("partition {partition} is moving to {current:?}, not to {asked:?}")]
+    MoveTargetDiffers {
+        /// The partition.
+        partition: u32,
+        /// The move's target.
+        current: String,
+        /// The target the abort named.
+        asked: String,
+    },
+    /// An abort after the flip: the target owns the partition.
+    #[error("the move of partition {partition} already completed: {owner:?} owns it")]
+    MoveCompleted {
+        /// The partition.
+        partition: u32,
+        /// Its owner now.
+        owner: String,
+    },
+    /// A flip whose move changed (aborted, completed, another owner).
+    #[error("the move of partition {partition} changed since it began")]
+    MoveChanged {
+        /// The partition.
+        partition: u32,
+    },
+    /// A removal of a member not being decommissioned.
+    #[error("member {id:?} is not being decommissioned")]
+    MemberNotDraining {
+        /// The member.
+        id: String,
+    },
+    /// A removal of a member that still owns partitions or is the target
+    /// of a move.
+    #[error(
+        "member {id:?} still owns {partitions} partition(s) and is the target of {inbound} move(s)"
+    )]
+    MemberNotEmpty {
+        /// The member.
+        id: String,
+        /// Partitions it owns.
+        partitions: usize,
+        /// Moves headed to it.
+        inbound: usize,
+    },
+    /// A heartbeat under the id of a removed member.
+    #[error("member {id:?} was removed from the cluster; restart the node to register it again")]
+    MemberRemoved {
+        /// The member.
+        id: String,
+    },
+
     // ---- Users and grants ----
     /// A username outside the rules.
     #[error(
@@ -293,6 +368,16 @@ impl MetastoreError {
             | HeartbeatChanged
             | MemberNotReceiver { .. }
             | PartitionAssigned { .. }
+            | MoveOwnerChanged { .. }
+            | MoveInProgress { .. }
+            | MoveToOwner { .. }
+            | NoMove { .. }
+            | MoveTargetDiffers { .. }
+            | MoveCompleted { .. }
+            | MoveChanged { .. }
+            | MemberNotDraining { .. }
+            | MemberNotEmpty { .. }
+            | MemberRemoved { .. }
             | UserExists
             | PasswordChanged => 409,
             TopicNameEmpty

@@ -16,8 +16,9 @@
 //! state, byte for byte once serialized.
 //!
 //! What it holds: topics (with schema histories and fan-out links),
-//! partition placements, data-node members, users and grants, and per-domain
-//! change counters. Validation follows the spec's topic (§1.3), fan-out
+//! partition placements (with the targets of moves), data-node members
+//! (and the ids of removed ones), users and grants, and per-domain change
+//! counters. Validation follows the spec's topic (§1.3), fan-out
 //! (§1.4) and user (§1.8) rules; each error carries the client-facing text
 //! and its HTTP status. [`codec`] holds the binary forms of a command and of
 //! the whole state; [`follow`] applies metadata-stream batches to a
@@ -39,10 +40,10 @@ pub mod rules;
 mod state;
 
 pub use command::{
-    Actor, AddSchemaVersion, AlterTopic, ApplyContext, AssignPartitions, AttachChild, Command,
-    CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild, Heartbeat, MarkDead, NewLink,
-    Outcome, PartitionOwner, RegisterMember, SeedAdmin, SetDraining, SetGrants, SetPassword,
-    TopicDefaults,
+    AbortMove, Actor, AddSchemaVersion, AlterTopic, ApplyContext, AssignPartitions, AttachChild,
+    Command, CompleteMove, CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild,
+    Heartbeat, MarkDead, MoveTarget, NewLink, Outcome, PartitionOwner, RegisterMember,
+    RemoveMember, SeedAdmin, SetDraining, SetGrants, SetMoveTargets, SetPassword, TopicDefaults,
 };
 pub use error::MetastoreError;
 pub use ids::{AttachEpoch, BadId, IncarnationId, PasswordHash};

@@ -2,7 +2,7 @@
 //! Every map is a `BTreeMap`, so iteration (and therefore every decision and
 //! every snapshot made from the state) is in one order on every replica.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -269,11 +269,27 @@ impl User {
     }
 }
 
-/// A partition's placement: the one member that holds it.
+/// A partition's placement: the one member that holds it, and where the
+/// planner wants it moved, if anywhere.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignment {
     /// The member whose disk holds the partition's only copy.
     pub owner: String,
+    /// The member a move is taking the partition to: set by the planner,
+    /// cleared by the move's completion (which makes it the owner) or by an
+    /// abort. Never the owner. Absent from the JSON of older builds.
+    #[serde(default)]
+    pub target: Option<String>,
+}
+
+impl Assignment {
+    /// A placement on `owner` with no move.
+    pub fn owned_by(owner: &str) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            target: None,
+        }
+    }
 }
 
 /// Per-domain change counters: caches on hot paths key on them, so one
@@ -298,6 +314,12 @@ pub struct Metastore {
     /// Per topic, one slot per partition; `None` = waiting for an owner.
     pub(super) assignments: BTreeMap<String, Vec<Option<Assignment>>>,
     pub(super) members: BTreeMap<String, Member>,
+    /// Ids of members removed by a completed decommission: a heartbeat
+    /// under one of them is refused, so a straggling process cannot bring
+    /// the member back. A fresh registration clears the id. Absent from
+    /// the JSON of older builds.
+    #[serde(default)]
+    pub(super) removed: BTreeSet<String>,
     pub(super) users: BTreeMap<String, User>,
     pub(super) versions: DomainVersions,
     pub(super) applied_index: u64,
@@ -346,6 +368,46 @@ impl Metastore {
     /// Every member, in id order.
     pub fn members(&self) -> impl Iterator<Item = &Member> {
         self.members.values()
+    }
+
+    /// Whether `id` names a member removed by a decommission (and not
+    /// registered again since).
+    pub fn is_removed(&self, id: &str) -> bool {
+        self.removed.contains(id)
+    }
+
+    /// Ids of removed members, in order.
+    pub fn removed_members(&self) -> impl Iterator<Item = &str> {
+        self.removed.iter().map(String::as_str)
+    }
+
+    /// Every partition with a move target: (topic, partition, placement),
+    /// topics in name order, partitions in index order.
+    pub fn moves(&self) -> impl Iterator<Item = (&str, u32, &Assignment)> {
+        self.assignments.iter().flat_map(|(topic, slots)| {
+            slots.iter().enumerate().filter_map(move |(index, slot)| {
+                let assignment = slot.as_ref().filter(|a| a.target.is_some())?;
+                Some((topic.as_str(), index as u32, assignment))
+            })
+        })
+    }
+
+    /// The placement of one partition, if it has an owner.
+    pub fn assignment(&self, topic: &str, partition: u32) -> Option<&Assignment> {
+        let slots = self.assignments.get(topic)?;
+        slots.get(usize::try_from(partition).ok()?)?.as_ref()
+    }
+
+    /// How many partitions member `id` owns, and how many moves are headed
+    /// to it.
+    pub fn holdings(&self, id: &str) -> (usize, usize) {
+        let slots = self.assignments.values().flatten().flatten();
+        slots.fold((0, 0), |(owned, inbound), assignment| {
+            (
+                owned + usize::from(assignment.owner == id),
+                inbound + usize::from(assignment.target.as_deref() == Some(id)),
+            )
+        })
     }
 
     /// The user called `username`.

@@ -471,6 +471,9 @@ mod snapshot_tests {
         }
     }
 
+    /// The empty list of removed members in [`GOLDEN_SNAPSHOT`].
+    const NO_REMOVED_MEMBERS: &str = "00000000";
+
     /// [`sample_state`]'s snapshot, field by field (spaces for reading only).
     const GOLDEN_SNAPSHOT: &[&str] = &[
         "01",                                                    // snapshot version
@@ -478,11 +481,12 @@ mod snapshot_tests {
         "01 0000000000000003 0000000000000001 0000000000000001", // membership log id, index 1
         "00000001 00000001 0000000000000001",                    // one config: voter 1
         "00000001 0000000000000001 00000007 63313a37393433",     // node 1 at "c1:7943"
-        "02 00000000 00000000",   // state version, no topics, placements
+        "03 00000000 00000000",   // state version, no topics, placements
         "00000001 00000002 6e31", // one member "n1"
         "00000005 6e313a3830 00000007 6e313a37393432", // addresses
         "00000000000003e8 01 00", // heartbeat, alive, not draining
         "00000000",               // no users
+        NO_REMOVED_MEMBERS,       // no removed members (since state version 3)
         "0000000000000000 0000000000000000", // versions: topics, placements
         "0000000000000001 0000000000000000", // versions: members, users
         "0000000000000002",       // applied index
@@ -499,14 +503,41 @@ mod snapshot_tests {
         assert_eq!(decode_snapshot(Bytes::from(data)), Ok(sample_state()));
     }
 
-    #[test]
-    fn a_snapshot_holding_a_version_1_state_still_decodes() {
-        let mut data = encode_snapshot(&sample_state()).to_vec();
+    /// [`GOLDEN_SNAPSHOT`] holding its state in an older `version`: without
+    /// topics or placements, versions 1 and 2 differ from version 3 only in
+    /// the byte and the missing list of removed members.
+    fn golden_with_state_version(version: u8) -> Vec<u8> {
         let at = GOLDEN_SNAPSHOT[..5].concat().replace(' ', "").len() / 2;
+        // The list of removed members is the last empty list.
+        let removed = GOLDEN_SNAPSHOT
+            .iter()
+            .rposition(|chunk| *chunk == NO_REMOVED_MEMBERS)
+            .expect("the golden snapshot lists removed members");
+        let mut chunks = GOLDEN_SNAPSHOT.to_vec();
+        chunks.remove(removed);
+        let older = chunks.concat().replace(' ', "");
+        let mut data: Vec<u8> = (0..older.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&older[i..i + 2], 16).expect("hex"))
+            .collect();
         assert_eq!(data[at], narad_meta::codec::STATE_VERSION);
-        // Without topics, version 1 differs from version 2 only in its byte.
-        data[at] = narad_meta::codec::STATE_VERSION_BEFORE_WINDOW;
-        assert_eq!(decode_snapshot(Bytes::from(data)), Ok(sample_state()));
+        data[at] = version;
+        data
+    }
+
+    #[test]
+    fn a_snapshot_holding_an_older_state_still_decodes() {
+        for version in [
+            narad_meta::codec::STATE_VERSION_BEFORE_WINDOW,
+            narad_meta::codec::STATE_VERSION_BEFORE_MOVES,
+        ] {
+            let data = golden_with_state_version(version);
+            assert_eq!(
+                decode_snapshot(Bytes::from(data)),
+                Ok(sample_state()),
+                "state version {version}"
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! Data-node membership: register, heartbeat, mark dead, drain.
+//! Data-node membership: register, heartbeat, mark dead, drain. Removal
+//! (the end of a decommission) is in `moves.rs`, beside the moves that
+//! empty a member first.
 
 use super::super::command::{Heartbeat, MarkDead, Outcome, RegisterMember, SetDraining};
 use super::super::error::MetastoreError;
@@ -41,6 +43,9 @@ impl Metastore {
             status: MemberStatus::Alive,
             draining: false,
         };
+        // A node starting again under a removed id is the operator's doing:
+        // it joins as a new member.
+        self.removed.remove(&register.id);
         let routing_changed = match self.members.get_mut(&register.id) {
             None => {
                 self.members.insert(register.id.clone(), fresh);
@@ -62,8 +67,13 @@ impl Metastore {
     }
 
     /// A heartbeat stamps the leader's time; a dead member that heartbeats
-    /// is alive again.
+    /// is alive again. A removed member's heartbeat is refused.
     pub(super) fn heartbeat(&mut self, heartbeat: &Heartbeat) -> Result<Outcome, MetastoreError> {
+        if self.removed.contains(&heartbeat.id) {
+            return Err(MetastoreError::MemberRemoved {
+                id: heartbeat.id.clone(),
+            });
+        }
         let member = self.member_mut(&heartbeat.id)?;
         member.last_heartbeat_ms = heartbeat.at_ms;
         let revived = member.status == MemberStatus::Dead;

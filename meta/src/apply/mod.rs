@@ -2,6 +2,7 @@
 
 mod fanout;
 mod members;
+mod moves;
 mod topics;
 mod users;
 
@@ -56,6 +57,10 @@ impl Metastore {
             Command::DeleteUser(delete) => self.delete_user(delete),
             Command::SetPassword(set) => self.set_password(set),
             Command::SetGrants(set) => self.set_grants(set),
+            Command::SetMoveTargets(set) => self.set_move_targets(set),
+            Command::AbortMove(abort) => self.abort_move(abort),
+            Command::CompleteMove(complete) => self.complete_move(complete),
+            Command::RemoveMember(remove) => self.remove_member(remove),
         };
         if cfg!(debug_assertions) {
             self.assert_invariants();
@@ -106,7 +111,8 @@ impl Metastore {
 
     /// Checks the relations every state must keep: links agree from both
     /// sides, roles stay flat, each topic has one placement slot per
-    /// partition, and every owner is a known member.
+    /// partition, every owner and move target is a known member, a target is
+    /// never its owner, and no removed id is a member.
     ///
     /// # Panics
     /// On the first broken relation: the state machine has a bug.
@@ -160,7 +166,14 @@ impl Metastore {
                     self.members.contains_key(&assignment.owner),
                     "unknown owner"
                 );
+                if let Some(target) = &assignment.target {
+                    assert!(self.members.contains_key(target), "unknown target");
+                    assert_ne!(*target, assignment.owner, "a move to its owner");
+                }
             }
+        }
+        for id in &self.removed {
+            assert!(!self.members.contains_key(id), "removed member {id} listed");
         }
     }
 }

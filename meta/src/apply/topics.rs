@@ -311,8 +311,7 @@ impl Metastore {
         }
         if let Some(slots) = self.assignments.get_mut(&assign.topic) {
             for placement in &assign.owners {
-                let owner = placement.owner.clone();
-                slots[placement.partition as usize] = Some(Assignment { owner });
+                slots[placement.partition as usize] = Some(Assignment::owned_by(&placement.owner));
             }
         }
         self.changed(Domain::Assignments);

@@ -13,9 +13,10 @@ use super::values::{
     put_incarnation, put_list, put_offsets, put_opt_i64, put_opt_incarnation, put_opt_str,
 };
 use crate::{
-    Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, Command, CreateTopic,
-    CreateUser, DeleteTopic, DeleteUser, DetachChild, Heartbeat, MarkDead, NewLink, PartitionOwner,
-    RegisterMember, SeedAdmin, SetDraining, SetGrants, SetPassword, TopicDefaults,
+    AbortMove, Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, Command,
+    CompleteMove, CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild, Heartbeat,
+    MarkDead, MoveTarget, NewLink, PartitionOwner, RegisterMember, RemoveMember, SeedAdmin,
+    SetDraining, SetGrants, SetMoveTargets, SetPassword, TopicDefaults,
 };
 use narad_protocol::fields::{get_bool, get_option, invalid, put_bool, put_option};
 
@@ -81,6 +82,10 @@ mod kind {
     pub(super) const DELETE_USER: u8 = 14;
     pub(super) const SET_PASSWORD: u8 = 15;
     pub(super) const SET_GRANTS: u8 = 16;
+    pub(super) const SET_MOVE_TARGETS: u8 = 17;
+    pub(super) const ABORT_MOVE: u8 = 18;
+    pub(super) const COMPLETE_MOVE: u8 = 19;
+    pub(super) const REMOVE_MEMBER: u8 = 20;
 }
 
 impl Encode for Command {
@@ -115,6 +120,10 @@ pub(super) fn encode_command(command: &Command, writer: &mut Writer, layout: Lay
         Command::DeleteUser(body) => (kind::DELETE_USER, body),
         Command::SetPassword(body) => (kind::SET_PASSWORD, body),
         Command::SetGrants(body) => (kind::SET_GRANTS, body),
+        Command::SetMoveTargets(body) => (kind::SET_MOVE_TARGETS, body),
+        Command::AbortMove(body) => (kind::ABORT_MOVE, body),
+        Command::CompleteMove(body) => (kind::COMPLETE_MOVE, body),
+        Command::RemoveMember(body) => (kind::REMOVE_MEMBER, body),
     };
     writer.u8(tag);
     body.encode(writer);
@@ -146,6 +155,10 @@ pub(super) fn decode_command(reader: &mut Reader, layout: Layout) -> Result<Comm
         kind::DELETE_USER => Command::DeleteUser(DeleteUser::decode(reader)?),
         kind::SET_PASSWORD => Command::SetPassword(SetPassword::decode(reader)?),
         kind::SET_GRANTS => Command::SetGrants(SetGrants::decode(reader)?),
+        kind::SET_MOVE_TARGETS => Command::SetMoveTargets(SetMoveTargets::decode(reader)?),
+        kind::ABORT_MOVE => Command::AbortMove(AbortMove::decode(reader)?),
+        kind::COMPLETE_MOVE => Command::CompleteMove(CompleteMove::decode(reader)?),
+        kind::REMOVE_MEMBER => Command::RemoveMember(RemoveMember::decode(reader)?),
         other => return Err(invalid("metastore command kind", other)),
     })
 }
@@ -480,6 +493,102 @@ impl Decode for SetDraining {
         Ok(Self {
             id: reader.str("member id")?,
             draining: get_bool(reader, "draining")?,
+        })
+    }
+}
+
+impl Encode for SetMoveTargets {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.topic);
+        put_incarnation(writer, &self.id);
+        put_list(
+            writer,
+            "move targets",
+            &self.moves,
+            PARTITION_SLOTS_MAX,
+            |writer, step| {
+                writer.u32(step.partition);
+                writer.str(&step.owner);
+                writer.str(&step.target);
+            },
+        );
+    }
+}
+
+impl Decode for SetMoveTargets {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: reader.str("topic name")?,
+            id: get_incarnation(reader, "topic incarnation id")?,
+            moves: get_list(
+                reader,
+                "move targets",
+                PARTITION_SLOTS_MAX,
+                4 + 2 * STR_BYTES_MIN,
+                |reader| {
+                    Ok(MoveTarget {
+                        partition: reader.u32("move partition")?,
+                        owner: reader.str("move owner")?,
+                        target: reader.str("move target")?,
+                    })
+                },
+            )?,
+        })
+    }
+}
+
+impl Encode for AbortMove {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.topic);
+        put_incarnation(writer, &self.id);
+        writer.u32(self.partition);
+        writer.str(&self.target);
+    }
+}
+
+impl Decode for AbortMove {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: reader.str("topic name")?,
+            id: get_incarnation(reader, "topic incarnation id")?,
+            partition: reader.u32("move partition")?,
+            target: reader.str("move target")?,
+        })
+    }
+}
+
+impl Encode for CompleteMove {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.topic);
+        put_incarnation(writer, &self.id);
+        writer.u32(self.partition);
+        writer.str(&self.source);
+        writer.str(&self.target);
+    }
+}
+
+impl Decode for CompleteMove {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: reader.str("topic name")?,
+            id: get_incarnation(reader, "topic incarnation id")?,
+            partition: reader.u32("move partition")?,
+            source: reader.str("move source")?,
+            target: reader.str("move target")?,
+        })
+    }
+}
+
+impl Encode for RemoveMember {
+    fn encode(&self, writer: &mut Writer) {
+        writer.str(&self.id);
+    }
+}
+
+impl Decode for RemoveMember {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            id: reader.str("member id")?,
         })
     }
 }

@@ -5,9 +5,10 @@
 //!
 //! - A command is `u8 version` ([`COMMAND_VERSION`], 3), a kind tag, then
 //!   the command's fields in declaration order.
-//! - A state is `u8 version` ([`STATE_VERSION`], 2), then topics,
-//!   placements, members and users, each map in key order, the change
-//!   counters and the applied index. The same state always gives the same
+//! - A state is `u8 version` ([`STATE_VERSION`], 3), then topics,
+//!   placements (owner and move target per slot), members and users, each
+//!   map in key order, the ids of removed members, the change counters and
+//!   the applied index. The same state always gives the same
 //!   bytes.
 //!
 //! Every decoder refuses trailing bytes, an unknown version (naming the
@@ -16,8 +17,9 @@
 //!
 //! **The forms of earlier builds are still read.** Command version 2 and
 //! state version 1 are the binary forms from before the idempotency window
-//! was a topic setting (see [`Layout::BeforeWindow`]). State version 1 is
-//! never written; command version 2 is written for every command that sets
+//! was a topic setting (see [`Layout::BeforeWindow`]); state version 2 is
+//! the form from before moves (no move targets, no removed members).
+//! State versions 1 and 2 are never written; command version 2 is written for every command that sets
 //! no window, so an older leader takes what upgraded nodes propose.
 //! Before the binary codecs a command crossed the wire as format byte 1
 //! and its serde JSON, length-prefixed ([`COMMAND_FORMAT_JSON`]); a
@@ -48,7 +50,7 @@ use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::de::DeserializeOwned;
 
 pub use command::{COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW};
-pub use state::{STATE_VERSION, STATE_VERSION_BEFORE_WINDOW};
+pub use state::{STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_WINDOW};
 pub use values::{
     PARTITION_SLOTS_MAX, get_epoch, get_incarnation, get_topic, put_epoch, put_incarnation,
     put_topic,
@@ -72,6 +74,8 @@ const _: () = assert!(COMMAND_VERSION_BEFORE_WINDOW != COMMAND_FORMAT_JSON);
 const _: () = assert!(COMMAND_VERSION_BEFORE_WINDOW != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_WINDOW);
+const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_MOVES);
+const _: () = assert!(STATE_VERSION_BEFORE_MOVES != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION_BEFORE_WINDOW != BARE_JSON_FIRST_BYTE);
 
 /// Which form of a topic's settings a decoder reads. Values inside a
@@ -150,16 +154,16 @@ pub fn put_state(writer: &mut Writer, metastore: &Metastore) {
 }
 
 /// Reads a state written by [`put_state`], or by an older build as
-/// [`STATE_VERSION_BEFORE_WINDOW`].
+/// [`STATE_VERSION_BEFORE_MOVES`] or [`STATE_VERSION_BEFORE_WINDOW`].
 ///
 /// # Errors
 /// [`DecodeError::UnsupportedVersion`] naming `metastore state`, then the
 /// state's field errors.
 pub fn get_state(reader: &mut Reader) -> Result<Metastore, DecodeError> {
-    match reader.u8("metastore state version")? {
-        STATE_VERSION => Metastore::decode(reader),
-        STATE_VERSION_BEFORE_WINDOW => state::decode_state(reader, Layout::BeforeWindow),
-        found => Err(DecodeError::UnsupportedVersion {
+    let found = reader.u8("metastore state version")?;
+    match state::StateForm::of_version(found) {
+        Some(form) => state::decode_state(reader, form),
+        None => Err(DecodeError::UnsupportedVersion {
             what: Metastore::NAME,
             found,
             supported: STATE_VERSION,

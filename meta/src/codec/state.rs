@@ -10,7 +10,7 @@
 //! (a child's parent lists it, a placement names a member): a state that
 //! decodes was written by a replica's `apply`, which keeps them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
@@ -24,12 +24,18 @@ use narad_protocol::fields::{get_count, get_option, put_count, put_option};
 
 /// The version of the state encoding. The serde JSON that snapshots held
 /// before has no version byte; it starts with `{`, which no version is.
-/// Version 1 ([`STATE_VERSION_BEFORE_WINDOW`]) is still read.
-pub const STATE_VERSION: u8 = 2;
+/// Versions 2 ([`STATE_VERSION_BEFORE_MOVES`]) and 1
+/// ([`STATE_VERSION_BEFORE_WINDOW`]) are still read.
+pub const STATE_VERSION: u8 = 3;
+
+/// The state encoding before moves: as [`STATE_VERSION`], except that a
+/// placement slot has no move target and the state lists no removed
+/// members. Read, never written.
+pub const STATE_VERSION_BEFORE_MOVES: u8 = 2;
 
 /// The state encoding before the idempotency window was a topic setting:
-/// as [`STATE_VERSION`], except that a topic has no `idempotency_window_ms`
-/// (it takes the default). Read, never written.
+/// as [`STATE_VERSION_BEFORE_MOVES`], except that a topic has no
+/// `idempotency_window_ms` (it takes the default). Read, never written.
 pub const STATE_VERSION_BEFORE_WINDOW: u8 = 1;
 
 /// The most records of one kind (topics, placements, members, users) a
@@ -75,6 +81,46 @@ const MEMBERS: MapField = MapField {
     record_bytes_min: MEMBER_BYTES_MIN,
 };
 
+/// Which fields a state's encoding has: the version byte in front decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StateForm {
+    /// How its topics are laid out.
+    topics: Layout,
+    /// Whether placement slots carry move targets and the state lists
+    /// removed members.
+    moves: bool,
+}
+
+impl StateForm {
+    /// What this build writes.
+    const CURRENT: Self = Self {
+        topics: Layout::Current,
+        moves: true,
+    };
+
+    /// The form of version `version`, if this build reads it.
+    pub(super) fn of_version(version: u8) -> Option<Self> {
+        match version {
+            STATE_VERSION => Some(Self::CURRENT),
+            STATE_VERSION_BEFORE_MOVES => Some(Self {
+                topics: Layout::Current,
+                moves: false,
+            }),
+            STATE_VERSION_BEFORE_WINDOW => Some(Self {
+                topics: Layout::BeforeWindow,
+                moves: false,
+            }),
+            _ => None,
+        }
+    }
+}
+
+const REMOVED: MapField = MapField {
+    count: "metastore removed members",
+    order: "position of a removed member out of id order",
+    record_bytes_min: STR_BYTES_MIN,
+};
+
 const USERS: MapField = MapField {
     count: "metastore users",
     order: "position of a metastore user out of name order",
@@ -110,6 +156,10 @@ impl Encode for Metastore {
             assert_eq!(name, user.username, "a user filed under another name");
             user.encode(writer);
         });
+        put_count(writer, REMOVED.count, self.removed.len(), STATE_RECORDS_MAX);
+        for id in &self.removed {
+            writer.str(id);
+        }
         self.versions.encode(writer);
         writer.u64(self.applied_index);
     }
@@ -117,22 +167,24 @@ impl Encode for Metastore {
 
 impl Decode for Metastore {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        decode_state(reader, Layout::Current)
+        decode_state(reader, StateForm::CURRENT)
     }
 }
 
-/// Reads a state's fields in `layout` (the version byte in front chose it).
-pub(super) fn decode_state(reader: &mut Reader, layout: Layout) -> Result<Metastore, DecodeError> {
-    let topics = match layout {
+/// Reads a state's fields in `form` (the version byte in front chose it).
+pub(super) fn decode_state(reader: &mut Reader, form: StateForm) -> Result<Metastore, DecodeError> {
+    let topics = match form.topics {
         Layout::Current => &TOPICS,
         Layout::BeforeWindow => &TOPICS_BEFORE_WINDOW,
     };
     Ok(Metastore {
         topics: get_records(reader, topics, |reader| {
-            let topic = decode_topic(reader, layout)?;
+            let topic = decode_topic(reader, form.topics)?;
             Ok((topic.name.clone(), topic))
         })?,
-        assignments: get_records(reader, &PLACEMENTS, get_placement)?,
+        assignments: get_records(reader, &PLACEMENTS, |reader| {
+            get_placement(reader, form.moves)
+        })?,
         members: get_records(reader, &MEMBERS, |reader| {
             let member = Member::decode(reader)?;
             Ok((member.id.clone(), member))
@@ -141,6 +193,15 @@ pub(super) fn decode_state(reader: &mut Reader, layout: Layout) -> Result<Metast
             let user = User::decode(reader)?;
             Ok((user.username.clone(), user))
         })?,
+        removed: if form.moves {
+            get_records(reader, &REMOVED, |reader| {
+                Ok((reader.str("removed member id")?, ()))
+            })?
+            .into_keys()
+            .collect()
+        } else {
+            BTreeSet::new()
+        },
         versions: DomainVersions::decode(reader)?,
         applied_index: reader.u64("metastore applied_index")?,
     })
@@ -194,15 +255,23 @@ fn check_ascending<T>(
     }
 }
 
-/// Appends one placement slot: the owner, or nothing while it waits.
+/// Appends one placement slot: the owner and the move target, or nothing
+/// while it waits.
 fn put_slot(writer: &mut Writer, slot: &Option<Assignment>) {
     put_option(writer, slot.as_ref(), |writer, assignment| {
         writer.str(&assignment.owner);
+        put_option(writer, assignment.target.as_ref(), |writer, target| {
+            writer.str(target);
+        });
     });
 }
 
-/// Reads one topic's placements: its name, then one slot per partition.
-fn get_placement(reader: &mut Reader) -> Result<(String, Vec<Option<Assignment>>), DecodeError> {
+/// Reads one topic's placements: its name, then one slot per partition;
+/// without `moves` (an older form) a slot has no target.
+fn get_placement(
+    reader: &mut Reader,
+    moves: bool,
+) -> Result<(String, Vec<Option<Assignment>>), DecodeError> {
     let topic = reader.str("placement topic")?;
     let slots = get_list(
         reader,
@@ -211,9 +280,15 @@ fn get_placement(reader: &mut Reader) -> Result<(String, Vec<Option<Assignment>>
         1,
         |reader| {
             get_option(reader, "placement slot", |reader| {
-                Ok(Assignment {
-                    owner: reader.str("placement owner")?,
-                })
+                let owner = reader.str("placement owner")?;
+                let target = if moves {
+                    get_option(reader, "placement target", |reader| {
+                        reader.str("placement target")
+                    })?
+                } else {
+                    None
+                };
+                Ok(Assignment { owner, target })
             })
         },
     )?;

@@ -41,15 +41,81 @@ fn attach_pair(rng: &mut StdRng) -> AttachChild {
     attach(parent, child)
 }
 
+/// A random placement of `state`: (topic, partition, owner, target).
+fn placed_in(rng: &mut StdRng, state: &Metastore) -> Option<(String, u32, String, Option<String>)> {
+    let placed: Vec<_> = state
+        .topics()
+        .flat_map(|topic| {
+            (0..topic.partitions).filter_map(|partition| {
+                let at = state.assignment(&topic.name, partition)?;
+                Some((
+                    topic.name.clone(),
+                    partition,
+                    at.owner.clone(),
+                    at.target.clone(),
+                ))
+            })
+        })
+        .collect();
+    if placed.is_empty() {
+        return None;
+    }
+    Some(placed[rng.random_range(0..placed.len())].clone())
+}
+
+/// A move command: usually about a placement `state` holds (so some
+/// apply), sometimes about one it does not.
+fn random_move(rng: &mut StdRng, state: &Metastore, kind: u32) -> Command {
+    let (topic, partition, owner, target) = placed_in(rng, state).unwrap_or_else(|| {
+        let topic = pick(rng, &TOPICS).to_owned();
+        (
+            topic,
+            rng.random_range(0..2),
+            pick(rng, &MEMBERS).into(),
+            None,
+        )
+    });
+    let id = state
+        .topic(&topic)
+        .map_or_else(|| id_of(&topic), |t| t.id.clone());
+    let other: String = pick(rng, &MEMBERS).into();
+    let target = target.filter(|_| rng.random_bool(0.8)).unwrap_or(other);
+    match kind {
+        0 => Command::SetMoveTargets(SetMoveTargets {
+            topic,
+            id,
+            moves: vec![MoveTarget {
+                partition,
+                owner,
+                target,
+            }],
+        }),
+        1 => Command::AbortMove(AbortMove {
+            topic,
+            id,
+            partition,
+            target,
+        }),
+        _ => Command::CompleteMove(CompleteMove {
+            topic,
+            id,
+            partition,
+            source: owner,
+            target,
+        }),
+    }
+}
+
 /// A random command from a small vocabulary, so commands often meet each
 /// other (same names, same members), including ones that are refused.
-fn random_command(rng: &mut StdRng) -> Command {
+/// Move commands are drawn from the placements of `state`.
+fn random_command(rng: &mut StdRng, state: &Metastore) -> Command {
     let topic = pick(rng, &TOPICS).to_owned();
     let other = pick(rng, &TOPICS).to_owned();
     let member = pick(rng, &MEMBERS).to_owned();
     // Few distinct stamps, so dead markings sometimes match the heartbeat.
     let at_ms = rng.random_range(0..3) * 1_000;
-    match rng.random_range(0..20) {
+    match rng.random_range(0..30) {
         // Creates weigh more, so most logs hold several topics at once.
         0 | 17..=19 => Command::CreateTopic(CreateTopic {
             actor: actor(rng),
@@ -103,6 +169,10 @@ fn random_command(rng: &mut StdRng) -> Command {
             // stale incarnation; both paths are exercised.
             assign(&topic, &[(rng.random_range(0..4), &member)])
         }
+        20..=22 => random_move(rng, state, 0),
+        23..=25 => random_move(rng, state, 1),
+        26..=28 => random_move(rng, state, 2),
+        29 => Command::RemoveMember(RemoveMember { id: member }),
         7 => register(&member, at_ms),
         8 => Command::Heartbeat(Heartbeat { id: member, at_ms }),
         9 => Command::MarkDead(MarkDead {
@@ -143,6 +213,19 @@ fn random_command(rng: &mut StdRng) -> Command {
     }
 }
 
+/// A log of random commands, each drawn against the state the commands
+/// before it leave (applied to a scratch replica).
+fn random_log(rng: &mut StdRng) -> Vec<Command> {
+    let mut scratch = Metastore::new();
+    (1..=COMMANDS_PER_SEED as u64)
+        .map(|index| {
+            let command = random_command(rng, &scratch);
+            let _ = scratch.apply(&command, ApplyContext { index });
+            command
+        })
+        .collect()
+}
+
 /// The command's kind, to check the random logs exercise each one.
 fn kind(command: &Command) -> &'static str {
     match command {
@@ -162,6 +245,10 @@ fn kind(command: &Command) -> &'static str {
         Command::DeleteUser(_) => "delete_user",
         Command::SetPassword(_) => "set_password",
         Command::SetGrants(_) => "set_grants",
+        Command::SetMoveTargets(_) => "set_move_targets",
+        Command::AbortMove(_) => "abort_move",
+        Command::CompleteMove(_) => "complete_move",
+        Command::RemoveMember(_) => "remove_member",
     }
 }
 
@@ -170,9 +257,7 @@ fn replicas_applying_the_same_log_hold_identical_state() {
     let mut applied_kinds = std::collections::BTreeSet::new();
     for seed in 0..SEEDS {
         let mut rng = StdRng::seed_from_u64(seed);
-        let log: Vec<Command> = (0..COMMANDS_PER_SEED)
-            .map(|_| random_command(&mut rng))
-            .collect();
+        let log = random_log(&mut rng);
         let (mut first, mut second) = (Metastore::new(), Metastore::new());
         let mut applied = 0;
         for (index, command) in (1..).zip(&log) {
@@ -208,15 +293,13 @@ fn replicas_applying_the_same_log_hold_identical_state() {
         assert_eq!(restored, first, "seed {seed}");
     }
     // Every kind the generator makes changed the state at least once.
-    assert_eq!(applied_kinds.len(), 16, "{applied_kinds:?}");
+    assert_eq!(applied_kinds.len(), 20, "{applied_kinds:?}");
 }
 
 #[test]
 fn a_restored_snapshot_applies_the_rest_of_the_log_like_the_original() {
     let mut rng = StdRng::seed_from_u64(99);
-    let log: Vec<Command> = (0..COMMANDS_PER_SEED)
-        .map(|_| random_command(&mut rng))
-        .collect();
+    let log = random_log(&mut rng);
     let (head, tail) = log.split_at(COMMANDS_PER_SEED / 2);
     let mut original = Metastore::new();
     for (index, command) in (1..).zip(head) {
@@ -238,7 +321,7 @@ fn a_restored_snapshot_applies_the_rest_of_the_log_like_the_original() {
 fn every_command_survives_serialization() {
     let mut rng = StdRng::seed_from_u64(7);
     for _ in 0..500 {
-        let command = random_command(&mut rng);
+        let command = random_command(&mut rng, &Metastore::new());
         let json = serde_json::to_string(&command).unwrap();
         assert_eq!(
             serde_json::from_str::<Command>(&json).unwrap(),

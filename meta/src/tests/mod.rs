@@ -3,6 +3,7 @@
 mod determinism;
 mod fanout;
 mod members;
+mod moves;
 mod schemas;
 mod topics;
 mod users;

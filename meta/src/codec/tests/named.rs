@@ -7,8 +7,8 @@ use narad_protocol::{DecodeError, Reader, Writer};
 use super::super::values::put_list;
 use super::super::{
     COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW, STATE_VERSION,
-    STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state, encode_command, encode_state,
-    get_command,
+    STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state,
+    encode_command, encode_state, get_command,
 };
 use crate::tests::{Store, assign, attach, create_user, grant, link, register};
 use crate::{
@@ -105,6 +105,13 @@ fn a_state_encodes_to_its_golden_bytes() {
     let bytes = encode_state(&state);
     assert_eq!(hex(&bytes), golden(GOLDEN_STATE));
     assert_eq!(decode_state(bytes).expect("decodes"), state);
+}
+
+#[test]
+fn a_version_2_state_decodes_with_no_moves() {
+    let bytes = Bytes::from(hex_bytes(&golden(GOLDEN_STATE_BEFORE_MOVES)));
+    assert_eq!(bytes[0], STATE_VERSION_BEFORE_MOVES);
+    assert_eq!(decode_state(bytes), Ok(sample_store().meta));
 }
 
 #[test]
@@ -219,9 +226,9 @@ const GOLDEN_COMMAND_BEFORE_WINDOW: &[&str] = &[
 const DEFAULT_WINDOW: &str = "000000000001d4c0";
 
 /// [`GOLDEN_STATE`] as a build before the window wrote it (version 1): the
-/// same bytes without the topics' windows.
+/// version 2 bytes without the topics' windows.
 fn golden_state_before_window() -> String {
-    let chunks: Vec<&str> = GOLDEN_STATE
+    let chunks: Vec<&str> = GOLDEN_STATE_BEFORE_MOVES
         .iter()
         .skip(1)
         .copied()
@@ -233,6 +240,59 @@ fn golden_state_before_window() -> String {
 /// The state of [`sample_store`], field by field (spaces are for reading
 /// only). Password hashes are the test helper's: `$2b$04$` and 53 letters.
 const GOLDEN_STATE: &[&str] = &[
+    "03",                                                        // state version
+    "00000002",                                                  // topics, in name order
+    "00000001 63 af63de4c8601eff2 00000003",                     // "c", id, partitions
+    "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
+    "0000000000000400 0000000000000400", // in-flight and acked-ahead caps 1,024
+    DEFAULT_WINDOW,                      // idempotency_window_ms 2 min
+    "00000000000003e8",                  // created_at_ms
+    "00 00000000",                       // no owner, no schema
+    "01 00000001 70",                    // parent "p"
+    "0000000000000009 0000000000000000", // attach epoch, delay 0
+    "00000003 000000000000000000000000000000000000000000000000", // attach offsets 0, 0, 0
+    "00000000",                          // no children
+    "00000001 70 af63ed4c8602096f 00000003", // "p", id, partitions
+    "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
+    "0000000000000400 0000000000000400", // in-flight and acked-ahead caps 1,024
+    DEFAULT_WINDOW,                      // idempotency_window_ms 2 min
+    "00000000000003e8",                  // created_at_ms
+    "00 00000000 00",                    // no owner, no schema, no parent
+    "00000001 00000001 63",              // children: "c"
+    "00000002",                          // placements, in topic order
+    "00000001 63 00000003 00 00 00",     // "c": three slots waiting
+    "00000001 70 00000003",              // "p": three slots
+    "01 00000002 6e31 00 01 00000002 6e32 00 00", // n1, n2 (no move targets), waiting
+    "00000002",                          // members, in id order
+    "00000002 6e31",                     // "n1"
+    "00000007 6e313a37393432 00000007 6e313a37393432", // addresses "n1:7942"
+    "00000000000003e8 01 00",            // heartbeat, alive, not draining
+    "00000002 6e32",                     // "n2"
+    "00000007 6e323a37393432 00000007 6e323a37393432", // addresses "n2:7942"
+    "00000000000003e8 01 01",            // heartbeat, alive, draining
+    "00000002",                          // users, in name order
+    "00000005 61646d696e",               // "admin"
+    "0000003c 24326224303424",           // hash
+    "626262626262626262626262626262626262626262626262626262626262",
+    "6262626262626262626262626262626262626262626262",
+    "01 00000000",                       // root, no grants
+    "0000000000000001 0000000000000001", // created, updated
+    "00000003 626f62",                   // "bob"
+    "0000003c 24326224303424",           // hash
+    "636363636363636363636363636363636363636363636363636363636363",
+    "6363636363636363636363636363636363636363636363",
+    "00 00000001",                           // not root, one grant
+    "01 00000002 00000001 70 00000002 632a", // produce on "p" and "c*"
+    "0000000000000005 0000000000000005",     // created, updated
+    "00000000",                              // no removed members
+    "0000000000000002 0000000000000003",     // versions: topics, placements
+    "0000000000000003 0000000000000002",     // versions: members, users
+    "0000000000000008",                      // applied index
+];
+
+/// [`GOLDEN_STATE`] as a build before moves wrote it (version 2): no move
+/// target in a slot, no removed members.
+const GOLDEN_STATE_BEFORE_MOVES: &[&str] = &[
     "02",                                                        // state version
     "00000002",                                                  // topics, in name order
     "00000001 63 af63de4c8601eff2 00000003",                     // "c", id, partitions
@@ -479,9 +539,10 @@ fn state_with_topics(names: &[&str]) -> Bytes {
     put_list(&mut writer, "topics", &topics, 8, |writer, topic| {
         narad_protocol::Encode::encode(topic, writer);
     });
-    writer.u32(0);
-    writer.u32(0);
-    writer.u32(0);
+    // No placements, members, users or removed members.
+    for _ in 0..4 {
+        writer.u32(0);
+    }
     for _ in 0..5 {
         writer.u64(0);
     }

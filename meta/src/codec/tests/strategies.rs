@@ -4,16 +4,17 @@
 
 use std::collections::BTreeMap;
 
-use proptest::collection::{btree_map, vec};
+use proptest::collection::{btree_map, btree_set, vec};
 use proptest::option::of;
 use proptest::prelude::*;
 
 use crate::{
-    Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, AttachEpoch, Command,
-    CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild, DomainVersions, Grant,
-    GrantAction, Heartbeat, IncarnationId, MarkDead, Member, MemberStatus, Metastore, NewLink,
-    ParentLink, PartitionOwner, PasswordHash, RegisterMember, SchemaVersion, SeedAdmin,
-    SetDraining, SetGrants, SetPassword, Topic, TopicDefaults, User,
+    AbortMove, Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, AttachEpoch,
+    Command, CompleteMove, CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild,
+    DomainVersions, Grant, GrantAction, Heartbeat, IncarnationId, MarkDead, Member, MemberStatus,
+    Metastore, MoveTarget, NewLink, ParentLink, PartitionOwner, PasswordHash, RegisterMember,
+    RemoveMember, SchemaVersion, SeedAdmin, SetDraining, SetGrants, SetMoveTargets, SetPassword,
+    Topic, TopicDefaults, User,
 };
 
 pub(super) fn text() -> impl Strategy<Value = String> {
@@ -326,6 +327,42 @@ pub(super) fn set_draining() -> impl Strategy<Value = SetDraining> {
     (text(), any::<bool>()).prop_map(|(id, draining)| SetDraining { id, draining })
 }
 
+pub(super) fn set_move_targets() -> impl Strategy<Value = SetMoveTargets> {
+    let step = (any::<u32>(), text(), text()).prop_map(|(partition, owner, target)| MoveTarget {
+        partition,
+        owner,
+        target,
+    });
+    (text(), incarnation(), vec(step, 0..3)).prop_map(|(topic, id, moves)| SetMoveTargets {
+        topic,
+        id,
+        moves,
+    })
+}
+
+pub(super) fn abort_move() -> impl Strategy<Value = AbortMove> {
+    (text(), incarnation(), any::<u32>(), text()).prop_map(|(topic, id, partition, target)| {
+        AbortMove {
+            topic,
+            id,
+            partition,
+            target,
+        }
+    })
+}
+
+pub(super) fn complete_move() -> impl Strategy<Value = CompleteMove> {
+    (text(), incarnation(), any::<u32>(), text(), text()).prop_map(
+        |(topic, id, partition, source, target)| CompleteMove {
+            topic,
+            id,
+            partition,
+            source,
+            target,
+        },
+    )
+}
+
 pub(super) fn seed_admin() -> impl Strategy<Value = SeedAdmin> {
     (text(), password_hash(), any::<u64>()).prop_map(|(username, password_hash, at_ms)| SeedAdmin {
         username,
@@ -399,6 +436,10 @@ pub(super) fn command() -> impl Strategy<Value = Command> {
         delete_user().prop_map(Command::DeleteUser),
         set_password().prop_map(Command::SetPassword),
         set_grants().prop_map(Command::SetGrants),
+        set_move_targets().prop_map(Command::SetMoveTargets),
+        abort_move().prop_map(Command::AbortMove),
+        complete_move().prop_map(Command::CompleteMove),
+        text().prop_map(|id| Command::RemoveMember(RemoveMember { id })),
     ]
 }
 
@@ -420,7 +461,7 @@ fn keyed<T: std::fmt::Debug>(
 
 fn slots() -> impl Strategy<Value = Vec<Option<crate::Assignment>>> {
     vec(
-        of(text().prop_map(|owner| crate::Assignment { owner })),
+        of((text(), of(text())).prop_map(|(owner, target)| crate::Assignment { owner, target })),
         0..5,
     )
 }
@@ -433,14 +474,18 @@ pub(super) fn metastore() -> impl Strategy<Value = Metastore> {
         btree_map(text(), slots(), 0..4),
         keyed(member(), |member, id| member.id = id),
         keyed(user(), |user, name| user.username = name),
-        vec(any::<u64>(), 4..=4),
-        any::<u64>(),
+        (
+            btree_set(text(), 0..3),
+            vec(any::<u64>(), 4..=4),
+            any::<u64>(),
+        ),
     )
         .prop_map(
-            |(topics, assignments, members, users, counters, applied_index)| Metastore {
+            |(topics, assignments, members, users, (removed, counters, applied_index))| Metastore {
                 topics,
                 assignments,
                 members,
+                removed,
                 users,
                 versions: DomainVersions {
                     topics: counters[0],
