@@ -31,6 +31,7 @@ mod apply;
 mod authz;
 pub mod codec;
 mod command;
+mod decommission;
 mod error;
 pub mod follow;
 mod ids;
@@ -45,6 +46,7 @@ pub use command::{
     Heartbeat, MarkDead, MoveTarget, NewLink, Outcome, PartitionOwner, RegisterMember,
     RemoveMember, SeedAdmin, SetDraining, SetGrants, SetMoveTargets, SetPassword, TopicDefaults,
 };
+pub use decommission::DecommissionBlock;
 pub use error::MetastoreError;
 pub use ids::{AttachEpoch, BadId, IncarnationId, PasswordHash};
 pub use password::{

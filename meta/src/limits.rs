@@ -92,3 +92,9 @@ const _: () = assert!(FANOUT_DELAY_MS_MAX == 365 * 24 * 3_600_000);
 const _: () = assert!(IDEMPOTENCY_WINDOW_MS_MIN <= IDEMPOTENCY_WINDOW_MS_DEFAULT);
 const _: () = assert!(IDEMPOTENCY_WINDOW_MS_DEFAULT <= IDEMPOTENCY_WINDOW_MS_MAX);
 const _: () = assert!(IDEMPOTENCY_WINDOW_MS_MAX == 24 * 3_600_000);
+
+/// At most this many partition moves are in flight across the cluster (the
+/// spec's `MaxInFlightMoves`). Each move copies a partition while traffic
+/// flows; eight keep a rebalance going on every node of a small cluster
+/// without letting copies crowd out produce and consume on the disks.
+pub const MOVES_IN_FLIGHT_MAX: usize = 8;

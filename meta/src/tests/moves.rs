@@ -254,3 +254,64 @@ fn deleting_a_topic_drops_its_moves() {
     assert_eq!(store.meta.moves().count(), 0);
     assert_eq!(store.meta.holdings("n3"), (0, 0));
 }
+
+#[test]
+fn a_decommission_is_blocked_for_good_without_receivers_or_with_a_dead_owner() {
+    let mut store = Store::new();
+    store.member("n1");
+    store.ok(create_cmd("t"));
+    store.ok(assign("t", &[(0, "n1"), (1, "n1"), (2, "n1")]));
+    assert_eq!(
+        store.meta.decommission_blocks("n1"),
+        [DecommissionBlock::NoReceivers]
+    );
+    store.member("n2");
+    assert_eq!(store.meta.decommission_blocks("n1"), []);
+    store.ok(Command::MarkDead(MarkDead {
+        id: "n1".into(),
+        observed_heartbeat_ms: 1_000,
+    }));
+    let blocks = store.meta.decommission_blocks("n1");
+    assert_eq!(blocks, [DecommissionBlock::OwnerDead]);
+    assert!(blocks[0].is_permanent());
+    assert_eq!(blocks[0].code(), "owner_dead");
+    assert_eq!(store.meta.decommission_blocks("nobody"), []);
+}
+
+#[test]
+fn a_decommission_waits_for_inbound_moves_and_the_move_budget() {
+    let mut store = Store::new();
+    for id in ["n1", "n2", "n3"] {
+        store.member(id);
+    }
+    let partitions = i64::try_from(limits::MOVES_IN_FLIGHT_MAX).unwrap() + 1;
+    store.ok(Command::CreateTopic(CreateTopic {
+        partitions: Some(partitions),
+        ..create("t")
+    }));
+    let owners: Vec<(u32, &str)> = (0..partitions as u32)
+        .map(|p| (p, if p == 0 { "n3" } else { "n1" }))
+        .collect();
+    store.ok(assign("t", &owners));
+    let moves: Vec<(u32, &str, &str)> = (1..=limits::MOVES_IN_FLIGHT_MAX as u32)
+        .map(|p| (p, "n1", "n2"))
+        .collect();
+    store.ok(set_targets(&moves));
+    // n3 owns partition 0 and the budget is spent by n1's moves.
+    assert_eq!(
+        store.meta.decommission_blocks("n3"),
+        [DecommissionBlock::MoveBudgetFull]
+    );
+    // n2 receives moves; n1's partitions are all moving already.
+    assert_eq!(
+        store.meta.decommission_blocks("n2"),
+        [DecommissionBlock::MoveTarget]
+    );
+    assert_eq!(store.meta.decommission_blocks("n1"), []);
+    let permanent: Vec<&str> = DecommissionBlock::ALL
+        .iter()
+        .filter(|block| block.is_permanent())
+        .map(|block| block.code())
+        .collect();
+    assert_eq!(permanent, ["no_receivers", "owner_dead"]);
+}
