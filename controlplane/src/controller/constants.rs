@@ -29,6 +29,21 @@ pub const MEMBERSHIP_WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// spec's 10 s tick), besides the passes a membership change triggers.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
+/// At most this many partition moves are in flight across the cluster; the
+/// metastore's limit, so the HTTP API's decommission verdict and the
+/// planner count against the same budget.
+pub const MAX_IN_FLIGHT_MOVES: usize = narad_meta::limits::MOVES_IN_FLIGHT_MAX;
+
+/// A move whose target has been dead this long is given up (the spec's
+/// `DeadTargetAbortAfter`): long enough for a restart to resume it, short
+/// enough that a lost node does not hold a partition's move for long.
+pub const DEAD_TARGET_ABORT_AFTER: Duration = Duration::from_secs(120);
+
+/// While moves are in flight, or members drain, the controller passes at
+/// least this often (the move runner's own tick is 1 s), so a finished move
+/// is topped up and a dead target noticed promptly.
+pub const REBALANCE_INTERVAL: Duration = Duration::from_secs(1);
+
 const _: () = assert!(HEARTBEAT_INTERVAL.as_millis() * 3 <= DEAD_AFTER.as_millis());
 const _: () = assert!(MEMBERSHIP_WATCH_INTERVAL.as_millis() < 1_000);
 const _: () = assert!(MEMBERSHIP_WATCH_INTERVAL.as_millis() < SWEEP_INTERVAL.as_millis());

@@ -3,12 +3,15 @@
 use std::time::Duration;
 
 use narad_meta::{
-    AssignPartitions, Command, MarkDead, Member, MemberStatus, Metastore, PartitionOwner, Topic,
+    AbortMove, AssignPartitions, Command, MarkDead, Member, MemberStatus, Metastore,
+    PartitionOwner, Topic,
 };
 
 use super::constants::{
-    DEAD_AFTER, ELECTION_GRACE, HEARTBEAT_INTERVAL, MEMBERSHIP_WATCH_INTERVAL, SWEEP_INTERVAL,
+    DEAD_AFTER, DEAD_TARGET_ABORT_AFTER, ELECTION_GRACE, HEARTBEAT_INTERVAL,
+    MEMBERSHIP_WATCH_INTERVAL, REBALANCE_INTERVAL, SWEEP_INTERVAL,
 };
+use super::plan::plan_moves;
 
 /// The controller's timings. Defaults are the spec's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +26,12 @@ pub struct ControllerConfig {
     pub membership_watch_interval: Duration,
     /// Longest gap between passes.
     pub sweep_interval: Duration,
+    /// Longest gap between passes while moves are in flight or members
+    /// drain.
+    pub rebalance_interval: Duration,
+    /// A move whose target has been dead this long (after it was found
+    /// dead) is aborted.
+    pub dead_target_abort_after: Duration,
     /// Security on: a metastore without users needs its root admin.
     pub security_enabled: bool,
 }
@@ -35,6 +44,8 @@ impl Default for ControllerConfig {
             election_grace: ELECTION_GRACE,
             membership_watch_interval: MEMBERSHIP_WATCH_INTERVAL,
             sweep_interval: SWEEP_INTERVAL,
+            rebalance_interval: REBALANCE_INTERVAL,
+            dead_target_abort_after: DEAD_TARGET_ABORT_AFTER,
             security_enabled: true,
         }
     }
@@ -43,8 +54,10 @@ impl Default for ControllerConfig {
 /// What one pass decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
-    /// Commands to propose, dead markings first, then placements (one
-    /// command per topic, topics in name order, parents before children).
+    /// Commands to propose, in this order: dead markings; placements (one
+    /// command per topic, topics in name order, parents before children);
+    /// aborts of moves to long-dead targets; new move targets (one command
+    /// per topic).
     pub commands: Vec<Command>,
     /// Propose a root admin ([`narad_meta::SeedAdmin`]): security is
     /// on and there are no users. The runtime picks and hashes the password.
@@ -118,12 +131,45 @@ impl Controller {
             .collect();
         let (placements, waiting) = place_waiting(state, &receivers);
         commands.extend(placements);
+        let aborts = self.abort_dead_targets(state, now_ms);
+        if aborts.is_empty() {
+            // Plan against the moves that stay; after aborts, the next
+            // pass (woken by their apply) plans again.
+            commands.extend(plan_moves(state, &receivers));
+        } else {
+            commands.extend(aborts);
+        }
         Decision {
             commands,
             seed_admin: self.config.security_enabled && state.users().next().is_none(),
             dead_marking_refused,
             next_pass_at: self.next_pass_at(state, now, waiting),
         }
+    }
+
+    /// Aborts of moves whose target is dead and has been silent for the
+    /// dead-after span plus the abort delay: a restart within that time
+    /// resumes the move instead.
+    fn abort_dead_targets(&self, state: &Metastore, now_ms: u64) -> Vec<Command> {
+        let limit = millis(self.config.dead_after + self.config.dead_target_abort_after);
+        state
+            .moves()
+            .filter_map(|(topic, partition, assignment)| {
+                let target = assignment.target.as_deref()?;
+                let member = state.member(target)?;
+                let given_up = member.status == MemberStatus::Dead
+                    && now_ms.saturating_sub(member.last_heartbeat_ms) >= limit;
+                if !given_up {
+                    return None;
+                }
+                Some(Command::AbortMove(AbortMove {
+                    topic: topic.to_owned(),
+                    id: state.topic(topic)?.id.clone(),
+                    partition,
+                    target: target.to_owned(),
+                }))
+            })
+            .collect()
     }
 
     fn in_grace(&self, now: Duration) -> bool {
@@ -136,12 +182,18 @@ impl Controller {
     }
 
     /// The earliest of: the next sweep; the watch interval while partitions
-    /// wait; the end of the grace; the moment the next alive member falls
+    /// wait; the rebalance interval while moves are in flight or members
+    /// drain; the end of the grace; the moment the next alive member falls
     /// silent.
     fn next_pass_at(&self, state: &Metastore, now: Duration, waiting: bool) -> Duration {
         let mut next = now + self.config.sweep_interval;
         if waiting {
             next = next.min(now + self.config.membership_watch_interval);
+        }
+        let rebalancing =
+            state.moves().next().is_some() || state.members().any(|member| member.draining);
+        if rebalancing {
+            next = next.min(now + self.config.rebalance_interval);
         }
         let grace_end = self.leader_since + self.config.election_grace;
         if grace_end > now {

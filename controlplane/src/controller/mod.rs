@@ -22,13 +22,22 @@
 //! - An alive member not heard from for the dead-after span is marked dead,
 //!   but not before the leader has led for the election grace, and not
 //!   when the dead-marking breaker trips (see [`decide`](Controller::decide)).
+//! - Rebalance: the planner ([`plan_moves`]) sets move targets so every
+//!   receiver holds its share, draining members' partitions first, at most
+//!   eight moves in flight. The target nodes move the data and flip the
+//!   owner themselves. A move whose target stays dead for two minutes is
+//!   aborted.
 
 mod colocated;
 pub mod constants;
 mod decide;
+mod plan;
 
 pub use colocated::colocated_child_partitions;
 pub use decide::{Controller, ControllerConfig, Decision};
+pub use plan::plan_moves;
 
+#[cfg(test)]
+mod plan_tests;
 #[cfg(test)]
 mod tests;

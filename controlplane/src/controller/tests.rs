@@ -597,3 +597,94 @@ fn random_clusters_are_placed_completely_and_by_the_rules() {
         );
     }
 }
+
+fn move_commands(decision: &Decision) -> Vec<&Command> {
+    decision
+        .commands
+        .iter()
+        .filter(|command| matches!(command, Command::SetMoveTargets(_) | Command::AbortMove(_)))
+        .collect()
+}
+
+#[test]
+fn a_member_that_joins_receives_moves_in_the_same_pass() {
+    let mut cluster = three_nodes();
+    cluster.topic("orders", 6);
+    cluster.apply_all(&controller().decide(&cluster.meta, secs(1)));
+    cluster.member("n4", secs(2));
+    let decision = controller().decide(&cluster.meta, secs(3));
+    let moves = move_commands(&decision);
+    assert_eq!(moves.len(), 1, "one topic, one command");
+    let Command::SetMoveTargets(set) = moves[0] else {
+        panic!("expected targets, got {:?}", moves[0]);
+    };
+    assert_eq!(set.moves.len(), 1, "6 over 4: n4 takes one");
+    assert_eq!(set.moves[0].target, "n4");
+    // While the move is in flight the controller looks again within the
+    // rebalance interval, not the ten-second sweep.
+    cluster.apply_all(&decision);
+    let next = controller().decide(&cluster.meta, secs(4));
+    assert!(move_commands(&next).is_empty());
+    assert_eq!(next.next_pass_at, secs(4) + constants::REBALANCE_INTERVAL);
+}
+
+#[test]
+fn a_move_to_a_target_dead_for_two_minutes_is_aborted() {
+    let mut cluster = three_nodes();
+    cluster.topic("orders", 3);
+    cluster.apply_all(&controller().decide(&cluster.meta, secs(1)));
+    cluster.member("n4", secs(2));
+    cluster.apply_all(&controller().decide(&cluster.meta, secs(3)));
+    assert_eq!(cluster.meta.moves().count(), 0, "3 over 4 is balanced");
+    // Force a move to n4 by draining n1, then let n4 die.
+    cluster.apply(&Command::SetDraining(SetDraining {
+        id: "n1".into(),
+        draining: true,
+    }));
+    for id in ["n2", "n3"] {
+        cluster.heartbeat(id, secs(4));
+    }
+    cluster.apply_all(&controller().decide(&cluster.meta, secs(4)));
+    let (_, partition, moving) = cluster.meta.moves().next().expect("a move");
+    let (partition, target) = (partition, moving.target.clone().unwrap());
+    assert_eq!(target, "n4", "the emptiest receiver");
+    let dead_at = secs(2) + constants::DEAD_AFTER;
+    cluster.apply(&Command::MarkDead(MarkDead {
+        id: "n4".into(),
+        observed_heartbeat_ms: ms(secs(2)),
+    }));
+    let just_before = dead_at + constants::DEAD_TARGET_ABORT_AFTER - Duration::from_secs(1);
+    for id in ["n2", "n3"] {
+        cluster.heartbeat(id, just_before);
+    }
+    let early = controller().decide(&cluster.meta, just_before);
+    assert!(
+        !early
+            .commands
+            .iter()
+            .any(|command| matches!(command, Command::AbortMove(_))),
+        "{:?}",
+        early.commands
+    );
+    let at = dead_at + constants::DEAD_TARGET_ABORT_AFTER;
+    for id in ["n2", "n3"] {
+        cluster.heartbeat(id, at);
+    }
+    let decision = controller().decide(&cluster.meta, at);
+    let aborts: Vec<_> = decision
+        .commands
+        .iter()
+        .filter_map(|command| match command {
+            Command::AbortMove(abort) => Some((abort.partition, abort.target.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(aborts, [(partition, "n4".to_owned())]);
+    cluster.apply_all(&decision);
+    assert!(
+        cluster
+            .meta
+            .moves()
+            .all(|(_, _, at)| at.target.as_deref() != Some("n4"))
+    );
+}
