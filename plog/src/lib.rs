@@ -37,6 +37,7 @@ pub mod retention;
 mod scan;
 pub mod segment;
 mod tail;
+mod transfer;
 mod watch;
 
 pub use commit::CommitOutcome;
@@ -60,4 +61,5 @@ pub use record::{
     ORIGIN_ID_BYTES, Origin, Record,
 };
 pub use retention::{RetentionWorker, SweepReport};
+pub use transfer::{SegmentExtent, TransferListing};
 pub use watch::HwmWatch;

@@ -700,3 +700,47 @@ fn reads_stay_consistent_while_commits_and_retention_run_concurrently() {
     assert!(oldest > 0, "retention deleted something");
     assert_eq!(read_records(&log, oldest).len() as u64, 240 - oldest);
 }
+
+/// Copies the listed bytes of every segment of `from` into `to`.
+fn copy_listed(from: &Path, to: &Path, listing: &narad_plog::TransferListing) {
+    fs::create_dir_all(to).unwrap();
+    for segment in &listing.segments {
+        let bytes = fs::read(from.join(&segment.file_name)).unwrap();
+        let listed = usize::try_from(segment.bytes).unwrap();
+        fs::write(to.join(&segment.file_name), &bytes[..listed]).unwrap();
+    }
+}
+
+#[test]
+fn a_copy_of_the_listed_bytes_opens_to_the_listed_high_watermark() {
+    let source_dir = tempfile::tempdir().unwrap();
+    let copy_dir = tempfile::tempdir().unwrap();
+    let log = open(source_dir.path(), small_config());
+    let records = numbered(0, 200, 1_000);
+    for chunk in records.chunks(7) {
+        commit(&log, chunk).unwrap();
+    }
+    let listing = log.transfer_listing();
+    assert_eq!(listing.high_watermark, 200);
+    assert!(
+        listing.segments.len() > 2,
+        "the small config rolls segments"
+    );
+    assert_eq!(
+        listing
+            .segments
+            .iter()
+            .map(|s| s.file_name.clone())
+            .collect::<Vec<_>>(),
+        segment_files(source_dir.path())
+    );
+    // A later commit does not change what the listing promised.
+    commit(&log, &numbered(200, 5, 1_000)).unwrap();
+    copy_listed(source_dir.path(), copy_dir.path(), &listing);
+    let copy = open(copy_dir.path(), small_config());
+    assert_eq!(copy.high_watermark(), 200);
+    assert_eq!(
+        read_records(&copy, 0),
+        read_records(&log, 0)[..200].to_vec()
+    );
+}

@@ -44,6 +44,7 @@ mod opcode;
 mod server;
 mod stream;
 pub mod tls;
+pub mod transfer;
 pub mod wire;
 
 pub use auth::{ClusterAuth, ClusterSecret, SecretTooShort};
