@@ -31,6 +31,7 @@ pub mod http;
 pub mod ingress;
 pub mod metadata;
 pub mod metrics;
+pub mod moves;
 pub mod node;
 pub mod remote;
 pub mod topology;

@@ -55,6 +55,24 @@ pub const DATA_DIR_SIZE_BYTES: &str = "narad_data_dir_size_bytes";
 /// Bytes the file system holding the data directory still has for this
 /// process (statvfs `f_bavail` × `f_frsize`).
 pub const DATA_DIR_AVAILABLE_BYTES: &str = "narad_data_dir_available_bytes";
+/// Partition moves to this node in flight (gauge).
+pub const MOVES_INFLIGHT: &str = "narad_moves_inflight";
+/// Partition moves to this node that ended (counter; outcome `completed`,
+/// or `force_promoted`).
+pub const MOVES_TOTAL: &str = "narad_moves_total";
+/// How long completed moves took, from the worker's start to the flip
+/// (histogram).
+pub const MOVES_DURATION_SECONDS: &str = "narad_moves_duration_seconds";
+/// Bytes copied by completed moves (counter).
+pub const MOVES_BYTES_TOTAL: &str = "narad_moves_bytes_total";
+/// Moves to this node that cannot go on by themselves (gauge; reason
+/// `copy_unverifiable`, `source_dead_copy_behind`).
+pub const MOVES_BLOCKED: &str = "narad_moves_blocked";
+/// Buckets of [`MOVES_DURATION_SECONDS`]: a small partition moves in
+/// seconds, a large one in minutes to hours.
+pub const MOVES_DURATION_BUCKETS_SECONDS: [f64; 10] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1_800.0, 3_600.0,
+];
 /// Topics in the metadata this node holds.
 pub const TOPICS_TOTAL: &str = "narad_topics_total";
 /// Partitions this node owns.
@@ -209,6 +227,12 @@ impl NodeMetrics {
                 builder.set_buckets_for_metric(
                     Matcher::Full(STORAGE_FSYNC_DURATION_SECONDS.to_owned()),
                     &STORAGE_FSYNC_BUCKETS_SECONDS,
+                )
+            })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(MOVES_DURATION_SECONDS.to_owned()),
+                    &MOVES_DURATION_BUCKETS_SECONDS,
                 )
             })
             .expect("the bucket lists are not empty");

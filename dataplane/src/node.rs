@@ -35,6 +35,9 @@ use crate::ingress::Acceptor;
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
+use crate::moves::source::MoveSource;
+use crate::moves::worker::WorkerContext;
+use crate::moves::{LinkFactory, MoveRunner};
 use crate::topology::NodeId;
 use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
@@ -175,6 +178,10 @@ pub struct DataNode {
     consumer_state_worker: Option<StateWorker>,
     housekeeping: Option<Housekeeping>,
     fanout: Option<FanoutRuntime>,
+    /// Serves the transfer calls of moves away from this node.
+    move_source: Arc<MoveSource>,
+    /// The move runner, once [`DataNode::start_moves`] started it.
+    moves: parking_lot::Mutex<Option<(Arc<MoveRunner>, tokio::task::JoinHandle<()>)>>,
 }
 
 /// Worker threads committing fan-out buckets into this node's partitions,
@@ -301,6 +308,12 @@ impl DataNode {
             booting.elapsed().as_secs_f64(),
         );
         let api = Arc::new(api);
+        let move_source = Arc::new(MoveSource::new(
+            Arc::clone(&api.replica),
+            Arc::clone(&logs),
+            Arc::clone(&combiners),
+            Arc::clone(&consume),
+        ));
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
         Ok(Self {
@@ -315,7 +328,55 @@ impl DataNode {
             consumer_state_worker: Some(consumer_state_worker),
             housekeeping: Some(housekeeping),
             fanout: Some(fanout),
+            move_source,
+            moves: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// The source side of moves away from this node, for the transfer
+    /// service ([`crate::moves::TransferService::attach`]).
+    pub fn move_source(&self) -> &Arc<MoveSource> {
+        &self.move_source
+    }
+
+    /// Starts the move runner, reaching moves' sources through `links`;
+    /// runs until the node shuts down. Returns the runner (status, tests).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn start_moves(&self, links: Arc<dyn LinkFactory>) -> Arc<MoveRunner> {
+        let mut moves = self.moves.lock();
+        if let Some((runner, _)) = moves.as_ref() {
+            return Arc::clone(runner);
+        }
+        let runner = MoveRunner::new(
+            WorkerContext {
+                replica: Arc::clone(&self.api.replica),
+                logs: Arc::clone(&self.logs),
+                admin: Arc::clone(&self.api.admin),
+            },
+            links,
+            Arc::clone(&self.combiners),
+            Arc::clone(&self.consume),
+            Arc::clone(&self.api.metrics),
+        );
+        let task = runner.spawn();
+        *moves = Some((Arc::clone(&runner), task));
+        runner
+    }
+
+    /// The move runner, if started.
+    pub fn moves(&self) -> Option<Arc<MoveRunner>> {
+        self.moves
+            .lock()
+            .as_ref()
+            .map(|(runner, _)| Arc::clone(runner))
+    }
+
+    fn stop_moves(&self) {
+        if let Some((_, task)) = self.moves.lock().take() {
+            task.abort();
+        }
     }
 
     /// The client API router.
@@ -417,6 +478,7 @@ impl DataNode {
     /// written), the partition logs close.
     pub fn shutdown(mut self) {
         self.api.health.shutting_down.store(true, Ordering::Release);
+        self.stop_moves();
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }
@@ -440,6 +502,7 @@ impl DataNode {
     /// Stops the node's threads without syncing anything, as after a crash
     /// (tests: the disk was already cut under it).
     pub fn abandon(mut self) {
+        self.stop_moves();
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }

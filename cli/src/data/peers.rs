@@ -16,6 +16,7 @@ use narad_dataplane::dispatch::CommitTarget;
 use narad_dataplane::forward::tokens::TokenInbox;
 use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::moves::{QuicLinks, TransferService};
 use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
 use narad_disk::clock::Clock;
@@ -34,12 +35,16 @@ struct Served {
     /// Delivery-token notifications (opcode 31) from owners this node's
     /// parked consumes registered with.
     tokens: Arc<TokenInbox>,
+    /// The transfer calls of partition moves away from this node (opcodes
+    /// 22, 23, 24, 26, 27).
+    transfer: Arc<TransferService>,
 }
 
 /// The operations this data node serves to other nodes.
 fn rpc_router(served: &Served) -> Router {
     let router = served.commits.route(Router::new());
     let router = served.forward.route(router);
+    let router = served.transfer.route(router);
     served.tokens.route(router)
 }
 
@@ -68,6 +73,7 @@ impl Peers {
             commits: CommitService::new(),
             forward: ForwardService::new(),
             tokens: TokenInbox::new(Arc::clone(&clock)),
+            transfer: TransferService::new(),
         };
         let transport = Arc::new(Node::bind(
             NodeConfig::new(addr, auth),
@@ -141,6 +147,11 @@ impl Peers {
         self.served
             .commits
             .attach(Arc::clone(node.combiners()), replica);
+        self.served.transfer.attach(Arc::clone(node.move_source()));
+        node.start_moves(Arc::new(QuicLinks::new(
+            Arc::clone(&self.transport),
+            Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
+        )));
     }
 
     /// Closes the transport once nothing else holds it (the bridge and the

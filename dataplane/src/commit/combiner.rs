@@ -16,7 +16,8 @@ use bytes::Bytes;
 use narad_plog::{CommitRecord, LogError, Origin};
 use parking_lot::{Condvar, Mutex};
 
-use super::logs::LocalLogs;
+use super::freeze::{self, Freeze, Freezes};
+use super::logs::{LocalLogs, partition_dir};
 use crate::ingress::now_unix_ms;
 use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::metrics::{self, NodeMetrics};
@@ -93,6 +94,10 @@ pub enum CommitError {
     /// This node does not own the partition (any more).
     #[error("not the partition owner")]
     NotOwner,
+    /// The partition is being handed to a move's target: nothing commits
+    /// until the move ends or the freeze lapses.
+    #[error("the partition is frozen for a move handoff")]
+    Frozen,
     /// The topic is not in the replica.
     #[error("topic not found")]
     TopicNotFound,
@@ -158,6 +163,7 @@ impl Drop for CycleEnd<'_> {
 #[derive(Debug)]
 pub struct Combiners {
     combiners: Mutex<HashMap<Destination, Arc<Combiner>>>,
+    freezes: Freezes,
     logs: Arc<LocalLogs>,
     replica: Arc<MetadataReplica>,
     metrics: Arc<NodeMetrics>,
@@ -172,6 +178,7 @@ impl Combiners {
     ) -> Self {
         Self {
             combiners: Mutex::new(HashMap::new()),
+            freezes: Freezes::default(),
             logs,
             replica,
             metrics,
@@ -181,6 +188,80 @@ impl Combiners {
     /// The logs committed into.
     pub fn logs(&self) -> &Arc<LocalLogs> {
         &self.logs
+    }
+
+    /// The handoff freezes of this node's partitions.
+    pub fn freezes(&self) -> &Freezes {
+        &self.freezes
+    }
+
+    /// Freezes `destination` for its move to `target` and waits until a
+    /// commit cycle running now has ended: from then on nothing commits to
+    /// it, so its high watermark stays put while the freeze holds.
+    pub fn freeze_for_handoff(&self, destination: &Destination, target: &str) -> Freeze {
+        let since_index = self.replica.view().applied_index;
+        let freeze = self
+            .freezes
+            .start(destination, target, since_index, Instant::now());
+        let combiner = self.combiner(destination);
+        let mut queue = combiner.queue.lock();
+        while queue.cycle_running {
+            combiner.turn.wait(&mut queue);
+        }
+        freeze
+    }
+
+    /// Makes sure a fence written before a restart is back in force for
+    /// `destination` (a move's calls can arrive before any commit does).
+    pub fn restore_fences(&self, destination: &Destination) {
+        let _ = self.combiner(destination);
+    }
+
+    /// The combiner of `destination`, made on first use. A partition seen
+    /// for the first time since start may hold a fence written before a
+    /// restart; it is restored before any commit can run.
+    fn combiner(&self, destination: &Destination) -> Arc<Combiner> {
+        let mut combiners = self.combiners.lock();
+        if let Some(combiner) = combiners.get(destination) {
+            return Arc::clone(combiner);
+        }
+        self.restore_fence(destination);
+        Arc::clone(combiners.entry(destination.clone()).or_default())
+    }
+
+    fn restore_fence(&self, destination: &Destination) {
+        let dir = partition_dir(
+            self.logs.data_dir(),
+            &destination.topic,
+            destination.partition,
+        );
+        match freeze::read_fence(&**self.logs.disk(), &dir) {
+            Ok(None) => {}
+            Ok(Some((target, token, since_index))) => {
+                tracing::warn!(%destination, target, "partition is fenced for a move handoff since before the restart; commits wait until the move ends");
+                let fence = Freeze {
+                    token,
+                    target,
+                    since_index,
+                    until: Instant::now(),
+                    fenced: true,
+                };
+                self.freezes.restore(destination, fence);
+            }
+            Err(error) => {
+                // Unknown: hold commits back as if fenced to nobody; the
+                // move runner thaws it once the replica shows no move.
+                tracing::error!(%destination, %error, "reading the handoff fence failed; commits wait");
+                let fence = Freeze {
+                    token: u64::MAX,
+                    target: String::new(),
+                    since_index: u64::MAX,
+                    until: Instant::now(),
+                    fenced: true,
+                };
+                self.freezes.restore(destination, fence);
+            }
+        }
     }
 
     /// Commits `batch` to `destination`, blocking until its cycle ended.
@@ -194,12 +275,7 @@ impl Combiners {
         destination: &Destination,
         batch: CommitBatch,
     ) -> Result<Stored, CommitError> {
-        let combiner = Arc::clone(
-            self.combiners
-                .lock()
-                .entry(destination.clone())
-                .or_default(),
-        );
+        let combiner = self.combiner(destination);
         let ticket = Arc::new(Ticket {
             batch: Mutex::new(Some(batch)),
             outcome: Mutex::new(None),
@@ -253,6 +329,12 @@ impl Combiners {
         if let Err(error) = self.check_owner(destination) {
             for (ticket, _) in &batches {
                 finish(ticket, Err(error.clone()));
+            }
+            return;
+        }
+        if self.freezes.holds(destination, Instant::now()) {
+            for (ticket, _) in &batches {
+                finish(ticket, Err(CommitError::Frozen));
             }
             return;
         }

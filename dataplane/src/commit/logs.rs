@@ -168,9 +168,76 @@ impl LocalLogs {
         &self.data_dir
     }
 
+    /// The disk the logs live on.
+    pub fn disk(&self) -> &Arc<dyn Disk> {
+        &self.disk
+    }
+
+    /// The configuration every log opens with.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Makes the topic directory of `destination` the live incarnation's
+    /// (stamping or quarantining it, as [`Self::resolve`] does) without
+    /// opening a log, and returns the partition directory. A move's target
+    /// copies into it before it owns the partition.
+    ///
+    /// # Errors
+    /// As [`Self::resolve`]'s marker checks.
+    pub fn prepare_partition_dir(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+    ) -> Result<PathBuf, LogError> {
+        if !incarnation::is_topic_dir_name(&destination.topic) {
+            return Err(LogError::Inconsistent {
+                dir: topics_dir(&self.data_dir).display().to_string(),
+                reason: format!("{:?} is not a topic directory name", destination.topic),
+            });
+        }
+        let guard = self.topic_guard(&destination.topic);
+        let mut topic = guard.lock();
+        if let Some(id) = incarnation {
+            self.check_marker(&destination.topic, &mut topic, id)?;
+        }
+        let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
+        self.disk
+            .create_dir_all(&dir)
+            .map_err(|source| LogError::Io {
+                operation: "create the partition directory",
+                source,
+            })?;
+        Ok(dir)
+    }
+
+    /// Closes the open log of `destination`, if any (its partition moved
+    /// away). Runs under the topic guard. Returns whether one was open.
+    pub fn close_partition(&self, destination: &Destination) -> bool {
+        let guard = self.topic_guard(&destination.topic);
+        let _topic = guard.lock();
+        let closing = self.open.lock().remove(destination);
+        match closing {
+            Some(entry) => {
+                close_log(destination, &entry.log);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// How many partition logs are open now.
     pub fn open_count(&self) -> usize {
         self.open.lock().len()
+    }
+
+    /// Every open log's destination and the incarnation it was opened for.
+    pub fn open_destinations(&self) -> Vec<(Destination, Option<Arc<str>>)> {
+        self.open
+            .lock()
+            .iter()
+            .map(|(destination, entry)| (destination.clone(), entry.incarnation.clone()))
+            .collect()
     }
 
     /// The open log of `destination`, if any (reads, tests).

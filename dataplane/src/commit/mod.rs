@@ -3,10 +3,11 @@
 //! for a partition into one `commit_durable` (one append, one fdatasync,
 //! read back and CRC-checked, then visible), after re-checking under the
 //! partition's produce lock that this node still owns the partition, that
-//! each batch's incarnation is the live one, and that each caller still
-//! waits. [`LocalCommitTarget`] is how this node's dispatcher reaches it.
+//! each batch's incarnation is the live one, that no move handoff froze
+//! the partition ([`freeze`]), and that each caller still waits. [`LocalCommitTarget`] is how this node's dispatcher reaches it.
 
 mod combiner;
+pub mod freeze;
 pub mod incarnation;
 mod local_target;
 mod logs;

@@ -52,7 +52,7 @@ use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
-use super::ahead::ConsumerStateStore;
+use super::ahead::{ConsumerPosition, ConsumerStateStore};
 use super::shard::{Settle, ShardLimits};
 use super::waiters::Waiters;
 use crate::commit::LocalLogs;
@@ -340,6 +340,30 @@ impl ConsumeService {
             self.pump(topic);
         }
         gauges
+    }
+
+    /// The consumer position of owned partition `partition` of `meta` now
+    /// (its shard opened if needed): what a move's handoff gives the
+    /// partition's next owner. Acks that land after the call are not in it
+    /// (their messages are delivered again by the next owner).
+    ///
+    /// # Errors
+    /// The partition's log or consumer state could not be opened.
+    pub fn position_now(
+        &self,
+        meta: &TopicMeta,
+        partition: u32,
+    ) -> Result<ConsumerPosition, ConsumeError> {
+        let shard = self.shard(meta, partition)?;
+        let position = shard.state.lock().position();
+        Ok(position)
+    }
+
+    /// Drops the shards of partitions this node no longer serves (a move
+    /// flipped away, a topic deleted); their consumer state is no longer
+    /// written.
+    pub fn retire_moved(&self) {
+        self.retire_stale_shards();
     }
 
     /// Consumes parked on `topic` now (tests, diagnostics).

@@ -211,6 +211,13 @@ fn refusal(destination: &Destination, error: CommitError, peer: std::net::Socket
             tracing::info!(%destination, %peer, batch_incarnation = %batch, live_incarnation = %live, "remote commit refused: topic incarnation mismatch");
             incarnation_mismatch(&batch, &live)
         }
+        CommitError::Frozen => {
+            tracing::debug!(%destination, %peer, "remote commit refused: partition frozen for a move handoff");
+            RpcError::unavailable(format!(
+                "partition {} of {} is being handed to another node; retry",
+                destination.partition, destination.topic
+            ))
+        }
         CommitError::TopicNotFound => RpcError::new(
             Status::NOT_FOUND,
             format!("topic {} not found", destination.topic),

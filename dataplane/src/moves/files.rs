@@ -1,0 +1,309 @@
+//! The files a move copies and writes in a partition directory: which
+//! names may travel, chunked copies, the consumer state the target writes
+//! from the handoff, and `move.marker`, which says a copy is whole.
+
+use std::io;
+use std::path::Path;
+
+use narad_disk::{Disk, IoBuf, OpenOptions};
+use narad_plog::segment::parse_segment_file_name;
+
+use crate::consume::ahead::{
+    AHEAD_FILE_BYTES, AHEAD_FILE_NAME, ConsumerPosition, OFFSET_FILE_NAME, SLOT_BYTES, encode_slot,
+};
+
+/// Written into the partition directory by the target once its copy is
+/// whole, verified and fenced, before it proposes the flip. Its presence
+/// says the copy may become the partition (see `worker.rs`).
+pub const MOVE_MARKER_FILE_NAME: &str = "move.marker";
+
+/// Fan-out cursor files travel with their parent partition.
+const CURSOR_PREFIX: &str = "fanout-";
+const CURSOR_SUFFIX: &str = ".offset";
+
+/// Whether `name` is a file a move copies: a segment file or a fan-out
+/// cursor file. Nothing else is served, so a caller cannot read other
+/// files of the data directory through a transfer.
+pub fn is_transferable(name: &str) -> bool {
+    is_segment(name) || is_cursor(name)
+}
+
+/// Whether `name` is a segment file.
+pub fn is_segment(name: &str) -> bool {
+    parse_segment_file_name(name).is_some()
+}
+
+fn is_cursor(name: &str) -> bool {
+    name.strip_prefix(CURSOR_PREFIX)
+        .and_then(|rest| rest.strip_suffix(CURSOR_SUFFIX))
+        .is_some_and(|child| {
+            !child.is_empty()
+                && child
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                && child != "."
+                && child != ".."
+        })
+}
+
+/// The fan-out cursor files in `dir` and their sizes.
+///
+/// # Errors
+/// Any disk error.
+pub fn cursor_files(disk: &dyn Disk, dir: &Path) -> io::Result<Vec<(String, u64)>> {
+    let mut files = Vec::new();
+    for name in disk.list_dir(dir)? {
+        if is_cursor(&name) {
+            let size = disk.open(&dir.join(&name), OpenOptions::EXISTING)?.size()?;
+            files.push((name, size));
+        }
+    }
+    Ok(files)
+}
+
+/// Reads up to `max` bytes of `dir/name` from `offset`, never past
+/// `limit` (the bytes the listing promised; `None`: the file's size).
+///
+/// # Errors
+/// `InvalidInput` for a name that does not travel; any disk error.
+pub fn read_chunk(
+    disk: &dyn Disk,
+    dir: &Path,
+    name: &str,
+    offset: u64,
+    max: u32,
+    limit: Option<u64>,
+) -> io::Result<Vec<u8>> {
+    if !is_transferable(name) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a file a move copies"),
+        ));
+    }
+    let file = disk.open(&dir.join(name), OpenOptions::EXISTING)?;
+    let end = limit.unwrap_or(file.size()?).min(file.size()?);
+    let len = end.saturating_sub(offset).min(u64::from(max));
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    file.read_at(offset, usize::try_from(len).unwrap_or(usize::MAX))
+        .wait()
+}
+
+/// Removes every file in `dir` but `keep` (a copy starting over). The
+/// directory itself stays.
+///
+/// # Errors
+/// Any disk error.
+pub fn clear_dir(disk: &dyn Disk, dir: &Path, keep: &[&str]) -> io::Result<()> {
+    if !disk.exists(dir)? {
+        return Ok(());
+    }
+    for name in disk.list_dir(dir)? {
+        if !keep.contains(&name.as_str()) {
+            disk.remove_file(&dir.join(&name))?;
+        }
+    }
+    disk.sync_dir(dir)
+}
+
+/// Writes `data` into `dir/name` at `offset` (creating the file).
+///
+/// # Errors
+/// Any disk error.
+pub fn write_chunk(
+    disk: &dyn Disk,
+    dir: &Path,
+    name: &str,
+    offset: u64,
+    data: &[u8],
+) -> io::Result<()> {
+    let file = disk.open(&dir.join(name), OpenOptions::CREATE)?;
+    file.write_at(offset, IoBuf::from_slice(data)).wait()?;
+    Ok(())
+}
+
+/// Syncs the data of every file in `dir`, then the directory.
+///
+/// # Errors
+/// Any disk error.
+pub fn sync_all(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+    for name in disk.list_dir(dir)? {
+        disk.open(&dir.join(&name), OpenOptions::EXISTING)?
+            .fdatasync()
+            .wait()?;
+    }
+    disk.sync_dir(dir)
+}
+
+/// Writes the consumer state files for `position`: `consumer.ahead` with
+/// the position in its first slot (generation 1; the second slot is zeros,
+/// which recovery refuses and passes over) and `consumer.offset` with the
+/// frontier, then syncs both. A slot that cannot hold the whole set keeps
+/// its lowest offsets (the rest are delivered again: never a loss).
+///
+/// # Errors
+/// Any disk error.
+pub fn write_consumer_state(
+    disk: &dyn Disk,
+    dir: &Path,
+    position: &ConsumerPosition,
+) -> io::Result<()> {
+    let (slot, _truncated) = encode_slot(1, position);
+    let mut ahead = IoBuf::with_capacity(AHEAD_FILE_BYTES);
+    ahead.extend_from_slice(&slot[..]);
+    ahead.extend_zeros(AHEAD_FILE_BYTES - SLOT_BYTES);
+    let file = disk.open(&dir.join(AHEAD_FILE_NAME), OpenOptions::CREATE)?;
+    file.write_and_sync(0, ahead).wait()?;
+    let file = disk.open(&dir.join(OFFSET_FILE_NAME), OpenOptions::CREATE)?;
+    file.write_and_sync(0, IoBuf::from_slice(&position.frontier.to_be_bytes()))
+        .wait()?;
+    Ok(())
+}
+
+/// What `move.marker` records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveMarker {
+    /// The owner the copy was taken from.
+    pub source: String,
+    /// The topic incarnation copied (empty for a topic without one).
+    pub incarnation: String,
+    /// The high watermark the copy holds.
+    pub high_watermark: u64,
+    /// The token of the fence the source granted for this copy.
+    pub token: u64,
+    /// The target's replica index when it wrote the marker: a replica that
+    /// has not applied this far may not show the move yet.
+    pub applied_index: u64,
+}
+
+/// Writes `move.marker` and syncs it and the directory.
+///
+/// # Errors
+/// Any disk error.
+pub fn write_marker(disk: &dyn Disk, dir: &Path, marker: &MoveMarker) -> io::Result<()> {
+    let text = format!(
+        "source {}\nincarnation {}\nhigh_watermark {}\ntoken {}\napplied_index {}\n",
+        marker.source,
+        marker.incarnation,
+        marker.high_watermark,
+        marker.token,
+        marker.applied_index
+    );
+    let path = dir.join(MOVE_MARKER_FILE_NAME);
+    if disk.exists(&path)? {
+        disk.remove_file(&path)?;
+    }
+    let file = disk.open(&path, OpenOptions::CREATE)?;
+    file.write_and_sync(0, IoBuf::from_slice(text.as_bytes()))
+        .wait()?;
+    disk.sync_dir(dir)
+}
+
+/// Reads `move.marker` in `dir`, if there is one that parses.
+///
+/// # Errors
+/// Any disk error other than the file being absent.
+pub fn read_marker(disk: &dyn Disk, dir: &Path) -> io::Result<Option<MoveMarker>> {
+    let path = dir.join(MOVE_MARKER_FILE_NAME);
+    if !disk.exists(&path)? {
+        return Ok(None);
+    }
+    let file = disk.open(&path, OpenOptions::EXISTING)?;
+    let size = usize::try_from(file.size()?)
+        .unwrap_or(usize::MAX)
+        .min(4096);
+    let bytes = file.read_at(0, size).wait()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .map(str::to_owned)
+    };
+    let number = |name: &str| field(name).and_then(|value| value.parse::<u64>().ok());
+    Ok(
+        match (
+            field("source"),
+            field("incarnation"),
+            number("high_watermark"),
+            number("token"),
+            number("applied_index"),
+        ) {
+            (
+                Some(source),
+                Some(incarnation),
+                Some(high_watermark),
+                Some(token),
+                Some(applied_index),
+            ) => Some(MoveMarker {
+                source,
+                incarnation,
+                high_watermark,
+                token,
+                applied_index,
+            }),
+            _ => None,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use narad_disk::portable::PortableDisk;
+
+    #[test]
+    fn only_segments_and_cursor_files_travel() {
+        assert!(is_transferable("00000000000000000000.log"));
+        assert!(is_transferable("fanout-audit.offset"));
+        for name in [
+            "hwm",
+            "consumer.offset",
+            "consumer.ahead",
+            "move.marker",
+            "handoff.fence",
+            "../incarnation",
+            "fanout-.offset",
+            "fanout-../x.offset",
+            "fanout-a/b.offset",
+            "00000000000000000000.log.tmp",
+        ] {
+            assert!(!is_transferable(name), "{name} must not travel");
+        }
+    }
+
+    #[test]
+    fn a_chunk_stops_at_the_listed_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = PortableDisk::new(1).unwrap();
+        let name = "00000000000000000000.log";
+        write_chunk(&disk, dir.path(), name, 0, b"0123456789").unwrap();
+        assert_eq!(
+            read_chunk(&disk, dir.path(), name, 2, 100, Some(6)).unwrap(),
+            b"2345"
+        );
+        assert_eq!(
+            read_chunk(&disk, dir.path(), name, 8, 100, None).unwrap(),
+            b"89"
+        );
+        assert!(read_chunk(&disk, dir.path(), "hwm", 0, 1, None).is_err());
+    }
+
+    #[test]
+    fn the_marker_round_trips_and_a_damaged_one_reads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = PortableDisk::new(1).unwrap();
+        assert_eq!(read_marker(&disk, dir.path()).unwrap(), None);
+        let marker = MoveMarker {
+            source: "1".into(),
+            incarnation: "0123456789abcdef".into(),
+            high_watermark: 500,
+            token: 9,
+            applied_index: 77,
+        };
+        write_marker(&disk, dir.path(), &marker).unwrap();
+        assert_eq!(read_marker(&disk, dir.path()).unwrap(), Some(marker));
+        std::fs::write(dir.path().join(MOVE_MARKER_FILE_NAME), "source 1\n").unwrap();
+        assert_eq!(read_marker(&disk, dir.path()).unwrap(), None);
+    }
+}

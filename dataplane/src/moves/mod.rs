@@ -1,0 +1,44 @@
+//! Partition moves on the data plane (spec §6, rebalance and
+//! decommission): the control plane's planner writes a move's target; the
+//! target node copies the partition from its owner and flips the owner to
+//! itself with a compare-and-set in Raft.
+//!
+//! - [`worker`]: one move on its target: catch-up copy while traffic
+//!   flows, handoff, final copy to the frozen high watermark, verification,
+//!   fence, `move.marker`, flip;
+//! - [`source`]: the owner's side: listing, chunks, the freeze and its
+//!   fence (the freeze itself is the commit stage's, `commit::freeze`);
+//! - [`runner`]: starts workers for moves headed here, ends freezes whose
+//!   move is over, removes copies of partitions that moved away;
+//! - [`service`]: the transfer operations on the cluster transport;
+//! - [`files`]: what travels and what the target writes;
+//! - [`status`]: what a worker reports.
+//!
+//! What it guarantees: a message committed on the source before the flip is
+//! in the copy the flip installs (the source commits nothing from the
+//! handoff until the move ends, and the copy is verified to recover to the
+//! frozen high watermark before the flip is proposed); produce keeps
+//! getting `202` throughout (records wait in the ingress WALs while the
+//! partition is frozen); a crash of either side at any point leaves the
+//! partition whole on the source or installed on the target, never both
+//! serving and never neither. Consumer positions travel as read at the
+//! fence: acks landing after it, and leases outstanding at the flip, are
+//! delivered again by the new owner (at-least-once).
+//!
+//! What it does not do yet: force-promote a copy when the source is dead
+//! (a move whose source is down waits for it), and pause consumes of a
+//! frozen partition (they go on at the source; what they deliver after the
+//! fence is delivered again).
+
+pub mod files;
+pub mod runner;
+pub mod service;
+pub mod source;
+pub mod status;
+pub mod worker;
+
+pub use runner::MoveRunner;
+pub use service::{DirectLinks, LinkFactory, QuicLinks, TransferService};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,416 @@
+//! The move runner of one data node: it starts a worker for every move the
+//! replica shows headed here, ends freezes whose move ended, and removes
+//! the copies of partitions that moved away.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use narad_disk::BackendKind;
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+
+use super::files;
+use super::service::LinkFactory;
+use super::status::{MovePhase, WorkerStatus};
+use super::worker::{Ending, Worker, WorkerContext};
+use crate::commit::freeze::remove_fence;
+use crate::commit::{Combiners, partition_dir, topics_dir};
+use crate::consume::service::ConsumeService;
+use crate::metrics::{self, NodeMetrics};
+use crate::topology::{Destination, member_id};
+
+/// While moves or freezes are in flight the runner looks again this often
+/// (the spec's 1 s runner tick).
+pub const RUNNER_TICK: Duration = Duration::from_secs(1);
+
+/// With nothing in flight it wakes on metadata changes only, and this
+/// often for the stale-copy sweep (the spec sweeps every 30th tick).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+struct Running {
+    status: Arc<Mutex<WorkerStatus>>,
+    handle: JoinHandle<Ending>,
+    started: Instant,
+}
+
+/// The runner: one per data node.
+#[derive(Debug)]
+pub struct MoveRunner {
+    context: WorkerContext,
+    links: Arc<dyn LinkFactory>,
+    combiners: Arc<Combiners>,
+    consume: Arc<ConsumeService>,
+    metrics: Arc<NodeMetrics>,
+    workers: Mutex<HashMap<Destination, Running>>,
+    last_sweep: Mutex<Option<Instant>>,
+    completed: AtomicU64,
+}
+
+impl MoveRunner {
+    /// A runner over this node's state, reaching sources through `links`.
+    pub fn new(
+        context: WorkerContext,
+        links: Arc<dyn LinkFactory>,
+        combiners: Arc<Combiners>,
+        consume: Arc<ConsumeService>,
+        metrics: Arc<NodeMetrics>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            context,
+            links,
+            combiners,
+            consume,
+            metrics,
+            workers: Mutex::new(HashMap::new()),
+            last_sweep: Mutex::new(None),
+            completed: AtomicU64::new(0),
+        })
+    }
+
+    /// Ticks for the runtime's lifetime: every [`RUNNER_TICK`] while
+    /// something is in flight, else on metadata changes and every
+    /// [`SWEEP_INTERVAL`].
+    pub fn spawn(self: &Arc<Self>) -> JoinHandle<()> {
+        let runner = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut changes = runner.context.replica.watch_changes();
+            loop {
+                runner.tick().await;
+                let busy = !runner.workers.lock().is_empty()
+                    || !runner.combiners.freezes().all().is_empty();
+                let wait = if busy { RUNNER_TICK } else { SWEEP_INTERVAL };
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// One pass.
+    pub async fn tick(&self) {
+        self.start_workers();
+        self.reap_workers().await;
+        self.end_freezes();
+        self.retire_moved_away().await;
+        let due = self
+            .last_sweep
+            .lock()
+            .is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
+        if due {
+            *self.last_sweep.lock() = Some(Instant::now());
+            self.sweep_stale_copies().await;
+        }
+        self.publish_gauges();
+    }
+
+    /// The status of every running worker.
+    pub fn report(&self) -> Vec<WorkerStatus> {
+        let workers = self.workers.lock();
+        let mut statuses: Vec<WorkerStatus> = workers
+            .values()
+            .map(|running| running.status.lock().clone())
+            .collect();
+        statuses.sort_by(|a, b| a.destination.cmp(&b.destination));
+        statuses
+    }
+
+    /// Moves this runner completed since start.
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+
+    fn me(&self) -> String {
+        member_id(self.context.replica.local_node())
+    }
+
+    fn start_workers(&self) {
+        let view = self.context.replica.view();
+        let me = self.me();
+        let mut workers = self.workers.lock();
+        for (topic, partition, assignment) in view.metastore.moves() {
+            if assignment.target.as_deref() != Some(me.as_str()) {
+                continue;
+            }
+            let destination = Destination::new(topic, partition);
+            if workers.contains_key(&destination) {
+                continue;
+            }
+            let Some(meta) = view.topics.get(topic) else {
+                continue;
+            };
+            let Some(link) = self.links.link(&assignment.owner) else {
+                tracing::debug!(%destination, source = assignment.owner, "move source not addressable yet");
+                continue;
+            };
+            let status = Arc::new(Mutex::new(WorkerStatus {
+                destination: destination.clone(),
+                source: assignment.owner.clone(),
+                target: me.clone(),
+                started_at_ms: crate::ingress::now_unix_ms(),
+                phase: MovePhase::Copying,
+                attempts: 0,
+                last_error: None,
+                copied_bytes: 0,
+                blocked: None,
+            }));
+            let worker = Worker::new(
+                self.context.clone(),
+                link,
+                destination.clone(),
+                meta.incarnation_id.clone(),
+                assignment.owner.clone(),
+                Arc::clone(&status),
+            );
+            tracing::info!(%destination, source = assignment.owner, "move worker started");
+            let handle = tokio::spawn(worker.run());
+            workers.insert(
+                destination,
+                Running {
+                    status,
+                    handle,
+                    started: Instant::now(),
+                },
+            );
+        }
+    }
+
+    async fn reap_workers(&self) {
+        let finished: Vec<(Destination, Running)> = {
+            let mut workers = self.workers.lock();
+            let done: Vec<Destination> = workers
+                .iter()
+                .filter(|(_, running)| running.handle.is_finished())
+                .map(|(destination, _)| destination.clone())
+                .collect();
+            done.into_iter()
+                .filter_map(|destination| {
+                    workers
+                        .remove(&destination)
+                        .map(|running| (destination, running))
+                })
+                .collect()
+        };
+        for (destination, running) in finished {
+            let copied = running.status.lock().copied_bytes;
+            match running.handle.await {
+                Ok(Ending::Completed) => {
+                    self.completed.fetch_add(1, Ordering::Relaxed);
+                    let outcome = [("outcome", "completed".to_owned())];
+                    self.metrics.count(metrics::MOVES_TOTAL, &outcome, 1);
+                    self.metrics.observe(
+                        metrics::MOVES_DURATION_SECONDS,
+                        &[],
+                        running.started.elapsed(),
+                    );
+                    self.metrics.count(metrics::MOVES_BYTES_TOTAL, &[], copied);
+                }
+                Ok(Ending::Abandoned) => {
+                    tracing::info!(%destination, "move worker ended: the move was cleared");
+                }
+                Err(error) => tracing::error!(%destination, %error, "move worker failed"),
+            }
+        }
+    }
+
+    /// Ends the freezes whose move is over, judged only by a replica that
+    /// has applied at least what it had when the freeze began, and forgets
+    /// lapsed ones.
+    fn end_freezes(&self) {
+        let freezes = self.combiners.freezes();
+        freezes.forget_lapsed(Instant::now());
+        let view = self.context.replica.view();
+        let me = self.me();
+        for (destination, freeze) in freezes.all() {
+            if view.applied_index < freeze.since_index {
+                continue;
+            }
+            let assignment = view
+                .metastore
+                .assignment(&destination.topic, destination.partition);
+            let still_moving = assignment.is_some_and(|a| {
+                a.owner == me && a.target.as_deref() == Some(freeze.target.as_str())
+            });
+            if still_moving {
+                continue;
+            }
+            freezes.end(&destination);
+            let dir = partition_dir(
+                self.context.logs.data_dir(),
+                &destination.topic,
+                destination.partition,
+            );
+            if let Err(error) = remove_fence(&**self.context.logs.disk(), &dir) {
+                tracing::warn!(%destination, %error, "removing a handoff fence failed");
+            }
+            tracing::info!(%destination, "handoff freeze ended: the move is over");
+        }
+    }
+
+    /// Closes the logs of partitions whose move away committed, and
+    /// removes their directories.
+    async fn retire_moved_away(&self) {
+        if !self.context.replica.is_caught_up() {
+            return;
+        }
+        let view = self.context.replica.view();
+        let me = self.me();
+        let moved: Vec<Destination> = self
+            .context
+            .logs
+            .open_destinations()
+            .into_iter()
+            .filter(|(destination, incarnation)| {
+                let live = view
+                    .topics
+                    .get(&*destination.topic)
+                    .is_some_and(|meta| meta.incarnation_id == *incarnation);
+                let assignment = view
+                    .metastore
+                    .assignment(&destination.topic, destination.partition);
+                live && assignment
+                    .is_some_and(|a| a.owner != me && a.target.as_deref() != Some(me.as_str()))
+            })
+            .map(|(destination, _)| destination)
+            .collect();
+        if moved.is_empty() {
+            return;
+        }
+        self.consume.retire_moved();
+        for destination in moved {
+            self.context.logs.close_partition(&destination);
+            self.combiners.freezes().end(&destination);
+            let dir = partition_dir(
+                self.context.logs.data_dir(),
+                &destination.topic,
+                destination.partition,
+            );
+            self.remove_copy(&destination, dir).await;
+        }
+    }
+
+    /// Every [`SWEEP_INTERVAL`]: partition directories of live topics that
+    /// this node neither owns nor is receiving (a copy left by a move that
+    /// was abandoned, or by a crash after a move away).
+    async fn sweep_stale_copies(&self) {
+        if !self.context.replica.is_caught_up() {
+            return;
+        }
+        let view = self.context.replica.view();
+        let me = self.me();
+        let running: Vec<Destination> = self.workers.lock().keys().cloned().collect();
+        let open: Vec<Destination> = self
+            .context
+            .logs
+            .open_destinations()
+            .into_iter()
+            .map(|(destination, _)| destination)
+            .collect();
+        let logs = Arc::clone(&self.context.logs);
+        let topics = topics_dir(logs.data_dir());
+        let mut stale = Vec::new();
+        for (name, meta) in &view.topics {
+            let Ok(partitions) = list_partition_dirs(&**logs.disk(), &topics.join(&**name)) else {
+                continue;
+            };
+            for partition in partitions {
+                let destination = Destination {
+                    topic: Arc::clone(name),
+                    partition,
+                };
+                let Some(assignment) = view.metastore.assignment(name, partition) else {
+                    continue;
+                };
+                let ours =
+                    assignment.owner == me || assignment.target.as_deref() == Some(me.as_str());
+                if ours || running.contains(&destination) || open.contains(&destination) {
+                    continue;
+                }
+                if !marker_matches_live(&logs, name, meta.incarnation_id.as_deref()) {
+                    continue;
+                }
+                stale.push(destination);
+            }
+        }
+        for destination in stale {
+            let dir = partition_dir(logs.data_dir(), &destination.topic, destination.partition);
+            let marker = files::read_marker(&**logs.disk(), &dir).ok().flatten();
+            if marker.is_some_and(|marker| marker.applied_index > view.applied_index) {
+                continue;
+            }
+            self.remove_copy(&destination, dir).await;
+        }
+    }
+
+    async fn remove_copy(&self, destination: &Destination, dir: std::path::PathBuf) {
+        let logs = Arc::clone(&self.context.logs);
+        let removed = tokio::task::spawn_blocking(move || {
+            files::clear_dir(&**logs.disk(), &dir, &[])?;
+            if logs.disk().kind() != BackendKind::Simulated {
+                std::fs::remove_dir(&dir)?;
+            }
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+        match removed {
+            Ok(Ok(())) => {
+                tracing::info!(%destination, "copy of a partition that moved away removed")
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%destination, %error, "removing a moved-away copy failed; the sweep retries")
+            }
+            Err(error) => tracing::warn!(%destination, %error, "removing a moved-away copy failed"),
+        }
+    }
+
+    fn publish_gauges(&self) {
+        let statuses = self.report();
+        self.metrics
+            .set(metrics::MOVES_INFLIGHT, &[], statuses.len() as f64);
+        for reason in ["copy_unverifiable", "source_dead_copy_behind"] {
+            let count = statuses
+                .iter()
+                .filter(|status| status.blocked.as_deref() == Some(reason))
+                .count();
+            self.metrics.set(
+                metrics::MOVES_BLOCKED,
+                &[("reason", reason.to_owned())],
+                count as f64,
+            );
+        }
+    }
+}
+
+/// Partition indexes of the `p<5 digits>` directories in `topic_dir`.
+fn list_partition_dirs(disk: &dyn narad_disk::Disk, topic_dir: &Path) -> std::io::Result<Vec<u32>> {
+    if !disk.exists(topic_dir)? {
+        return Ok(Vec::new());
+    }
+    Ok(disk
+        .list_dir(topic_dir)?
+        .iter()
+        .filter_map(|name| {
+            let digits = name.strip_prefix('p')?;
+            (digits.len() == 5 && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse().ok())
+                .flatten()
+        })
+        .collect())
+}
+
+/// Whether the topic directory's incarnation marker names the live
+/// incarnation (a directory of another one is the quarantine's business).
+fn marker_matches_live(logs: &crate::commit::LocalLogs, topic: &str, live: Option<&str>) -> bool {
+    matches!(
+        logs.directory_incarnation(topic),
+        Ok(Some(marker)) if Some(marker.as_str()) == live
+    )
+}

@@ -1,0 +1,370 @@
+//! Moves between two data nodes in one process: each node has its own
+//! disk directory and replica; one shared log (a fake control plane)
+//! applies every command to both replicas in order; the target reaches the
+//! source's transfer calls directly.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use narad_disk::Disk;
+use narad_disk::portable::PortableDisk;
+use narad_meta::{Command, MoveTarget, SetMoveTargets};
+use parking_lot::Mutex;
+
+use super::{DirectLinks, MoveRunner};
+use crate::admin::{Admin, AdminError, AdminFuture};
+use crate::commit::{CommitBatch, CommitError, CommitItem, partition_dir};
+use crate::consume::service::ConsumeRequest;
+use crate::consume::shard::Settle;
+use crate::e2e_tests::config;
+use crate::metadata::MetadataReplica;
+use crate::node::{DataNode, NodeServices};
+use crate::testing::{create_command, register};
+use crate::topology::{Destination, NodeId, member_id};
+
+const SOURCE: NodeId = 1;
+const TARGET: NodeId = 2;
+const TOPIC: &str = "orders";
+
+/// Every replica applies every command, in one order: what the metadata
+/// stream gives data nodes.
+#[derive(Debug, Default)]
+struct SharedLog {
+    replicas: Mutex<Vec<Arc<MetadataReplica>>>,
+}
+
+impl SharedLog {
+    fn apply(&self, command: &Command) -> Result<(), AdminError> {
+        let replicas = self.replicas.lock();
+        let mut outcome = Ok(());
+        for replica in replicas.iter() {
+            if let Err(error) = replica.apply_next(command) {
+                outcome = Err(AdminError::from(error));
+            }
+        }
+        outcome
+    }
+}
+
+#[derive(Debug)]
+struct SharedAdmin(Arc<SharedLog>);
+
+impl Admin for SharedAdmin {
+    fn propose(&self, command: Command) -> AdminFuture<'_, ()> {
+        Box::pin(async move { self.0.apply(&command) })
+    }
+}
+
+struct Cluster {
+    log: Arc<SharedLog>,
+    nodes: Vec<Arc<DataNode>>,
+    links: Arc<DirectLinks>,
+    runners: Vec<Arc<MoveRunner>>,
+    disk: Arc<dyn Disk>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    /// Two nodes; `orders` (3 partitions) all on the source.
+    fn start() -> Self {
+        let log = Arc::new(SharedLog::default());
+        let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(2).expect("portable disk"));
+        let replicas: Vec<Arc<MetadataReplica>> = [SOURCE, TARGET]
+            .iter()
+            .map(|node| Arc::new(MetadataReplica::new(*node)))
+            .collect();
+        log.replicas.lock().extend(replicas.iter().cloned());
+        for node in [SOURCE, TARGET] {
+            for replica in &replicas {
+                register(replica, node);
+            }
+        }
+        log.apply(&Command::CreateTopic(create_command(TOPIC, 0xa1, 3)))
+            .expect("create");
+        let owners = (0..3)
+            .map(|partition| narad_meta::PartitionOwner {
+                partition,
+                owner: member_id(SOURCE),
+            })
+            .collect();
+        log.apply(&Command::AssignPartitions(narad_meta::AssignPartitions {
+            topic: TOPIC.into(),
+            id: narad_meta::IncarnationId::from_bits(0xa1),
+            owners,
+        }))
+        .expect("assign");
+        let mut dirs = Vec::new();
+        let mut nodes = Vec::new();
+        for replica in &replicas {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let node = DataNode::start(
+                NodeServices {
+                    disk: Arc::clone(&disk),
+                    replica: Arc::clone(replica),
+                    leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
+                    remote: Arc::new(crate::dispatch::NoRemoteTarget),
+                    admin: Arc::new(SharedAdmin(Arc::clone(&log))),
+                    clock: Arc::new(narad_disk::clock::SystemClock::new()),
+                },
+                config(dir.path(), 7),
+            )
+            .expect("start node");
+            dirs.push(dir);
+            nodes.push(Arc::new(node));
+        }
+        let links = Arc::new(DirectLinks::default());
+        links.insert(&member_id(SOURCE), Arc::clone(nodes[0].move_source()));
+        links.insert(&member_id(TARGET), Arc::clone(nodes[1].move_source()));
+        let runners = nodes
+            .iter()
+            .map(|node| node.start_moves(Arc::clone(&links) as Arc<dyn super::LinkFactory>))
+            .collect();
+        Self {
+            log,
+            nodes,
+            links,
+            runners,
+            disk,
+            _dirs: dirs,
+        }
+    }
+
+    fn data_dir(&self, index: usize) -> &Path {
+        self._dirs[index].path()
+    }
+
+    fn target_partition(&self, partition: u32) {
+        self.log
+            .apply(&Command::SetMoveTargets(SetMoveTargets {
+                topic: TOPIC.into(),
+                id: narad_meta::IncarnationId::from_bits(0xa1),
+                moves: vec![MoveTarget {
+                    partition,
+                    owner: member_id(SOURCE),
+                    target: member_id(TARGET),
+                }],
+            }))
+            .expect("set target");
+    }
+
+    fn owner(&self, partition: u32) -> Option<String> {
+        self.nodes[0]
+            .api()
+            .replica
+            .view()
+            .metastore
+            .owner(TOPIC, partition)
+            .map(str::to_owned)
+    }
+
+    /// Commits `payload` to `partition` on whichever node owns it, as a
+    /// dispatcher does: retried while refused (frozen, not the owner).
+    fn commit(&self, partition: u32, payload: &str) {
+        let destination = Destination::new(TOPIC, partition);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let index = if self.owner(partition).as_deref() == Some(&member_id(TARGET)) {
+                1
+            } else {
+                0
+            };
+            let batch = CommitBatch {
+                items: vec![CommitItem::new(
+                    Bytes::new(),
+                    Bytes::from(payload.to_owned()),
+                    Some(Arc::from("00000000000000a1")),
+                )],
+                deadline: Instant::now() + Duration::from_secs(5),
+            };
+            match self.nodes[index].combiners().commit(&destination, batch) {
+                Ok(_) => return,
+                Err(CommitError::Frozen | CommitError::NotOwner) => {
+                    assert!(Instant::now() < deadline, "commit refused for a minute");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error) => panic!("commit of {payload} failed: {error}"),
+            }
+        }
+    }
+
+    /// Every payload stored in `partition` on node `index`'s disk.
+    fn stored(&self, index: usize, partition: u32) -> Vec<String> {
+        let stored =
+            crate::e2e_tests::stored(&self.disk, self.data_dir(index), TOPIC, partition + 1);
+        stored[&partition]
+            .iter()
+            .map(|(_, payload)| String::from_utf8(payload.clone()).expect("utf-8"))
+            .collect()
+    }
+
+    async fn wait_for(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            for runner in &self.runners {
+                runner.tick().await;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_moves_with_every_committed_record_and_its_consumer_position() {
+    let cluster = Cluster::start();
+    for n in 0..200 {
+        cluster.commit(1, &format!("m{n}"));
+    }
+    // A consumer acks the first 50 on the source.
+    let consume = Arc::clone(cluster.nodes[0].consume());
+    let mut acked = BTreeSet::new();
+    while acked.len() < 50 {
+        let deliveries = consume
+            .consume(ConsumeRequest {
+                topic: TOPIC.into(),
+                partition: Some(1),
+                max: 50 - acked.len(),
+                wait: Duration::from_millis(100),
+            })
+            .await
+            .expect("consume");
+        for delivery in deliveries {
+            consume
+                .settle(
+                    TOPIC,
+                    1,
+                    delivery.record.offset,
+                    delivery.nonce,
+                    Settle::Ack,
+                )
+                .expect("ack");
+            acked.insert(delivery.record.offset);
+        }
+    }
+    // Produce keeps flowing through the move.
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(Mutex::new(Vec::new()));
+    let cluster = Arc::new(cluster);
+    let producer = {
+        let (cluster, stop, committed) = (
+            Arc::clone(&cluster),
+            Arc::clone(&stop),
+            Arc::clone(&committed),
+        );
+        std::thread::spawn(move || {
+            let mut n = 200;
+            while !stop.load(Ordering::Acquire) {
+                let payload = format!("m{n}");
+                cluster.commit(1, &payload);
+                committed.lock().push(payload);
+                n += 1;
+            }
+        })
+    };
+    cluster.target_partition(1);
+    cluster
+        .wait_for("the flip", |c| {
+            c.owner(1).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    // Keep producing to the new owner for a while, then stop.
+    let after_flip = committed.lock().len();
+    while committed.lock().len() < after_flip + 50 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::Release);
+    producer.join().expect("producer");
+    cluster
+        .wait_for("the source's copy removed", |c| {
+            !partition_dir(c.data_dir(0), TOPIC, 1).exists()
+        })
+        .await;
+    // Every committed record is in the new owner's log, once, in order.
+    let expected: Vec<String> = (0..200)
+        .map(|n| format!("m{n}"))
+        .chain(committed.lock().iter().cloned())
+        .collect();
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 1));
+    assert_eq!(cluster.stored(1, 1), expected);
+    // The consumer position came along: nothing acked is delivered again.
+    let consume = Arc::clone(cluster.nodes[1].consume());
+    let deliveries = consume
+        .consume(ConsumeRequest {
+            topic: TOPIC.into(),
+            partition: Some(1),
+            max: 100,
+            wait: Duration::from_millis(100),
+        })
+        .await
+        .expect("consume on the new owner");
+    assert!(!deliveries.is_empty());
+    for delivery in &deliveries {
+        assert!(
+            !acked.contains(&delivery.record.offset),
+            "acked offset {} delivered again",
+            delivery.record.offset
+        );
+    }
+    // The other partitions stayed where they were.
+    assert_eq!(
+        cluster.owner(0).as_deref(),
+        Some(member_id(SOURCE).as_str())
+    );
+    cluster
+        .wait_for("the finished worker reaped", |c| {
+            c.runners[1].completed() == 1
+        })
+        .await;
+    assert!(cluster.runners[1].report().is_empty());
+    assert!(cluster.nodes[0].combiners().freezes().all().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_move_leaves_the_source_serving_and_no_copy_behind() {
+    let cluster = Cluster::start();
+    for n in 0..50 {
+        cluster.commit(2, &format!("m{n}"));
+    }
+    // The source is unreachable, so the move cannot get past its start.
+    cluster.links.remove(&member_id(SOURCE));
+    cluster.target_partition(2);
+    for runner in &cluster.runners {
+        runner.tick().await;
+    }
+    cluster
+        .log
+        .apply(&Command::AbortMove(narad_meta::AbortMove {
+            topic: TOPIC.into(),
+            id: narad_meta::IncarnationId::from_bits(0xa1),
+            partition: 2,
+            target: member_id(TARGET),
+        }))
+        .expect("abort");
+    cluster
+        .wait_for("the target to drop the move", |c| {
+            c.runners[1].report().is_empty()
+        })
+        .await;
+    assert_eq!(
+        cluster.owner(2).as_deref(),
+        Some(member_id(SOURCE).as_str())
+    );
+    cluster.commit(2, "after");
+    assert!(
+        !partition_dir(cluster.data_dir(1), TOPIC, 2)
+            .join("move.marker")
+            .exists()
+    );
+    let mut expected: Vec<String> = (0..50).map(|n| format!("m{n}")).collect();
+    expected.push("after".into());
+    cluster.nodes[0]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 2));
+    assert_eq!(cluster.stored(0, 2), expected);
+}

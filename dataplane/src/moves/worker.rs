@@ -1,0 +1,665 @@
+//! The target side of one move: copy the partition from its owner while
+//! traffic flows, take the handoff, finish the copy to the frozen high
+//! watermark, verify it, fence the source, write `move.marker`, and
+//! propose the flip.
+//!
+//! The copy is written straight into the partition's own directory. This
+//! node does not own the partition until the flip commits, so nothing
+//! else here opens that directory before then; the marker (written last)
+//! is what says the copy is whole. Each step and why a crash at any point
+//! loses nothing is in `docs/internals/moves.md`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_meta::{Command, CompleteMove, IncarnationId};
+use narad_plog::PartitionLog;
+use narad_protocol::transfer::{
+    CHUNK_BYTES_MAX, FenceHandoff, FetchSegmentChunk, FileExtent, HandoffFenced, HandoffPrepared,
+    ListPartitionSegments, PartitionListing, PartitionRef, PrepareHandoff, ReleaseHandoff,
+};
+use parking_lot::Mutex;
+
+use super::files::{self, MoveMarker};
+use super::status::{MovePhase, WorkerStatus};
+use crate::admin::{Admin, AdminError};
+use crate::commit::LocalLogs;
+use crate::consume::ahead::ConsumerPosition;
+use crate::metadata::MetadataReplica;
+use crate::topology::{Destination, member_id};
+
+/// A catch-up pass that leaves less than this to copy ends the catch-up:
+/// the rest is copied under the freeze, where produce to the partition
+/// waits, so it must be small. 1 MiB copies in milliseconds.
+pub const LAG_BYTES: u64 = 1 << 20;
+
+/// Catch-up passes at most before the handoff, even if the partition grows
+/// as fast as it is copied (the freeze then stops it).
+pub const CATCH_UP_PASSES_MAX: usize = 8;
+
+/// First pause after a failed attempt; doubles up to [`RETRY_PAUSE_MAX`].
+pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(500);
+
+/// Longest pause between attempts.
+pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(10);
+
+/// A future a [`SourceLink`] call returns.
+pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LinkError>> + Send + 'a>>;
+
+/// Why a call to the source failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// The source answered with a refusal: its status and text.
+    #[error("source refused ({status}): {message}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// The text.
+        message: String,
+    },
+    /// No answer (unreachable, timeout, lost connection).
+    #[error("source unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl LinkError {
+    /// Whether the source said it does not own the partition (`421`).
+    pub fn is_not_owner(&self) -> bool {
+        matches!(self, Self::Refused { status: 421, .. })
+    }
+}
+
+/// How a worker reaches its source: over the cluster transport in a
+/// cluster, directly in tests.
+pub trait SourceLink: Send + Sync + std::fmt::Debug {
+    /// `ListPartitionSegments`.
+    fn list(&self, request: ListPartitionSegments) -> LinkFuture<'_, PartitionListing>;
+    /// `FetchSegmentChunk`: the bytes.
+    fn fetch(&self, request: FetchSegmentChunk) -> LinkFuture<'_, bytes::Bytes>;
+    /// `PrepareHandoff`.
+    fn prepare(&self, request: PrepareHandoff) -> LinkFuture<'_, HandoffPrepared>;
+    /// `FenceHandoff`.
+    fn fence(&self, request: FenceHandoff) -> LinkFuture<'_, HandoffFenced>;
+    /// `ReleaseHandoff`.
+    fn release(&self, request: ReleaseHandoff) -> LinkFuture<'_, ()>;
+}
+
+/// Why one attempt of a move stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    /// A call to the source failed.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// A disk error here.
+    #[error("{what}: {error}")]
+    Disk {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        error: String,
+    },
+    /// The copy did not recover to the frozen high watermark.
+    #[error("the copy recovers to high watermark {found}, not {expected}")]
+    Unverifiable {
+        /// The frozen high watermark.
+        expected: u64,
+        /// What the copy opened to.
+        found: u64,
+    },
+    /// The flip could not be proposed now (no leader); tried again.
+    #[error("flip not committed yet: {0}")]
+    FlipPending(String),
+    /// The move is no longer this node's to do.
+    #[error("the move ended elsewhere")]
+    Ended,
+}
+
+/// How a worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The flip committed: this node owns the partition.
+    Completed,
+    /// The move was cleared (aborted); the copy was removed.
+    Abandoned,
+}
+
+/// Everything one worker needs.
+#[derive(Debug, Clone)]
+pub struct WorkerContext {
+    /// This node's replica.
+    pub replica: Arc<MetadataReplica>,
+    /// This node's logs (the partition directory, the log configuration).
+    pub logs: Arc<LocalLogs>,
+    /// Proposes the flip.
+    pub admin: Arc<dyn Admin>,
+}
+
+/// One move to this node.
+#[derive(Debug)]
+pub struct Worker {
+    context: WorkerContext,
+    link: Arc<dyn SourceLink>,
+    destination: Destination,
+    incarnation: Option<Arc<str>>,
+    source: String,
+    status: Arc<Mutex<WorkerStatus>>,
+}
+
+impl Worker {
+    /// A worker moving `destination` (incarnation `incarnation`) from
+    /// `source` to this node through `link`, reporting into `status`.
+    pub fn new(
+        context: WorkerContext,
+        link: Arc<dyn SourceLink>,
+        destination: Destination,
+        incarnation: Option<Arc<str>>,
+        source: String,
+        status: Arc<Mutex<WorkerStatus>>,
+    ) -> Self {
+        Self {
+            context,
+            link,
+            destination,
+            incarnation,
+            source,
+            status,
+        }
+    }
+
+    fn me(&self) -> String {
+        member_id(self.context.replica.local_node())
+    }
+
+    fn partition_ref(&self) -> PartitionRef {
+        PartitionRef {
+            topic: self.destination.topic.to_string(),
+            partition: self.destination.partition,
+            incarnation: self.incarnation.as_deref().unwrap_or("").to_owned(),
+        }
+    }
+
+    fn set_phase(&self, phase: MovePhase) {
+        self.status.lock().phase = phase;
+    }
+
+    /// Whether the replica still shows this move: the same source as
+    /// owner, this node as target, the same incarnation.
+    fn still_mine(&self) -> bool {
+        let view = self.context.replica.view();
+        let same_topic = view
+            .topics
+            .get(&*self.destination.topic)
+            .is_some_and(|meta| meta.incarnation_id == self.incarnation);
+        let assignment = view
+            .metastore
+            .assignment(&self.destination.topic, self.destination.partition);
+        same_topic
+            && assignment.is_some_and(|a| {
+                a.owner == self.source && a.target.as_deref() == Some(self.me().as_str())
+            })
+    }
+
+    /// Whether this node owns the partition (of the same incarnation).
+    fn owned_here(&self) -> bool {
+        let view = self.context.replica.view();
+        let same_topic = view
+            .topics
+            .get(&*self.destination.topic)
+            .is_some_and(|meta| meta.incarnation_id == self.incarnation);
+        same_topic
+            && view
+                .metastore
+                .owner(&self.destination.topic, self.destination.partition)
+                == Some(self.me().as_str())
+    }
+
+    /// Runs attempts until the move completes or ends elsewhere.
+    pub async fn run(self) -> Ending {
+        let mut pause = RETRY_PAUSE_MIN;
+        loop {
+            if !self.still_mine() {
+                return self.ended().await;
+            }
+            match self.attempt().await {
+                Ok(()) => {
+                    self.set_phase(MovePhase::Done);
+                    return Ending::Completed;
+                }
+                Err(MoveError::Ended) => return self.ended().await,
+                Err(error) => {
+                    tracing::warn!(destination = %self.destination, source = self.source,
+                        %error, "move attempt failed; trying again");
+                    {
+                        let mut status = self.status.lock();
+                        status.attempts += 1;
+                        status.last_error = Some(error.to_string());
+                        status.blocked = match error {
+                            MoveError::Unverifiable { .. } => Some("copy_unverifiable".into()),
+                            _ => None,
+                        };
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                }
+            }
+        }
+    }
+
+    /// The move is no longer in the replica: done if this node owns the
+    /// partition, else the copy is removed.
+    async fn ended(&self) -> Ending {
+        if self.owned_here() {
+            self.set_phase(MovePhase::Done);
+            let dir = self.dir();
+            let logs = Arc::clone(&self.context.logs);
+            let _ = blocking(move || remove_marker(&logs, &dir)).await;
+            return Ending::Completed;
+        }
+        let dir = self.dir();
+        let logs = Arc::clone(&self.context.logs);
+        match blocking(move || files::clear_dir(&**logs.disk(), &dir, &[])).await {
+            Ok(()) => {
+                tracing::info!(destination = %self.destination, "move abandoned; the copy was removed")
+            }
+            Err(error) => {
+                tracing::warn!(destination = %self.destination, %error, "move abandoned; removing the copy failed (the stale-copy sweep retries)")
+            }
+        }
+        self.set_phase(MovePhase::Abandoned);
+        Ending::Abandoned
+    }
+
+    fn dir(&self) -> PathBuf {
+        crate::commit::partition_dir(
+            self.context.logs.data_dir(),
+            &self.destination.topic,
+            self.destination.partition,
+        )
+    }
+
+    /// One attempt, from wherever the directory stands.
+    async fn attempt(&self) -> Result<(), MoveError> {
+        let dir = {
+            let logs = Arc::clone(&self.context.logs);
+            let destination = self.destination.clone();
+            let incarnation = self.incarnation.clone();
+            blocking(move || {
+                logs.prepare_partition_dir(&destination, incarnation.as_ref())
+                    .map_err(std::io::Error::other)
+            })
+            .await
+            .map_err(disk("prepare the partition directory"))?
+        };
+        let marker = {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.clone();
+            blocking(move || files::read_marker(&**logs.disk(), &dir))
+                .await
+                .map_err(disk("read the move marker"))?
+        };
+        if let Some(marker) = marker.filter(|m| self.marker_is_ours(m)) {
+            return self.resume_from_marker(&dir, marker).await;
+        }
+        {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.clone();
+            blocking(move || files::clear_dir(&**logs.disk(), &dir, &[]))
+                .await
+                .map_err(disk("clear the partition directory"))?;
+        }
+        self.status.lock().copied_bytes = 0;
+        let mut have = BTreeMap::new();
+        self.catch_up(&dir, &mut have).await?;
+        if !self.still_mine() {
+            return Err(MoveError::Ended);
+        }
+        self.set_phase(MovePhase::Frozen);
+        let prepared = self
+            .link
+            .prepare(PrepareHandoff {
+                partition: self.partition_ref(),
+                target: self.me(),
+            })
+            .await?;
+        let finished = self.finish_copy(&dir, &mut have, &prepared).await;
+        let marker = match finished {
+            Ok(marker) => marker,
+            Err(error) => {
+                let _ = self
+                    .link
+                    .release(ReleaseHandoff {
+                        partition: self.partition_ref(),
+                        token: prepared.token,
+                    })
+                    .await;
+                return Err(error);
+            }
+        };
+        self.flip(&dir, &marker).await
+    }
+
+    fn marker_is_ours(&self, marker: &MoveMarker) -> bool {
+        marker.source == self.source
+            && marker.incarnation == self.incarnation.as_deref().unwrap_or("")
+    }
+
+    /// A marker from before a restart: the copy was whole and fenced. The
+    /// fence is presented again (the source still holds it only if nothing
+    /// changed since; its answer refreshes the consumer position), then
+    /// the flip is proposed. A refused fence means the marker is stale.
+    async fn resume_from_marker(
+        &self,
+        dir: &std::path::Path,
+        marker: MoveMarker,
+    ) -> Result<(), MoveError> {
+        self.set_phase(MovePhase::FlipPending);
+        let fenced = self
+            .link
+            .fence(FenceHandoff {
+                partition: self.partition_ref(),
+                token: marker.token,
+                high_watermark: marker.high_watermark,
+            })
+            .await;
+        match fenced {
+            Ok(position) => {
+                self.write_position(dir, &position).await?;
+                self.flip(dir, &marker).await
+            }
+            // The flip committed already (the source no longer owns it):
+            // the proposal below finds it applied.
+            Err(error) if error.is_not_owner() => self.flip(dir, &marker).await,
+            Err(LinkError::Refused {
+                status: 409,
+                message,
+            }) => {
+                tracing::info!(destination = %self.destination, message,
+                    "the copy's fence no longer holds at the source; copying again");
+                let logs = Arc::clone(&self.context.logs);
+                let dir = dir.to_path_buf();
+                blocking(move || files::clear_dir(&**logs.disk(), &dir, &[]))
+                    .await
+                    .map_err(disk("clear a stale copy"))?;
+                Err(MoveError::Link(LinkError::Refused {
+                    status: 409,
+                    message: "stale copy removed".into(),
+                }))
+            }
+            Err(error) => {
+                self.set_phase(MovePhase::WaitingForSource);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Copy passes while traffic flows, until what is left is small or
+    /// stops shrinking.
+    async fn catch_up(
+        &self,
+        dir: &std::path::Path,
+        have: &mut BTreeMap<String, u64>,
+    ) -> Result<(), MoveError> {
+        self.set_phase(MovePhase::Copying);
+        let mut left_before = u64::MAX;
+        for _ in 0..CATCH_UP_PASSES_MAX {
+            let listing = self
+                .link
+                .list(ListPartitionSegments {
+                    partition: self.partition_ref(),
+                })
+                .await?;
+            let left = left_to_copy(&listing.files, have);
+            if left < LAG_BYTES || left >= left_before {
+                return Ok(());
+            }
+            left_before = left;
+            self.copy_files(dir, &listing.files, have, 0).await?;
+            if !self.still_mine() {
+                return Err(MoveError::Ended);
+            }
+        }
+        Ok(())
+    }
+
+    /// Under the freeze: copies the rest, drops segments the source no
+    /// longer has, syncs, verifies, fences, writes the consumer position
+    /// and the marker.
+    async fn finish_copy(
+        &self,
+        dir: &std::path::Path,
+        have: &mut BTreeMap<String, u64>,
+        prepared: &HandoffPrepared,
+    ) -> Result<MoveMarker, MoveError> {
+        let (segments, cursors): (Vec<FileExtent>, Vec<FileExtent>) = prepared
+            .files
+            .iter()
+            .cloned()
+            .partition(|file| files::is_segment(&file.name));
+        // Segments retention removed at the source during the copy.
+        let gone: Vec<String> = have
+            .keys()
+            .filter(|name| !segments.iter().any(|file| &file.name == *name))
+            .cloned()
+            .collect();
+        {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.to_path_buf();
+            let gone = gone.clone();
+            blocking(move || {
+                for name in gone {
+                    logs.disk().remove_file(&dir.join(name))?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(disk("remove segments retention deleted at the source"))?;
+        }
+        for name in gone {
+            have.remove(&name);
+        }
+        self.copy_files(dir, &segments, have, prepared.token)
+            .await?;
+        // Cursor files are copied whole, fresh.
+        for cursor in &cursors {
+            have.remove(&cursor.name);
+        }
+        self.copy_files(dir, &cursors, have, prepared.token).await?;
+        let verified = {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.to_path_buf();
+            blocking(move || verify_copy(&logs, &dir)).await
+        };
+        let found = verified.map_err(disk("open the copy to verify it"))?;
+        if found != prepared.high_watermark {
+            return Err(MoveError::Unverifiable {
+                expected: prepared.high_watermark,
+                found,
+            });
+        }
+        let fenced = self
+            .link
+            .fence(FenceHandoff {
+                partition: self.partition_ref(),
+                token: prepared.token,
+                high_watermark: prepared.high_watermark,
+            })
+            .await?;
+        self.write_position(dir, &fenced).await?;
+        let marker = MoveMarker {
+            source: self.source.clone(),
+            incarnation: self.incarnation.as_deref().unwrap_or("").to_owned(),
+            high_watermark: prepared.high_watermark,
+            token: prepared.token,
+            applied_index: self.context.replica.view().applied_index,
+        };
+        {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.to_path_buf();
+            let marker = marker.clone();
+            blocking(move || files::write_marker(&**logs.disk(), &dir, &marker))
+                .await
+                .map_err(disk("write the move marker"))?;
+        }
+        tracing::info!(destination = %self.destination, source = self.source,
+            high_watermark = prepared.high_watermark, "partition copy whole, verified and fenced");
+        Ok(marker)
+    }
+
+    async fn write_position(
+        &self,
+        dir: &std::path::Path,
+        fenced: &HandoffFenced,
+    ) -> Result<(), MoveError> {
+        let position = ConsumerPosition {
+            frontier: fenced.frontier,
+            acked_ahead: fenced.acked_ahead.clone(),
+        };
+        let logs = Arc::clone(&self.context.logs);
+        let dir = dir.to_path_buf();
+        blocking(move || files::write_consumer_state(&**logs.disk(), &dir, &position))
+            .await
+            .map_err(disk("write the consumer position"))
+    }
+
+    /// Copies `[have, bytes)` of every file in `wanted`, in chunks, then
+    /// syncs what it wrote.
+    async fn copy_files(
+        &self,
+        dir: &std::path::Path,
+        wanted: &[FileExtent],
+        have: &mut BTreeMap<String, u64>,
+        token: u64,
+    ) -> Result<(), MoveError> {
+        let mut touched = false;
+        for file in wanted {
+            let mut at = have.get(&file.name).copied().unwrap_or(0);
+            while at < file.bytes {
+                let want = (file.bytes - at).min(u64::from(CHUNK_BYTES_MAX));
+                let data = self
+                    .link
+                    .fetch(FetchSegmentChunk {
+                        partition: self.partition_ref(),
+                        file: file.name.clone(),
+                        offset: at,
+                        max_bytes: u32::try_from(want).unwrap_or(CHUNK_BYTES_MAX),
+                        token,
+                    })
+                    .await?;
+                if data.is_empty() {
+                    return Err(MoveError::Link(LinkError::Refused {
+                        status: 409,
+                        message: format!("{} ends before byte {}", file.name, file.bytes),
+                    }));
+                }
+                let logs = Arc::clone(&self.context.logs);
+                let path_dir = dir.to_path_buf();
+                let name = file.name.clone();
+                let len = data.len() as u64;
+                blocking(move || files::write_chunk(&**logs.disk(), &path_dir, &name, at, &data))
+                    .await
+                    .map_err(disk("write a copied chunk"))?;
+                at += len;
+                have.insert(file.name.clone(), at);
+                self.status.lock().copied_bytes += len;
+                touched = true;
+            }
+        }
+        if touched {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.to_path_buf();
+            blocking(move || files::sync_all(&**logs.disk(), &dir))
+                .await
+                .map_err(disk("sync the copy"))?;
+        }
+        Ok(())
+    }
+
+    /// Proposes the flip until the leader answers. A refusal means the
+    /// move changed: if this node owns the partition after all (an earlier
+    /// proposal committed) it is done; otherwise the copy is not wanted.
+    async fn flip(&self, dir: &std::path::Path, marker: &MoveMarker) -> Result<(), MoveError> {
+        self.set_phase(MovePhase::FlipPending);
+        let Some(id) = self.incarnation_id() else {
+            return Err(MoveError::Ended);
+        };
+        let command = Command::CompleteMove(CompleteMove {
+            topic: self.destination.topic.to_string(),
+            id,
+            partition: self.destination.partition,
+            source: marker.source.clone(),
+            target: self.me(),
+        });
+        match self.context.admin.propose(command).await {
+            Ok(()) => {
+                tracing::info!(destination = %self.destination, source = self.source,
+                    "move completed: this node owns the partition");
+                let logs = Arc::clone(&self.context.logs);
+                let dir = dir.to_path_buf();
+                let _ = blocking(move || remove_marker(&logs, &dir)).await;
+                Ok(())
+            }
+            Err(AdminError::Refused { .. }) if self.owned_here() => Ok(()),
+            Err(AdminError::Refused { message, .. }) => {
+                tracing::info!(destination = %self.destination, message, "flip refused: the move changed");
+                Err(MoveError::Ended)
+            }
+            Err(AdminError::Unavailable(message)) => Err(MoveError::FlipPending(message)),
+        }
+    }
+
+    fn incarnation_id(&self) -> Option<IncarnationId> {
+        let view = self.context.replica.view();
+        let topic = view.metastore.topic(&self.destination.topic)?;
+        (Some(topic.id.as_str()) == self.incarnation.as_deref()).then(|| topic.id.clone())
+    }
+}
+
+/// Bytes of `files` not copied yet.
+fn left_to_copy(files: &[FileExtent], have: &BTreeMap<String, u64>) -> u64 {
+    files
+        .iter()
+        .map(|file| {
+            file.bytes
+                .saturating_sub(have.get(&file.name).copied().unwrap_or(0))
+        })
+        .sum()
+}
+
+/// Opens the copy as the log it will become, and closes it (which writes
+/// its `hwm` file): the high watermark it recovers to.
+fn verify_copy(logs: &LocalLogs, dir: &std::path::Path) -> std::io::Result<u64> {
+    let log = PartitionLog::open(Arc::clone(logs.disk()), dir, logs.config().clone())
+        .map_err(std::io::Error::other)?;
+    let high_watermark = log.high_watermark();
+    log.close().map_err(std::io::Error::other)?;
+    Ok(high_watermark)
+}
+
+fn remove_marker(logs: &LocalLogs, dir: &std::path::Path) -> std::io::Result<()> {
+    let path = dir.join(files::MOVE_MARKER_FILE_NAME);
+    if logs.disk().exists(&path)? {
+        logs.disk().remove_file(&path)?;
+        logs.disk().sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+fn disk<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> MoveError {
+    move |error| MoveError::Disk {
+        what,
+        error: error.to_string(),
+    }
+}
+
+/// Runs blocking file work off the runtime's workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())))
+}
