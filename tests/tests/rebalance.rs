@@ -1,0 +1,242 @@
+//! Partition moves across processes: three `narad control` and three
+//! `narad data` processes on loopback, security on; a fourth data node
+//! joins (or one is killed mid-move) while producers keep sending.
+//!
+//! Accounting: after the data nodes stop gracefully, each partition is read
+//! from the data directory of its final owner only (a moved-away copy that
+//! was not removed yet must not make a lost message look stored). Every
+//! message answered `202` must be there at least once, byte for byte;
+//! nothing never sent may appear; duplicates are allowed (spec §2) and
+//! printed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use narad_tests::cluster::{ADMIN, DataCluster, DataProcess, basic_authorization};
+use narad_tests::dev::Request;
+use narad_tests::stored::topic_records;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: u32 = 8;
+/// `202`s collected before the fault or the join, and again after it.
+const ACCEPTED_AROUND: u64 = 300;
+/// How long the moves may take, at most: a ceiling that turns a hang into
+/// a failure, not a timing assertion.
+const MOVES_WITHIN: Duration = Duration::from_secs(90);
+
+/// One message a producer sent.
+#[derive(Clone, Debug)]
+struct Sent {
+    payload: Vec<u8>,
+    status: Option<u16>,
+}
+
+struct Producers {
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicU64>,
+    threads: Vec<JoinHandle<Vec<Sent>>>,
+}
+
+impl Producers {
+    /// One keyless producer per port, each sending `p<i>-<n>` until
+    /// stopped.
+    fn start(ports: &[u16]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let authorization = basic_authorization(ADMIN);
+        let threads = ports
+            .iter()
+            .enumerate()
+            .map(|(index, &port)| {
+                let (stop, accepted, authorization) = (
+                    Arc::clone(&stop),
+                    Arc::clone(&accepted),
+                    authorization.clone(),
+                );
+                thread::spawn(move || {
+                    let mut sent = Vec::new();
+                    let path = format!("/v1/topics/{TOPIC}/produce");
+                    let headers = [authorization.as_str()];
+                    let mut n = 0;
+                    while !stop.load(Ordering::Acquire) {
+                        let payload = format!("p{index}-{n}").into_bytes();
+                        let status = Request::post(&path, "application/octet-stream", &payload)
+                            .with_headers(&headers)
+                            .send(port)
+                            .map(|answer| answer.status);
+                        if status == Some(202) {
+                            accepted.fetch_add(1, Ordering::AcqRel);
+                        } else {
+                            thread::sleep(Duration::from_millis(10));
+                        }
+                        sent.push(Sent { payload, status });
+                        n += 1;
+                    }
+                    sent
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            accepted,
+            threads,
+        }
+    }
+
+    async fn wait_accepted(&self, more: u64) {
+        let target = self.accepted.load(Ordering::Acquire) + more;
+        let deadline = Instant::now() + MOVES_WITHIN;
+        while self.accepted.load(Ordering::Acquire) < target {
+            assert!(Instant::now() < deadline, "producers stalled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn stop(self) -> Vec<Sent> {
+        self.stop.store(true, Ordering::Release);
+        tokio::task::block_in_place(|| {
+            self.threads
+                .into_iter()
+                .flat_map(|thread| thread.join().expect("producer thread"))
+                .collect()
+        })
+    }
+}
+
+/// The owners of every partition as data node `via` describes them now.
+async fn owners_now(cluster: &DataCluster, via: usize) -> Option<Vec<u64>> {
+    let node = &cluster.data[via];
+    let (status, body) = node
+        .request(Some(ADMIN), "GET", &format!("/v1/topics/{TOPIC}"), "")
+        .await?;
+    if status != 200 {
+        return None;
+    }
+    let described: serde_json::Value = serde_json::from_str(&body).ok()?;
+    described["partition_stats"]
+        .as_array()?
+        .iter()
+        .map(|stats| stats["owner_node"].as_str()?.parse().ok())
+        .collect()
+}
+
+/// Waits until every node in `nodes` owns `share` partitions, as data node
+/// `via` describes them; returns the owners.
+async fn wait_for_balance(
+    cluster: &DataCluster,
+    via: usize,
+    nodes: &[u64],
+    share: usize,
+) -> Vec<u64> {
+    let deadline = Instant::now() + MOVES_WITHIN;
+    loop {
+        if let Some(owners) = owners_now(cluster, via).await {
+            let balanced = nodes
+                .iter()
+                .all(|node| owners.iter().filter(|owner| *owner == node).count() == share);
+            if balanced {
+                return owners;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not balanced after {MOVES_WITHIN:?}: owners {owners:?}\n{}",
+                cluster.data[via].log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Checks every acknowledged message against what the final owners store.
+fn account(cluster: &DataCluster, owners: &[u64], sent: &[Sent]) {
+    let mut stored: HashMap<Vec<u8>, usize> = HashMap::new();
+    for (partition, owner) in owners.iter().enumerate() {
+        let node = cluster
+            .data
+            .iter()
+            .find(|node| node.id == *owner)
+            .expect("the owner is a data node");
+        for record in topic_records(&node.data_dir, TOPIC, PARTITIONS)
+            .into_iter()
+            .filter(|record| record.partition as usize == partition)
+        {
+            *stored.entry(record.payload).or_default() += 1;
+        }
+    }
+    let sent_payloads: HashMap<&[u8], &Sent> = sent
+        .iter()
+        .map(|sent| (sent.payload.as_slice(), sent))
+        .collect();
+    for payload in stored.keys() {
+        assert!(
+            sent_payloads.contains_key(payload.as_slice()),
+            "stored {:?} was never sent",
+            String::from_utf8_lossy(payload)
+        );
+    }
+    let acknowledged: Vec<&Sent> = sent.iter().filter(|s| s.status == Some(202)).collect();
+    let lost: Vec<String> = acknowledged
+        .iter()
+        .filter(|sent| !stored.contains_key(&sent.payload))
+        .map(|sent| String::from_utf8_lossy(&sent.payload).into_owned())
+        .collect();
+    let duplicates: usize = stored.values().map(|count| count - 1).sum();
+    let statuses: BTreeMap<Option<u16>, usize> = sent.iter().fold(BTreeMap::new(), |mut m, s| {
+        *m.entry(s.status).or_default() += 1;
+        m
+    });
+    println!(
+        "sent {}, acknowledged {}, stored {}, duplicates {duplicates}, statuses {statuses:?}",
+        sent.len(),
+        acknowledged.len(),
+        stored.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged messages lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+}
+
+async fn drain_and_stop(cluster: &mut DataCluster) {
+    for index in 0..cluster.data.len() {
+        if cluster.data[index].is_running() {
+            cluster.wait_drained(index).await;
+        }
+    }
+    cluster.terminate_data_nodes().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_takes_its_share_under_load_and_nothing_acknowledged_is_lost() {
+    let mut cluster = DataCluster::start(3, 3).await;
+    cluster
+        .create_topic(
+            0,
+            &format!(r#"{{"name":"{TOPIC}","partitions":{PARTITIONS}}}"#),
+        )
+        .await;
+    let before = cluster.partition_owners(0, TOPIC).await;
+    let ports: Vec<u16> = cluster
+        .data
+        .iter()
+        .map(|node| node.http_addr.port())
+        .collect();
+    let producers = Producers::start(&ports);
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let mut joiner = DataProcess::new(&cluster.control, 4, &[]);
+    joiner.spawn_ready(true).await;
+    cluster.data.push(joiner);
+    let owners = wait_for_balance(&cluster, 0, &[1, 2, 3, 4], 2).await;
+    let moved = before.iter().zip(&owners).filter(|(a, b)| a != b).count();
+    println!("owners before {before:?}, after {owners:?}: {moved} moves");
+    assert_eq!(moved, 2, "8 over 4 takes exactly two moves from 3,3,2");
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let sent = producers.stop();
+    drain_and_stop(&mut cluster).await;
+    account(&cluster, &owners, &sent);
+}
