@@ -50,17 +50,30 @@ impl SharedLog {
     }
 }
 
+/// Proposes through the shared log; while `flips_blocked`, a flip gets no
+/// answer (no leader), as in a control-plane outage.
 #[derive(Debug)]
-struct SharedAdmin(Arc<SharedLog>);
+struct SharedAdmin {
+    log: Arc<SharedLog>,
+    flips_blocked: Arc<AtomicBool>,
+}
 
 impl Admin for SharedAdmin {
     fn propose(&self, command: Command) -> AdminFuture<'_, ()> {
-        Box::pin(async move { self.0.apply(&command) })
+        Box::pin(async move {
+            let flip = matches!(command, Command::CompleteMove(_));
+            if flip && self.flips_blocked.load(Ordering::Acquire) {
+                return Err(AdminError::Unavailable("no leader (test)".into()));
+            }
+            self.log.apply(&command)
+        })
     }
 }
 
 struct Cluster {
     log: Arc<SharedLog>,
+    flips_blocked: Arc<AtomicBool>,
+    replicas: Vec<Arc<MetadataReplica>>,
     nodes: Vec<Arc<DataNode>>,
     links: Arc<DirectLinks>,
     runners: Vec<Arc<MoveRunner>>,
@@ -97,40 +110,67 @@ impl Cluster {
             owners,
         }))
         .expect("assign");
-        let mut dirs = Vec::new();
-        let mut nodes = Vec::new();
-        for replica in &replicas {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let node = DataNode::start(
-                NodeServices {
-                    disk: Arc::clone(&disk),
-                    replica: Arc::clone(replica),
-                    leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
-                    remote: Arc::new(crate::dispatch::NoRemoteTarget),
-                    admin: Arc::new(SharedAdmin(Arc::clone(&log))),
-                    clock: Arc::new(narad_disk::clock::SystemClock::new()),
-                },
-                config(dir.path(), 7),
-            )
-            .expect("start node");
-            dirs.push(dir);
-            nodes.push(Arc::new(node));
-        }
-        let links = Arc::new(DirectLinks::default());
-        links.insert(&member_id(SOURCE), Arc::clone(nodes[0].move_source()));
-        links.insert(&member_id(TARGET), Arc::clone(nodes[1].move_source()));
-        let runners = nodes
+        let flips_blocked = Arc::new(AtomicBool::new(false));
+        let dirs: Vec<tempfile::TempDir> = replicas
             .iter()
-            .map(|node| node.start_moves(Arc::clone(&links) as Arc<dyn super::LinkFactory>))
+            .map(|_| tempfile::tempdir().expect("tempdir"))
             .collect();
-        Self {
+        let mut cluster = Self {
             log,
-            nodes,
-            links,
-            runners,
+            flips_blocked,
+            replicas,
+            nodes: Vec::new(),
+            links: Arc::new(DirectLinks::default()),
+            runners: Vec::new(),
             disk,
             _dirs: dirs,
+        };
+        for index in 0..2 {
+            let (node, runner) = cluster.start_node(index);
+            cluster.nodes.push(node);
+            cluster.runners.push(runner);
         }
+        cluster
+    }
+
+    /// Starts node `index` on its directory and replica, reachable by the
+    /// other through the links, with its move runner.
+    fn start_node(&self, index: usize) -> (Arc<DataNode>, Arc<MoveRunner>) {
+        let replica = &self.replicas[index];
+        let node = DataNode::start(
+            NodeServices {
+                disk: Arc::clone(&self.disk),
+                replica: Arc::clone(replica),
+                leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
+                remote: Arc::new(crate::dispatch::NoRemoteTarget),
+                admin: Arc::new(SharedAdmin {
+                    log: Arc::clone(&self.log),
+                    flips_blocked: Arc::clone(&self.flips_blocked),
+                }),
+                clock: Arc::new(narad_disk::clock::SystemClock::new()),
+            },
+            config(self.data_dir(index), 7),
+        )
+        .expect("start node");
+        let node = Arc::new(node);
+        let member = member_id(replica.local_node());
+        self.links.insert(&member, Arc::clone(node.move_source()));
+        let runner = node.start_moves(Arc::clone(&self.links) as Arc<dyn super::LinkFactory>);
+        (node, runner)
+    }
+
+    /// Stops node `index` as a crash would (nothing synced on the way
+    /// out), and starts it again on the same directory.
+    fn crash_and_restart(&mut self, index: usize) {
+        let member = member_id(self.replicas[index].local_node());
+        self.links.remove(&member);
+        let placeholder = Arc::clone(&self.nodes[1 - index]);
+        let node = std::mem::replace(&mut self.nodes[index], placeholder);
+        let node = Arc::try_unwrap(node).expect("no one else holds the node");
+        node.abandon();
+        let (node, runner) = self.start_node(index);
+        self.nodes[index] = node;
+        self.runners[index] = runner;
     }
 
     fn data_dir(&self, index: usize) -> &Path {
@@ -367,4 +407,106 @@ async fn an_aborted_move_leaves_the_source_serving_and_no_copy_behind() {
         .logs()
         .close_partition(&Destination::new(TOPIC, 2));
     assert_eq!(cluster.stored(0, 2), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
+    let mut cluster = Cluster::start();
+    for n in 0..100 {
+        cluster.commit(0, &format!("m{n}"));
+    }
+    cluster.flips_blocked.store(true, Ordering::Release);
+    cluster.target_partition(0);
+    let marker =
+        partition_dir(cluster.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
+    cluster
+        .wait_for("the copy to be whole and fenced", |_| marker.exists())
+        .await;
+    // Fenced: the source takes no commit for the partition now.
+    let destination = Destination::new(TOPIC, 0);
+    let refused = cluster.nodes[0].combiners().commit(
+        &destination,
+        CommitBatch {
+            items: vec![CommitItem::new(
+                Bytes::new(),
+                Bytes::from_static(b"x"),
+                None,
+            )],
+            deadline: Instant::now() + Duration::from_secs(1),
+        },
+    );
+    assert!(matches!(refused, Err(CommitError::Frozen)), "{refused:?}");
+    cluster.crash_and_restart(1);
+    cluster.flips_blocked.store(false, Ordering::Release);
+    cluster
+        .wait_for("the flip after the restart", |c| {
+            c.owner(0).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    cluster.commit(0, "after");
+    cluster
+        .wait_for("the marker removed and the source's copy gone", |c| {
+            !marker.exists() && !partition_dir(c.data_dir(0), TOPIC, 0).exists()
+        })
+        .await;
+    cluster.nodes[1].logs().close_partition(&destination);
+    let mut expected: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
+    expected.push("after".into());
+    assert_eq!(cluster.stored(1, 0), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_source_that_restarts_stays_frozen_until_the_flip() {
+    let mut cluster = Cluster::start();
+    for n in 0..100 {
+        cluster.commit(0, &format!("m{n}"));
+    }
+    cluster.flips_blocked.store(true, Ordering::Release);
+    cluster.target_partition(0);
+    let marker =
+        partition_dir(cluster.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
+    cluster
+        .wait_for("the copy to be whole and fenced", |_| marker.exists())
+        .await;
+    cluster.crash_and_restart(0);
+    // The restarted source reads its fence before its first commit.
+    let destination = Destination::new(TOPIC, 0);
+    let refused = cluster.nodes[0].combiners().commit(
+        &destination,
+        CommitBatch {
+            items: vec![CommitItem::new(
+                Bytes::new(),
+                Bytes::from_static(b"x"),
+                None,
+            )],
+            deadline: Instant::now() + Duration::from_secs(1),
+        },
+    );
+    assert!(matches!(refused, Err(CommitError::Frozen)), "{refused:?}");
+    for runner in &cluster.runners {
+        runner.tick().await;
+    }
+    assert!(
+        cluster.nodes[0]
+            .combiners()
+            .freezes()
+            .holds(&destination, Instant::now()),
+        "the move is still on: the fence holds"
+    );
+    cluster.flips_blocked.store(false, Ordering::Release);
+    cluster
+        .wait_for("the flip", |c| {
+            c.owner(0).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    cluster.commit(0, "after");
+    cluster
+        .wait_for("the source's copy gone", |c| {
+            !partition_dir(c.data_dir(0), TOPIC, 0).exists()
+        })
+        .await;
+    cluster.nodes[1].logs().close_partition(&destination);
+    let mut expected: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
+    expected.push("after".into());
+    assert_eq!(cluster.stored(1, 0), expected);
 }
