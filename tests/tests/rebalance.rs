@@ -240,3 +240,94 @@ async fn a_joining_node_takes_its_share_under_load_and_nothing_acknowledged_is_l
     drain_and_stop(&mut cluster).await;
     account(&cluster, &owners, &sent);
 }
+
+/// Bytes of each message that fills a partition before a move.
+const FILL_MESSAGE_BYTES: usize = 64 * 1024;
+/// Messages that fill it: 48 MiB, so a copy takes long enough on this
+/// machine for a kill to land in the middle of it.
+const FILL_MESSAGES: usize = 768;
+
+/// Fills `partition` through data node 0 with [`FILL_MESSAGES`] messages
+/// of [`FILL_MESSAGE_BYTES`]; every one must be answered `202`.
+fn fill(cluster: &DataCluster, partition: u32) -> Vec<Sent> {
+    let port = cluster.data[0].http_addr.port();
+    let authorization = basic_authorization(ADMIN);
+    let headers = [authorization.as_str()];
+    let path = format!("/v1/topics/{TOPIC}/produce?partition={partition}");
+    tokio::task::block_in_place(|| {
+        (0..FILL_MESSAGES)
+            .map(|n| {
+                let mut payload = format!("fill-{n}-").into_bytes();
+                payload.resize(FILL_MESSAGE_BYTES, b'f');
+                let status = Request::post(&path, "application/octet-stream", &payload)
+                    .with_headers(&headers)
+                    .send(port)
+                    .map(|answer| answer.status);
+                assert_eq!(status, Some(202), "fill message {n}");
+                Sent { payload, status }
+            })
+            .collect()
+    })
+}
+
+/// Waits until `node`'s log contains `needle`.
+async fn wait_log(node: &DataProcess, needle: &str) {
+    node.wait_until(needle, || async {
+        node.log().contains(needle).then_some(())
+    })
+    .await;
+}
+
+/// A cluster of 3 + 3 with a 4-partition topic whose partition 3 (on data
+/// node 1) is filled; producers running; data node 4 joined, with the move
+/// of partition 3 to it started. Returns the fill and the producers.
+async fn moving_partition_three() -> (DataCluster, Vec<Sent>, Producers) {
+    let mut cluster = DataCluster::start(3, 3).await;
+    cluster
+        .create_topic(0, &format!(r#"{{"name":"{TOPIC}","partitions":4}}"#))
+        .await;
+    assert_eq!(cluster.partition_owners(0, TOPIC).await, [1, 2, 3, 1]);
+    let filled = fill(&cluster, 3);
+    let ports: Vec<u16> = cluster
+        .data
+        .iter()
+        .map(|node| node.http_addr.port())
+        .collect();
+    let producers = Producers::start(&ports[1..]);
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let mut joiner = DataProcess::new(&cluster.control, 4, &[]);
+    joiner.spawn_ready(true).await;
+    wait_log(&joiner, "move worker started").await;
+    cluster.data.push(joiner);
+    (cluster, filled, producers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_killed_mid_move_restarts_and_completes_it_with_nothing_lost() {
+    let (mut cluster, filled, producers) = moving_partition_three().await;
+    cluster.data[3].kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.data[3].spawn_ready(false).await;
+    let owners = wait_for_balance(&cluster, 1, &[1, 2, 3, 4], 1).await;
+    assert_eq!(owners[3], 4, "{owners:?}");
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let mut sent = producers.stop();
+    sent.extend(filled);
+    drain_and_stop(&mut cluster).await;
+    account(&cluster, &owners, &sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_killed_mid_move_restarts_and_the_move_completes_with_nothing_lost() {
+    let (mut cluster, filled, producers) = moving_partition_three().await;
+    cluster.data[0].kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.data[0].spawn_ready(false).await;
+    let owners = wait_for_balance(&cluster, 1, &[1, 2, 3, 4], 1).await;
+    assert_eq!(owners[3], 4, "{owners:?}");
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let mut sent = producers.stop();
+    sent.extend(filled);
+    drain_and_stop(&mut cluster).await;
+    account(&cluster, &owners, &sent);
+}

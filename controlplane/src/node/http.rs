@@ -18,6 +18,7 @@ use tracing::warn;
 use super::runtime::Shared;
 use crate::controller::colocated_child_partitions;
 use crate::store::DATABASE_FILE;
+use narad_meta::{DecommissionBlock, Metastore};
 
 struct Http {
     shared: Arc<Shared>,
@@ -89,6 +90,32 @@ async fn metrics(State(http): State<Arc<Http>>) -> Response {
         .into_response()
 }
 
+/// `narad_decommission_blocked{node, reason}`: 1 for each reason a
+/// draining member's decommission cannot finish now, as the leader judges
+/// it; 0 for every other pair, and everywhere on a follower (a series once
+/// exported stays, so it must be zeroed, not dropped). Removed members
+/// are zeroed too.
+fn decommission_blocked(metastore: &Metastore, leader: bool) -> Vec<(String, &'static str, f64)> {
+    let members = metastore
+        .members()
+        .map(|member| (member.id.clone(), member.draining));
+    let removed = metastore.removed_members().map(|id| (id.to_owned(), false));
+    members
+        .chain(removed)
+        .flat_map(|(id, draining)| {
+            let blocks = if leader && draining {
+                metastore.decommission_blocks(&id)
+            } else {
+                Vec::new()
+            };
+            DecommissionBlock::ALL.into_iter().map(move |block| {
+                let value = if blocks.contains(&block) { 1.0 } else { 0.0 };
+                (id.clone(), block.code(), value)
+            })
+        })
+        .collect()
+}
+
 /// The Prometheus text of the node's series, refreshed now; the
 /// `process_*` ones only with `process` (a process hosting a data node too
 /// reports them once, from the data node).
@@ -118,6 +145,9 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
     } else {
         0
     };
+    let blocked = shared
+        .view
+        .read(|metastore| decommission_blocked(metastore, status.state == "leader"));
     let recorder = &shared.metrics.recorder;
     metrics::with_local_recorder(recorder, || {
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
@@ -150,6 +180,9 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
         counter!("narad_metastore_commands_refused_total").absolute(refused);
         gauge!("narad_metastore_apply_stopped").set(if stopped { 1.0 } else { 0.0 });
         gauge!("narad_colocated_child_partitions").set(colocated as f64);
+        for (node, reason, value) in blocked {
+            gauge!("narad_decommission_blocked", "node" => node, "reason" => reason).set(value);
+        }
         if process {
             shared.metrics.process.collect();
         }
