@@ -2,7 +2,8 @@
 //! partition logs and combiners, the dispatcher runtime, the consume
 //! service with its consumer state store, the incarnation housekeeping
 //! (deleted topics' directories retired, quarantined copies swept once the
-//! leader confirms them gone), and the HTTP API.
+//! leader confirms them gone), what it reports of itself to the cluster
+//! listings ([`status`]), and the HTTP API.
 //!
 //! The metadata replica, the leader-confirmation service and the remote
 //! commit target come from outside, because the control plane and the
@@ -40,6 +41,7 @@ use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
 
 mod housekeeping;
+pub mod status;
 
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};

@@ -17,6 +17,7 @@ use narad_dataplane::forward::tokens::TokenInbox;
 use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::DataNode;
+use narad_dataplane::node::status::NodeStatusService;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
 use narad_disk::clock::Clock;
 use narad_protocol::{ClusterAuth, Node, NodeConfig, NodeError, Router};
@@ -34,13 +35,17 @@ struct Served {
     /// Delivery-token notifications (opcode 31) from owners this node's
     /// parked consumes registered with.
     tokens: Arc<TokenInbox>,
+    /// This node's report of itself (opcode 33), for other nodes'
+    /// detailed cluster listings.
+    status: Arc<NodeStatusService>,
 }
 
 /// The operations this data node serves to other nodes.
 fn rpc_router(served: &Served) -> Router {
     let router = served.commits.route(Router::new());
     let router = served.forward.route(router);
-    served.tokens.route(router)
+    let router = served.tokens.route(router);
+    served.status.route(router)
 }
 
 /// The cluster transport of a data node and what it serves.
@@ -68,6 +73,7 @@ impl Peers {
             commits: CommitService::new(),
             forward: ForwardService::new(),
             tokens: TokenInbox::new(Arc::clone(&clock)),
+            status: NodeStatusService::new(),
         };
         let transport = Arc::new(Node::bind(
             NodeConfig::new(addr, auth),
@@ -141,6 +147,7 @@ impl Peers {
         self.served
             .commits
             .attach(Arc::clone(node.combiners()), replica);
+        self.served.status.attach(Arc::clone(node.api()));
     }
 
     /// Closes the transport once nothing else holds it (the bridge and the

@@ -49,6 +49,7 @@ use crate::http::produce_cap::ProduceCap;
 use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
+use crate::node::status::MoveReports;
 
 /// How the API behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +140,13 @@ pub struct ApiState {
     /// Positions of the fan-out cursors this node runs, for the children
     /// listing's lag.
     pub fanout: Arc<FanoutStatus>,
+    /// Produce requests being answered now (a batch counts once), for the
+    /// node status.
+    pub produces_in_flight: AtomicU64,
+    /// The move workers of this node, as its move runner reports them for
+    /// the node status; unset, the node reports none. Set once, by whoever
+    /// runs the moves.
+    pub move_reports: OnceLock<Arc<dyn MoveReports>>,
 }
 
 impl ApiState {
@@ -175,6 +183,8 @@ impl ApiState {
             consume: None,
             forwarder: OnceLock::new(),
             fanout: Arc::new(FanoutStatus::new()),
+            produces_in_flight: AtomicU64::new(0),
+            move_reports: OnceLock::new(),
             config,
             auth: Authenticator::new(Arc::clone(&replica)),
             acceptor,
@@ -189,6 +199,14 @@ impl ApiState {
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
+    }
+
+    /// Durable ingress WAL records the dispatcher has not yet committed to
+    /// their partition owners (its stored checkpoint is behind them).
+    pub fn dispatch_backlog(&self) -> u64 {
+        self.wal()
+            .next_durable_seq()
+            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire))
     }
 
     /// The consume service.
@@ -226,13 +244,10 @@ impl ApiState {
             &[],
             if wal.is_failed() { 1.0 } else { 0.0 },
         );
-        let backlog = wal
-            .next_durable_seq()
-            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire));
         self.metrics.set(
             metrics::INGRESS_DISPATCH_BACKLOG_RECORDS,
             &[],
-            backlog as f64,
+            self.dispatch_backlog() as f64,
         );
         self.metrics.count_absolute(
             metrics::DISPATCH_REROUTES_TOTAL,

@@ -1,6 +1,7 @@
 //! `POST /v1/topics/{topic}/produce` and `.../produce/batch`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -21,6 +22,23 @@ pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 use crate::metadata::GrantAction;
 use crate::metrics;
 
+/// Counts a produce in `ApiState::produces_in_flight` until dropped, so a
+/// produce whose client went away is counted out too.
+struct ProduceInFlight<'a>(&'a AtomicU64);
+
+impl<'a> ProduceInFlight<'a> {
+    fn enter(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for ProduceInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A single produce: the body is the message; `key` and `partition` come
 /// from the query. `202` with an empty body once the message is durable in
 /// this node's WAL.
@@ -34,6 +52,7 @@ pub(crate) async fn produce(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
     let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
     let idempotency_key = idempotency_key(&headers)?;
     let _cap = state.produce_cap.take(&identity(user.as_deref()), 1)?;
@@ -90,6 +109,7 @@ pub(crate) async fn produce_batch(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
     if query.as_deref().is_some_and(|query| !query.is_empty()) {
         return Err(ApiError::bad_request(
             "key is set per message in a batch produce, not as a query parameter",
