@@ -11,6 +11,7 @@ pub mod ack;
 pub mod auth;
 pub mod body;
 pub mod children;
+mod cluster;
 pub mod consume;
 pub mod error;
 pub mod go_duration;
@@ -415,6 +416,17 @@ pub fn router(state: Arc<ApiState>) -> Router {
         )
         .route("/v1/users/{user}/grants", put(users::set_grants))
         .route("/v1/users/{user}/password", put(users::set_password))
+        .route("/v1/cluster/members", get(cluster::members))
+        .route(
+            "/v1/cluster/members/{id}/decommission",
+            post(cluster::decommission).delete(cluster::cancel_decommission),
+        )
+        .route("/v1/cluster/members/{id}/forget", post(cluster::forget))
+        .route("/v1/cluster/moves", get(cluster::moves))
+        .route(
+            "/v1/cluster/moves/{topic}/{partition}/abort",
+            post(cluster::abort_move),
+        )
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -668,6 +680,8 @@ mod access_log_tests;
 mod actor_tests;
 #[cfg(test)]
 mod children_tests;
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod consume_tests;
 #[cfg(test)]

@@ -202,7 +202,7 @@ fn produce_query(query: &str) -> Result<(Vec<u8>, Option<u32>), ApiError> {
     Ok((key.unwrap_or_default(), partition))
 }
 
-fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
+pub(super) fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
     std::str::from_utf8(value)
         .ok()
         .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
