@@ -1,4 +1,5 @@
-//! HTTP tests of the cluster administration routes (spec §1.9).
+//! HTTP tests of the cluster administration routes (spec §1.9) and of a
+//! draining node's produce refusal (wire contract §7.2).
 //!
 //! The test replica holds node 1 (this node, owner of every partition of
 //! its four topics); tests register other members and moves as they need.
@@ -27,7 +28,7 @@ use crate::admin::{Admin, AdminError, AdminFuture};
 use crate::forward::Forwarder;
 use crate::node::status::{MoveReports, MoveWorkerStatus, NodeStatusService};
 use crate::remote::AddressTable;
-use crate::testing::{apply, mark_dead, register};
+use crate::testing::{apply, mark_dead, register, wal_records};
 use crate::topology::{NodeId, member_id};
 
 const ROOT: (&str, &str) = ("root", "root-pw");
@@ -38,6 +39,9 @@ const LOCAL: NodeId = 1;
 
 /// Turns a hang into a failure; never a timing assertion.
 const CEILING: Duration = Duration::from_secs(30);
+
+const DRAINING_TEXT: &str =
+    "this node is being decommissioned and takes no new produce; send it to another node";
 
 fn api() -> Api {
     api_with(ApiConfig::default())
@@ -808,4 +812,48 @@ async fn abort_whose_outcome_is_unknown_is_503() {
     let answer = as_root(&api, "POST", "/v1/cluster/moves/orders/0/abort").await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(answer.error().contains("the change may still be applied"));
+}
+
+// ---- Produce on a draining node ----
+
+#[tokio::test]
+async fn a_draining_node_refuses_produce_with_503_retry_after_and_stores_nothing() {
+    let api = api();
+    drain(&api, LOCAL, true);
+    let single = send(
+        &api,
+        produce_request("/v1/topics/orders/produce", ALICE, "x"),
+    )
+    .await;
+    let batch = Request::post("/v1/topics/orders/produce/batch")
+        .header(
+            header::AUTHORIZATION,
+            crate::testing::basic(ALICE.0, ALICE.1),
+        )
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(r#"{"messages":[{"payload":"x"}]}"#))
+        .expect("request");
+    let batch = send(&api, batch).await;
+    for answer in [single, batch] {
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.error(), DRAINING_TEXT);
+        assert_eq!(answer.headers[header::RETRY_AFTER], "1");
+    }
+    assert!(wal_records(&api.wal).is_empty(), "nothing was stored");
+}
+
+#[tokio::test]
+async fn produce_is_taken_again_once_the_mark_is_cleared_and_while_another_node_drains() {
+    let api = api();
+    register(&api.state.replica, 2);
+    drain(&api, 2, true);
+    drain(&api, LOCAL, true);
+    drain(&api, LOCAL, false);
+    let answer = send(
+        &api,
+        produce_request("/v1/topics/orders/produce", ALICE, "x"),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED);
+    assert_eq!(wal_records(&api.wal).len(), 1);
 }

@@ -22,6 +22,28 @@ pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 use crate::metadata::GrantAction;
 use crate::metrics;
 
+/// The refusal of a produce on a node being decommissioned (wire contract
+/// §7.2): the client library reads it as certain, nothing stored, and
+/// sends the message elsewhere.
+pub(crate) const DRAINING_PRODUCE: &str =
+    "this node is being decommissioned and takes no new produce; send it to another node";
+
+/// `Retry-After` of that refusal: another node can take the produce at
+/// once, so the client need not wait longer than its shortest pause.
+const DRAINING_RETRY_AFTER_SECONDS: u32 = 1;
+
+/// `503` when this node's member record says it drains: it takes no new
+/// produce, so the records it holds can reach their owners and it can
+/// leave. Checked before anything is read or staged.
+fn refuse_if_draining(state: &ApiState) -> Result<(), ApiError> {
+    if !state.replica.local_draining() {
+        return Ok(());
+    }
+    let mut refusal = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, DRAINING_PRODUCE);
+    refusal.retry_after_seconds = Some(DRAINING_RETRY_AFTER_SECONDS);
+    Err(refusal)
+}
+
 /// Counts a produce in `ApiState::produces_in_flight` until dropped, so a
 /// produce whose client went away is counted out too.
 struct ProduceInFlight<'a>(&'a AtomicU64);
@@ -52,6 +74,7 @@ pub(crate) async fn produce(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    refuse_if_draining(&state)?;
     let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
     let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
     let idempotency_key = idempotency_key(&headers)?;
@@ -109,6 +132,7 @@ pub(crate) async fn produce_batch(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    refuse_if_draining(&state)?;
     let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
     if query.as_deref().is_some_and(|query| !query.is_empty()) {
         return Err(ApiError::bad_request(

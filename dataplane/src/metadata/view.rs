@@ -19,7 +19,7 @@ pub struct Member {
     pub id: NodeId,
     /// Whether the controller considers it alive.
     pub alive: bool,
-    /// Whether it is being decommissioned.
+    /// Whether it is being decommissioned (its produces are refused).
     pub draining: bool,
 }
 
