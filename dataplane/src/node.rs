@@ -2,8 +2,9 @@
 //! partition logs and combiners, the dispatcher runtime, the consume
 //! service with its consumer state store, the incarnation housekeeping
 //! (deleted topics' directories retired, quarantined copies swept once the
-//! leader confirms them gone), what it reports of itself to the cluster
-//! listings ([`status`]), and the HTTP API.
+//! leader confirms them gone), the end of its own decommission (it
+//! proposes its removal once drained), what it reports
+//! of itself to the cluster listings ([`status`]), and the HTTP API.
 //!
 //! The metadata replica, the leader-confirmation service and the remote
 //! commit target come from outside, because the control plane and the
@@ -40,9 +41,12 @@ use crate::topology::NodeId;
 use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
 
+mod decommission;
 mod housekeeping;
 pub mod status;
 
+pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
+use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
 
@@ -77,6 +81,9 @@ pub struct DataNodeConfig {
     pub housekeeping: HousekeepingConfig,
     /// Fan-out cursor limits and timings (`fanout.*`).
     pub fanout: CursorConfig,
+    /// How often a draining node checks whether it may leave the cluster
+    /// (and so proposes its removal at most this often).
+    pub decommission_check: std::time::Duration,
 }
 
 impl DataNodeConfig {
@@ -95,6 +102,7 @@ impl DataNodeConfig {
             consume_seed: rand::random(),
             housekeeping: HousekeepingConfig::default(),
             fanout: CursorConfig::default(),
+            decommission_check: DECOMMISSION_CHECK_INTERVAL,
         }
     }
 }
@@ -177,6 +185,9 @@ pub struct DataNode {
     consumer_state_worker: Option<StateWorker>,
     housekeeping: Option<Housekeeping>,
     fanout: Option<FanoutRuntime>,
+    /// Ends a drained node's decommission; absent on a node started
+    /// outside a Tokio runtime.
+    decommission: Option<DecommissionWatch>,
 }
 
 /// Worker threads committing fan-out buckets into this node's partitions,
@@ -303,6 +314,7 @@ impl DataNode {
             booting.elapsed().as_secs_f64(),
         );
         let api = Arc::new(api);
+        let decommission = DecommissionWatch::spawn(&api, config.decommission_check);
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
         Ok(Self {
@@ -317,6 +329,7 @@ impl DataNode {
             consumer_state_worker: Some(consumer_state_worker),
             housekeeping: Some(housekeeping),
             fanout: Some(fanout),
+            decommission,
         })
     }
 
@@ -419,6 +432,9 @@ impl DataNode {
     /// written), the partition logs close.
     pub fn shutdown(mut self) {
         self.api.health.shutting_down.store(true, Ordering::Release);
+        if let Some(watch) = self.decommission.take() {
+            watch.stop();
+        }
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }
@@ -442,6 +458,9 @@ impl DataNode {
     /// Stops the node's threads without syncing anything, as after a crash
     /// (tests: the disk was already cut under it).
     pub fn abandon(mut self) {
+        if let Some(watch) = self.decommission.take() {
+            watch.stop();
+        }
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }
