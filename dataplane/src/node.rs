@@ -2,7 +2,9 @@
 //! partition logs and combiners, the dispatcher runtime, the consume
 //! service with its consumer state store, the incarnation housekeeping
 //! (deleted topics' directories retired, quarantined copies swept once the
-//! leader confirms them gone), and the HTTP API.
+//! leader confirms them gone), the end of its own decommission (it
+//! proposes its removal once drained), what it reports
+//! of itself to the cluster listings ([`status`]), and the HTTP API.
 //!
 //! The metadata replica, the leader-confirmation service and the remote
 //! commit target come from outside, because the control plane and the
@@ -42,8 +44,12 @@ use crate::topology::NodeId;
 use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
 
+mod decommission;
 mod housekeeping;
+pub mod status;
 
+pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
+use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
 
@@ -78,6 +84,9 @@ pub struct DataNodeConfig {
     pub housekeeping: HousekeepingConfig,
     /// Fan-out cursor limits and timings (`fanout.*`).
     pub fanout: CursorConfig,
+    /// How often a draining node checks whether it may leave the cluster
+    /// (and so proposes its removal at most this often).
+    pub decommission_check: std::time::Duration,
 }
 
 impl DataNodeConfig {
@@ -96,6 +105,7 @@ impl DataNodeConfig {
             consume_seed: rand::random(),
             housekeeping: HousekeepingConfig::default(),
             fanout: CursorConfig::default(),
+            decommission_check: DECOMMISSION_CHECK_INTERVAL,
         }
     }
 }
@@ -182,6 +192,9 @@ pub struct DataNode {
     move_source: Arc<MoveSource>,
     /// The move runner, once [`DataNode::start_moves`] started it.
     moves: parking_lot::Mutex<Option<(Arc<MoveRunner>, tokio::task::JoinHandle<()>)>>,
+    /// Ends a drained node's decommission; absent on a node started
+    /// outside a Tokio runtime.
+    decommission: Option<DecommissionWatch>,
 }
 
 /// Worker threads committing fan-out buckets into this node's partitions,
@@ -314,6 +327,7 @@ impl DataNode {
             Arc::clone(&combiners),
             Arc::clone(&consume),
         ));
+        let decommission = DecommissionWatch::spawn(&api, config.decommission_check);
         health.started.store(true, Ordering::Release);
         tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
         Ok(Self {
@@ -330,6 +344,7 @@ impl DataNode {
             fanout: Some(fanout),
             move_source,
             moves: parking_lot::Mutex::new(None),
+            decommission,
         })
     }
 
@@ -361,6 +376,14 @@ impl DataNode {
             Arc::clone(&self.api.metrics),
         );
         let task = runner.spawn();
+        if self
+            .api
+            .move_reports
+            .set(Arc::clone(&runner) as Arc<dyn crate::node::status::MoveReports>)
+            .is_err()
+        {
+            tracing::warn!("move reports were already plugged in; the runner's are not listed");
+        }
         *moves = Some((Arc::clone(&runner), task));
         runner
     }
@@ -479,6 +502,9 @@ impl DataNode {
     pub fn shutdown(mut self) {
         self.api.health.shutting_down.store(true, Ordering::Release);
         self.stop_moves();
+        if let Some(watch) = self.decommission.take() {
+            watch.stop();
+        }
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }
@@ -503,6 +529,9 @@ impl DataNode {
     /// (tests: the disk was already cut under it).
     pub fn abandon(mut self) {
         self.stop_moves();
+        if let Some(watch) = self.decommission.take() {
+            watch.stop();
+        }
         if let Some(worker) = self.consumer_state_worker.take() {
             worker.stop();
         }

@@ -40,6 +40,7 @@ mod lane;
 pub mod limits;
 pub mod metadata;
 mod node;
+pub mod node_status;
 mod opcode;
 mod server;
 mod stream;
@@ -62,6 +63,7 @@ pub use consume::{
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;
 pub use node::{Node, NodeConfig, NodeError};
+pub use node_status::{MoveReport, NodeStatus, NodeStatusAnswer, QuarantinedCopy};
 pub use opcode::Opcode;
 pub use server::{Handler, HandlerFuture, Inbound, OperationLimit, Router};
 pub use stream::codes;

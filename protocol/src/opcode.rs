@@ -67,6 +67,7 @@ opcodes! {
     TOKEN_REGISTER = 30, "TokenRegister";
     TOKEN_NOTIFY = 31, "TokenNotify";
     ACK_BATCH = 32, "AckBatch";
+    NODE_STATUS = 33, "NodeStatus";
 }
 
 impl fmt::Display for Opcode {
@@ -88,6 +89,7 @@ mod tests {
         assert_eq!(Opcode::COMMIT_PRODUCE_BATCH.0, 11);
         assert_eq!(Opcode::GET_ASSIGNMENT.0, 28);
         assert_eq!(Opcode::ACK_BATCH.0, 32);
+        assert_eq!(Opcode::NODE_STATUS.0, 33);
         assert_eq!(Opcode(11).name(), Some("CommitProduceBatch"));
     }
 

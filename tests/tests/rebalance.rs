@@ -331,3 +331,52 @@ async fn a_source_killed_mid_move_restarts_and_the_move_completes_with_nothing_l
     drain_and_stop(&mut cluster).await;
     account(&cluster, &owners, &sent);
 }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommissioned_node_drains_under_load_and_leaves() {
+    let mut cluster = DataCluster::start(3, 3).await;
+    cluster
+        .create_topic(
+            0,
+            &format!(r#"{{"name":"{TOPIC}","partitions":{PARTITIONS}}}"#),
+        )
+        .await;
+    let ports: Vec<u16> = cluster
+        .data
+        .iter()
+        .map(|node| node.http_addr.port())
+        .collect();
+    // Producers go through the nodes that stay.
+    let producers = Producers::start(&ports[..2]);
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let (status, body) = cluster.data[0]
+        .request(
+            Some(ADMIN),
+            "POST",
+            "/v1/cluster/members/3/decommission",
+            "",
+        )
+        .await
+        .expect("decommission answered");
+    assert_eq!(status, 204, "{body}");
+    let owners = wait_for_balance(&cluster, 0, &[1, 2], 4).await;
+    assert!(!owners.contains(&3), "{owners:?}");
+    producers.wait_accepted(ACCEPTED_AROUND).await;
+    let sent = producers.stop();
+    // Once it owns nothing and its backlog is 0, it leaves the members.
+    let node = &cluster.data[0];
+    node.wait_until("member 3 removed", || async {
+        let (status, body) = node
+            .request(Some(ADMIN), "GET", "/v1/cluster/members", "")
+            .await?;
+        let members: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let ids: Vec<&str> = members["members"]
+            .as_array()?
+            .iter()
+            .filter_map(|member| member["id"].as_str())
+            .collect();
+        (status == 200 && !ids.contains(&"3")).then_some(())
+    })
+    .await;
+    drain_and_stop(&mut cluster).await;
+    account(&cluster, &owners, &sent);
+}

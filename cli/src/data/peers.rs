@@ -18,6 +18,7 @@ use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::moves::{QuicLinks, TransferService};
 use narad_dataplane::node::DataNode;
+use narad_dataplane::node::status::NodeStatusService;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
 use narad_disk::clock::Clock;
 use narad_protocol::{ClusterAuth, Node, NodeConfig, NodeError, Router};
@@ -38,6 +39,9 @@ struct Served {
     /// The transfer calls of partition moves away from this node (opcodes
     /// 22, 23, 24, 26, 27).
     transfer: Arc<TransferService>,
+    /// This node's report of itself (opcode 33), for other nodes'
+    /// detailed cluster listings.
+    status: Arc<NodeStatusService>,
 }
 
 /// The operations this data node serves to other nodes.
@@ -45,7 +49,8 @@ fn rpc_router(served: &Served) -> Router {
     let router = served.commits.route(Router::new());
     let router = served.forward.route(router);
     let router = served.transfer.route(router);
-    served.tokens.route(router)
+    let router = served.tokens.route(router);
+    served.status.route(router)
 }
 
 /// The cluster transport of a data node and what it serves.
@@ -74,6 +79,7 @@ impl Peers {
             forward: ForwardService::new(),
             tokens: TokenInbox::new(Arc::clone(&clock)),
             transfer: TransferService::new(),
+            status: NodeStatusService::new(),
         };
         let transport = Arc::new(Node::bind(
             NodeConfig::new(addr, auth),
@@ -152,6 +158,7 @@ impl Peers {
             Arc::clone(&self.transport),
             Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
         )));
+        self.served.status.attach(Arc::clone(node.api()));
     }
 
     /// Closes the transport once nothing else holds it (the bridge and the

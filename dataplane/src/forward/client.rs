@@ -12,8 +12,9 @@ use narad_protocol::codec::{Message, decode_message, encode_message};
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
 use narad_protocol::{
     AckBatch, AckBatchAnswer, CallError, ConsumeAnswer, ConsumeScope, ForwardConsume,
-    ForwardSettle, ForwardedRecord, Lane, LeaseRef, Node, Opcode, PartitionStatsEntry, Request,
-    RpcError, SettleKind, Status, TopicPartitionStats, TopicPartitionStatsAnswer,
+    ForwardSettle, ForwardedRecord, Lane, LeaseRef, Node, NodeStatus, NodeStatusAnswer, Opcode,
+    PartitionStatsEntry, Request, RpcError, SettleKind, Status, TopicPartitionStats,
+    TopicPartitionStatsAnswer,
 };
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
@@ -704,6 +705,36 @@ impl Forwarder {
                 None
             }
         }
+    }
+}
+
+impl Forwarder {
+    /// Node `node`'s own report of itself (opcode 33, control lane) within
+    /// `budget`, dial included.
+    ///
+    /// # Errors
+    /// [`ForwardError::OwnerDown`] when no address is known for `node`
+    /// (nothing was sent), [`ForwardError::NoAnswer`] when it did not
+    /// answer in time or answered without a body, and its refusal (an
+    /// older release answers `400 unsupported rpc operation`).
+    pub async fn node_status(
+        &self,
+        node: NodeId,
+        budget: Duration,
+    ) -> Result<NodeStatusAnswer, ForwardError> {
+        let peer = self
+            .addresses
+            .rpc_addr(node)
+            .ok_or(ForwardError::OwnerDown)?;
+        self.call::<_, NodeStatusAnswer>(
+            peer,
+            Lane::Control,
+            Opcode::NODE_STATUS,
+            &NodeStatus,
+            budget,
+        )
+        .await?
+        .ok_or_else(|| ForwardError::NoAnswer(format!("{peer} answered its status with no body")))
     }
 }
 

@@ -16,7 +16,9 @@
 //!   (a long poll gets the client's wait + 2 s), settles with a 2 s budget
 //!   (singly up to max(128, 8 × cores) in flight per owner, then queued
 //!   into `AckBatch`es, [`coalesce`]), one `AckBatch` per owner in parallel
-//!   for an HTTP batch ack, and statistics with a 2 s budget.
+//!   for an HTTP batch ack, statistics with a 2 s budget, and another
+//!   node's report of itself (opcode 33, served by
+//!   [`crate::node::status::NodeStatusService`]).
 //!
 //! What it guarantees: a lease handed out by an owner keeps the owner's
 //! `partition:offset:nonce`, so its ack reaches the owner whichever node

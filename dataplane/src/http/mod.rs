@@ -11,6 +11,7 @@ pub mod ack;
 pub mod auth;
 pub mod body;
 pub mod children;
+mod cluster;
 pub mod consume;
 pub mod error;
 pub mod go_duration;
@@ -49,6 +50,7 @@ use crate::http::produce_cap::ProduceCap;
 use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
+use crate::node::status::MoveReports;
 
 /// How the API behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +141,13 @@ pub struct ApiState {
     /// Positions of the fan-out cursors this node runs, for the children
     /// listing's lag.
     pub fanout: Arc<FanoutStatus>,
+    /// Produce requests being answered now (a batch counts once), for the
+    /// node status.
+    pub produces_in_flight: AtomicU64,
+    /// The move workers of this node, as its move runner reports them for
+    /// the node status; unset, the node reports none. Set once, by whoever
+    /// runs the moves.
+    pub move_reports: OnceLock<Arc<dyn MoveReports>>,
 }
 
 impl ApiState {
@@ -175,6 +184,8 @@ impl ApiState {
             consume: None,
             forwarder: OnceLock::new(),
             fanout: Arc::new(FanoutStatus::new()),
+            produces_in_flight: AtomicU64::new(0),
+            move_reports: OnceLock::new(),
             config,
             auth: Authenticator::new(Arc::clone(&replica)),
             acceptor,
@@ -189,6 +200,14 @@ impl ApiState {
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
+    }
+
+    /// Durable ingress WAL records the dispatcher has not yet committed to
+    /// their partition owners (its stored checkpoint is behind them).
+    pub fn dispatch_backlog(&self) -> u64 {
+        self.wal()
+            .next_durable_seq()
+            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire))
     }
 
     /// The consume service.
@@ -226,13 +245,10 @@ impl ApiState {
             &[],
             if wal.is_failed() { 1.0 } else { 0.0 },
         );
-        let backlog = wal
-            .next_durable_seq()
-            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire));
         self.metrics.set(
             metrics::INGRESS_DISPATCH_BACKLOG_RECORDS,
             &[],
-            backlog as f64,
+            self.dispatch_backlog() as f64,
         );
         self.metrics.count_absolute(
             metrics::DISPATCH_REROUTES_TOTAL,
@@ -400,6 +416,17 @@ pub fn router(state: Arc<ApiState>) -> Router {
         )
         .route("/v1/users/{user}/grants", put(users::set_grants))
         .route("/v1/users/{user}/password", put(users::set_password))
+        .route("/v1/cluster/members", get(cluster::members))
+        .route(
+            "/v1/cluster/members/{id}/decommission",
+            post(cluster::decommission).delete(cluster::cancel_decommission),
+        )
+        .route("/v1/cluster/members/{id}/forget", post(cluster::forget))
+        .route("/v1/cluster/moves", get(cluster::moves))
+        .route(
+            "/v1/cluster/moves/{topic}/{partition}/abort",
+            post(cluster::abort_move),
+        )
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -653,6 +680,8 @@ mod access_log_tests;
 mod actor_tests;
 #[cfg(test)]
 mod children_tests;
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod consume_tests;
 #[cfg(test)]

@@ -94,6 +94,8 @@ fn concrete(template: &str) -> String {
         .replace("{topic}", "orders")
         .replace("{child}", "delayed")
         .replace("{user}", "bob")
+        .replace("{id}", "1")
+        .replace("{partition}", "0")
 }
 
 fn is_router_refusal(status: StatusCode, headers: &axum::http::HeaderMap) -> bool {

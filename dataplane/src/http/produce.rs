@@ -1,6 +1,7 @@
 //! `POST /v1/topics/{topic}/produce` and `.../produce/batch`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -21,6 +22,45 @@ pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 use crate::metadata::GrantAction;
 use crate::metrics;
 
+/// The refusal of a produce on a node being decommissioned (wire contract
+/// §7.2): the client library reads it as certain, nothing stored, and
+/// sends the message elsewhere.
+pub(crate) const DRAINING_PRODUCE: &str =
+    "this node is being decommissioned and takes no new produce; send it to another node";
+
+/// `Retry-After` of that refusal: another node can take the produce at
+/// once, so the client need not wait longer than its shortest pause.
+const DRAINING_RETRY_AFTER_SECONDS: u32 = 1;
+
+/// `503` when this node's member record says it drains: it takes no new
+/// produce, so the records it holds can reach their owners and it can
+/// leave. Checked before anything is read or staged.
+fn refuse_if_draining(state: &ApiState) -> Result<(), ApiError> {
+    if !state.replica.local_draining() {
+        return Ok(());
+    }
+    let mut refusal = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, DRAINING_PRODUCE);
+    refusal.retry_after_seconds = Some(DRAINING_RETRY_AFTER_SECONDS);
+    Err(refusal)
+}
+
+/// Counts a produce in `ApiState::produces_in_flight` until dropped, so a
+/// produce whose client went away is counted out too.
+struct ProduceInFlight<'a>(&'a AtomicU64);
+
+impl<'a> ProduceInFlight<'a> {
+    fn enter(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for ProduceInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A single produce: the body is the message; `key` and `partition` come
 /// from the query. `202` with an empty body once the message is durable in
 /// this node's WAL.
@@ -34,6 +74,8 @@ pub(crate) async fn produce(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    refuse_if_draining(&state)?;
+    let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
     let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
     let idempotency_key = idempotency_key(&headers)?;
     let _cap = state.produce_cap.take(&identity(user.as_deref()), 1)?;
@@ -90,6 +132,8 @@ pub(crate) async fn produce_batch(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
+    refuse_if_draining(&state)?;
+    let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
     if query.as_deref().is_some_and(|query| !query.is_empty()) {
         return Err(ApiError::bad_request(
             "key is set per message in a batch produce, not as a query parameter",
@@ -182,7 +226,7 @@ fn produce_query(query: &str) -> Result<(Vec<u8>, Option<u32>), ApiError> {
     Ok((key.unwrap_or_default(), partition))
 }
 
-fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
+pub(super) fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
     std::str::from_utf8(value)
         .ok()
         .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))

@@ -19,6 +19,8 @@ pub struct Member {
     pub id: NodeId,
     /// Whether the controller considers it alive.
     pub alive: bool,
+    /// Whether it is being decommissioned (its produces are refused).
+    pub draining: bool,
 }
 
 /// The metadata at one applied index, consistent as a whole.
@@ -106,7 +108,15 @@ fn derive_members(metastore: &Metastore) -> BTreeMap<NodeId, Member> {
         .filter_map(|member| {
             let id = node_of(&member.id)?;
             let alive = member.status == MemberStatus::Alive;
-            Some((id, Member { id, alive }))
+            let draining = member.draining;
+            Some((
+                id,
+                Member {
+                    id,
+                    alive,
+                    draining,
+                },
+            ))
         })
         .collect()
 }

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::files;
 use super::service::LinkFactory;
-use super::status::{MovePhase, WorkerStatus};
+use super::status::{MovePhase, MoveReports, MoveWorkerStatus};
 use super::worker::{Ending, Worker, WorkerContext};
 use crate::commit::freeze::remove_fence;
 use crate::commit::{Combiners, partition_dir, topics_dir};
@@ -32,7 +32,7 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 struct Running {
-    status: Arc<Mutex<WorkerStatus>>,
+    status: Arc<Mutex<MoveWorkerStatus>>,
     handle: JoinHandle<Ending>,
     started: Instant,
 }
@@ -112,14 +112,14 @@ impl MoveRunner {
         self.publish_gauges();
     }
 
-    /// The status of every running worker.
-    pub fn report(&self) -> Vec<WorkerStatus> {
+    /// The status of every running worker, in partition order.
+    pub fn report(&self) -> Vec<MoveWorkerStatus> {
         let workers = self.workers.lock();
-        let mut statuses: Vec<WorkerStatus> = workers
+        let mut statuses: Vec<MoveWorkerStatus> = workers
             .values()
             .map(|running| running.status.lock().clone())
             .collect();
-        statuses.sort_by(|a, b| a.destination.cmp(&b.destination));
+        statuses.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         statuses
     }
 
@@ -151,12 +151,13 @@ impl MoveRunner {
                 tracing::debug!(%destination, source = assignment.owner, "move source not addressable yet");
                 continue;
             };
-            let status = Arc::new(Mutex::new(WorkerStatus {
-                destination: destination.clone(),
+            let status = Arc::new(Mutex::new(MoveWorkerStatus {
+                topic: topic.to_owned(),
+                partition,
                 source: assignment.owner.clone(),
                 target: me.clone(),
                 started_at_ms: crate::ingress::now_unix_ms(),
-                phase: MovePhase::Copying,
+                phase: MovePhase::Copying.name().to_owned(),
                 attempts: 0,
                 last_error: None,
                 copied_bytes: 0,
@@ -386,6 +387,12 @@ impl MoveRunner {
                 count as f64,
             );
         }
+    }
+}
+
+impl MoveReports for MoveRunner {
+    fn moves(&self) -> Vec<MoveWorkerStatus> {
+        self.report()
     }
 }
 

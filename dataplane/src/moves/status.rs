@@ -2,7 +2,7 @@
 //! `/v1/cluster/members?detail=true`, `/v1/cluster/moves?detail=true` and
 //! the move metrics.
 
-use crate::topology::Destination;
+use std::fmt;
 
 /// Where a worker is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,26 +35,44 @@ impl MovePhase {
     }
 }
 
-/// One worker's state.
+/// One partition move as the worker copying it (on the move's target)
+/// reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerStatus {
+pub struct MoveWorkerStatus {
+    /// The topic.
+    pub topic: String,
     /// The partition.
-    pub destination: Destination,
-    /// Its owner, copied from.
+    pub partition: u32,
+    /// The member the partition moves from.
     pub source: String,
-    /// This node.
+    /// The member it moves to: this node.
     pub target: String,
-    /// When the worker began (Unix ms).
+    /// When the worker started, Unix ms.
     pub started_at_ms: u64,
-    /// Where it is.
-    pub phase: MovePhase,
-    /// Failed attempts so far.
+    /// Where the worker is: `copying`, `frozen`, `flip_pending`,
+    /// `waiting_for_source` or `blocked` (spec §1.9).
+    pub phase: String,
+    /// Attempts so far.
     pub attempts: u32,
-    /// The last attempt's error.
+    /// The last attempt's error, if it failed.
     pub last_error: Option<String>,
-    /// Bytes copied by the current attempt.
+    /// Bytes copied so far.
     pub copied_bytes: u64,
-    /// Why it cannot go on by itself (`copy_unverifiable`,
-    /// `source_dead_copy_behind`), if it cannot.
+    /// Why the worker cannot go on, if it cannot: `copy_unverifiable` or
+    /// `source_dead_copy_behind` (spec §1.9).
     pub blocked: Option<String>,
+}
+
+/// The seam a move runner reports its workers through.
+///
+/// Called on every node status request, from an async task: it must
+/// answer at once from memory (a snapshot under a lock), never wait on
+/// disk or network. At most
+/// [`NODE_MOVES_MAX`](narad_protocol::node_status::NODE_MOVES_MAX) workers
+/// are reported; longer texts are cut to
+/// [`NODE_STATUS_TEXT_BYTES_MAX`](narad_protocol::node_status::NODE_STATUS_TEXT_BYTES_MAX)
+/// bytes.
+pub trait MoveReports: Send + Sync + fmt::Debug {
+    /// The move workers running on this node now.
+    fn moves(&self) -> Vec<MoveWorkerStatus>;
 }

@@ -25,7 +25,7 @@ use narad_protocol::transfer::{
 use parking_lot::Mutex;
 
 use super::files::{self, MoveMarker};
-use super::status::{MovePhase, WorkerStatus};
+use super::status::{MovePhase, MoveWorkerStatus};
 use crate::admin::{Admin, AdminError};
 use crate::commit::LocalLogs;
 use crate::consume::ahead::ConsumerPosition;
@@ -146,7 +146,7 @@ pub struct Worker {
     destination: Destination,
     incarnation: Option<Arc<str>>,
     source: String,
-    status: Arc<Mutex<WorkerStatus>>,
+    status: Arc<Mutex<MoveWorkerStatus>>,
 }
 
 impl Worker {
@@ -158,7 +158,7 @@ impl Worker {
         destination: Destination,
         incarnation: Option<Arc<str>>,
         source: String,
-        status: Arc<Mutex<WorkerStatus>>,
+        status: Arc<Mutex<MoveWorkerStatus>>,
     ) -> Self {
         Self {
             context,
@@ -183,7 +183,7 @@ impl Worker {
     }
 
     fn set_phase(&self, phase: MovePhase) {
-        self.status.lock().phase = phase;
+        phase.name().clone_into(&mut self.status.lock().phase);
     }
 
     /// Whether the replica still shows this move: the same source as

@@ -1,0 +1,307 @@
+//! What a data node reports of itself (spec §1.9, `detail=true`): whether
+//! its member record says it drains, its produces in flight, its ingress
+//! records not yet committed to their owners, its quarantined copies, and
+//! the partition moves its workers run.
+//!
+//! The HTTP layer reads this node's status directly ([`NodeStatus::read`])
+//! and asks other nodes over node RPC (opcode 33, `NodeStatus`), which
+//! [`NodeStatusService`] answers from the same read.
+//!
+//! The move workers are another part's to report: a move runner plugs in
+//! through the [`MoveReports`] seam (`ApiState::move_reports`). Until one
+//! does, a node reports no moves.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use narad_protocol::consume::decode_forward_request;
+use narad_protocol::node_status::{
+    NODE_MOVES_MAX, NODE_STATUS_TEXT_BYTES_MAX, QUARANTINE_LIST_MAX,
+};
+use narad_protocol::{
+    Inbound, MoveReport, NodeStatus as NodeStatusRequest, NodeStatusAnswer, Opcode, OperationLimit,
+    QuarantinedCopy, Response, Router, RpcError,
+};
+
+use crate::http::ApiState;
+pub use crate::moves::status::{MoveReports, MoveWorkerStatus};
+
+/// Node status requests one node serves at once. An operator's listing
+/// asks each node once, so a few permits are plenty, and they bound the
+/// disk walks counting quarantined bytes.
+pub const NODE_STATUS_PERMITS: usize = 4;
+
+/// The name of that operation class.
+pub const NODE_STATUS_LIMIT_NAME: &str = "node-status";
+
+/// Quarantined copies on a node's disk.
+///
+/// What exists so far are the copies of deleted topics kept aside until
+/// the leader confirms them gone (`LocalLogs::quarantine_stats`): their
+/// totals are real. The per-copy list is not filled yet (the copies are
+/// counted, not described), so `list` is empty on every node today.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuarantineReport {
+    /// Copies on disk.
+    pub copies: u64,
+    /// Bytes of their files.
+    pub bytes: u64,
+    /// Some of them, at most [`QUARANTINE_LIST_MAX`].
+    pub list: Vec<QuarantinedCopy>,
+}
+
+/// What a data node reports of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Whether its member record says it drains.
+    pub draining: bool,
+    /// Produce requests (single or batch, each counted once) it is
+    /// answering now.
+    pub produce_in_flight: u64,
+    /// Its ingress WAL records not yet committed to their partition owners.
+    pub dispatch_backlog: u64,
+    /// Its quarantined copies.
+    pub quarantine: QuarantineReport,
+    /// Its move workers.
+    pub moves: Vec<MoveWorkerStatus>,
+}
+
+impl NodeStatus {
+    /// This node's status now. Counting quarantined bytes walks the disk,
+    /// on a blocking thread; if that fails the totals read 0 and a warning
+    /// is logged.
+    pub async fn read(api: &ApiState) -> Self {
+        let mut moves = api
+            .move_reports
+            .get()
+            .map_or_else(Vec::new, |reports| reports.moves());
+        moves.truncate(NODE_MOVES_MAX as usize);
+        Self {
+            draining: api.replica.local_draining(),
+            produce_in_flight: api.produces_in_flight.load(Ordering::Relaxed),
+            dispatch_backlog: api.dispatch_backlog(),
+            quarantine: quarantine(api).await,
+            moves,
+        }
+    }
+
+    /// The wire answer, lists and texts cut to the message's limits.
+    pub fn to_wire(&self) -> NodeStatusAnswer {
+        let mut quarantine = self.quarantine.list.clone();
+        quarantine.truncate(QUARANTINE_LIST_MAX as usize);
+        for copy in &mut quarantine {
+            clip(&mut copy.kind);
+            clip(&mut copy.topic);
+            clip(&mut copy.dir);
+        }
+        NodeStatusAnswer {
+            draining: self.draining,
+            produce_in_flight: self.produce_in_flight,
+            dispatch_backlog: self.dispatch_backlog,
+            quarantine_copies: self.quarantine.copies,
+            quarantine_bytes: self.quarantine.bytes,
+            quarantine,
+            moves: self
+                .moves
+                .iter()
+                .take(NODE_MOVES_MAX as usize)
+                .map(report_of)
+                .collect(),
+        }
+    }
+
+    /// The status another node answered.
+    pub fn from_wire(answer: NodeStatusAnswer) -> Self {
+        Self {
+            draining: answer.draining,
+            produce_in_flight: answer.produce_in_flight,
+            dispatch_backlog: answer.dispatch_backlog,
+            quarantine: QuarantineReport {
+                copies: answer.quarantine_copies,
+                bytes: answer.quarantine_bytes,
+                list: answer.quarantine,
+            },
+            moves: answer.moves.into_iter().map(worker_of).collect(),
+        }
+    }
+}
+
+/// The quarantine totals of `api`'s partition logs; zero on a node without
+/// logs (tests) or when the disk walk fails.
+async fn quarantine(api: &ApiState) -> QuarantineReport {
+    let Some(logs) = api.logs.clone() else {
+        return QuarantineReport::default();
+    };
+    let counted = tokio::task::spawn_blocking(move || logs.quarantine_stats()).await;
+    match counted {
+        Ok(Ok(stats)) => QuarantineReport {
+            copies: stats.copies,
+            bytes: stats.bytes,
+            list: Vec::new(),
+        },
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "counting quarantined copies for the node status failed");
+            QuarantineReport::default()
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the quarantine count for the node status did not finish");
+            QuarantineReport::default()
+        }
+    }
+}
+
+/// Cuts `text` to [`NODE_STATUS_TEXT_BYTES_MAX`] bytes, at a character
+/// boundary.
+fn clip(text: &mut String) {
+    if text.len() <= NODE_STATUS_TEXT_BYTES_MAX {
+        return;
+    }
+    let mut end = NODE_STATUS_TEXT_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+}
+
+fn clipped(text: &str) -> String {
+    let mut text = text.to_owned();
+    clip(&mut text);
+    text
+}
+
+fn report_of(worker: &MoveWorkerStatus) -> MoveReport {
+    MoveReport {
+        topic: clipped(&worker.topic),
+        partition: worker.partition,
+        source: clipped(&worker.source),
+        target: clipped(&worker.target),
+        started_at_ms: worker.started_at_ms,
+        phase: clipped(&worker.phase),
+        attempts: worker.attempts,
+        last_error: worker.last_error.as_deref().map(clipped),
+        copied_bytes: worker.copied_bytes,
+        blocked: worker.blocked.as_deref().map(clipped),
+    }
+}
+
+fn worker_of(report: MoveReport) -> MoveWorkerStatus {
+    MoveWorkerStatus {
+        topic: report.topic,
+        partition: report.partition,
+        source: report.source,
+        target: report.target,
+        started_at_ms: report.started_at_ms,
+        phase: report.phase,
+        attempts: report.attempts,
+        last_error: report.last_error,
+        copied_bytes: report.copied_bytes,
+        blocked: report.blocked,
+    }
+}
+
+/// Serves opcode 33 from the node's API state. Routed before the data node
+/// exists (the transport is bound first), it answers `503` until
+/// [`NodeStatusService::attach`].
+#[derive(Debug, Default)]
+pub struct NodeStatusService {
+    api: OnceLock<Arc<ApiState>>,
+}
+
+impl NodeStatusService {
+    /// A service answering `503` until attached.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Starts answering from `api` (the node's).
+    ///
+    /// # Panics
+    /// If attached already.
+    pub fn attach(&self, api: Arc<ApiState>) {
+        assert!(
+            self.api.set(api).is_ok(),
+            "node status service attached twice"
+        );
+    }
+
+    /// `router` with opcode 33 served by this service, at most
+    /// [`NODE_STATUS_PERMITS`] at once.
+    pub fn route(self: &Arc<Self>, router: Router) -> Router {
+        let service = Arc::clone(self);
+        let limit = OperationLimit::new(NODE_STATUS_LIMIT_NAME, NODE_STATUS_PERMITS);
+        router.route(Opcode::NODE_STATUS, limit, move |inbound: Inbound| {
+            let service = Arc::clone(&service);
+            async move { service.handle(inbound).await }
+        })
+    }
+
+    async fn handle(&self, inbound: Inbound) -> Result<Response, RpcError> {
+        let api = self.api.get().ok_or_else(|| {
+            RpcError::unavailable("this data node does not report its status yet")
+        })?;
+        let NodeStatusRequest = decode_forward_request::<NodeStatusRequest>(inbound.request.body)?;
+        let status = NodeStatus::read(api).await;
+        Ok(Response::message(&status.to_wire()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(last_error: Option<String>) -> MoveWorkerStatus {
+        MoveWorkerStatus {
+            topic: "orders".into(),
+            partition: 1,
+            source: "1".into(),
+            target: "2".into(),
+            started_at_ms: 5,
+            phase: "copying".into(),
+            attempts: 2,
+            last_error,
+            copied_bytes: 9,
+            blocked: None,
+        }
+    }
+
+    #[test]
+    fn a_status_survives_the_wire() {
+        let status = NodeStatus {
+            draining: true,
+            produce_in_flight: 3,
+            dispatch_backlog: 7,
+            quarantine: QuarantineReport {
+                copies: 2,
+                bytes: 4_096,
+                list: Vec::new(),
+            },
+            moves: vec![worker(Some("source refused".into()))],
+        };
+        assert_eq!(NodeStatus::from_wire(status.to_wire()), status);
+    }
+
+    #[test]
+    fn long_texts_are_cut_at_a_character_boundary_for_the_wire() {
+        // 'é' is two bytes: the limit falls inside one.
+        let long = format!("x{}", "é".repeat(NODE_STATUS_TEXT_BYTES_MAX));
+        let status = NodeStatus {
+            moves: vec![worker(Some(long))],
+            ..NodeStatus::default()
+        };
+        let wire = status.to_wire();
+        let sent = wire.moves[0].last_error.as_deref().expect("kept");
+        assert!(sent.len() <= NODE_STATUS_TEXT_BYTES_MAX);
+        assert!(sent.len() >= NODE_STATUS_TEXT_BYTES_MAX - 1);
+        // It still encodes: the encoder would panic on an oversize text.
+        let _ = narad_protocol::codec::encode_message(&wire);
+    }
+
+    #[test]
+    fn workers_past_the_message_limit_are_left_out() {
+        let status = NodeStatus {
+            moves: vec![worker(None); NODE_MOVES_MAX as usize + 3],
+            ..NodeStatus::default()
+        };
+        assert_eq!(status.to_wire().moves.len(), NODE_MOVES_MAX as usize);
+    }
+}

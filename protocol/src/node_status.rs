@@ -1,0 +1,515 @@
+//! What a data node reports of itself to another (spec §1.9
+//! `GET /v1/cluster/members?detail=true`; opcode 33, `NodeStatus`): whether
+//! it drains, its produces in flight, its ingress records not yet committed
+//! to their owners, its quarantined copies, and the partition moves its
+//! workers run.
+//!
+//! ```text
+//! NodeStatus (33), a Message, version 1: no fields
+//!
+//! NodeStatusAnswer, a Message, version 1
+//!   u8    draining           0/1
+//!   u64   produce_in_flight
+//!   u64   dispatch_backlog   ingress WAL records not yet committed
+//!   u64   quarantine_copies
+//!   u64   quarantine_bytes
+//!   u32   copy count         0 ..= QUARANTINE_LIST_MAX
+//!   per copy: str kind · str topic · u8 has_partition · [u32 partition] ·
+//!             str dir · u64 bytes · u64 mod_time_ms
+//!   u32   move count         0 ..= NODE_MOVES_MAX
+//!   per move: str topic · u32 partition · str source · str target ·
+//!             u64 started_at_ms · str phase · u32 attempts ·
+//!             u8 has_last_error · [str last_error] · u64 copied_bytes ·
+//!             u8 has_blocked · [str blocked]
+//! ```
+//!
+//! Every text is at most [`NODE_STATUS_TEXT_BYTES_MAX`] bytes and every
+//! count within its limit, checked by the decoder before anything is
+//! allocated; a sender builds nothing larger (the encoder asserts it), so
+//! one answer stays far below the frame limit. Bytes after the last field
+//! are refused (`400 unsupported rpc operation` through
+//! [`crate::consume::decode_forward_request`]).
+
+use crate::codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
+use crate::fields::{get_bool, get_count, get_option, invalid, put_bool, put_count, put_option};
+
+/// Quarantined copies one answer lists at most (spec §1.9: `list[≤100]`);
+/// the totals count every copy.
+pub const QUARANTINE_LIST_MAX: u32 = 100;
+
+/// Move workers one answer lists at most. A node runs one worker per
+/// partition moving to it, and the planner keeps a handful of moves in
+/// flight in the whole cluster, so this is room to spare, not a limit an
+/// honest node meets.
+pub const NODE_MOVES_MAX: u32 = 256;
+
+/// Bytes of any one text field (a topic, a member id, a phase, an error, a
+/// directory) at most: long enough for any path, short enough that a full
+/// answer fits a frame many times over.
+pub const NODE_STATUS_TEXT_BYTES_MAX: usize = 4_096;
+
+/// Texts of one move and of one quarantined copy.
+const MOVE_TEXTS: usize = 6;
+const COPY_TEXTS: usize = 3;
+/// Fixed bytes of one move and one copy besides their texts' bytes: the
+/// length prefixes, integers and presence bytes.
+const MOVE_BYTES_MIN: usize = 4 + 4 + 4 + 4 + 8 + 4 + 4 + 1 + 8 + 1;
+const COPY_BYTES_MIN: usize = 4 + 4 + 1 + 4 + 8 + 8;
+/// The fixed part of an answer before its lists.
+const ANSWER_HEAD_BYTES: usize = 1 + 8 * 4 + 4 + 4;
+
+const _: () = assert!(
+    ANSWER_HEAD_BYTES
+        + NODE_MOVES_MAX as usize * (MOVE_BYTES_MIN + 4 + MOVE_TEXTS * NODE_STATUS_TEXT_BYTES_MAX)
+        + QUARANTINE_LIST_MAX as usize
+            * (COPY_BYTES_MIN + 4 + COPY_TEXTS * NODE_STATUS_TEXT_BYTES_MAX)
+        <= crate::limits::FRAME_BYTES_MAX,
+    "a full node status answer must fit one frame"
+);
+
+/// The request of opcode 33: this node's status, please. It has no fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus;
+
+impl Encode for NodeStatus {
+    fn encode(&self, _writer: &mut Writer) {}
+}
+
+impl Decode for NodeStatus {
+    fn decode(_reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self)
+    }
+}
+
+impl Message for NodeStatus {
+    const NAME: &'static str = "NodeStatus";
+    const VERSION: u8 = 1;
+}
+
+/// One copy of a partition (or topic) kept aside on the answering node's
+/// disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuarantinedCopy {
+    /// What kind of copy it is, in the answering node's words.
+    pub kind: String,
+    /// The topic it was a copy of.
+    pub topic: String,
+    /// The partition, when the copy is of one partition.
+    pub partition: Option<u32>,
+    /// Its directory on the answering node.
+    pub dir: String,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// When it was last changed, Unix ms.
+    pub mod_time_ms: u64,
+}
+
+/// One partition move as the worker copying it (on the move's target)
+/// sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveReport {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// The member the partition moves from.
+    pub source: String,
+    /// The member it moves to (the answering node).
+    pub target: String,
+    /// When the worker started, Unix ms.
+    pub started_at_ms: u64,
+    /// Where the worker is (spec: `copying`, `frozen`, `flip_pending`,
+    /// `waiting_for_source`, `blocked`).
+    pub phase: String,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// The last attempt's error, if it failed.
+    pub last_error: Option<String>,
+    /// Bytes copied so far.
+    pub copied_bytes: u64,
+    /// Why it cannot go on, if it cannot (spec: `copy_unverifiable`,
+    /// `source_dead_copy_behind`).
+    pub blocked: Option<String>,
+}
+
+/// The answer to [`NodeStatus`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatusAnswer {
+    /// Whether the node's member record says it drains.
+    pub draining: bool,
+    /// Produce requests it is answering now.
+    pub produce_in_flight: u64,
+    /// Its ingress WAL records not yet committed to their partition owners.
+    pub dispatch_backlog: u64,
+    /// Quarantined copies on its disk, all of them.
+    pub quarantine_copies: u64,
+    /// Bytes of those copies.
+    pub quarantine_bytes: u64,
+    /// Some of those copies, at most [`QUARANTINE_LIST_MAX`].
+    pub quarantine: Vec<QuarantinedCopy>,
+    /// Its move workers, at most [`NODE_MOVES_MAX`].
+    pub moves: Vec<MoveReport>,
+}
+
+/// Appends a text field.
+///
+/// # Panics
+/// If `text` is over [`NODE_STATUS_TEXT_BYTES_MAX`]: every decoder would
+/// refuse it, so building one is a programmer error of the sender.
+fn put_text(writer: &mut Writer, field: &'static str, text: &str) {
+    assert!(
+        text.len() <= NODE_STATUS_TEXT_BYTES_MAX,
+        "{field}: {} bytes, over the limit of {NODE_STATUS_TEXT_BYTES_MAX}",
+        text.len()
+    );
+    writer.str(text);
+}
+
+/// Reads a text field written by [`put_text`], refusing one over the limit
+/// before copying it.
+fn get_text(reader: &mut Reader, field: &'static str) -> Result<String, DecodeError> {
+    let mut peek = reader.clone();
+    let claimed = peek.u32(field)?;
+    if claimed as usize > NODE_STATUS_TEXT_BYTES_MAX {
+        return Err(invalid(field, claimed));
+    }
+    reader.str(field)
+}
+
+impl Encode for QuarantinedCopy {
+    fn encode(&self, writer: &mut Writer) {
+        put_text(writer, "copy kind", &self.kind);
+        put_text(writer, "copy topic", &self.topic);
+        put_option(writer, self.partition.as_ref(), |writer, partition| {
+            writer.u32(*partition);
+        });
+        put_text(writer, "copy dir", &self.dir);
+        writer.u64(self.bytes);
+        writer.u64(self.mod_time_ms);
+    }
+}
+
+impl Decode for QuarantinedCopy {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            kind: get_text(reader, "copy kind")?,
+            topic: get_text(reader, "copy topic")?,
+            partition: get_option(reader, "copy has_partition", |reader| {
+                reader.u32("copy partition")
+            })?,
+            dir: get_text(reader, "copy dir")?,
+            bytes: reader.u64("copy bytes")?,
+            mod_time_ms: reader.u64("copy mod_time_ms")?,
+        })
+    }
+}
+
+impl Encode for MoveReport {
+    fn encode(&self, writer: &mut Writer) {
+        put_text(writer, "move topic", &self.topic);
+        writer.u32(self.partition);
+        put_text(writer, "move source", &self.source);
+        put_text(writer, "move target", &self.target);
+        writer.u64(self.started_at_ms);
+        put_text(writer, "move phase", &self.phase);
+        writer.u32(self.attempts);
+        put_option(writer, self.last_error.as_deref(), |writer, text| {
+            put_text(writer, "move last_error", text);
+        });
+        writer.u64(self.copied_bytes);
+        put_option(writer, self.blocked.as_deref(), |writer, text| {
+            put_text(writer, "move blocked", text);
+        });
+    }
+}
+
+impl Decode for MoveReport {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            topic: get_text(reader, "move topic")?,
+            partition: reader.u32("move partition")?,
+            source: get_text(reader, "move source")?,
+            target: get_text(reader, "move target")?,
+            started_at_ms: reader.u64("move started_at_ms")?,
+            phase: get_text(reader, "move phase")?,
+            attempts: reader.u32("move attempts")?,
+            last_error: get_option(reader, "move has_last_error", |reader| {
+                get_text(reader, "move last_error")
+            })?,
+            copied_bytes: reader.u64("move copied_bytes")?,
+            blocked: get_option(reader, "move has_blocked", |reader| {
+                get_text(reader, "move blocked")
+            })?,
+        })
+    }
+}
+
+impl Encode for NodeStatusAnswer {
+    fn encode(&self, writer: &mut Writer) {
+        put_bool(writer, self.draining);
+        writer.u64(self.produce_in_flight);
+        writer.u64(self.dispatch_backlog);
+        writer.u64(self.quarantine_copies);
+        writer.u64(self.quarantine_bytes);
+        put_count(
+            writer,
+            "copy count",
+            self.quarantine.len(),
+            QUARANTINE_LIST_MAX,
+        );
+        for copy in &self.quarantine {
+            copy.encode(writer);
+        }
+        put_count(writer, "move count", self.moves.len(), NODE_MOVES_MAX);
+        for report in &self.moves {
+            report.encode(writer);
+        }
+    }
+}
+
+impl Decode for NodeStatusAnswer {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        let draining = get_bool(reader, "draining")?;
+        let produce_in_flight = reader.u64("produce_in_flight")?;
+        let dispatch_backlog = reader.u64("dispatch_backlog")?;
+        let quarantine_copies = reader.u64("quarantine_copies")?;
+        let quarantine_bytes = reader.u64("quarantine_bytes")?;
+        let quarantine = decode_list(reader, "copy count", QUARANTINE_LIST_MAX, COPY_BYTES_MIN)?;
+        let moves = decode_list(reader, "move count", NODE_MOVES_MAX, MOVE_BYTES_MIN)?;
+        Ok(Self {
+            draining,
+            produce_in_flight,
+            dispatch_backlog,
+            quarantine_copies,
+            quarantine_bytes,
+            quarantine,
+            moves,
+        })
+    }
+}
+
+/// A counted list of `T`, the count checked against `max` and against the
+/// bytes left at `item_bytes_min` each before anything is reserved.
+fn decode_list<T: Decode>(
+    reader: &mut Reader,
+    field: &'static str,
+    max: u32,
+    item_bytes_min: usize,
+) -> Result<Vec<T>, DecodeError> {
+    let count = get_count(reader, field, max, item_bytes_min)?;
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        items.push(T::decode(reader)?);
+    }
+    Ok(items)
+}
+
+impl Message for NodeStatusAnswer {
+    const NAME: &'static str = "NodeStatusAnswer";
+    const VERSION: u8 = 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::codec::{decode_message, encode_message};
+    use crate::commit::is_unsupported_operation;
+    use crate::consume::decode_forward_request;
+
+    fn text() -> impl Strategy<Value = String> {
+        ".{0,12}"
+    }
+
+    fn copy_strategy() -> impl Strategy<Value = QuarantinedCopy> {
+        (
+            text(),
+            text(),
+            proptest::option::of(any::<u32>()),
+            text(),
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(kind, topic, partition, dir, bytes, mod_time_ms)| {
+                QuarantinedCopy {
+                    kind,
+                    topic,
+                    partition,
+                    dir,
+                    bytes,
+                    mod_time_ms,
+                }
+            })
+    }
+
+    fn move_strategy() -> impl Strategy<Value = MoveReport> {
+        (
+            (text(), any::<u32>(), text(), text(), any::<u64>()),
+            (
+                text(),
+                any::<u32>(),
+                proptest::option::of(text()),
+                any::<u64>(),
+                proptest::option::of(text()),
+            ),
+        )
+            .prop_map(
+                |(
+                    (topic, partition, source, target, started_at_ms),
+                    (phase, attempts, last_error, copied_bytes, blocked),
+                )| MoveReport {
+                    topic,
+                    partition,
+                    source,
+                    target,
+                    started_at_ms,
+                    phase,
+                    attempts,
+                    last_error,
+                    copied_bytes,
+                    blocked,
+                },
+            )
+    }
+
+    fn answer_strategy() -> impl Strategy<Value = NodeStatusAnswer> {
+        (
+            any::<bool>(),
+            any::<[u64; 4]>(),
+            proptest::collection::vec(copy_strategy(), 0..4),
+            proptest::collection::vec(move_strategy(), 0..4),
+        )
+            .prop_map(|(draining, figures, quarantine, moves)| NodeStatusAnswer {
+                draining,
+                produce_in_flight: figures[0],
+                dispatch_backlog: figures[1],
+                quarantine_copies: figures[2],
+                quarantine_bytes: figures[3],
+                quarantine,
+                moves,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn an_answer_round_trips(answer in answer_strategy()) {
+            let decoded = decode_message::<NodeStatusAnswer>(encode_message(&answer));
+            prop_assert_eq!(decoded, Ok(answer));
+        }
+
+        #[test]
+        fn the_answer_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..160)) {
+            let _ = decode_message::<NodeStatusAnswer>(Bytes::from(bytes));
+        }
+
+        #[test]
+        fn a_damaged_answer_never_panics(
+            answer in answer_strategy(),
+            damage in crate::damage::damage(),
+        ) {
+            for damaged in damage.apply(&encode_message(&answer)) {
+                let _ = decode_message::<NodeStatusAnswer>(Bytes::from(damaged));
+            }
+        }
+    }
+
+    fn sample_move() -> MoveReport {
+        MoveReport {
+            topic: "orders".into(),
+            partition: 2,
+            source: "1".into(),
+            target: "3".into(),
+            started_at_ms: 1_700_000_000_000,
+            phase: "copying".into(),
+            attempts: 1,
+            last_error: None,
+            copied_bytes: 4_096,
+            blocked: Some("copy_unverifiable".into()),
+        }
+    }
+
+    #[test]
+    fn the_request_is_its_version_byte_alone() {
+        assert_eq!(encode_message(&NodeStatus), Bytes::from_static(&[1]));
+        assert_eq!(
+            decode_forward_request::<NodeStatus>(Bytes::from_static(&[1])),
+            Ok(NodeStatus)
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_on_the_request_are_an_unsupported_operation() {
+        let error =
+            decode_forward_request::<NodeStatus>(Bytes::from_static(&[1, 0])).expect_err("refused");
+        assert!(is_unsupported_operation(&error), "{error}");
+        assert!(error.message.contains("NodeStatus"), "{error}");
+    }
+
+    #[test]
+    fn trailing_bytes_on_the_answer_are_refused() {
+        let answer = NodeStatusAnswer {
+            moves: vec![sample_move()],
+            ..NodeStatusAnswer::default()
+        };
+        let mut bytes = encode_message(&answer).to_vec();
+        bytes.push(7);
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(Bytes::from(bytes)),
+            Err(DecodeError::TrailingBytes { count: 1 })
+        );
+    }
+
+    #[test]
+    fn a_move_count_over_the_limit_is_refused_before_allocating() {
+        let mut writer = Writer::new();
+        writer.u8(NodeStatusAnswer::VERSION);
+        writer.u8(0);
+        for _ in 0..4 {
+            writer.u64(0);
+        }
+        writer.u32(0);
+        writer.u32(NODE_MOVES_MAX + 1);
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(writer.finish()),
+            Err(DecodeError::InvalidValue {
+                field: "move count",
+                value: u64::from(NODE_MOVES_MAX + 1)
+            })
+        );
+    }
+
+    #[test]
+    fn a_text_over_the_limit_is_refused_by_name() {
+        let mut writer = Writer::new();
+        writer.u8(NodeStatusAnswer::VERSION);
+        writer.u8(1);
+        for _ in 0..4 {
+            writer.u64(0);
+        }
+        writer.u32(0);
+        writer.u32(1);
+        writer.bytes(&vec![b'a'; NODE_STATUS_TEXT_BYTES_MAX + 1]);
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(writer.finish()),
+            Err(DecodeError::InvalidValue {
+                field: "move topic",
+                value: NODE_STATUS_TEXT_BYTES_MAX as u64 + 1
+            })
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "over the limit")]
+    fn building_a_text_over_the_limit_is_a_programmer_error() {
+        let answer = NodeStatusAnswer {
+            moves: vec![MoveReport {
+                last_error: Some("e".repeat(NODE_STATUS_TEXT_BYTES_MAX + 1)),
+                ..sample_move()
+            }],
+            ..NodeStatusAnswer::default()
+        };
+        let _ = encode_message(&answer);
+    }
+}
