@@ -21,6 +21,7 @@ use narad_controlplane::node::config::{
 use narad_controlplane::node::{ControlClient, ControlNode};
 use narad_dataplane::dispatch::NoRemoteTarget;
 use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::moves::DirectLinks;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::topology::NodeId;
 use narad_disk::clock::SystemClock;
@@ -227,6 +228,9 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config))
         .map_err(|e| format!("data node did not start: {e}"))?;
+    // The only data node is never a move's target or source, but its
+    // runner serves the move series and sweeps as in a cluster.
+    node.start_moves(Arc::new(DirectLinks::default()));
     info!(%http_addr, secure = args.secure, "narad dev serving");
     let mut checks = vec![leader_check(&bridge)];
     if args.secure {

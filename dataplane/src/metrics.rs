@@ -291,6 +291,15 @@ impl NodeMetrics {
             .record(elapsed.as_secs_f64());
     }
 
+    /// Makes histogram `name` with `labels` exist with no observation, so
+    /// its series are served (at zero) before the first event.
+    pub fn register_histogram(&self, name: &'static str, labels: &[(&'static str, String)]) {
+        drop(
+            self.recorder
+                .register_histogram(&key(name, labels), &METADATA),
+        );
+    }
+
     /// Records `value` (a count or a size, not a time) in histogram
     /// `name` with `labels`.
     pub fn observe_value(&self, name: &'static str, labels: &[(&'static str, String)], value: f64) {
@@ -330,6 +339,17 @@ mod tests {
         let text = metrics.render();
         assert!(
             text.contains(r#"narad_messages_produced_total{topic="orders",partition="1"} 3"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_registered_histogram_is_served_before_its_first_observation() {
+        let metrics = NodeMetrics::new();
+        metrics.register_histogram(MOVES_DURATION_SECONDS, &[]);
+        let text = metrics.render();
+        assert!(
+            text.contains("narad_moves_duration_seconds_count 0"),
             "{text}"
         );
     }

@@ -59,6 +59,15 @@ impl MoveRunner {
         consume: Arc<ConsumeService>,
         metrics: Arc<NodeMetrics>,
     ) -> Arc<Self> {
+        // Served from the start, at zero, so `increase()` sees the first
+        // move.
+        metrics.count(
+            metrics::MOVES_TOTAL,
+            &[("outcome", "completed".to_owned())],
+            0,
+        );
+        metrics.count(metrics::MOVES_BYTES_TOTAL, &[], 0);
+        metrics.register_histogram(metrics::MOVES_DURATION_SECONDS, &[]);
         Arc::new(Self {
             context,
             links,

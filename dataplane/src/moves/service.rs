@@ -205,9 +205,10 @@ impl SourceLink for QuicLink {
     }
 }
 
-/// Links that call a [`MoveSource`] in this process directly (tests, and
-/// a node moving between its own directories never happens): the same
-/// calls, without the transport.
+/// Links that call a [`MoveSource`] in this process directly: the same
+/// calls, without the transport. Tests put several nodes in one process
+/// this way; `narad dev`, whose only data node has no peer, runs its
+/// runner with none.
 #[derive(Debug, Default)]
 pub struct DirectLinks {
     sources: parking_lot::Mutex<std::collections::HashMap<String, Arc<MoveSource>>>,
