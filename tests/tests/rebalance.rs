@@ -202,6 +202,164 @@ fn account(cluster: &DataCluster, owners: &[u64], sent: &[Sent]) {
     );
 }
 
+/// What the consumers saw: deliveries per payload, and the acked ones.
+#[derive(Debug, Default)]
+struct Consumed {
+    deliveries: HashMap<Vec<u8>, usize>,
+    acked: std::collections::HashSet<Vec<u8>>,
+}
+
+/// Consumers: one thread per port, each consuming up to 100 messages and
+/// acking them in one batch, until stopped; an empty answer waits 100 ms.
+struct Consumers {
+    stop: Arc<AtomicBool>,
+    consumed: Arc<std::sync::Mutex<Consumed>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A batch consume must name its client (spec §1.1).
+const CLIENT_HEADER: &str = "X-Narad-Client: rebalance-test";
+
+impl Consumers {
+    fn start(ports: &[u16]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumed = Arc::new(std::sync::Mutex::new(Consumed::default()));
+        let threads = ports
+            .iter()
+            .map(|&port| {
+                let (stop, consumed) = (Arc::clone(&stop), Arc::clone(&consumed));
+                thread::spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        consume_and_ack(port, &consumed);
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            consumed,
+            threads,
+        }
+    }
+
+    fn stop(self) -> Consumed {
+        self.stop.store(true, Ordering::Release);
+        tokio::task::block_in_place(|| {
+            for thread in self.threads {
+                thread.join().expect("consumer thread");
+            }
+        });
+        Arc::try_unwrap(self.consumed)
+            .expect("the consumers are done")
+            .into_inner()
+            .expect("lock")
+    }
+}
+
+/// One consume of up to 100 messages through `port`, acked in one batch;
+/// how many came (0 also when the node did not answer).
+fn consume_and_ack(port: u16, consumed: &std::sync::Mutex<Consumed>) -> usize {
+    let authorization = basic_authorization(ADMIN);
+    let headers = [authorization.as_str(), CLIENT_HEADER];
+    let path = format!("/v1/topics/{TOPIC}/consume?max=100&wait=100ms");
+    let Some(answer) = Request::get(&path).with_headers(&headers).send(port) else {
+        thread::sleep(Duration::from_millis(100));
+        return 0;
+    };
+    assert!(
+        !(400..500).contains(&answer.status),
+        "consume: {} {}",
+        answer.status,
+        answer.body
+    );
+    if answer.status != 200 {
+        return 0;
+    }
+    let body: serde_json::Value = serde_json::from_str(&answer.body).expect("consume JSON");
+    let messages = body["messages"].as_array().expect("messages");
+    let payloads: Vec<Vec<u8>> = messages
+        .iter()
+        .map(|message| {
+            message["payload"]
+                .as_str()
+                .expect("payload")
+                .as_bytes()
+                .to_vec()
+        })
+        .collect();
+    let handles: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|message| message["receipt_handle"].clone())
+        .collect();
+    {
+        let mut consumed = consumed.lock().expect("lock");
+        for payload in &payloads {
+            *consumed.deliveries.entry(payload.clone()).or_default() += 1;
+        }
+    }
+    let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+    let answer = Request::post(
+        &format!("/v1/topics/{TOPIC}/ack"),
+        "application/json",
+        body.as_bytes(),
+    )
+    .with_headers(&headers)
+    .send(port);
+    if let Some(answer) = answer.filter(|answer| answer.status == 200) {
+        let results: serde_json::Value = serde_json::from_str(&answer.body).expect("ack JSON");
+        let mut consumed = consumed.lock().expect("lock");
+        for (payload, result) in payloads
+            .iter()
+            .zip(results["results"].as_array().expect("results"))
+        {
+            if result["status"].as_u64() == Some(204) {
+                consumed.acked.insert(payload.clone());
+            }
+        }
+    }
+    payloads.len()
+}
+
+/// Consumes through `port` until three answers in a row are empty.
+fn consume_rest(port: u16, consumed: &std::sync::Mutex<Consumed>) {
+    tokio::task::block_in_place(|| {
+        let mut empty = 0;
+        while empty < 3 {
+            if consume_and_ack(port, consumed) == 0 {
+                empty += 1;
+            } else {
+                empty = 0;
+            }
+        }
+    });
+}
+
+/// Every message answered `202` was delivered at least once.
+fn check_delivered(sent: &[Sent], consumed: &Consumed) {
+    let undelivered: Vec<String> = sent
+        .iter()
+        .filter(|sent| sent.status == Some(202))
+        .filter(|sent| !consumed.deliveries.contains_key(&sent.payload))
+        .map(|sent| String::from_utf8_lossy(&sent.payload).into_owned())
+        .collect();
+    let redelivered = consumed
+        .deliveries
+        .values()
+        .filter(|count| **count > 1)
+        .count();
+    println!(
+        "delivered {}, acked {}, delivered more than once {redelivered}",
+        consumed.deliveries.len(),
+        consumed.acked.len()
+    );
+    assert!(
+        undelivered.is_empty(),
+        "{} acknowledged messages never delivered, e.g. {:?}",
+        undelivered.len(),
+        &undelivered[..undelivered.len().min(10)]
+    );
+}
+
 async fn drain_and_stop(cluster: &mut DataCluster) {
     for index in 0..cluster.data.len() {
         if cluster.data[index].is_running() {
@@ -227,6 +385,7 @@ async fn a_joining_node_takes_its_share_under_load_and_nothing_acknowledged_is_l
         .map(|node| node.http_addr.port())
         .collect();
     let producers = Producers::start(&ports);
+    let consumers = Consumers::start(&ports[..1]);
     producers.wait_accepted(ACCEPTED_AROUND).await;
     let mut joiner = DataProcess::new(&cluster.control, 4, &[]);
     joiner.spawn_ready(true).await;
@@ -237,6 +396,13 @@ async fn a_joining_node_takes_its_share_under_load_and_nothing_acknowledged_is_l
     assert_eq!(moved, 2, "8 over 4 takes exactly two moves from 3,3,2");
     producers.wait_accepted(ACCEPTED_AROUND).await;
     let sent = producers.stop();
+    for index in 0..cluster.data.len() {
+        cluster.wait_drained(index).await;
+    }
+    let consumed = Arc::clone(&consumers.consumed);
+    consume_rest(ports[0], &consumed);
+    let consumed = consumers.stop();
+    check_delivered(&sent, &consumed);
     drain_and_stop(&mut cluster).await;
     account(&cluster, &owners, &sent);
 }
@@ -305,7 +471,12 @@ async fn moving_partition_three() -> (DataCluster, Vec<Sent>, Producers) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_killed_mid_move_restarts_and_completes_it_with_nothing_lost() {
     let (mut cluster, filled, producers) = moving_partition_three().await;
+    let finished = cluster.data[3].log().contains("move completed");
     cluster.data[3].kill();
+    println!(
+        "target killed with the move {}",
+        if finished { "finished" } else { "in flight" }
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.data[3].spawn_ready(false).await;
     let owners = wait_for_balance(&cluster, 1, &[1, 2, 3, 4], 1).await;
@@ -320,7 +491,12 @@ async fn a_target_killed_mid_move_restarts_and_completes_it_with_nothing_lost() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_killed_mid_move_restarts_and_the_move_completes_with_nothing_lost() {
     let (mut cluster, filled, producers) = moving_partition_three().await;
+    let finished = cluster.data[3].log().contains("move completed");
     cluster.data[0].kill();
+    println!(
+        "source killed with the move {}",
+        if finished { "finished" } else { "in flight" }
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.data[0].spawn_ready(false).await;
     let owners = wait_for_balance(&cluster, 1, &[1, 2, 3, 4], 1).await;

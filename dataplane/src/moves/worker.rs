@@ -536,6 +536,18 @@ impl Worker {
     ) -> Result<(), MoveError> {
         let mut touched = false;
         for file in wanted {
+            if !have.contains_key(&file.name) {
+                // An empty file still counts: an empty active segment
+                // names the offset the next commit takes.
+                let logs = Arc::clone(&self.context.logs);
+                let path_dir = dir.to_path_buf();
+                let name = file.name.clone();
+                blocking(move || files::write_chunk(&**logs.disk(), &path_dir, &name, 0, &[]))
+                    .await
+                    .map_err(disk("create a copied file"))?;
+                have.insert(file.name.clone(), 0);
+                touched = true;
+            }
             let mut at = have.get(&file.name).copied().unwrap_or(0);
             while at < file.bytes {
                 let want = (file.bytes - at).min(u64::from(CHUNK_BYTES_MAX));
