@@ -399,8 +399,7 @@ async fn a_joining_node_takes_its_share_under_load_and_nothing_acknowledged_is_l
     for index in 0..cluster.data.len() {
         cluster.wait_drained(index).await;
     }
-    let consumed = Arc::clone(&consumers.consumed);
-    consume_rest(ports[0], &consumed);
+    consume_rest(ports[0], &consumers.consumed);
     let consumed = consumers.stop();
     check_delivered(&sent, &consumed);
     drain_and_stop(&mut cluster).await;
