@@ -110,25 +110,57 @@ fn write_zeros(file: &File, bytes: u64) -> io::Result<()> {
 /// Any I/O error; the scratch file is removed either way.
 pub fn seq_write_mb_per_s(dir: &Path, bytes: u64) -> io::Result<f64> {
     let path = dir.join("baseline-seq-write.dat");
-    let result = (|| {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        let chunk = vec![0x5Au8; SEQUENTIAL_CHUNK_BYTES];
-        let started = Instant::now();
-        let mut offset = 0;
-        while offset < bytes {
-            let len = (bytes - offset).min(chunk.len() as u64) as usize;
-            file.write_all_at(&chunk[..len], offset)?;
-            offset += len as u64;
-        }
-        file.sync_data()?;
-        Ok(mb_per_s(bytes, started.elapsed().as_secs_f64()))
-    })();
+    let result = write_sequentially(&path, bytes);
     let _ = fs::remove_file(&path);
     result
+}
+
+/// Sequential bandwidth of one file, written and then read back.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SequentialRates {
+    /// As [`seq_write_mb_per_s`]: 1 MiB writes, then one fdatasync.
+    pub write_mb_per_s: f64,
+    /// As [`seq_read_mb_per_s`]: 1 MiB reads after the file's cached
+    /// pages were dropped.
+    pub read_mb_per_s: f64,
+}
+
+/// Writes `bytes` to a fresh file in `dir` as [`seq_write_mb_per_s`]
+/// does, then reads it back as [`seq_read_mb_per_s`] does: the disk's
+/// sequential rates for a file of that size, both directions.
+///
+/// # Errors
+/// Any I/O error; the scratch file is removed either way.
+pub fn seq_write_and_read(dir: &Path, bytes: u64) -> io::Result<SequentialRates> {
+    let path = dir.join("baseline-seq-write-read.dat");
+    let result = write_sequentially(&path, bytes).and_then(|write_mb_per_s| {
+        Ok(SequentialRates {
+            write_mb_per_s,
+            read_mb_per_s: seq_read_mb_per_s(&path)?,
+        })
+    });
+    let _ = fs::remove_file(&path);
+    result
+}
+
+/// Writes `bytes` to a fresh file at `path` in 1 MiB writes and syncs it;
+/// the rate in MB/s.
+fn write_sequentially(path: &Path, bytes: u64) -> io::Result<f64> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    let chunk = vec![0x5Au8; SEQUENTIAL_CHUNK_BYTES];
+    let started = Instant::now();
+    let mut offset = 0;
+    while offset < bytes {
+        let len = (bytes - offset).min(chunk.len() as u64) as usize;
+        file.write_all_at(&chunk[..len], offset)?;
+        offset += len as u64;
+    }
+    file.sync_data()?;
+    Ok(mb_per_s(bytes, started.elapsed().as_secs_f64()))
 }
 
 /// Sequential read bandwidth of an existing file in 1 MiB reads, after
@@ -154,6 +186,10 @@ pub fn seq_read_mb_per_s(path: &Path) -> io::Result<f64> {
 
 /// Asks the kernel to forget the file's clean cached pages, so a following
 /// read measures the disk rather than memory. Dirty pages are synced first.
+/// It needs no root (`posix_fadvise(DONTNEED)` on any file the process can
+/// open, where writing `/proc/sys/vm/drop_caches` needs it), and it
+/// reaches only this kernel's page cache: a hypervisor that caches the
+/// virtual disk below it can still answer from memory.
 ///
 /// # Errors
 /// When the sync or the advice fails.
@@ -207,6 +243,15 @@ mod tests {
         let path = dir.path().join("data");
         fs::write(&path, vec![1u8; 2 << 20]).unwrap();
         assert!(seq_read_mb_per_s(&path).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn write_and_read_baseline_measures_both_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let rates = seq_write_and_read(dir.path(), 3 << 20).unwrap();
+        assert!(rates.write_mb_per_s > 0.0);
+        assert!(rates.read_mb_per_s > 0.0);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
 

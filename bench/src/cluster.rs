@@ -1,7 +1,8 @@
 //! A three-plane cluster to benchmark: `nodes` `narad control` and `nodes`
 //! `narad data` processes on loopback, security off (as `narad dev` runs),
-//! the cluster plane authenticated by a fixed secret; and [`Broker`], what
-//! a benchmark drives: one `narad dev` or such a cluster.
+//! the cluster plane authenticated by a fixed secret, and data nodes a
+//! benchmark adds later to watch partitions move to them; and [`Broker`],
+//! what a benchmark drives: one `narad dev` or such a cluster.
 //!
 //! Clients spread over the data nodes' HTTP ports ([`Broker::addrs`]); a
 //! data node forwards what belongs to partitions another one owns, so the
@@ -10,7 +11,7 @@
 use std::fs::{self, File};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,11 +30,16 @@ pub const NODES_MAX: usize = 5;
 /// Fewest: a control plane of one voter is not a cluster.
 pub const NODES_MIN: usize = 3;
 
-/// `nodes` control and `nodes` data processes, killed when dropped.
+/// `nodes` control and `nodes` data processes, and any data node added
+/// later ([`Cluster::add_data_node`]), killed when dropped.
 #[derive(Debug)]
 pub struct Cluster {
-    /// The data nodes' HTTP API addresses.
+    /// The data nodes' HTTP API addresses, node 1 first.
     pub http_addrs: Vec<SocketAddr>,
+    binary: PathBuf,
+    dir: PathBuf,
+    /// The control nodes' cluster addresses, as `--control-nodes` takes them.
+    control_nodes: String,
     controls: Vec<Child>,
     datas: Vec<Child>,
 }
@@ -59,8 +65,16 @@ impl Cluster {
             .map(|(index, addr)| format!("{}@{addr}", index + 1))
             .collect::<Vec<_>>()
             .join(",");
+        let control_nodes = cluster_addrs
+            .iter()
+            .map(SocketAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cluster = Self {
             http_addrs: Vec::new(),
+            binary: binary.to_path_buf(),
+            dir: dir.to_path_buf(),
+            control_nodes,
             controls: Vec::new(),
             datas: Vec::new(),
         };
@@ -77,27 +91,47 @@ impl Cluster {
             let child = spawn(command, &dir.join(format!("control-{id}")))?;
             cluster.controls.push(child);
         }
-        let control_nodes = cluster_addrs
-            .iter()
-            .map(SocketAddr::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        for index in 0..nodes {
-            let id = (index + 1).to_string();
-            let http_addr = loopback(free_tcp_port()?);
-            let mut command = Command::new(binary);
-            command
-                .arg("data")
-                .args(["--node-id", &id])
-                .args(["--control-nodes", &control_nodes])
-                .args(["--http-addr", &http_addr.to_string()])
-                .args(["--rpc-addr", &free_udp_addr()?.to_string()]);
-            let child = spawn(command, &dir.join(format!("data-{id}")))?;
-            cluster.datas.push(child);
-            cluster.http_addrs.push(http_addr);
+        for _ in 0..nodes {
+            cluster.spawn_data_node()?;
         }
         cluster.wait_ready().await?;
         Ok(cluster)
+    }
+
+    /// Starts one more data node with the next id and the flags of the
+    /// others, and waits until every data node answers `/readyz` with 200.
+    /// The control plane's planner then moves partitions to it. Returns
+    /// its HTTP API address.
+    ///
+    /// # Errors
+    /// When it cannot start, exits, or is not ready in time (or another
+    /// process of the cluster exited).
+    pub async fn add_data_node(&mut self) -> io::Result<SocketAddr> {
+        let http_addr = self.spawn_data_node()?;
+        self.wait_ready().await?;
+        Ok(http_addr)
+    }
+
+    /// The data directory of data node `id` (ids from 1).
+    pub fn data_dir(&self, id: usize) -> PathBuf {
+        self.dir.join(format!("data-{id}"))
+    }
+
+    /// Spawns data node `datas.len() + 1`; its HTTP API address.
+    fn spawn_data_node(&mut self) -> io::Result<SocketAddr> {
+        let id = self.datas.len() + 1;
+        let http_addr = loopback(free_tcp_port()?);
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("data")
+            .args(["--node-id", &id.to_string()])
+            .args(["--control-nodes", &self.control_nodes])
+            .args(["--http-addr", &http_addr.to_string()])
+            .args(["--rpc-addr", &free_udp_addr()?.to_string()]);
+        let child = spawn(command, &self.data_dir(id))?;
+        self.datas.push(child);
+        self.http_addrs.push(http_addr);
+        Ok(http_addr)
     }
 
     async fn wait_ready(&mut self) -> io::Result<()> {
@@ -142,6 +176,14 @@ impl Cluster {
             .chain(self.datas.iter())
             .map(Child::id)
             .collect()
+    }
+
+    /// CPU seconds every process of the cluster used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.pids()
+            .iter()
+            .map(|pid| cpu_seconds(&pid.to_string()))
+            .sum()
     }
 }
 
@@ -212,11 +254,10 @@ impl Broker {
 
     /// CPU seconds every process of the broker used so far.
     pub fn cpu_seconds(&self) -> f64 {
-        let pids = match self {
-            Self::Dev(node) => vec![node.pid()],
-            Self::Cluster(cluster) => cluster.pids(),
-        };
-        pids.iter().map(|pid| cpu_seconds(&pid.to_string())).sum()
+        match self {
+            Self::Dev(node) => cpu_seconds(&node.pid().to_string()),
+            Self::Cluster(cluster) => cluster.cpu_seconds(),
+        }
     }
 
     /// Stops every process.

@@ -170,6 +170,28 @@ pub fn batch_produce_request(topic: &str, size: usize, message_bytes: usize) -> 
     )
 }
 
+/// As [`batch_produce_request`], every message pinned to `partition` (a
+/// batch produce takes the partition per message, never in the query).
+///
+/// # Panics
+/// If `message_bytes` is below 2.
+pub fn pinned_batch_produce_request(
+    topic: &str,
+    size: usize,
+    message_bytes: usize,
+    partition: u32,
+) -> Vec<u8> {
+    let payload = format!("\"{}\"", "b".repeat(message_bytes - 2));
+    let message = format!("{{\"payload\":{payload},\"partition\":{partition}}}");
+    let messages = vec![message; size].join(",");
+    http_request(
+        "POST",
+        &format!("/v1/topics/{topic}/produce/batch"),
+        "application/json",
+        format!("{{\"messages\":[{messages}]}}").as_bytes(),
+    )
+}
+
 /// Hex digits of one idempotency key slot in a [`KeyedRequest`].
 pub const KEY_SLOT_DIGITS: usize = 16;
 
@@ -299,6 +321,22 @@ mod tests {
     fn chunked_response_is_an_error() {
         let mut buffer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         assert!(take_response(&mut buffer).is_err());
+    }
+
+    #[test]
+    fn pinned_batches_name_the_partition_in_every_message() {
+        let request = pinned_batch_produce_request("t", 2, 10, 3);
+        let text = String::from_utf8(request).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("POST /v1/topics/t/produce/batch HTTP/1.1"));
+        let value: serde_json::Value = serde_json::from_str(body).unwrap();
+        for message in value["messages"].as_array().unwrap() {
+            assert_eq!(message["partition"], 3);
+            assert_eq!(
+                serde_json::to_string(&message["payload"]).unwrap().len(),
+                10
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod stats;
 pub mod verdict;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where reports go: `$NARAD_BENCH_DIR`, or `target/bench` of the workspace.
 pub fn report_dir() -> PathBuf {
@@ -65,4 +66,32 @@ pub fn flag_pairs(
         pairs.push((flag, value));
     }
     Ok(Some(pairs))
+}
+
+/// A duration flag's value: `"90s"`, `"3m"`, `"1h"` or a plain number of
+/// seconds; `None` when it is none of those.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let (number, unit_secs) = match text.as_bytes().last()? {
+        b's' => (&text[..text.len() - 1], 1),
+        b'm' => (&text[..text.len() - 1], 60),
+        b'h' => (&text[..text.len() - 1], 3_600),
+        _ => (text, 1),
+    };
+    let count = number.parse::<u64>().ok()?;
+    Some(Duration::from_secs(count.checked_mul(unit_secs)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_seconds_minutes_and_hours() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("3m"), Some(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3_600)));
+        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_duration("m"), None);
+        assert_eq!(parse_duration("3x"), None);
+    }
 }

@@ -145,6 +145,7 @@ fn bench_help_names_both_forms() {
     let help = String::from_utf8_lossy(&output.stdout);
     for text in [
         "disk-baseline",
+        "move (",
         "narad bench TOPIC",
         "--topic NAME",
         "p50/p95/p99",

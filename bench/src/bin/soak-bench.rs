@@ -217,7 +217,9 @@ impl Options {
                     .map_err(|_| bad())
             };
             match flag.as_str() {
-                "--duration" => options.duration = parse_duration(&value).ok_or_else(bad)?,
+                "--duration" => {
+                    options.duration = narad_bench::parse_duration(&value).ok_or_else(bad)?;
+                }
                 "--scale" => {
                     options.scale = value
                         .parse::<f64>()
@@ -241,18 +243,6 @@ impl Options {
     fn drain_max(&self) -> Duration {
         self.drain_max.unwrap_or(self.visibility + DRAIN_GRACE)
     }
-}
-
-/// `"90s"`, `"3m"`, `"1h"` or a plain number of seconds.
-fn parse_duration(text: &str) -> Option<Duration> {
-    let (number, unit_secs) = match text.as_bytes().last()? {
-        b's' => (&text[..text.len() - 1], 1),
-        b'm' => (&text[..text.len() - 1], 60),
-        b'h' => (&text[..text.len() - 1], 3_600),
-        _ => (text, 1),
-    };
-    let count = number.parse::<u64>().ok()?;
-    Some(Duration::from_secs(count.checked_mul(unit_secs)?))
 }
 
 /// The topics with `scale` applied to steady rates and burst sizes.
@@ -1191,16 +1181,6 @@ mod tests {
 
     fn args(text: &str) -> Vec<String> {
         text.split_whitespace().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn durations_take_seconds_minutes_and_hours() {
-        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("3m"), Some(Duration::from_secs(180)));
-        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3_600)));
-        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
-        assert_eq!(parse_duration("m"), None);
-        assert_eq!(parse_duration("3x"), None);
     }
 
     #[test]
