@@ -190,6 +190,9 @@ pub struct DataNode {
     fanout: Option<FanoutRuntime>,
     /// Serves the transfer calls of moves away from this node.
     move_source: Arc<MoveSource>,
+    /// Confirms with the control plane's leader before a move's runner
+    /// reclaims a copy.
+    leader: Arc<dyn LeaderConfirm>,
     /// The move runner, once [`DataNode::start_moves`] started it.
     moves: parking_lot::Mutex<Option<(Arc<MoveRunner>, tokio::task::JoinHandle<()>)>>,
     /// Ends a drained node's decommission; absent on a node started
@@ -288,6 +291,7 @@ impl DataNode {
             },
             config.consume_seed,
         );
+        consume.pause_when_frozen(combiners.shared_freezes());
         let housekeeping = Housekeeping::spawn(
             HousekeepingParts {
                 logs: Arc::clone(&logs),
@@ -343,6 +347,7 @@ impl DataNode {
             housekeeping: Some(housekeeping),
             fanout: Some(fanout),
             move_source,
+            leader: Arc::clone(&services.leader),
             moves: parking_lot::Mutex::new(None),
             decommission,
         })
@@ -369,6 +374,7 @@ impl DataNode {
                 replica: Arc::clone(&self.api.replica),
                 logs: Arc::clone(&self.logs),
                 admin: Arc::clone(&self.api.admin),
+                leader: Arc::clone(&self.leader),
             },
             links,
             Arc::clone(&self.combiners),

@@ -402,8 +402,37 @@ async fn a_joining_node_takes_its_share_under_load_and_nothing_acknowledged_is_l
     consume_rest(ports[0], &consumers.consumed);
     let consumed = consumers.stop();
     check_delivered(&sent, &consumed);
+    wait_reclaimed(&cluster, &before, &owners).await;
     drain_and_stop(&mut cluster).await;
     account(&cluster, &owners, &sent);
+}
+
+/// Waits until every node that gave a partition away has removed its copy
+/// (each removal needs the control plane's leader to confirm it).
+async fn wait_reclaimed(cluster: &DataCluster, before: &[u64], after: &[u64]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (partition, (old, new)) in before.iter().zip(after).enumerate() {
+        if old == new {
+            continue;
+        }
+        let node = cluster
+            .data
+            .iter()
+            .find(|node| node.id == *old)
+            .expect("the old owner is a data node");
+        let dir = node
+            .data_dir
+            .join("topics")
+            .join(TOPIC)
+            .join(format!("p{partition:05}"));
+        while dir.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "node {old} still holds its copy of partition {partition} a minute after the move"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 /// Bytes of each message that fills a partition before a move.

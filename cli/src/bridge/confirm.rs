@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_controlplane::node::wire::{ConfirmAnswer, ConfirmQuestion};
-use narad_dataplane::dispatch::{GoneQuestion, LeaderConfirm};
+use narad_dataplane::dispatch::{GoneQuestion, LeaderConfirm, PartitionHolder};
 use narad_meta::{AttachEpoch, IncarnationId};
 use tokio::runtime::Handle;
 
@@ -69,6 +69,19 @@ impl ControlConfirm {
         Ok(self.leader_answer(asked).await?.current)
     }
 
+    /// The leader's word on whether `holder.member` still owns or
+    /// receives the partition.
+    async fn ask_holder(&self, holder: &PartitionHolder) -> Result<bool, String> {
+        let asked = ConfirmQuestion::PartitionHolder {
+            name: holder.topic.to_string(),
+            id: IncarnationId::try_from(holder.incarnation.to_string())
+                .map_err(|e| e.to_string())?,
+            partition: holder.partition,
+            member: holder.member.clone(),
+        };
+        Ok(self.leader_answer(asked).await?.current)
+    }
+
     /// Asks the leader `asked` through the bridge's control node.
     async fn leader_answer(&self, asked: ConfirmQuestion) -> Result<ConfirmAnswer, String> {
         let client = &self.bridge.client;
@@ -107,5 +120,9 @@ impl LeaderConfirm for ControlConfirm {
 
     fn confirm_attach_epoch(&self, child: &str, epoch: &AttachEpoch) -> Result<bool, String> {
         self.block_on(self.ask_epoch(child, epoch))
+    }
+
+    fn confirm_partition_holder(&self, holder: &PartitionHolder) -> Result<bool, String> {
+        self.block_on(self.ask_holder(holder))
     }
 }

@@ -433,6 +433,14 @@ fn confirm_request() -> impl Strategy<Value = ConfirmRequest> {
             child,
             epoch: AttachEpoch::from_bits(epoch),
         }),
+        (text(), incarnation(), any::<u32>(), text()).prop_map(|(name, id, partition, member)| {
+            ConfirmQuestion::PartitionHolder {
+                name,
+                id,
+                partition,
+                member,
+            }
+        }),
     ];
     (question, any::<bool>()).prop_map(|(question, forwarded)| ConfirmRequest {
         question,

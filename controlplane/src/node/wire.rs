@@ -144,6 +144,18 @@ pub enum ConfirmQuestion {
         /// The attach epoch the asker holds.
         epoch: AttachEpoch,
     },
+    /// Does `member` still own, or receive in a move, `partition` of
+    /// incarnation `id` of topic `name`? (No: its copy there may go.)
+    PartitionHolder {
+        /// The topic name.
+        name: String,
+        /// The incarnation the asker's copy belongs to.
+        id: IncarnationId,
+        /// The partition.
+        partition: u32,
+        /// The asker's member id.
+        member: String,
+    },
 }
 
 /// A question and whether a follower already forwarded it.
@@ -440,6 +452,7 @@ impl Decode for Status {
 mod question {
     pub(super) const INCARNATION: u8 = 1;
     pub(super) const ATTACH_EPOCH: u8 = 2;
+    pub(super) const PARTITION_HOLDER: u8 = 3;
 }
 
 impl Encode for ConfirmRequest {
@@ -454,6 +467,18 @@ impl Encode for ConfirmRequest {
                 writer.u8(question::ATTACH_EPOCH);
                 writer.str(child);
                 put_epoch(writer, epoch);
+            }
+            ConfirmQuestion::PartitionHolder {
+                name,
+                id,
+                partition,
+                member,
+            } => {
+                writer.u8(question::PARTITION_HOLDER);
+                writer.str(name);
+                put_incarnation(writer, id);
+                writer.u32(*partition);
+                writer.str(member);
             }
         }
         put_bool(writer, self.forwarded);
@@ -470,6 +495,12 @@ impl Decode for ConfirmRequest {
             question::ATTACH_EPOCH => ConfirmQuestion::AttachEpoch {
                 child: reader.str("child name")?,
                 epoch: get_epoch(reader, "attach epoch")?,
+            },
+            question::PARTITION_HOLDER => ConfirmQuestion::PartitionHolder {
+                name: reader.str("topic name")?,
+                id: get_incarnation(reader, "incarnation id")?,
+                partition: reader.u32("partition")?,
+                member: reader.str("member id")?,
             },
             other => return Err(invalid("question kind", other)),
         };

@@ -163,7 +163,7 @@ impl Drop for CycleEnd<'_> {
 #[derive(Debug)]
 pub struct Combiners {
     combiners: Mutex<HashMap<Destination, Arc<Combiner>>>,
-    freezes: Freezes,
+    freezes: Arc<Freezes>,
     logs: Arc<LocalLogs>,
     replica: Arc<MetadataReplica>,
     metrics: Arc<NodeMetrics>,
@@ -178,7 +178,7 @@ impl Combiners {
     ) -> Self {
         Self {
             combiners: Mutex::new(HashMap::new()),
-            freezes: Freezes::default(),
+            freezes: Arc::new(Freezes::default()),
             logs,
             replica,
             metrics,
@@ -193,6 +193,12 @@ impl Combiners {
     /// The handoff freezes of this node's partitions.
     pub fn freezes(&self) -> &Freezes {
         &self.freezes
+    }
+
+    /// The same freezes, shared: the consume path pauses a frozen
+    /// partition's new leases.
+    pub fn shared_freezes(&self) -> Arc<Freezes> {
+        Arc::clone(&self.freezes)
     }
 
     /// Freezes `destination` for its move to `target` and waits until a

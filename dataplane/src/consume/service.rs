@@ -47,6 +47,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
@@ -56,6 +57,7 @@ use super::ahead::{ConsumerPosition, ConsumerStateStore};
 use super::shard::{Settle, ShardLimits};
 use super::waiters::Waiters;
 use crate::commit::LocalLogs;
+use crate::commit::freeze::Freezes;
 use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::topology::Destination;
 use narad_disk::clock::Clock;
@@ -99,6 +101,9 @@ pub struct PartitionGauges {
     pub corrupt_skipped_total: u64,
 }
 
+/// How often [`ConsumeService::wait_for_leases`] looks again.
+const LEASE_WAIT_POLL: Duration = Duration::from_millis(5);
+
 /// The consume path of one node. Share it behind the `Arc` that
 /// [`ConsumeService::new`] returns.
 #[derive(Debug)]
@@ -123,6 +128,9 @@ pub struct ConsumeService {
     shut_down: AtomicBool,
     /// Pieces of work moved to the blocking pool to read the disk.
     reads_offloaded: AtomicU64,
+    /// The node's handoff freezes: a frozen partition hands out no new
+    /// lease (set once by the node, see [`Self::pause_when_frozen`]).
+    freezes: OnceLock<Arc<Freezes>>,
 }
 
 impl ConsumeService {
@@ -162,6 +170,7 @@ impl ConsumeService {
             runtime: OnceLock::new(),
             shut_down: AtomicBool::new(false),
             reads_offloaded: AtomicU64::new(0),
+            freezes: OnceLock::new(),
         })
     }
 
@@ -357,6 +366,48 @@ impl ConsumeService {
         let shard = self.shard(meta, partition)?;
         let position = shard.state.lock().position();
         Ok(position)
+    }
+
+    /// From now on a partition frozen for a move handoff hands out no new
+    /// lease while the freeze holds (spec §6: its consume pauses; acks,
+    /// extends and nacks go on). Set once; later calls change nothing.
+    pub fn pause_when_frozen(&self, freezes: Arc<Freezes>) {
+        let _ = self.freezes.set(freezes);
+    }
+
+    /// Whether `destination` is frozen for a handoff now.
+    pub(crate) fn frozen(&self, destination: &Destination) -> bool {
+        self.freezes
+            .get()
+            .is_some_and(|freezes| freezes.holds(destination, Instant::now()))
+    }
+
+    /// Blocks until `partition` has no live lease or `wait` has passed
+    /// (a handoff's bounded wait for outstanding leases); returns how many
+    /// are still live. Call it from a blocking thread.
+    ///
+    /// # Errors
+    /// The partition's log or consumer state could not be opened.
+    pub fn wait_for_leases(
+        &self,
+        meta: &TopicMeta,
+        partition: u32,
+        wait: Duration,
+    ) -> Result<usize, ConsumeError> {
+        let shard = self.shard(meta, partition)?;
+        let deadline = Instant::now() + wait;
+        loop {
+            let now_ms = self.clock.now_ms();
+            let live = {
+                let mut state = shard.state.lock();
+                state.purge_expired(now_ms);
+                state.in_flight()
+            };
+            if live == 0 || Instant::now() >= deadline {
+                return Ok(live);
+            }
+            std::thread::sleep(LEASE_WAIT_POLL);
+        }
     }
 
     /// Drops the shards of partitions this node no longer serves (a move

@@ -104,6 +104,33 @@ pub trait LeaderConfirm: Send + Sync + fmt::Debug {
         let _ = (child, epoch);
         Err("this leader confirmation does not answer attach epochs".into())
     }
+
+    /// Asks the leader whether `member` still owns, or receives in a move,
+    /// `partition` of incarnation `incarnation` of `topic`: `Ok(false)`
+    /// only when it confirmed, after a barrier, that it does not, so the
+    /// member's copy may be reclaimed. Leaders that cannot answer it say
+    /// so with `Err`.
+    ///
+    /// # Errors
+    /// The leader could not be asked.
+    fn confirm_partition_holder(&self, holder: &PartitionHolder) -> Result<bool, String> {
+        let _ = holder;
+        Err("this leader confirmation does not answer partition holders".into())
+    }
+}
+
+/// A member's copy of a partition, as [`LeaderConfirm::confirm_partition_holder`]
+/// asks about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionHolder {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The incarnation the copy belongs to.
+    pub incarnation: Arc<str>,
+    /// The partition.
+    pub partition: u32,
+    /// The member holding the copy.
+    pub member: String,
 }
 
 /// The remote target of a node with no cluster transport (`narad dev`'s
@@ -148,6 +175,22 @@ impl LeaderConfirm for ReplicaLeader {
                     .map(|link| link.attach_epoch == *epoch)
             })
             .unwrap_or(false))
+    }
+
+    fn confirm_partition_holder(&self, holder: &PartitionHolder) -> Result<bool, String> {
+        let view = self.replica.view();
+        let live = view
+            .topics
+            .get(&*holder.topic)
+            .is_some_and(|topic| topic.incarnation_id.as_deref() == Some(&*holder.incarnation));
+        Ok(live
+            && view
+                .metastore
+                .assignment(&holder.topic, holder.partition)
+                .is_some_and(|assignment| {
+                    assignment.owner == holder.member
+                        || assignment.target.as_deref() == Some(holder.member.as_str())
+                }))
     }
 
     fn confirm_gone(&self, question: &GoneQuestion) -> Result<bool, String> {

@@ -1,6 +1,7 @@
 //! The move runner of one data node: it starts a worker for every move the
 //! replica shows headed here, ends freezes whose move ended, and removes
-//! the copies of partitions that moved away.
+//! the copies of partitions that moved away once the control plane's
+//! leader confirms this node no longer holds them.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -19,6 +20,7 @@ use super::worker::{Ending, Worker, WorkerContext};
 use crate::commit::freeze::remove_fence;
 use crate::commit::{Combiners, partition_dir, topics_dir};
 use crate::consume::service::ConsumeService;
+use crate::dispatch::PartitionHolder;
 use crate::metrics::{self, NodeMetrics};
 use crate::topology::{Destination, member_id};
 
@@ -273,7 +275,7 @@ impl MoveRunner {
         }
         let view = self.context.replica.view();
         let me = self.me();
-        let moved: Vec<Destination> = self
+        let moved: Vec<(Destination, Option<Arc<str>>)> = self
             .context
             .logs
             .open_destinations()
@@ -289,13 +291,21 @@ impl MoveRunner {
                 live && assignment
                     .is_some_and(|a| a.owner != me && a.target.as_deref() != Some(me.as_str()))
             })
-            .map(|(destination, _)| destination)
             .collect();
         if moved.is_empty() {
             return;
         }
+        let mut released = Vec::new();
+        for (destination, incarnation) in moved {
+            if self.leader_releases(&destination, incarnation).await {
+                released.push(destination);
+            }
+        }
+        if released.is_empty() {
+            return;
+        }
         self.consume.retire_moved();
-        for destination in moved {
+        for destination in released {
             self.context.logs.close_partition(&destination);
             self.combiners.freezes().end(&destination);
             let dir = partition_dir(
@@ -326,7 +336,7 @@ impl MoveRunner {
             .collect();
         let logs = Arc::clone(&self.context.logs);
         let topics = topics_dir(logs.data_dir());
-        let mut stale = Vec::new();
+        let mut stale: Vec<(Destination, Option<Arc<str>>)> = Vec::new();
         for (name, meta) in &view.topics {
             let Ok(partitions) = list_partition_dirs(&**logs.disk(), &topics.join(&**name)) else {
                 continue;
@@ -347,16 +357,64 @@ impl MoveRunner {
                 if !marker_matches_live(&logs, name, meta.incarnation_id.as_deref()) {
                     continue;
                 }
-                stale.push(destination);
+                stale.push((destination, meta.incarnation_id.clone()));
             }
         }
-        for destination in stale {
+        for (destination, incarnation) in stale {
             let dir = partition_dir(logs.data_dir(), &destination.topic, destination.partition);
             let marker = files::read_marker(&**logs.disk(), &dir).ok().flatten();
             if marker.is_some_and(|marker| marker.applied_index > view.applied_index) {
                 continue;
             }
-            self.remove_copy(&destination, dir).await;
+            if self.leader_releases(&destination, incarnation).await {
+                self.remove_copy(&destination, dir).await;
+            }
+        }
+    }
+
+    /// Whether the control plane's leader confirmed (after its barrier)
+    /// that this node neither owns nor receives `destination` of
+    /// `incarnation`: only then may its copy here go (spec §6: nothing
+    /// destructive on local state alone). No answer keeps the copy; the
+    /// next pass asks again.
+    async fn leader_releases(
+        &self,
+        destination: &Destination,
+        incarnation: Option<Arc<str>>,
+    ) -> bool {
+        let Some(incarnation) = incarnation else {
+            return false;
+        };
+        let holder = PartitionHolder {
+            topic: Arc::clone(&destination.topic),
+            incarnation,
+            partition: destination.partition,
+            member: self.me(),
+        };
+        let leader = Arc::clone(&self.context.leader);
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        // The leader's client blocks on a runtime of its own and refuses to
+        // be asked from inside one, the blocking pool's threads included.
+        let spawned = std::thread::Builder::new()
+            .name("narad-move-confirm".into())
+            .spawn(move || {
+                let _ = answer.send(leader.confirm_partition_holder(&holder));
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%destination, %error, "could not ask the leader about a copy; it stays");
+            return false;
+        }
+        match answered.await {
+            Ok(Ok(false)) => true,
+            Ok(Ok(true)) => {
+                tracing::info!(%destination, "the leader says this node still holds the partition; its copy stays");
+                false
+            }
+            Ok(Err(error)) => {
+                tracing::info!(%destination, %error, "the leader could not confirm that the copy may go; it stays for now");
+                false
+            }
+            Err(_) => false,
         }
     }
 

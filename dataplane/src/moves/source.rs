@@ -3,7 +3,7 @@
 //! and may wait for a commit cycle).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use narad_plog::PartitionLog;
 use narad_protocol::commit::not_owner;
@@ -20,6 +20,11 @@ use crate::commit::{Combiners, LocalLogs, partition_dir};
 use crate::consume::service::ConsumeService;
 use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::topology::{Destination, Route, Topology, member_id};
+
+/// How long a handoff waits for the partition's outstanding leases (the
+/// spec's 500 ms; never more than a quarter of the freeze's TTL).
+const HANDOFF_LEASE_WAIT: Duration = Duration::from_millis(500);
+const _: () = assert!(HANDOFF_LEASE_WAIT.as_millis() * 4 <= FREEZE_TTL.as_millis());
 
 /// Serves the transfer calls of moves away from this node.
 #[derive(Debug)]
@@ -187,6 +192,19 @@ impl MoveSource {
         let freeze = self
             .combiners
             .freeze_for_handoff(&served.destination, &request.target);
+        // New leases stopped with the freeze; give the outstanding ones a
+        // moment to be acked, so fewer are delivered again after the flip.
+        match self.consume.wait_for_leases(
+            &served.meta,
+            served.destination.partition,
+            HANDOFF_LEASE_WAIT,
+        ) {
+            Ok(0) => {}
+            Ok(live) => tracing::info!(destination = %served.destination, live,
+                "leases still out at the handoff; their messages are delivered again after the move"),
+            Err(error) => tracing::warn!(destination = %served.destination, %error,
+                "could not look at the partition's leases before the handoff"),
+        }
         let listing = served.log.transfer_listing();
         let cursors = files::cursor_files(&**self.logs.disk(), served.log.dir())
             .map_err(|error| RpcError::unavailable(format!("listing cursor files: {error}")))?;

@@ -70,9 +70,38 @@ impl Admin for SharedAdmin {
     }
 }
 
+/// The replica's answers as the leader's, or none while `down` (a
+/// control-plane outage).
+#[derive(Debug)]
+struct SwitchedLeader {
+    replica: crate::dispatch::ReplicaLeader,
+    down: Arc<AtomicBool>,
+}
+
+impl crate::dispatch::LeaderConfirm for SwitchedLeader {
+    fn confirm_gone(&self, question: &crate::dispatch::GoneQuestion) -> Result<bool, String> {
+        if self.down.load(Ordering::Acquire) {
+            return Err("no leader (test)".into());
+        }
+        self.replica.confirm_gone(question)
+    }
+
+    fn confirm_partition_holder(
+        &self,
+        holder: &crate::dispatch::PartitionHolder,
+    ) -> Result<bool, String> {
+        if self.down.load(Ordering::Acquire) {
+            return Err("no leader (test)".into());
+        }
+        self.replica.confirm_partition_holder(holder)
+    }
+}
+
 struct Cluster {
     log: Arc<SharedLog>,
     flips_blocked: Arc<AtomicBool>,
+    /// While set, no leader confirms anything.
+    leader_down: Arc<AtomicBool>,
     replicas: Vec<Arc<MetadataReplica>>,
     nodes: Vec<Arc<DataNode>>,
     links: Arc<DirectLinks>,
@@ -118,6 +147,7 @@ impl Cluster {
         let mut cluster = Self {
             log,
             flips_blocked,
+            leader_down: Arc::new(AtomicBool::new(false)),
             replicas,
             nodes: Vec::new(),
             links: Arc::new(DirectLinks::default()),
@@ -141,7 +171,10 @@ impl Cluster {
             NodeServices {
                 disk: Arc::clone(&self.disk),
                 replica: Arc::clone(replica),
-                leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
+                leader: Arc::new(SwitchedLeader {
+                    replica: crate::dispatch::ReplicaLeader::new(Arc::clone(replica)),
+                    down: Arc::clone(&self.leader_down),
+                }),
                 remote: Arc::new(crate::dispatch::NoRemoteTarget),
                 admin: Arc::new(SharedAdmin {
                     log: Arc::clone(&self.log),
@@ -509,4 +542,144 @@ async fn a_fenced_source_that_restarts_stays_frozen_until_the_flip() {
     let mut expected: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
     expected.push("after".into());
     assert_eq!(cluster.stored(1, 0), expected);
+}
+
+/// One consume of `partition` on node `index` (up to `max`, 100 ms wait).
+async fn consume_some(
+    cluster: &Cluster,
+    index: usize,
+    partition: u32,
+    max: usize,
+) -> Vec<crate::consume::service::Delivery> {
+    cluster.nodes[index]
+        .consume()
+        .consume(ConsumeRequest {
+            topic: TOPIC.into(),
+            partition: Some(partition),
+            max,
+            wait: Duration::from_millis(100),
+        })
+        .await
+        .expect("consume")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_partition_gives_no_new_lease_while_acks_go_on() {
+    let cluster = Cluster::start();
+    for n in 0..20 {
+        cluster.commit(1, &format!("m{n}"));
+    }
+    let leased = consume_some(&cluster, 0, 1, 4).await;
+    assert_eq!(leased.len(), 4);
+    let destination = Destination::new(TOPIC, 1);
+    let freeze = cluster.nodes[0]
+        .combiners()
+        .freeze_for_handoff(&destination, &member_id(TARGET));
+    assert!(
+        consume_some(&cluster, 0, 1, 10).await.is_empty(),
+        "no lease of a frozen partition"
+    );
+    let consume = Arc::clone(cluster.nodes[0].consume());
+    for delivery in &leased {
+        consume
+            .settle(
+                TOPIC,
+                1,
+                delivery.record.offset,
+                delivery.nonce,
+                Settle::Ack,
+            )
+            .expect("an ack during the freeze");
+    }
+    assert!(
+        cluster.nodes[0]
+            .combiners()
+            .freezes()
+            .release(&destination, freeze.token)
+    );
+    let after = consume_some(&cluster, 0, 1, 10).await;
+    assert_eq!(
+        after.iter().map(|d| d.record.offset).collect::<Vec<_>>(),
+        (4..14).collect::<Vec<u64>>(),
+        "leases again once the freeze is released, past the acked ones"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handoff_waits_for_outstanding_leases_within_its_bound() {
+    let cluster = Cluster::start();
+    for n in 0..10 {
+        cluster.commit(2, &format!("m{n}"));
+    }
+    let meta = cluster.replicas[0].topic_meta(TOPIC).expect("topic");
+    let consume = Arc::clone(cluster.nodes[0].consume());
+    let leased = consume_some(&cluster, 0, 2, 3).await;
+    assert_eq!(leased.len(), 3);
+    // Nobody acks: the wait ends at its bound with the leases still out.
+    let waited = {
+        let (consume, meta) = (Arc::clone(&consume), Arc::clone(&meta));
+        tokio::task::spawn_blocking(move || {
+            consume.wait_for_leases(&meta, 2, Duration::from_millis(50))
+        })
+        .await
+        .expect("join")
+        .expect("wait")
+    };
+    assert_eq!(waited, 3);
+    // Acked while it waits: it ends with none out.
+    let waiting = {
+        let (consume, meta) = (Arc::clone(&consume), Arc::clone(&meta));
+        tokio::task::spawn_blocking(move || {
+            consume.wait_for_leases(&meta, 2, Duration::from_secs(30))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for delivery in &leased {
+        consume
+            .settle(
+                TOPIC,
+                2,
+                delivery.record.offset,
+                delivery.nonce,
+                Settle::Ack,
+            )
+            .expect("ack");
+    }
+    assert_eq!(waiting.await.expect("join").expect("wait"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_owner_keeps_its_copy_until_the_leader_confirms_it_may_go() {
+    let cluster = Cluster::start();
+    for n in 0..30 {
+        cluster.commit(1, &format!("m{n}"));
+    }
+    cluster.leader_down.store(true, Ordering::Release);
+    cluster.target_partition(1);
+    cluster
+        .wait_for("the flip", |c| {
+            c.owner(1).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    // Every replica shows the move done, but no leader confirms it.
+    for _ in 0..5 {
+        for runner in &cluster.runners {
+            runner.tick().await;
+        }
+    }
+    let old_copy = partition_dir(cluster.data_dir(0), TOPIC, 1);
+    assert!(
+        old_copy.exists(),
+        "the old owner's copy stays while no leader confirms"
+    );
+    assert!(
+        cluster.nodes[0]
+            .logs()
+            .get(&Destination::new(TOPIC, 1))
+            .is_some()
+    );
+    cluster.leader_down.store(false, Ordering::Release);
+    cluster
+        .wait_for("the old owner's copy removed", |_| !old_copy.exists())
+        .await;
 }

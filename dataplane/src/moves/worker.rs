@@ -9,7 +9,7 @@
 //! is what says the copy is whole. Each step and why a crash at any point
 //! loses nothing is in `docs/internals/moves.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -23,12 +23,14 @@ use narad_protocol::transfer::{
     ListPartitionSegments, PartitionListing, PartitionRef, PrepareHandoff, ReleaseHandoff,
 };
 use parking_lot::Mutex;
+use tokio::task::JoinHandle;
 
 use super::files::{self, MoveMarker};
 use super::status::{MovePhase, MoveWorkerStatus};
 use crate::admin::{Admin, AdminError};
 use crate::commit::LocalLogs;
 use crate::consume::ahead::ConsumerPosition;
+use crate::dispatch::LeaderConfirm;
 use crate::metadata::MetadataReplica;
 use crate::topology::{Destination, member_id};
 
@@ -118,6 +120,16 @@ pub enum MoveError {
     Ended,
 }
 
+/// Chunk fetches one file's copy keeps outstanding.
+const FETCHES_IN_FLIGHT: usize = 4;
+
+/// How far [`Worker::copy_range`] got, and how it ended.
+struct Copied {
+    /// The file holds every byte below this.
+    at: u64,
+    outcome: Result<(), MoveError>,
+}
+
 /// How a worker ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ending {
@@ -136,6 +148,8 @@ pub struct WorkerContext {
     pub logs: Arc<LocalLogs>,
     /// Proposes the flip.
     pub admin: Arc<dyn Admin>,
+    /// Confirms that a copy is no longer needed before it is reclaimed.
+    pub leader: Arc<dyn LeaderConfirm>,
 }
 
 /// One move to this node.
@@ -548,36 +562,12 @@ impl Worker {
                 have.insert(file.name.clone(), 0);
                 touched = true;
             }
-            let mut at = have.get(&file.name).copied().unwrap_or(0);
-            while at < file.bytes {
-                let want = (file.bytes - at).min(u64::from(CHUNK_BYTES_MAX));
-                let data = self
-                    .link
-                    .fetch(FetchSegmentChunk {
-                        partition: self.partition_ref(),
-                        file: file.name.clone(),
-                        offset: at,
-                        max_bytes: u32::try_from(want).unwrap_or(CHUNK_BYTES_MAX),
-                        token,
-                    })
-                    .await?;
-                if data.is_empty() {
-                    return Err(MoveError::Link(LinkError::Refused {
-                        status: 409,
-                        message: format!("{} ends before byte {}", file.name, file.bytes),
-                    }));
-                }
-                let logs = Arc::clone(&self.context.logs);
-                let path_dir = dir.to_path_buf();
-                let name = file.name.clone();
-                let len = data.len() as u64;
-                blocking(move || files::write_chunk(&**logs.disk(), &path_dir, &name, at, &data))
-                    .await
-                    .map_err(disk("write a copied chunk"))?;
-                at += len;
-                have.insert(file.name.clone(), at);
-                self.status.lock().copied_bytes += len;
+            let from = have.get(&file.name).copied().unwrap_or(0);
+            if from < file.bytes {
+                let copied = self.copy_range(dir, file, from, token).await;
+                have.insert(file.name.clone(), copied.at);
                 touched = true;
+                copied.outcome?;
             }
         }
         if touched {
@@ -588,6 +578,78 @@ impl Worker {
                 .map_err(disk("sync the copy"))?;
         }
         Ok(())
+    }
+
+    /// Copies `[from, file.bytes)` of one file, keeping up to
+    /// [`FETCHES_IN_FLIGHT`] chunk fetches outstanding so the source reads
+    /// and sends the next chunks while this node writes one. Chunks are
+    /// written in order; a short chunk (the source's file ends sooner)
+    /// drops the fetches past it and asks again from where it ended.
+    async fn copy_range(
+        &self,
+        dir: &std::path::Path,
+        file: &FileExtent,
+        from: u64,
+        token: u64,
+    ) -> Copied {
+        let mut at = from;
+        let mut next = from;
+        let mut pending: VecDeque<(u64, JoinHandle<Result<bytes::Bytes, LinkError>>)> =
+            VecDeque::new();
+        let outcome = loop {
+            while pending.len() < FETCHES_IN_FLIGHT && next < file.bytes {
+                let want = (file.bytes - next).min(u64::from(CHUNK_BYTES_MAX));
+                let request = FetchSegmentChunk {
+                    partition: self.partition_ref(),
+                    file: file.name.clone(),
+                    offset: next,
+                    max_bytes: u32::try_from(want).unwrap_or(CHUNK_BYTES_MAX),
+                    token,
+                };
+                let link = Arc::clone(&self.link);
+                pending.push_back((next, tokio::spawn(async move { link.fetch(request).await })));
+                next += want;
+            }
+            let Some((offset, fetch)) = pending.pop_front() else {
+                break Ok(());
+            };
+            let data = match fetch.await {
+                Ok(Ok(data)) => data,
+                Ok(Err(error)) => break Err(MoveError::Link(error)),
+                Err(error) => {
+                    break Err(MoveError::Link(LinkError::Unreachable(error.to_string())));
+                }
+            };
+            if data.is_empty() {
+                break Err(MoveError::Link(LinkError::Refused {
+                    status: 409,
+                    message: format!("{} ends before byte {}", file.name, file.bytes),
+                }));
+            }
+            let len = data.len() as u64;
+            let logs = Arc::clone(&self.context.logs);
+            let (path_dir, name) = (dir.to_path_buf(), file.name.clone());
+            let written = blocking(move || {
+                files::write_chunk(&**logs.disk(), &path_dir, &name, offset, &data)
+            })
+            .await;
+            if let Err(error) = written {
+                break Err(disk("write a copied chunk")(error));
+            }
+            at = offset + len;
+            self.status.lock().copied_bytes += len;
+            let asked = pending.front().map_or(next, |(offset, _)| *offset);
+            if at < asked {
+                for (_, fetch) in pending.drain(..) {
+                    fetch.abort();
+                }
+                next = at;
+            }
+        };
+        for (_, fetch) in pending {
+            fetch.abort();
+        }
+        Copied { at, outcome }
     }
 
     /// Proposes the flip until the leader answers. A refusal means the

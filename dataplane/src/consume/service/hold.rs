@@ -25,6 +25,7 @@ use super::shards::PartitionShard;
 use super::{ConsumeService, Delivery, limits};
 use crate::consume::shard::{Reserve, Settle};
 use crate::metadata::TopicMeta;
+use crate::topology::Destination;
 
 /// One record held for a token holder: its lease, under the hold's nonce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +61,8 @@ impl ConsumeService {
             if held.len() >= count {
                 break;
             }
-            if !self.owns(&meta, partition) {
+            if !self.owns(&meta, partition) || self.frozen(&Destination::new(&meta.name, partition))
+            {
                 continue;
             }
             let shard = match self.shard(&meta, partition) {

@@ -172,9 +172,12 @@ impl Scan {
         reads: Reads,
     ) -> Result<Result<(), ConsumeError>, NeedsDisk> {
         let limits = limits(&self.meta);
+        // A partition frozen for a move handoff gives out no new lease.
+        let frozen = service.frozen(&shard.destination);
         while !self.batch.full() {
             let lease = match self.unread.take() {
                 Some(lease) => lease,
+                None if frozen => return Ok(Ok(())),
                 None => {
                     let now_ms = service.clock.now_ms();
                     let high_watermark = shard.log.high_watermark();
