@@ -287,6 +287,13 @@ impl Reader {
 pub trait Encode {
     /// Appends the value's fields to `writer`.
     fn encode(&self, writer: &mut Writer);
+
+    /// Bytes the encoding is expected to take, so a large value's buffer
+    /// is sized once instead of grown (and copied) as it fills. Only a
+    /// hint: 0 (the default) lets the buffer grow.
+    fn encoded_len_hint(&self) -> usize {
+        0
+    }
 }
 
 /// A value that can be read back from its binary encoding.
@@ -327,7 +334,7 @@ pub fn decode<T: Decode>(bytes: Bytes) -> Result<T, DecodeError> {
 
 /// Encodes a message: its version byte, then its fields.
 pub fn encode_message<M: Message>(message: &M) -> Bytes {
-    let mut writer = Writer::new();
+    let mut writer = Writer::with_capacity(1 + message.encoded_len_hint());
     writer.u8(M::VERSION);
     message.encode(&mut writer);
     writer.finish()

@@ -249,6 +249,10 @@ impl Encode for SegmentChunk {
         );
         writer.bytes(&self.data);
     }
+
+    fn encoded_len_hint(&self) -> usize {
+        4 + self.data.len()
+    }
 }
 
 impl Decode for SegmentChunk {

@@ -51,10 +51,18 @@ where
         filled += read;
     }
     let len = check_length_prefix(u32::from_be_bytes(prefix), limit)?;
-    // Grow with the bytes that actually arrive: a peer that claims 16 MiB and
-    // sends one byte costs one chunk of memory, not the claimed size.
-    let mut payload = Vec::with_capacity(len.min(READ_CHUNK_BYTES));
-    let read = reader.take(len as u64).read_to_end(&mut payload).await?;
+    // Memory follows the bytes that actually arrive: a peer that claims
+    // 16 MiB and sends one byte costs one chunk, not the claimed size. Once
+    // a whole first chunk has come, the rest is reserved in one step, so a
+    // large frame is not copied again at every doubling.
+    let first = len.min(READ_CHUNK_BYTES);
+    let mut payload = Vec::with_capacity(first);
+    let mut reader = reader.take(len as u64);
+    let mut read = (&mut reader).take(first as u64).read_to_end(&mut payload).await?;
+    if read == first && read < len {
+        payload.reserve_exact(len - read);
+        read += reader.read_to_end(&mut payload).await?;
+    }
     if read < len {
         return Err(WireError::EndedInsideFrame);
     }
@@ -145,6 +153,29 @@ mod tests {
             error,
             WireError::Frame(FrameError::TooLarge { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_the_first_chunk_reads_whole_or_not_at_all() {
+        let body: Vec<u8> = (0..5 * READ_CHUNK_BYTES + 17).map(|i| i as u8).collect();
+        let frame = Frame::Request {
+            request_id: RequestId(9),
+            request: Request::new(Opcode::ACK, body),
+        };
+        let encoded = frame.encode().expect("fits");
+        let mut input = &encoded[..];
+        let payload = read_frame(&mut input, FRAME_BYTES_MAX)
+            .await
+            .expect("reads")
+            .expect("one frame");
+        assert_eq!(payload.len() + 4, encoded.len());
+        assert_eq!(Frame::decode(payload).expect("decodes"), frame);
+        // Cut past the first chunk: refused, not returned short.
+        let mut cut = &encoded[..2 * READ_CHUNK_BYTES];
+        let error = read_frame(&mut cut, FRAME_BYTES_MAX)
+            .await
+            .expect_err("truncated");
+        assert!(matches!(error, WireError::EndedInsideFrame));
     }
 
     #[tokio::test]
