@@ -58,7 +58,10 @@ where
     let first = len.min(READ_CHUNK_BYTES);
     let mut payload = Vec::with_capacity(first);
     let mut reader = reader.take(len as u64);
-    let mut read = (&mut reader).take(first as u64).read_to_end(&mut payload).await?;
+    let mut read = (&mut reader)
+        .take(first as u64)
+        .read_to_end(&mut payload)
+        .await?;
     if read == first && read < len {
         payload.reserve_exact(len - read);
         read += reader.read_to_end(&mut payload).await?;
