@@ -474,6 +474,12 @@ pub enum Command {
     AbortMove(AbortMove),
     /// See [`CompleteMove`].
     CompleteMove(CompleteMove),
+    /// A flip without the source's handoff (spec §6 "Force-promote"): the
+    /// same compare-and-set as [`Command::CompleteMove`], applied only while
+    /// the source is marked dead. The target proposes it once the source
+    /// has been dead for the force-promote delay and its copy reached the
+    /// source's last known high watermark.
+    ForcePromote(CompleteMove),
     /// See [`RemoveMember`].
     RemoveMember(RemoveMember),
 }

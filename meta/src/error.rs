@@ -283,6 +283,14 @@ pub enum MetastoreError {
         /// The partition.
         partition: u32,
     },
+    /// A force-promote while the move's source is not marked dead.
+    #[error("partition {partition}'s source {member:?} is not marked dead; only its handoff can move it")]
+    SourceAlive {
+        /// The partition.
+        partition: u32,
+        /// The source.
+        member: String,
+    },
     /// A removal of a member not being decommissioned.
     #[error("member {id:?} is not being decommissioned")]
     MemberNotDraining {
@@ -375,6 +383,7 @@ impl MetastoreError {
             | MoveTargetDiffers { .. }
             | MoveCompleted { .. }
             | MoveChanged { .. }
+            | SourceAlive { .. }
             | MemberNotDraining { .. }
             | MemberNotEmpty { .. }
             | MemberRemoved { .. }

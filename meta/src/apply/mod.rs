@@ -60,6 +60,7 @@ impl Metastore {
             Command::SetMoveTargets(set) => self.set_move_targets(set),
             Command::AbortMove(abort) => self.abort_move(abort),
             Command::CompleteMove(complete) => self.complete_move(complete),
+            Command::ForcePromote(complete) => self.force_promote(complete),
             Command::RemoveMember(remove) => self.remove_member(remove),
         };
         if cfg!(debug_assertions) {

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use super::super::command::{AbortMove, CompleteMove, Outcome, RemoveMember, SetMoveTargets};
 use super::super::error::MetastoreError;
-use super::super::state::{Assignment, Metastore};
+use super::super::state::{Assignment, MemberStatus, Metastore};
 use super::Domain;
 
 impl Metastore {
@@ -125,6 +125,28 @@ impl Metastore {
         }
         self.changed(Domain::Assignments);
         Ok(Outcome::Applied)
+    }
+
+    /// [`Command::ForcePromote`]: the flip's compare-and-set, and the
+    /// source must be marked dead now. A source alive again (its heartbeat
+    /// applied since) serves its partition; the move goes on normally.
+    pub(super) fn force_promote(
+        &mut self,
+        complete: &CompleteMove,
+    ) -> Result<Outcome, MetastoreError> {
+        let placed = self.placed(&complete.topic, &complete.id, complete.partition)?;
+        let applied_already = placed.owner == complete.target && placed.target.is_none();
+        let source_dead = self
+            .members
+            .get(&complete.source)
+            .is_some_and(|member| member.status == MemberStatus::Dead);
+        if !applied_already && !source_dead {
+            return Err(MetastoreError::SourceAlive {
+                partition: complete.partition,
+                member: complete.source.clone(),
+            });
+        }
+        self.complete_move(complete)
     }
 
     pub(super) fn remove_member(

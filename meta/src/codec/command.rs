@@ -86,6 +86,7 @@ mod kind {
     pub(super) const ABORT_MOVE: u8 = 18;
     pub(super) const COMPLETE_MOVE: u8 = 19;
     pub(super) const REMOVE_MEMBER: u8 = 20;
+    pub(super) const FORCE_PROMOTE: u8 = 21;
 }
 
 impl Encode for Command {
@@ -124,6 +125,7 @@ pub(super) fn encode_command(command: &Command, writer: &mut Writer, layout: Lay
         Command::AbortMove(body) => (kind::ABORT_MOVE, body),
         Command::CompleteMove(body) => (kind::COMPLETE_MOVE, body),
         Command::RemoveMember(body) => (kind::REMOVE_MEMBER, body),
+        Command::ForcePromote(body) => (kind::FORCE_PROMOTE, body),
     };
     writer.u8(tag);
     body.encode(writer);
@@ -159,6 +161,7 @@ pub(super) fn decode_command(reader: &mut Reader, layout: Layout) -> Result<Comm
         kind::ABORT_MOVE => Command::AbortMove(AbortMove::decode(reader)?),
         kind::COMPLETE_MOVE => Command::CompleteMove(CompleteMove::decode(reader)?),
         kind::REMOVE_MEMBER => Command::RemoveMember(RemoveMember::decode(reader)?),
+        kind::FORCE_PROMOTE => Command::ForcePromote(CompleteMove::decode(reader)?),
         other => return Err(invalid("metastore command kind", other)),
     })
 }

@@ -96,7 +96,14 @@ fn random_move(rng: &mut StdRng, state: &Metastore, kind: u32) -> Command {
             partition,
             target,
         }),
-        _ => Command::CompleteMove(CompleteMove {
+        2 => Command::CompleteMove(CompleteMove {
+            topic,
+            id,
+            partition,
+            source: owner,
+            target,
+        }),
+        _ => Command::ForcePromote(CompleteMove {
             topic,
             id,
             partition,
@@ -171,7 +178,8 @@ fn random_command(rng: &mut StdRng, state: &Metastore) -> Command {
         }
         20..=22 => random_move(rng, state, 0),
         23..=25 => random_move(rng, state, 1),
-        26..=28 => random_move(rng, state, 2),
+        26..=27 => random_move(rng, state, 2),
+        28 => random_move(rng, state, 3),
         29 => Command::RemoveMember(RemoveMember { id: member }),
         7 => register(&member, at_ms),
         8 => Command::Heartbeat(Heartbeat { id: member, at_ms }),
@@ -248,6 +256,7 @@ fn kind(command: &Command) -> &'static str {
         Command::SetMoveTargets(_) => "set_move_targets",
         Command::AbortMove(_) => "abort_move",
         Command::CompleteMove(_) => "complete_move",
+        Command::ForcePromote(_) => "force_promote",
         Command::RemoveMember(_) => "remove_member",
     }
 }

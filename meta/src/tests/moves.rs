@@ -165,6 +165,62 @@ fn a_flip_after_an_abort_or_for_another_move_is_refused() {
     assert_eq!(store.meta.owner("t", 0), Some("n1"));
 }
 
+fn force(partition: u32, source: &str, target: &str) -> Command {
+    let Command::CompleteMove(body) = complete(partition, source, target) else {
+        unreachable!("complete() builds a CompleteMove");
+    };
+    Command::ForcePromote(body)
+}
+
+#[test]
+fn a_force_promote_needs_the_source_marked_dead() {
+    let mut store = placed();
+    store.ok(set_targets(&[(0, "n1", "n3")]));
+    assert_eq!(
+        store.apply(force(0, "n1", "n3")),
+        Err(MetastoreError::SourceAlive {
+            partition: 0,
+            member: "n1".into(),
+        })
+    );
+    assert_eq!(store.meta.owner("t", 0), Some("n1"));
+    store.ok(Command::MarkDead(MarkDead {
+        id: "n1".into(),
+        observed_heartbeat_ms: 1_000,
+    }));
+    // Still the flip's compare-and-set: another target cannot take it.
+    assert_eq!(
+        store.apply(force(0, "n1", "n2")),
+        Err(MetastoreError::MoveChanged { partition: 0 })
+    );
+    store.ok(force(0, "n1", "n3"));
+    assert_eq!(store.meta.owner("t", 0), Some("n3"));
+    assert_eq!(target_of(&store, 0), None);
+    assert_eq!(store.apply(force(0, "n1", "n3")), Ok(Outcome::Unchanged));
+}
+
+#[test]
+fn a_source_back_alive_refuses_the_force_promote() {
+    let mut store = placed();
+    store.ok(set_targets(&[(0, "n1", "n3")]));
+    store.ok(Command::MarkDead(MarkDead {
+        id: "n1".into(),
+        observed_heartbeat_ms: 1_000,
+    }));
+    store.ok(Command::Heartbeat(Heartbeat {
+        id: "n1".into(),
+        at_ms: 2_000,
+    }));
+    assert_eq!(
+        store.apply(force(0, "n1", "n3")),
+        Err(MetastoreError::SourceAlive {
+            partition: 0,
+            member: "n1".into(),
+        })
+    );
+    assert_eq!(store.meta.owner("t", 0), Some("n1"));
+}
+
 #[test]
 fn an_abort_names_the_move_it_clears() {
     let mut store = placed();

@@ -439,6 +439,7 @@ pub(super) fn command() -> impl Strategy<Value = Command> {
         set_move_targets().prop_map(Command::SetMoveTargets),
         abort_move().prop_map(Command::AbortMove),
         complete_move().prop_map(Command::CompleteMove),
+        complete_move().prop_map(Command::ForcePromote),
         text().prop_map(|id| Command::RemoveMember(RemoveMember { id })),
     ]
 }
