@@ -87,6 +87,9 @@ pub struct DataNodeConfig {
     /// How often a draining node checks whether it may leave the cluster
     /// (and so proposes its removal at most this often).
     pub decommission_check: std::time::Duration,
+    /// How long a move's source must have been marked dead before the
+    /// copy on this node is force-promoted (spec §6, 2 minutes).
+    pub force_promote_after: std::time::Duration,
 }
 
 impl DataNodeConfig {
@@ -106,6 +109,7 @@ impl DataNodeConfig {
             housekeeping: HousekeepingConfig::default(),
             fanout: CursorConfig::default(),
             decommission_check: DECOMMISSION_CHECK_INTERVAL,
+            force_promote_after: crate::moves::worker::FORCE_PROMOTE_AFTER,
         }
     }
 }
@@ -193,6 +197,8 @@ pub struct DataNode {
     /// Confirms with the control plane's leader before a move's runner
     /// reclaims a copy.
     leader: Arc<dyn LeaderConfirm>,
+    /// See [`DataNodeConfig::force_promote_after`].
+    force_promote_after: std::time::Duration,
     /// The move runner, once [`DataNode::start_moves`] started it.
     moves: parking_lot::Mutex<Option<(Arc<MoveRunner>, tokio::task::JoinHandle<()>)>>,
     /// Ends a drained node's decommission; absent on a node started
@@ -348,6 +354,7 @@ impl DataNode {
             fanout: Some(fanout),
             move_source,
             leader: Arc::clone(&services.leader),
+            force_promote_after: config.force_promote_after,
             moves: parking_lot::Mutex::new(None),
             decommission,
         })
@@ -375,6 +382,7 @@ impl DataNode {
                 logs: Arc::clone(&self.logs),
                 admin: Arc::clone(&self.api.admin),
                 leader: Arc::clone(&self.leader),
+                force_promote_after: self.force_promote_after,
             },
             links,
             Arc::clone(&self.combiners),

@@ -284,7 +284,9 @@ pub enum MetastoreError {
         partition: u32,
     },
     /// A force-promote while the move's source is not marked dead.
-    #[error("partition {partition}'s source {member:?} is not marked dead; only its handoff can move it")]
+    #[error(
+        "partition {partition}'s source {member:?} is not marked dead; only its handoff can move it"
+    )]
     SourceAlive {
         /// The partition.
         partition: u32,

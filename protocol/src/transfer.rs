@@ -6,7 +6,8 @@
 //! ListPartitionSegments (22), a Message, version 1
 //!   PartitionRef                                    → PartitionListing
 //! PartitionListing, a Message, version 1
-//!   u64 high_watermark, u32 count (≤ FILES_MAX), per file: FileExtent
+//!   u64 high_watermark, u32 count (≤ FILES_MAX), per file: FileExtent,
+//!   HandoffFenced position (the consumer position read after the listing)
 //! FetchSegmentChunk (23), a Message, version 1
 //!   PartitionRef, str file, u64 offset, u32 max_bytes (1 ..= CHUNK_BYTES_MAX),
 //!   u64 token (0: no handoff yet)                   → SegmentChunk
@@ -162,12 +163,16 @@ pub struct PartitionListing {
     pub high_watermark: u64,
     /// Segment files, oldest first.
     pub files: Vec<FileExtent>,
+    /// The consumer position read right after the listing: what a
+    /// force-promoted copy starts from when the source never fences.
+    pub position: HandoffFenced,
 }
 
 impl Encode for PartitionListing {
     fn encode(&self, writer: &mut Writer) {
         writer.u64(self.high_watermark);
         put_files(writer, &self.files);
+        self.position.encode(writer);
     }
 }
 
@@ -176,6 +181,7 @@ impl Decode for PartitionListing {
         Ok(Self {
             high_watermark: reader.u64("high watermark")?,
             files: get_files(reader)?,
+            position: HandoffFenced::decode(reader)?,
         })
     }
 }
@@ -374,7 +380,7 @@ message!(FenceHandoff, "FenceHandoff");
 
 /// The fenced partition's consumer position, read under the fence: every
 /// offset below the frontier is settled, and so are the acked-ahead ones.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HandoffFenced {
     /// The frontier.
     pub frontier: u64,
@@ -503,6 +509,10 @@ mod tests {
         round_trip(&PartitionListing {
             high_watermark: 42,
             files: files.clone(),
+            position: HandoffFenced {
+                frontier: 40,
+                acked_ahead: vec![41],
+            },
         });
         round_trip(&FetchSegmentChunk {
             partition: partition(),

@@ -433,6 +433,28 @@ pub struct SweepReport {
     pub listing_error: Option<String>,
 }
 
+/// Infix of a quarantined partition copy's name, `p<N>.quarantine-<unix
+/// ms>` beside the topic's live partition directories: a copy that served
+/// here and moved away without a handoff (spec §5 layout).
+pub const PARTITION_QUARANTINE_INFIX: &str = ".quarantine-";
+
+/// The quarantine name of partition directory `name` at `now_ms`.
+pub fn partition_quarantine_name(name: &str, now_ms: u64) -> String {
+    format!("{name}{PARTITION_QUARANTINE_INFIX}{now_ms}")
+}
+
+/// Whether `name` is a quarantined partition copy's directory name.
+pub fn is_partition_quarantine_name(name: &str) -> bool {
+    let Some((partition, stamp)) = name.split_once(PARTITION_QUARANTINE_INFIX) else {
+        return false;
+    };
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    partition
+        .strip_prefix('p')
+        .is_some_and(|index| index.len() == 5 && digits(index))
+        && digits(stamp)
+}
+
 /// The `narad_quarantined_copies` and `narad_quarantined_bytes` gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuarantineStats {

@@ -430,13 +430,47 @@ impl LocalLogs {
     /// # Errors
     /// A disk error.
     pub fn quarantine_stats(&self) -> io::Result<QuarantineStats> {
-        let copies = incarnation::list_quarantined(&*self.disk, &topics_dir(&self.data_dir))?;
+        let topics = topics_dir(&self.data_dir);
+        let copies = incarnation::list_quarantined(&*self.disk, &topics)?;
         let mut stats = QuarantineStats::default();
         for copy in copies {
             stats.copies += 1;
             stats.bytes += incarnation::tree_bytes(&*self.disk, &copy.path, 0)?;
         }
+        for path in self.quarantined_partitions()? {
+            stats.copies += 1;
+            stats.bytes += incarnation::tree_bytes(&*self.disk, &path, 0)?;
+        }
         Ok(stats)
+    }
+
+    /// The quarantined partition copies (`p<N>.quarantine-<ms>`) in live
+    /// topic directories. They are never removed here: they may hold the
+    /// only copy of records (see `moves::files::left_copy`); deleting the
+    /// topic retires them with its directory.
+    ///
+    /// # Errors
+    /// A disk error.
+    pub fn quarantined_partitions(&self) -> io::Result<Vec<PathBuf>> {
+        let topics = topics_dir(&self.data_dir);
+        let mut found = Vec::new();
+        for topic in self.topic_directories()? {
+            let topic_dir = topics.join(&topic);
+            let names = match self.disk.list_dir(&topic_dir) {
+                Ok(names) => names,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                // A file named like a topic directory.
+                Err(error) if error.kind() == io::ErrorKind::NotADirectory => continue,
+                Err(error) => return Err(error),
+            };
+            found.extend(
+                names
+                    .into_iter()
+                    .filter(|name| incarnation::is_partition_quarantine_name(name))
+                    .map(|name| topic_dir.join(name)),
+            );
+        }
+        Ok(found)
     }
 
     /// Names of the topic directories on disk, quarantined copies left

@@ -8,6 +8,7 @@ use std::path::Path;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_plog::segment::parse_segment_file_name;
 
+use crate::commit::incarnation::partition_quarantine_name;
 use crate::consume::ahead::{
     AHEAD_FILE_BYTES, AHEAD_FILE_NAME, ConsumerPosition, OFFSET_FILE_NAME, SLOT_BYTES, encode_slot,
 };
@@ -16,6 +17,12 @@ use crate::consume::ahead::{
 /// whole, verified and fenced, before it proposes the flip. Its presence
 /// says the copy may become the partition (see `worker.rs`).
 pub const MOVE_MARKER_FILE_NAME: &str = "move.marker";
+
+/// Written by the target into an emptied directory before it copies
+/// anything, and removed with `move.marker` once this node owns the
+/// partition: a directory holding it never served here, so nothing in it
+/// is only here.
+pub const INCOMING_FILE_NAME: &str = "move.incoming";
 
 /// Fan-out cursor files travel with their parent partition.
 const CURSOR_PREFIX: &str = "fanout-";
@@ -161,6 +168,103 @@ pub fn write_consumer_state(
     Ok(())
 }
 
+/// Writes `move.incoming` (naming the source) and syncs it and the
+/// directory.
+///
+/// # Errors
+/// Any disk error.
+pub fn write_incoming(disk: &dyn Disk, dir: &Path, source: &str) -> io::Result<()> {
+    let file = disk.open(&dir.join(INCOMING_FILE_NAME), OpenOptions::CREATE)?;
+    file.write_and_sync(
+        0,
+        IoBuf::from_slice(format!("source {source}\n").as_bytes()),
+    )
+    .wait()?;
+    disk.sync_dir(dir)
+}
+
+/// Removes `move.marker` and `move.incoming` from `dir` (this node owns
+/// the partition now), then syncs the directory.
+///
+/// # Errors
+/// Any disk error.
+pub fn remove_move_files(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+    let mut removed = false;
+    for name in [MOVE_MARKER_FILE_NAME, INCOMING_FILE_NAME] {
+        let path = dir.join(name);
+        if disk.exists(&path)? {
+            disk.remove_file(&path)?;
+            removed = true;
+        }
+    }
+    if removed {
+        disk.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Whether `dir` holds a move's bookkeeping (`move.marker` or
+/// `move.incoming`).
+///
+/// # Errors
+/// Any disk error.
+pub fn has_move_files(disk: &dyn Disk, dir: &Path) -> io::Result<bool> {
+    Ok(disk.exists(&dir.join(MOVE_MARKER_FILE_NAME))?
+        || disk.exists(&dir.join(INCOMING_FILE_NAME))?)
+}
+
+/// What becomes of a partition directory this node neither owns nor
+/// receives, once the leader confirmed that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftCopy {
+    /// Nothing in it is only here: a copy that never served here
+    /// (`move.incoming`), a source's copy handed off whole (its
+    /// `handoff.fence` froze it at the high watermark the new owner
+    /// installed), or no record at all.
+    Remove,
+    /// It served here and was not handed off (its new owner was
+    /// force-promoted): it may hold records the new owner lacks, so it is
+    /// kept under a quarantine name for an operator.
+    Quarantine,
+}
+
+/// Decides what becomes of `dir` (see [`LeftCopy`]).
+///
+/// # Errors
+/// Any disk error.
+pub fn left_copy(disk: &dyn Disk, dir: &Path) -> io::Result<LeftCopy> {
+    if disk.exists(&dir.join(INCOMING_FILE_NAME))?
+        || disk.exists(&dir.join(crate::commit::freeze::FENCE_FILE_NAME))?
+    {
+        return Ok(LeftCopy::Remove);
+    }
+    for name in disk.list_dir(dir)? {
+        if is_segment(&name) && disk.open(&dir.join(&name), OpenOptions::EXISTING)?.size()? > 0 {
+            return Ok(LeftCopy::Quarantine);
+        }
+    }
+    Ok(LeftCopy::Remove)
+}
+
+/// Renames `dir` to its quarantine name (`p<N>.quarantine-<now_ms>`) and
+/// syncs the topic directory. Returns the new path.
+///
+/// # Errors
+/// Any disk error; the directory is then under one of its two names.
+pub fn quarantine(disk: &dyn Disk, dir: &Path, now_ms: u64) -> io::Result<std::path::PathBuf> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a partition directory", dir.display()),
+        ));
+    };
+    let to = parent.join(partition_quarantine_name(name, now_ms));
+    disk.rename(dir, &to)?;
+    disk.sync_dir(parent)?;
+    Ok(to)
+}
+
 /// What `move.marker` records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoveMarker {
@@ -170,7 +274,8 @@ pub struct MoveMarker {
     pub incarnation: String,
     /// The high watermark the copy holds.
     pub high_watermark: u64,
-    /// The token of the fence the source granted for this copy.
+    /// The token of the fence the source granted for this copy; 0 for a
+    /// force-promoted copy, which no source fenced.
     pub token: u64,
     /// The target's replica index when it wrote the marker: a replica that
     /// has not applied this far may not show the move yet.
@@ -198,6 +303,13 @@ pub fn write_marker(disk: &dyn Disk, dir: &Path, marker: &MoveMarker) -> io::Res
     file.write_and_sync(0, IoBuf::from_slice(text.as_bytes()))
         .wait()?;
     disk.sync_dir(dir)
+}
+
+impl MoveMarker {
+    /// Whether the copy is force-promoted (no source fenced it).
+    pub fn forced(&self) -> bool {
+        self.token == 0
+    }
 }
 
 /// Reads `move.marker` in `dir`, if there is one that parses.

@@ -251,7 +251,10 @@ impl MoveRunner {
             let still_moving = assignment.is_some_and(|a| {
                 a.owner == me && a.target.as_deref() == Some(freeze.target.as_str())
             });
-            if still_moving {
+            // Moved away: the freeze and its fence stay until the copy is
+            // retired; the fence is what says the copy was handed off whole.
+            let moved_away = assignment.is_some_and(|a| a.owner != me);
+            if still_moving || moved_away {
                 continue;
             }
             freezes.end(&destination);
@@ -313,7 +316,7 @@ impl MoveRunner {
                 &destination.topic,
                 destination.partition,
             );
-            self.remove_copy(&destination, dir).await;
+            self.reclaim_copy(&destination, dir).await;
         }
     }
 
@@ -367,7 +370,45 @@ impl MoveRunner {
                 continue;
             }
             if self.leader_releases(&destination, incarnation).await {
-                self.remove_copy(&destination, dir).await;
+                self.reclaim_copy(&destination, dir).await;
+            }
+        }
+        self.drop_move_files_of_owned(&view, &me, &running);
+    }
+
+    /// A crash between a flip and the removal of `move.marker` and
+    /// `move.incoming` leaves them in a partition this node now owns; they
+    /// go, so a later move away judges the directory as one that served
+    /// here (`files::left_copy`).
+    fn drop_move_files_of_owned(
+        &self,
+        view: &crate::metadata::MetadataView,
+        me: &str,
+        running: &[Destination],
+    ) {
+        let logs = &self.context.logs;
+        for (destination, _) in logs.open_destinations() {
+            if running.contains(&destination) {
+                continue;
+            }
+            let owned_still = view
+                .metastore
+                .assignment(&destination.topic, destination.partition)
+                .is_some_and(|a| a.owner == me && a.target.is_none());
+            if !owned_still {
+                continue;
+            }
+            let dir = partition_dir(logs.data_dir(), &destination.topic, destination.partition);
+            match files::has_move_files(&**logs.disk(), &dir) {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Err(error) = files::remove_move_files(&**logs.disk(), &dir) {
+                        tracing::warn!(%destination, %error, "removing a finished move's files failed");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%destination, %error, "looking for a finished move's files failed")
+                }
             }
         }
     }
@@ -418,18 +459,29 @@ impl MoveRunner {
         }
     }
 
-    async fn remove_copy(&self, destination: &Destination, dir: std::path::PathBuf) {
+    /// Removes a copy the leader released, or quarantines it when it may
+    /// hold records its new owner lacks ([`files::left_copy`]).
+    async fn reclaim_copy(&self, destination: &Destination, dir: std::path::PathBuf) {
         let logs = Arc::clone(&self.context.logs);
         let removed = tokio::task::spawn_blocking(move || {
-            files::clear_dir(&**logs.disk(), &dir, &[])?;
-            if logs.disk().kind() != BackendKind::Simulated {
+            let disk = &**logs.disk();
+            if files::left_copy(disk, &dir)? == files::LeftCopy::Quarantine {
+                let now_ms = crate::ingress::now_unix_ms();
+                return files::quarantine(disk, &dir, now_ms).map(Some);
+            }
+            files::clear_dir(disk, &dir, &[])?;
+            if disk.kind() != BackendKind::Simulated {
                 std::fs::remove_dir(&dir)?;
             }
-            Ok::<(), std::io::Error>(())
+            Ok::<_, std::io::Error>(None)
         })
         .await;
         match removed {
-            Ok(Ok(())) => {
+            Ok(Ok(Some(quarantined))) => {
+                tracing::warn!(%destination, path = %quarantined.display(),
+                    "a copy that moved away without a handoff (force-promoted elsewhere) was quarantined: it may hold records its new owner lacks");
+            }
+            Ok(Ok(None)) => {
                 tracing::info!(%destination, "copy of a partition that moved away removed")
             }
             Ok(Err(error)) => {
@@ -443,7 +495,10 @@ impl MoveRunner {
         let statuses = self.report();
         self.metrics
             .set(metrics::MOVES_INFLIGHT, &[], statuses.len() as f64);
-        for reason in ["copy_unverifiable", "source_dead_copy_behind"] {
+        for reason in [
+            super::worker::BLOCKED_COPY_UNVERIFIABLE,
+            super::worker::BLOCKED_SOURCE_DEAD_COPY_BEHIND,
+        ] {
             let count = statuses
                 .iter()
                 .filter(|status| status.blocked.as_deref() == Some(reason))

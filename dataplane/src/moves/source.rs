@@ -97,13 +97,18 @@ impl MoveSource {
         })
     }
 
-    /// `ListPartitionSegments`: the segments and their committed bytes.
+    /// `ListPartitionSegments`: the segments and their committed bytes,
+    /// and the consumer position read after them.
     ///
     /// # Errors
     /// As [`Self::serve`].
     pub fn list(&self, request: &ListPartitionSegments) -> Result<PartitionListing, RpcError> {
         let served = self.serve(&request.partition)?;
         let listing = served.log.transfer_listing();
+        let position = self
+            .consume
+            .position_now(&served.meta, served.destination.partition)
+            .map_err(|error| RpcError::unavailable(format!("consumer position: {error}")))?;
         Ok(PartitionListing {
             high_watermark: listing.high_watermark,
             files: listing
@@ -114,6 +119,10 @@ impl MoveSource {
                     bytes: segment.bytes,
                 })
                 .collect(),
+            position: HandoffFenced {
+                frontier: position.frontier,
+                acked_ahead: position.acked_ahead,
+            },
         })
     }
 

@@ -13,9 +13,14 @@ use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::portable::PortableDisk;
 use narad_meta::{Command, MoveTarget, SetMoveTargets};
+use narad_protocol::transfer::{
+    FenceHandoff, FetchSegmentChunk, HandoffFenced, HandoffPrepared, ListPartitionSegments,
+    PartitionListing, PrepareHandoff, ReleaseHandoff,
+};
 use parking_lot::Mutex;
 
-use super::{DirectLinks, MoveRunner};
+use super::worker::{LinkError, LinkFuture, SourceLink};
+use super::{DirectLinks, LinkFactory, MoveRunner};
 use crate::admin::{Admin, AdminError, AdminFuture};
 use crate::commit::{CommitBatch, CommitError, CommitItem, partition_dir};
 use crate::consume::service::ConsumeRequest;
@@ -97,6 +102,86 @@ impl crate::dispatch::LeaderConfirm for SwitchedLeader {
     }
 }
 
+/// Which transfer calls get no answer (a dead or cut-off source).
+#[derive(Debug, Default)]
+struct Faults {
+    /// Every call.
+    all: AtomicBool,
+    /// `FetchSegmentChunk`.
+    fetch: AtomicBool,
+    /// `FenceHandoff`.
+    fence: AtomicBool,
+}
+
+/// The direct links, through [`Faults`].
+#[derive(Debug)]
+struct FaultyLinks {
+    direct: Arc<DirectLinks>,
+    faults: Arc<Faults>,
+}
+
+impl LinkFactory for FaultyLinks {
+    fn link(&self, source: &str) -> Option<Arc<dyn SourceLink>> {
+        Some(Arc::new(FaultyLink {
+            inner: self.direct.link(source)?,
+            faults: Arc::clone(&self.faults),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct FaultyLink {
+    inner: Arc<dyn SourceLink>,
+    faults: Arc<Faults>,
+}
+
+impl FaultyLink {
+    fn cut(&self, call: &AtomicBool) -> bool {
+        self.faults.all.load(Ordering::Acquire) || call.load(Ordering::Acquire)
+    }
+}
+
+fn no_answer<'a, T: Send + 'a>() -> LinkFuture<'a, T> {
+    Box::pin(async { Err(LinkError::Unreachable("no answer (test)".into())) })
+}
+
+impl SourceLink for FaultyLink {
+    fn list(&self, request: ListPartitionSegments) -> LinkFuture<'_, PartitionListing> {
+        if self.cut(&AtomicBool::new(false)) {
+            return no_answer();
+        }
+        self.inner.list(request)
+    }
+
+    fn fetch(&self, request: FetchSegmentChunk) -> LinkFuture<'_, Bytes> {
+        if self.cut(&self.faults.fetch) {
+            return no_answer();
+        }
+        self.inner.fetch(request)
+    }
+
+    fn prepare(&self, request: PrepareHandoff) -> LinkFuture<'_, HandoffPrepared> {
+        if self.cut(&AtomicBool::new(false)) {
+            return no_answer();
+        }
+        self.inner.prepare(request)
+    }
+
+    fn fence(&self, request: FenceHandoff) -> LinkFuture<'_, HandoffFenced> {
+        if self.cut(&self.faults.fence) {
+            return no_answer();
+        }
+        self.inner.fence(request)
+    }
+
+    fn release(&self, request: ReleaseHandoff) -> LinkFuture<'_, ()> {
+        if self.cut(&AtomicBool::new(false)) {
+            return no_answer();
+        }
+        self.inner.release(request)
+    }
+}
+
 struct Cluster {
     log: Arc<SharedLog>,
     flips_blocked: Arc<AtomicBool>,
@@ -105,6 +190,8 @@ struct Cluster {
     replicas: Vec<Arc<MetadataReplica>>,
     nodes: Vec<Arc<DataNode>>,
     links: Arc<DirectLinks>,
+    faults: Arc<Faults>,
+    force_promote_after: Duration,
     runners: Vec<Arc<MoveRunner>>,
     disk: Arc<dyn Disk>,
     _dirs: Vec<tempfile::TempDir>,
@@ -113,6 +200,11 @@ struct Cluster {
 impl Cluster {
     /// Two nodes; `orders` (3 partitions) all on the source.
     fn start() -> Self {
+        Self::start_with(crate::moves::worker::FORCE_PROMOTE_AFTER)
+    }
+
+    /// As [`Self::start`], force-promoting after `force_promote_after`.
+    fn start_with(force_promote_after: Duration) -> Self {
         let log = Arc::new(SharedLog::default());
         let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(2).expect("portable disk"));
         let replicas: Vec<Arc<MetadataReplica>> = [SOURCE, TARGET]
@@ -151,6 +243,8 @@ impl Cluster {
             replicas,
             nodes: Vec::new(),
             links: Arc::new(DirectLinks::default()),
+            faults: Arc::new(Faults::default()),
+            force_promote_after,
             runners: Vec::new(),
             disk,
             _dirs: dirs,
@@ -182,13 +276,19 @@ impl Cluster {
                 }),
                 clock: Arc::new(narad_disk::clock::SystemClock::new()),
             },
-            config(self.data_dir(index), 7),
+            crate::node::DataNodeConfig {
+                force_promote_after: self.force_promote_after,
+                ..config(self.data_dir(index), 7)
+            },
         )
         .expect("start node");
         let node = Arc::new(node);
         let member = member_id(replica.local_node());
         self.links.insert(&member, Arc::clone(node.move_source()));
-        let runner = node.start_moves(Arc::clone(&self.links) as Arc<dyn super::LinkFactory>);
+        let runner = node.start_moves(Arc::new(FaultyLinks {
+            direct: Arc::clone(&self.links),
+            faults: Arc::clone(&self.faults),
+        }));
         (node, runner)
     }
 
@@ -489,6 +589,50 @@ async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_copy_flips_after_a_restart_while_the_source_is_unreachable() {
+    let mut cluster = Cluster::start();
+    for n in 0..40 {
+        cluster.commit(0, &format!("m{n}"));
+    }
+    cluster.flips_blocked.store(true, Ordering::Release);
+    cluster.target_partition(0);
+    let marker =
+        partition_dir(cluster.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
+    cluster
+        .wait_for("the copy to be whole and fenced", |_| marker.exists())
+        .await;
+    cluster.crash_and_restart(1);
+    // The source's fence is on its disk: the flip needs no answer from it.
+    cluster.faults.all.store(true, Ordering::Release);
+    cluster.flips_blocked.store(false, Ordering::Release);
+    cluster
+        .wait_for("the flip without the source", |c| {
+            c.owner(0).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    cluster.faults.all.store(false, Ordering::Release);
+    let old_dir = partition_dir(cluster.data_dir(0), TOPIC, 0);
+    cluster
+        .wait_for("the fenced old copy removed", |_| !old_dir.exists())
+        .await;
+    assert!(
+        cluster.nodes[0]
+            .logs()
+            .quarantined_partitions()
+            .expect("list")
+            .is_empty(),
+        "a fenced copy was handed off whole: nothing to quarantine"
+    );
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 0));
+    assert_eq!(
+        cluster.stored(1, 0),
+        (0..40).map(|n| format!("m{n}")).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_source_that_restarts_stays_frozen_until_the_flip() {
     let mut cluster = Cluster::start();
     for n in 0..100 {
@@ -682,4 +826,208 @@ async fn the_old_owner_keeps_its_copy_until_the_leader_confirms_it_may_go() {
     cluster
         .wait_for("the old owner's copy removed", |_| !old_copy.exists())
         .await;
+}
+
+/// Marks `node` dead (as the leader does once it stops heartbeating) or
+/// alive again (a heartbeat).
+fn set_alive(cluster: &Cluster, node: NodeId, alive: bool) {
+    let id = member_id(node);
+    let stamp = cluster.replicas[0]
+        .view()
+        .metastore
+        .member(&id)
+        .expect("member")
+        .last_heartbeat_ms;
+    let command = if alive {
+        Command::Heartbeat(narad_meta::Heartbeat {
+            id,
+            at_ms: stamp + 1_000,
+        })
+    } else {
+        Command::MarkDead(narad_meta::MarkDead {
+            id,
+            observed_heartbeat_ms: stamp,
+        })
+    };
+    cluster.log.apply(&command).expect("membership change");
+}
+
+/// The target's worker status for `partition`, if one runs.
+fn worker_status(cluster: &Cluster, partition: u32) -> Option<super::status::MoveWorkerStatus> {
+    cluster.runners[1]
+        .report()
+        .into_iter()
+        .find(|status| status.partition == partition)
+}
+
+/// Payloads of the log in `dir` (a partition directory under any name).
+fn payloads_in(disk: &Arc<dyn Disk>, dir: &Path) -> Vec<String> {
+    let log =
+        narad_plog::PartitionLog::open(Arc::clone(disk), dir, narad_plog::LogConfig::default())
+            .expect("open the copy");
+    let payloads = crate::testing::read_all(&log)
+        .into_iter()
+        .map(|record| String::from_utf8(record.payload).expect("utf-8"))
+        .collect();
+    log.close().expect("close");
+    payloads
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_sources_copy_is_force_promoted_and_its_old_copy_quarantined() {
+    let cluster = Cluster::start_with(Duration::from_millis(300));
+    for n in 0..100 {
+        cluster.commit(1, &format!("m{n}"));
+    }
+    // A consumer acks the first 10 on the source.
+    for delivery in consume_some(&cluster, 0, 1, 10).await {
+        cluster.nodes[0]
+            .consume()
+            .settle(
+                TOPIC,
+                1,
+                delivery.record.offset,
+                delivery.nonce,
+                Settle::Ack,
+            )
+            .expect("ack");
+    }
+    // The copy reaches the frozen high watermark; the fence gets no answer.
+    cluster.faults.fence.store(true, Ordering::Release);
+    cluster.target_partition(1);
+    cluster
+        .wait_for("the copy and a failed fence", |c| {
+            worker_status(c, 1)
+                .is_some_and(|status| status.attempts >= 1 && status.copied_bytes > 0)
+        })
+        .await;
+    // Cut off, the source's freeze ends (as an unfenced one lapses) and it
+    // commits five more that the copy never sees.
+    cluster.faults.all.store(true, Ordering::Release);
+    cluster.nodes[0]
+        .combiners()
+        .freezes()
+        .end(&Destination::new(TOPIC, 1));
+    for n in 100..105 {
+        cluster.commit(1, &format!("m{n}"));
+    }
+    // Not promoted while the source is merely unreachable.
+    for _ in 0..3 {
+        for runner in &cluster.runners {
+            runner.tick().await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(cluster.owner(1), Some(member_id(SOURCE)));
+    set_alive(&cluster, SOURCE, false);
+    cluster
+        .wait_for("the force-promote", |c| {
+            c.owner(1).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    let copied: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
+    let target_dir = partition_dir(cluster.data_dir(1), TOPIC, 1);
+    assert!(
+        !target_dir
+            .join(super::files::MOVE_MARKER_FILE_NAME)
+            .exists()
+    );
+    assert!(!target_dir.join(super::files::INCOMING_FILE_NAME).exists());
+    // The new owner starts from the position of the source's last listing.
+    let first = consume_some(&cluster, 1, 1, 1).await;
+    assert_eq!(
+        first.iter().map(|d| d.record.offset).collect::<Vec<_>>(),
+        vec![10],
+        "the acked prefix is not delivered again"
+    );
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 1));
+    assert_eq!(cluster.stored(1, 1), copied);
+    // The source comes back: its copy holds what the new owner lacks, so it
+    // is quarantined, not removed.
+    cluster.faults.all.store(false, Ordering::Release);
+    set_alive(&cluster, SOURCE, true);
+    let old_dir = partition_dir(cluster.data_dir(0), TOPIC, 1);
+    cluster
+        .wait_for("the old copy retired", |_| !old_dir.exists())
+        .await;
+    let quarantined = cluster.nodes[0]
+        .logs()
+        .quarantined_partitions()
+        .expect("list quarantined copies");
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let mut all = copied.clone();
+    all.extend((100..105).map(|n| format!("m{n}")));
+    assert_eq!(payloads_in(&cluster.disk, &quarantined[0]), all);
+    assert_eq!(
+        cluster.nodes[0]
+            .logs()
+            .quarantine_stats()
+            .expect("stats")
+            .copies,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_source_with_the_copy_behind_blocks_the_move_until_it_returns() {
+    let cluster = Cluster::start_with(Duration::from_millis(300));
+    for n in 0..50 {
+        cluster.commit(2, &format!("m{n}"));
+    }
+    // The source lists but sends no bytes, then is cut off and marked dead.
+    cluster.faults.fetch.store(true, Ordering::Release);
+    cluster.target_partition(2);
+    cluster
+        .wait_for("a listing and a failed fetch", |c| {
+            worker_status(c, 2).is_some_and(|status| status.attempts >= 1)
+        })
+        .await;
+    cluster.faults.all.store(true, Ordering::Release);
+    set_alive(&cluster, SOURCE, false);
+    cluster
+        .wait_for("the move reported blocked", |c| {
+            worker_status(c, 2).is_some_and(|status| {
+                status.blocked.as_deref() == Some(super::worker::BLOCKED_SOURCE_DEAD_COPY_BEHIND)
+            })
+        })
+        .await;
+    assert_eq!(cluster.owner(2), Some(member_id(SOURCE)));
+    cluster.runners[1].tick().await;
+    assert!(
+        cluster.nodes[1]
+            .api()
+            .metrics
+            .render()
+            .contains("narad_moves_blocked{reason=\"source_dead_copy_behind\"} 1")
+    );
+    // Back: the move completes through a handoff, and the old copy (fenced)
+    // is removed, not quarantined.
+    cluster.faults.all.store(false, Ordering::Release);
+    cluster.faults.fetch.store(false, Ordering::Release);
+    set_alive(&cluster, SOURCE, true);
+    cluster
+        .wait_for("the flip", |c| {
+            c.owner(2).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    let old_dir = partition_dir(cluster.data_dir(0), TOPIC, 2);
+    cluster
+        .wait_for("the old copy removed", |_| !old_dir.exists())
+        .await;
+    assert!(
+        cluster.nodes[0]
+            .logs()
+            .quarantined_partitions()
+            .expect("list")
+            .is_empty()
+    );
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 2));
+    assert_eq!(
+        cluster.stored(1, 2),
+        (0..50).map(|n| format!("m{n}")).collect::<Vec<_>>()
+    );
 }

@@ -14,8 +14,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use narad_meta::MemberStatus;
 use narad_meta::{Command, CompleteMove, IncarnationId};
 use narad_plog::PartitionLog;
 use narad_protocol::transfer::{
@@ -48,6 +49,19 @@ pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(500);
 
 /// Longest pause between attempts.
 pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(10);
+
+/// How long the source must have been marked dead before its copy here is
+/// force-promoted (the spec's `ForcePromoteAfter`).
+pub const FORCE_PROMOTE_AFTER: Duration = Duration::from_secs(120);
+
+/// Why a worker is stuck, as `blocked` reports it: the copy does not
+/// recover to the frozen high watermark.
+pub const BLOCKED_COPY_UNVERIFIABLE: &str = "copy_unverifiable";
+
+/// The source is dead past the force-promote delay and the copy here is
+/// behind its last known high watermark (or never reached it): the move
+/// waits for the source or for an abort.
+pub const BLOCKED_SOURCE_DEAD_COPY_BEHIND: &str = "source_dead_copy_behind";
 
 /// A future a [`SourceLink`] call returns.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LinkError>> + Send + 'a>>;
@@ -150,6 +164,27 @@ pub struct WorkerContext {
     pub admin: Arc<dyn Admin>,
     /// Confirms that a copy is no longer needed before it is reclaimed.
     pub leader: Arc<dyn LeaderConfirm>,
+    /// How long a dead source waits before its copy is force-promoted
+    /// ([`FORCE_PROMOTE_AFTER`]; shorter in tests).
+    pub force_promote_after: Duration,
+}
+
+/// What a worker keeps from one attempt to the next.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The directory was emptied for this worker's copy and `have` says
+    /// what it holds; false until then, and again after a failure that
+    /// leaves the copy in doubt.
+    started: bool,
+    /// Bytes below which each copied file is whole.
+    have: BTreeMap<String, u64>,
+    /// Chunks were written since the copy was last synced.
+    unsynced: bool,
+    /// The source's last listing: its high watermark and consumer
+    /// position (a force-promote's bar and starting position).
+    last_listing: Option<(u64, HandoffFenced)>,
+    /// When this worker first saw the source marked dead, in this spell.
+    source_dead_since: Option<Instant>,
 }
 
 /// One move to this node.
@@ -234,11 +269,12 @@ impl Worker {
     /// Runs attempts until the move completes or ends elsewhere.
     pub async fn run(self) -> Ending {
         let mut pause = RETRY_PAUSE_MIN;
+        let mut progress = Progress::default();
         loop {
             if !self.still_mine() {
                 return self.ended().await;
             }
-            match self.attempt().await {
+            match self.attempt(&mut progress).await {
                 Ok(()) => {
                     self.set_phase(MovePhase::Done);
                     return Ending::Completed;
@@ -247,20 +283,155 @@ impl Worker {
                 Err(error) => {
                     tracing::warn!(destination = %self.destination, source = self.source,
                         %error, "move attempt failed; trying again");
+                    // Copied bytes are committed bytes of the source, which
+                    // never change: an unreachable source leaves the copy
+                    // good for the next attempt (and for a force-promote).
+                    let unreachable = matches!(error, MoveError::Link(LinkError::Unreachable(_)));
+                    progress.started &= unreachable;
                     {
                         let mut status = self.status.lock();
                         status.attempts += 1;
                         status.last_error = Some(error.to_string());
                         status.blocked = match error {
-                            MoveError::Unverifiable { .. } => Some("copy_unverifiable".into()),
+                            MoveError::Unverifiable { .. } => {
+                                Some(BLOCKED_COPY_UNVERIFIABLE.into())
+                            }
                             _ => None,
                         };
+                    }
+                    if unreachable {
+                        match self.force_promote(&mut progress).await {
+                            Ok(true) => {
+                                self.set_phase(MovePhase::Done);
+                                return Ending::Completed;
+                            }
+                            Ok(false) => {}
+                            Err(MoveError::Ended) => return self.ended().await,
+                            Err(error) => {
+                                tracing::warn!(destination = %self.destination, %error,
+                                    "force-promote failed; trying again");
+                                self.status.lock().last_error = Some(error.to_string());
+                            }
+                        }
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_PAUSE_MAX);
                 }
             }
         }
+    }
+
+    /// Whether the replica shows the source marked dead; keeps when this
+    /// worker first saw it so (cleared when it is alive again).
+    fn source_dead_for(&self, progress: &mut Progress) -> Option<Duration> {
+        let dead = self
+            .context
+            .replica
+            .view()
+            .metastore
+            .member(&self.source)
+            .is_some_and(|member| member.status == MemberStatus::Dead);
+        if !dead {
+            progress.source_dead_since = None;
+            return None;
+        }
+        Some(
+            progress
+                .source_dead_since
+                .get_or_insert_with(Instant::now)
+                .elapsed(),
+        )
+    }
+
+    /// Spec §6 "Force-promote": once the source has been marked dead for
+    /// [`WorkerContext::force_promote_after`], a copy that reached the
+    /// source's last known high watermark becomes the partition without a
+    /// handoff. The copy is synced and verified, takes the consumer
+    /// position of the last listing (clamped to what it holds), gets a
+    /// marker with token 0, and the flip is proposed as
+    /// `ForcePromote`, which Raft applies only while the source is marked
+    /// dead. What the source committed after its last listing stays in its
+    /// own directory, which it quarantines when it comes back
+    /// (`files::left_copy`). `Ok(false)`: not now.
+    async fn force_promote(&self, progress: &mut Progress) -> Result<bool, MoveError> {
+        let Some(dead_for) = self.source_dead_for(progress) else {
+            return Ok(false);
+        };
+        if dead_for < self.context.force_promote_after {
+            self.set_phase(MovePhase::WaitingForSource);
+            return Ok(false);
+        }
+        let dir = self.dir();
+        let marker = {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.clone();
+            blocking(move || files::read_marker(&**logs.disk(), &dir))
+                .await
+                .map_err(disk("read the move marker"))?
+        };
+        if let Some(marker) = marker.filter(|m| self.marker_is_ours(m)) {
+            // Whole already: fenced by the source, or forced earlier.
+            self.flip(&dir, &marker).await?;
+            return Ok(true);
+        }
+        let behind = |worker: &Self| {
+            worker.status.lock().blocked = Some(BLOCKED_SOURCE_DEAD_COPY_BEHIND.into());
+            Ok(false)
+        };
+        let Some((last_high_watermark, position)) = progress.last_listing.clone() else {
+            return behind(self);
+        };
+        if !progress.started {
+            return behind(self);
+        }
+        let found = {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.clone();
+            let unsynced = progress.unsynced;
+            blocking(move || {
+                if unsynced {
+                    files::sync_all(&**logs.disk(), &dir)?;
+                }
+                verify_copy(&logs, &dir)
+            })
+            .await
+            .map_err(disk("sync and open the copy to verify it"))?
+        };
+        progress.unsynced = false;
+        if found < last_high_watermark {
+            tracing::warn!(destination = %self.destination, source = self.source, found,
+                last_high_watermark, "the source is dead and the copy is behind it; waiting");
+            return behind(self);
+        }
+        let fenced = HandoffFenced {
+            frontier: position.frontier.min(found),
+            acked_ahead: position
+                .acked_ahead
+                .into_iter()
+                .filter(|offset| *offset < found)
+                .collect(),
+        };
+        self.write_position(&dir, &fenced).await?;
+        let marker = MoveMarker {
+            source: self.source.clone(),
+            incarnation: self.incarnation.as_deref().unwrap_or("").to_owned(),
+            high_watermark: found,
+            token: 0,
+            applied_index: self.context.replica.view().applied_index,
+        };
+        {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.clone();
+            let marker = marker.clone();
+            blocking(move || files::write_marker(&**logs.disk(), &dir, &marker))
+                .await
+                .map_err(disk("write the move marker"))?;
+        }
+        tracing::warn!(destination = %self.destination, source = self.source,
+            high_watermark = found, dead_for_s = dead_for.as_secs(),
+            "force-promoting the copy: its source is dead");
+        self.flip(&dir, &marker).await?;
+        Ok(true)
     }
 
     /// The move is no longer in the replica: done if this node owns the
@@ -270,7 +441,7 @@ impl Worker {
             self.set_phase(MovePhase::Done);
             let dir = self.dir();
             let logs = Arc::clone(&self.context.logs);
-            let _ = blocking(move || remove_marker(&logs, &dir)).await;
+            let _ = blocking(move || files::remove_move_files(&**logs.disk(), &dir)).await;
             return Ending::Completed;
         }
         let dir = self.dir();
@@ -296,7 +467,7 @@ impl Worker {
     }
 
     /// One attempt, from wherever the directory stands.
-    async fn attempt(&self) -> Result<(), MoveError> {
+    async fn attempt(&self, progress: &mut Progress) -> Result<(), MoveError> {
         let dir = {
             let logs = Arc::clone(&self.context.logs);
             let destination = self.destination.clone();
@@ -318,16 +489,24 @@ impl Worker {
         if let Some(marker) = marker.filter(|m| self.marker_is_ours(m)) {
             return self.resume_from_marker(&dir, marker).await;
         }
-        {
+        if !progress.started {
             let logs = Arc::clone(&self.context.logs);
             let dir = dir.clone();
-            blocking(move || files::clear_dir(&**logs.disk(), &dir, &[]))
-                .await
-                .map_err(disk("clear the partition directory"))?;
+            let source = self.source.clone();
+            blocking(move || {
+                files::clear_dir(&**logs.disk(), &dir, &[])?;
+                files::write_incoming(&**logs.disk(), &dir, &source)
+            })
+            .await
+            .map_err(disk("clear the partition directory"))?;
+            self.status.lock().copied_bytes = 0;
+            *progress = Progress {
+                started: true,
+                source_dead_since: progress.source_dead_since,
+                ..Progress::default()
+            };
         }
-        self.status.lock().copied_bytes = 0;
-        let mut have = BTreeMap::new();
-        self.catch_up(&dir, &mut have).await?;
+        self.catch_up(&dir, progress).await?;
         if !self.still_mine() {
             return Err(MoveError::Ended);
         }
@@ -339,7 +518,14 @@ impl Worker {
                 target: self.me(),
             })
             .await?;
-        let finished = self.finish_copy(&dir, &mut have, &prepared).await;
+        progress.last_listing = Some((
+            prepared.high_watermark,
+            progress
+                .last_listing
+                .take()
+                .map_or_else(HandoffFenced::default, |(_, position)| position),
+        ));
+        let finished = self.finish_copy(&dir, progress, &prepared).await;
         let marker = match finished {
             Ok(marker) => marker,
             Err(error) => {
@@ -403,6 +589,14 @@ impl Worker {
                     message: "stale copy removed".into(),
                 }))
             }
+            // The fence is on the source's disk: it commits nothing more
+            // until the move ends, so the copy holds all of it and the
+            // flip needs no answer from it.
+            Err(LinkError::Unreachable(message)) if !marker.forced() => {
+                tracing::info!(destination = %self.destination, message,
+                    "the source does not answer; the fenced copy is flipped without it");
+                self.flip(dir, &marker).await
+            }
             Err(error) => {
                 self.set_phase(MovePhase::WaitingForSource);
                 Err(error.into())
@@ -415,7 +609,7 @@ impl Worker {
     async fn catch_up(
         &self,
         dir: &std::path::Path,
-        have: &mut BTreeMap<String, u64>,
+        progress: &mut Progress,
     ) -> Result<(), MoveError> {
         self.set_phase(MovePhase::Copying);
         let mut left_before = u64::MAX;
@@ -426,12 +620,13 @@ impl Worker {
                     partition: self.partition_ref(),
                 })
                 .await?;
-            let left = left_to_copy(&listing.files, have);
+            progress.last_listing = Some((listing.high_watermark, listing.position.clone()));
+            let left = left_to_copy(&listing.files, &progress.have);
             if left < LAG_BYTES || left >= left_before {
                 return Ok(());
             }
             left_before = left;
-            self.copy_files(dir, &listing.files, have, 0).await?;
+            self.copy_files(dir, &listing.files, progress, 0).await?;
             if !self.still_mine() {
                 return Err(MoveError::Ended);
             }
@@ -445,7 +640,7 @@ impl Worker {
     async fn finish_copy(
         &self,
         dir: &std::path::Path,
-        have: &mut BTreeMap<String, u64>,
+        progress: &mut Progress,
         prepared: &HandoffPrepared,
     ) -> Result<MoveMarker, MoveError> {
         let (segments, cursors): (Vec<FileExtent>, Vec<FileExtent>) = prepared
@@ -454,7 +649,8 @@ impl Worker {
             .cloned()
             .partition(|file| files::is_segment(&file.name));
         // Segments retention removed at the source during the copy.
-        let gone: Vec<String> = have
+        let gone: Vec<String> = progress
+            .have
             .keys()
             .filter(|name| !segments.iter().any(|file| &file.name == *name))
             .cloned()
@@ -473,15 +669,16 @@ impl Worker {
             .map_err(disk("remove segments retention deleted at the source"))?;
         }
         for name in gone {
-            have.remove(&name);
+            progress.have.remove(&name);
         }
-        self.copy_files(dir, &segments, have, prepared.token)
+        self.copy_files(dir, &segments, progress, prepared.token)
             .await?;
         // Cursor files are copied whole, fresh.
         for cursor in &cursors {
-            have.remove(&cursor.name);
+            progress.have.remove(&cursor.name);
         }
-        self.copy_files(dir, &cursors, have, prepared.token).await?;
+        self.copy_files(dir, &cursors, progress, prepared.token)
+            .await?;
         let verified = {
             let logs = Arc::clone(&self.context.logs);
             let dir = dir.to_path_buf();
@@ -540,15 +737,15 @@ impl Worker {
     }
 
     /// Copies `[have, bytes)` of every file in `wanted`, in chunks, then
-    /// syncs what it wrote.
+    /// syncs what it wrote (and what an earlier, failed call wrote).
     async fn copy_files(
         &self,
         dir: &std::path::Path,
         wanted: &[FileExtent],
-        have: &mut BTreeMap<String, u64>,
+        progress: &mut Progress,
         token: u64,
     ) -> Result<(), MoveError> {
-        let mut touched = false;
+        let have = &mut progress.have;
         for file in wanted {
             if !have.contains_key(&file.name) {
                 // An empty file still counts: an empty active segment
@@ -560,22 +757,23 @@ impl Worker {
                     .await
                     .map_err(disk("create a copied file"))?;
                 have.insert(file.name.clone(), 0);
-                touched = true;
+                progress.unsynced = true;
             }
             let from = have.get(&file.name).copied().unwrap_or(0);
             if from < file.bytes {
                 let copied = self.copy_range(dir, file, from, token).await;
                 have.insert(file.name.clone(), copied.at);
-                touched = true;
+                progress.unsynced = true;
                 copied.outcome?;
             }
         }
-        if touched {
+        if progress.unsynced {
             let logs = Arc::clone(&self.context.logs);
             let dir = dir.to_path_buf();
             blocking(move || files::sync_all(&**logs.disk(), &dir))
                 .await
                 .map_err(disk("sync the copy"))?;
+            progress.unsynced = false;
         }
         Ok(())
     }
@@ -660,23 +858,44 @@ impl Worker {
         let Some(id) = self.incarnation_id() else {
             return Err(MoveError::Ended);
         };
-        let command = Command::CompleteMove(CompleteMove {
+        let flip = CompleteMove {
             topic: self.destination.topic.to_string(),
             id,
             partition: self.destination.partition,
             source: marker.source.clone(),
             target: self.me(),
-        });
+        };
+        let command = if marker.forced() {
+            Command::ForcePromote(flip)
+        } else {
+            Command::CompleteMove(flip)
+        };
         match self.context.admin.propose(command).await {
             Ok(()) => {
                 tracing::info!(destination = %self.destination, source = self.source,
                     "move completed: this node owns the partition");
                 let logs = Arc::clone(&self.context.logs);
                 let dir = dir.to_path_buf();
-                let _ = blocking(move || remove_marker(&logs, &dir)).await;
+                let _ = blocking(move || files::remove_move_files(&**logs.disk(), &dir)).await;
                 Ok(())
             }
             Err(AdminError::Refused { .. }) if self.owned_here() => Ok(()),
+            Err(AdminError::Refused { message, .. }) if marker.forced() && self.still_mine() => {
+                // The source is alive again: it serves on, and the copy
+                // goes through a handoff after all.
+                let logs = Arc::clone(&self.context.logs);
+                let dir = dir.to_path_buf();
+                blocking(move || {
+                    let path = dir.join(files::MOVE_MARKER_FILE_NAME);
+                    logs.disk().remove_file(&path)?;
+                    logs.disk().sync_dir(&dir)
+                })
+                .await
+                .map_err(disk("remove a refused force-promote's marker"))?;
+                Err(MoveError::FlipPending(format!(
+                    "force-promote refused: {message}"
+                )))
+            }
             Err(AdminError::Refused { message, .. }) => {
                 tracing::info!(destination = %self.destination, message, "flip refused: the move changed");
                 Err(MoveError::Ended)
@@ -711,15 +930,6 @@ fn verify_copy(logs: &LocalLogs, dir: &std::path::Path) -> std::io::Result<u64> 
     let high_watermark = log.high_watermark();
     log.close().map_err(std::io::Error::other)?;
     Ok(high_watermark)
-}
-
-fn remove_marker(logs: &LocalLogs, dir: &std::path::Path) -> std::io::Result<()> {
-    let path = dir.join(files::MOVE_MARKER_FILE_NAME);
-    if logs.disk().exists(&path)? {
-        logs.disk().remove_file(&path)?;
-        logs.disk().sync_dir(dir)?;
-    }
-    Ok(())
 }
 
 fn disk<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> MoveError {
