@@ -9,7 +9,8 @@
 //! - [`source`]: the owner's side: listing, chunks, the freeze and its
 //!   fence (the freeze itself is the commit stage's, `commit::freeze`);
 //! - [`runner`]: starts workers for moves headed here, ends freezes whose
-//!   move is over, removes copies of partitions that moved away;
+//!   move is over, reclaims copies of partitions that moved away (removed
+//!   when the new owner holds all they hold, else quarantined);
 //! - [`service`]: the transfer operations on the cluster transport;
 //! - [`files`]: what travels and what the target writes;
 //! - [`status`]: what a worker reports.
@@ -25,10 +26,14 @@
 //! fence: acks landing after it, and leases outstanding at the flip, are
 //! delivered again by the new owner (at-least-once).
 //!
-//! What it does not do yet: force-promote a copy when the source is dead
-//! (a move whose source is down waits for it), and pause consumes of a
-//! frozen partition (they go on at the source; what they deliver after the
-//! fence is delivered again).
+//! A source that stays dead for 2 minutes is promoted past: a copy that
+//! reached the source's last listed high watermark flips with
+//! `ForcePromote`, a compare-and-set that holds only while the source is
+//! marked dead. What the source committed after that listing stays in its
+//! own copy, which is quarantined when it comes back.
+//!
+//! What it does not do yet: stage the copy in `.moves/` (it is written in
+//! place, and `move.incoming`/`move.marker` say what it is).
 
 pub mod files;
 pub mod runner;
