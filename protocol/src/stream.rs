@@ -72,15 +72,16 @@ pub(crate) async fn write_loop(
     while let Some(item) = queue.recv().await {
         match item {
             Outgoing::Frame(frame) => {
-                let allowed = budget.for_frame(frame.len());
-                match tokio::time::timeout(allowed, send.write_all(&frame)).await {
+                let (len, allowed) = (frame.len(), budget.for_frame(frame.len()));
+                // Handed over whole: quinn keeps the `Bytes` instead of
+                // copying it into a buffer of its own.
+                match tokio::time::timeout(allowed, send.write_chunk(frame)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(error)) => return Some(error.to_string()),
                     Err(_) => {
                         let _ = send.reset(codes::WRITE_TIMEOUT);
                         return Some(format!(
-                            "peer did not take a {}-byte frame within {allowed:?}",
-                            frame.len()
+                            "peer did not take a {len}-byte frame within {allowed:?}"
                         ));
                     }
                 }

@@ -5,7 +5,7 @@
 use std::io;
 use std::path::Path;
 
-use narad_disk::{Disk, IoBuf, OpenOptions};
+use narad_disk::{Disk, IO_ALIGN, IoBuf, OpenOptions};
 use narad_plog::segment::parse_segment_file_name;
 
 use crate::commit::incarnation::partition_quarantine_name;
@@ -114,7 +114,19 @@ pub fn clear_dir(disk: &dyn Disk, dir: &Path, keep: &[&str]) -> io::Result<()> {
     disk.sync_dir(dir)
 }
 
-/// Writes `data` into `dir/name` at `offset` (creating the file).
+/// Writes `data` into `dir/name` at `offset` (creating the file) and
+/// syncs it before returning.
+///
+/// A chunk is synced at once, not when the copy ends, so that a copy never
+/// leaves a gigabyte of dirty pages behind: their writeback, all at the end,
+/// would queue every WAL flush on the node behind it for seconds. Synced a
+/// chunk at a time, the disk interleaves the two.
+///
+/// A chunk whose offset and length are multiples of [`IO_ALIGN`] (every
+/// whole 4 MiB chunk) goes past the page cache (`O_DIRECT` with
+/// `RWF_DSYNC`): copying it into cached pages cost the target more CPU
+/// than anything else in a move, and nothing reads a copy before the flip.
+/// A file system that refuses `O_DIRECT` takes it buffered.
 ///
 /// # Errors
 /// Any disk error.
@@ -125,8 +137,20 @@ pub fn write_chunk(
     offset: u64,
     data: &[u8],
 ) -> io::Result<()> {
-    let file = disk.open(&dir.join(name), OpenOptions::CREATE)?;
-    file.write_at(offset, IoBuf::from_slice(data)).wait()?;
+    let path = dir.join(name);
+    let aligned = !data.is_empty()
+        && offset.is_multiple_of(IO_ALIGN as u64)
+        && data.len().is_multiple_of(IO_ALIGN);
+    let direct = OpenOptions {
+        direct_io: true,
+        ..OpenOptions::CREATE
+    };
+    let file = match aligned.then(|| disk.open(&path, direct)) {
+        Some(Ok(file)) => file,
+        Some(Err(error)) if error.kind() != io::ErrorKind::InvalidInput => return Err(error),
+        _ => disk.open(&path, OpenOptions::CREATE)?,
+    };
+    file.write_and_sync_now(offset, IoBuf::from_slice(data))?;
     Ok(())
 }
 
@@ -399,6 +423,36 @@ mod tests {
             b"89"
         );
         assert!(read_chunk(&disk, dir.path(), "hwm", 0, 1, None).is_err());
+    }
+
+    #[test]
+    fn a_written_chunk_survives_a_power_loss_aligned_or_not() {
+        let disk = narad_disk::sim::SimDisk::new(7);
+        let dir = Path::new("/p");
+        disk.create_dir_all(dir).unwrap();
+        let name = "00000000000000000000.log";
+        let whole: Vec<u8> = (0..3 * IO_ALIGN + 100).map(|i| (i % 251) as u8).collect();
+        // Two page-aligned chunks (the direct path), then an unaligned tail.
+        write_chunk(&disk, dir, name, 0, &whole[..IO_ALIGN]).unwrap();
+        write_chunk(
+            &disk,
+            dir,
+            name,
+            IO_ALIGN as u64,
+            &whole[IO_ALIGN..3 * IO_ALIGN],
+        )
+        .unwrap();
+        write_chunk(
+            &disk,
+            dir,
+            name,
+            3 * IO_ALIGN as u64,
+            &whole[3 * IO_ALIGN..],
+        )
+        .unwrap();
+        disk.sync_dir(dir).unwrap();
+        disk.crash(narad_disk::sim::Tear::LastWrite);
+        assert_eq!(disk.read_file(&dir.join(name)).unwrap(), whole);
     }
 
     #[test]

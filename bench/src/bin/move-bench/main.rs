@@ -6,10 +6,11 @@
 //! [`narad_bench::cluster`]), creates a topic of 4 partitions, which a
 //! fresh cluster places round robin (partition 3 on node 1 beside
 //! partition 0), and fills partition 3 with `--bytes` (1 GiB by default)
-//! through batch produces pinned to it. Then it drives an open-loop load of
-//! `--rate` keyless single produces a second (see [`load`]) over data
-//! nodes 1-3 and, after a warm-up and the `--before` window, drops the
-//! partition's cached pages on node 1 and starts data node 4. Each node
+//! through batch produces pinned to it, and drops the partition's cached
+//! pages on node 1 (see [`FREED_PAGES_SETTLE`]). Then it drives an
+//! open-loop load of `--rate` keyless single produces a second (see
+//! [`load`]) over data nodes 1-3 and, after a warm-up and the `--before`
+//! window, starts data node 4. Each node
 //! then should hold one partition, so the planner moves exactly one:
 //! partition 3 (the highest of the over-quota node) from node 1 to node 4;
 //! anything else fails the run. The move runs from node 4 answering
@@ -59,6 +60,12 @@ const TARGET_NODE: &str = "4";
 /// 4 has joined (each node ⌊4/4⌋ = 1; node 1 gives up its highest).
 const OWNERS_PLACED: [&str; PARTITIONS] = ["1", "2", "3", "1"];
 const OWNERS_MOVED: [&str; PARTITIONS] = ["1", "2", "3", "4"];
+/// Pause between dropping the moved partition's cached pages and the load.
+/// A VM's balloon driver hands freed memory back to its host about 2 s
+/// after it was freed, and on this project's VMs that stalled every
+/// process's I/O for about 0.4 s: dropped just before node 4 starts, it
+/// landed in the move's window, though no move caused it.
+const FREED_PAGES_SETTLE: Duration = Duration::from_secs(4);
 /// Load before the `--before` window, not counted.
 const WARMUP: Duration = Duration::from_secs(2);
 /// How often the move is looked at.
@@ -228,7 +235,7 @@ fn note_method(report: &mut Report, options: &Options) {
              partition's size_bytes as node 4 describes it after the flip; copy_mb_per_s = \
              moved_bytes / move_seconds (10^6 bytes); move_worker_*: node 4's own \
              narad_moves_duration_seconds (worker start to flip) and narad_moves_bytes_total; the \
-             partition's cached pages on node 1 were dropped (fadvise) just before node 4 started",
+             partition's cached pages on node 1 were dropped (fadvise) before the load started",
             POLL.as_millis()
         ),
     );
@@ -279,15 +286,6 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
         "a fresh cluster of three data nodes places four partitions round robin",
     )?;
     fill(&addrs, options, report).await?;
-
-    let load = Load::start(&addrs, TOPIC, options.rate).await?;
-    let before_from = load.started() + WARMUP;
-    tokio::time::sleep_until(before_from.into()).await;
-    let cpu_before_from = cluster.cpu_seconds();
-    tokio::time::sleep_until((before_from + options.before).into()).await;
-    let before_to = Instant::now();
-    let cpu_before_to = cluster.cpu_seconds();
-
     let source_dir = cluster
         .data_dir(1)
         .join("topics")
@@ -298,6 +296,16 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
             .await
             .map_err(io::Error::other)??;
     report.set("source_files_uncached_bytes", uncached as f64);
+    tokio::time::sleep(FREED_PAGES_SETTLE).await;
+
+    let load = Load::start(&addrs, TOPIC, options.rate).await?;
+    let before_from = load.started() + WARMUP;
+    tokio::time::sleep_until(before_from.into()).await;
+    let cpu_before_from = cluster.cpu_seconds();
+    tokio::time::sleep_until((before_from + options.before).into()).await;
+    let before_to = Instant::now();
+    let cpu_before_to = cluster.cpu_seconds();
+
     let joining = Instant::now();
     let target = cluster.add_data_node().await?;
     let ready = Instant::now();
