@@ -229,12 +229,10 @@ impl PartitionLog {
         {
             match item {
                 ScanItem::Frame {
-                    position,
-                    header,
-                    bytes,
+                    position, header, ..
                 } => {
                     index.note_frame(header.base_offset, position);
-                    last_frame = Some(bytes);
+                    last_frame = Some((position, header));
                 }
                 ScanItem::Damaged {
                     position,
@@ -249,9 +247,17 @@ impl PartitionLog {
                 }
             }
         }
-        let last_write_ms = last_frame
-            .and_then(|bytes| frame::decode_frame(&bytes, self.config.frame_bytes_max).ok())
-            .and_then(|(_, records)| records.last().map(|r| r.committed_at_ms));
+        let last_write_ms = match last_frame {
+            Some((position, header)) => {
+                let bytes = scanner
+                    .frame_again(position, &header)
+                    .map_err(LogError::io("scan a sealed segment"))?;
+                frame::decode_frame(bytes, self.config.frame_bytes_max)
+                    .ok()
+                    .and_then(|(_, records)| records.last().map(|r| r.committed_at_ms))
+            }
+            None => None,
+        };
         let _ = segment.last_write_ms.set(last_write_ms);
         Ok(index)
     }
@@ -316,7 +322,7 @@ impl Reader {
                 continue;
             }
             // The scan checked this frame's CRC over exactly these bytes.
-            match frame::decode_checked_frame(&bytes, &header) {
+            match frame::decode_checked_frame(bytes, &header) {
                 Ok(records) => self.take_records(records, bound),
                 Err(error) => {
                     tracing::error!(segment = %view.file.path().display(), base_offset = header.base_offset, %error, "frame passed its CRC but does not decode");

@@ -24,12 +24,13 @@ pub(crate) const READ_FIRST_CHUNK_BYTES: usize = 64 << 10;
 
 /// One step of a scan.
 #[derive(Debug)]
-pub(crate) enum ScanItem {
-    /// A frame that passed its CRC; `bytes` is the whole frame.
+pub(crate) enum ScanItem<'s> {
+    /// A frame that passed its CRC; `bytes` is the whole frame, borrowed
+    /// from the scan's buffer until the next step.
     Frame {
         position: u64,
         header: FrameHeader,
-        bytes: Vec<u8>,
+        bytes: &'s [u8],
     },
     /// Bytes `[position, end_position)` hold no valid frame. `end_position`
     /// is where the next valid frame starts, or the end of the scan.
@@ -106,14 +107,16 @@ impl<'f> FrameScanner<'f> {
     ///
     /// # Errors
     /// A read error of the disk; the scan cannot go on past it.
-    pub(crate) fn next_item(&mut self) -> io::Result<Option<ScanItem>> {
+    pub(crate) fn next_item(&mut self) -> io::Result<Option<ScanItem<'_>>> {
         if self.position >= self.end {
             return Ok(None);
         }
         let position = self.position;
-        if let Some((header, bytes)) = self.frame_at(position)? {
+        if let Some(header) = self.frame_at(position)? {
             self.position = position + header.frame_bytes();
             self.expected_offset = header.end_offset();
+            // Still in the buffer: frame_at just checked these bytes there.
+            let bytes = self.window(position, header.frame_bytes() as usize)?;
             return Ok(Some(ScanItem::Frame {
                 position,
                 header,
@@ -128,8 +131,18 @@ impl<'f> FrameScanner<'f> {
         }))
     }
 
-    /// The valid frame starting exactly at `position`, if there is one.
-    fn frame_at(&mut self, position: u64) -> io::Result<Option<(FrameHeader, Vec<u8>)>> {
+    /// The bytes of a frame this scan returned earlier at `position`,
+    /// read again if the buffer moved past them.
+    ///
+    /// # Errors
+    /// A read error of the disk.
+    pub(crate) fn frame_again(&mut self, position: u64, header: &FrameHeader) -> io::Result<&[u8]> {
+        self.window(position, header.frame_bytes() as usize)
+    }
+
+    /// The header of the valid frame starting exactly at `position`, if
+    /// there is one; its bytes are then in the buffer.
+    fn frame_at(&mut self, position: u64) -> io::Result<Option<FrameHeader>> {
         let frame_bytes_max = self.frame_bytes_max;
         let head = self.window(position, FRAME_HEADER_BYTES)?;
         let Ok(header) = FrameHeader::parse(head, frame_bytes_max) else {
@@ -142,7 +155,7 @@ impl<'f> FrameScanner<'f> {
         if frame::check_frame(bytes, frame_bytes_max).is_err() {
             return Ok(None);
         }
-        Ok(Some((header, bytes.to_vec())))
+        Ok(Some(header))
     }
 
     /// The position of the next valid frame at or after `from`, or the end.
@@ -210,8 +223,14 @@ impl<'f> FrameScanner<'f> {
                         ),
                     ));
                 }
-                self.buf.extend_from_slice(&bytes);
                 buf_end += bytes.len() as u64;
+                if self.buf.is_empty() {
+                    // Nothing kept: take the read's buffer instead of
+                    // copying it.
+                    self.buf = bytes;
+                } else {
+                    self.buf.extend_from_slice(&bytes);
+                }
             }
             if self.read_ahead && buf_end < self.end && self.ahead.is_none() {
                 let read_len = (self.end - buf_end).min(self.chunk as u64);

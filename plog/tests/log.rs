@@ -484,6 +484,32 @@ fn stats_describe_the_partition() {
 }
 
 #[test]
+fn a_reopened_log_reads_its_sealed_segment_and_knows_its_last_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut committed = 0u64;
+    {
+        let log = open(dir.path(), small_config());
+        for round in 0..20u64 {
+            commit(&log, &numbered(committed, 3, 1_000 + round)).unwrap();
+            committed += 3;
+        }
+        log.close().unwrap();
+    }
+    let files = segment_files(dir.path());
+    let second_base: u64 = files[1][..20].parse().unwrap();
+    let log = open(dir.path(), small_config());
+    // The first read of the sealed segment rebuilds its index, and with it
+    // the time of its newest record, from the frames it walks.
+    let batch = log.read(0, second_base, ReadLimits::default()).unwrap();
+    assert_eq!(batch.entries.len() as u64, second_base);
+    assert_eq!(batch.next_offset, second_base);
+    assert_eq!(
+        log.stats().unwrap().oldest_segment_time_ms,
+        Some(1_000 + second_base / 3 - 1)
+    );
+}
+
+#[test]
 fn retention_deletes_expired_sealed_segments_and_reads_below_report_trimmed() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), small_config());
