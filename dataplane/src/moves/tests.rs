@@ -4,7 +4,7 @@
 //! source's transfer calls directly.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -310,6 +310,22 @@ impl Cluster {
         self._dirs[index].path()
     }
 
+    /// Commits `messages` (`m0`, `m1`, ...) to partition 0, blocks
+    /// flips, moves partition 0 to the target and waits until its copy
+    /// is whole and fenced; returns the target's `move.marker`.
+    async fn fence_a_copy_of_partition_0(&mut self, messages: usize) -> PathBuf {
+        for n in 0..messages {
+            self.commit(0, &format!("m{n}"));
+        }
+        self.flips_blocked.store(true, Ordering::Release);
+        self.target_partition(0);
+        let marker =
+            partition_dir(self.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
+        self.wait_for("the copy to be whole and fenced", |_| marker.exists())
+            .await;
+        marker
+    }
+
     fn target_partition(&self, partition: u32) {
         self.log
             .apply(&Command::SetMoveTargets(SetMoveTargets {
@@ -545,16 +561,7 @@ async fn an_aborted_move_leaves_the_source_serving_and_no_copy_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
     let mut cluster = Cluster::start();
-    for n in 0..100 {
-        cluster.commit(0, &format!("m{n}"));
-    }
-    cluster.flips_blocked.store(true, Ordering::Release);
-    cluster.target_partition(0);
-    let marker =
-        partition_dir(cluster.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
-    cluster
-        .wait_for("the copy to be whole and fenced", |_| marker.exists())
-        .await;
+    let marker = cluster.fence_a_copy_of_partition_0(100).await;
     // Fenced: the source takes no commit for the partition now.
     let destination = Destination::new(TOPIC, 0);
     let refused = cluster.nodes[0].combiners().commit(
@@ -591,16 +598,7 @@ async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_copy_flips_after_a_restart_while_the_source_is_unreachable() {
     let mut cluster = Cluster::start();
-    for n in 0..40 {
-        cluster.commit(0, &format!("m{n}"));
-    }
-    cluster.flips_blocked.store(true, Ordering::Release);
-    cluster.target_partition(0);
-    let marker =
-        partition_dir(cluster.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
-    cluster
-        .wait_for("the copy to be whole and fenced", |_| marker.exists())
-        .await;
+    cluster.fence_a_copy_of_partition_0(40).await;
     cluster.crash_and_restart(1);
     // The source's fence is on its disk: the flip needs no answer from it.
     cluster.faults.all.store(true, Ordering::Release);
@@ -635,16 +633,7 @@ async fn a_fenced_copy_flips_after_a_restart_while_the_source_is_unreachable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_source_that_restarts_stays_frozen_until_the_flip() {
     let mut cluster = Cluster::start();
-    for n in 0..100 {
-        cluster.commit(0, &format!("m{n}"));
-    }
-    cluster.flips_blocked.store(true, Ordering::Release);
-    cluster.target_partition(0);
-    let marker =
-        partition_dir(cluster.data_dir(1), TOPIC, 0).join(super::files::MOVE_MARKER_FILE_NAME);
-    cluster
-        .wait_for("the copy to be whole and fenced", |_| marker.exists())
-        .await;
+    cluster.fence_a_copy_of_partition_0(100).await;
     cluster.crash_and_restart(0);
     // The restarted source reads its fence before its first commit.
     let destination = Destination::new(TOPIC, 0);

@@ -362,14 +362,7 @@ impl Worker {
             return Ok(false);
         }
         let dir = self.dir();
-        let marker = {
-            let logs = Arc::clone(&self.context.logs);
-            let dir = dir.clone();
-            blocking(move || files::read_marker(&**logs.disk(), &dir))
-                .await
-                .map_err(disk("read the move marker"))?
-        };
-        if let Some(marker) = marker.filter(|m| self.marker_is_ours(m)) {
+        if let Some(marker) = self.our_marker(&dir).await? {
             // Whole already: fenced by the source, or forced earlier.
             self.flip(&dir, &marker).await?;
             return Ok(true);
@@ -411,22 +404,8 @@ impl Worker {
                 .filter(|offset| *offset < found)
                 .collect(),
         };
-        self.write_position(&dir, &fenced).await?;
-        let marker = MoveMarker {
-            source: self.source.clone(),
-            incarnation: self.incarnation.as_deref().unwrap_or("").to_owned(),
-            high_watermark: found,
-            token: 0,
-            applied_index: self.context.replica.view().applied_index,
-        };
-        {
-            let logs = Arc::clone(&self.context.logs);
-            let dir = dir.clone();
-            let marker = marker.clone();
-            blocking(move || files::write_marker(&**logs.disk(), &dir, &marker))
-                .await
-                .map_err(disk("write the move marker"))?;
-        }
+        // Token 0: a forced marker, which only `ForcePromote` may flip.
+        let marker = self.seal_copy(&dir, &fenced, found, 0).await?;
         tracing::warn!(destination = %self.destination, source = self.source,
             high_watermark = found, dead_for_s = dead_for.as_secs(),
             "force-promoting the copy: its source is dead");
@@ -479,14 +458,7 @@ impl Worker {
             .await
             .map_err(disk("prepare the partition directory"))?
         };
-        let marker = {
-            let logs = Arc::clone(&self.context.logs);
-            let dir = dir.clone();
-            blocking(move || files::read_marker(&**logs.disk(), &dir))
-                .await
-                .map_err(disk("read the move marker"))?
-        };
-        if let Some(marker) = marker.filter(|m| self.marker_is_ours(m)) {
+        if let Some(marker) = self.our_marker(&dir).await? {
             return self.resume_from_marker(&dir, marker).await;
         }
         if !progress.started {
@@ -540,6 +512,16 @@ impl Worker {
             }
         };
         self.flip(&dir, &marker).await
+    }
+
+    /// The `move.marker` in `dir`, if there is one and it is this move's.
+    async fn our_marker(&self, dir: &std::path::Path) -> Result<Option<MoveMarker>, MoveError> {
+        let logs = Arc::clone(&self.context.logs);
+        let dir = dir.to_path_buf();
+        let marker = blocking(move || files::read_marker(&**logs.disk(), &dir))
+            .await
+            .map_err(disk("read the move marker"))?;
+        Ok(marker.filter(|m| self.marker_is_ours(m)))
     }
 
     fn marker_is_ours(&self, marker: &MoveMarker) -> bool {
@@ -699,24 +681,37 @@ impl Worker {
                 high_watermark: prepared.high_watermark,
             })
             .await?;
-        self.write_position(dir, &fenced).await?;
+        let marker = self
+            .seal_copy(dir, &fenced, prepared.high_watermark, prepared.token)
+            .await?;
+        tracing::info!(destination = %self.destination, source = self.source,
+            high_watermark = prepared.high_watermark, "partition copy whole, verified and fenced");
+        Ok(marker)
+    }
+
+    /// Writes the consumer position, then `move.marker` for a copy whole
+    /// at `high_watermark` under the fence `token`: from here on the copy
+    /// may become the partition.
+    async fn seal_copy(
+        &self,
+        dir: &std::path::Path,
+        position: &HandoffFenced,
+        high_watermark: u64,
+        token: u64,
+    ) -> Result<MoveMarker, MoveError> {
+        self.write_position(dir, position).await?;
         let marker = MoveMarker {
             source: self.source.clone(),
             incarnation: self.incarnation.as_deref().unwrap_or("").to_owned(),
-            high_watermark: prepared.high_watermark,
-            token: prepared.token,
+            high_watermark,
+            token,
             applied_index: self.context.replica.view().applied_index,
         };
-        {
-            let logs = Arc::clone(&self.context.logs);
-            let dir = dir.to_path_buf();
-            let marker = marker.clone();
-            blocking(move || files::write_marker(&**logs.disk(), &dir, &marker))
-                .await
-                .map_err(disk("write the move marker"))?;
-        }
-        tracing::info!(destination = %self.destination, source = self.source,
-            high_watermark = prepared.high_watermark, "partition copy whole, verified and fenced");
+        let logs = Arc::clone(&self.context.logs);
+        let (dir, written) = (dir.to_path_buf(), marker.clone());
+        blocking(move || files::write_marker(&**logs.disk(), &dir, &written))
+            .await
+            .map_err(disk("write the move marker"))?;
         Ok(marker)
     }
 

@@ -120,10 +120,7 @@ fn a_draining_or_dead_member_is_no_target() {
         store.apply(set_targets(&[(0, "n1", "n3")])),
         Err(MetastoreError::MemberNotReceiver { id: "n3".into() })
     );
-    store.ok(Command::MarkDead(MarkDead {
-        id: "n2".into(),
-        observed_heartbeat_ms: 1_000,
-    }));
+    store.ok(mark_dead("n2"));
     assert_eq!(
         store.apply(set_targets(&[(0, "n1", "n2")])),
         Err(MetastoreError::MemberNotReceiver { id: "n2".into() })
@@ -165,6 +162,15 @@ fn a_flip_after_an_abort_or_for_another_move_is_refused() {
     assert_eq!(store.meta.owner("t", 0), Some("n1"));
 }
 
+/// The controller's judgement that `id` died (its last heartbeat seen at
+/// 1 s).
+fn mark_dead(id: &str) -> Command {
+    Command::MarkDead(MarkDead {
+        id: id.into(),
+        observed_heartbeat_ms: 1_000,
+    })
+}
+
 fn force(partition: u32, source: &str, target: &str) -> Command {
     let Command::CompleteMove(body) = complete(partition, source, target) else {
         unreachable!("complete() builds a CompleteMove");
@@ -184,10 +190,7 @@ fn a_force_promote_needs_the_source_marked_dead() {
         })
     );
     assert_eq!(store.meta.owner("t", 0), Some("n1"));
-    store.ok(Command::MarkDead(MarkDead {
-        id: "n1".into(),
-        observed_heartbeat_ms: 1_000,
-    }));
+    store.ok(mark_dead("n1"));
     // Still the flip's compare-and-set: another target cannot take it.
     assert_eq!(
         store.apply(force(0, "n1", "n2")),
@@ -203,10 +206,7 @@ fn a_force_promote_needs_the_source_marked_dead() {
 fn a_source_back_alive_refuses_the_force_promote() {
     let mut store = placed();
     store.ok(set_targets(&[(0, "n1", "n3")]));
-    store.ok(Command::MarkDead(MarkDead {
-        id: "n1".into(),
-        observed_heartbeat_ms: 1_000,
-    }));
+    store.ok(mark_dead("n1"));
     store.ok(Command::Heartbeat(Heartbeat {
         id: "n1".into(),
         at_ms: 2_000,
@@ -323,10 +323,7 @@ fn a_decommission_is_blocked_for_good_without_receivers_or_with_a_dead_owner() {
     );
     store.member("n2");
     assert_eq!(store.meta.decommission_blocks("n1"), []);
-    store.ok(Command::MarkDead(MarkDead {
-        id: "n1".into(),
-        observed_heartbeat_ms: 1_000,
-    }));
+    store.ok(mark_dead("n1"));
     let blocks = store.meta.decommission_blocks("n1");
     assert_eq!(blocks, [DecommissionBlock::OwnerDead]);
     assert!(blocks[0].is_permanent());
