@@ -195,3 +195,36 @@ pub(crate) fn server(command: &ServerCommand, connection: &Connection) -> Outcom
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_server_without_the_cluster_routes_is_said_not_to_support_them() {
+        for unknown_route in [answer(404, "Not Found"), answer(405, "")] {
+            let Err(Failure::Refused(message)) = supported(unknown_route, "cluster moves") else {
+                panic!("an unknown route must be refused as unsupported");
+            };
+            assert!(
+                message.contains("cluster moves is not supported by this server"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_apis_own_not_found_passes_through() {
+        let missing_node = answer(404, r#"{"error":"member not found"}"#);
+        let passed = supported(missing_node, "decommission").expect("the API's own 404");
+        assert_eq!(passed.status, 404);
+        assert!(supported(answer(200, "{}"), "cluster members").is_ok());
+    }
+}
