@@ -24,6 +24,9 @@ pub const READ_RECORDS_MAX_DEFAULT: usize = 1_000;
 /// Default bound on key and payload bytes per read.
 pub const READ_BYTES_MAX_DEFAULT: usize = 8 << 20;
 
+/// Entries a read from the segments makes room for at once, at most.
+const SEGMENT_READ_ENTRIES_RESERVED_MAX: usize = 16_384;
+
 /// How much one read may return. At least one entry comes back whenever
 /// the range holds one, even if it alone exceeds `bytes_max`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +95,11 @@ impl PartitionLog {
         if self.read_cached(&mut reader, until) {
             return Ok(reader.into_batch());
         }
+        // A read from the segments is a long one as often as not: room for
+        // its entries up front saves copying them as the vector doubles.
+        reader
+            .entries
+            .reserve(limits.records_max.min(SEGMENT_READ_ENTRIES_RESERVED_MAX));
         while !reader.full() {
             let Some((view, high_watermark)) = self.locate(reader.next_offset)? else {
                 break;

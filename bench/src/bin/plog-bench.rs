@@ -9,7 +9,7 @@
 //! - sequential read MB/s of one full segment through the log, against a raw
 //!   sequential read of the same file, both with its pages dropped first
 //!   and after one uncounted raw read (so the host's cache below the VM
-//!   treats both alike).
+//!   treats both alike); the median of 7 reads each way, taken in turn.
 //!
 //! Writes `target/bench/plog.json` and `.png`, then prints one line per
 //! target.
@@ -42,6 +42,8 @@ const BASELINE_SAMPLES: usize = 500;
 const COMMITS_PER_SIZE: usize = 300;
 /// How long each concurrency run lasts.
 const CONCURRENT_RUN: Duration = Duration::from_secs(3);
+/// Sequential reads of the segment, each way; the medians are reported.
+const READ_ROUNDS: usize = 7;
 /// Committer threads in the concurrency runs.
 const COMMITTERS: usize = 16;
 /// Records per commit in the concurrency runs.
@@ -235,9 +237,11 @@ fn concurrent(
     Ok(total as f64 / elapsed)
 }
 
-/// Fills one segment, then reads it through the log and raw, each after
-/// dropping the file's cached pages, after one raw read that is not
-/// counted. Returns (log MB/s, raw MB/s).
+/// Fills one segment, then reads it [`READ_ROUNDS`] times through the log
+/// and raw, in turn, each after dropping the file's cached pages, after
+/// one raw read that is not counted. Returns the medians (log MB/s, raw
+/// MB/s): one read of a segment takes well under a second, where this
+/// machine's hiccups do not average out.
 fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Result<(f64, f64)> {
     let log = PartitionLog::open(Arc::clone(disk), dir, LogConfig::default()).map_err(to_io)?;
     let records = batch_of(payload, 1_000);
@@ -252,9 +256,6 @@ fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Resu
     // After it, both reads find the same: nothing in this kernel's cache,
     // the file in the host's.
     baseline::seq_read_mb_per_s(&first)?;
-    // The same log keeps reading: its sealed segment's index came over at
-    // the roll, as in a running node.
-    baseline::drop_cached_pages(&std::fs::File::open(&first)?)?;
     let end = {
         let names = disk.list_dir(dir)?;
         names
@@ -267,18 +268,30 @@ fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Resu
         records_max: 10_000,
         bytes_max: 16 << 20,
     };
-    let started = Instant::now();
-    let mut next = 0;
-    let mut records_read = 0u64;
-    while next < end {
-        let batch = log.read(next, end, limits).map_err(to_io)?;
-        records_read += batch.entries.len() as u64;
-        next = batch.next_offset;
+    let mut through_log = Vec::with_capacity(READ_ROUNDS);
+    let mut raw = Vec::with_capacity(READ_ROUNDS);
+    for _ in 0..READ_ROUNDS {
+        // The same log keeps reading: its sealed segment's index came over
+        // at the roll, as in a running node.
+        baseline::drop_cached_pages(&std::fs::File::open(&first)?)?;
+        let started = Instant::now();
+        let mut next = 0;
+        let mut records_read = 0u64;
+        while next < end {
+            let batch = log.read(next, end, limits).map_err(to_io)?;
+            records_read += batch.entries.len() as u64;
+            next = batch.next_offset;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        assert_eq!(records_read, end, "every record of the segment was read");
+        through_log.push(segment_bytes as f64 / 1e6 / elapsed);
+        raw.push(baseline::seq_read_mb_per_s(&first)?);
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(records_read, end, "every record of the segment was read");
     log.close().map_err(to_io)?;
-    let read_mb_per_s = segment_bytes as f64 / 1e6 / elapsed;
-    let baseline_read_mb_per_s = baseline::seq_read_mb_per_s(&first)?;
-    Ok((read_mb_per_s, baseline_read_mb_per_s))
+    Ok((median(&mut through_log), median(&mut raw)))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
