@@ -154,19 +154,6 @@ pub fn write_chunk(
     Ok(())
 }
 
-/// Syncs the data of every file in `dir`, then the directory.
-///
-/// # Errors
-/// Any disk error.
-pub fn sync_all(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
-    for name in disk.list_dir(dir)? {
-        disk.open(&dir.join(&name), OpenOptions::EXISTING)?
-            .fdatasync()
-            .wait()?;
-    }
-    disk.sync_dir(dir)
-}
-
 /// Writes the consumer state files for `position`: `consumer.ahead` with
 /// the position in its first slot (generation 1; the second slot is zeros,
 /// which recovery refuses and passes over) and `consumer.offset` with the

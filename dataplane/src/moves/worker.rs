@@ -178,8 +178,9 @@ struct Progress {
     started: bool,
     /// Bytes below which each copied file is whole.
     have: BTreeMap<String, u64>,
-    /// Chunks were written since the copy was last synced.
-    unsynced: bool,
+    /// Files were created since the directory was last synced (their
+    /// bytes need nothing more: each chunk is synced as it is written).
+    dir_unsynced: bool,
     /// The source's last listing: its high watermark and consumer
     /// position (a force-promote's bar and starting position).
     last_listing: Option<(u64, HandoffFenced)>,
@@ -380,17 +381,17 @@ impl Worker {
         let found = {
             let logs = Arc::clone(&self.context.logs);
             let dir = dir.clone();
-            let unsynced = progress.unsynced;
+            let dir_unsynced = progress.dir_unsynced;
             blocking(move || {
-                if unsynced {
-                    files::sync_all(&**logs.disk(), &dir)?;
+                if dir_unsynced {
+                    logs.disk().sync_dir(&dir)?;
                 }
                 verify_copy(&logs, &dir)
             })
             .await
             .map_err(disk("sync and open the copy to verify it"))?
         };
-        progress.unsynced = false;
+        progress.dir_unsynced = false;
         if found < last_high_watermark {
             tracing::warn!(destination = %self.destination, source = self.source, found,
                 last_high_watermark, "the source is dead and the copy is behind it; waiting");
@@ -731,8 +732,9 @@ impl Worker {
             .map_err(disk("write the consumer position"))
     }
 
-    /// Copies `[have, bytes)` of every file in `wanted`, in chunks, then
-    /// syncs what it wrote (and what an earlier, failed call wrote).
+    /// Copies `[have, bytes)` of every file in `wanted`, in chunks (each
+    /// synced as it is written), then syncs the directory if it created a
+    /// file (or an earlier, failed call did).
     async fn copy_files(
         &self,
         dir: &std::path::Path,
@@ -752,23 +754,22 @@ impl Worker {
                     .await
                     .map_err(disk("create a copied file"))?;
                 have.insert(file.name.clone(), 0);
-                progress.unsynced = true;
+                progress.dir_unsynced = true;
             }
             let from = have.get(&file.name).copied().unwrap_or(0);
             if from < file.bytes {
                 let copied = self.copy_range(dir, file, from, token).await;
                 have.insert(file.name.clone(), copied.at);
-                progress.unsynced = true;
                 copied.outcome?;
             }
         }
-        if progress.unsynced {
+        if progress.dir_unsynced {
             let logs = Arc::clone(&self.context.logs);
             let dir = dir.to_path_buf();
-            blocking(move || files::sync_all(&**logs.disk(), &dir))
+            blocking(move || logs.disk().sync_dir(&dir))
                 .await
-                .map_err(disk("sync the copy"))?;
-            progress.unsynced = false;
+                .map_err(disk("sync the copy's directory"))?;
+            progress.dir_unsynced = false;
         }
         Ok(())
     }
