@@ -72,7 +72,8 @@ pub(crate) async fn write_loop(
     while let Some(item) = queue.recv().await {
         match item {
             Outgoing::Frame(frame) => {
-                let (len, allowed) = (frame.len(), budget.for_frame(frame.len()));
+                let len = frame.len();
+                let allowed = budget.for_frame(len);
                 // Handed over whole: quinn keeps the `Bytes` instead of
                 // copying it into a buffer of its own.
                 match tokio::time::timeout(allowed, send.write_chunk(frame)).await {
