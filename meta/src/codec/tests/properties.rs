@@ -10,8 +10,8 @@ use proptest::prelude::*;
 
 use super::super::{
     BARE_JSON_FIRST_BYTE, COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW,
-    STATE_VERSION, STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state, encode_command,
-    encode_state,
+    STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_WINDOW, decode_command,
+    decode_state, encode_command, encode_state,
 };
 use super::strategies;
 use crate::Command;
@@ -259,7 +259,12 @@ proptest! {
         state in strategies::metastore(),
         version in any::<u8>(),
     ) {
-        let read = [STATE_VERSION, STATE_VERSION_BEFORE_WINDOW, BARE_JSON_FIRST_BYTE];
+        let read = [
+            STATE_VERSION,
+            STATE_VERSION_BEFORE_MOVES,
+            STATE_VERSION_BEFORE_WINDOW,
+            BARE_JSON_FIRST_BYTE,
+        ];
         prop_assume!(!read.contains(&version));
         let mut bytes = encode_state(&state).to_vec();
         bytes[0] = version;
