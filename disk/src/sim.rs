@@ -193,6 +193,11 @@ impl SimDisk {
         self.lock().op_count
     }
 
+    /// Bytes every read so far returned, summed.
+    pub fn bytes_read(&self) -> u64 {
+        self.lock().bytes_read
+    }
+
     /// A file's live contents, as a running process would read them.
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let state = self.lock();
@@ -208,6 +213,7 @@ struct State {
     /// Incremented by every crash; handles from an older epoch are dead.
     epoch: u64,
     op_count: u64,
+    bytes_read: u64,
     next_inode: InodeId,
     inodes: HashMap<InodeId, Inode>,
     /// The namespace a running process sees.
@@ -334,6 +340,7 @@ impl State {
             rng: SplitMix64(seed),
             epoch: 0,
             op_count: 0,
+            bytes_read: 0,
             next_inode: 0,
             inodes: HashMap::new(),
             names: BTreeMap::new(),
@@ -618,7 +625,9 @@ impl SimFile {
         let data = &state.inode(self.inode)?.data;
         let start = to_index(offset).map_or(data.len(), |offset| offset.min(data.len()));
         let end = start.saturating_add(len).min(data.len());
-        Ok(data[start..end].to_vec())
+        let bytes = data[start..end].to_vec();
+        state.bytes_read += bytes.len() as u64;
+        Ok(bytes)
     }
 
     fn data_op(&self, op: FaultOp, action: impl FnOnce(&mut Inode)) -> io::Result<()> {
@@ -1105,6 +1114,16 @@ mod tests {
         file.truncate(1).wait().unwrap();
         file.size().unwrap();
         assert_eq!(disk.op_count(), 5);
+    }
+
+    #[test]
+    fn bytes_read_sums_what_reads_returned() {
+        let disk = disk_with_dir(23);
+        let file = durable_file(&disk, "a");
+        write(&file, 0, b"0123456789");
+        file.read_at(2, 3).wait().unwrap();
+        file.read_at(8, 100).wait().unwrap();
+        assert_eq!(disk.bytes_read(), 3 + 2);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use narad_disk::FileHandle;
 
 use crate::error::LogError;
-use crate::frame;
+use crate::frame::{self, FrameHeader};
 use crate::log::{PartitionLog, SealedSegment};
 use crate::record::Record;
 use crate::scan::{FrameScanner, ScanItem};
@@ -319,7 +319,12 @@ impl Reader {
                 self.unreadable(expected..view.end_offset, bound);
                 break;
             };
-            let ScanItem::Frame { header, bytes, .. } = item else {
+            let ScanItem::Frame {
+                position,
+                header,
+                bytes,
+            } = item
+            else {
                 continue;
             };
             if header.base_offset > expected {
@@ -331,7 +336,11 @@ impl Reader {
             }
             // The scan checked this frame's CRC over exactly these bytes.
             match frame::decode_checked_frame(bytes, &header) {
-                Ok(records) => self.take_records(records, bound),
+                Ok(records) => {
+                    self.take_records(records, bound);
+                    let frame_end = position + header.frame_bytes();
+                    scanner.expect_until(frame_end + self.bytes_still_wanted(&header, bound));
+                }
                 Err(error) => {
                     tracing::error!(segment = %view.file.path().display(), base_offset = header.base_offset, %error, "frame passed its CRC but does not decode");
                     self.unreadable(header.base_offset..expected, bound);
@@ -339,6 +348,28 @@ impl Reader {
             }
         }
         Ok(())
+    }
+
+    /// About how many more bytes of the file this read will take, sized
+    /// by the frame of `header` it just took: the records still wanted at
+    /// that frame's bytes per record, or the bytes still allowed at its
+    /// ratio of file bytes to record bytes, whichever is fewer. It tells
+    /// the scan how far to read ahead, so a read that stops at its limit
+    /// leaves no chunk read for nothing.
+    fn bytes_still_wanted(&self, header: &FrameHeader, bound: u64) -> u64 {
+        let frame_bytes = header.frame_bytes();
+        let per_record = frame_bytes.div_ceil(u64::from(header.record_count.max(1)));
+        let records = (self.limits.records_max.max(1) as u64)
+            .saturating_sub(self.entries.len() as u64)
+            .min(bound.saturating_sub(self.next_offset));
+        let allowed = self.limits.bytes_max.saturating_sub(self.bytes) as u64;
+        let by_bytes = allowed
+            .saturating_mul(frame_bytes)
+            .checked_div(u64::from(header.uncompressed_bytes))
+            .unwrap_or(u64::MAX);
+        records
+            .saturating_mul(per_record)
+            .min(by_bytes.saturating_add(per_record))
     }
 
     fn into_batch(self) -> ReadBatch {

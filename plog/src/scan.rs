@@ -58,6 +58,9 @@ pub(crate) struct FrameScanner<'f> {
     /// The next chunk, already asked of the disk, so it reads while the
     /// caller decodes.
     ahead: Option<ReadAhead>,
+    /// Where the caller expects to stop ([`FrameScanner::expect_until`]):
+    /// reads, and reads ahead, go no further than needed to get there.
+    expect_end: u64,
 }
 
 #[derive(Debug)]
@@ -89,6 +92,7 @@ impl<'f> FrameScanner<'f> {
             reads: 0,
             read_ahead: true,
             ahead: None,
+            expect_end: u64::MAX,
         }
     }
 
@@ -101,6 +105,13 @@ impl<'f> FrameScanner<'f> {
             read_ahead: false,
             ..self
         }
+    }
+
+    /// Tells the scan that its caller expects to stop at about `position`
+    /// in the file: reads, and reads ahead, then stop there instead of a
+    /// whole chunk further. The scan still reads past it when asked to.
+    pub(crate) fn expect_until(&mut self, position: u64) {
+        self.expect_end = position;
     }
 
     /// The next frame or damaged stretch, or `None` at the end.
@@ -191,57 +202,139 @@ impl<'f> FrameScanner<'f> {
     /// Up to `len` bytes at `position`, fewer only at the end of the scan.
     fn window(&mut self, position: u64, len: usize) -> io::Result<&[u8]> {
         let want_end = (position + len as u64).min(self.end);
-        let buf_end = self.buf_start + self.buf.len() as u64;
-        if position < self.buf_start || position > buf_end {
-            self.buf.clear();
-            self.buf_start = position;
-        } else if want_end > buf_end {
-            // Keep only what is still ahead of us before reading more.
-            let consumed = (position - self.buf_start) as usize;
-            self.buf.drain(..consumed);
-            self.buf_start = position;
-        }
-        let mut buf_end = self.buf_start + self.buf.len() as u64;
-        if want_end > buf_end {
-            while buf_end < want_end {
-                let bytes = match self.ahead.take() {
-                    Some(ahead) if ahead.position == buf_end => ahead.completion.wait()?,
-                    _ => {
-                        let read_len = (want_end - buf_end)
-                            .max(self.chunk as u64)
-                            .min(self.end - buf_end);
-                        self.file.read_at(buf_end, read_len as usize).wait()?
-                    }
-                };
-                self.note_read();
-                if bytes.is_empty() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "{} ended at {buf_end} inside the range being scanned",
-                            self.file.path().display(),
-                        ),
-                    ));
-                }
-                buf_end += bytes.len() as u64;
-                if self.buf.is_empty() {
-                    // Nothing kept: take the read's buffer instead of
-                    // copying it.
-                    self.buf = bytes;
-                } else {
-                    self.buf.extend_from_slice(&bytes);
-                }
-            }
-            if self.read_ahead && buf_end < self.end && self.ahead.is_none() {
-                let read_len = (self.end - buf_end).min(self.chunk as u64);
-                self.ahead = Some(ReadAhead {
-                    position: buf_end,
-                    completion: self.file.read_at(buf_end, read_len as usize),
-                });
-            }
+        if position < self.buf_start || want_end > self.buf_end() {
+            self.refill(position, want_end)?;
         }
         let from = (position - self.buf_start) as usize;
         let to = (want_end - self.buf_start) as usize;
         Ok(&self.buf[from..to])
+    }
+
+    fn buf_end(&self) -> u64 {
+        self.buf_start + self.buf.len() as u64
+    }
+
+    /// Makes the buffer hold `[position, want_end)`, then asks for the
+    /// next chunk ahead if the scan reads ahead.
+    ///
+    /// Bytes are copied once, by the kernel, wherever that can be had: a
+    /// read ahead that starts at a frame boundary at or before `position`
+    /// becomes the buffer whole, and a read the scan has to wait for starts
+    /// at `position` (reading again the little the buffer still held
+    /// rather than copying the new chunk behind it). Only a read ahead that
+    /// could not start at a frame boundary is appended to what is kept.
+    fn refill(&mut self, position: u64, want_end: u64) -> io::Result<()> {
+        let buf_end = self.buf_end();
+        let in_buffer = self.buf_start <= position && position <= buf_end;
+        if let Some(ahead) = self.ahead.take() {
+            if in_buffer && self.buf_start <= ahead.position && ahead.position <= position {
+                let bytes = ahead.completion.wait()?;
+                self.replace(ahead.position, bytes)?;
+            } else if in_buffer && ahead.position == buf_end {
+                self.buf.drain(..(position - self.buf_start) as usize);
+                self.buf_start = position;
+                let bytes = ahead.completion.wait()?;
+                self.append(bytes)?;
+            }
+            // Any other read ahead is of bytes the scan has left behind.
+        }
+        if position < self.buf_start || want_end > self.buf_end() {
+            let read_len = self.read_len(position, want_end - position);
+            let bytes = self.file.read_at(position, read_len as usize).wait()?;
+            self.replace(position, bytes)?;
+            // Shorter only where the file ends: the next read says so.
+            while self.buf_end() < want_end {
+                let from = self.buf_end();
+                let bytes = self.file.read_at(from, (want_end - from) as usize).wait()?;
+                self.append(bytes)?;
+            }
+        }
+        if self.read_ahead && self.ahead.is_none() {
+            let (from, frame_bytes) = self.next_frame_boundary(position);
+            if self.buf_end() < self.expect_end.min(self.end) && from < self.end {
+                // At least the frame that starts there, or the header that
+                // says how long it is.
+                let at_least =
+                    frame_bytes.unwrap_or(self.buf_end() - from + FRAME_HEADER_BYTES as u64);
+                let read_len = self.read_len(from, at_least);
+                self.ahead = Some(ReadAhead {
+                    position: from,
+                    completion: self.file.read_at(from, read_len as usize),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// How much to read at `from`: a chunk, or less when the caller
+    /// expects to stop sooner ([`FrameScanner::expect_until`]), and never
+    /// less than `at_least` or past the end of the scan.
+    fn read_len(&self, from: u64, at_least: u64) -> u64 {
+        let expected = self.expect_end.saturating_sub(from);
+        (self.chunk as u64)
+            .min(expected)
+            .max(at_least)
+            .max(FRAME_HEADER_BYTES as u64)
+            .min(self.end - from)
+    }
+
+    /// Makes a read's bytes, from `from`, the buffer.
+    fn replace(&mut self, from: u64, bytes: Vec<u8>) -> io::Result<()> {
+        self.check_read(from, &bytes)?;
+        self.buf = bytes;
+        self.buf_start = from;
+        Ok(())
+    }
+
+    /// Adds a read's bytes, from where the buffer ends, to the buffer.
+    fn append(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        self.check_read(self.buf_end(), &bytes)?;
+        if self.buf.is_empty() {
+            self.buf = bytes;
+        } else {
+            self.buf.extend_from_slice(&bytes);
+        }
+        Ok(())
+    }
+
+    /// Counts a read from the file, and fails an empty one: the file ended
+    /// inside the range being scanned.
+    fn check_read(&mut self, from: u64, bytes: &[u8]) -> io::Result<()> {
+        self.note_read();
+        if bytes.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} ended at {from} inside the range being scanned",
+                    self.file.path().display(),
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the first frame that does not fit whole in the buffer starts,
+    /// walking headers from `position`, with its length when its header is
+    /// in the buffer: the next read starts there, so that it becomes the
+    /// buffer by itself. The end of the buffer when a header on the way
+    /// does not parse (`position` is no frame boundary, or the bytes are
+    /// damaged): the scan then checks them as usual.
+    fn next_frame_boundary(&self, position: u64) -> (u64, Option<u64>) {
+        let buf_end = self.buf_end();
+        let mut at = position;
+        loop {
+            let from = (at - self.buf_start) as usize;
+            let Some(head) = self.buf.get(from..from + FRAME_HEADER_BYTES) else {
+                return (at, None);
+            };
+            let Ok(header) = FrameHeader::parse(head, self.frame_bytes_max) else {
+                return (buf_end, None);
+            };
+            let next = at + header.frame_bytes();
+            if next > buf_end {
+                return (at, Some(header.frame_bytes()));
+            }
+            at = next;
+        }
     }
 }

@@ -643,3 +643,96 @@ fn reading_one_record_of_a_large_segment_reads_only_near_it() {
     assert_eq!(read_records(&log, 0).len(), 2_000);
     assert!(sim.op_count() - before > 2, "a long read goes on in chunks");
 }
+
+#[test]
+fn a_read_that_stops_at_its_record_limit_reads_little_past_it() {
+    let sim = SimDisk::new(23);
+    let config = LogConfig {
+        frame_records_max: 10,
+        tail_cache_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    let body = "b".repeat(1_000);
+    for batch in 0..20u64 {
+        let records: Vec<Owned> = (0..100)
+            .map(|n| Owned::new("", &format!("{}{body}", batch * 100 + n), 1))
+            .collect();
+        commit(&log, &records).unwrap();
+    }
+    let file_bytes_per_record = log.stats().unwrap().size_bytes / 2_000;
+    let limits = ReadLimits {
+        records_max: 100,
+        bytes_max: usize::MAX,
+    };
+    for from in [0, 500, 1_234] {
+        let before = sim.bytes_read();
+        let batch = log.read(from, u64::MAX, limits).unwrap();
+        assert_eq!(batch.entries.len(), 100);
+        assert_eq!(batch.next_offset, from + 100);
+        let read = sim.bytes_read() - before;
+        // The records' own frames, a frame on either side, and the index
+        // interval in front: anything more was read ahead for nothing.
+        let needed = (100 + 2 * 10) * file_bytes_per_record + 4_096;
+        assert!(
+            read <= needed,
+            "a read of 100 records from {from} read {read} bytes, where {needed} would do"
+        );
+    }
+}
+
+#[test]
+fn reads_of_frames_larger_than_a_read_chunk_return_every_record_in_order() {
+    let sim = SimDisk::new(24);
+    let config = LogConfig {
+        frame_payload_bytes_target: 3 << 20,
+        frame_records_max: 1_000,
+        tail_cache_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = open(&sim, &config);
+    let mut committed = Vec::new();
+    // Frames of about 2.5 MiB (25 records of 100 KiB), of a few records,
+    // and of one small record, in turn, so reads cross chunk ends inside
+    // frames of every size.
+    for round in 0..4u64 {
+        for (count, size) in [(25u64, 100 << 10), (3, 1_000), (1, 10)] {
+            let records: Vec<Owned> = (0..count)
+                .map(|n| {
+                    let tag = format!("{round}-{count}-{n}:");
+                    Owned::new("k", &format!("{tag}{}", "x".repeat(size)), 1)
+                })
+                .collect();
+            commit(&log, &records).unwrap();
+            committed.extend(records);
+        }
+    }
+    for records_max in [1, 7, 29, 1_000] {
+        let limits = ReadLimits {
+            records_max,
+            bytes_max: usize::MAX,
+        };
+        let mut next = 0;
+        let mut read = Vec::new();
+        while next < committed.len() as u64 {
+            let batch = log.read(next, u64::MAX, limits).unwrap();
+            assert!(
+                !batch.entries.is_empty(),
+                "a read below the watermark returns something"
+            );
+            next = batch.next_offset;
+            read.extend(batch.entries.into_iter().map(|entry| match entry {
+                ReadEntry::Record(record) => record,
+                ReadEntry::Unreadable { offsets } => panic!("unreadable {offsets:?}"),
+            }));
+        }
+        assert_eq!(read.len(), committed.len());
+        for (record, owned) in read.iter().zip(&committed) {
+            assert!(
+                same_content(record, owned),
+                "record {} differs (limit {records_max})",
+                record.offset
+            );
+        }
+    }
+}
