@@ -168,6 +168,20 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     /// writes are continued until every byte is written or an error occurs.
     fn write_at(&self, offset: u64, buf: IoBuf) -> Completion<IoBuf>;
 
+    /// [`Self::write_at`] for a caller that would wait for it at once: the
+    /// write is done when this returns.
+    ///
+    /// The real backends write on the calling thread (`pwrite`), so a small
+    /// write that lands in the page cache (a checkpoint's 8 bytes) costs
+    /// one system call instead of a hand-off to a storage thread and back.
+    /// The default waits for [`Self::write_at`].
+    ///
+    /// # Errors
+    /// As [`Self::write_at`].
+    fn write_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        self.write_at(offset, buf).wait()
+    }
+
     /// Reads up to `len` bytes at `offset`. Fewer bytes come back only when
     /// the file ends first.
     fn read_at(&self, offset: u64, len: usize) -> Completion<Vec<u8>>;

@@ -230,6 +230,11 @@ impl DiskFile for PortableFile {
         })
     }
 
+    fn write_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        self.file.write_all_at(&buf, offset)?;
+        Ok(buf)
+    }
+
     fn write_and_sync_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
         write_and_sync_std(&self.file, offset, &buf, self.direct_io)?;
         Ok(buf)

@@ -1432,6 +1432,11 @@ impl DiskFile for UringFile {
 
     /// On the calling thread, past the ring: a caller that waits anyway
     /// saves the two hand-offs through the storage thread.
+    fn write_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        std::os::unix::fs::FileExt::write_all_at(&*self.file, &buf, offset)?;
+        Ok(buf)
+    }
+
     fn write_and_sync_now(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
         crate::portable::write_and_sync_std(&self.file, offset, &buf, self.direct_io)?;
         Ok(buf)

@@ -554,6 +554,45 @@ fn write_and_sync_now_round_trips(env: &Env) {
     assert_eq!(misaligned.unwrap_err().raw_os_error(), Some(libc::EINVAL));
 }
 
+/// `write_now` keeps `write_at`'s contract: every byte at any offset of a
+/// buffered file, an overwrite in place, the buffer handed back, and
+/// `O_DIRECT` in whole blocks with a misaligned write refused.
+fn write_now_round_trips(env: &Env) {
+    let file = env.create("now-plain");
+    let bytes = pattern(43, 10_000);
+    let buf = file.write_now(300, IoBuf::from_slice(&bytes)).unwrap();
+    assert_eq!(&buf[..], &bytes[..], "the buffer comes back");
+    assert_eq!(read(&file, 300, bytes.len()), bytes);
+    file.write_now(302, IoBuf::from_slice(&[7; 8])).unwrap();
+    let mut expected = bytes.clone();
+    expected[2..10].fill(7);
+    assert_eq!(
+        read(&file, 300, bytes.len()),
+        expected,
+        "overwritten in place"
+    );
+
+    let options = OpenOptions {
+        create: true,
+        direct_io: true,
+    };
+    let direct = match env.disk.open(&env.path("now-plain-direct"), options) {
+        Ok(file) => file,
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!("SKIPPED: this file system refuses O_DIRECT");
+            return;
+        }
+        Err(error) => panic!("opening with O_DIRECT: {error}"),
+    };
+    let blocks = pattern(44, 2 * IO_ALIGN);
+    direct
+        .write_now(IO_ALIGN as u64, IoBuf::from_slice(&blocks))
+        .unwrap();
+    assert_eq!(read(&direct, IO_ALIGN as u64, 2 * IO_ALIGN), blocks);
+    let misaligned = direct.write_now(7, IoBuf::from_slice(&[1; IO_ALIGN]));
+    assert_eq!(misaligned.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+}
+
 macro_rules! contract {
     ($($behaviour:ident),* $(,)?) => {
         mod portable {
@@ -595,6 +634,7 @@ contract!(
     write_and_sync_on_a_direct_io_file_round_trips,
     write_and_sync_overwrites_a_preallocated_direct_io_file,
     write_and_sync_now_round_trips,
+    write_now_round_trips,
 );
 
 /// Faults on the simulated disk: a write-and-sync is a write and then an

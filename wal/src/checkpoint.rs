@@ -375,7 +375,7 @@ impl CheckpointStore {
             .unwrap_or_else(|| IoBuf::with_capacity(CHECKPOINT_BYTES as usize));
         buf.clear();
         buf.extend_from_slice(&seq.to_be_bytes());
-        match shared.file.write_at(0, buf).wait() {
+        match shared.file.write_now(0, buf) {
             Ok(buf) => {
                 state.buf = Some(buf);
                 state.stored = seq;
