@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem};
-use crate::dispatch::{CommitDone, CommitOrder, CommitOutcome, CommitTarget, Held, WalPayload};
+use crate::dispatch::{
+    CommitDone, CommitOrder, CommitOutcome, CommitTarget, Declined, Held, WalPayload,
+};
 use narad_disk::queue::{self, Sender};
 
 /// Commit worker threads for local commits. A hung commit holds a worker,
@@ -30,6 +32,7 @@ type LocalJob = (CommitOrder<WalPayload>, CommitDone);
 #[derive(Debug)]
 pub struct LocalCommitTarget {
     jobs: Sender<LocalJob>,
+    combiners: Arc<Combiners>,
 }
 
 impl LocalCommitTarget {
@@ -52,29 +55,20 @@ impl LocalCommitTarget {
         name: &str,
     ) -> std::io::Result<Self> {
         let (jobs, receiver) = queue::bounded::<LocalJob>(LOCAL_COMMIT_QUEUE_MAX);
+        let pool_combiners = Arc::clone(&combiners);
         for index in 0..workers {
             let receiver = receiver.clone();
-            let combiners = Arc::clone(&combiners);
+            let combiners = Arc::clone(&pool_combiners);
             std::thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
                     // An idle worker sleeps in `recv` until an order comes.
                     while let Some((order, done)) = receiver.recv() {
-                        // A panic is a bug; reporting the commit failed
-                        // keeps the records in the WAL and the destination
-                        // alive, where a lost answer would leave it hung.
-                        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            commit_locally(&combiners, &order)
-                        }))
-                        .unwrap_or_else(|_| {
-                            tracing::error!(destination = %order.destination, "local commit panicked");
-                            CommitOutcome::Failed
-                        });
-                        done.finish(order, outcome);
+                        commit_and_report(&combiners, order, done);
                     }
                 })?;
         }
-        Ok(Self { jobs })
+        Ok(Self { jobs, combiners })
     }
 }
 
@@ -85,6 +79,23 @@ impl CommitTarget for LocalCommitTarget {
             done.finish(order, CommitOutcome::Failed);
         }
     }
+
+    fn run_here(&self, order: CommitOrder<WalPayload>, done: CommitDone) -> Result<(), Declined> {
+        commit_and_report(&self.combiners, order, done);
+        Ok(())
+    }
+}
+
+/// Commits `order` and reports the outcome through `done`. A panic is a
+/// bug; reporting the commit failed keeps the records in the WAL and the
+/// destination alive, where a lost answer would leave it hung.
+fn commit_and_report(combiners: &Combiners, order: CommitOrder<WalPayload>, done: CommitDone) {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| commit_locally(combiners, &order)))
+        .unwrap_or_else(|_| {
+            tracing::error!(destination = %order.destination, "local commit panicked");
+            CommitOutcome::Failed
+        });
+    done.finish(order, outcome);
 }
 
 /// Commits `order` through `combiners` on the calling thread: what a

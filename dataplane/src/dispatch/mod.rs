@@ -26,8 +26,8 @@ pub use machine::{Dispatcher, incarnation_runs};
 pub(crate) use runtime::held_of;
 pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
 pub use targets::{
-    CommitDone, CommitTarget, LeaderConfirm, NoRemoteTarget, PartitionHolder, ReplicaLeader,
-    WalPayload,
+    CommitDone, CommitTarget, Declined, LeaderConfirm, NoRemoteTarget, PartitionHolder,
+    ReplicaLeader, WalPayload,
 };
 pub use types::{
     Command, CommitId, CommitOrder, CommitOutcome, DispatchConfig, GoneQuestion, Held, RecordMeta,

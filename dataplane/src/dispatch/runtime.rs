@@ -106,6 +106,9 @@ pub struct DispatchStatus {
     pub reroutes: Arc<AtomicU64>,
     /// Records those commits stored.
     pub rerouted_records: Arc<AtomicU64>,
+    /// Local commits run on the dispatcher's own thread, each the only
+    /// commit in flight ([`CommitTarget::run_here`]).
+    pub local_commits_run_here: AtomicU64,
 }
 
 /// A running dispatcher.
@@ -332,8 +335,16 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 self.reopen_reader();
             }
             let commands = self.machine.poll(&*self.parts.topology, now);
+            // The one commit in flight, started by this poll: nothing else
+            // is waiting on this thread, so a local one runs here.
+            let alone = self.machine.commits_in_flight() == 1
+                && commands
+                    .iter()
+                    .filter(|command| matches!(command, Command::Commit(_)))
+                    .count()
+                    == 1;
             for command in commands {
-                self.execute(command, now);
+                self.execute(command, alone, now);
             }
             self.compact(now);
             if !self.wait(now) {
@@ -372,14 +383,26 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         }
     }
 
-    fn execute(&mut self, command: Command<WalPayload>, now: Duration) {
+    /// Carries out one of the machine's commands. `alone`: a commit is the
+    /// only one in flight, and a local one then runs on this thread
+    /// ([`CommitTarget::run_here`]); its report is the next event.
+    fn execute(&mut self, command: Command<WalPayload>, alone: bool, now: Duration) {
         match command {
             Command::Commit(order) => {
                 let done = CommitDone::new(self.events.clone());
-                if order.local {
+                if !order.local {
+                    self.parts.remote.start(order, done);
+                } else if !alone {
                     self.parts.local.start(order, done);
                 } else {
-                    self.parts.remote.start(order, done);
+                    match self.parts.local.run_here(order, done) {
+                        Ok(()) => {
+                            self.status
+                                .local_commits_run_here
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err((order, done)) => self.parts.local.start(order, done),
+                    }
                 }
             }
             Command::StoreCheckpoint(seq) => match self.parts.checkpoint.store(seq) {

@@ -75,11 +75,29 @@ impl CommitDone {
     }
 }
 
+/// An order and its report, handed back by [`CommitTarget::run_here`].
+pub type Declined = (CommitOrder<WalPayload>, CommitDone);
+
 /// Where commits go. `start` must not block the dispatcher: it hands the
 /// order to its own workers and reports through `done`.
 pub trait CommitTarget: Send + Sync + fmt::Debug {
     /// Starts `order`; report it exactly once through `done`.
     fn start(&self, order: CommitOrder<WalPayload>, done: CommitDone);
+
+    /// Commits `order` on the calling thread and reports it through `done`
+    /// before returning, where the target can; otherwise hands both back
+    /// untouched (the default), for [`CommitTarget::start`].
+    ///
+    /// The dispatcher asks this only of its one commit in flight, when it
+    /// would otherwise hand the order to a worker and sleep until the
+    /// worker woke it: running it here saves both thread switches.
+    ///
+    /// # Errors
+    /// The order and its report, when the target does not run orders on
+    /// the caller's thread.
+    fn run_here(&self, order: CommitOrder<WalPayload>, done: CommitDone) -> Result<(), Declined> {
+        Err((order, done))
+    }
 }
 
 /// The leader's answer to a [`GoneQuestion`]: `Ok(true)` only when it

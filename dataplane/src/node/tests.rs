@@ -264,6 +264,52 @@ fn produce_consume_ack(node: &DataNode, runtime: &tokio::runtime::Runtime) {
     });
 }
 
+#[test]
+fn a_lone_local_commit_runs_on_the_dispatcher_thread_and_concurrent_ones_on_workers() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let node = consuming_node(dir.path(), quick_housekeeping());
+    let runtime = runtime();
+    let router = node.router();
+    let status = Arc::clone(node.dispatch_status());
+    let produce = |partition: u32, n: u64| {
+        Request::post(format!("/v1/topics/orders/produce?partition={partition}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(format!("{{\"n\":{n}}}")))
+            .expect("request")
+    };
+    // One record at a time, each committed before the next: every commit
+    // is the only one in flight.
+    for n in 0..5 {
+        let accepted = runtime.block_on(call(&router, produce(0, n))).0;
+        assert_eq!(accepted, StatusCode::ACCEPTED);
+        wait_until("the record committed", || node.drained());
+        assert_eq!(
+            status.local_commits_run_here.load(Ordering::Relaxed),
+            n + 1,
+            "a lone commit runs on the dispatcher's thread"
+        );
+    }
+    // One batch for three partitions is durable in one group commit and
+    // goes out as three commits at once: none runs on the dispatcher's
+    // thread.
+    let before = status.local_commits_run_here.load(Ordering::Relaxed);
+    let batch = Request::post("/v1/topics/orders/produce/batch")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            r#"{"messages":[{"payload":1,"partition":0},{"payload":2,"partition":1},{"payload":3,"partition":2}]}"#,
+        ))
+        .expect("request");
+    let (accepted, body) = runtime.block_on(call(&router, batch));
+    assert_eq!(accepted, StatusCode::ACCEPTED, "{body}");
+    wait_until("the records committed", || node.drained());
+    let after = status.local_commits_run_here.load(Ordering::Relaxed);
+    assert!(
+        after - before < 3,
+        "{} of 3 concurrent commits ran on the dispatcher's thread",
+        after - before
+    );
+}
+
 fn delete_orders(node: &DataNode) {
     apply(
         replica_of(node),
