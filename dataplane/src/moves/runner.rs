@@ -134,6 +134,15 @@ impl MoveRunner {
         statuses
     }
 
+    /// Stops every running worker where it stands (as a crash would; the
+    /// next runner resumes from what is on disk). The runner's own task is
+    /// its spawner's to stop.
+    pub fn stop_workers(&self) {
+        for (_, running) in self.workers.lock().drain() {
+            running.handle.abort();
+        }
+    }
+
     /// Moves this runner completed since start.
     pub fn completed(&self) -> u64 {
         self.completed.load(Ordering::Relaxed)
