@@ -556,6 +556,96 @@ mod tests {
     }
 
     #[test]
+    fn staging_names_round_trip_and_never_collide_for_topics_with_dashes() {
+        let pairs = [
+            ("orders", 0),
+            ("a-1", 2),
+            ("a", 12),
+            ("a-00001", 2),
+            ("a-00001-00002", 3),
+            ("x", 123_456),
+        ];
+        let names: Vec<String> = pairs
+            .iter()
+            .map(|(topic, partition)| staging_name(topic, *partition))
+            .collect();
+        for ((topic, partition), name) in pairs.iter().zip(&names) {
+            assert_eq!(
+                parse_staging_name(name),
+                Some((*topic, *partition)),
+                "{name}"
+            );
+        }
+        let mut distinct = names.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        for name in [
+            "orders",
+            "orders-1",
+            "orders-000001",
+            "-00001",
+            "..-00001",
+            "a/b-00001",
+        ] {
+            assert_eq!(parse_staging_name(name), None, "{name}");
+        }
+    }
+
+    fn marker() -> MoveMarker {
+        MoveMarker {
+            source: "1".into(),
+            incarnation: "0123456789abcdef".into(),
+            high_watermark: 5,
+            token: 9,
+            applied_index: 77,
+        }
+    }
+
+    #[test]
+    fn a_directory_in_the_way_of_an_install_is_removed_only_if_nothing_in_it_is_only_here() {
+        let data = tempfile::tempdir().unwrap();
+        let disk = PortableDisk::new(1).unwrap();
+        let topic = data.path().join("topics").join("orders");
+        let segment = "00000000000000000000.log";
+        // Never served: a copy installed for a flip that did not commit.
+        let installed = topic.join("p00000");
+        disk.create_dir_all(&installed).unwrap();
+        write_chunk(&disk, &installed, segment, 0, b"records").unwrap();
+        write_marker(&disk, &installed, &marker()).unwrap();
+        vacate_partition_dir(&disk, &installed, 1).unwrap();
+        assert!(!installed.exists());
+        // Served here, never handed off: kept aside with its records.
+        let served = topic.join("p00001");
+        disk.create_dir_all(&served).unwrap();
+        write_chunk(&disk, &served, segment, 0, b"records").unwrap();
+        vacate_partition_dir(&disk, &served, 42).unwrap();
+        assert!(!served.exists());
+        let kept = topic.join("p00001.quarantine-42");
+        assert_eq!(std::fs::read(kept.join(segment)).unwrap(), b"records");
+        // Absent: nothing to do.
+        vacate_partition_dir(&disk, &topic.join("p00002"), 1).unwrap();
+    }
+
+    #[test]
+    fn a_staged_copy_is_reset_and_removed_whole() {
+        let data = tempfile::tempdir().unwrap();
+        let disk = PortableDisk::new(1).unwrap();
+        let staged = staging_dir(data.path(), "orders", 3);
+        reset_staging(&disk, &staged).unwrap();
+        write_chunk(&disk, &staged, "00000000000000000000.log", 0, b"x").unwrap();
+        write_marker(&disk, &staged, &marker()).unwrap();
+        reset_staging(&disk, &staged).unwrap();
+        assert!(disk.list_dir(&staged).unwrap().is_empty());
+        write_chunk(&disk, &staged, "00000000000000000000.log", 0, b"x").unwrap();
+        remove_staging(&disk, &staged).unwrap();
+        assert!(!staged.exists());
+        assert!(staging_root(data.path()).exists());
+        // Only a directory under `.moves` is removed as a staged copy.
+        assert!(remove_staging(&disk, &data.path().join("topics").join("orders-00003")).is_err());
+    }
+
+    #[test]
     fn the_marker_round_trips_and_a_damaged_one_reads_as_none() {
         let dir = tempfile::tempdir().unwrap();
         let disk = PortableDisk::new(1).unwrap();
