@@ -625,6 +625,8 @@ async fn a_target_that_crashes_after_the_install_before_the_flip_resumes_from_it
     );
     assert!(matches!(refused, Err(CommitError::Frozen)), "{refused:?}");
     cluster.crash_and_restart(1);
+    // Resuming from the marker takes no byte from the source.
+    cluster.faults.fetch.store(true, Ordering::Release);
     cluster.flips_blocked.store(false, Ordering::Release);
     cluster
         .wait_for("the flip after the restart", |c| {
@@ -656,6 +658,8 @@ async fn a_target_that_crashes_between_the_marker_and_the_install_installs_after
     cluster.crash_and_restart_with(1, |_| {
         std::fs::rename(&dir, &staged).expect("put the copy back in staging");
     });
+    // Resuming from the marker takes no byte from the source.
+    cluster.faults.fetch.store(true, Ordering::Release);
     cluster.flips_blocked.store(false, Ordering::Release);
     cluster
         .wait_for("the flip after the restart", |c| {
