@@ -33,6 +33,10 @@ pub const INCOMING_FILE_NAME: &str = "move.incoming";
 /// system, so the install is one `rename(2)`.
 pub const STAGING_DIR_NAME: &str = ".moves";
 
+// A staged copy's name (a new topic name, `-`, at most 10 digits) fits the
+// usual 255-byte limit on a file name.
+const _: () = assert!(narad_meta::limits::TOPIC_NAME_BYTES_MAX + 1 + 10 <= 255);
+
 /// `<data>/.moves`.
 pub fn staging_root(data_dir: &Path) -> PathBuf {
     data_dir.join(STAGING_DIR_NAME)
