@@ -1172,6 +1172,10 @@ async fn a_dead_sources_copy_is_force_promoted_and_its_old_copy_quarantined() {
             c.owner(1).as_deref() == Some(&member_id(TARGET))
         })
         .await;
+    // The flip shows in the replica before the worker removes its marker.
+    cluster
+        .wait_for("the worker done", |c| worker_status(c, 1).is_none())
+        .await;
     let copied: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
     let target_dir = partition_dir(cluster.data_dir(1), TOPIC, 1);
     assert!(
