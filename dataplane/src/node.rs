@@ -411,8 +411,9 @@ impl DataNode {
     }
 
     fn stop_moves(&self) {
-        if let Some((_, task)) = self.moves.lock().take() {
+        if let Some((runner, task)) = self.moves.lock().take() {
             task.abort();
+            runner.stop_workers();
         }
     }
 

@@ -567,7 +567,7 @@ fn remove_contents(
 /// system directly. The simulated disk has no directory removal either (its
 /// directories are names only, and it cannot rename them, so no copy is
 /// ever quarantined on it): there the empty directory stays.
-fn remove_empty_dir(disk: &dyn Disk, path: &Path) -> io::Result<()> {
+pub(crate) fn remove_empty_dir(disk: &dyn Disk, path: &Path) -> io::Result<()> {
     match disk.kind() {
         BackendKind::Simulated => Ok(()),
         _ => std::fs::remove_dir(path),

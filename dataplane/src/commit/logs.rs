@@ -178,17 +178,36 @@ impl LocalLogs {
         &self.config
     }
 
-    /// Makes the topic directory of `destination` the live incarnation's
-    /// (stamping or quarantining it, as [`Self::resolve`] does) without
-    /// opening a log, and returns the partition directory. A move's target
-    /// copies into it before it owns the partition.
+    /// Installs a move's staged copy `staged` as the partition directory of
+    /// `destination`, under the topic guard, so no open, close, stamp or
+    /// quarantine of the topic runs meanwhile:
+    ///
+    /// 1. makes the topic directory the live incarnation's, as
+    ///    [`Self::resolve`] does (stamping it, or quarantining another
+    ///    incarnation's directory first). This comes before the rename: the
+    ///    rename needs the topic directory, and a copy renamed into a
+    ///    directory still marked for another incarnation would be
+    ///    quarantined with it by the next resolve;
+    /// 2. closes a log still open for `destination` (a copy that served
+    ///    here and moved away, its retirement awaiting the leader), so
+    ///    nothing writes into the directory it is about to judge;
+    /// 3. lets `vacate` clear the way if the partition directory exists
+    ///    (it must leave no directory there, or an empty one);
+    /// 4. renames `staged` to the partition directory and syncs the topic
+    ///    directory, then the staging directory's parent.
+    ///
+    /// Returns the partition directory.
     ///
     /// # Errors
-    /// As [`Self::resolve`]'s marker checks.
-    pub fn prepare_partition_dir(
+    /// As [`Self::resolve`]'s marker checks (a refused incarnation changes
+    /// nothing); `Io` for a failed step, after which the copy is whole at
+    /// one of its two paths.
+    pub fn install_partition_dir(
         &self,
         destination: &Destination,
         incarnation: Option<&Arc<str>>,
+        staged: &Path,
+        vacate: impl FnOnce(&dyn Disk, &Path) -> io::Result<()>,
     ) -> Result<PathBuf, LogError> {
         if !incarnation::is_topic_dir_name(&destination.topic) {
             return Err(LogError::Inconsistent {
@@ -198,17 +217,79 @@ impl LocalLogs {
         }
         let guard = self.topic_guard(&destination.topic);
         let mut topic = guard.lock();
-        if let Some(id) = incarnation {
-            self.check_marker(&destination.topic, &mut topic, id)?;
+        match incarnation {
+            Some(id) => self.check_marker(&destination.topic, &mut topic, id)?,
+            None => self.create_topic_dir(&destination.topic)?,
+        }
+        let serving = self.open.lock().remove(destination);
+        if let Some(entry) = serving {
+            tracing::info!(%destination, "a copy that moved away closed for a move's install");
+            close_log(destination, &entry.log);
         }
         let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
+        let io = |operation| move |source| LogError::Io { operation, source };
+        vacate(&*self.disk, &dir).map_err(io("clear the way for an installed copy"))?;
         self.disk
-            .create_dir_all(&dir)
-            .map_err(|source| LogError::Io {
-                operation: "create the partition directory",
-                source,
-            })?;
+            .rename(staged, &dir)
+            .map_err(io("rename the staged copy into place"))?;
+        let topic_dir = topics_dir(&self.data_dir).join(&*destination.topic);
+        self.disk
+            .sync_dir(&topic_dir)
+            .map_err(io("sync the topic directory"))?;
+        if let Some(parent) = staged.parent() {
+            self.disk
+                .sync_dir(parent)
+                .map_err(io("sync the staging directory"))?;
+        }
         Ok(dir)
+    }
+
+    /// Renames the partition directory of `destination`, a copy installed
+    /// by a move whose flip the leader confirmed cannot commit, back to
+    /// `staged` (which must not exist), under the topic guard, and syncs
+    /// both parents. Refused while a log of `destination` is open: an open
+    /// log is a partition this node serves.
+    ///
+    /// # Errors
+    /// `Inconsistent` when refused; `Io` for a failed step, after which the
+    /// copy is whole at one of its two paths.
+    pub fn retract_partition_dir(
+        &self,
+        destination: &Destination,
+        staged: &Path,
+    ) -> Result<(), LogError> {
+        let guard = self.topic_guard(&destination.topic);
+        let _topic = guard.lock();
+        let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
+        if self.open.lock().contains_key(destination) {
+            return Err(LogError::Inconsistent {
+                dir: dir.display().to_string(),
+                reason: "the partition's log is open here".into(),
+            });
+        }
+        let io = |operation| move |source| LogError::Io { operation, source };
+        if self
+            .disk
+            .exists(staged)
+            .map_err(io("look for a staged copy"))?
+        {
+            return Err(LogError::Inconsistent {
+                dir: dir.display().to_string(),
+                reason: format!("{} exists already", staged.display()),
+            });
+        }
+        self.disk
+            .rename(&dir, staged)
+            .map_err(io("rename an installed copy back to staging"))?;
+        if let Some(parent) = staged.parent() {
+            self.disk
+                .sync_dir(parent)
+                .map_err(io("sync the staging directory"))?;
+        }
+        let topic_dir = topics_dir(&self.data_dir).join(&*destination.topic);
+        self.disk
+            .sync_dir(&topic_dir)
+            .map_err(io("sync the topic directory"))
     }
 
     /// Closes the open log of `destination`, if any (its partition moved
@@ -580,6 +661,36 @@ impl LocalLogs {
             .create_dir_all(&topic_dir)
             .map_err(TopicDirError::io("create the topic directory", &topic_dir))?;
         incarnation::write_marker(&*self.disk, &topic_dir, token)?;
+        self.disk
+            .sync_dir(&topics)
+            .map_err(TopicDirError::io("sync the topics directory", &topics))?;
+        if !topics_existed {
+            self.disk
+                .sync_dir(&self.data_dir)
+                .map_err(TopicDirError::io("sync the data directory", &self.data_dir))?;
+        }
+        Ok(())
+    }
+
+    /// Creates the directory of a topic without an incarnation id (no
+    /// marker is written for one), durable in `topics/`.
+    fn create_topic_dir(&self, topic: &str) -> Result<(), TopicDirError> {
+        let topics = topics_dir(&self.data_dir);
+        let topic_dir = topics.join(topic);
+        let _namespace = self.namespace.lock();
+        if self.disk.exists(&topic_dir).map_err(TopicDirError::io(
+            "look for the topic directory",
+            &topic_dir,
+        ))? {
+            return Ok(());
+        }
+        let topics_existed = self
+            .disk
+            .exists(&topics)
+            .map_err(TopicDirError::io("look for the topics directory", &topics))?;
+        self.disk
+            .create_dir_all(&topic_dir)
+            .map_err(TopicDirError::io("create the topic directory", &topic_dir))?;
         self.disk
             .sync_dir(&topics)
             .map_err(TopicDirError::io("sync the topics directory", &topics))?;

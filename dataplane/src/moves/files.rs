@@ -1,28 +1,159 @@
-//! The files a move copies and writes in a partition directory: which
-//! names may travel, chunked copies, the consumer state the target writes
-//! from the handoff, and `move.marker`, which says a copy is whole.
+//! The files a move copies and writes: which names may travel, where the
+//! target stages its copy (`<data>/.moves/<topic>-<N>`), chunked copies, the
+//! consumer state the target writes from the handoff, `move.marker`, which
+//! says a copy is whole, and what becomes of a directory in the way of an
+//! install.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use narad_disk::{Disk, IO_ALIGN, IoBuf, OpenOptions};
 use narad_plog::segment::parse_segment_file_name;
 
-use crate::commit::incarnation::partition_quarantine_name;
+use crate::commit::incarnation::{partition_quarantine_name, remove_empty_dir};
 use crate::consume::ahead::{
     AHEAD_FILE_BYTES, AHEAD_FILE_NAME, ConsumerPosition, OFFSET_FILE_NAME, SLOT_BYTES, encode_slot,
 };
 
-/// Written into the partition directory by the target once its copy is
-/// whole, verified and fenced, before it proposes the flip. Its presence
-/// says the copy may become the partition (see `worker.rs`).
+/// Written into the staged copy by the target once it is whole, verified
+/// and fenced, before the copy is installed as the partition directory and
+/// the flip proposed. Its presence says the copy may become the partition
+/// (see `worker.rs`), and that it never served here.
 pub const MOVE_MARKER_FILE_NAME: &str = "move.marker";
 
-/// Written by the target into an emptied directory before it copies
-/// anything, and removed with `move.marker` once this node owns the
-/// partition: a directory holding it never served here, so nothing in it
-/// is only here.
+/// What releases before staging wrote into a partition directory they
+/// copied into in place, before copying anything. Nothing writes it now;
+/// it is still read (a directory holding it never served here, so nothing
+/// in it is only here) and removed, for a node upgraded mid-move.
 pub const INCOMING_FILE_NAME: &str = "move.incoming";
+
+/// The directory under `<data>` where a move's target stages its copies,
+/// one directory per partition. Outside `<data>/topics`, so no listing of
+/// topics or partitions ever sees a staged copy, and on the same file
+/// system, so the install is one `rename(2)`.
+pub const STAGING_DIR_NAME: &str = ".moves";
+
+// A staged copy's name (a new topic name, `-`, at most 10 digits) fits the
+// usual 255-byte limit on a file name.
+const _: () = assert!(narad_meta::limits::TOPIC_NAME_BYTES_MAX + 1 + 10 <= 255);
+
+/// `<data>/.moves`.
+pub fn staging_root(data_dir: &Path) -> PathBuf {
+    data_dir.join(STAGING_DIR_NAME)
+}
+
+/// The staged copy of `topic`'s partition `partition`:
+/// `<data>/.moves/<topic>-<N>`, see [`staging_name`].
+pub fn staging_dir(data_dir: &Path, topic: &str, partition: u32) -> PathBuf {
+    staging_root(data_dir).join(staging_name(topic, partition))
+}
+
+/// `<topic>-<N>`, the partition index zero-padded to 5 digits as in the
+/// partition directory's `p<N>`. Topic names may hold `-`, but the index is
+/// always the part after the *last* `-`, all digits, in this one spelling,
+/// so two (topic, partition) pairs never share a name
+/// ([`parse_staging_name`] reverses it).
+pub fn staging_name(topic: &str, partition: u32) -> String {
+    format!("{topic}-{partition:05}")
+}
+
+/// The topic and partition a staged copy's directory name stands for;
+/// `None` for a name [`staging_name`] does not make.
+pub fn parse_staging_name(name: &str) -> Option<(&str, u32)> {
+    let (topic, digits) = name.rsplit_once('-')?;
+    if !crate::commit::incarnation::is_topic_dir_name(topic)
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let partition: u32 = digits.parse().ok()?;
+    (staging_name(topic, partition) == name).then_some((topic, partition))
+}
+
+/// Makes `staged` an empty, durable directory for a copy starting over:
+/// creates `<data>/.moves` and `staged` if needed (each new entry synced
+/// into its parent) and removes every file in it.
+///
+/// # Errors
+/// Any disk error.
+pub fn reset_staging(disk: &dyn Disk, staged: &Path) -> io::Result<()> {
+    let (root, data_dir) = staging_parents(staged)?;
+    let root_existed = disk.exists(root)?;
+    let staged_existed = disk.exists(staged)?;
+    disk.create_dir_all(staged)?;
+    if !root_existed {
+        disk.sync_dir(data_dir)?;
+    }
+    if !staged_existed {
+        disk.sync_dir(root)?;
+    }
+    clear_dir(disk, staged, &[])
+}
+
+/// Removes the staged copy `staged`: its files, then the directory, then
+/// syncs `<data>/.moves`. Nothing in a staged copy ever served, so nothing
+/// in it is only here. Absent already: nothing to do.
+///
+/// # Errors
+/// Any disk error; what is left is a staged copy still, which the worker
+/// or the runner's sweep removes later.
+pub fn remove_staging(disk: &dyn Disk, staged: &Path) -> io::Result<()> {
+    let (root, _) = staging_parents(staged)?;
+    if !disk.exists(staged)? {
+        return Ok(());
+    }
+    clear_dir(disk, staged, &[])?;
+    remove_empty_dir(disk, staged)?;
+    disk.sync_dir(root)
+}
+
+fn staging_parents(staged: &Path) -> io::Result<(&Path, &Path)> {
+    match staged
+        .parent()
+        .and_then(|root| Some((root, root.parent()?)))
+    {
+        Some((root, data_dir))
+            if root
+                .file_name()
+                .is_some_and(|name| name == STAGING_DIR_NAME) =>
+        {
+            Ok((root, data_dir))
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a staged copy", staged.display()),
+        )),
+    }
+}
+
+/// Clears the way for a copy to be installed at the partition directory
+/// `dir` of a partition this node does not own. Absent: nothing to do. A
+/// directory nothing in which is only here ([`left_copy`] says `Remove`: a
+/// copy of an earlier move that never served, a copy this node handed off
+/// under a fence, or no record at all) is removed. Anything else served
+/// here and may hold records no other copy has: it is renamed aside to its
+/// quarantine name, never removed.
+///
+/// # Errors
+/// Any disk error; the directory is then under one of its names, whole or
+/// partly cleared of files nothing needs.
+pub fn vacate_partition_dir(disk: &dyn Disk, dir: &Path, now_ms: u64) -> io::Result<()> {
+    if !disk.exists(dir)? {
+        return Ok(());
+    }
+    match left_copy(disk, dir)? {
+        LeftCopy::Remove => {
+            clear_dir(disk, dir, &[])?;
+            remove_empty_dir(disk, dir)
+        }
+        LeftCopy::Quarantine => {
+            let quarantined = quarantine(disk, dir, now_ms)?;
+            tracing::warn!(path = %quarantined.display(),
+                "a partition directory that served here was in the way of a move's install; quarantined");
+            Ok(())
+        }
+    }
+}
 
 /// Fan-out cursor files travel with their parent partition.
 const CURSOR_PREFIX: &str = "fanout-";
@@ -179,21 +310,6 @@ pub fn write_consumer_state(
     Ok(())
 }
 
-/// Writes `move.incoming` (naming the source) and syncs it and the
-/// directory.
-///
-/// # Errors
-/// Any disk error.
-pub fn write_incoming(disk: &dyn Disk, dir: &Path, source: &str) -> io::Result<()> {
-    let file = disk.open(&dir.join(INCOMING_FILE_NAME), OpenOptions::CREATE)?;
-    file.write_and_sync(
-        0,
-        IoBuf::from_slice(format!("source {source}\n").as_bytes()),
-    )
-    .wait()?;
-    disk.sync_dir(dir)
-}
-
 /// Removes `move.marker` and `move.incoming` from `dir` (this node owns
 /// the partition now), then syncs the directory.
 ///
@@ -214,8 +330,8 @@ pub fn remove_move_files(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether `dir` holds a move's bookkeeping (`move.marker` or
-/// `move.incoming`).
+/// Whether `dir` holds a move's bookkeeping (`move.marker`, or an older
+/// release's `move.incoming`).
 ///
 /// # Errors
 /// Any disk error.
@@ -228,8 +344,9 @@ pub fn has_move_files(disk: &dyn Disk, dir: &Path) -> io::Result<bool> {
 /// receives, once the leader confirmed that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeftCopy {
-    /// Nothing in it is only here: a copy that never served here
-    /// (`move.incoming`), a source's copy handed off whole (its
+    /// Nothing in it is only here: a copy installed by a move that did not
+    /// flip (`move.marker`, or an older release's in-place copy with
+    /// `move.incoming`), a source's copy handed off whole (its
     /// `handoff.fence` froze it at the high watermark the new owner
     /// installed), or no record at all.
     Remove,
@@ -244,7 +361,7 @@ pub enum LeftCopy {
 /// # Errors
 /// Any disk error.
 pub fn left_copy(disk: &dyn Disk, dir: &Path) -> io::Result<LeftCopy> {
-    if disk.exists(&dir.join(INCOMING_FILE_NAME))?
+    if has_move_files(disk, dir)?
         || disk.exists(&dir.join(crate::commit::freeze::FENCE_FILE_NAME))?
     {
         return Ok(LeftCopy::Remove);
@@ -440,6 +557,96 @@ mod tests {
         disk.sync_dir(dir).unwrap();
         disk.crash(narad_disk::sim::Tear::LastWrite);
         assert_eq!(disk.read_file(&dir.join(name)).unwrap(), whole);
+    }
+
+    #[test]
+    fn staging_names_round_trip_and_never_collide_for_topics_with_dashes() {
+        let pairs = [
+            ("orders", 0),
+            ("a-1", 2),
+            ("a", 12),
+            ("a-00001", 2),
+            ("a-00001-00002", 3),
+            ("x", 123_456),
+        ];
+        let names: Vec<String> = pairs
+            .iter()
+            .map(|(topic, partition)| staging_name(topic, *partition))
+            .collect();
+        for ((topic, partition), name) in pairs.iter().zip(&names) {
+            assert_eq!(
+                parse_staging_name(name),
+                Some((*topic, *partition)),
+                "{name}"
+            );
+        }
+        let mut distinct = names.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        for name in [
+            "orders",
+            "orders-1",
+            "orders-000001",
+            "-00001",
+            "..-00001",
+            "a/b-00001",
+        ] {
+            assert_eq!(parse_staging_name(name), None, "{name}");
+        }
+    }
+
+    fn marker() -> MoveMarker {
+        MoveMarker {
+            source: "1".into(),
+            incarnation: "0123456789abcdef".into(),
+            high_watermark: 5,
+            token: 9,
+            applied_index: 77,
+        }
+    }
+
+    #[test]
+    fn a_directory_in_the_way_of_an_install_is_removed_only_if_nothing_in_it_is_only_here() {
+        let data = tempfile::tempdir().unwrap();
+        let disk = PortableDisk::new(1).unwrap();
+        let topic = data.path().join("topics").join("orders");
+        let segment = "00000000000000000000.log";
+        // Never served: a copy installed for a flip that did not commit.
+        let installed = topic.join("p00000");
+        disk.create_dir_all(&installed).unwrap();
+        write_chunk(&disk, &installed, segment, 0, b"records").unwrap();
+        write_marker(&disk, &installed, &marker()).unwrap();
+        vacate_partition_dir(&disk, &installed, 1).unwrap();
+        assert!(!installed.exists());
+        // Served here, never handed off: kept aside with its records.
+        let served = topic.join("p00001");
+        disk.create_dir_all(&served).unwrap();
+        write_chunk(&disk, &served, segment, 0, b"records").unwrap();
+        vacate_partition_dir(&disk, &served, 42).unwrap();
+        assert!(!served.exists());
+        let kept = topic.join("p00001.quarantine-42");
+        assert_eq!(std::fs::read(kept.join(segment)).unwrap(), b"records");
+        // Absent: nothing to do.
+        vacate_partition_dir(&disk, &topic.join("p00002"), 1).unwrap();
+    }
+
+    #[test]
+    fn a_staged_copy_is_reset_and_removed_whole() {
+        let data = tempfile::tempdir().unwrap();
+        let disk = PortableDisk::new(1).unwrap();
+        let staged = staging_dir(data.path(), "orders", 3);
+        reset_staging(&disk, &staged).unwrap();
+        write_chunk(&disk, &staged, "00000000000000000000.log", 0, b"x").unwrap();
+        write_marker(&disk, &staged, &marker()).unwrap();
+        reset_staging(&disk, &staged).unwrap();
+        assert!(disk.list_dir(&staged).unwrap().is_empty());
+        write_chunk(&disk, &staged, "00000000000000000000.log", 0, b"x").unwrap();
+        remove_staging(&disk, &staged).unwrap();
+        assert!(!staged.exists());
+        assert!(staging_root(data.path()).exists());
+        // Only a directory under `.moves` is removed as a staged copy.
+        assert!(remove_staging(&disk, &data.path().join("topics").join("orders-00003")).is_err());
     }
 
     #[test]

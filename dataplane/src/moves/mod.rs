@@ -3,14 +3,16 @@
 //! target node copies the partition from its owner and flips the owner to
 //! itself with a compare-and-set in Raft.
 //!
-//! - [`worker`]: one move on its target: catch-up copy while traffic
-//!   flows, handoff, final copy to the frozen high watermark, verification,
-//!   fence, `move.marker`, flip;
+//! - [`worker`]: one move on its target: catch-up copy into
+//!   `<data>/.moves/<topic>-<N>` while traffic flows, handoff, final copy to
+//!   the frozen high watermark, verification, fence, `move.marker`, install
+//!   (a rename to the partition directory under the topic guard), flip;
 //! - [`source`]: the owner's side: listing, chunks, the freeze and its
 //!   fence (the freeze itself is the commit stage's, `commit::freeze`);
 //! - [`runner`]: starts workers for moves headed here, ends freezes whose
 //!   move is over, reclaims copies of partitions that moved away (removed
-//!   when the new owner holds all they hold, else quarantined);
+//!   when the new owner holds all they hold, else quarantined) and staged
+//!   copies of moves that no longer come here;
 //! - [`service`]: the transfer operations on the cluster transport;
 //! - [`files`]: what travels and what the target writes;
 //! - [`status`]: what a worker reports.
@@ -32,8 +34,14 @@
 //! marked dead. What the source committed after that listing stays in its
 //! own copy, which is quarantined when it comes back.
 //!
-//! What it does not do yet: stage the copy in `.moves/` (it is written in
-//! place, and `move.incoming`/`move.marker` say what it is).
+//! The copy is made where nothing is served or listed (`<data>/.moves`)
+//! and becomes the partition directory in one rename, after it is whole,
+//! verified, fenced and marked, and before the flip is proposed; a copy in
+//! `.moves` is never flipped, so it is removed without asking anyone.
+//!
+//! What it does not do: run on the simulated disk, which cannot rename a
+//! directory; resume a staged copy's bytes across a restart (the worker
+//! copies again).
 
 pub mod files;
 pub mod runner;

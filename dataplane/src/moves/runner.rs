@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use super::files;
 use super::service::LinkFactory;
 use super::status::{MovePhase, MoveReports, MoveWorkerStatus};
-use super::worker::{Ending, Worker, WorkerContext};
+use super::worker::{Ending, Worker, WorkerContext, leader_releases};
 use crate::commit::freeze::remove_fence;
 use crate::commit::{Combiners, partition_dir, topics_dir};
 use crate::consume::service::ConsumeService;
@@ -132,6 +132,15 @@ impl MoveRunner {
             .collect();
         statuses.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         statuses
+    }
+
+    /// Stops every running worker where it stands (as a crash would; the
+    /// next runner resumes from what is on disk). The runner's own task is
+    /// its spawner's to stop.
+    pub fn stop_workers(&self) {
+        for (_, running) in self.workers.lock().drain() {
+            running.handle.abort();
+        }
     }
 
     /// Moves this runner completed since start.
@@ -374,6 +383,73 @@ impl MoveRunner {
             }
         }
         self.drop_move_files_of_owned(&view, &me, &running);
+        self.sweep_staging(&view, &me, &running).await;
+    }
+
+    /// Removes staged copies (`<data>/.moves/<topic>-<N>`) of moves that no
+    /// longer target this node and have no worker here: a move abandoned
+    /// while this node was down, or whose worker failed to remove its copy.
+    /// A staged copy never served, so no leader needs to confirm; but one
+    /// whose marker is newer than the replica is kept (its move may not be
+    /// applied here yet). Runs only on a caught-up replica (the caller
+    /// checks).
+    async fn sweep_staging(
+        &self,
+        view: &crate::metadata::MetadataView,
+        me: &str,
+        running: &[Destination],
+    ) {
+        let logs = Arc::clone(&self.context.logs);
+        let root = files::staging_root(logs.data_dir());
+        let names = match logs.disk().list_dir(&root) {
+            Ok(names) => names,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return,
+            Err(error) => {
+                tracing::warn!(%error, "listing staged move copies failed");
+                return;
+            }
+        };
+        let mut stale = Vec::new();
+        for name in names {
+            let Some((topic, partition)) = files::parse_staging_name(&name) else {
+                tracing::warn!(
+                    name,
+                    "an entry of the move staging directory that no move made; left alone"
+                );
+                continue;
+            };
+            let destination = Destination::new(topic, partition);
+            let headed_here = view
+                .metastore
+                .assignment(topic, partition)
+                .is_some_and(|a| a.target.as_deref() == Some(me));
+            if headed_here || running.contains(&destination) {
+                continue;
+            }
+            let staged = root.join(&name);
+            let marker = files::read_marker(&**logs.disk(), &staged).ok().flatten();
+            if marker.is_some_and(|marker| marker.applied_index > view.applied_index) {
+                continue;
+            }
+            stale.push((destination, staged));
+        }
+        for (destination, staged) in stale {
+            let logs = Arc::clone(&logs);
+            let removed =
+                tokio::task::spawn_blocking(move || files::remove_staging(&**logs.disk(), &staged))
+                    .await;
+            match removed {
+                Ok(Ok(())) => {
+                    tracing::info!(%destination, "staged copy of a move that ended removed")
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%destination, %error, "removing a stale staged copy failed; the sweep retries")
+                }
+                Err(error) => {
+                    tracing::warn!(%destination, %error, "removing a stale staged copy failed")
+                }
+            }
+        }
     }
 
     /// A crash between a flip and the removal of `move.marker` and
@@ -413,11 +489,10 @@ impl MoveRunner {
         }
     }
 
-    /// Whether the control plane's leader confirmed (after its barrier)
-    /// that this node neither owns nor receives `destination` of
-    /// `incarnation`: only then may its copy here go (spec §6: nothing
-    /// destructive on local state alone). No answer keeps the copy; the
-    /// next pass asks again.
+    /// Whether the control plane's leader confirmed that this node neither
+    /// owns nor receives `destination` of `incarnation` (see
+    /// [`leader_releases`]). No answer keeps the copy; the next pass asks
+    /// again.
     async fn leader_releases(
         &self,
         destination: &Destination,
@@ -432,31 +507,7 @@ impl MoveRunner {
             partition: destination.partition,
             member: self.me(),
         };
-        let leader = Arc::clone(&self.context.leader);
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        // The leader's client blocks on a runtime of its own and refuses to
-        // be asked from inside one, the blocking pool's threads included.
-        let spawned = std::thread::Builder::new()
-            .name("narad-move-confirm".into())
-            .spawn(move || {
-                let _ = answer.send(leader.confirm_partition_holder(&holder));
-            });
-        if let Err(error) = spawned {
-            tracing::warn!(%destination, %error, "could not ask the leader about a copy; it stays");
-            return false;
-        }
-        match answered.await {
-            Ok(Ok(false)) => true,
-            Ok(Ok(true)) => {
-                tracing::info!(%destination, "the leader says this node still holds the partition; its copy stays");
-                false
-            }
-            Ok(Err(error)) => {
-                tracing::info!(%destination, %error, "the leader could not confirm that the copy may go; it stays for now");
-                false
-            }
-            Err(_) => false,
-        }
+        leader_releases(Arc::clone(&self.context.leader), holder).await
     }
 
     /// Removes a copy the leader released, or quarantines it when it may

@@ -295,15 +295,59 @@ impl Cluster {
     /// Stops node `index` as a crash would (nothing synced on the way
     /// out), and starts it again on the same directory.
     fn crash_and_restart(&mut self, index: usize) {
+        self.crash_and_restart_with(index, |_| {});
+    }
+
+    /// As [`Self::crash_and_restart`], running `while_down` between the
+    /// crash and the restart.
+    fn crash_and_restart_with(&mut self, index: usize, while_down: impl FnOnce(&Self)) {
         let member = member_id(self.replicas[index].local_node());
         self.links.remove(&member);
         let placeholder = Arc::clone(&self.nodes[1 - index]);
         let node = std::mem::replace(&mut self.nodes[index], placeholder);
         let node = Arc::try_unwrap(node).expect("no one else holds the node");
         node.abandon();
+        // A worker's file call in flight when its task was stopped ends on
+        // a blocking thread; let it end before the next node starts.
+        std::thread::sleep(Duration::from_millis(100));
+        while_down(self);
         let (node, runner) = self.start_node(index);
         self.nodes[index] = node;
         self.runners[index] = runner;
+    }
+
+    /// Where node `index` stages its copy of `partition`.
+    fn staged(&self, index: usize, partition: u32) -> PathBuf {
+        super::files::staging_dir(self.data_dir(index), TOPIC, partition)
+    }
+
+    /// Clears the move of `partition` (the controller's abort).
+    fn abort(&self, partition: u32) {
+        self.log
+            .apply(&Command::AbortMove(narad_meta::AbortMove {
+                topic: TOPIC.into(),
+                id: narad_meta::IncarnationId::from_bits(0xa1),
+                partition,
+                target: member_id(TARGET),
+            }))
+            .expect("abort");
+    }
+
+    /// Commits `messages` to `partition`, moves it to the target with
+    /// every fence unanswered, and waits until the target's copy holds
+    /// bytes and one attempt failed at the fence: the copy is whole in
+    /// staging and stays there.
+    async fn stage_a_copy(&self, partition: u32, messages: usize) {
+        for n in 0..messages {
+            self.commit(partition, &format!("m{n}"));
+        }
+        self.faults.fence.store(true, Ordering::Release);
+        self.target_partition(partition);
+        self.wait_for("a copy staged and a fence unanswered", |c| {
+            worker_status(c, partition)
+                .is_some_and(|status| status.attempts >= 1 && status.copied_bytes > 0)
+        })
+        .await;
     }
 
     fn data_dir(&self, index: usize) -> &Path {
@@ -559,9 +603,13 @@ async fn an_aborted_move_leaves_the_source_serving_and_no_copy_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
+async fn a_target_that_crashes_after_the_install_before_the_flip_resumes_from_its_marker() {
     let mut cluster = Cluster::start();
     let marker = cluster.fence_a_copy_of_partition_0(100).await;
+    assert!(
+        !cluster.staged(1, 0).exists(),
+        "the marked copy was renamed out of staging"
+    );
     // Fenced: the source takes no commit for the partition now.
     let destination = Destination::new(TOPIC, 0);
     let refused = cluster.nodes[0].combiners().commit(
@@ -577,6 +625,8 @@ async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
     );
     assert!(matches!(refused, Err(CommitError::Frozen)), "{refused:?}");
     cluster.crash_and_restart(1);
+    // Resuming from the marker takes no byte from the source.
+    cluster.faults.fetch.store(true, Ordering::Release);
     cluster.flips_blocked.store(false, Ordering::Release);
     cluster
         .wait_for("the flip after the restart", |c| {
@@ -593,6 +643,214 @@ async fn a_target_that_crashes_before_the_flip_resumes_from_its_marker() {
     let mut expected: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
     expected.push("after".into());
     assert_eq!(cluster.stored(1, 0), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_crashes_between_the_marker_and_the_install_installs_after_restart() {
+    let mut cluster = Cluster::start();
+    cluster.fence_a_copy_of_partition_0(60).await;
+    // The crash came before the rename was durable: the marked copy is
+    // still staged and the partition directory absent.
+    let (dir, staged) = (
+        partition_dir(cluster.data_dir(1), TOPIC, 0),
+        cluster.staged(1, 0),
+    );
+    cluster.crash_and_restart_with(1, |_| {
+        std::fs::rename(&dir, &staged).expect("put the copy back in staging");
+    });
+    // Resuming from the marker takes no byte from the source.
+    cluster.faults.fetch.store(true, Ordering::Release);
+    cluster.flips_blocked.store(false, Ordering::Release);
+    cluster
+        .wait_for("the flip after the restart", |c| {
+            c.owner(0).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    cluster
+        .wait_for("the worker done", |c| c.runners[1].report().is_empty())
+        .await;
+    assert!(!staged.exists(), "the staged copy was installed");
+    cluster.commit(0, "after");
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 0));
+    let mut expected: Vec<String> = (0..60).map(|n| format!("m{n}")).collect();
+    expected.push("after".into());
+    assert_eq!(cluster.stored(1, 0), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_is_made_in_staging_and_the_partition_directory_stays_untouched() {
+    let cluster = Cluster::start();
+    cluster.stage_a_copy(0, 80).await;
+    let staged = cluster.staged(1, 0);
+    let segment_bytes: u64 = std::fs::read_dir(&staged)
+        .expect("the staging directory")
+        .map(|entry| entry.expect("entry"))
+        .filter(|entry| super::files::is_segment(&entry.file_name().to_string_lossy()))
+        .map(|entry| entry.metadata().expect("metadata").len())
+        .sum();
+    assert!(segment_bytes > 0, "the copy's segments are in staging");
+    assert!(
+        !staged.join(super::files::MOVE_MARKER_FILE_NAME).exists(),
+        "not fenced: no marker"
+    );
+    assert!(
+        !partition_dir(cluster.data_dir(1), TOPIC, 0).exists(),
+        "nothing at the partition's path before the install"
+    );
+    assert!(
+        cluster.nodes[1]
+            .logs()
+            .get(&Destination::new(TOPIC, 0))
+            .is_none()
+    );
+    cluster.faults.fence.store(false, Ordering::Release);
+    cluster
+        .wait_for("the flip", |c| {
+            c.owner(0).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    cluster
+        .wait_for("the worker done", |c| c.runners[1].report().is_empty())
+        .await;
+    assert!(!staged.exists(), "the staged copy became the partition");
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 0));
+    assert_eq!(
+        cluster.stored(1, 0),
+        (0..80).map(|n| format!("m{n}")).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_crashes_mid_copy_serves_nothing_staged_and_completes_after_restart() {
+    let mut cluster = Cluster::start();
+    cluster.stage_a_copy(1, 70).await;
+    cluster.crash_and_restart(1);
+    // Still unfenced: the restarted worker copies into staging again.
+    cluster
+        .wait_for("the copy staged again", |c| {
+            worker_status(c, 1).is_some_and(|status| status.copied_bytes > 0)
+        })
+        .await;
+    let logs = cluster.nodes[1].logs();
+    assert!(logs.open_destinations().is_empty(), "nothing served here");
+    assert!(!partition_dir(cluster.data_dir(1), TOPIC, 1).exists());
+    assert!(cluster.staged(1, 1).exists());
+    assert_eq!(logs.quarantine_stats().expect("stats").copies, 0);
+    assert_eq!(cluster.owner(1), Some(member_id(SOURCE)));
+    cluster.faults.fence.store(false, Ordering::Release);
+    cluster
+        .wait_for("the flip after the restart", |c| {
+            c.owner(1).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    cluster
+        .wait_for("the worker done", |c| c.runners[1].report().is_empty())
+        .await;
+    assert!(!cluster.staged(1, 1).exists());
+    cluster.commit(1, "after");
+    cluster.nodes[1]
+        .logs()
+        .close_partition(&Destination::new(TOPIC, 1));
+    let mut expected: Vec<String> = (0..70).map(|n| format!("m{n}")).collect();
+    expected.push("after".into());
+    assert_eq!(cluster.stored(1, 1), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_move_leaves_no_staged_copy() {
+    let cluster = Cluster::start();
+    cluster.stage_a_copy(2, 40).await;
+    assert!(cluster.staged(1, 2).exists());
+    cluster.abort(2);
+    cluster
+        .wait_for("the target to drop the move", |c| {
+            c.runners[1].report().is_empty()
+        })
+        .await;
+    assert!(!cluster.staged(1, 2).exists(), "the staged copy is gone");
+    assert!(!partition_dir(cluster.data_dir(1), TOPIC, 2).exists());
+    assert_eq!(cluster.owner(2), Some(member_id(SOURCE)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_copy_of_an_aborted_move_is_rolled_back_and_removed() {
+    let mut cluster = Cluster::start();
+    let marker = cluster.fence_a_copy_of_partition_0(30).await;
+    assert!(marker.exists(), "installed, waiting for its flip");
+    cluster.abort(0);
+    cluster
+        .wait_for("the target to drop the move", |c| {
+            c.runners[1].report().is_empty()
+        })
+        .await;
+    assert!(
+        !partition_dir(cluster.data_dir(1), TOPIC, 0).exists(),
+        "the installed copy is gone from the partition's path"
+    );
+    assert!(!cluster.staged(1, 0).exists(), "and from staging");
+    assert_eq!(cluster.owner(0), Some(member_id(SOURCE)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_removes_a_staged_copy_of_a_move_that_ended_while_the_node_was_down() {
+    let mut cluster = Cluster::start();
+    cluster.stage_a_copy(2, 40).await;
+    cluster.crash_and_restart_with(1, |c| c.abort(2));
+    assert!(cluster.staged(1, 2).exists(), "left by the crash");
+    cluster
+        .wait_for("the stale staged copy swept", |c| !c.staged(1, 2).exists())
+        .await;
+    assert!(!partition_dir(cluster.data_dir(1), TOPIC, 2).exists());
+}
+
+#[test]
+fn staged_copies_are_in_no_listing_of_topics_or_quarantined_copies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("portable disk"));
+    let logs = crate::commit::LocalLogs::new(
+        Arc::clone(&disk),
+        dir.path(),
+        narad_plog::LogConfig::default(),
+    );
+    let id: Arc<str> = Arc::from("00000000000000a1");
+    let log = logs
+        .resolve(&Destination::new(TOPIC, 0), Some(&id))
+        .expect("open a live partition");
+    drop(log);
+    logs.close_all();
+    // Staged copies, one of a topic whose name reads like a quarantined
+    // copy, each with a segment and a marker.
+    for (topic, partition) in [(TOPIC, 1), ("orders.stale-00000000000000a1", 0)] {
+        let staged = super::files::staging_dir(dir.path(), topic, partition);
+        super::files::reset_staging(&*disk, &staged).expect("stage");
+        super::files::write_chunk(&*disk, &staged, "00000000000000000000.log", 0, b"bytes")
+            .expect("a segment");
+        super::files::write_marker(
+            &*disk,
+            &staged,
+            &super::files::MoveMarker {
+                source: member_id(SOURCE),
+                incarnation: id.to_string(),
+                high_watermark: 1,
+                token: 7,
+                applied_index: 1,
+            },
+        )
+        .expect("a marker");
+    }
+    assert_eq!(
+        logs.topic_directories().expect("topics"),
+        vec![TOPIC.to_owned()]
+    );
+    assert!(logs.quarantined_partitions().expect("list").is_empty());
+    assert_eq!(
+        logs.quarantine_stats().expect("stats"),
+        crate::commit::incarnation::QuarantineStats::default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -913,6 +1171,10 @@ async fn a_dead_sources_copy_is_force_promoted_and_its_old_copy_quarantined() {
         .wait_for("the force-promote", |c| {
             c.owner(1).as_deref() == Some(&member_id(TARGET))
         })
+        .await;
+    // The flip shows in the replica before the worker removes its marker.
+    cluster
+        .wait_for("the worker done", |c| worker_status(c, 1).is_none())
         .await;
     let copied: Vec<String> = (0..100).map(|n| format!("m{n}")).collect();
     let target_dir = partition_dir(cluster.data_dir(1), TOPIC, 1);

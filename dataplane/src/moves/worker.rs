@@ -1,13 +1,16 @@
 //! The target side of one move: copy the partition from its owner while
 //! traffic flows, take the handoff, finish the copy to the frozen high
-//! watermark, verify it, fence the source, write `move.marker`, and
-//! propose the flip.
+//! watermark, verify it, fence the source, write `move.marker`, install
+//! the copy and propose the flip.
 //!
-//! The copy is written straight into the partition's own directory. This
-//! node does not own the partition until the flip commits, so nothing
-//! else here opens that directory before then; the marker (written last)
-//! is what says the copy is whole. Each step and why a crash at any point
-//! loses nothing is in `docs/internals/moves.md`.
+//! The copy is staged in `<data>/.moves/<topic>-<N>`, outside every
+//! directory this node serves or lists. Once it is whole, verified and
+//! fenced, `move.marker` is written into it and it is renamed to the
+//! partition directory (`LocalLogs::install_partition_dir`, under the
+//! topic guard); only then is the flip proposed. A copy installed for a
+//! flip that can no longer commit goes back to staging before it is
+//! removed. Each step and why a crash at any point loses nothing is in
+//! `docs/internals/moves.md`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -31,7 +34,7 @@ use super::status::{MovePhase, MoveWorkerStatus};
 use crate::admin::{Admin, AdminError};
 use crate::commit::LocalLogs;
 use crate::consume::ahead::ConsumerPosition;
-use crate::dispatch::LeaderConfirm;
+use crate::dispatch::{LeaderConfirm, PartitionHolder};
 use crate::metadata::MetadataReplica;
 use crate::topology::{Destination, member_id};
 
@@ -172,8 +175,8 @@ pub struct WorkerContext {
 /// What a worker keeps from one attempt to the next.
 #[derive(Debug, Default)]
 struct Progress {
-    /// The directory was emptied for this worker's copy and `have` says
-    /// what it holds; false until then, and again after a failure that
+    /// The staging directory was emptied for this worker's copy and `have`
+    /// says what it holds; false until then, and again after a failure that
     /// leaves the copy in doubt.
     started: bool,
     /// Bytes below which each copied file is whole.
@@ -364,7 +367,14 @@ impl Worker {
         }
         let dir = self.dir();
         if let Some(marker) = self.our_marker(&dir).await? {
-            // Whole already: fenced by the source, or forced earlier.
+            // Installed already: fenced by the source, or forced earlier.
+            self.flip(&dir, &marker).await?;
+            return Ok(true);
+        }
+        let staged = self.staging();
+        if let Some(marker) = self.our_marker(&staged).await? {
+            // Whole and marked, not installed yet.
+            let dir = self.install(&staged).await?;
             self.flip(&dir, &marker).await?;
             return Ok(true);
         }
@@ -380,13 +390,13 @@ impl Worker {
         }
         let found = {
             let logs = Arc::clone(&self.context.logs);
-            let dir = dir.clone();
+            let staged = staged.clone();
             let dir_unsynced = progress.dir_unsynced;
             blocking(move || {
                 if dir_unsynced {
-                    logs.disk().sync_dir(&dir)?;
+                    logs.disk().sync_dir(&staged)?;
                 }
-                verify_copy(&logs, &dir)
+                verify_copy(&logs, &staged)
             })
             .await
             .map_err(disk("sync and open the copy to verify it"))?
@@ -406,16 +416,21 @@ impl Worker {
                 .collect(),
         };
         // Token 0: a forced marker, which only `ForcePromote` may flip.
-        let marker = self.seal_copy(&dir, &fenced, found, 0).await?;
+        let marker = self.seal_copy(&staged, &fenced, found, 0).await?;
         tracing::warn!(destination = %self.destination, source = self.source,
             high_watermark = found, dead_for_s = dead_for.as_secs(),
             "force-promoting the copy: its source is dead");
+        let dir = self.install(&staged).await?;
         self.flip(&dir, &marker).await?;
         Ok(true)
     }
 
     /// The move is no longer in the replica: done if this node owns the
-    /// partition, else the copy is removed.
+    /// partition, else the copy is removed: a staged one at once (it never
+    /// served), an installed one only once the leader confirms this node
+    /// neither owns nor receives the partition (so the flip cannot commit),
+    /// by renaming it back to staging first. Unconfirmed, it stays for the
+    /// runner's stale-copy sweep, which asks again.
     async fn ended(&self) -> Ending {
         if self.owned_here() {
             self.set_phase(MovePhase::Done);
@@ -424,20 +439,77 @@ impl Worker {
             let _ = blocking(move || files::remove_move_files(&**logs.disk(), &dir)).await;
             return Ending::Completed;
         }
-        let dir = self.dir();
-        let logs = Arc::clone(&self.context.logs);
-        match blocking(move || files::clear_dir(&**logs.disk(), &dir, &[])).await {
+        let removed = self.remove_staged().await;
+        let retracted = self.retract_installed().await;
+        match removed.and(retracted) {
             Ok(()) => {
                 tracing::info!(destination = %self.destination, "move abandoned; the copy was removed")
             }
             Err(error) => {
-                tracing::warn!(destination = %self.destination, %error, "move abandoned; removing the copy failed (the stale-copy sweep retries)")
+                tracing::warn!(destination = %self.destination, %error, "move abandoned; removing the copy failed (the runner's sweep retries)")
             }
         }
         self.set_phase(MovePhase::Abandoned);
         Ending::Abandoned
     }
 
+    /// Removes the staged copy, if any.
+    async fn remove_staged(&self) -> Result<(), MoveError> {
+        let logs = Arc::clone(&self.context.logs);
+        let staged = self.staging();
+        blocking(move || files::remove_staging(&**logs.disk(), &staged))
+            .await
+            .map_err(disk("remove the staged copy"))
+    }
+
+    /// An installed copy of a move that no longer goes here: back to
+    /// staging and removed, once the leader confirms.
+    async fn retract_installed(&self) -> Result<(), MoveError> {
+        let dir = self.dir();
+        let installed = {
+            let logs = Arc::clone(&self.context.logs);
+            let dir = dir.clone();
+            blocking(move || files::has_move_files(&**logs.disk(), &dir))
+                .await
+                .map_err(disk("look for an installed copy"))?
+        };
+        if !installed {
+            return Ok(());
+        }
+        let Some(incarnation) = self.incarnation.clone() else {
+            return Ok(());
+        };
+        let holder = PartitionHolder {
+            topic: Arc::clone(&self.destination.topic),
+            incarnation,
+            partition: self.destination.partition,
+            member: self.me(),
+        };
+        if !leader_releases(Arc::clone(&self.context.leader), holder).await {
+            tracing::info!(destination = %self.destination,
+                "an installed copy stays until the leader confirms its flip cannot commit");
+            return Ok(());
+        }
+        self.roll_back().await
+    }
+
+    /// Renames the installed copy back to staging (after removing whatever
+    /// was staged) and removes it there: a crash part way leaves a staged
+    /// copy, never part of one at the partition's path.
+    async fn roll_back(&self) -> Result<(), MoveError> {
+        let logs = Arc::clone(&self.context.logs);
+        let (destination, staged) = (self.destination.clone(), self.staging());
+        blocking(move || {
+            files::remove_staging(&**logs.disk(), &staged)?;
+            logs.retract_partition_dir(&destination, &staged)
+                .map_err(std::io::Error::other)?;
+            files::remove_staging(&**logs.disk(), &staged)
+        })
+        .await
+        .map_err(disk("roll an installed copy back to staging and remove it"))
+    }
+
+    /// The partition directory, where an installed copy lives.
     fn dir(&self) -> PathBuf {
         crate::commit::partition_dir(
             self.context.logs.data_dir(),
@@ -446,32 +518,52 @@ impl Worker {
         )
     }
 
-    /// One attempt, from wherever the directory stands.
-    async fn attempt(&self, progress: &mut Progress) -> Result<(), MoveError> {
-        let dir = {
-            let logs = Arc::clone(&self.context.logs);
-            let destination = self.destination.clone();
-            let incarnation = self.incarnation.clone();
-            blocking(move || {
-                logs.prepare_partition_dir(&destination, incarnation.as_ref())
-                    .map_err(std::io::Error::other)
+    /// The staging directory, where the copy is made.
+    fn staging(&self) -> PathBuf {
+        files::staging_dir(
+            self.context.logs.data_dir(),
+            &self.destination.topic,
+            self.destination.partition,
+        )
+    }
+
+    /// Installs the staged copy (see `LocalLogs::install_partition_dir`);
+    /// returns the partition directory.
+    async fn install(&self, staged: &std::path::Path) -> Result<PathBuf, MoveError> {
+        let logs = Arc::clone(&self.context.logs);
+        let destination = self.destination.clone();
+        let incarnation = self.incarnation.clone();
+        let staged = staged.to_path_buf();
+        let dir = blocking(move || {
+            logs.install_partition_dir(&destination, incarnation.as_ref(), &staged, |disk, dir| {
+                files::vacate_partition_dir(disk, dir, crate::ingress::now_unix_ms())
             })
-            .await
-            .map_err(disk("prepare the partition directory"))?
-        };
+            .map_err(std::io::Error::other)
+        })
+        .await
+        .map_err(disk("install the copy"))?;
+        tracing::info!(destination = %self.destination, "partition copy installed");
+        Ok(dir)
+    }
+
+    /// One attempt, from wherever the copy stands: installed (resume from
+    /// its marker), staged and marked (resume, then install), or neither
+    /// (copy into staging).
+    async fn attempt(&self, progress: &mut Progress) -> Result<(), MoveError> {
+        let dir = self.dir();
         if let Some(marker) = self.our_marker(&dir).await? {
-            return self.resume_from_marker(&dir, marker).await;
+            return self.resume_from_marker(&dir, marker, true).await;
+        }
+        let staged = self.staging();
+        if let Some(marker) = self.our_marker(&staged).await? {
+            return self.resume_from_marker(&staged, marker, false).await;
         }
         if !progress.started {
             let logs = Arc::clone(&self.context.logs);
-            let dir = dir.clone();
-            let source = self.source.clone();
-            blocking(move || {
-                files::clear_dir(&**logs.disk(), &dir, &[])?;
-                files::write_incoming(&**logs.disk(), &dir, &source)
-            })
-            .await
-            .map_err(disk("clear the partition directory"))?;
+            let staged = staged.clone();
+            blocking(move || files::reset_staging(&**logs.disk(), &staged))
+                .await
+                .map_err(disk("clear the staging directory"))?;
             self.status.lock().copied_bytes = 0;
             *progress = Progress {
                 started: true,
@@ -479,7 +571,7 @@ impl Worker {
                 ..Progress::default()
             };
         }
-        self.catch_up(&dir, progress).await?;
+        self.catch_up(&staged, progress).await?;
         if !self.still_mine() {
             return Err(MoveError::Ended);
         }
@@ -498,7 +590,7 @@ impl Worker {
                 .take()
                 .map_or_else(HandoffFenced::default, |(_, position)| position),
         ));
-        let finished = self.finish_copy(&dir, progress, &prepared).await;
+        let finished = self.finish_copy(&staged, progress, &prepared).await;
         let marker = match finished {
             Ok(marker) => marker,
             Err(error) => {
@@ -512,6 +604,7 @@ impl Worker {
                 return Err(error);
             }
         };
+        let dir = self.install(&staged).await?;
         self.flip(&dir, &marker).await
     }
 
@@ -530,14 +623,18 @@ impl Worker {
             && marker.incarnation == self.incarnation.as_deref().unwrap_or("")
     }
 
-    /// A marker from before a restart: the copy was whole and fenced. The
-    /// fence is presented again (the source still holds it only if nothing
-    /// changed since; its answer refreshes the consumer position), then
-    /// the flip is proposed. A refused fence means the marker is stale.
+    /// A marker from before a restart: the copy was whole and fenced,
+    /// `installed` at the partition directory or still staged in `dir`.
+    /// The fence is presented again (the source still holds it only if
+    /// nothing changed since; its answer refreshes the consumer position),
+    /// a staged copy is installed, then the flip is proposed. A refused
+    /// fence means the marker is stale: the copy is removed (an installed
+    /// one through staging).
     async fn resume_from_marker(
         &self,
         dir: &std::path::Path,
         marker: MoveMarker,
+        installed: bool,
     ) -> Result<(), MoveError> {
         self.set_phase(MovePhase::FlipPending);
         let fenced = self
@@ -551,22 +648,23 @@ impl Worker {
         match fenced {
             Ok(position) => {
                 self.write_position(dir, &position).await?;
-                self.flip(dir, &marker).await
+                self.install_and_flip(dir, installed, &marker).await
             }
             // The flip committed already (the source no longer owns it):
-            // the proposal below finds it applied.
-            Err(error) if error.is_not_owner() => self.flip(dir, &marker).await,
+            // the proposal below finds it applied. Only an installed copy
+            // can have flipped; a staged one waits for the move to change.
+            Err(error) if error.is_not_owner() && installed => self.flip(dir, &marker).await,
             Err(LinkError::Refused {
                 status: 409,
                 message,
             }) => {
                 tracing::info!(destination = %self.destination, message,
                     "the copy's fence no longer holds at the source; copying again");
-                let logs = Arc::clone(&self.context.logs);
-                let dir = dir.to_path_buf();
-                blocking(move || files::clear_dir(&**logs.disk(), &dir, &[]))
-                    .await
-                    .map_err(disk("clear a stale copy"))?;
+                if installed {
+                    self.roll_back().await?;
+                } else {
+                    self.remove_staged().await?;
+                }
                 Err(MoveError::Link(LinkError::Refused {
                     status: 409,
                     message: "stale copy removed".into(),
@@ -578,13 +676,29 @@ impl Worker {
             Err(LinkError::Unreachable(message)) if !marker.forced() => {
                 tracing::info!(destination = %self.destination, message,
                     "the source does not answer; the fenced copy is flipped without it");
-                self.flip(dir, &marker).await
+                self.install_and_flip(dir, installed, &marker).await
             }
             Err(error) => {
                 self.set_phase(MovePhase::WaitingForSource);
                 Err(error.into())
             }
         }
+    }
+
+    /// Installs the copy at `dir` unless it is `installed` already, then
+    /// proposes the flip.
+    async fn install_and_flip(
+        &self,
+        dir: &std::path::Path,
+        installed: bool,
+        marker: &MoveMarker,
+    ) -> Result<(), MoveError> {
+        let dir = if installed {
+            dir.to_path_buf()
+        } else {
+            self.install(dir).await?
+        };
+        self.flip(&dir, marker).await
     }
 
     /// Copy passes while traffic flows, until what is left is small or
@@ -877,17 +991,10 @@ impl Worker {
             }
             Err(AdminError::Refused { .. }) if self.owned_here() => Ok(()),
             Err(AdminError::Refused { message, .. }) if marker.forced() && self.still_mine() => {
-                // The source is alive again: it serves on, and the copy
-                // goes through a handoff after all.
-                let logs = Arc::clone(&self.context.logs);
-                let dir = dir.to_path_buf();
-                blocking(move || {
-                    let path = dir.join(files::MOVE_MARKER_FILE_NAME);
-                    logs.disk().remove_file(&path)?;
-                    logs.disk().sync_dir(&dir)
-                })
-                .await
-                .map_err(disk("remove a refused force-promote's marker"))?;
+                // The source is alive again: it serves on, and the move
+                // starts over through a handoff. Refused, this flip can
+                // never commit, so the installed copy goes (via staging).
+                self.roll_back().await?;
                 Err(MoveError::FlipPending(format!(
                     "force-promote refused: {message}"
                 )))
@@ -932,6 +1039,41 @@ fn disk<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> MoveError
     move |error| MoveError::Disk {
         what,
         error: error.to_string(),
+    }
+}
+
+/// Whether the control plane's leader confirmed (after its barrier) that
+/// `holder.member` neither owns nor receives the partition: only then may a
+/// copy of it here go (spec §6: nothing destructive on local state alone).
+/// No answer is a no.
+pub(super) async fn leader_releases(
+    leader: Arc<dyn LeaderConfirm>,
+    holder: PartitionHolder,
+) -> bool {
+    let destination = Destination::new(&holder.topic, holder.partition);
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    // The leader's client blocks on a runtime of its own and refuses to
+    // be asked from inside one, the blocking pool's threads included.
+    let spawned = std::thread::Builder::new()
+        .name("narad-move-confirm".into())
+        .spawn(move || {
+            let _ = answer.send(leader.confirm_partition_holder(&holder));
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%destination, %error, "could not ask the leader about a copy; it stays");
+        return false;
+    }
+    match answered.await {
+        Ok(Ok(false)) => true,
+        Ok(Ok(true)) => {
+            tracing::info!(%destination, "the leader says this node still holds the partition; its copy stays");
+            false
+        }
+        Ok(Err(error)) => {
+            tracing::info!(%destination, %error, "the leader could not confirm that the copy may go; it stays for now");
+            false
+        }
+        Err(_) => false,
     }
 }
 
