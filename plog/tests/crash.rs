@@ -611,15 +611,15 @@ fn a_read_from_memory_serves_the_tail_cache_and_declines_what_lies_below_it() {
     assert_eq!(sim.op_count(), before, "no read touched the disk");
 }
 
-#[test]
-fn reading_one_record_of_a_large_segment_reads_only_near_it() {
-    let sim = SimDisk::new(22);
+/// A log on `sim` holding 2,000 records of about 1 KB, in frames of 10
+/// and no tail cache, so every read goes to the segment (of over 1 MiB).
+fn two_thousand_kilobyte_records(sim: &SimDisk) -> PartitionLog {
     let config = LogConfig {
         frame_records_max: 10,
         tail_cache_bytes: 0,
         ..LogConfig::default()
     };
-    let log = open(&sim, &config);
+    let log = open(sim, &config);
     let body = "b".repeat(1_000);
     for batch in 0..20u64 {
         let records: Vec<Owned> = (0..100)
@@ -627,6 +627,13 @@ fn reading_one_record_of_a_large_segment_reads_only_near_it() {
             .collect();
         commit(&log, &records).unwrap();
     }
+    log
+}
+
+#[test]
+fn reading_one_record_of_a_large_segment_reads_only_near_it() {
+    let sim = SimDisk::new(22);
+    let log = two_thousand_kilobyte_records(&sim);
     assert!(
         log.stats().unwrap().size_bytes > 1 << 20,
         "a segment of over 1 MiB"
@@ -647,19 +654,7 @@ fn reading_one_record_of_a_large_segment_reads_only_near_it() {
 #[test]
 fn a_read_that_stops_at_its_record_limit_reads_little_past_it() {
     let sim = SimDisk::new(23);
-    let config = LogConfig {
-        frame_records_max: 10,
-        tail_cache_bytes: 0,
-        ..LogConfig::default()
-    };
-    let log = open(&sim, &config);
-    let body = "b".repeat(1_000);
-    for batch in 0..20u64 {
-        let records: Vec<Owned> = (0..100)
-            .map(|n| Owned::new("", &format!("{}{body}", batch * 100 + n), 1))
-            .collect();
-        commit(&log, &records).unwrap();
-    }
+    let log = two_thousand_kilobyte_records(&sim);
     let file_bytes_per_record = log.stats().unwrap().size_bytes / 2_000;
     let limits = ReadLimits {
         records_max: 100,

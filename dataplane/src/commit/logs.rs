@@ -650,33 +650,14 @@ impl LocalLogs {
     /// Creates the topic directory if needed and writes its marker, durable
     /// (directory entries included) before any log of the incarnation opens.
     fn stamp(&self, topic: &str, token: &MarkerToken) -> Result<(), TopicDirError> {
-        let topics = topics_dir(&self.data_dir);
-        let topic_dir = topics.join(topic);
         let _namespace = self.namespace.lock();
-        let topics_existed = self
-            .disk
-            .exists(&topics)
-            .map_err(TopicDirError::io("look for the topics directory", &topics))?;
-        self.disk
-            .create_dir_all(&topic_dir)
-            .map_err(TopicDirError::io("create the topic directory", &topic_dir))?;
-        incarnation::write_marker(&*self.disk, &topic_dir, token)?;
-        self.disk
-            .sync_dir(&topics)
-            .map_err(TopicDirError::io("sync the topics directory", &topics))?;
-        if !topics_existed {
-            self.disk
-                .sync_dir(&self.data_dir)
-                .map_err(TopicDirError::io("sync the data directory", &self.data_dir))?;
-        }
-        Ok(())
+        self.create_durably(topic, Some(token))
     }
 
     /// Creates the directory of a topic without an incarnation id (no
     /// marker is written for one), durable in `topics/`.
     fn create_topic_dir(&self, topic: &str) -> Result<(), TopicDirError> {
-        let topics = topics_dir(&self.data_dir);
-        let topic_dir = topics.join(topic);
+        let topic_dir = topics_dir(&self.data_dir).join(topic);
         let _namespace = self.namespace.lock();
         if self.disk.exists(&topic_dir).map_err(TopicDirError::io(
             "look for the topic directory",
@@ -684,6 +665,19 @@ impl LocalLogs {
         ))? {
             return Ok(());
         }
+        self.create_durably(topic, None)
+    }
+
+    /// Creates `topics/<topic>` (and `topics/` itself) if missing, writes
+    /// the incarnation marker when there is one, and syncs the directories
+    /// whose entries changed. The caller holds the namespace lock.
+    fn create_durably(
+        &self,
+        topic: &str,
+        marker: Option<&MarkerToken>,
+    ) -> Result<(), TopicDirError> {
+        let topics = topics_dir(&self.data_dir);
+        let topic_dir = topics.join(topic);
         let topics_existed = self
             .disk
             .exists(&topics)
@@ -691,6 +685,9 @@ impl LocalLogs {
         self.disk
             .create_dir_all(&topic_dir)
             .map_err(TopicDirError::io("create the topic directory", &topic_dir))?;
+        if let Some(token) = marker {
+            incarnation::write_marker(&*self.disk, &topic_dir, token)?;
+        }
         self.disk
             .sync_dir(&topics)
             .map_err(TopicDirError::io("sync the topics directory", &topics))?;

@@ -350,6 +350,30 @@ impl Cluster {
         .await;
     }
 
+    /// Waits until the target, restarted, owns `partition` and its
+    /// worker is done; checks that nothing is left staged and that the
+    /// target's log holds the `messages` committed before the move (`m0`,
+    /// `m1`, ...) and one committed now.
+    async fn installed_after_restart(&self, partition: u32, messages: usize) {
+        self.wait_for("the flip after the restart", |c| {
+            c.owner(partition).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+        self.wait_for("the worker done", |c| c.runners[1].report().is_empty())
+            .await;
+        assert!(
+            !self.staged(1, partition).exists(),
+            "the staged copy was installed"
+        );
+        self.commit(partition, "after");
+        self.nodes[1]
+            .logs()
+            .close_partition(&Destination::new(TOPIC, partition));
+        let mut expected: Vec<String> = (0..messages).map(|n| format!("m{n}")).collect();
+        expected.push("after".into());
+        assert_eq!(self.stored(1, partition), expected);
+    }
+
     fn data_dir(&self, index: usize) -> &Path {
         self._dirs[index].path()
     }
@@ -661,22 +685,7 @@ async fn a_target_that_crashes_between_the_marker_and_the_install_installs_after
     // Resuming from the marker takes no byte from the source.
     cluster.faults.fetch.store(true, Ordering::Release);
     cluster.flips_blocked.store(false, Ordering::Release);
-    cluster
-        .wait_for("the flip after the restart", |c| {
-            c.owner(0).as_deref() == Some(&member_id(TARGET))
-        })
-        .await;
-    cluster
-        .wait_for("the worker done", |c| c.runners[1].report().is_empty())
-        .await;
-    assert!(!staged.exists(), "the staged copy was installed");
-    cluster.commit(0, "after");
-    cluster.nodes[1]
-        .logs()
-        .close_partition(&Destination::new(TOPIC, 0));
-    let mut expected: Vec<String> = (0..60).map(|n| format!("m{n}")).collect();
-    expected.push("after".into());
-    assert_eq!(cluster.stored(1, 0), expected);
+    cluster.installed_after_restart(0, 60).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -742,22 +751,7 @@ async fn a_target_that_crashes_mid_copy_serves_nothing_staged_and_completes_afte
     assert_eq!(logs.quarantine_stats().expect("stats").copies, 0);
     assert_eq!(cluster.owner(1), Some(member_id(SOURCE)));
     cluster.faults.fence.store(false, Ordering::Release);
-    cluster
-        .wait_for("the flip after the restart", |c| {
-            c.owner(1).as_deref() == Some(&member_id(TARGET))
-        })
-        .await;
-    cluster
-        .wait_for("the worker done", |c| c.runners[1].report().is_empty())
-        .await;
-    assert!(!cluster.staged(1, 1).exists());
-    cluster.commit(1, "after");
-    cluster.nodes[1]
-        .logs()
-        .close_partition(&Destination::new(TOPIC, 1));
-    let mut expected: Vec<String> = (0..70).map(|n| format!("m{n}")).collect();
-    expected.push("after".into());
-    assert_eq!(cluster.stored(1, 1), expected);
+    cluster.installed_after_restart(1, 70).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
