@@ -122,6 +122,20 @@ pub trait Disk: Send + Sync + fmt::Debug + 'static {
     /// Any error other than "not found".
     fn exists(&self, path: &Path) -> io::Result<bool>;
 
+    /// When `path` (a file or a directory) was last modified, in Unix
+    /// milliseconds. The real backends read it from the file system; the
+    /// default (the simulated disk's) answers `Unsupported`.
+    ///
+    /// # Errors
+    /// Any error of the file system; `Unsupported` where the backend keeps
+    /// no modification times.
+    fn modified_ms(&self, path: &Path) -> io::Result<u64> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{}: this disk keeps no modification times", path.display()),
+        ))
+    }
+
     /// Removes a file.
     ///
     /// # Errors

@@ -86,6 +86,14 @@ macro_rules! std_namespace_ops {
             path.try_exists()
         }
 
+        fn modified_ms(&self, path: &std::path::Path) -> std::io::Result<u64> {
+            let modified = std::fs::metadata(path)?.modified()?;
+            let since_epoch = modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Ok(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
+        }
+
         fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
             std::fs::remove_file(path)
         }

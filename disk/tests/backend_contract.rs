@@ -593,6 +593,34 @@ fn write_now_round_trips(env: &Env) {
     assert_eq!(misaligned.unwrap_err().raw_os_error(), Some(libc::EINVAL));
 }
 
+/// A real backend reports a file's and a directory's modification time,
+/// about now; the simulated disk says it keeps none.
+fn modified_ms_is_about_now_or_unsupported(env: &Env) {
+    let file = env.create("modified");
+    file.write_at(0, IoBuf::from_slice(b"x")).wait().unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for path in [env.path("modified"), env.path("")] {
+        match env.disk.modified_ms(&path) {
+            Ok(ms) => assert!(
+                ms.abs_diff(now_ms) < 60_000,
+                "{} modified at {ms}, now is {now_ms}",
+                path.display()
+            ),
+            Err(error) => {
+                assert_eq!(
+                    env.disk.kind(),
+                    narad_disk::BackendKind::Simulated,
+                    "{error}"
+                );
+                assert_eq!(error.kind(), std::io::ErrorKind::Unsupported);
+            }
+        }
+    }
+}
+
 macro_rules! contract {
     ($($behaviour:ident),* $(,)?) => {
         mod portable {
@@ -635,6 +663,7 @@ contract!(
     write_and_sync_overwrites_a_preallocated_direct_io_file,
     write_and_sync_now_round_trips,
     write_now_round_trips,
+    modified_ms_is_about_now_or_unsupported,
 );
 
 /// Faults on the simulated disk: a write-and-sync is a write and then an

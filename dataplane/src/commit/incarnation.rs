@@ -455,13 +455,62 @@ pub fn is_partition_quarantine_name(name: &str) -> bool {
         && digits(stamp)
 }
 
-/// The `narad_quarantined_copies` and `narad_quarantined_bytes` gauges.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Quarantined copies listed at most, in the node status.
+pub const QUARANTINE_LISTED_MAX: usize = 100;
+
+/// The `narad_quarantined_copies` and `narad_quarantined_bytes` gauges, and
+/// the first copies for the node status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuarantineStats {
     /// Quarantined copies on disk.
     pub copies: u64,
     /// Bytes of their files.
     pub bytes: u64,
+    /// The first [`QUARANTINE_LISTED_MAX`] of them: copies of replaced or
+    /// deleted topic incarnations in name order, then partition copies.
+    pub listed: Vec<QuarantineEntry>,
+}
+
+/// One quarantined copy, as the node status lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuarantineEntry {
+    /// `incarnation` (a topic directory of a replaced or deleted
+    /// incarnation, `<topic>.stale-<id>`) or `partition` (a partition copy
+    /// that left without a handoff, `p<N>.quarantine-<ms>`).
+    pub kind: &'static str,
+    /// The topic it was a copy of.
+    pub topic: String,
+    /// The partition, for a partition copy.
+    pub partition: Option<u32>,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// Unix ms: when a partition copy was quarantined (its name says), or
+    /// when a topic copy's directory last changed; 0 where the disk keeps
+    /// no modification times (the simulated one).
+    pub mod_time_ms: u64,
+}
+
+impl QuarantineStats {
+    /// Counts one copy, and lists it while the list has room.
+    pub(crate) fn add(&mut self, entry: QuarantineEntry) {
+        self.copies += 1;
+        self.bytes += entry.bytes;
+        if self.listed.len() < QUARANTINE_LISTED_MAX {
+            self.listed.push(entry);
+        }
+    }
+}
+
+/// The partition index and quarantine time (Unix ms) in a quarantined
+/// partition copy's name, `p<N>.quarantine-<ms>`.
+pub fn parse_partition_quarantine_name(name: &str) -> Option<(u32, u64)> {
+    if !is_partition_quarantine_name(name) {
+        return None;
+    }
+    let (partition, stamp) = name.split_once(PARTITION_QUARANTINE_INFIX)?;
+    Some((partition[1..].parse().ok()?, stamp.parse().ok()?))
 }
 
 impl QuarantineStats {

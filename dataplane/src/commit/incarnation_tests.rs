@@ -303,14 +303,73 @@ fn quarantine_stats_count_copies_and_their_bytes() {
     logs.close_all();
     let stale = stale_path(dir.path(), "orders", OLD_ID);
     let stats = logs.quarantine_stats().expect("stats");
-    assert_eq!(
-        stats,
-        QuarantineStats {
-            copies: 1,
-            bytes: bytes_under(&stale),
-        }
-    );
+    assert_eq!((stats.copies, stats.bytes), (1, bytes_under(&stale)));
     assert!(stats.bytes > 16, "marker and segment");
+}
+
+#[test]
+fn quarantine_stats_describe_each_copy() {
+    let (dir, _disk, logs) = real_logs();
+    replaced_once(&logs);
+    logs.close_all();
+    let stale = stale_path(dir.path(), "orders", OLD_ID);
+    let kept =
+        partition_dir(dir.path(), "orders", 0).with_file_name("p00003.quarantine-1796400000000");
+    std::fs::create_dir_all(&kept).expect("partition copy");
+    std::fs::write(kept.join("00000000000000000000.log"), [7u8; 300]).expect("segment");
+    let stats = logs.quarantine_stats().expect("stats");
+    assert_eq!(stats.copies, 2);
+    assert_eq!(stats.bytes, bytes_under(&stale) + 300);
+    let [topic_copy, partition_copy] = &stats.listed[..] else {
+        panic!("two copies listed: {:?}", stats.listed);
+    };
+    assert_eq!(
+        (
+            topic_copy.kind,
+            topic_copy.topic.as_str(),
+            topic_copy.partition
+        ),
+        ("incarnation", "orders", None)
+    );
+    assert_eq!(topic_copy.dir, stale);
+    assert_eq!(topic_copy.bytes, bytes_under(&stale));
+    let changed = std::fs::metadata(&stale)
+        .expect("metadata")
+        .modified()
+        .expect("mtime");
+    let changed_ms = changed
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    assert_eq!(u128::from(topic_copy.mod_time_ms), changed_ms);
+    assert_eq!(
+        (
+            partition_copy.kind,
+            partition_copy.topic.as_str(),
+            partition_copy.partition
+        ),
+        ("partition", "orders", Some(3))
+    );
+    assert_eq!(partition_copy.dir, kept);
+    assert_eq!(partition_copy.bytes, 300);
+    assert_eq!(
+        partition_copy.mod_time_ms, 1_796_400_000_000,
+        "quarantined then, as its name says"
+    );
+}
+
+#[test]
+fn quarantine_stats_list_at_most_a_hundred_copies_and_count_them_all() {
+    let (dir, _disk, logs) = real_logs();
+    logs.resolve(&Destination::new("orders", 0), Some(&id(NEW_ID)))
+        .expect("live topic");
+    let topic_dir = topics_dir(dir.path()).join("orders");
+    for n in 0..105u64 {
+        std::fs::create_dir_all(topic_dir.join(format!("p00001.quarantine-{n}"))).expect("copy");
+    }
+    let stats = logs.quarantine_stats().expect("stats");
+    assert_eq!(stats.copies, 105);
+    assert_eq!(stats.listed.len(), 100);
 }
 
 #[test]

@@ -13,7 +13,8 @@ use narad_plog::{LogConfig, LogError, PartitionLog};
 use parking_lot::Mutex;
 
 use super::incarnation::{
-    self, DirAction, Marker, MarkerToken, QuarantineStats, SweepReport, TopicDirError,
+    self, DirAction, Marker, MarkerToken, QuarantineEntry, QuarantineStats, SweepReport,
+    TopicDirError,
 };
 use crate::dispatch::LeaderConfirm;
 use crate::topology::Destination;
@@ -515,12 +516,38 @@ impl LocalLogs {
         let copies = incarnation::list_quarantined(&*self.disk, &topics)?;
         let mut stats = QuarantineStats::default();
         for copy in copies {
-            stats.copies += 1;
-            stats.bytes += incarnation::tree_bytes(&*self.disk, &copy.path, 0)?;
+            let mod_time_ms = match self.disk.modified_ms(&copy.path) {
+                Ok(ms) => ms,
+                Err(error) if error.kind() == io::ErrorKind::Unsupported => 0,
+                Err(error) => return Err(error),
+            };
+            stats.add(QuarantineEntry {
+                kind: "incarnation",
+                topic: copy.topic.to_string(),
+                partition: None,
+                bytes: incarnation::tree_bytes(&*self.disk, &copy.path, 0)?,
+                dir: copy.path,
+                mod_time_ms,
+            });
         }
         for path in self.quarantined_partitions()? {
-            stats.copies += 1;
-            stats.bytes += incarnation::tree_bytes(&*self.disk, &path, 0)?;
+            let name = path.file_name().map(|name| name.to_string_lossy());
+            let parsed = name
+                .as_deref()
+                .and_then(incarnation::parse_partition_quarantine_name);
+            let topic = path
+                .parent()
+                .and_then(Path::file_name)
+                .map(|topic| topic.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            stats.add(QuarantineEntry {
+                kind: "partition",
+                topic,
+                partition: parsed.map(|(partition, _)| partition),
+                bytes: incarnation::tree_bytes(&*self.disk, &path, 0)?,
+                dir: path,
+                mod_time_ms: parsed.map_or(0, |(_, ms)| ms),
+            });
         }
         Ok(stats)
     }

@@ -36,10 +36,10 @@ pub const NODE_STATUS_LIMIT_NAME: &str = "node-status";
 
 /// Quarantined copies on a node's disk.
 ///
-/// What exists so far are the copies of deleted topics kept aside until
-/// the leader confirms them gone (`LocalLogs::quarantine_stats`): their
-/// totals are real. The per-copy list is not filled yet (the copies are
-/// counted, not described), so `list` is empty on every node today.
+/// Copies of replaced or deleted topic incarnations kept aside until the
+/// leader confirms them gone, and partition copies that left without a
+/// handoff (`LocalLogs::quarantine_stats`): every one counted, the first
+/// [`QUARANTINE_LIST_MAX`] described.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuarantineReport {
     /// Copies on disk.
@@ -137,7 +137,18 @@ async fn quarantine(api: &ApiState) -> QuarantineReport {
         Ok(Ok(stats)) => QuarantineReport {
             copies: stats.copies,
             bytes: stats.bytes,
-            list: Vec::new(),
+            list: stats
+                .listed
+                .into_iter()
+                .map(|entry| QuarantinedCopy {
+                    kind: entry.kind.to_string(),
+                    topic: entry.topic,
+                    partition: entry.partition,
+                    dir: entry.dir.display().to_string(),
+                    bytes: entry.bytes,
+                    mod_time_ms: entry.mod_time_ms,
+                })
+                .collect(),
         },
         Ok(Err(error)) => {
             tracing::warn!(%error, "counting quarantined copies for the node status failed");
