@@ -363,15 +363,24 @@ pub enum LeftCopy {
 pub fn left_copy(disk: &dyn Disk, dir: &Path) -> io::Result<LeftCopy> {
     if has_move_files(disk, dir)?
         || disk.exists(&dir.join(crate::commit::freeze::FENCE_FILE_NAME))?
+        || !holds_records(disk, dir)?
     {
         return Ok(LeftCopy::Remove);
     }
+    Ok(LeftCopy::Quarantine)
+}
+
+/// Whether a segment file in `dir` holds any bytes.
+///
+/// # Errors
+/// Any disk error.
+pub fn holds_records(disk: &dyn Disk, dir: &Path) -> io::Result<bool> {
     for name in disk.list_dir(dir)? {
         if is_segment(&name) && disk.open(&dir.join(&name), OpenOptions::EXISTING)?.size()? > 0 {
-            return Ok(LeftCopy::Quarantine);
+            return Ok(true);
         }
     }
-    Ok(LeftCopy::Remove)
+    Ok(false)
 }
 
 /// Renames `dir` to its quarantine name (`p<N>.quarantine-<now_ms>`) and

@@ -23,6 +23,7 @@ use crate::consume::service::ConsumeService;
 use crate::dispatch::PartitionHolder;
 use crate::metrics::{self, NodeMetrics};
 use crate::topology::{Destination, member_id};
+use narad_protocol::transfer::{ListPartitionSegments, PartitionRef};
 
 /// While moves or freezes are in flight the runner looks again this often
 /// (the spec's 1 s runner tick).
@@ -309,15 +310,18 @@ impl MoveRunner {
         }
         let mut released = Vec::new();
         for (destination, incarnation) in moved {
-            if self.leader_releases(&destination, incarnation).await {
-                released.push(destination);
+            if self
+                .leader_releases(&destination, incarnation.clone())
+                .await
+            {
+                released.push((destination, incarnation));
             }
         }
         if released.is_empty() {
             return;
         }
         self.consume.retire_moved();
-        for destination in released {
+        for (destination, incarnation) in released {
             self.context.logs.close_partition(&destination);
             self.combiners.freezes().end(&destination);
             let dir = partition_dir(
@@ -325,7 +329,8 @@ impl MoveRunner {
                 &destination.topic,
                 destination.partition,
             );
-            self.reclaim_copy(&destination, dir).await;
+            self.reclaim_copy(&destination, incarnation.as_ref(), dir)
+                .await;
         }
     }
 
@@ -378,8 +383,12 @@ impl MoveRunner {
             if marker.is_some_and(|marker| marker.applied_index > view.applied_index) {
                 continue;
             }
-            if self.leader_releases(&destination, incarnation).await {
-                self.reclaim_copy(&destination, dir).await;
+            if self
+                .leader_releases(&destination, incarnation.clone())
+                .await
+            {
+                self.reclaim_copy(&destination, incarnation.as_ref(), dir)
+                    .await;
             }
         }
         self.drop_move_files_of_owned(&view, &me, &running);
@@ -511,12 +520,53 @@ impl MoveRunner {
     }
 
     /// Removes a copy the leader released, or quarantines it when it may
-    /// hold records its new owner lacks ([`files::left_copy`]).
-    async fn reclaim_copy(&self, destination: &Destination, dir: std::path::PathBuf) {
+    /// hold records its new owner lacks ([`files::left_copy`]). A copy
+    /// this node handed off (it holds a fence and records) goes only once
+    /// the new owner vouches for it: its log must reach this copy's high
+    /// watermark. An owner that reports less gets the copy quarantined; one
+    /// that cannot be asked leaves it for the next sweep.
+    async fn reclaim_copy(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+        dir: std::path::PathBuf,
+    ) {
+        let logs = Arc::clone(&self.context.logs);
+        let inspected = {
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || inspect_left_copy(&logs, &dir)).await
+        };
+        let (left, handed_off) = match inspected {
+            Ok(Ok(inspected)) => inspected,
+            Ok(Err(error)) => {
+                tracing::warn!(%destination, %error, "reading a moved-away copy failed; the sweep retries");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%destination, %error, "reading a moved-away copy failed");
+                return;
+            }
+        };
+        let mut quarantine = left == files::LeftCopy::Quarantine;
+        if let Some(ours) = handed_off {
+            match self.new_owner_vouches(destination, incarnation, ours).await {
+                Vouch::Holds => {}
+                Vouch::Lacks { theirs } => {
+                    tracing::warn!(%destination, ours, theirs,
+                        "the new owner's log is behind the copy handed to it; quarantining this node's copy");
+                    quarantine = true;
+                }
+                Vouch::Unknown(reason) => {
+                    tracing::info!(%destination, reason,
+                        "the new owner could not vouch for the copy handed to it yet; kept for the next sweep");
+                    return;
+                }
+            }
+        }
         let logs = Arc::clone(&self.context.logs);
         let removed = tokio::task::spawn_blocking(move || {
             let disk = &**logs.disk();
-            if files::left_copy(disk, &dir)? == files::LeftCopy::Quarantine {
+            if quarantine {
                 let now_ms = crate::ingress::now_unix_ms();
                 return files::quarantine(disk, &dir, now_ms).map(Some);
             }
@@ -530,7 +580,7 @@ impl MoveRunner {
         match removed {
             Ok(Ok(Some(quarantined))) => {
                 tracing::warn!(%destination, path = %quarantined.display(),
-                    "a copy that moved away without a handoff (force-promoted elsewhere) was quarantined: it may hold records its new owner lacks");
+                    "a copy that moved away was quarantined: it may hold records its new owner lacks");
             }
             Ok(Ok(None)) => {
                 tracing::info!(%destination, "copy of a partition that moved away removed")
@@ -539,6 +589,41 @@ impl MoveRunner {
                 tracing::warn!(%destination, %error, "removing a moved-away copy failed; the sweep retries")
             }
             Err(error) => tracing::warn!(%destination, %error, "removing a moved-away copy failed"),
+        }
+    }
+
+    /// Asks the partition's owner for its listing: it vouches for a copy
+    /// handed to it when its high watermark reaches `ours`.
+    async fn new_owner_vouches(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+        ours: u64,
+    ) -> Vouch {
+        let view = self.context.replica.view();
+        let Some(assignment) = view
+            .metastore
+            .assignment(&destination.topic, destination.partition)
+        else {
+            return Vouch::Unknown("the partition has no assignment".into());
+        };
+        let Some(link) = self.links.link(&assignment.owner) else {
+            return Vouch::Unknown(format!("no link to {}", assignment.owner));
+        };
+        let request = ListPartitionSegments {
+            partition: PartitionRef {
+                topic: destination.topic.to_string(),
+                partition: destination.partition,
+                incarnation: incarnation.map_or_else(String::new, |id| id.to_string()),
+            },
+        };
+        match tokio::time::timeout(VOUCH_TIMEOUT, link.list(request)).await {
+            Ok(Ok(listing)) if listing.high_watermark >= ours => Vouch::Holds,
+            Ok(Ok(listing)) => Vouch::Lacks {
+                theirs: listing.high_watermark,
+            },
+            Ok(Err(error)) => Vouch::Unknown(error.to_string()),
+            Err(_) => Vouch::Unknown(format!("no answer within {VOUCH_TIMEOUT:?}")),
         }
     }
 
@@ -570,6 +655,38 @@ impl MoveReports for MoveRunner {
 }
 
 /// Partition indexes of the `p<5 digits>` directories in `topic_dir`.
+/// How long the new owner has to answer whether it holds a handed-off
+/// copy's records.
+const VOUCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a partition's new owner says of the copy this node handed it.
+#[derive(Debug)]
+enum Vouch {
+    /// Its log reaches the copy's high watermark.
+    Holds,
+    /// Its log ends below it.
+    Lacks { theirs: u64 },
+    /// It could not be asked, or did not answer.
+    Unknown(String),
+}
+
+/// What becomes of a copy that moved away ([`files::left_copy`]), and its
+/// high watermark when it was handed off whole (a fence, and records): the
+/// new owner must vouch for that much before it goes.
+fn inspect_left_copy(
+    logs: &crate::commit::LocalLogs,
+    dir: &Path,
+) -> std::io::Result<(files::LeftCopy, Option<u64>)> {
+    let disk = &**logs.disk();
+    let left = files::left_copy(disk, dir)?;
+    let fenced = disk.exists(&dir.join(crate::commit::freeze::FENCE_FILE_NAME))?;
+    if left == files::LeftCopy::Quarantine || !fenced || !files::holds_records(disk, dir)? {
+        return Ok((left, None));
+    }
+    let high_watermark = super::worker::verify_copy(logs, dir)?;
+    Ok((left, (high_watermark > 0).then_some(high_watermark)))
+}
+
 fn list_partition_dirs(disk: &dyn narad_disk::Disk, topic_dir: &Path) -> std::io::Result<Vec<u32>> {
     if !disk.exists(topic_dir)? {
         return Ok(Vec::new());

@@ -111,6 +111,9 @@ struct Faults {
     fetch: AtomicBool,
     /// `FenceHandoff`.
     fence: AtomicBool,
+    /// `ListPartitionSegments` answers with a high watermark of 0: an owner
+    /// that lost its copy.
+    list_empty: AtomicBool,
 }
 
 /// The direct links, through [`Faults`].
@@ -149,6 +152,16 @@ impl SourceLink for FaultyLink {
     fn list(&self, request: ListPartitionSegments) -> LinkFuture<'_, PartitionListing> {
         if self.cut(&AtomicBool::new(false)) {
             return no_answer();
+        }
+        if self.faults.list_empty.load(Ordering::Acquire) {
+            return Box::pin(async move {
+                let listing = self.inner.list(request).await?;
+                Ok(PartitionListing {
+                    high_watermark: 0,
+                    files: Vec::new(),
+                    ..listing
+                })
+            });
         }
         self.inner.list(request)
     }
@@ -1067,6 +1080,81 @@ async fn the_old_owner_keeps_its_copy_until_the_leader_confirms_it_may_go() {
     cluster
         .wait_for("the old owner's copy removed", |_| !old_copy.exists())
         .await;
+}
+
+/// Moves partition 1 (30 records) to the target while no leader confirms
+/// anything, then sets `fault` and lets the leader answer again: the old
+/// owner now releases its copy, and asks the new owner to vouch for it.
+/// Returns the old owner's copy's path.
+async fn hand_off_then(cluster: &Cluster, fault: &AtomicBool) -> PathBuf {
+    for n in 0..30 {
+        cluster.commit(1, &format!("m{n}"));
+    }
+    cluster.leader_down.store(true, Ordering::Release);
+    cluster.target_partition(1);
+    cluster
+        .wait_for("the flip", |c| {
+            c.owner(1).as_deref() == Some(&member_id(TARGET))
+        })
+        .await;
+    fault.store(true, Ordering::Release);
+    cluster.leader_down.store(false, Ordering::Release);
+    cluster
+        .wait_for("the old owner's log closed", |c| {
+            c.nodes[0].logs().get(&Destination::new(TOPIC, 1)).is_none()
+        })
+        .await;
+    partition_dir(cluster.data_dir(0), TOPIC, 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_off_copy_stays_while_the_new_owner_cannot_vouch_for_it() {
+    let cluster = Cluster::start();
+    let old_copy = hand_off_then(&cluster, &cluster.faults.all).await;
+    for _ in 0..5 {
+        for runner in &cluster.runners {
+            runner.tick().await;
+        }
+    }
+    assert!(
+        old_copy.exists(),
+        "kept while the new owner cannot be asked"
+    );
+    let topic_dir = old_copy.parent().expect("topic directory");
+    assert!(
+        !list_names(topic_dir)
+            .iter()
+            .any(|name| name.contains(".quarantine-")),
+        "kept, not quarantined"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_off_copy_is_quarantined_when_the_new_owner_lacks_its_records() {
+    let cluster = Cluster::start();
+    let old_copy = hand_off_then(&cluster, &cluster.faults.list_empty).await;
+    let topic_dir = old_copy.parent().expect("topic directory").to_path_buf();
+    cluster
+        .wait_for("the old owner's copy quarantined", |_| {
+            !old_copy.exists()
+                && list_names(&topic_dir)
+                    .iter()
+                    .any(|name| name.starts_with("p00001.quarantine-"))
+        })
+        .await;
+}
+
+fn list_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
 }
 
 /// Marks `node` dead (as the leader does once it stops heartbeating) or
