@@ -50,6 +50,9 @@ pub struct MoveRunner {
     metrics: Arc<NodeMetrics>,
     workers: Mutex<HashMap<Destination, Running>>,
     last_sweep: Mutex<Option<Instant>>,
+    /// An earlier sweep, to ask again a new owner that could not vouch for
+    /// a copy handed to it ([`VOUCH_RETRY`]).
+    sweep_soon: Mutex<Option<Instant>>,
     completed: AtomicU64,
 }
 
@@ -79,6 +82,7 @@ impl MoveRunner {
             metrics,
             workers: Mutex::new(HashMap::new()),
             last_sweep: Mutex::new(None),
+            sweep_soon: Mutex::new(None),
             completed: AtomicU64::new(0),
         })
     }
@@ -94,7 +98,10 @@ impl MoveRunner {
                 runner.tick().await;
                 let busy = !runner.workers.lock().is_empty()
                     || !runner.combiners.freezes().all().is_empty();
-                let wait = if busy { RUNNER_TICK } else { SWEEP_INTERVAL };
+                let mut wait = if busy { RUNNER_TICK } else { SWEEP_INTERVAL };
+                if let Some(at) = *runner.sweep_soon.lock() {
+                    wait = wait.min(at.saturating_duration_since(Instant::now()));
+                }
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
                     changed = changes.changed() => {
@@ -116,9 +123,14 @@ impl MoveRunner {
         let due = self
             .last_sweep
             .lock()
-            .is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
+            .is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL)
+            || self
+                .sweep_soon
+                .lock()
+                .is_some_and(|at| at <= Instant::now());
         if due {
             *self.last_sweep.lock() = Some(Instant::now());
+            *self.sweep_soon.lock() = None;
             self.sweep_stale_copies().await;
         }
         self.publish_gauges();
@@ -558,7 +570,10 @@ impl MoveRunner {
                 }
                 Vouch::Unknown(reason) => {
                     tracing::info!(%destination, reason,
-                        "the new owner could not vouch for the copy handed to it yet; kept for the next sweep");
+                        "the new owner could not vouch for the copy handed to it yet; kept, asked again soon");
+                    self.sweep_soon
+                        .lock()
+                        .get_or_insert_with(|| Instant::now() + VOUCH_RETRY);
                     return;
                 }
             }
@@ -658,6 +673,11 @@ impl MoveReports for MoveRunner {
 /// How long the new owner has to answer whether it holds a handed-off
 /// copy's records.
 const VOUCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// When the new owner could not vouch for a copy (unreachable, or its
+/// replica has not applied the flip yet), the sweep asks again this soon
+/// instead of a whole [`SWEEP_INTERVAL`] later.
+const VOUCH_RETRY: Duration = Duration::from_secs(5);
 
 /// What a partition's new owner says of the copy this node handed it.
 #[derive(Debug)]

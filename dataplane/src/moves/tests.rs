@@ -1127,6 +1127,17 @@ async fn a_handed_off_copy_stays_while_the_new_owner_cannot_vouch_for_it() {
             .any(|name| name.contains(".quarantine-")),
         "kept, not quarantined"
     );
+    // Reachable again: the sweep asks again within seconds, not minutes.
+    cluster.faults.all.store(false, Ordering::Release);
+    cluster
+        .wait_for("the old owner's copy removed", |_| !old_copy.exists())
+        .await;
+    assert!(
+        !list_names(topic_dir)
+            .iter()
+            .any(|name| name.contains(".quarantine-")),
+        "removed, not quarantined"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
