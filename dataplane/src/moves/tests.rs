@@ -387,6 +387,18 @@ impl Cluster {
         assert_eq!(self.stored(1, partition), expected);
     }
 
+    /// Closes the target's log of `partition` and checks that it holds
+    /// exactly `m0` to `m<messages - 1>`.
+    fn assert_target_holds(&self, partition: u32, messages: usize) {
+        self.nodes[1]
+            .logs()
+            .close_partition(&Destination::new(TOPIC, partition));
+        assert_eq!(
+            self.stored(1, partition),
+            (0..messages).map(|n| format!("m{n}")).collect::<Vec<_>>()
+        );
+    }
+
     fn data_dir(&self, index: usize) -> &Path {
         self._dirs[index].path()
     }
@@ -737,13 +749,7 @@ async fn a_copy_is_made_in_staging_and_the_partition_directory_stays_untouched()
         .wait_for("the worker done", |c| c.runners[1].report().is_empty())
         .await;
     assert!(!staged.exists(), "the staged copy became the partition");
-    cluster.nodes[1]
-        .logs()
-        .close_partition(&Destination::new(TOPIC, 0));
-    assert_eq!(
-        cluster.stored(1, 0),
-        (0..80).map(|n| format!("m{n}")).collect::<Vec<_>>()
-    );
+    cluster.assert_target_holds(0, 80);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -886,13 +892,7 @@ async fn a_fenced_copy_flips_after_a_restart_while_the_source_is_unreachable() {
             .is_empty(),
         "a fenced copy was handed off whole: nothing to quarantine"
     );
-    cluster.nodes[1]
-        .logs()
-        .close_partition(&Destination::new(TOPIC, 0));
-    assert_eq!(
-        cluster.stored(1, 0),
-        (0..40).map(|n| format!("m{n}")).collect::<Vec<_>>()
-    );
+    cluster.assert_target_holds(0, 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1367,11 +1367,5 @@ async fn a_dead_source_with_the_copy_behind_blocks_the_move_until_it_returns() {
             .expect("list")
             .is_empty()
     );
-    cluster.nodes[1]
-        .logs()
-        .close_partition(&Destination::new(TOPIC, 2));
-    assert_eq!(
-        cluster.stored(1, 2),
-        (0..50).map(|n| format!("m{n}")).collect::<Vec<_>>()
-    );
+    cluster.assert_target_holds(2, 50);
 }
