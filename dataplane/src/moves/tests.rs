@@ -1049,16 +1049,7 @@ async fn the_handoff_waits_for_outstanding_leases_within_its_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_owner_keeps_its_copy_until_the_leader_confirms_it_may_go() {
     let cluster = Cluster::start();
-    for n in 0..30 {
-        cluster.commit(1, &format!("m{n}"));
-    }
-    cluster.leader_down.store(true, Ordering::Release);
-    cluster.target_partition(1);
-    cluster
-        .wait_for("the flip", |c| {
-            c.owner(1).as_deref() == Some(&member_id(TARGET))
-        })
-        .await;
+    move_1_while_no_leader_confirms(&cluster).await;
     // Every replica shows the move done, but no leader confirms it.
     for _ in 0..5 {
         for runner in &cluster.runners {
@@ -1082,11 +1073,9 @@ async fn the_old_owner_keeps_its_copy_until_the_leader_confirms_it_may_go() {
         .await;
 }
 
-/// Moves partition 1 (30 records) to the target while no leader confirms
-/// anything, then sets `fault` and lets the leader answer again: the old
-/// owner now releases its copy, and asks the new owner to vouch for it.
-/// Returns the old owner's copy's path.
-async fn hand_off_then(cluster: &Cluster, fault: &AtomicBool) -> PathBuf {
+/// Commits 30 records to partition 1 and moves it to the target while no
+/// leader confirms anything; returns once the flip shows.
+async fn move_1_while_no_leader_confirms(cluster: &Cluster) {
     for n in 0..30 {
         cluster.commit(1, &format!("m{n}"));
     }
@@ -1097,6 +1086,14 @@ async fn hand_off_then(cluster: &Cluster, fault: &AtomicBool) -> PathBuf {
             c.owner(1).as_deref() == Some(&member_id(TARGET))
         })
         .await;
+}
+
+/// Moves partition 1 (30 records) to the target while no leader confirms
+/// anything, then sets `fault` and lets the leader answer again: the old
+/// owner now releases its copy, and asks the new owner to vouch for it.
+/// Returns the old owner's copy's path.
+async fn hand_off_then(cluster: &Cluster, fault: &AtomicBool) -> PathBuf {
+    move_1_while_no_leader_confirms(cluster).await;
     fault.store(true, Ordering::Release);
     cluster.leader_down.store(false, Ordering::Release);
     cluster
