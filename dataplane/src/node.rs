@@ -90,6 +90,9 @@ pub struct DataNodeConfig {
     /// How long a move's source must have been marked dead before the
     /// copy on this node is force-promoted (spec §6, 2 minutes).
     pub force_promote_after: std::time::Duration,
+    /// How long after this node's last flip proposal for a partition an
+    /// installed copy of it may be rolled back (spec §6, 15 s).
+    pub flip_settle: std::time::Duration,
 }
 
 impl DataNodeConfig {
@@ -110,6 +113,7 @@ impl DataNodeConfig {
             fanout: CursorConfig::default(),
             decommission_check: DECOMMISSION_CHECK_INTERVAL,
             force_promote_after: crate::moves::worker::FORCE_PROMOTE_AFTER,
+            flip_settle: crate::moves::settle::FLIP_SETTLE,
         }
     }
 }
@@ -199,6 +203,8 @@ pub struct DataNode {
     leader: Arc<dyn LeaderConfirm>,
     /// See [`DataNodeConfig::force_promote_after`].
     force_promote_after: std::time::Duration,
+    /// See [`DataNodeConfig::flip_settle`].
+    flip_settle: std::time::Duration,
     /// The move runner, once [`DataNode::start_moves`] started it.
     moves: parking_lot::Mutex<Option<(Arc<MoveRunner>, tokio::task::JoinHandle<()>)>>,
     /// Ends a drained node's decommission; absent on a node started
@@ -355,6 +361,7 @@ impl DataNode {
             move_source,
             leader: Arc::clone(&services.leader),
             force_promote_after: config.force_promote_after,
+            flip_settle: config.flip_settle,
             moves: parking_lot::Mutex::new(None),
             decommission,
         })
@@ -383,6 +390,7 @@ impl DataNode {
                 admin: Arc::clone(&self.api.admin),
                 leader: Arc::clone(&self.leader),
                 force_promote_after: self.force_promote_after,
+                flips: Arc::new(crate::moves::settle::FlipClock::new(self.flip_settle)),
             },
             links,
             Arc::clone(&self.combiners),

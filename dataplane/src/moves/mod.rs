@@ -14,6 +14,7 @@
 //!   when the new owner holds all they hold, else quarantined) and staged
 //!   copies of moves that no longer come here;
 //! - [`service`]: the transfer operations on the cluster transport;
+//! - [`settle`]: when an installed copy may be rolled back;
 //! - [`files`]: what travels and what the target writes;
 //! - [`status`]: what a worker reports.
 //!
@@ -46,6 +47,7 @@
 pub mod files;
 pub mod runner;
 pub mod service;
+pub mod settle;
 pub mod source;
 pub mod status;
 pub mod worker;

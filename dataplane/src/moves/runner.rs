@@ -392,19 +392,42 @@ impl MoveRunner {
         for (destination, incarnation) in stale {
             let dir = partition_dir(logs.data_dir(), &destination.topic, destination.partition);
             let marker = files::read_marker(&**logs.disk(), &dir).ok().flatten();
-            if marker.is_some_and(|marker| marker.applied_index > view.applied_index) {
+            let Some(marker) = marker else {
+                self.reclaim_if_released(&destination, incarnation, dir)
+                    .await;
+                continue;
+            };
+            if marker.applied_index > view.applied_index {
                 continue;
             }
-            if self
-                .leader_releases(&destination, incarnation.clone())
-                .await
-            {
-                self.reclaim_copy(&destination, incarnation.as_ref(), dir)
-                    .await;
+            // A copy installed here for a flip: a proposal of this node's
+            // may still commit for a while (see `settle`).
+            let unsettled = self.context.flips.unsettled_for(&destination);
+            if !unsettled.is_zero() {
+                let at = Instant::now() + unsettled;
+                let mut soon = self.sweep_soon.lock();
+                *soon = Some(soon.map_or(at, |soon| soon.min(at)));
+                continue;
             }
+            self.reclaim_if_released(&destination, incarnation, dir)
+                .await;
         }
         self.drop_move_files_of_owned(&view, &me, &running);
         self.sweep_staging(&view, &me, &running).await;
+    }
+
+    /// Reclaims the copy at `dir` ([`Self::reclaim_copy`]) once the leader
+    /// confirms this node neither owns nor receives it.
+    async fn reclaim_if_released(
+        &self,
+        destination: &Destination,
+        incarnation: Option<Arc<str>>,
+        dir: std::path::PathBuf,
+    ) {
+        if self.leader_releases(destination, incarnation.clone()).await {
+            self.reclaim_copy(destination, incarnation.as_ref(), dir)
+                .await;
+        }
     }
 
     /// Removes staged copies (`<data>/.moves/<topic>-<N>`) of moves that no

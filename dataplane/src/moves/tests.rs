@@ -35,6 +35,10 @@ const SOURCE: NodeId = 1;
 const TARGET: NodeId = 2;
 const TOPIC: &str = "orders";
 
+/// How long an installed copy waits after its last flip proposal before
+/// it may be rolled back, in most of these tests (15 s in production).
+const TEST_FLIP_SETTLE: Duration = Duration::from_millis(200);
+
 /// Every replica applies every command, in one order: what the metadata
 /// stream gives data nodes.
 #[derive(Debug, Default)]
@@ -61,14 +65,32 @@ impl SharedLog {
 struct SharedAdmin {
     log: Arc<SharedLog>,
     flips_blocked: Arc<AtomicBool>,
+    flips: Arc<FlipRace>,
+}
+
+/// Flip proposals as the test sees them: when the last one arrived, and
+/// whether the next one races an abort of its move.
+#[derive(Debug, Default)]
+struct FlipRace {
+    last: Mutex<Option<Instant>>,
+    abort_first: AtomicBool,
 }
 
 impl Admin for SharedAdmin {
     fn propose(&self, command: Command) -> AdminFuture<'_, ()> {
         Box::pin(async move {
-            let flip = matches!(command, Command::CompleteMove(_));
-            if flip && self.flips_blocked.load(Ordering::Acquire) {
-                return Err(AdminError::Unavailable("no leader (test)".into()));
+            if let Command::CompleteMove(flip) = &command {
+                *self.flips.last.lock() = Some(Instant::now());
+                if self.flips.abort_first.swap(false, Ordering::AcqRel) {
+                    self.log.apply(&Command::AbortMove(narad_meta::AbortMove {
+                        topic: flip.topic.clone(),
+                        id: flip.id.clone(),
+                        partition: flip.partition,
+                        target: flip.target.clone(),
+                    }))?;
+                } else if self.flips_blocked.load(Ordering::Acquire) {
+                    return Err(AdminError::Unavailable("no leader (test)".into()));
+                }
             }
             self.log.apply(&command)
         })
@@ -205,6 +227,8 @@ struct Cluster {
     links: Arc<DirectLinks>,
     faults: Arc<Faults>,
     force_promote_after: Duration,
+    flip_settle: Duration,
+    flips: Arc<FlipRace>,
     runners: Vec<Arc<MoveRunner>>,
     disk: Arc<dyn Disk>,
     _dirs: Vec<tempfile::TempDir>,
@@ -213,11 +237,13 @@ struct Cluster {
 impl Cluster {
     /// Two nodes; `orders` (3 partitions) all on the source.
     fn start() -> Self {
-        Self::start_with(crate::moves::worker::FORCE_PROMOTE_AFTER)
+        Self::start_with(crate::moves::worker::FORCE_PROMOTE_AFTER, TEST_FLIP_SETTLE)
     }
 
-    /// As [`Self::start`], force-promoting after `force_promote_after`.
-    fn start_with(force_promote_after: Duration) -> Self {
+    /// As [`Self::start`], force-promoting after `force_promote_after`
+    /// and rolling installed copies back `flip_settle` after their last
+    /// flip proposal at the earliest.
+    fn start_with(force_promote_after: Duration, flip_settle: Duration) -> Self {
         let log = Arc::new(SharedLog::default());
         let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(2).expect("portable disk"));
         let replicas: Vec<Arc<MetadataReplica>> = [SOURCE, TARGET]
@@ -258,6 +284,8 @@ impl Cluster {
             links: Arc::new(DirectLinks::default()),
             faults: Arc::new(Faults::default()),
             force_promote_after,
+            flip_settle,
+            flips: Arc::new(FlipRace::default()),
             runners: Vec::new(),
             disk,
             _dirs: dirs,
@@ -286,11 +314,13 @@ impl Cluster {
                 admin: Arc::new(SharedAdmin {
                     log: Arc::clone(&self.log),
                     flips_blocked: Arc::clone(&self.flips_blocked),
+                    flips: Arc::clone(&self.flips),
                 }),
                 clock: Arc::new(narad_disk::clock::SystemClock::new()),
             },
             crate::node::DataNodeConfig {
                 force_promote_after: self.force_promote_after,
+                flip_settle: self.flip_settle,
                 ..config(self.data_dir(index), 7)
             },
         )
@@ -808,6 +838,35 @@ async fn an_installed_copy_of_an_aborted_move_is_rolled_back_and_removed() {
     assert_eq!(cluster.owner(0), Some(member_id(SOURCE)));
 }
 
+/// Spec §6: a flip refused because its move was aborted meanwhile may
+/// still commit if an earlier proposal sits in a deposed leader's log, so
+/// the installed copy is rolled back only once the leader confirms the
+/// flip cannot commit and the last proposal has settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_copy_is_rolled_back_only_once_its_last_flip_proposal_has_settled() {
+    let settle = Duration::from_secs(2);
+    let mut cluster = Cluster::start_with(crate::moves::worker::FORCE_PROMOTE_AFTER, settle);
+    cluster.fence_a_copy_of_partition_0(30).await;
+    cluster.flips.abort_first.store(true, Ordering::Release);
+    cluster
+        .wait_for("a flip that races an abort", |c| {
+            !c.flips.abort_first.load(Ordering::Acquire)
+        })
+        .await;
+    let proposed = cluster.flips.last.lock().expect("the racing flip");
+    let installed = partition_dir(cluster.data_dir(1), TOPIC, 0);
+    cluster
+        .wait_for("the installed copy rolled back", |_| !installed.exists())
+        .await;
+    let waited = proposed.elapsed();
+    assert!(
+        waited >= settle,
+        "rolled back {waited:?} after the flip, before it settled"
+    );
+    assert!(!cluster.staged(1, 0).exists(), "removed from staging too");
+    assert_eq!(cluster.owner(0), Some(member_id(SOURCE)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_removes_a_staged_copy_of_a_move_that_ended_while_the_node_was_down() {
     let mut cluster = Cluster::start();
@@ -1212,7 +1271,7 @@ fn payloads_in(disk: &Arc<dyn Disk>, dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_sources_copy_is_force_promoted_and_its_old_copy_quarantined() {
-    let cluster = Cluster::start_with(Duration::from_millis(300));
+    let cluster = Cluster::start_with(Duration::from_millis(300), TEST_FLIP_SETTLE);
     for n in 0..100 {
         cluster.commit(1, &format!("m{n}"));
     }
@@ -1313,7 +1372,7 @@ async fn a_dead_sources_copy_is_force_promoted_and_its_old_copy_quarantined() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_source_with_the_copy_behind_blocks_the_move_until_it_returns() {
-    let cluster = Cluster::start_with(Duration::from_millis(300));
+    let cluster = Cluster::start_with(Duration::from_millis(300), TEST_FLIP_SETTLE);
     for n in 0..50 {
         cluster.commit(2, &format!("m{n}"));
     }

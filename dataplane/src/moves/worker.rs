@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
 use super::files::{self, MoveMarker};
+use super::settle::FlipClock;
 use super::status::{MovePhase, MoveWorkerStatus};
 use crate::admin::{Admin, AdminError};
 use crate::commit::LocalLogs;
@@ -135,6 +136,10 @@ pub enum MoveError {
     /// The move is no longer this node's to do.
     #[error("the move ended elsewhere")]
     Ended,
+    /// The installed copy must be rolled back, but a flip proposed for it
+    /// may still commit for this long.
+    #[error("a flip proposed here may still commit for {0:?}; the copy stays until then")]
+    FlipUnsettled(Duration),
 }
 
 /// Chunk fetches one file's copy keeps outstanding.
@@ -170,6 +175,9 @@ pub struct WorkerContext {
     /// How long a dead source waits before its copy is force-promoted
     /// ([`FORCE_PROMOTE_AFTER`]; shorter in tests).
     pub force_promote_after: Duration,
+    /// When an installed copy may be rolled back (shared with the runner's
+    /// sweep).
+    pub flips: Arc<FlipClock>,
 }
 
 /// What a worker keeps from one attempt to the next.
@@ -463,7 +471,8 @@ impl Worker {
     }
 
     /// An installed copy of a move that no longer goes here: back to
-    /// staging and removed, once the leader confirms.
+    /// staging and removed, once its last flip proposal has settled and
+    /// then the leader confirms.
     async fn retract_installed(&self) -> Result<(), MoveError> {
         let dir = self.dir();
         let installed = {
@@ -485,18 +494,34 @@ impl Worker {
             partition: self.destination.partition,
             member: self.me(),
         };
-        if !leader_releases(Arc::clone(&self.context.leader), holder).await {
-            tracing::info!(destination = %self.destination,
-                "an installed copy stays until the leader confirms its flip cannot commit");
-            return Ok(());
+        loop {
+            let left = self.context.flips.unsettled_for(&self.destination);
+            if !left.is_zero() {
+                tracing::info!(destination = %self.destination, left_ms = left.as_millis() as u64,
+                    "an installed copy waits for its last flip proposal to settle");
+                tokio::time::sleep(left).await;
+            }
+            if !leader_releases(Arc::clone(&self.context.leader), holder.clone()).await {
+                tracing::info!(destination = %self.destination,
+                    "an installed copy stays until the leader confirms its flip cannot commit");
+                return Ok(());
+            }
+            match self.roll_back().await {
+                Err(MoveError::FlipUnsettled(_)) => {}
+                rolled => return rolled,
+            }
         }
-        self.roll_back().await
     }
 
     /// Renames the installed copy back to staging (after removing whatever
     /// was staged) and removes it there: a crash part way leaves a staged
-    /// copy, never part of one at the partition's path.
+    /// copy, never part of one at the partition's path. Refused while a
+    /// flip this node proposed may still commit ([`FlipClock`]).
     async fn roll_back(&self) -> Result<(), MoveError> {
+        let unsettled = self.context.flips.unsettled_for(&self.destination);
+        if !unsettled.is_zero() {
+            return Err(MoveError::FlipUnsettled(unsettled));
+        }
         let logs = Arc::clone(&self.context.logs);
         let (destination, staged) = (self.destination.clone(), self.staging());
         blocking(move || {
@@ -980,6 +1005,7 @@ impl Worker {
         } else {
             Command::CompleteMove(flip)
         };
+        self.context.flips.proposing(&self.destination);
         match self.context.admin.propose(command).await {
             Ok(()) => {
                 tracing::info!(destination = %self.destination, source = self.source,
