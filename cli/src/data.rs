@@ -107,6 +107,9 @@ pub(crate) struct DataArgs {
     /// true or false: storage.ingress_wal_prealloc.
     #[arg(long)]
     ingress_wal_prealloc: Option<String>,
+    /// true or false: storage.partition_log_prealloc.
+    #[arg(long)]
+    partition_log_prealloc: Option<String>,
     /// Records in one fan-out slab at most: fanout.max_batch_records.
     #[arg(long)]
     fanout_max_batch_records: Option<String>,
@@ -135,7 +138,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 22] = [
+        let flags: [(Setting, &Option<String>); 23] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -159,6 +162,7 @@ impl DataArgs {
                 &self.consumer_offset_commit_interval_ms,
             ),
             (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
+            (keys::LOG_PREALLOC, &self.partition_log_prealloc),
             (keys::FANOUT_BATCH_RECORDS, &self.fanout_max_batch_records),
             (keys::FANOUT_BATCH_BYTES, &self.fanout_max_batch_bytes),
             (keys::FANOUT_LINGER, &self.fanout_linger_ms),
@@ -348,6 +352,9 @@ async fn serve_node(
         node_config.consumer_state.durable_interval = interval;
     }
     node_config.wal.prealloc = config.ingress_wal_prealloc;
+    if !config.partition_log_prealloc {
+        node_config.log.prepare_bytes = 0;
+    }
     node_config.fanout = config.fanout;
     let services = NodeServices {
         disk,

@@ -73,6 +73,16 @@ pub(crate) struct DevArgs {
         value_name = "BOOL"
     )]
     ingress_wal_prealloc: bool,
+    /// Write small commits into zeros prepared ahead of each partition's
+    /// active segment (storage.partition_log_prealloc).
+    #[arg(
+        long,
+        env = "NARAD_STORAGE_PARTITION_LOG_PREALLOC",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    partition_log_prealloc: bool,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -213,6 +223,9 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     config.api.security = args.secure;
     config.api.access_log = args.access_log;
     config.wal.prealloc = args.ingress_wal_prealloc;
+    if !args.partition_log_prealloc {
+        config.log.prepare_bytes = 0;
+    }
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

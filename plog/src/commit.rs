@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
+use crate::config::{PREPARE_ALIGN_BYTES, PREPARED_WRITE_BYTES_MAX};
 use crate::dedupe::{REBUILD_RECORDS, RunClaims, Seen};
 use crate::error::LogError;
 use crate::frame::{self, FrameError};
@@ -127,6 +128,7 @@ impl PartitionLog {
             let table = self.table.read();
             (table.active.file.clone(), table.active.committed_bytes)
         };
+        self.prepare_ahead(&file, position, plan.total_bytes as u64)?;
         let sync_duration = match self.write_sync_verify(&file, position, &plan) {
             Ok(sync_duration) => sync_duration,
             Err(error) => {
@@ -331,9 +333,107 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Makes room for a commit of `bytes` at `position`, the end of the
+    /// committed bytes. A small commit (at most [`PREPARED_WRITE_BYTES_MAX`]
+    /// and at most [`LogConfig::prepare_bytes`]) goes into zeros written and synced ahead of it: when fewer than
+    /// `bytes` and a block are left, [`LogConfig::prepare_bytes`] more are
+    /// prepared now (up to the segment's roll size), so the commit's own fdatasync
+    /// changes neither the file's size nor its block map. A larger commit
+    /// is appended to the end of the file as before: zeros left after
+    /// `position` are cut first and the cut synced, so that every overwrite
+    /// stays within the bound recovery knows.
+    ///
+    /// A prepared stretch that cannot be written (a full disk) is not an
+    /// error: the commit is appended instead.
+    ///
+    /// # Errors
+    /// A failed fdatasync (of the zeros or of a cut) poisons the log; a
+    /// failed cut is a disk error and the commit fails before anything is
+    /// written.
+    ///
+    /// [`LogConfig::prepare_bytes`]: crate::LogConfig::prepare_bytes
+    fn prepare_ahead(&self, file: &FileHandle, position: u64, bytes: u64) -> Result<(), LogError> {
+        let file_bytes = self.table.read().active.file_bytes;
+        let prepare = self.config.prepare_bytes;
+        if bytes > PREPARED_WRITE_BYTES_MAX.min(prepare) {
+            if file_bytes > position {
+                // Synced before the commit is written: over durable zeros
+                // it would be an overwrite, torn in any sector, and longer
+                // than recovery's bound.
+                file.truncate(position)
+                    .wait()
+                    .map_err(LogError::io("cut the prepared zeros before a large commit"))?;
+                self.table.write().active.file_bytes = position;
+                if let Err(error) = file.fdatasync().wait() {
+                    self.poison("fdatasync of a cut of prepared zeros failed");
+                    return Err(LogError::SyncFailed(error));
+                }
+            }
+            return Ok(());
+        }
+        // At least one aligned block of zeros stays after the commit: it
+        // tells recovery the segment was being written in place.
+        let needed = position + bytes + PREPARE_ALIGN_BYTES;
+        if needed <= file_bytes {
+            return Ok(());
+        }
+        let end = (position + bytes + prepare)
+            .min(self.config.segment_bytes)
+            .max(needed)
+            .next_multiple_of(PREPARE_ALIGN_BYTES);
+        let from = file_bytes.max(position);
+        let mut zeros = IoBuf::with_capacity((end - from) as usize);
+        zeros.extend_zeros((end - from) as usize);
+        let written = file.write_at(from, zeros).wait();
+        if let Err(error) = written {
+            tracing::debug!(dir = %self.dir.display(), %error, "preparing zeros ahead of a commit failed; appending it");
+            // A short write may have grown the file; what it holds past
+            // `position` is zeros, which the commit overwrites or recovery
+            // cuts off.
+            let size = file.size().unwrap_or(position).max(position);
+            self.table.write().active.file_bytes = size;
+            return Ok(());
+        }
+        if let Err(error) = file.fdatasync().wait() {
+            self.poison("fdatasync of prepared zeros failed");
+            return Err(LogError::SyncFailed(error));
+        }
+        self.table.write().active.file_bytes = end;
+        Ok(())
+    }
+
+    /// Cuts the active segment's prepared zeros off and syncs the cut, so
+    /// the file ends at its committed bytes (before a roll seals it, and at
+    /// close).
+    pub(crate) fn trim_prepared(&self) -> Result<(), LogError> {
+        let (file, committed, file_bytes) = {
+            let table = self.table.read();
+            let active = &table.active;
+            (
+                active.file.clone(),
+                active.committed_bytes,
+                active.file_bytes,
+            )
+        };
+        if file_bytes <= committed {
+            return Ok(());
+        }
+        file.truncate(committed)
+            .wait()
+            .and_then(|()| file.fdatasync().wait())
+            .map_err(LogError::io(
+                "cut the prepared zeros off the active segment",
+            ))?;
+        self.table.write().active.file_bytes = committed;
+        Ok(())
+    }
+
     /// Seals the active segment and starts a new one at the next offset.
-    /// The sealed segment's frames were all synced by their commits.
+    /// The sealed segment's frames were all synced by their commits; its
+    /// prepared zeros are cut off first, so a sealed segment's size is
+    /// its data.
     pub(crate) fn roll(&self, writer: &Writer) -> Result<(), LogError> {
+        self.trim_prepared()?;
         let base_offset = writer.next_offset;
         let path = segment::segment_path(&self.dir, base_offset);
         let file = self
@@ -358,6 +458,7 @@ impl PartitionLog {
             file,
             index: SparseIndex::new(self.config.index_interval_bytes),
             committed_bytes: 0,
+            file_bytes: 0,
             oldest_ms: None,
             newest_ms: None,
         };
@@ -458,6 +559,7 @@ impl PartitionLog {
             .truncate(position)
             .wait()
             .and_then(|()| file.fdatasync().wait());
+        self.table.write().active.file_bytes = position;
         if let Err(error) = result {
             tracing::error!(dir = %self.dir.display(), position, %error, "undoing a failed commit failed");
             self.poison("undoing a failed commit failed");
@@ -501,6 +603,7 @@ impl PartitionLog {
                 None => table.tail.clear(),
             }
             table.active.committed_bytes = at;
+            table.active.file_bytes = table.active.file_bytes.max(at);
             table.active.oldest_ms.get_or_insert(plan.oldest_ms);
             table.active.newest_ms = Some(plan.newest_ms);
             table.high_watermark = plan.offsets.end;

@@ -19,6 +19,21 @@ pub const COMMIT_BYTES_MAX_DEFAULT: u64 = 256 << 20;
 /// Bytes of frames between two sparse index entries.
 pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 4 << 10;
 
+/// Zeros written and synced ahead of the active segment's committed bytes,
+/// so that a small commit overwrites blocks the file already has and its
+/// fdatasync changes no metadata (on ext4 and XFS: no journal commit on the
+/// path the commit waits for). See `commit::prepare_ahead`.
+pub const PREPARE_BYTES_DEFAULT: u64 = 1 << 20;
+
+/// Commits of at most this many bytes are written into prepared zeros;
+/// larger ones are appended. It bounds how far apart a torn overwrite can
+/// leave a hole and valid frames after it, which recovery relies on (see
+/// `recovery`), so it is fixed, not configured.
+pub const PREPARED_WRITE_BYTES_MAX: u64 = 1 << 20;
+
+/// Prepared stretches end on this boundary (a file system block).
+pub const PREPARE_ALIGN_BYTES: u64 = 4 << 10;
+
 const _: () = assert!(FRAME_PAYLOAD_BYTES_TARGET_DEFAULT as u64 <= FRAME_BYTES_MAX as u64);
 const _: () = assert!(FRAME_RECORDS_MAX_DEFAULT as u64 <= i32::MAX as u64);
 
@@ -48,6 +63,10 @@ pub struct LogConfig {
     /// Bytes of the newest records kept decoded in memory for reads
     /// (`tail` module); 0 keeps none.
     pub tail_cache_bytes: usize,
+    /// Zeros prepared ahead of small commits in the active segment
+    /// ([`PREPARE_BYTES_DEFAULT`]); 0 appends every commit to the end of
+    /// the file.
+    pub prepare_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -63,6 +82,7 @@ impl Default for LogConfig {
             compression_level: CompressionLevel::Default,
             roll_age_ms: 0,
             tail_cache_bytes: TAIL_CACHE_BYTES_DEFAULT,
+            prepare_bytes: PREPARE_BYTES_DEFAULT,
         }
     }
 }

@@ -78,6 +78,9 @@ pub(crate) struct ActiveSegment {
     pub(crate) index: SparseIndex,
     /// Bytes holding committed frames; readers never look past them.
     pub(crate) committed_bytes: u64,
+    /// The file's size as the writer left it: the committed bytes, then
+    /// zeros prepared for the next small commits (`commit::prepare_ahead`).
+    pub(crate) file_bytes: u64,
     pub(crate) oldest_ms: Option<u64>,
     pub(crate) newest_ms: Option<u64>,
 }
@@ -182,6 +185,7 @@ impl PartitionLog {
             file: active_file,
             index: recovered.index,
             committed_bytes: recovered.committed_bytes,
+            file_bytes: recovered.committed_bytes,
             oldest_ms: recovered.oldest_ms,
             newest_ms: recovered.newest_ms,
         };
@@ -290,6 +294,10 @@ impl PartitionLog {
         self.hwm_sender.send_modify(|state| state.closed = true);
         hwm::write(&*self.disk, &self.dir, high_watermark)
             .map_err(LogError::io("write the hwm file at close"))?;
+        if let Err(error) = self.trim_prepared() {
+            // The next open cuts the zeros off at the stored boundary.
+            tracing::warn!(dir = %self.dir.display(), %error, "trimming the prepared zeros at close failed");
+        }
         tracing::info!(dir = %self.dir.display(), high_watermark, "partition log closed");
         Ok(())
     }

@@ -10,12 +10,23 @@
 //!   committed data: left in place, its offsets a permanent gap;
 //! - a stored `hwm` below the tail cuts the tail back to it (records above
 //!   a closed log's boundary are a hidden tail that must never be served).
+//!
+//! A commit written into prepared zeros (`commit::prepare_ahead`) is an
+//! overwrite, and a power cut can tear an overwrite anywhere: some of its
+//! sectors new, others still zeros, so a hole can sit in front of valid
+//! frames of the same, unacknowledged, commit. Such a write is at most
+//! [`PREPARED_WRITE_BYTES_MAX`] long and is the last in the file. So a
+//! damaged stretch with valid frames after it is taken for a torn tail, and
+//! cut with them, when the last valid frame ends within that many bytes of
+//! the stretch's start and the file ends in prepared zeros (at least
+//! [`PREPARE_ALIGN_BYTES`] of them, which every such write leaves after it). The cost: damage to already synced frames that
+//! close to the end cannot be told from a tear and is cut too.
 
 use std::ops::Range;
 
 use narad_disk::FileHandle;
 
-use crate::config::LogConfig;
+use crate::config::{LogConfig, PREPARE_ALIGN_BYTES, PREPARED_WRITE_BYTES_MAX};
 use crate::error::LogError;
 use crate::frame;
 use crate::scan::{FrameScanner, ScanItem};
@@ -62,6 +73,7 @@ pub(crate) fn recover_active(
         .size()
         .map_err(LogError::io("stat the active segment"))?;
     let mut frames = Vec::new();
+    let mut damaged = Vec::new();
     let mut scanner = FrameScanner::new(file, 0, size, base_offset, config.frame_bytes_max);
     while let Some(item) = scanner
         .next_item()
@@ -79,15 +91,18 @@ pub(crate) fn recover_active(
             ScanItem::Damaged {
                 position,
                 end_position,
-            } => {
-                tracing::warn!(
-                    segment = %file.path().display(),
-                    position,
-                    end_position,
-                    "damaged bytes in the active partition log segment"
-                );
-            }
+            } => damaged.push(position..end_position),
         }
+    }
+    cut_torn_overwrite(&mut frames, &damaged, file, size)?;
+    let kept_end = frames.last().map_or(0, |f| f.position + f.frame_bytes);
+    for stretch in damaged.iter().filter(|stretch| stretch.start < kept_end) {
+        tracing::warn!(
+            segment = %file.path().display(),
+            position = stretch.start,
+            end_position = stretch.end,
+            "damaged bytes in the active partition log segment"
+        );
     }
     if let Some(stored) = stored_hwm {
         cut_to_stored_hwm(&mut frames, stored, base_offset, file);
@@ -136,6 +151,47 @@ pub(crate) fn recover_active(
         gaps,
         truncated_bytes: size - keep_bytes,
     })
+}
+
+/// Drops the frames after a hole that a torn overwrite can have left (see
+/// the module doc): those from the first damaged stretch that has valid
+/// frames after it, when the last of them ends within
+/// [`PREPARED_WRITE_BYTES_MAX`] of the stretch's start.
+fn cut_torn_overwrite(
+    frames: &mut Vec<FrameSpan>,
+    damaged: &[Range<u64>],
+    file: &FileHandle,
+    size: u64,
+) -> Result<(), LogError> {
+    let end = frames.last().map_or(0, |f| f.position + f.frame_bytes);
+    let Some(hole) = damaged.iter().find(|stretch| stretch.start < end) else {
+        return Ok(());
+    };
+    if end - hole.start > PREPARED_WRITE_BYTES_MAX || !ends_in_prepared_zeros(file, end, size)? {
+        return Ok(());
+    }
+    let keep = frames.partition_point(|f| f.position < hole.start);
+    tracing::warn!(
+        segment = %file.path().display(),
+        position = hole.start,
+        dropped_frames = frames.len() - keep,
+        "a torn write left a hole before its last frames; cutting the tail there"
+    );
+    frames.truncate(keep);
+    Ok(())
+}
+
+/// Whether the file ends in at least [`PREPARE_ALIGN_BYTES`] of zeros after
+/// `end`, as every commit written into prepared zeros leaves it.
+fn ends_in_prepared_zeros(file: &FileHandle, end: u64, size: u64) -> Result<bool, LogError> {
+    if size < end + PREPARE_ALIGN_BYTES {
+        return Ok(false);
+    }
+    let tail = file
+        .read_at(size - PREPARE_ALIGN_BYTES, PREPARE_ALIGN_BYTES as usize)
+        .wait()
+        .map_err(LogError::io("read the end of the active segment"))?;
+    Ok(tail.len() == PREPARE_ALIGN_BYTES as usize && tail.iter().all(|&b| b == 0))
 }
 
 /// Drops frames at or above a stored boundary. A frame straddling it (which

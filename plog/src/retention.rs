@@ -185,7 +185,7 @@ impl PartitionLog {
             (
                 table.sealed.clone(),
                 active,
-                size == table.active.committed_bytes && !self.is_poisoned(),
+                size == table.active.file_bytes && !self.is_poisoned(),
             )
         };
         let mut ages = Vec::with_capacity(sealed.len());

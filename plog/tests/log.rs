@@ -229,6 +229,8 @@ fn zstd_frames_round_trip_through_the_log() {
         let log = open(&path, config.clone());
         let records = numbered(0, 300, 1);
         commit(&log, &records).unwrap();
+        // Closing cuts the zeros prepared after the commit.
+        log.close().unwrap();
         let size = fs::metadata(path.join(segment_file_name(0))).unwrap().len();
         let raw: usize = records.iter().map(|r| r.payload.len() + r.key.len()).sum();
         assert!(
@@ -288,7 +290,12 @@ fn reopen_without_close_recovers_the_boundary_from_the_tail() {
 #[test]
 fn a_torn_tail_is_truncated_at_open() {
     let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path(), LogConfig::default());
+    // Appended commits: a tear leaves a prefix of the last one.
+    let appended = LogConfig {
+        prepare_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), appended);
     commit(&log, &numbered(0, 4, 1)).unwrap();
     drop(log);
     let segment = dir.path().join(segment_file_name(0));
@@ -316,16 +323,50 @@ fn a_torn_tail_is_truncated_at_open() {
     assert_eq!(commit(&log, &numbered(4, 1, 1)).unwrap(), 4..5);
 }
 
+/// A crash can tear a commit written into prepared zeros anywhere: a
+/// sector of it still zeros, later frames of it whole. Those frames were
+/// never acknowledged; recovery cuts at the hole instead of serving them
+/// behind a gap.
+#[test]
+fn a_torn_overwrite_is_cut_at_the_hole_it_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        frame_records_max: 2,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config.clone());
+    commit(&log, &numbered(0, 4, 1)).unwrap();
+    let hole_at = log.stats().unwrap().size_bytes;
+    commit(&log, &numbered(4, 6, 1)).unwrap();
+    let end = log.stats().unwrap().size_bytes;
+    // What the power cut left: the process is gone without a close.
+    drop(log);
+    let segment = dir.path().join(segment_file_name(0));
+    let mut bytes = fs::read(&segment).unwrap();
+    assert!(
+        bytes.len() as u64 >= end + 4_096,
+        "zeros prepared after the commit"
+    );
+    // The first 40 bytes of the second commit never reached the disk.
+    bytes[hole_at as usize..hole_at as usize + 40].fill(0);
+    fs::write(&segment, &bytes).unwrap();
+    let log = open(dir.path(), config);
+    assert_eq!(log.high_watermark(), 4, "cut at the hole");
+    assert_eq!(read_records(&log, 0).len(), 4);
+    assert_eq!(commit(&log, &numbered(4, 1, 1)).unwrap(), 4..5);
+}
+
 #[test]
 fn corruption_under_later_frames_becomes_a_permanent_gap() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), LogConfig::default());
     commit(&log, &numbered(0, 2, 1)).unwrap();
-    let frame_start = fs::metadata(dir.path().join(segment_file_name(0)))
-        .unwrap()
-        .len();
+    let frame_start = log.stats().unwrap().size_bytes;
     commit(&log, &numbered(2, 3, 1)).unwrap();
     commit(&log, &numbered(5, 2, 1)).unwrap();
+    // Closed, so the segment ends in its data: damage there can only be
+    // corruption (contrast a_torn_overwrite_is_cut_at_the_hole_it_left).
+    log.close().unwrap();
     drop(log);
     let segment = dir.path().join(segment_file_name(0));
     let mut bytes = fs::read(&segment).unwrap();
@@ -470,6 +511,8 @@ fn stats_describe_the_partition() {
     assert_eq!(stats.oldest_offset, 0);
     assert_eq!(stats.next_offset, committed);
     assert_eq!(stats.high_watermark, committed);
+    // The active segment's prepared zeros are not data; close cuts them.
+    log.close().unwrap();
     let on_disk: u64 = files
         .iter()
         .map(|f| fs::metadata(dir.path().join(f)).unwrap().len())

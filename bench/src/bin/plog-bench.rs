@@ -2,7 +2,9 @@
 //! disk measured in the same run.
 //!
 //! - commit latency (p50/p99) for batches of 1, 64 and 1,000 records of
-//!   256 B, against a raw 4 KiB write + fdatasync on an appended file;
+//!   256 B, against a raw 4 KiB write + fdatasync on an appended file and
+//!   on a preallocated one; single-record commits also with prepared
+//!   zeros off (`commit_1_appended_*`);
 //! - records per second with concurrent committers to one partition (they
 //!   serialize on the log's writer lock; combining them is the data plane's
 //!   job) and to 16 partitions;
@@ -76,15 +78,48 @@ fn main() -> io::Result<()> {
         )
         .note("baseline_fdatasync_cpu", BASELINE_CPU_NOTE);
 
+    let mut prepared_file =
+        baseline::fdatasync_4k_with_cpu(&scratch, FileMode::Preallocated, BASELINE_SAMPLES)?
+            .latencies;
+    report.set("baseline_fdatasync_prealloc_p50_us", prepared_file.p50_us());
+
     let payload = payload();
-    let mut latency_bars = vec![("raw fdatasync p50".to_string(), fdatasync.p50_us())];
+    let mut latency_bars = vec![
+        ("raw fdatasync p50".to_string(), fdatasync.p50_us()),
+        ("raw prealloc p50".to_string(), prepared_file.p50_us()),
+    ];
+    // Single-record commits appended to the file's end, as before prepared
+    // zeros (`LogConfig::prepare_bytes` 0), for comparison.
+    let appended = LogConfig {
+        prepare_bytes: 0,
+        ..LogConfig::default()
+    };
+    let (mut latencies, _) = commit_latency(
+        &disk,
+        &scratch.join("latency-1-appended"),
+        &appended,
+        1,
+        &payload,
+    )?;
+    let appended_p50 = latencies.p50_us();
+    report
+        .set("commit_1_appended_p50_us", appended_p50)
+        .set("commit_1_appended_p99_us", latencies.p99_us());
+    latency_bars.push(("1 rec appended p50".into(), appended_p50));
     for batch in [1usize, 64, 1_000] {
         let (mut latencies, records_per_s) = commit_latency(
             &disk,
             &scratch.join(format!("latency-{batch}")),
+            &LogConfig::default(),
             batch,
             &payload,
         )?;
+        if batch == 1 && appended_p50 > 0.0 {
+            report.set(
+                "ratio_commit_1_prepared_to_appended_p50",
+                latencies.p50_us() / appended_p50,
+            );
+        }
         report
             .set(&format!("commit_{batch}_p50_us"), latencies.p50_us())
             .set(&format!("commit_{batch}_p99_us"), latencies.p99_us())
@@ -172,10 +207,11 @@ fn to_io(error: narad_plog::LogError) -> io::Error {
 fn commit_latency(
     disk: &Arc<dyn Disk>,
     dir: &Path,
+    config: &LogConfig,
     batch: usize,
     payload: &[u8],
 ) -> io::Result<(Latencies, f64)> {
-    let log = PartitionLog::open(Arc::clone(disk), dir, LogConfig::default()).map_err(to_io)?;
+    let log = PartitionLog::open(Arc::clone(disk), dir, config.clone()).map_err(to_io)?;
     let records = batch_of(payload, batch);
     let mut latencies = Latencies::new();
     let started = Instant::now();

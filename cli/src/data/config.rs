@@ -40,6 +40,7 @@ pub(crate) mod keys {
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
+        LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc";
         FANOUT_BATCH_RECORDS = "fanout.max_batch_records", "NARAD_FANOUT_MAX_BATCH_RECORDS", "fanout-max-batch-records";
         FANOUT_BATCH_BYTES = "fanout.max_batch_bytes", "NARAD_FANOUT_MAX_BATCH_BYTES", "fanout-max-batch-bytes";
         FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms";
@@ -120,6 +121,9 @@ pub(crate) struct DataConfig {
     /// `storage.ingress_wal_prealloc`: prepare each next ingress WAL segment
     /// (zero-filled) off the append path and write it with `O_DIRECT`.
     pub(crate) ingress_wal_prealloc: bool,
+    /// `storage.partition_log_prealloc`: write small commits into zeros
+    /// prepared ahead of the active segment's end (`LogConfig::prepare_bytes`).
+    pub(crate) partition_log_prealloc: bool,
     /// Fan-out slab limits and linger (`fanout.*`).
     pub(crate) fanout: CursorConfig,
     /// The HTTP API's settings (`security.enabled` is `api.security`).
@@ -245,12 +249,13 @@ pub(crate) fn resolve(
                 )),
             }
         })?;
-    // Off by default, as in the spec: its gain is measured on ext4 only, and
-    // it costs up to two segments of extra disk.
     // On by default, unlike the spec: prepared segments are written with
     // O_DIRECT, which measured a third off a single append and half its CPU
     // (docs/benchmarks.md).
     let ingress_wal_prealloc = merged.parse(keys::WAL_PREALLOC, Some(true), parse_bool)?;
+    // Not a key of the original; on by default (docs/internals/plog.md,
+    // "Prepared zeros", and docs/benchmarks.md).
+    let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(true), parse_bool)?;
     let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v
@@ -298,6 +303,7 @@ pub(crate) fn resolve(
         data_dir,
         consumer_offset_commit_interval,
         ingress_wal_prealloc,
+        partition_log_prealloc,
         fanout,
         api,
         cluster_security,

@@ -230,6 +230,22 @@ fn ingress_wal_prealloc_is_read_from_the_file() {
 }
 
 #[test]
+fn partition_log_prealloc_defaults_on_and_is_read_from_the_file() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert!(config.partition_log_prealloc);
+    let file = Layer::from_json(
+        r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "storage": {"partition_log_prealloc": false}}"#,
+    )
+    .expect("file");
+    let config = resolve(&[file], env_with_secret).expect("valid");
+    assert!(!config.partition_log_prealloc);
+    let layer = flags(&[(keys::LOG_PREALLOC, "maybe")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "storage.partition_log_prealloc");
+}
+
+#[test]
 fn an_ingress_wal_prealloc_that_is_not_a_boolean_is_refused() {
     let layer = flags(&[(keys::WAL_PREALLOC, "sometimes")]);
     let error = error(&[required(), layer], env_with_secret);

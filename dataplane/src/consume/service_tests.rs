@@ -742,7 +742,14 @@ async fn a_damaged_record_is_skipped_and_counted() {
         .path()
         .join("topics/orders/p00000")
         .join(segment_file_name(0));
-    let frame_start = std::fs::metadata(&segment).expect("segment").len();
+    // The committed bytes, not the file's size: zeros are prepared after.
+    let frame_start = node
+        .logs
+        .get(&Destination::new(TOPIC, 0))
+        .expect("open log")
+        .stats()
+        .expect("stats")
+        .size_bytes;
     node.commit(0, &["damaged-record"]);
     node.commit(0, &["after"]);
     let mut bytes = std::fs::read(&segment).expect("read segment");
