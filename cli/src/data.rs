@@ -352,9 +352,7 @@ async fn serve_node(
         node_config.consumer_state.durable_interval = interval;
     }
     node_config.wal.prealloc = config.ingress_wal_prealloc;
-    if !config.partition_log_prealloc {
-        node_config.log.prepare_bytes = 0;
-    }
+    node_config.set_partition_log_prealloc(config.partition_log_prealloc);
     node_config.fanout = config.fanout;
     let services = NodeServices {
         disk,

@@ -78,7 +78,7 @@ pub(crate) struct DevArgs {
     #[arg(
         long,
         env = "NARAD_STORAGE_PARTITION_LOG_PREALLOC",
-        default_value_t = true,
+        default_value_t = false,
         action = clap::ArgAction::Set,
         value_name = "BOOL"
     )]
@@ -223,9 +223,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     config.api.security = args.secure;
     config.api.access_log = args.access_log;
     config.wal.prealloc = args.ingress_wal_prealloc;
-    if !args.partition_log_prealloc {
-        config.log.prepare_bytes = 0;
-    }
+    config.set_partition_log_prealloc(args.partition_log_prealloc);
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

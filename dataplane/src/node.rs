@@ -116,6 +116,14 @@ impl DataNodeConfig {
             flip_settle: crate::moves::settle::FLIP_SETTLE,
         }
     }
+
+    /// `storage.partition_log_prealloc`: small commits go into zeros
+    /// prepared ahead of each partition's active segment
+    /// (`narad_plog::PREPARE_BYTES` at a time), or are appended (off, the
+    /// default).
+    pub fn set_partition_log_prealloc(&mut self, on: bool) {
+        self.log.prepare_bytes = if on { narad_plog::PREPARE_BYTES } else { 0 };
+    }
 }
 
 /// Why a node could not start.

@@ -19,11 +19,14 @@ pub const COMMIT_BYTES_MAX_DEFAULT: u64 = 256 << 20;
 /// Bytes of frames between two sparse index entries.
 pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 4 << 10;
 
-/// Zeros written and synced ahead of the active segment's committed bytes,
+/// Zeros written and synced at a time ahead of the active segment's
+/// committed bytes when preparation is on (`storage.partition_log_prealloc`),
 /// so that a small commit overwrites blocks the file already has and its
 /// fdatasync changes no metadata (on ext4 and XFS: no journal commit on the
-/// path the commit waits for). See `commit::prepare_ahead`.
-pub const PREPARE_BYTES_DEFAULT: u64 = 1 << 20;
+/// path the commit waits for). See `commit::prepare_ahead`. Off by default:
+/// on this project's VM it cut a lone commit's p50 by a fifth but no
+/// end-to-end figure (docs/benchmarks.md).
+pub const PREPARE_BYTES: u64 = 1 << 20;
 
 /// Commits of at most this many bytes are written into prepared zeros;
 /// larger ones are appended. It bounds how far apart a torn overwrite can
@@ -64,8 +67,8 @@ pub struct LogConfig {
     /// (`tail` module); 0 keeps none.
     pub tail_cache_bytes: usize,
     /// Zeros prepared ahead of small commits in the active segment
-    /// ([`PREPARE_BYTES_DEFAULT`]); 0 appends every commit to the end of
-    /// the file.
+    /// ([`PREPARE_BYTES`] when on); 0, the default, appends every commit to
+    /// the end of the file.
     pub prepare_bytes: u64,
 }
 
@@ -82,7 +85,7 @@ impl Default for LogConfig {
             compression_level: CompressionLevel::Default,
             roll_age_ms: 0,
             tail_cache_bytes: TAIL_CACHE_BYTES_DEFAULT,
-            prepare_bytes: PREPARE_BYTES_DEFAULT,
+            prepare_bytes: 0,
         }
     }
 }

@@ -332,6 +332,7 @@ fn a_torn_overwrite_is_cut_at_the_hole_it_left() {
     let dir = tempfile::tempdir().unwrap();
     let config = LogConfig {
         frame_records_max: 2,
+        prepare_bytes: narad_plog::PREPARE_BYTES,
         ..LogConfig::default()
     };
     let log = open(dir.path(), config.clone());

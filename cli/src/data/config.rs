@@ -253,9 +253,9 @@ pub(crate) fn resolve(
     // O_DIRECT, which measured a third off a single append and half its CPU
     // (docs/benchmarks.md).
     let ingress_wal_prealloc = merged.parse(keys::WAL_PREALLOC, Some(true), parse_bool)?;
-    // Not a key of the original; on by default (docs/internals/plog.md,
-    // "Prepared zeros", and docs/benchmarks.md).
-    let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(true), parse_bool)?;
+    // Not a key of the original; off by default: it measured no end-to-end
+    // gain here (docs/internals/plog.md, "Prepared zeros"; docs/benchmarks.md).
+    let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(false), parse_bool)?;
     let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v

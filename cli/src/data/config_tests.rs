@@ -230,16 +230,16 @@ fn ingress_wal_prealloc_is_read_from_the_file() {
 }
 
 #[test]
-fn partition_log_prealloc_defaults_on_and_is_read_from_the_file() {
+fn partition_log_prealloc_defaults_off_and_is_read_from_the_file() {
     let config = resolve(&[required()], env_with_secret).expect("valid");
-    assert!(config.partition_log_prealloc);
+    assert!(!config.partition_log_prealloc);
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
-            "storage": {"partition_log_prealloc": false}}"#,
+            "storage": {"partition_log_prealloc": true}}"#,
     )
     .expect("file");
     let config = resolve(&[file], env_with_secret).expect("valid");
-    assert!(!config.partition_log_prealloc);
+    assert!(config.partition_log_prealloc);
     let layer = flags(&[(keys::LOG_PREALLOC, "maybe")]);
     let error = error(&[required(), layer], env_with_secret);
     assert_eq!(error.setting, "storage.partition_log_prealloc");
