@@ -150,6 +150,8 @@ pub struct DevProcess {
     log: PathBuf,
     /// The root admin's password when the node runs with security on.
     admin_password: Option<String>,
+    /// More environment for every start (settings `narad dev` reads there).
+    env: Vec<(String, String)>,
 }
 
 impl DevProcess {
@@ -161,7 +163,15 @@ impl DevProcess {
             data_dir: dir.join("data"),
             log: dir.join("narad.log"),
             admin_password: None,
+            env: Vec::new(),
         }
+    }
+
+    /// The same node, started with `key=value` in its environment.
+    #[must_use]
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
     }
 
     /// A node (not started) with security on: Basic auth on the API, the
@@ -186,7 +196,8 @@ impl DevProcess {
         let mut command = Command::new(narad_binary());
         command
             .args(["dev", "--port", &self.port.to_string(), "--data-dir"])
-            .arg(&self.data_dir);
+            .arg(&self.data_dir)
+            .envs(self.env.iter().map(|(key, value)| (key, value)));
         if let Some(password) = &self.admin_password {
             command
                 .arg(SECURE_FLAG)

@@ -188,8 +188,11 @@ fn stored_records(data_dir: &Path) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
 }
 
 /// Kills the node [`KILLS`] times at seeded moments, restarting it each
-/// time, while `producers` run; then stops them and returns what they sent.
-fn produce_through_kills(dev: &mut Dev, rng: &mut StdRng) -> Vec<Sent> {
+/// time, while `producers` run; then stops them and returns what they sent,
+/// and whether some active segment ended in prepared zeros just before a
+/// kill.
+fn produce_through_kills(dev: &mut Dev, rng: &mut StdRng) -> (Vec<Sent>, bool) {
+    let mut zeros_seen = false;
     let stop = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|producer| {
@@ -200,21 +203,61 @@ fn produce_through_kills(dev: &mut Dev, rng: &mut StdRng) -> Vec<Sent> {
         .collect();
     for _ in 0..KILLS {
         sleep(Duration::from_millis(rng.random_range(KILL_AFTER_MS)));
+        zeros_seen |= some_segment_ends_in_zeros(&dev.data_dir);
         dev.sigkill();
         dev.start();
     }
     sleep(TAIL_PRODUCE);
     stop.store(true, Ordering::Relaxed);
-    producers
+    let sent = producers
         .into_iter()
         .flat_map(|producer| producer.join().expect("producer thread"))
-        .collect()
+        .collect();
+    (sent, zeros_seen)
 }
 
 #[test]
 fn every_acknowledged_message_survives_repeated_sigkills_of_dev() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut dev = Dev::new(dir.path());
+    survives_repeated_sigkills(Dev::new(dir.path()), false);
+}
+
+/// The same with `storage.partition_log_prealloc` on: commits overwrite
+/// zeros prepared after each partition's active segment, and every restart
+/// finds those zeros after the last frame.
+#[test]
+fn every_acknowledged_message_survives_repeated_sigkills_of_dev_with_prepared_partition_logs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    survives_repeated_sigkills(
+        Dev::new(dir.path()).with_env("NARAD_STORAGE_PARTITION_LOG_PREALLOC", "true"),
+        true,
+    );
+}
+
+/// Whether some partition's active segment ends in a 4 KiB block of
+/// zeros: prepared zeros, while the node runs.
+fn some_segment_ends_in_zeros(data_dir: &Path) -> bool {
+    (0..PARTITIONS).any(|partition| {
+        let dir = data_dir
+            .join("topics")
+            .join(TOPIC)
+            .join(format!("p{partition:05}"));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return false;
+        };
+        let mut segments: Vec<_> = entries
+            .map(|entry| entry.expect("entry").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+            .collect();
+        segments.sort();
+        let Some(Ok(bytes)) = segments.last().map(std::fs::read) else {
+            return false;
+        };
+        bytes.len() >= 4_096 && bytes[bytes.len() - 4_096..].iter().all(|&b| b == 0)
+    })
+}
+
+fn survives_repeated_sigkills(mut dev: Dev, prepared: bool) {
     let mut rng = StdRng::seed_from_u64(SEED);
     dev.start();
     let topic = format!(r#"{{"name":"{TOPIC}","partitions":{PARTITIONS}}}"#);
@@ -227,7 +270,11 @@ fn every_acknowledged_message_survives_repeated_sigkills_of_dev() {
     );
     assert!(matches!(created, Some((201, _))), "{created:?}");
 
-    let sent = produce_through_kills(&mut dev, &mut rng);
+    let (sent, zeros_seen) = produce_through_kills(&mut dev, &mut rng);
+    assert_eq!(
+        zeros_seen, prepared,
+        "zeros are prepared after the active segments only when asked"
+    );
     dev.sigkill();
     let kills = KILLS + 1;
     dev.start();
