@@ -335,41 +335,32 @@ impl PartitionLog {
 
     /// Makes room for a commit of `bytes` at `position`, the end of the
     /// committed bytes. A small commit (at most [`PREPARED_WRITE_BYTES_MAX`]
-    /// and at most [`LogConfig::prepare_bytes`]) goes into zeros written and synced ahead of it: when fewer than
-    /// `bytes` and a block are left, [`LogConfig::prepare_bytes`] more are
-    /// prepared now (up to the segment's roll size), so the commit's own fdatasync
-    /// changes neither the file's size nor its block map. A larger commit
-    /// is appended to the end of the file as before: zeros left after
-    /// `position` are cut first and the cut synced, so that every overwrite
+    /// and at most [`LogConfig::prepare_bytes`]) goes into zeros written
+    /// and synced ahead of it: when fewer than `bytes` and a block are
+    /// left, `prepare_bytes` more are prepared now (up to the segment's
+    /// roll size), so the commit's own fdatasync changes neither the file's
+    /// size nor its block map. A larger commit is appended to the end of
+    /// the file as before: zeros left after `position` are cut first and
+    /// the cut synced ([`Self::trim_prepared`]), so that every overwrite
     /// stays within the bound recovery knows.
     ///
     /// A prepared stretch that cannot be written (a full disk) is not an
     /// error: the commit is appended instead.
     ///
     /// # Errors
-    /// A failed fdatasync (of the zeros or of a cut) poisons the log; a
-    /// failed cut is a disk error and the commit fails before anything is
-    /// written.
+    /// A failed fdatasync of the zeros poisons the log. A failed cut is a
+    /// disk error: the commit fails before anything is written, and the
+    /// next one cuts again.
     ///
     /// [`LogConfig::prepare_bytes`]: crate::LogConfig::prepare_bytes
     fn prepare_ahead(&self, file: &FileHandle, position: u64, bytes: u64) -> Result<(), LogError> {
         let file_bytes = self.table.read().active.file_bytes;
         let prepare = self.config.prepare_bytes;
         if bytes > PREPARED_WRITE_BYTES_MAX.min(prepare) {
-            if file_bytes > position {
-                // Synced before the commit is written: over durable zeros
-                // it would be an overwrite, torn in any sector, and longer
-                // than recovery's bound.
-                file.truncate(position)
-                    .wait()
-                    .map_err(LogError::io("cut the prepared zeros before a large commit"))?;
-                self.table.write().active.file_bytes = position;
-                if let Err(error) = file.fdatasync().wait() {
-                    self.poison("fdatasync of a cut of prepared zeros failed");
-                    return Err(LogError::SyncFailed(error));
-                }
-            }
-            return Ok(());
+            // Synced before the commit is written: over durable zeros it
+            // would be an overwrite, torn in any sector, and longer than
+            // recovery's bound.
+            return self.trim_prepared();
         }
         // At least one aligned block of zeros stays after the commit: it
         // tells recovery the segment was being written in place.

@@ -19,8 +19,9 @@
 //! damaged stretch with valid frames after it is taken for a torn tail, and
 //! cut with them, when the last valid frame ends within that many bytes of
 //! the stretch's start and the file ends in prepared zeros (at least
-//! [`PREPARE_ALIGN_BYTES`] of them, which every such write leaves after it). The cost: damage to already synced frames that
-//! close to the end cannot be told from a tear and is cut too.
+//! [`PREPARE_ALIGN_BYTES`] of them, which every such write leaves after
+//! it). The cost: damage to already synced frames that close to the end
+//! cannot be told from a tear and is cut too.
 
 use std::ops::Range;
 
