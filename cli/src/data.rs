@@ -110,6 +110,9 @@ pub(crate) struct DataArgs {
     /// true or false: storage.partition_log_prealloc.
     #[arg(long)]
     partition_log_prealloc: Option<String>,
+    /// true or false: storage.ingress_wal_inline_flush.
+    #[arg(long)]
+    ingress_wal_inline_flush: Option<String>,
     /// Records in one fan-out slab at most: fanout.max_batch_records.
     #[arg(long)]
     fanout_max_batch_records: Option<String>,
@@ -138,7 +141,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 23] = [
+        let flags: [(Setting, &Option<String>); 24] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -163,6 +166,7 @@ impl DataArgs {
             ),
             (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
             (keys::LOG_PREALLOC, &self.partition_log_prealloc),
+            (keys::WAL_INLINE_FLUSH, &self.ingress_wal_inline_flush),
             (keys::FANOUT_BATCH_RECORDS, &self.fanout_max_batch_records),
             (keys::FANOUT_BATCH_BYTES, &self.fanout_max_batch_bytes),
             (keys::FANOUT_LINGER, &self.fanout_linger_ms),
@@ -353,6 +357,7 @@ async fn serve_node(
     }
     node_config.wal.prealloc = config.ingress_wal_prealloc;
     node_config.set_partition_log_prealloc(config.partition_log_prealloc);
+    node_config.wal.inline_flush = config.ingress_wal_inline_flush;
     node_config.fanout = config.fanout;
     let services = NodeServices {
         disk,

@@ -83,6 +83,17 @@ pub(crate) struct DevArgs {
         value_name = "BOOL"
     )]
     partition_log_prealloc: bool,
+    /// A produce that finds the ingress WAL idle writes and syncs its
+    /// records itself instead of handing them to the WAL's sync thread
+    /// (storage.ingress_wal_inline_flush).
+    #[arg(
+        long,
+        env = "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    ingress_wal_inline_flush: bool,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -224,6 +235,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     config.api.access_log = args.access_log;
     config.wal.prealloc = args.ingress_wal_prealloc;
     config.set_partition_log_prealloc(args.partition_log_prealloc);
+    config.wal.inline_flush = args.ingress_wal_inline_flush;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

@@ -1,6 +1,7 @@
 //! The log: open, append, and the handles the dispatcher uses.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,7 +21,7 @@ use crate::recent::Recent;
 use crate::record::WalRecordRef;
 use crate::recovery::recover;
 use crate::staging::{AppendState, StageFailure};
-use crate::sync_loop;
+use crate::sync_loop::{self, Writer};
 
 /// State shared by the appenders, the sync loop, readers and compaction.
 #[derive(Debug)]
@@ -46,6 +47,8 @@ pub(crate) struct Shared {
     /// Every segment's base and the end of its durable data.
     pub(crate) segments: Mutex<BTreeMap<u64, u64>>,
     pub(crate) prep: Arc<Prep>,
+    /// The active segment, written by whoever holds the flush turn.
+    pub(crate) writer: Mutex<Writer>,
 }
 
 /// The ingress write-ahead log of one data node.
@@ -96,15 +99,18 @@ impl Wal {
             segments = recovered.segments.len(),
             "ingress WAL open"
         );
+        let active_base = recovered.active.base;
+        let active_end = recovered.active.end;
         let append = AppendState {
             next_seq,
-            stage_base: recovered.active.base,
-            stage_end: recovered.active.end,
+            stage_base: active_base,
+            stage_end: active_end,
             chunks: VecDeque::new(),
             staged_bytes: 0,
             free_pooled: pool,
             latch: None,
             closed: false,
+            flushing: false,
             segment_data_bytes: options.segment_data_bytes(),
             staging_buffer_bytes: options.staging_buffer_bytes,
         };
@@ -122,7 +128,11 @@ impl Wal {
             frontier: Arc::new(Frontier::new(next_seq)),
             segments: Mutex::new(recovered.segments),
             prep: Prep::new(),
+            writer: Mutex::new(Writer::new(recovered.active, direct_buf)),
         });
+        // Before any flush: a prepared active segment is reopened for
+        // O_DIRECT here, on the opening thread.
+        shared.writer.lock().go_direct(&shared);
         let mut threads = Vec::new();
         let spawn_error = |e| WalError::io("start thread", &dir, e);
         if options.prealloc {
@@ -132,12 +142,7 @@ impl Wal {
             );
         }
         let truncated_at = recovered.truncated_at;
-        let active_base = recovered.active.base;
-        let active_end = recovered.active.end;
-        threads.push(
-            sync_loop::spawn(Arc::clone(&shared), recovered.active, direct_buf)
-                .map_err(spawn_error)?,
-        );
+        threads.push(sync_loop::spawn(Arc::clone(&shared)).map_err(spawn_error)?);
         if options.prealloc && active_end >= options.segment_bytes / 2 {
             shared.prep.request(active_base);
         }
@@ -262,6 +267,7 @@ impl Wal {
             }
             self.shared.room.wait(&mut state);
         }
+        let alone = state.chunks.is_empty();
         let mark = state.mark();
         for (index, &len) in lens.iter().enumerate() {
             if let Err(failure) = state.stage_frame(len, |dst| fill(index, dst)) {
@@ -274,6 +280,22 @@ impl Wal {
         }
         let seqs = mark_next_seq(&state, lens.len())..state.next_seq;
         let slot = Arc::clone(&state.chunks.back().expect("records were just staged").slot);
+        if state.flushing {
+            // The flush under way wakes the sync loop when it ends.
+            return Ok(Pending::new(seqs, slot));
+        }
+        if alone && self.shared.options.inline_flush {
+            let chunks = sync_loop::take_turn(&self.shared, &mut state);
+            drop(state);
+            // A panicking flush (a broken invariant) has latched the log and
+            // failed its waiters by the time it unwinds to here; the caller
+            // learns it from the `Pending`, as it would from the sync loop.
+            let shared = &*self.shared;
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                sync_loop::flush_turn(shared, chunks);
+            }));
+            return Ok(Pending::new(seqs, slot));
+        }
         drop(state);
         self.shared.work.notify_one();
         Ok(Pending::new(seqs, slot))

@@ -49,6 +49,12 @@ pub struct WalOptions {
     pub prep_run_bytes_max: u64,
     /// Rotate a fully dispatched active segment past this many bytes.
     pub compact_rotate_bytes: u64,
+    /// Let an appender that finds nothing else staged and no flush under
+    /// way write and sync its records itself, on its own thread, instead
+    /// of handing them to the sync loop (see `internals/wal.md`). Such an
+    /// append returns after the fdatasync, with its [`crate::Pending`]
+    /// already complete.
+    pub inline_flush: bool,
 }
 
 impl Default for WalOptions {
@@ -62,6 +68,7 @@ impl Default for WalOptions {
             direct_io: true,
             prep_run_bytes_max: PREP_RUN_BYTES_MAX,
             compact_rotate_bytes: COMPACT_ROTATE_BYTES_DEFAULT,
+            inline_flush: true,
         }
     }
 }

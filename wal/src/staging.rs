@@ -47,7 +47,7 @@ pub(crate) struct AppendState {
     pub(crate) stage_base: u64,
     /// End offset, in that segment, of everything written or staged.
     pub(crate) stage_end: u64,
-    /// Chunks not yet taken by the sync loop, in order.
+    /// Chunks not yet taken by a flush, in order.
     pub(crate) chunks: VecDeque<Chunk>,
     /// Bytes in `chunks`.
     pub(crate) staged_bytes: usize,
@@ -57,6 +57,8 @@ pub(crate) struct AppendState {
     pub(crate) latch: Option<IoFailure>,
     /// Set by shutdown.
     pub(crate) closed: bool,
+    /// Set while someone holds the flush turn (`sync_loop::take_turn`).
+    pub(crate) flushing: bool,
     /// Segment data capacity and staging buffer size, copied from options.
     pub(crate) segment_data_bytes: u64,
     pub(crate) staging_buffer_bytes: usize,

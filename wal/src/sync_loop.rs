@@ -1,13 +1,23 @@
-//! Group commit's doing half: the sync loop.
+//! Group commit's doing half: the flush turn and the sync loop.
 //!
-//! One dedicated thread owns the active segment. It sleeps until an append
-//! (or a rotation, or close) wakes it, takes every staged chunk at once,
-//! and for each: rolls to the chunk's segment if it differs, writes the
-//! chunk and fdatasyncs it on this thread (`write_and_sync_now`; `O_DIRECT`
-//! and `RWF_DSYNC` for a prepared segment), advances the durable frontier
-//! and completes the chunk's waiters with the true outcome. Each write is
-//! synced before the next one is issued, so a file never has more than one
-//! unsynced write: a crash can tear only the last write of the last segment.
+//! Whoever holds the flush turn owns the active segment: it takes every
+//! staged chunk at once and, for each, rolls to the chunk's segment if it
+//! differs, writes the chunk and fdatasyncs it on its own thread
+//! (`write_and_sync_now`; `O_DIRECT` and `RWF_DSYNC` for a prepared
+//! segment), advances the durable frontier and completes the chunk's
+//! waiters with the true outcome. The turn is a flag under the append lock,
+//! so there is one flush at a time and each write is synced before the next
+//! one is issued: a file never has more than one unsynced write, and a
+//! crash can tear only the last write of the last segment.
+//!
+//! Two kinds of thread take the turn. The sync loop, a dedicated thread,
+//! sleeps until an append (or a rotation, or close) wakes it. An appender
+//! that finds nothing else staged and no flush under way takes the turn
+//! itself and flushes its own records inline (`WalOptions::inline_flush`):
+//! at low concurrency that saves the hand-off to the sync loop and the
+//! wake-up back, the largest costs of a lone append on a small VM.
+//! Appenders that stage while a flush is under way leave their chunks to
+//! the next turn, which the sync loop takes.
 //!
 //! A write, fdatasync or roll error latches the log: the failing chunk, the
 //! chunks after it and every later append get the same error. An fdatasync
@@ -29,79 +39,111 @@ use crate::log::Shared;
 use crate::notify::{FlushError, FlushSlot};
 use crate::recovery::Active;
 use crate::segment::{PREP_FILE_NAME, segment_path};
-use crate::staging::Chunk;
+use crate::staging::{AppendState, Chunk};
 
 /// Starts the sync loop on its own thread.
 ///
 /// # Errors
 /// When the thread cannot be spawned.
-pub(crate) fn spawn(
-    shared: Arc<Shared>,
-    active: Active,
-    direct_buf: Option<IoBuf>,
-) -> io::Result<JoinHandle<()>> {
+pub(crate) fn spawn(shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
     thread::Builder::new()
         .name("narad-wal-sync".to_string())
-        .spawn(move || {
-            SyncLoop {
-                shared,
-                active,
-                direct_buf,
-            }
-            .run();
-        })
+        .spawn(move || run(&shared))
 }
 
-struct SyncLoop {
-    shared: Arc<Shared>,
+/// The segment being written and the buffer `O_DIRECT` writes are
+/// assembled in. Only the holder of the flush turn touches it (the sync
+/// loop, or an appender flushing inline), so its lock is never contended.
+#[derive(Debug)]
+pub(crate) struct Writer {
     active: Active,
     /// The aligned buffer `O_DIRECT` writes are assembled in; a chunk too
     /// large for it gets a buffer of its own.
     direct_buf: Option<IoBuf>,
 }
 
-impl SyncLoop {
-    fn run(mut self) {
-        self.go_direct();
-        while let Some(chunks) = self.take_staged() {
-            self.flush(chunks);
-        }
-        self.shared.frontier.stop();
+impl Writer {
+    pub(crate) fn new(active: Active, direct_buf: Option<IoBuf>) -> Self {
+        Self { active, direct_buf }
     }
+}
 
-    /// Waits for staged chunks and takes them all; `None` once the log is
-    /// closed and drained.
-    fn take_staged(&self) -> Option<VecDeque<Chunk>> {
-        let mut state = self.shared.append.lock();
-        loop {
+fn run(shared: &Shared) {
+    while let Some(chunks) = wait_for_turn(shared) {
+        flush_turn(shared, chunks);
+    }
+    shared.frontier.stop();
+}
+
+/// Waits until chunks are staged and no one else is flushing, then takes
+/// the turn and every staged chunk; `None` once the log is closed and
+/// drained.
+fn wait_for_turn(shared: &Shared) -> Option<VecDeque<Chunk>> {
+    let mut state = shared.append.lock();
+    loop {
+        if !state.flushing {
             if !state.chunks.is_empty() {
-                let chunks = std::mem::take(&mut state.chunks);
-                state.staged_bytes = 0;
-                self.shared.room.notify_all();
-                return Some(chunks);
+                return Some(take_turn(shared, &mut state));
             }
             if state.closed {
                 return None;
             }
-            // Every append, rotation and close changes this state under the
-            // lock and then notifies, so no wake-up can be missed: no timer.
-            self.shared.work.wait(&mut state);
+        }
+        // Every append, rotation and close changes this state under the
+        // lock and then notifies, and so does the end of an inline flush:
+        // no wake-up can be missed, and no timer runs.
+        shared.work.wait(&mut state);
+    }
+}
+
+/// Takes the flush turn and every staged chunk, in order. The caller must
+/// hold the append lock, find no one flushing, and then call
+/// [`flush_turn`] with what it took.
+pub(crate) fn take_turn(shared: &Shared, state: &mut AppendState) -> VecDeque<Chunk> {
+    debug_assert!(!state.flushing, "one flush turn at a time");
+    state.flushing = true;
+    let chunks = std::mem::take(&mut state.chunks);
+    state.staged_bytes = 0;
+    shared.room.notify_all();
+    chunks
+}
+
+/// Writes and syncs `chunks` (taken with [`take_turn`]) on the calling
+/// thread, completes their waiters, and ends the turn.
+pub(crate) fn flush_turn(shared: &Shared, chunks: VecDeque<Chunk>) {
+    let _turn = EndTurn { shared };
+    let guard = FailOnPanic {
+        shared,
+        slots: chunks.iter().map(|c| Arc::clone(&c.slot)).collect(),
+    };
+    shared.writer.lock().flush_chunks(shared, chunks);
+    drop(guard);
+}
+
+/// Ends the flush turn, also when the flush panicked, and wakes the sync
+/// loop when chunks were staged meanwhile (appenders do not wake it while
+/// a flush is under way) or the log is closing.
+struct EndTurn<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for EndTurn<'_> {
+    fn drop(&mut self) {
+        let wake = {
+            let mut state = self.shared.append.lock();
+            state.flushing = false;
+            !state.chunks.is_empty() || state.closed
+        };
+        if wake {
+            self.shared.work.notify_one();
         }
     }
+}
 
-    fn flush(&mut self, chunks: VecDeque<Chunk>) {
-        let shared = Arc::clone(&self.shared);
-        let guard = FailOnPanic {
-            shared: &shared,
-            slots: chunks.iter().map(|c| Arc::clone(&c.slot)).collect(),
-        };
-        self.flush_chunks(chunks);
-        drop(guard);
-    }
-
-    fn flush_chunks(&mut self, chunks: VecDeque<Chunk>) {
+impl Writer {
+    fn flush_chunks(&mut self, shared: &Shared, chunks: VecDeque<Chunk>) {
         let mut pooled = Vec::new();
-        let mut failure = self.shared.append.lock().latch.clone();
+        let mut failure = shared.append.lock().latch.clone();
         for chunk in chunks {
             if let Some(failure) = &failure {
                 chunk
@@ -114,7 +156,7 @@ impl SyncLoop {
             }
             let slot = Arc::clone(&chunk.slot);
             let was_pooled = chunk.pooled;
-            match self.write_chunk(chunk) {
+            match self.write_chunk(shared, chunk) {
                 Ok(buf) => {
                     slot.complete(Ok(()));
                     if was_pooled {
@@ -123,43 +165,39 @@ impl SyncLoop {
                 }
                 Err(error) => {
                     tracing::error!(error = %error, "ingress WAL failed; refusing appends until restart");
-                    self.latch(&error);
+                    Self::latch(shared, &error);
                     slot.complete(Err(FlushError::Failed(error.clone())));
                     failure = Some(error);
                 }
             }
         }
-        let mut state = self.shared.append.lock();
+        let mut state = shared.append.lock();
         for buf in pooled {
             state.recycle(buf, true);
         }
     }
 
-    fn latch(&self, failure: &IoFailure) {
+    fn latch(shared: &Shared, failure: &IoFailure) {
         {
-            let mut state = self.shared.append.lock();
+            let mut state = shared.append.lock();
             if state.latch.is_none() {
                 state.latch = Some(failure.clone());
             }
         }
-        self.shared.failed.store(true, Ordering::Release);
-        self.shared.room.notify_all();
-        self.shared.frontier.stop();
+        shared.failed.store(true, Ordering::Release);
+        shared.room.notify_all();
+        shared.frontier.stop();
     }
 
     /// Rolls if needed, writes and syncs one chunk; hands its buffer back.
-    fn write_chunk(&mut self, chunk: Chunk) -> Result<IoBuf, IoFailure> {
+    fn write_chunk(&mut self, shared: &Shared, chunk: Chunk) -> Result<IoBuf, IoFailure> {
         if chunk.segment_base != self.active.base {
-            self.roll(&chunk)?;
+            self.roll(shared, &chunk)?;
         }
         if chunk.buf.is_empty() {
             return Ok(chunk.buf);
         }
-        check_chunk(
-            &chunk,
-            self.active.end,
-            self.shared.options.record_bytes_max,
-        );
+        check_chunk(&chunk, self.active.end, shared.options.record_bytes_max);
         let chunk_offset = chunk.offset;
         let end = chunk.offset + chunk.buf.len() as u64;
         // This thread only waits for the write and its fdatasync, so it runs
@@ -167,7 +205,7 @@ impl SyncLoop {
         // and back. A prepared segment is written with `O_DIRECT` and
         // `RWF_DSYNC`, one system call.
         let written = if self.active.direct.is_some() {
-            self.write_direct(chunk.offset, chunk.buf)
+            self.write_direct(shared, chunk.offset, chunk.buf)
         } else {
             self.active.file.write_and_sync_now(chunk.offset, chunk.buf)
         };
@@ -177,19 +215,19 @@ impl SyncLoop {
         })?;
         self.active.end = end;
         // Readers find the bytes in memory before they learn the new end.
-        self.shared
+        shared
             .recent
             .lock()
             .push(self.active.base, chunk_offset, &buf);
-        self.shared.segments.lock().insert(self.active.base, end);
-        self.shared.frontier.advance(chunk.end_seq);
-        self.maybe_request_spare();
+        shared.segments.lock().insert(self.active.base, end);
+        shared.frontier.advance(chunk.end_seq);
+        self.maybe_request_spare(shared);
         Ok(buf)
     }
 
     /// Writes and syncs `frames` at `offset` of the active `O_DIRECT`
     /// segment as whole blocks (see `direct.rs`); hands `frames` back.
-    fn write_direct(&mut self, offset: u64, frames: IoBuf) -> io::Result<IoBuf> {
+    fn write_direct(&mut self, shared: &Shared, offset: u64, frames: IoBuf) -> io::Result<IoBuf> {
         let needed = frames.len() + 2 * IO_ALIGN;
         let (mut out, pooled) = match self.direct_buf.take() {
             Some(buf) if buf.capacity() >= needed => (buf, true),
@@ -206,7 +244,7 @@ impl SyncLoop {
         let start = direct.fill(offset, &frames, &mut out);
         let out = self.active.file.write_and_sync_now(start, out)?;
         direct.written(start, &out, offset + frames.len() as u64);
-        self.shared.direct_writes.fetch_add(1, Ordering::Relaxed);
+        shared.direct_writes.fetch_add(1, Ordering::Relaxed);
         if pooled {
             self.direct_buf = Some(out);
         }
@@ -217,14 +255,14 @@ impl SyncLoop {
     /// the options ask for it. Where that cannot be done (a file system that
     /// refuses `O_DIRECT`, a segment size that is not whole blocks) it stays
     /// written through the page cache, which is as durable, only dearer.
-    fn go_direct(&mut self) {
+    pub(crate) fn go_direct(&mut self, shared: &Shared) {
         let Some(write_limit) = self.active.write_limit else {
             return;
         };
-        if !self.shared.options.direct_io || self.active.direct.is_some() {
+        if !shared.options.direct_io || self.active.direct.is_some() {
             return;
         }
-        let path = segment_path(&self.shared.dir, self.active.base);
+        let path = segment_path(&shared.dir, self.active.base);
         let end = self.active.end;
         let block = end - end % IO_ALIGN as u64;
         let reopened = self.active.file.size().and_then(|size| {
@@ -243,7 +281,7 @@ impl SyncLoop {
                 create: false,
                 direct_io: true,
             };
-            let file = self.shared.disk.open(&path, options)?;
+            let file = shared.disk.open(&path, options)?;
             Ok((file, DirectTail::new(tail, end, write_limit, size)))
         });
         match reopened {
@@ -259,10 +297,10 @@ impl SyncLoop {
         }
     }
 
-    fn maybe_request_spare(&self) {
-        let options = &self.shared.options;
+    fn maybe_request_spare(&self, shared: &Shared) {
+        let options = &shared.options;
         if options.prealloc && self.active.end >= options.segment_bytes / 2 {
-            self.shared.prep.request(self.active.base);
+            shared.prep.request(self.active.base);
         }
     }
 
@@ -270,7 +308,7 @@ impl SyncLoop {
     /// prepared segment is trimmed to its data and synced first, then the
     /// spare is renamed into place (or an empty file created) and the
     /// directory synced.
-    fn roll(&mut self, chunk: &Chunk) -> Result<(), IoFailure> {
+    fn roll(&mut self, shared: &Shared, chunk: &Chunk) -> Result<(), IoFailure> {
         let new_base = chunk.segment_base;
         assert_eq!(
             new_base, chunk.first_seq,
@@ -287,10 +325,10 @@ impl SyncLoop {
                 .map_err(fail)?;
             self.active.file.fdatasync().wait().map_err(fail)?;
         }
-        let disk = &*self.shared.disk;
-        let dir = &self.shared.dir;
+        let disk = &*shared.disk;
+        let dir = &shared.dir;
         let path = segment_path(dir, new_base);
-        let use_spare = self.shared.options.prealloc && self.shared.prep.take_ready();
+        let use_spare = shared.options.prealloc && shared.prep.take_ready();
         if use_spare {
             disk.rename(&dir.join(PREP_FILE_NAME), &path)
                 .map_err(fail)?;
@@ -303,22 +341,22 @@ impl SyncLoop {
             )));
         }
         disk.sync_dir(dir).map_err(fail)?;
-        self.shared.segments.lock().insert(new_base, 0);
+        shared.segments.lock().insert(new_base, 0);
         self.active = Active {
             base: new_base,
             file,
             end: 0,
-            write_limit: use_spare.then_some(self.shared.options.prep_run_bytes_max),
+            write_limit: use_spare.then_some(shared.options.prep_run_bytes_max),
             direct: None,
         };
-        self.go_direct();
+        self.go_direct(shared);
         tracing::debug!(base = new_base, prepared = use_spare, "ingress WAL rolled");
         Ok(())
     }
 }
 
-/// If the sync loop panics (a broken invariant), latches the log and fails
-/// every waiter it holds or that is staged, so no appender waits forever.
+/// If a flush panics (a broken invariant), latches the log and fails every
+/// waiter it holds or that is staged, so no appender waits forever.
 struct FailOnPanic<'a> {
     shared: &'a Shared,
     slots: Vec<Arc<FlushSlot>>,
@@ -333,7 +371,7 @@ impl Drop for FailOnPanic<'_> {
             op: FailedOp::SyncLoop,
             kind: io::ErrorKind::Other,
             raw_os_error: None,
-            message: "the WAL sync loop panicked".to_string(),
+            message: "a WAL flush panicked".to_string(),
         };
         let staged = {
             let mut state = self.shared.append.lock();

@@ -211,8 +211,18 @@ fn a_record_larger_than_the_staging_buffer_goes_in_its_own_write() {
 
 #[test]
 fn concurrent_appenders_share_flushes_and_every_record_is_read_back() {
+    for inline_flush in [true, false] {
+        concurrent_appenders_read_back(inline_flush);
+    }
+}
+
+fn concurrent_appenders_read_back(inline_flush: bool) {
     for backend in backends() {
-        let wal = Arc::new(backend.open(small_options()));
+        let options = narad_wal::WalOptions {
+            inline_flush,
+            ..small_options()
+        };
+        let wal = Arc::new(backend.open(options));
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
                 let wal = Arc::clone(&wal);
@@ -232,7 +242,33 @@ fn concurrent_appenders_share_flushes_and_every_record_is_read_back() {
             .flat_map(|t| t.join().unwrap())
             .collect();
         expected.sort();
-        assert_eq!(read_all(&wal, 0), expected, "{}", backend.name);
+        assert_eq!(
+            read_all(&wal, 0),
+            expected,
+            "{} inline_flush={inline_flush}",
+            backend.name
+        );
+    }
+}
+
+#[test]
+fn a_lone_append_is_written_and_synced_on_the_appenders_thread() {
+    for backend in backends() {
+        let wal = backend.open(small_options());
+        for expected_end in 1..=3 {
+            let mut pending = wal.append(b"alone").unwrap();
+            // Nothing else was staged and no flush was under way, so the
+            // append itself made the record durable before it returned.
+            assert_eq!(wal.next_durable_seq(), expected_end, "{}", backend.name);
+            assert!(
+                matches!(poll_once(&mut pending), Poll::Ready(Ok(_))),
+                "{}",
+                backend.name
+            );
+        }
+        drop(wal);
+        let wal = backend.open(small_options());
+        assert_eq!(read_all(&wal, 0).len(), 3, "{}", backend.name);
     }
 }
 

@@ -133,6 +133,16 @@ fn check_recovery(seed: u64, wal: &Wal, ledger: &Ledger) {
     assert_eq!(after, recovered_end..recovered_end + 1, "seed {seed}");
 }
 
+/// `options` with inline flushes on for even `seed`s and off for odd ones:
+/// appenders then flush their own records, or leave them all to the sync
+/// loop.
+fn with_inline_flush(options: WalOptions, seed: u64) -> WalOptions {
+    WalOptions {
+        inline_flush: seed.is_multiple_of(2),
+        ..options
+    }
+}
+
 /// One run: append, cut the power at a seeded data operation (every
 /// operation from then on fails, as if the machine were gone), restart.
 fn crash_run(seed: u64, options: &WalOptions) {
@@ -162,14 +172,14 @@ fn crash_run(seed: u64, options: &WalOptions) {
 #[test]
 fn acknowledged_appends_survive_seeded_power_cuts() {
     for seed in 0..300 {
-        crash_run(seed, &small_options());
+        crash_run(seed, &with_inline_flush(small_options(), seed));
     }
 }
 
 #[test]
 fn acknowledged_appends_survive_seeded_power_cuts_with_prepared_segments() {
     for seed in 1000..1300 {
-        crash_run(seed, &prealloc_options());
+        crash_run(seed, &with_inline_flush(prealloc_options(), seed));
     }
 }
 
@@ -181,6 +191,7 @@ fn appends_survive_a_power_cut_while_appenders_are_running() {
         } else {
             prealloc_options()
         };
+        let options = with_inline_flush(options, seed / 2);
         let disk = SimDisk::new(seed);
         let wal = Arc::new(open(&disk, &options));
         let cutter = {

@@ -289,13 +289,25 @@ impl narad_disk::DiskFile for PanickyFile {
 }
 
 #[test]
-fn a_panicking_sync_loop_fails_its_waiters_instead_of_hanging() {
+fn a_panicking_flush_fails_its_waiters_instead_of_hanging() {
+    // Inline, the flush panics on the appender's thread; otherwise on the
+    // sync loop's. Either way the appender gets the latch, not a panic.
+    for inline_flush in [true, false] {
+        panicking_flush_fails_its_waiters(inline_flush);
+    }
+}
+
+fn panicking_flush_fails_its_waiters(inline_flush: bool) {
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let disk = PanickyDisk {
         inner: SimDisk::new(17),
         armed: Arc::clone(&armed),
     };
-    let wal = Wal::open(Arc::new(disk), dir(), small_options()).unwrap();
+    let options = WalOptions {
+        inline_flush,
+        ..small_options()
+    };
+    let wal = Wal::open(Arc::new(disk), dir(), options).unwrap();
     wal.append(b"fine").unwrap().wait().unwrap();
     armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let failure = match wal.append(b"boom").unwrap().wait() {

@@ -41,6 +41,7 @@ pub(crate) mod keys {
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
         LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc";
+        WAL_INLINE_FLUSH = "storage.ingress_wal_inline_flush", "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH", "ingress-wal-inline-flush";
         FANOUT_BATCH_RECORDS = "fanout.max_batch_records", "NARAD_FANOUT_MAX_BATCH_RECORDS", "fanout-max-batch-records";
         FANOUT_BATCH_BYTES = "fanout.max_batch_bytes", "NARAD_FANOUT_MAX_BATCH_BYTES", "fanout-max-batch-bytes";
         FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms";
@@ -124,6 +125,10 @@ pub(crate) struct DataConfig {
     /// `storage.partition_log_prealloc`: write small commits into zeros
     /// prepared ahead of the active segment's end (`LogConfig::prepare_bytes`).
     pub(crate) partition_log_prealloc: bool,
+    /// `storage.ingress_wal_inline_flush`: a produce that finds the WAL
+    /// idle writes and syncs its records on its own thread
+    /// (`WalOptions::inline_flush`).
+    pub(crate) ingress_wal_inline_flush: bool,
     /// Fan-out slab limits and linger (`fanout.*`).
     pub(crate) fanout: CursorConfig,
     /// The HTTP API's settings (`security.enabled` is `api.security`).
@@ -256,6 +261,9 @@ pub(crate) fn resolve(
     // Not a key of the original; off by default: it measured no end-to-end
     // gain here (docs/internals/plog.md, "Prepared zeros"; docs/benchmarks.md).
     let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(false), parse_bool)?;
+    // Not a key of the original; on by default: it saves a lone produce the
+    // hand-off to the WAL's sync thread and back (docs/internals/wal.md).
+    let ingress_wal_inline_flush = merged.parse(keys::WAL_INLINE_FLUSH, Some(true), parse_bool)?;
     let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v
@@ -304,6 +312,7 @@ pub(crate) fn resolve(
         consumer_offset_commit_interval,
         ingress_wal_prealloc,
         partition_log_prealloc,
+        ingress_wal_inline_flush,
         fanout,
         api,
         cluster_security,

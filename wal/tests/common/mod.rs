@@ -77,6 +77,7 @@ pub fn small_options() -> WalOptions {
         direct_io: true,
         prep_run_bytes_max: 4096,
         compact_rotate_bytes: 4096,
+        inline_flush: true,
     }
 }
 
