@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cpu::cpu_seconds;
+use crate::cpu::{context_switches, cpu_seconds};
 use crate::http::{Connection, http_request};
 use crate::node::{DevNode, free_tcp_port};
 
@@ -185,6 +185,14 @@ impl Cluster {
             .map(|pid| cpu_seconds(&pid.to_string()))
             .sum()
     }
+
+    /// Context switches of every live thread of every process so far.
+    pub fn context_switches(&self) -> u64 {
+        self.pids()
+            .iter()
+            .map(|pid| context_switches(&pid.to_string()))
+            .sum()
+    }
 }
 
 impl Drop for Cluster {
@@ -257,6 +265,14 @@ impl Broker {
         match self {
             Self::Dev(node) => cpu_seconds(&node.pid().to_string()),
             Self::Cluster(cluster) => cluster.cpu_seconds(),
+        }
+    }
+
+    /// Context switches of every live thread of the broker so far.
+    pub fn context_switches(&self) -> u64 {
+        match self {
+            Self::Dev(node) => context_switches(&node.pid().to_string()),
+            Self::Cluster(cluster) => cluster.context_switches(),
         }
     }
 

@@ -35,6 +35,38 @@ pub fn cpu_seconds(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / TICKS_PER_SECOND
 }
 
+/// Context switches (voluntary and not) of every live thread of process
+/// `pid` so far, from `/proc/<pid>/task/*/status`; 0 when unknown. A
+/// thread that ended is no longer counted, so take it over phases whose
+/// threads outlive them.
+pub fn context_switches(pid: &str) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| fs::read_to_string(task.path().join("status")).ok())
+        .map(|status| switches_in_status(&status))
+        .sum()
+}
+
+/// The sum of `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches`
+/// in one `/proc/.../status` text.
+fn switches_in_status(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            matches!(
+                key,
+                "voluntary_ctxt_switches" | "nonvoluntary_ctxt_switches"
+            )
+            .then(|| value.trim().parse::<u64>().ok())
+            .flatten()
+        })
+        .sum()
+}
+
 /// CPU time (user + system) of the calling thread so far, in seconds.
 pub fn thread_cpu_seconds() -> f64 {
     seconds(ClockId::ThreadCPUTime)
@@ -80,6 +112,22 @@ mod tests {
     fn cpu_per_unit_is_zero_without_units() {
         assert_eq!(us_per_unit(1.0, 0), 0.0);
         assert_eq!(us_per_unit(0.5, 1_000), 500.0);
+    }
+
+    #[test]
+    fn switches_are_summed_from_a_status_text() {
+        let status = "Name:\tnarad\nvoluntary_ctxt_switches:\t120\n\
+                      nonvoluntary_ctxt_switches:\t7\nThreads:\t3\n";
+        assert_eq!(switches_in_status(status), 127);
+        assert_eq!(switches_in_status("Name:\tx\n"), 0);
+    }
+
+    #[test]
+    fn context_switches_of_self_grow_when_the_thread_sleeps() {
+        let before = context_switches("self");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(context_switches("self") > before);
+        assert_eq!(context_switches("no-such-process"), 0);
     }
 
     #[test]

@@ -161,6 +161,12 @@ fn main() -> io::Result<()> {
          benchmark process (client) during the phase; the machine has 2",
     );
     report.note(
+        "switches_per_msg",
+        "<phase>_narad_switches_per_msg: context switches (voluntary and not) of narad's threads \
+         during the phase over the messages answered 202 in it; each is a thread going to sleep \
+         or being preempted, the cost issue 18 counts as thread hops",
+    );
+    report.note(
         "cpu_per_msg",
         "<phase>_narad_cpu_us_per_msg: narad's CPU seconds during the phase (every thread of \
          every narad process, io_uring's io-wq workers among them; /proc at 10 ms ticks) over the \
@@ -270,10 +276,16 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
     }
     for (name, request, producers, msgs_per_request) in phases {
         let node_cpu = node.cpu_seconds();
+        let node_switches = node.context_switches();
         let client_cpu = cpu_seconds("self");
         let mut phase = drive(&addrs, &request, producers, msgs_per_request, PHASE).await?;
         let seconds = phase.elapsed.as_secs_f64();
         let node_cpu = node.cpu_seconds() - node_cpu;
+        let node_switches = node.context_switches().saturating_sub(node_switches);
+        report.set(
+            &format!("{name}_narad_switches_per_msg"),
+            per_msg(node_switches, phase.accepted_msgs),
+        );
         report.set(&format!("{name}_narad_cores"), node_cpu / seconds);
         report.set(
             &format!("{name}_narad_cpu_us_per_msg"),
@@ -287,6 +299,15 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
     }
     node.stop();
     Ok(())
+}
+
+/// `count` per message answered `202`; 0 when none was.
+fn per_msg(count: u64, msgs: u64) -> f64 {
+    if msgs == 0 {
+        0.0
+    } else {
+        count as f64 / msgs as f64
+    }
 }
 
 /// Sets `<prefix>_msgs_per_s`, `_p50_us`, `_p99_us`, `_p999_us` and
