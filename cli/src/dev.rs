@@ -89,7 +89,7 @@ pub(crate) struct DevArgs {
     #[arg(
         long,
         env = "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH",
-        default_value_t = true,
+        default_value_t = false,
         action = clap::ArgAction::Set,
         value_name = "BOOL"
     )]

@@ -68,7 +68,7 @@ impl Default for WalOptions {
             direct_io: true,
             prep_run_bytes_max: PREP_RUN_BYTES_MAX,
             compact_rotate_bytes: COMPACT_ROTATE_BYTES_DEFAULT,
-            inline_flush: true,
+            inline_flush: false,
         }
     }
 }

@@ -261,9 +261,9 @@ pub(crate) fn resolve(
     // Not a key of the original; off by default: it measured no end-to-end
     // gain here (docs/internals/plog.md, "Prepared zeros"; docs/benchmarks.md).
     let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(false), parse_bool)?;
-    // Not a key of the original; on by default: it saves a lone produce the
-    // hand-off to the WAL's sync thread and back (docs/internals/wal.md).
-    let ingress_wal_inline_flush = merged.parse(keys::WAL_INLINE_FLUSH, Some(true), parse_bool)?;
+    // Not a key of the original; off by default: it made a lone produce
+    // cheaper but produce beside consumers slower (docs/benchmarks.md).
+    let ingress_wal_inline_flush = merged.parse(keys::WAL_INLINE_FLUSH, Some(false), parse_bool)?;
     let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v

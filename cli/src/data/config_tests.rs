@@ -246,16 +246,16 @@ fn partition_log_prealloc_defaults_off_and_is_read_from_the_file() {
 }
 
 #[test]
-fn ingress_wal_inline_flush_defaults_on_and_is_read_from_the_file() {
+fn ingress_wal_inline_flush_defaults_off_and_is_read_from_the_file() {
     let config = resolve(&[required()], env_with_secret).expect("valid");
-    assert!(config.ingress_wal_inline_flush);
+    assert!(!config.ingress_wal_inline_flush);
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
-            "storage": {"ingress_wal_inline_flush": false}}"#,
+            "storage": {"ingress_wal_inline_flush": true}}"#,
     )
     .expect("file");
     let config = resolve(&[file], env_with_secret).expect("valid");
-    assert!(!config.ingress_wal_inline_flush);
+    assert!(config.ingress_wal_inline_flush);
     let layer = flags(&[(keys::WAL_INLINE_FLUSH, "often")]);
     let error = error(&[required(), layer], env_with_secret);
     assert_eq!(error.setting, "storage.ingress_wal_inline_flush");
