@@ -18,6 +18,7 @@
 //! (dispatcher stopped, checkpoint synced, WAL and logs closed), exit 0.
 
 mod config;
+pub(crate) mod front;
 pub(crate) mod http;
 mod peers;
 
@@ -101,6 +102,9 @@ pub(crate) struct DataArgs {
     /// Data directory: storage.data_dir.
     #[arg(long)]
     data_dir: Option<String>,
+    /// 0 to 256 threads serving HTTP connections: http.front_threads.
+    #[arg(long)]
+    http_front_threads: Option<String>,
     /// 10 to 60000: storage.consumer_offset_commit_interval_ms.
     #[arg(long)]
     consumer_offset_commit_interval_ms: Option<String>,
@@ -141,13 +145,14 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 24] = [
+        let flags: [(Setting, &Option<String>); 25] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
             (keys::ADVERTISE_HOST, &self.advertise_host),
             (keys::HTTP_ADDR, &self.http_addr),
             (keys::SHUTDOWN_GRACE, &self.shutdown_grace),
+            (keys::FRONT_THREADS, &self.http_front_threads),
             (keys::MAX_CONSUME_WAIT, &self.max_consume_wait),
             (
                 keys::CONSUME_IN_FLIGHT,
@@ -381,6 +386,7 @@ async fn serve_node(
         gate,
         None,
         config.shutdown_grace,
+        config.front_threads,
         wait_for_signal(),
     )
     .await;

@@ -31,6 +31,7 @@ use tracing::{error, info};
 
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm};
 use crate::control::wait_for_signal;
+use crate::data::front;
 use crate::data::http::{self, ReadyCheck, ReadyGate};
 use crate::data::{SHUTDOWN_GRACE, leader_check};
 
@@ -94,6 +95,12 @@ pub(crate) struct DevArgs {
         value_name = "BOOL"
     )]
     ingress_wal_inline_flush: bool,
+    /// Threads serving HTTP connections, each on its own runtime; 0 serves
+    /// them on the shared one; one per core by default
+    /// (http.front_threads).
+    #[arg(long, env = "NARAD_HTTP_FRONT_THREADS", value_name = "N",
+          value_parser = clap::value_parser!(u16).range(0..=256))]
+    http_front_threads: Option<u16>,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -267,6 +274,8 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
         // the data node's, the process_* ones only once.
         Some(control.metrics_renderer(false)),
         SHUTDOWN_GRACE,
+        args.http_front_threads
+            .map_or_else(front::default_count, usize::from),
         wait_for_signal(),
     )
     .await;

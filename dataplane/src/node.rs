@@ -312,6 +312,9 @@ impl DataNode {
             config.consume_seed,
         );
         consume.pause_when_frozen(combiners.shared_freezes());
+        // Its timers run on the runtime starting the node, not on whichever
+        // serves the first consume (a process may serve HTTP elsewhere).
+        consume.start_on_current_runtime();
         let housekeeping = Housekeeping::spawn(
             HousekeepingParts {
                 logs: Arc::clone(&logs),

@@ -32,6 +32,7 @@ pub(crate) mod keys {
         ADVERTISE_HOST = "cluster.advertise_host", "NARAD_CLUSTER_ADVERTISE_HOST", "advertise-host";
         HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr";
         SHUTDOWN_GRACE = "http.shutdown_grace", "NARAD_HTTP_SHUTDOWN_GRACE", "shutdown-grace";
+        FRONT_THREADS = "http.front_threads", "NARAD_HTTP_FRONT_THREADS", "http-front-threads";
         MAX_CONSUME_WAIT = "http.max_consume_wait", "NARAD_HTTP_MAX_CONSUME_WAIT", "max-consume-wait";
         CONSUME_IN_FLIGHT = "http.max_consume_in_flight_per_identity", "NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY", "max-consume-in-flight-per-identity";
         PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity";
@@ -71,6 +72,8 @@ pub(crate) mod defaults {
     /// The spec's `http.shutdown_grace`: in-flight requests get this long
     /// to finish after a stop signal.
     pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+    /// The most HTTP front threads a node starts.
+    pub(crate) const FRONT_THREADS_MAX: usize = 256;
     /// The spec's log level.
     pub(crate) const LOG_LEVEL: &str = "info";
     /// The spec's log format for a server: one JSON object a line.
@@ -114,6 +117,9 @@ pub(crate) struct DataConfig {
     pub(crate) http_addr: SocketAddr,
     /// How long in-flight requests may take to finish after a stop signal.
     pub(crate) shutdown_grace: Duration,
+    /// `http.front_threads`: threads that serve HTTP connections, each on
+    /// its own single-threaded runtime; 0 serves them on the shared one.
+    pub(crate) front_threads: usize,
     /// The data directory (ingress WAL, partition logs).
     pub(crate) data_dir: PathBuf,
     /// How often consumer positions are written out with fdatasync; `None`
@@ -204,6 +210,12 @@ pub(crate) fn resolve(
         keys::SHUTDOWN_GRACE,
         Some(defaults::SHUTDOWN_GRACE),
         parse_duration,
+    )?;
+    // Not a key of the original, whose HTTP server is Go's.
+    let front_threads = merged.parse(
+        keys::FRONT_THREADS,
+        Some(super::front::default_count()),
+        parse_front_threads,
     )?;
     let api_defaults = ApiConfig::default();
     let max_consume_wait = merged.parse(
@@ -308,6 +320,7 @@ pub(crate) fn resolve(
         advertise_host,
         http_addr,
         shutdown_grace,
+        front_threads,
         data_dir,
         consumer_offset_commit_interval,
         ingress_wal_prealloc,
@@ -319,6 +332,17 @@ pub(crate) fn resolve(
         log_level,
         log_format,
     })
+}
+
+/// `http.front_threads`: 0 to [`defaults::FRONT_THREADS_MAX`].
+fn parse_front_threads(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(count) if count <= defaults::FRONT_THREADS_MAX => Ok(count),
+        _ => Err(format!(
+            "{value:?} is not a thread count from 0 to {}",
+            defaults::FRONT_THREADS_MAX
+        )),
+    }
 }
 
 /// `fanout.max_batch_records` and `fanout.max_batch_bytes` (> 0) and

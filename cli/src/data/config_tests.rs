@@ -262,6 +262,28 @@ fn ingress_wal_inline_flush_defaults_off_and_is_read_from_the_file() {
 }
 
 #[test]
+fn http_front_threads_default_to_one_per_core_and_take_zero_to_256() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.front_threads, crate::data::front::default_count());
+    assert!(config.front_threads >= 1);
+    let file = Layer::from_json(
+        r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "http": {"front_threads": 0}}"#,
+    )
+    .expect("file");
+    let config = resolve(&[file], env_with_secret).expect("valid");
+    assert_eq!(config.front_threads, 0);
+    let layer = flags(&[(keys::FRONT_THREADS, "256")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.front_threads, 256);
+    for bad in ["257", "-1", "many"] {
+        let layer = flags(&[(keys::FRONT_THREADS, bad)]);
+        let error = error(&[required(), layer], env_with_secret);
+        assert_eq!(error.setting, "http.front_threads", "{bad}");
+    }
+}
+
+#[test]
 fn an_ingress_wal_prealloc_that_is_not_a_boolean_is_refused() {
     let layer = flags(&[(keys::WAL_PREALLOC, "sometimes")]);
     let error = error(&[required(), layer], env_with_secret);

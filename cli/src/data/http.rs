@@ -13,7 +13,10 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use narad_dataplane::node::DataNode;
+use tokio::sync::watch;
 use tracing::warn;
+
+use super::front::{FrontPlan, Fronts};
 
 /// One readiness condition: `Err(reason)` keeps `/readyz` at `503`.
 pub(crate) type ReadyCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -98,7 +101,9 @@ async fn append_metrics(
 /// Serves `node`'s API on `listener` until `stop` resolves: then
 /// `/healthz` and `/readyz` turn `503`, no new connection is taken, parked
 /// long polls are answered, and in-flight requests get `grace` to finish
-/// before their connections are dropped.
+/// before their connections are dropped. With `fronts` above 0, that many
+/// front threads serve the connections (see [`super::front`]); with 0, the
+/// calling runtime does.
 ///
 /// # Errors
 /// The listener failed.
@@ -108,9 +113,9 @@ pub(crate) async fn serve(
     gate: ReadyGate,
     extra_metrics: Option<MetricsSource>,
     grace: Duration,
+    fronts: usize,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let health = Arc::clone(&node.api().health);
     let mut router = node.router().layer(middleware::from_fn_with_state(
         Arc::new(gate),
         gate_readiness,
@@ -118,6 +123,10 @@ pub(crate) async fn serve(
     if let Some(source) = extra_metrics {
         router = router.layer(middleware::from_fn_with_state(source, append_metrics));
     }
+    if fronts > 0 {
+        return serve_on_fronts(node, listener, router, fronts, grace, stop).await;
+    }
+    let health = Arc::clone(&node.api().health);
     let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     // The client's address: the consume cap counts per address with
     // security off.
@@ -135,17 +144,92 @@ pub(crate) async fn serve(
         served = &mut serving => return served,
         _ = stopped => {}
     }
-    // Parked long polls answer now instead of holding the drain; consumer
-    // positions are written out (blocking I/O, off the async workers).
-    tokio::task::block_in_place(|| node.stop_consumes());
+    answer_parked_consumes(node);
     match tokio::time::timeout(grace, serving).await {
         Ok(served) => served,
         Err(_) => {
-            warn!(
-                grace_ms = grace.as_millis() as u64,
-                "requests still in flight after the shutdown grace; dropping their connections"
-            );
+            warn_grace_ran_out(grace);
             Ok(())
         }
     }
+}
+
+/// [`serve`] with `fronts` front threads: this runtime accepts and hands
+/// each connection over; the fronts serve it.
+async fn serve_on_fronts(
+    node: &DataNode,
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    fronts: usize,
+    grace: Duration,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (drain, draining) = watch::channel(false);
+    let (abort, aborting) = watch::channel(false);
+    let plan = FrontPlan {
+        count: fronts,
+        local: listener.local_addr()?,
+        draining,
+        abort: aborting,
+    };
+    let mut fronts = Fronts::start(plan, router)?;
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                if !fronts.hand_off(stream, peer).await {
+                    warn!("every HTTP front thread ended; no longer serving");
+                    break;
+                }
+            }
+            Err(error) => pause_after_accept_error(&error).await,
+        }
+    }
+    drop(listener);
+    node.api()
+        .health
+        .shutting_down
+        .store(true, Ordering::Release);
+    let _ = drain.send(true);
+    answer_parked_consumes(node);
+    if tokio::time::timeout(grace, fronts.ended()).await.is_err() {
+        warn_grace_ran_out(grace);
+        let _ = abort.send(true);
+        fronts.ended().await;
+    }
+    tokio::task::block_in_place(|| fronts.join());
+    Ok(())
+}
+
+/// After a failed accept: a connection that died before it was taken is
+/// nothing to wait for; anything else (out of descriptors, say) is logged
+/// and waited out for a second, so the loop does not spin on it.
+async fn pause_after_accept_error(error: &std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
+    ) {
+        return;
+    }
+    warn!(%error, "accepting an HTTP connection failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Parked long polls answer now instead of holding the drain; consumer
+/// positions are written out (blocking I/O, off the async workers).
+fn answer_parked_consumes(node: &DataNode) {
+    tokio::task::block_in_place(|| node.stop_consumes());
+}
+
+fn warn_grace_ran_out(grace: Duration) {
+    warn!(
+        grace_ms = grace.as_millis() as u64,
+        "requests still in flight after the shutdown grace; dropping their connections"
+    );
 }
