@@ -7,6 +7,7 @@ use axum::routing::get;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::{FrontPlan, Fronts};
 
@@ -71,6 +72,24 @@ impl Server {
         );
         client
     }
+
+    /// Sends `GET path` on a new connection and starts the drain while the
+    /// request is in flight on its front.
+    async fn drain_during(&self, path: &'static str) -> JoinHandle<Option<(u16, String)>> {
+        let mut client = self.connect().await;
+        let answer = tokio::spawn(async move { get_on(&mut client, path).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.drain.send(true).expect("fronts listen");
+        answer
+    }
+}
+
+/// What the client of [`Server::drain_during`] got.
+async fn client_saw(answer: JoinHandle<Option<(u16, String)>>) -> Option<(u16, String)> {
+    tokio::time::timeout(CEILING, answer)
+        .await
+        .expect("the client saw an answer or the end in time")
+        .expect("client task")
 }
 
 /// Sends `GET path` and reads the answer's status code and body; `None`
@@ -137,16 +156,8 @@ async fn connections_spread_over_the_fronts_and_keep_the_peer_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_lets_a_request_in_flight_finish_and_then_the_fronts_end() {
     let mut server = server(2).await;
-    let mut client = server.connect().await;
-    let answer = tokio::spawn(async move { get_on(&mut client, "/slow").await });
-    // The request is in flight on its front when the drain starts.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    server.drain.send(true).expect("fronts listen");
-    let answer = tokio::time::timeout(CEILING, answer)
-        .await
-        .expect("answered in time")
-        .expect("client task");
-    assert_eq!(answer, Some((200, "done".to_owned())));
+    let answer = server.drain_during("/slow").await;
+    assert_eq!(client_saw(answer).await, Some((200, "done".to_owned())));
     tokio::time::timeout(CEILING, server.fronts.ended())
         .await
         .expect("every front ended once its connection was done");
@@ -156,20 +167,14 @@ async fn a_drain_lets_a_request_in_flight_finish_and_then_the_fronts_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_drops_a_request_that_outlives_the_drain() {
     let mut server = server(1).await;
-    let mut client = server.connect().await;
-    let answer = tokio::spawn(async move { get_on(&mut client, "/never").await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    server.drain.send(true).expect("fronts listen");
+    let answer = server.drain_during("/never").await;
     let waited = tokio::time::timeout(Duration::from_millis(300), server.fronts.ended()).await;
     assert!(waited.is_err(), "a drain waits for the open request");
     server.abort.send(true).expect("fronts listen");
     tokio::time::timeout(CEILING, server.fronts.ended())
         .await
         .expect("the abort ends the front");
-    let answer = tokio::time::timeout(CEILING, answer)
-        .await
-        .expect("the client saw the end")
-        .expect("client task");
+    let answer = client_saw(answer).await;
     assert_eq!(answer, None, "the connection was dropped unanswered");
     server.fronts.join();
 }
