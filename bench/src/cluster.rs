@@ -180,19 +180,13 @@ impl Cluster {
 
     /// CPU seconds every process of the cluster used so far.
     pub fn cpu_seconds(&self) -> f64 {
-        self.pids()
-            .iter()
-            .map(|pid| cpu_seconds(&pid.to_string()))
-            .sum()
+        sum_over(&self.pids(), cpu_seconds)
     }
+}
 
-    /// Context switches of every live thread of every process so far.
-    pub fn context_switches(&self) -> u64 {
-        self.pids()
-            .iter()
-            .map(|pid| context_switches(&pid.to_string()))
-            .sum()
-    }
+/// `read` of every process in `pids`, summed.
+fn sum_over<T: std::iter::Sum>(pids: &[u32], read: impl Fn(&str) -> T) -> T {
+    pids.iter().map(|pid| read(&pid.to_string())).sum()
 }
 
 impl Drop for Cluster {
@@ -260,20 +254,22 @@ impl Broker {
         }
     }
 
+    /// Every process's id (control nodes first in a cluster).
+    pub fn pids(&self) -> Vec<u32> {
+        match self {
+            Self::Dev(node) => vec![node.pid()],
+            Self::Cluster(cluster) => cluster.pids(),
+        }
+    }
+
     /// CPU seconds every process of the broker used so far.
     pub fn cpu_seconds(&self) -> f64 {
-        match self {
-            Self::Dev(node) => cpu_seconds(&node.pid().to_string()),
-            Self::Cluster(cluster) => cluster.cpu_seconds(),
-        }
+        sum_over(&self.pids(), cpu_seconds)
     }
 
     /// Context switches of every live thread of the broker so far.
     pub fn context_switches(&self) -> u64 {
-        match self {
-            Self::Dev(node) => context_switches(&node.pid().to_string()),
-            Self::Cluster(cluster) => cluster.context_switches(),
-        }
+        sum_over(&self.pids(), context_switches)
     }
 
     /// Stops every process.

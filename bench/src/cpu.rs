@@ -86,10 +86,15 @@ fn seconds(clock: ClockId) -> f64 {
 /// `cpu_seconds` spread over `units` (messages, appends, writes), in µs per
 /// unit; 0 when there were none, which a verdict reads as not measured.
 pub fn us_per_unit(cpu_seconds: f64, units: u64) -> f64 {
+    per_unit(cpu_seconds * 1e6, units)
+}
+
+/// `amount` per unit; 0 when there was none.
+pub fn per_unit(amount: f64, units: u64) -> f64 {
     if units == 0 {
         0.0
     } else {
-        cpu_seconds * 1e6 / units as f64
+        amount / units as f64
     }
 }
 

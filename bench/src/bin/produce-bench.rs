@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use narad_bench::baseline::FdatasyncBaseline;
 use narad_bench::cluster::{Broker, cluster_arg, partition_owners, spread, wait_assigned};
-use narad_bench::cpu::{cpu_seconds, us_per_unit};
+use narad_bench::cpu::{cpu_seconds, per_unit, us_per_unit};
 use narad_bench::http::{
     Connection, KeyedRequest, NoopServer, batch_produce_request, http_request,
 };
@@ -284,7 +284,7 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
         let node_switches = node.context_switches().saturating_sub(node_switches);
         report.set(
             &format!("{name}_narad_switches_per_msg"),
-            per_msg(node_switches, phase.accepted_msgs),
+            per_unit(node_switches as f64, phase.accepted_msgs),
         );
         report.set(&format!("{name}_narad_cores"), node_cpu / seconds);
         report.set(
@@ -299,15 +299,6 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
     }
     node.stop();
     Ok(())
-}
-
-/// `count` per message answered `202`; 0 when none was.
-fn per_msg(count: u64, msgs: u64) -> f64 {
-    if msgs == 0 {
-        0.0
-    } else {
-        count as f64 / msgs as f64
-    }
 }
 
 /// Sets `<prefix>_msgs_per_s`, `_p50_us`, `_p99_us`, `_p999_us` and
