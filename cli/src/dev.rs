@@ -99,7 +99,7 @@ pub(crate) struct DevArgs {
     /// them on the shared one; one per core by default
     /// (http.front_threads).
     #[arg(long, env = "NARAD_HTTP_FRONT_THREADS", value_name = "N",
-          value_parser = clap::value_parser!(u16).range(0..=256))]
+          value_parser = clap::value_parser!(u16).range(0..=i64::from(front::THREADS_MAX)))]
     http_front_threads: Option<u16>,
 }
 

@@ -314,7 +314,7 @@ impl DataNode {
         consume.pause_when_frozen(combiners.shared_freezes());
         // Its timers run on the runtime starting the node, not on whichever
         // serves the first consume (a process may serve HTTP elsewhere).
-        consume.start_on_current_runtime();
+        consume.start_runtime_tasks();
         let housekeeping = Housekeeping::spawn(
             HousekeepingParts {
                 logs: Arc::clone(&logs),

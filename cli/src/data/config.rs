@@ -22,6 +22,8 @@ use narad_dataplane::topology::NodeId;
 use narad_protocol::ClusterSecret;
 use serde_json::Value;
 
+use super::front;
+
 /// The settings of a data node.
 pub(crate) mod keys {
     narad_controlplane::settings! {
@@ -72,8 +74,6 @@ pub(crate) mod defaults {
     /// The spec's `http.shutdown_grace`: in-flight requests get this long
     /// to finish after a stop signal.
     pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-    /// The most HTTP front threads a node starts.
-    pub(crate) const FRONT_THREADS_MAX: usize = 256;
     /// The spec's log level.
     pub(crate) const LOG_LEVEL: &str = "info";
     /// The spec's log format for a server: one JSON object a line.
@@ -214,7 +214,7 @@ pub(crate) fn resolve(
     // Not a key of the original, whose HTTP server is Go's.
     let front_threads = merged.parse(
         keys::FRONT_THREADS,
-        Some(super::front::default_count()),
+        Some(front::default_count()),
         parse_front_threads,
     )?;
     let api_defaults = ApiConfig::default();
@@ -334,13 +334,13 @@ pub(crate) fn resolve(
     })
 }
 
-/// `http.front_threads`: 0 to [`defaults::FRONT_THREADS_MAX`].
+/// `http.front_threads`: 0 to [`front::THREADS_MAX`].
 fn parse_front_threads(value: &str) -> Result<usize, String> {
-    match value.parse::<usize>() {
-        Ok(count) if count <= defaults::FRONT_THREADS_MAX => Ok(count),
+    match value.parse::<u16>() {
+        Ok(count) if count <= front::THREADS_MAX => Ok(usize::from(count)),
         _ => Err(format!(
             "{value:?} is not a thread count from 0 to {}",
-            defaults::FRONT_THREADS_MAX
+            front::THREADS_MAX
         )),
     }
 }

@@ -24,6 +24,9 @@ use tracing::warn;
 /// holds the accept loop back, which is the back-pressure wanted.
 const HANDOFF_QUEUE: usize = 64;
 
+/// The most front threads `http.front_threads` may ask for.
+pub(crate) const THREADS_MAX: u16 = 256;
+
 /// `http.front_threads` by default: one front per core this process may
 /// run on.
 pub(crate) fn default_count() -> usize {
@@ -45,7 +48,7 @@ struct HandedOff {
 
 /// The socket of one connection served by a front; counts itself out of
 /// its front's open connections when dropped.
-pub(crate) struct FrontStream {
+struct FrontStream {
     stream: tokio::net::TcpStream,
     open: Arc<AtomicUsize>,
 }

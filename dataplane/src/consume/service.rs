@@ -174,12 +174,6 @@ impl ConsumeService {
         })
     }
 
-    /// Starts the service's timers and watchers on the calling Tokio
-    /// runtime, if any; otherwise the first consume starts them on its own.
-    pub fn start_on_current_runtime(&self) {
-        self.start_runtime_tasks();
-    }
-
     /// Leases up to `request.max` ready records. When none is ready, waits
     /// up to `request.wait` for one; an empty answer means nothing came.
     ///

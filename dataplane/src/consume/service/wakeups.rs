@@ -46,9 +46,10 @@ impl ConsumeService {
         }
     }
 
-    /// Remembers the runtime and starts the expiry timer, on the first
-    /// consume (the service is built outside any runtime).
-    pub(super) fn start_runtime_tasks(&self) {
+    /// Remembers the calling Tokio runtime and starts the expiry timer and
+    /// the metadata watcher on it, once: when the node starts, or on the
+    /// first consume for a service built outside any runtime.
+    pub(crate) fn start_runtime_tasks(&self) {
         if self.runtime.get().is_some() {
             return;
         }
