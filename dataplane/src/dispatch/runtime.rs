@@ -493,14 +493,24 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     /// Waits for news or the next wakeup, and applies what came. Returns
     /// `false` to stop.
     fn wait(&mut self, now: Duration) -> bool {
-        if self.watches.arm() {
-            return true;
-        }
-        let deadline = self.next_wakeup(now).map(|at| self.epoch + at);
-        let first = match self.receiver.recv_until(deadline) {
-            Received::Item(event) => event,
-            Received::TimedOut => return true,
-            Received::Disconnected => return false,
+        let first = if self.watches.arm() {
+            // News came during the pass: go round again without sleeping,
+            // but first apply what is already queued. A commit this thread
+            // ran reports itself on the queue; applied now, the record that
+            // became durable meanwhile finds no commit in flight, commits
+            // at once and runs here too, instead of lingering and then
+            // waking a commit worker.
+            match self.receiver.try_recv() {
+                Some(event) => event,
+                None => return true,
+            }
+        } else {
+            let deadline = self.next_wakeup(now).map(|at| self.epoch + at);
+            match self.receiver.recv_until(deadline) {
+                Received::Item(event) => event,
+                Received::TimedOut => return true,
+                Received::Disconnected => return false,
+            }
         };
         let mut next = Some(first);
         while let Some(event) = next {
