@@ -709,9 +709,21 @@ impl<P> Dispatcher<P> {
                 }
                 continue;
             }
+            let was_full = self
+                .destinations
+                .get(&destination)
+                .is_some_and(|state| state.queue.len() >= self.queue_cap());
             let batch = self.take_batch(&destination, local, topology);
             if batch.is_empty() {
                 continue;
+            }
+            if was_full {
+                // Records read while the queue was full stayed in the WAL;
+                // there is room for them now, so they are read again at
+                // once rather than at the next periodic rescan. Waiting for
+                // that one held the checkpoint, and so the reader's
+                // lookahead, for up to a second per window.
+                self.rescan_wanted = true;
             }
             let budget = self.config.commit_budget;
             self.round_robin_after = Some(destination.clone());
@@ -973,8 +985,15 @@ impl<P> Dispatcher<P> {
                 Route::Unassigned => lingers.push(now + self.config.unresolved_retry),
             }
         }
-        let rescan =
-            (!self.skipped.is_empty()).then(|| self.last_rescan + self.config.rescan_interval);
+        // A rescan that is wanted runs now, unless the reader is held back
+        // by its limit: then a commit landing wakes the loop anyway.
+        let rescan = (!self.skipped.is_empty()).then(|| {
+            if self.rescan_wanted && self.held < self.held_limit() {
+                now
+            } else {
+                self.last_rescan + self.config.rescan_interval
+            }
+        });
         hung.chain(probes)
             .chain(reroutes)
             .chain(lingers)

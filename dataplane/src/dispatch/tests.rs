@@ -616,6 +616,32 @@ fn a_destination_queue_is_capped_and_the_rest_stays_in_the_wal() {
 }
 
 #[test]
+fn records_a_full_queue_left_in_the_wal_are_read_again_once_it_empties() {
+    let mut h = Harness::new();
+    h.topic("orders", &[REMOTE]);
+    let cap = h.dispatcher.queue_cap();
+    h.produce("orders", 0, 1);
+    let first = h.step().remove(0);
+    h.produce("orders", 0, cap + 10);
+    h.step();
+    assert_eq!(h.dispatcher.skipped(), 10);
+    h.finish(first, CommitOutcome::Committed);
+    let second = h.step().remove(0);
+    assert_eq!(second.records.len(), cap, "the full queue goes out next");
+    // No time passes: the queue has room, so the loop goes round at once
+    // and the skipped records come back without waiting for the periodic
+    // rescan.
+    assert_eq!(h.dispatcher.next_deadline(&h.topology, h.now), Some(h.now));
+    h.step();
+    assert_eq!(h.dispatcher.skipped(), 0);
+    assert_eq!(h.dispatcher.held(), cap + 10);
+    h.finish(second, CommitOutcome::Committed);
+    let third = h.step().remove(0);
+    let expected: Vec<u64> = (cap as u64 + 1..=cap as u64 + 10).collect();
+    assert_eq!(seqs(&third), expected);
+}
+
+#[test]
 fn the_window_grows_with_the_destinations_seen() {
     let mut h = Harness::new();
     let owners = vec![REMOTE; 200];
