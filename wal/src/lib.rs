@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod appender;
 pub mod compaction;
 mod direct;
 mod error;
@@ -64,6 +65,7 @@ mod sync_loop;
 pub mod checkpoint;
 pub mod record;
 
+pub use appender::flush_inline_while_serving_one;
 pub use checkpoint::{CheckpointConfig, CheckpointError, CheckpointStore};
 pub use compaction::{Choice, Compaction};
 pub use error::{FailedOp, FillError, IoFailure, WalError};

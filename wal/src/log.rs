@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use narad_disk::{BackendKind, Disk, IO_ALIGN, IoBuf};
 use parking_lot::{Condvar, Mutex};
 
+use crate::appender;
 use crate::error::{FillError, IoFailure, WalError};
 use crate::frame::frame_len;
 use crate::notify::{DurableWatch, Frontier, Pending};
@@ -39,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) failed: AtomicBool,
     /// Group commits written with `O_DIRECT` so far.
     pub(crate) direct_writes: AtomicU64,
+    /// Flushes an appender ran on its own thread.
+    inline_flushes: AtomicU64,
     /// The newest durable chunks, for readers.
     pub(crate) recent: Mutex<Recent>,
     /// Reader windows filled from `recent` instead of the file.
@@ -123,6 +126,7 @@ impl Wal {
             room: Condvar::new(),
             failed: AtomicBool::new(false),
             direct_writes: AtomicU64::new(0),
+            inline_flushes: AtomicU64::new(0),
             recent: Mutex::new(Recent::default()),
             recent_reads: AtomicU64::new(0),
             frontier: Arc::new(Frontier::new(next_seq)),
@@ -284,9 +288,10 @@ impl Wal {
             // The flush under way wakes the sync loop when it ends.
             return Ok(Pending::new(seqs, slot));
         }
-        if alone && self.shared.options.inline_flush {
+        if alone && (self.shared.options.inline_flush || appender::serves_only_the_appender()) {
             let chunks = sync_loop::take_turn(&self.shared, &mut state);
             drop(state);
+            self.shared.inline_flushes.fetch_add(1, Ordering::Relaxed);
             // A panicking flush (a broken invariant) has latched the log and
             // failed its waiters by the time it unwinds to here; the caller
             // learns it from the `Pending`, as it would from the sync loop.
@@ -312,6 +317,12 @@ impl Wal {
     /// `O_DIRECT`.
     pub fn direct_writes(&self) -> u64 {
         self.shared.direct_writes.load(Ordering::Relaxed)
+    }
+
+    /// Flushes that an appender ran on its own thread since open
+    /// ([`WalOptions::inline_flush`], [`crate::flush_inline_while_serving_one`]).
+    pub fn inline_flushes(&self) -> u64 {
+        self.shared.inline_flushes.load(Ordering::Relaxed)
     }
 
     /// Reads of durable records served from the copies of the newest

@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::thread;
 
@@ -213,6 +214,54 @@ fn a_record_larger_than_the_staging_buffer_goes_in_its_own_write() {
 fn concurrent_appenders_share_flushes_and_every_record_is_read_back() {
     for inline_flush in [true, false] {
         concurrent_appenders_read_back(inline_flush);
+    }
+}
+
+#[test]
+fn a_thread_serving_one_connection_flushes_its_own_appends() {
+    for backend in backends() {
+        let wal = Arc::new(backend.open(small_options_handing_off()));
+        let served = Arc::new(AtomicUsize::new(1));
+        let front = {
+            let wal = Arc::clone(&wal);
+            let served = Arc::clone(&served);
+            thread::spawn(move || {
+                narad_wal::flush_inline_while_serving_one(Arc::clone(&served));
+                for i in 0..5u64 {
+                    wal.append(&payload(i, 64)).unwrap().wait().unwrap();
+                }
+                let alone = wal.inline_flushes();
+                served.store(2, Ordering::Relaxed);
+                for i in 5..10u64 {
+                    wal.append(&payload(i, 64)).unwrap().wait().unwrap();
+                }
+                (alone, wal.inline_flushes())
+            })
+        };
+        let (alone, shared) = front.join().unwrap();
+        assert_eq!(
+            alone, 5,
+            "one connection: every append flushed inline ({})",
+            backend.name
+        );
+        assert_eq!(
+            shared, 5,
+            "two connections: the sync loop flushed ({})",
+            backend.name
+        );
+        // A thread that never opted in hands its appends off.
+        wal.append(&payload(10, 64)).unwrap().wait().unwrap();
+        assert_eq!(wal.inline_flushes(), 5, "{}", backend.name);
+        let expected: Vec<(u64, Vec<u8>)> = (0..11u64).map(|i| (i, payload(i, 64))).collect();
+        assert_eq!(read_all(&wal, 0), expected, "{}", backend.name);
+    }
+}
+
+/// [`small_options`] with inline flushes left to the threads that opt in.
+fn small_options_handing_off() -> narad_wal::WalOptions {
+    narad_wal::WalOptions {
+        inline_flush: false,
+        ..small_options()
     }
 }
 

@@ -186,6 +186,10 @@ impl Fronts {
             let thread = thread::Builder::new()
                 .name(format!("narad-http-{index}"))
                 .spawn(move || {
+                    // While this front serves one connection, a produce on
+                    // it flushes the WAL here: the thread has nothing else
+                    // to do while it waits.
+                    narad_wal::flush_inline_while_serving_one(Arc::clone(&listener.open));
                     runtime.block_on(serve_front(listener, router, draining, abort));
                     // Tasks a request spawned and left behind do not hold
                     // the shutdown up.
