@@ -9,6 +9,15 @@
 //! condition variable (a futex wait) straight away, and a sender makes the
 //! wake-up system call only when someone sleeps.
 //!
+//! A receiver that finds the queue empty sleeps on a condition variable of
+//! its own, on top of a stack of sleepers, and a send wakes the one on top:
+//! the receiver that fell asleep last. With many receivers (the local
+//! commit pool has 32 workers) that keeps the same few threads at work,
+//! their stacks and allocator heaps warm in the caches, where a single
+//! shared condition variable woke the one that had slept longest and so
+//! cycled through all of them. At 64 producers the commit workers spent
+//! about a tenth of their time in cache misses inside the allocator.
+//!
 //! It is built on std's `Mutex` and `Condvar`, not parking_lot's: a
 //! contended parking_lot mutex yields the CPU several times before it
 //! sleeps, while std's spins briefly and then sleeps in the kernel. The
@@ -51,10 +60,9 @@ fn make<T>(capacity: Option<usize>) -> (Sender<T>, Receiver<T>) {
             items: VecDeque::new(),
             senders: 1,
             receivers: 1,
-            receivers_asleep: 0,
+            sleepers: Vec::new(),
             senders_asleep: 0,
         }),
-        filled: Condvar::new(),
         drained: Condvar::new(),
         capacity,
     });
@@ -68,8 +76,6 @@ fn make<T>(capacity: Option<usize>) -> (Sender<T>, Receiver<T>) {
 
 struct Shared<T> {
     state: Mutex<State<T>>,
-    /// Receivers sleep here while the queue is empty.
-    filled: Condvar,
     /// Senders sleep here while a bounded queue is full.
     drained: Condvar,
     /// `None`: unbounded.
@@ -80,8 +86,10 @@ struct State<T> {
     items: VecDeque<T>,
     senders: usize,
     receivers: usize,
-    /// Receivers waiting on `filled`: a send wakes one only if there is one.
-    receivers_asleep: usize,
+    /// Receivers asleep on an empty queue, each on a condition variable of
+    /// its own; the one that fell asleep last is on top, and a send takes
+    /// it off and wakes it.
+    sleepers: Vec<Arc<Condvar>>,
     /// Senders waiting on `drained`.
     senders_asleep: usize,
 }
@@ -101,10 +109,10 @@ impl<T> Shared<T> {
     /// Pushes `item` and wakes a sleeping receiver, if any.
     fn push(&self, mut state: MutexGuard<'_, State<T>>, item: T) {
         state.items.push_back(item);
-        let wake = state.receivers_asleep > 0;
+        let sleeper = state.sleepers.pop();
         drop(state);
-        if wake {
-            self.filled.notify_one();
+        if let Some(sleeper) = sleeper {
+            sleeper.notify_one();
         }
     }
 }
@@ -191,10 +199,14 @@ impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.senders -= 1;
-        let last = state.senders == 0;
+        let sleepers = if state.senders == 0 {
+            std::mem::take(&mut state.sleepers)
+        } else {
+            Vec::new()
+        };
         drop(state);
-        if last {
-            self.shared.filled.notify_all();
+        for sleeper in sleepers {
+            sleeper.notify_one();
         }
     }
 }
@@ -244,21 +256,27 @@ impl<T> Receiver<T> {
                     _ => return Received::TimedOut,
                 },
             };
-            state.receivers_asleep += 1;
+            // A condition variable for this wait alone: only this thread
+            // ever waits on it, so a wake-up meant for it reaches it.
+            let wake = Arc::new(Condvar::new());
+            state.sleepers.push(Arc::clone(&wake));
             state = match timeout {
-                None => shared
-                    .filled
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner),
+                None => wake.wait(state).unwrap_or_else(PoisonError::into_inner),
                 Some(left) => {
-                    shared
-                        .filled
-                        .wait_timeout(state, left)
+                    wake.wait_timeout(state, left)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0
                 }
             };
-            state.receivers_asleep -= 1;
+            // A send or the last sender's leaving took it off the stack; a
+            // timeout or a spurious wake-up did not.
+            if let Some(at) = state
+                .sleepers
+                .iter()
+                .position(|sleeper| Arc::ptr_eq(sleeper, &wake))
+            {
+                state.sleepers.remove(at);
+            }
         }
     }
 
@@ -273,7 +291,7 @@ impl<T> Receiver<T> {
     /// Receivers asleep on this queue now (tests).
     #[cfg(test)]
     pub fn receivers_asleep(&self) -> usize {
-        self.shared.lock().receivers_asleep
+        self.shared.lock().sleepers.len()
     }
 
     /// Senders asleep on this queue now (tests).
@@ -372,6 +390,37 @@ mod tests {
         until("the receiver asleep", || watcher.receivers_asleep() == 1);
         sender.send(7).expect("send");
         assert_eq!(sleeper.join().expect("receiver"), Some(7));
+    }
+
+    #[test]
+    fn a_send_wakes_the_receiver_that_fell_asleep_last() {
+        let (sender, receiver) = unbounded::<u32>();
+        let (took, tally) = unbounded::<(usize, u32)>();
+        let mut threads = Vec::new();
+        for index in 0..3 {
+            let mine = receiver.clone();
+            let took = took.clone();
+            threads.push(thread::spawn(move || {
+                while let Some(item) = mine.recv() {
+                    took.send((index, item)).expect("tally");
+                }
+            }));
+            until("the receiver asleep", || {
+                receiver.receivers_asleep() == index + 1
+            });
+        }
+        sender.send(1).expect("send");
+        assert_eq!(tally.recv(), Some((2, 1)), "the last to sleep takes it");
+        // It falls asleep again on top, so it takes the next one too.
+        until("the receiver asleep again", || {
+            receiver.receivers_asleep() == 3
+        });
+        sender.send(2).expect("send");
+        assert_eq!(tally.recv(), Some((2, 2)));
+        drop(sender);
+        for thread in threads {
+            thread.join().expect("receiver");
+        }
     }
 
     #[test]
