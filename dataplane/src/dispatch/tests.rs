@@ -596,8 +596,9 @@ fn the_reader_stops_at_the_held_limit() {
     assert_eq!(h.dispatcher.read_frontier(), limit as u64);
 }
 
-#[test]
-fn a_destination_queue_is_capped_and_the_rest_stays_in_the_wal() {
+/// One destination with a commit in flight, a full queue behind it and
+/// ten more records left in the WAL; returns the queue cap and the commit.
+fn a_full_queue_behind_a_commit() -> (Harness, usize, CommitOrder<u64>) {
     let mut h = Harness::new();
     h.topic("orders", &[REMOTE]);
     let cap = h.dispatcher.queue_cap();
@@ -606,6 +607,12 @@ fn a_destination_queue_is_capped_and_the_rest_stays_in_the_wal() {
     h.produce("orders", 0, cap + 10);
     h.step();
     assert_eq!(h.dispatcher.skipped(), 10);
+    (h, cap, first)
+}
+
+#[test]
+fn a_destination_queue_is_capped_and_the_rest_stays_in_the_wal() {
+    let (mut h, cap, first) = a_full_queue_behind_a_commit();
     h.finish(first, CommitOutcome::Committed);
     let committed = h.drain();
     assert_eq!(committed.len(), cap + 10);
@@ -617,14 +624,7 @@ fn a_destination_queue_is_capped_and_the_rest_stays_in_the_wal() {
 
 #[test]
 fn records_a_full_queue_left_in_the_wal_are_read_again_once_it_empties() {
-    let mut h = Harness::new();
-    h.topic("orders", &[REMOTE]);
-    let cap = h.dispatcher.queue_cap();
-    h.produce("orders", 0, 1);
-    let first = h.step().remove(0);
-    h.produce("orders", 0, cap + 10);
-    h.step();
-    assert_eq!(h.dispatcher.skipped(), 10);
+    let (mut h, cap, first) = a_full_queue_behind_a_commit();
     h.finish(first, CommitOutcome::Committed);
     let second = h.step().remove(0);
     assert_eq!(second.records.len(), cap, "the full queue goes out next");
