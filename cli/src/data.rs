@@ -108,6 +108,9 @@ pub(crate) struct DataArgs {
     /// 10 to 60000: storage.consumer_offset_commit_interval_ms.
     #[arg(long)]
     consumer_offset_commit_interval_ms: Option<String>,
+    /// 1000 to 3600000: storage.retention_check_interval_ms.
+    #[arg(long)]
+    retention_check_interval_ms: Option<String>,
     /// true or false: storage.ingress_wal_prealloc.
     #[arg(long)]
     ingress_wal_prealloc: Option<String>,
@@ -145,7 +148,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 25] = [
+        let flags: [(Setting, &Option<String>); 26] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -168,6 +171,10 @@ impl DataArgs {
             (
                 keys::OFFSET_COMMIT_INTERVAL,
                 &self.consumer_offset_commit_interval_ms,
+            ),
+            (
+                keys::RETENTION_CHECK_INTERVAL,
+                &self.retention_check_interval_ms,
             ),
             (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
             (keys::LOG_PREALLOC, &self.partition_log_prealloc),
@@ -360,6 +367,7 @@ async fn serve_node(
     if let Some(interval) = config.consumer_offset_commit_interval {
         node_config.consumer_state.durable_interval = interval;
     }
+    node_config.retention_check_interval = config.retention_check_interval;
     node_config.wal.prealloc = config.ingress_wal_prealloc;
     node_config.set_partition_log_prealloc(config.partition_log_prealloc);
     node_config.wal.inline_flush = config.ingress_wal_inline_flush;

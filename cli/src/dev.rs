@@ -101,6 +101,11 @@ pub(crate) struct DevArgs {
     #[arg(long, env = "NARAD_HTTP_FRONT_THREADS", value_name = "N",
           value_parser = clap::value_parser!(u16).range(0..=i64::from(front::THREADS_MAX)))]
     http_front_threads: Option<u16>,
+    /// Milliseconds between retention passes over the open partition logs
+    /// (storage.retention_check_interval_ms).
+    #[arg(long, env = "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", value_name = "MS",
+          default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+    retention_check_interval_ms: u64,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -243,6 +248,8 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     config.wal.prealloc = args.ingress_wal_prealloc;
     config.set_partition_log_prealloc(args.partition_log_prealloc);
     config.wal.inline_flush = args.ingress_wal_inline_flush;
+    config.retention_check_interval =
+        std::time::Duration::from_millis(args.retention_check_interval_ms);
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

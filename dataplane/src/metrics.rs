@@ -50,6 +50,17 @@ pub const INGRESS_DISPATCH_BACKLOG_RECORDS: &str = "narad_ingress_dispatch_backl
 /// Seconds each partition commit spent in its write and fdatasync (topic,
 /// partition): the two run linked on a storage thread, one wait.
 pub const STORAGE_FSYNC_DURATION_SECONDS: &str = "narad_storage_fsync_duration_seconds";
+/// Bytes of partition segments retention deleted (topic, partition,
+/// reason; a data node deletes by `age` only).
+pub const STORAGE_RETENTION_BYTES_DELETED_TOTAL: &str =
+    "narad_storage_retention_bytes_deleted_total";
+/// Offsets held by the segments retention deleted (topic, partition,
+/// reason).
+pub const STORAGE_RETENTION_MESSAGES_DELETED_TOTAL: &str =
+    "narad_storage_retention_messages_deleted_total";
+/// Seconds one retention pass over the node's open logs took.
+pub const STORAGE_RETENTION_RUN_DURATION_SECONDS: &str =
+    "narad_storage_retention_run_duration_seconds";
 /// Bytes of every file under the data directory.
 pub const DATA_DIR_SIZE_BYTES: &str = "narad_data_dir_size_bytes";
 /// Bytes the file system holding the data directory still has for this
@@ -164,6 +175,11 @@ pub const STORAGE_FSYNC_BUCKETS_SECONDS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
+/// Upper bounds of the `narad_storage_retention_run_duration_seconds`
+/// buckets: from a node with a few idle logs to thousands of logs each
+/// dating a sealed segment from disk.
+pub const STORAGE_RETENTION_RUN_BUCKETS_SECONDS: [f64; 9] =
+    [0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0];
 /// Upper bounds of the `narad_http_request_duration_seconds` buckets:
 /// Prometheus's default ones, up to a long poll's 10 s.
 pub const HTTP_DURATION_BUCKETS_SECONDS: [f64; 11] = [
@@ -227,6 +243,12 @@ impl NodeMetrics {
                 builder.set_buckets_for_metric(
                     Matcher::Full(STORAGE_FSYNC_DURATION_SECONDS.to_owned()),
                     &STORAGE_FSYNC_BUCKETS_SECONDS,
+                )
+            })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(STORAGE_RETENTION_RUN_DURATION_SECONDS.to_owned()),
+                    &STORAGE_RETENTION_RUN_BUCKETS_SECONDS,
                 )
             })
             .and_then(|builder| {

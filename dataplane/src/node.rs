@@ -46,12 +46,15 @@ use narad_meta::{Command, RegisterMember};
 
 mod decommission;
 mod housekeeping;
+mod retention;
 pub mod status;
 
 pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
 use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
+pub use self::retention::RETENTION_CHECK_INTERVAL_DEFAULT;
+use self::retention::{Retention, RetentionParts};
 
 /// Settings of a data node.
 #[derive(Clone, Debug)]
@@ -82,6 +85,9 @@ pub struct DataNodeConfig {
     pub consume_seed: u64,
     /// Cadences of the incarnation housekeeping.
     pub housekeeping: HousekeepingConfig,
+    /// How often open partition logs are swept for retention
+    /// (`storage.retention_check_interval_ms`).
+    pub retention_check_interval: std::time::Duration,
     /// Fan-out cursor limits and timings (`fanout.*`).
     pub fanout: CursorConfig,
     /// How often a draining node checks whether it may leave the cluster
@@ -110,6 +116,7 @@ impl DataNodeConfig {
             consumer_state: ConsumerStateConfig::default(),
             consume_seed: rand::random(),
             housekeeping: HousekeepingConfig::default(),
+            retention_check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
             fanout: CursorConfig::default(),
             decommission_check: DECOMMISSION_CHECK_INTERVAL,
             force_promote_after: crate::moves::worker::FORCE_PROMOTE_AFTER,
@@ -203,6 +210,7 @@ pub struct DataNode {
     consume: Arc<ConsumeService>,
     consumer_state_worker: Option<StateWorker>,
     housekeeping: Option<Housekeeping>,
+    retention: Option<Retention>,
     fanout: Option<FanoutRuntime>,
     /// Serves the transfer calls of moves away from this node.
     move_source: Arc<MoveSource>,
@@ -325,6 +333,14 @@ impl DataNode {
             },
             config.housekeeping.clone(),
         )?;
+        let retention = Retention::spawn(
+            RetentionParts {
+                logs: Arc::clone(&logs),
+                replica: Arc::clone(&services.replica),
+                metrics: Arc::clone(&metrics),
+            },
+            config.retention_check_interval,
+        )?;
         let health = Arc::new(Health::default());
         let mut api = ApiState::new(
             config.api.clone(),
@@ -368,6 +384,7 @@ impl DataNode {
             consume,
             consumer_state_worker: Some(consumer_state_worker),
             housekeeping: Some(housekeeping),
+            retention: Some(retention),
             fanout: Some(fanout),
             move_source,
             leader: Arc::clone(&services.leader),
@@ -552,6 +569,9 @@ impl DataNode {
         if let Some(housekeeping) = self.housekeeping.take() {
             housekeeping.stop();
         }
+        if let Some(retention) = self.retention.take() {
+            retention.stop();
+        }
         if let Err(error) = self.checkpoint.shutdown() {
             tracing::warn!(%error, "final checkpoint sync failed; a restart dispatches some records again");
         }
@@ -574,6 +594,9 @@ impl DataNode {
         }
         if let Some(housekeeping) = self.housekeeping.take() {
             housekeeping.stop();
+        }
+        if let Some(retention) = self.retention.take() {
+            retention.stop();
         }
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();

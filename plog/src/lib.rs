@@ -61,6 +61,6 @@ pub use record::{
     CommitRecord, ENVELOPE_VERSION, ENVELOPE_VERSION_PROVENANCE, IDEMPOTENCY_KEY_BYTES_MAX,
     ORIGIN_ID_BYTES, Origin, Record,
 };
-pub use retention::{RetentionWorker, SweepReport};
+pub use retention::SweepReport;
 pub use transfer::{SegmentExtent, TransferListing};
 pub use watch::HwmWatch;

@@ -4,20 +4,14 @@
 //! to delete; [`must_roll_by_age`] tells a commit whether the active segment
 //! must roll first. Neither does I/O. [`PartitionLog::sweep_retention`]
 //! gathers the ages, asks [`choose`], seals an idle active segment if told
-//! to, and unlinks outside the locks. [`RetentionWorker`] runs sweeps over
-//! many logs on a thread.
+//! to, and unlinks outside the locks. The loop that sweeps a node's logs,
+//! with each topic's retention, belongs to the data plane (its `node`
+//! module), which knows the topics.
 //!
 //! Record lifetime is bounded by roll age + retention + sweep interval:
 //! about twice the retention when the roll age is the retention.
 
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::thread;
-use std::time::Duration;
-
-use narad_disk::clock::Clock;
-use parking_lot::{Condvar, Mutex};
 
 use crate::error::LogError;
 use crate::frame::{self, FRAME_HEADER_BYTES, FRAME_MAGIC};
@@ -26,9 +20,6 @@ use crate::log::{PartitionLog, SealedSegment};
 /// How far back from a sealed segment's end to look for its last frame
 /// before falling back to a full scan.
 const LAST_FRAME_SEARCH_BYTES: u64 = 2 << 20;
-
-/// Default pause between sweeps.
-pub const RETENTION_SWEEP_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 
 /// The age of one segment, as [`choose`] sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +107,9 @@ pub struct SweepReport {
     pub deleted: Vec<u64>,
     /// Bytes those segments held.
     pub deleted_bytes: u64,
+    /// Offsets the log no longer holds: every segment dropped from it,
+    /// its unlink failed or not.
+    pub deleted_messages: u64,
     /// Segments dropped from the log whose unlink failed
     /// (`errors_total{component="storage",kind="retention_unlink"}`).
     pub unlink_failures: u64,
@@ -138,16 +132,25 @@ impl PartitionLog {
                 .delete
                 .retain(|&base| base != input.active.base_offset);
         }
-        let removed = {
+        let (removed, first_kept) = {
             let mut table = self.table.write();
             let (removed, kept): (Vec<_>, Vec<_>) = table
                 .sealed
                 .drain(..)
                 .partition(|s| choice.delete.contains(&s.base_offset));
             table.sealed = kept;
-            removed
+            let first_kept = table
+                .sealed
+                .first()
+                .map_or(table.active.base_offset, |s| s.base_offset);
+            (removed, first_kept)
         };
-        let mut report = SweepReport::default();
+        let mut report = SweepReport {
+            deleted_messages: removed
+                .first()
+                .map_or(0, |oldest| first_kept.saturating_sub(oldest.base_offset)),
+            ..SweepReport::default()
+        };
         for segment in &removed {
             match self.disk.remove_file(&segment.path) {
                 Ok(()) => {
@@ -263,136 +266,6 @@ fn last_record_time(tail: &[u8], frame_bytes_max: u32) -> Option<u64> {
             let (_, records) = frame::decode_frame(&tail[at..], frame_bytes_max).ok()?;
             records.last().map(|r| r.committed_at_ms)
         })
-}
-
-/// What one pass of the worker did over all its logs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkerPass {
-    /// Segments deleted.
-    pub deleted_segments: u64,
-    /// Unlinks that failed.
-    pub unlink_failures: u64,
-    /// Sweeps that failed or panicked (the pass goes on with the next log).
-    pub failed_sweeps: u64,
-}
-
-#[derive(Debug)]
-struct Registered {
-    log: Weak<PartitionLog>,
-    retention_ms: u64,
-}
-
-/// The process-wide retention loop: every interval, sweep every registered
-/// log that is still open. Logs are held weakly, so dropping a log ends its
-/// registration.
-#[derive(Debug, Default)]
-pub struct RetentionWorker {
-    logs: Mutex<Vec<Registered>>,
-    stop: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl RetentionWorker {
-    /// A worker with no logs.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
-    }
-
-    /// Registers a log, or changes its retention if it is registered.
-    pub fn register(&self, log: &Arc<PartitionLog>, retention_ms: u64) {
-        let mut logs = self.logs.lock();
-        logs.retain(|r| r.log.strong_count() > 0);
-        if let Some(existing) = logs.iter_mut().find(|r| r.log.ptr_eq(&Arc::downgrade(log))) {
-            existing.retention_ms = retention_ms;
-        } else {
-            logs.push(Registered {
-                log: Arc::downgrade(log),
-                retention_ms,
-            });
-        }
-    }
-
-    /// Sweeps every registered log once.
-    pub fn run_pass(&self, now_ms: u64) -> WorkerPass {
-        let logs: Vec<(Arc<PartitionLog>, u64)> = {
-            let mut logs = self.logs.lock();
-            logs.retain(|r| r.log.strong_count() > 0);
-            logs.iter()
-                .filter_map(|r| r.log.upgrade().map(|log| (log, r.retention_ms)))
-                .collect()
-        };
-        let mut pass = WorkerPass::default();
-        for (log, retention_ms) in logs {
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-                log.sweep_retention(now_ms, retention_ms)
-            }));
-            match outcome {
-                Ok(Ok(report)) => {
-                    pass.deleted_segments += report.deleted.len() as u64;
-                    pass.unlink_failures += report.unlink_failures;
-                }
-                Ok(Err(error)) => {
-                    pass.failed_sweeps += 1;
-                    tracing::warn!(dir = %log.dir().display(), %error, "retention sweep failed");
-                }
-                Err(_) => {
-                    pass.failed_sweeps += 1;
-                    tracing::error!(dir = %log.dir().display(), "retention sweep panicked; skipped");
-                }
-            }
-        }
-        pass
-    }
-
-    /// Runs passes every `interval` on a thread until the handle is dropped,
-    /// each at `clock`'s Unix time (records are stamped in it).
-    ///
-    /// # Errors
-    /// When the thread cannot be spawned.
-    pub fn spawn(
-        self: &Arc<Self>,
-        interval: Duration,
-        clock: Arc<dyn Clock>,
-    ) -> std::io::Result<WorkerHandle> {
-        *self.stop.lock() = false;
-        let worker = Arc::clone(self);
-        let thread = thread::Builder::new()
-            .name("narad-retention".to_string())
-            .spawn(move || {
-                loop {
-                    let mut stop = worker.stop.lock();
-                    if !*stop {
-                        worker.wake.wait_for(&mut stop, interval);
-                    }
-                    if *stop {
-                        return;
-                    }
-                    drop(stop);
-                    worker.run_pass(clock.unix_ms());
-                }
-            })?;
-        Ok(WorkerHandle {
-            worker: Arc::clone(self),
-            thread: Some(thread),
-        })
-    }
-}
-
-/// Stops the worker's thread when dropped.
-#[derive(Debug)]
-pub struct WorkerHandle {
-    worker: Arc<RetentionWorker>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Drop for WorkerHandle {
-    fn drop(&mut self) {
-        *self.worker.stop.lock() = true;
-        self.worker.wake.notify_all();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -576,6 +576,7 @@ fn retention_deletes_expired_sealed_segments_and_reads_below_report_trimmed() {
     let records = read_records(&log, oldest);
     assert_eq!(records.len() as u64, committed - oldest);
     assert_eq!(oldest, after[0][..20].parse::<u64>().unwrap());
+    assert_eq!(report.deleted_messages, oldest);
     // The newest deleted record was older than the retention.
     assert!((oldest - 1) / 3 * hour < 15 * hour);
 }
@@ -587,6 +588,7 @@ fn retention_seals_and_deletes_an_idle_expired_active_segment() {
     commit(&log, &numbered(0, 5, 1_000)).unwrap();
     let report = log.sweep_retention(1_000 + 7_200_000, 3_600_000).unwrap();
     assert_eq!(report.deleted, vec![0]);
+    assert_eq!(report.deleted_messages, 5);
     assert_eq!(segment_files(dir.path()), vec![segment_file_name(5)]);
     assert_eq!(log.high_watermark(), 5);
     assert_eq!(commit(&log, &numbered(5, 1, 9_000_000)).unwrap(), 5..6);
@@ -600,7 +602,7 @@ fn retention_zero_deletes_nothing() {
         commit(&log, &numbered(n * 3, 3, 0)).unwrap();
     }
     let report = log.sweep_retention(u64::MAX, 0).unwrap();
-    assert!(report.deleted.is_empty());
+    assert_eq!(report, narad_plog::SweepReport::default());
 }
 
 #[test]
@@ -619,37 +621,6 @@ fn the_active_segment_rolls_by_age_before_a_commit() {
         segment_files(dir.path()),
         vec![segment_file_name(0), segment_file_name(4)]
     );
-}
-
-#[test]
-fn the_retention_worker_sweeps_registered_logs() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(open(dir.path(), small_config()));
-    for n in 0..10 {
-        commit(&log, &numbered(n * 3, 3, 0)).unwrap();
-    }
-    let worker = narad_plog::RetentionWorker::new();
-    worker.register(&log, 3_600_000);
-    let pass = worker.run_pass(10 * 3_600_000);
-    assert!(pass.deleted_segments > 0);
-    assert_eq!(pass.failed_sweeps, 0);
-    drop(log);
-    assert_eq!(
-        worker.run_pass(u64::MAX),
-        narad_plog::retention::WorkerPass::default()
-    );
-}
-
-#[test]
-fn the_retention_worker_thread_stops_when_its_handle_drops() {
-    let worker = narad_plog::RetentionWorker::new();
-    let handle = worker
-        .spawn(
-            std::time::Duration::from_secs(3_600),
-            Arc::new(narad_disk::clock::SystemClock::new()),
-        )
-        .unwrap();
-    drop(handle);
 }
 
 #[test]

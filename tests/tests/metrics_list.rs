@@ -185,7 +185,9 @@ fn differences(
 #[test]
 fn metrics_served_after_a_workload_are_exactly_the_listed_ones() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut dev = DevProcess::new(dir.path());
+    // A pass of retention within the wait serves its counters.
+    let mut dev =
+        DevProcess::new(dir.path()).with_env("NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "1000");
     let booting = Instant::now();
     dev.start();
     eprintln!("ready after {:?}", booting.elapsed());

@@ -332,3 +332,17 @@ fn an_unknown_log_format_is_refused_by_name() {
     assert_eq!(error.setting, "log.format");
     assert!(error.reason.contains("json, text"), "{}", error.reason);
 }
+
+#[test]
+fn the_retention_check_interval_defaults_to_a_minute_within_its_bounds() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.retention_check_interval, Duration::from_secs(60));
+    let layer = flags(&[(keys::RETENTION_CHECK_INTERVAL, "5000")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.retention_check_interval, Duration::from_secs(5));
+    for refused in ["999", "3600001", "soon"] {
+        let layer = flags(&[(keys::RETENTION_CHECK_INTERVAL, refused)]);
+        let error = error(&[required(), layer], env_with_secret);
+        assert_eq!(error.setting, "storage.retention_check_interval_ms");
+    }
+}
