@@ -31,7 +31,7 @@ use std::time::Duration;
 use clap::Args;
 use narad_controlplane::node::ControlClient;
 use narad_dataplane::metadata::MetadataReplica;
-use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
+use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices, RetentionConfig};
 use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::ClusterAuth;
@@ -111,6 +111,9 @@ pub(crate) struct DataArgs {
     /// 1000 to 3600000: storage.retention_check_interval_ms.
     #[arg(long)]
     retention_check_interval_ms: Option<String>,
+    /// 0 (off), or 60000 and up: storage.cold_retention_walk_ms.
+    #[arg(long)]
+    cold_retention_walk_ms: Option<String>,
     /// true or false: storage.ingress_wal_prealloc.
     #[arg(long)]
     ingress_wal_prealloc: Option<String>,
@@ -148,7 +151,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 26] = [
+        let flags: [(Setting, &Option<String>); 27] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -176,6 +179,7 @@ impl DataArgs {
                 keys::RETENTION_CHECK_INTERVAL,
                 &self.retention_check_interval_ms,
             ),
+            (keys::COLD_RETENTION_WALK, &self.cold_retention_walk_ms),
             (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
             (keys::LOG_PREALLOC, &self.partition_log_prealloc),
             (keys::WAL_INLINE_FLUSH, &self.ingress_wal_inline_flush),
@@ -367,7 +371,10 @@ async fn serve_node(
     if let Some(interval) = config.consumer_offset_commit_interval {
         node_config.consumer_state.durable_interval = interval;
     }
-    node_config.retention_check_interval = config.retention_check_interval;
+    node_config.retention = RetentionConfig {
+        check_interval: config.retention_check_interval,
+        cold_walk: config.cold_retention_walk,
+    };
     node_config.wal.prealloc = config.ingress_wal_prealloc;
     node_config.set_partition_log_prealloc(config.partition_log_prealloc);
     node_config.wal.inline_flush = config.ingress_wal_inline_flush;

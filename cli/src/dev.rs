@@ -248,7 +248,7 @@ async fn serve(args: &DevArgs) -> Result<(), String> {
     config.wal.prealloc = args.ingress_wal_prealloc;
     config.set_partition_log_prealloc(args.partition_log_prealloc);
     config.wal.inline_flush = args.ingress_wal_inline_flush;
-    config.retention_check_interval =
+    config.retention.check_interval =
         std::time::Duration::from_millis(args.retention_check_interval_ms);
     let services = NodeServices {
         disk,

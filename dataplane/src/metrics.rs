@@ -61,6 +61,11 @@ pub const STORAGE_RETENTION_MESSAGES_DELETED_TOTAL: &str =
 /// Seconds one retention pass over the node's open logs took.
 pub const STORAGE_RETENTION_RUN_DURATION_SECONDS: &str =
     "narad_storage_retention_run_duration_seconds";
+/// Partition logs the cold-retention walk opened because their oldest
+/// segment was older than the topic's retention (each is swept at once).
+pub const COLD_RETENTION_SWEPT_TOTAL: &str = "narad_cold_retention_swept_total";
+/// Cold-retention walks that panicked (the next walk runs anyway).
+pub const COLD_RETENTION_PANICS_TOTAL: &str = "narad_cold_retention_panics_total";
 /// Bytes of every file under the data directory.
 pub const DATA_DIR_SIZE_BYTES: &str = "narad_data_dir_size_bytes";
 /// Bytes the file system holding the data directory still has for this

@@ -53,7 +53,9 @@ pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
 use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
-pub use self::retention::RETENTION_CHECK_INTERVAL_DEFAULT;
+pub use self::retention::{
+    COLD_RETENTION_WALK_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT, RetentionConfig,
+};
 use self::retention::{Retention, RetentionParts};
 
 /// Settings of a data node.
@@ -86,8 +88,9 @@ pub struct DataNodeConfig {
     /// Cadences of the incarnation housekeeping.
     pub housekeeping: HousekeepingConfig,
     /// How often open partition logs are swept for retention
-    /// (`storage.retention_check_interval_ms`).
-    pub retention_check_interval: std::time::Duration,
+    /// (`storage.retention_check_interval_ms`), and closed ones walked
+    /// (`storage.cold_retention_walk_ms`).
+    pub retention: RetentionConfig,
     /// Fan-out cursor limits and timings (`fanout.*`).
     pub fanout: CursorConfig,
     /// How often a draining node checks whether it may leave the cluster
@@ -116,7 +119,7 @@ impl DataNodeConfig {
             consumer_state: ConsumerStateConfig::default(),
             consume_seed: rand::random(),
             housekeeping: HousekeepingConfig::default(),
-            retention_check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
+            retention: RetentionConfig::default(),
             fanout: CursorConfig::default(),
             decommission_check: DECOMMISSION_CHECK_INTERVAL,
             force_promote_after: crate::moves::worker::FORCE_PROMOTE_AFTER,
@@ -339,7 +342,7 @@ impl DataNode {
                 replica: Arc::clone(&services.replica),
                 metrics: Arc::clone(&metrics),
             },
-            config.retention_check_interval,
+            config.retention,
         )?;
         let health = Arc::new(Health::default());
         let mut api = ApiState::new(

@@ -43,6 +43,7 @@ pub(crate) mod keys {
         DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         RETENTION_CHECK_INTERVAL = "storage.retention_check_interval_ms", "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "retention-check-interval-ms";
+        COLD_RETENTION_WALK = "storage.cold_retention_walk_ms", "NARAD_STORAGE_COLD_RETENTION_WALK_MS", "cold-retention-walk-ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
         LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc";
         WAL_INLINE_FLUSH = "storage.ingress_wal_inline_flush", "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH", "ingress-wal-inline-flush";
@@ -91,6 +92,9 @@ const OFFSET_COMMIT_INTERVAL_MS_MAX: u64 = 60_000;
 const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 1_000;
 const RETENTION_CHECK_INTERVAL_MS_MAX: u64 = 3_600_000;
 
+/// The spec's floor on `storage.cold_retention_walk_ms` (0 turns it off).
+const COLD_RETENTION_WALK_MS_MIN: u64 = 60_000;
+
 /// bcrypt's own bounds on the cost.
 const BCRYPT_COST_MIN: u32 = 4;
 const BCRYPT_COST_MAX: u32 = 31;
@@ -135,6 +139,9 @@ pub(crate) struct DataConfig {
     /// `storage.retention_check_interval_ms`: how often open partition
     /// logs are swept for retention.
     pub(crate) retention_check_interval: Duration,
+    /// `storage.cold_retention_walk_ms`: how often partitions whose log is
+    /// not open are checked for expired segments; `None` never.
+    pub(crate) cold_retention_walk: Option<Duration>,
     /// `storage.ingress_wal_prealloc`: prepare each next ingress WAL segment
     /// (zero-filled) off the append path and write it with `O_DIRECT`.
     pub(crate) ingress_wal_prealloc: bool,
@@ -293,6 +300,18 @@ pub(crate) fn resolve(
             )),
         },
     )?;
+    let cold_retention_walk = merged.parse(
+        keys::COLD_RETENTION_WALK,
+        Some(Some(narad_dataplane::node::COLD_RETENTION_WALK_DEFAULT)),
+        |v| match v.parse::<u64>() {
+            Ok(0) => Ok(None),
+            Ok(ms) if ms >= COLD_RETENTION_WALK_MS_MIN => Ok(Some(Duration::from_millis(ms))),
+            _ => Err(format!(
+                "{v:?} is not 0 (off) or a number of milliseconds from \
+                 {COLD_RETENTION_WALK_MS_MIN}"
+            )),
+        },
+    )?;
     // On by default, unlike the spec: prepared segments are written with
     // O_DIRECT, which measured a third off a single append and half its CPU
     // (docs/benchmarks.md).
@@ -351,6 +370,7 @@ pub(crate) fn resolve(
         data_dir,
         consumer_offset_commit_interval,
         retention_check_interval,
+        cold_retention_walk,
         ingress_wal_prealloc,
         partition_log_prealloc,
         ingress_wal_inline_flush,

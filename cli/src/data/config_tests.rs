@@ -346,3 +346,18 @@ fn the_retention_check_interval_defaults_to_a_minute_within_its_bounds() {
         assert_eq!(error.setting, "storage.retention_check_interval_ms");
     }
 }
+
+#[test]
+fn the_cold_retention_walk_is_five_minutes_off_at_zero_and_at_least_a_minute() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.cold_retention_walk, Some(Duration::from_secs(300)));
+    let layer = flags(&[(keys::COLD_RETENTION_WALK, "0")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.cold_retention_walk, None);
+    let layer = flags(&[(keys::COLD_RETENTION_WALK, "60000")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.cold_retention_walk, Some(Duration::from_secs(60)));
+    let layer = flags(&[(keys::COLD_RETENTION_WALK, "59999")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "storage.cold_retention_walk_ms");
+}

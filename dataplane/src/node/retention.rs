@@ -11,6 +11,14 @@
 //! its oldest record outlives it. A record therefore lives at least its
 //! topic's retention and at most about twice that plus one interval.
 //!
+//! Logs open only once something touched them (a produce, a consume, a
+//! replay), so after a restart an idle partition would never be swept.
+//! Every cold-walk interval (300 s by default, and at the first pass) a
+//! pass first opens each partition this node owns whose log is not open
+//! and whose oldest segment file was modified longer than the retention
+//! ago; the pass then sweeps it with the others. It stays open (idle logs
+//! are not evicted yet).
+//!
 //! A log whose topic the replica no longer holds, or holds as another
 //! incarnation, is left alone: the incarnation housekeeping retires it.
 //! A sweep that fails or panics is logged and the pass goes on with the
@@ -19,23 +27,53 @@
 //! cursor counts the records it skipped, and a move copying a segment
 //! that retention removed at the source drops it from the copy.
 
+use std::io;
 use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::commit::LocalLogs;
+use narad_disk::Disk;
+use narad_plog::PartitionLog;
+use narad_plog::segment::parse_segment_file_name;
+
+use crate::commit::{LocalLogs, partition_dir};
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::{
-    ERRORS_TOTAL, NodeMetrics, STORAGE_RETENTION_BYTES_DELETED_TOTAL,
-    STORAGE_RETENTION_MESSAGES_DELETED_TOTAL, STORAGE_RETENTION_RUN_DURATION_SECONDS,
+    COLD_RETENTION_PANICS_TOTAL, COLD_RETENTION_SWEPT_TOTAL, ERRORS_TOTAL, NodeMetrics,
+    STORAGE_RETENTION_BYTES_DELETED_TOTAL, STORAGE_RETENTION_MESSAGES_DELETED_TOTAL,
+    STORAGE_RETENTION_RUN_DURATION_SECONDS,
 };
+use crate::topology::Destination;
 
 /// How often the open logs are swept (spec: about every 60 s;
 /// `storage.retention_check_interval_ms`).
 pub const RETENTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+
+/// How often the cold walk looks at partitions whose log is not open
+/// (spec: `storage.cold_retention_walk_ms`, 300 s).
+pub const COLD_RETENTION_WALK_DEFAULT: Duration = Duration::from_secs(300);
+
+/// Cadences of the retention thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Between two passes over the open logs.
+    pub check_interval: Duration,
+    /// Between two cold walks, which run at a pass; `None` never walks.
+    pub cold_walk: Option<Duration>,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
+            cold_walk: Some(COLD_RETENTION_WALK_DEFAULT),
+        }
+    }
+}
 
 /// The only deletion reason a data node has: age.
 const REASON_AGE: &str = "age";
@@ -53,6 +91,8 @@ pub(crate) struct RetentionParts {
 pub(crate) struct PassReport {
     /// Logs swept (a topic with retention 0 is not swept).
     pub(crate) swept: usize,
+    /// Of those, logs the cold walk opened to sweep them.
+    pub(crate) opened_cold: usize,
     /// Segments dropped from their logs.
     pub(crate) deleted_segments: usize,
     /// Offsets those segments held.
@@ -64,10 +104,20 @@ pub(crate) struct PassReport {
 }
 
 /// Sweeps every open log once, at `now_ms` (Unix milliseconds, the clock
-/// records are stamped with).
-pub(crate) fn pass(parts: &RetentionParts, now_ms: u64) -> PassReport {
+/// records are stamped with); with `cold`, first opens the logs the cold
+/// walk finds holding an expired segment, so they are swept too.
+pub(crate) fn pass(parts: &RetentionParts, now_ms: u64, cold: bool) -> PassReport {
     let started = Instant::now();
     let mut report = PassReport::default();
+    if cold {
+        match panic::catch_unwind(AssertUnwindSafe(|| open_cold(parts, now_ms))) {
+            Ok(opened) => report.opened_cold = opened,
+            Err(_) => {
+                parts.metrics.count(COLD_RETENTION_PANICS_TOTAL, &[], 1);
+                tracing::error!("cold retention walk panicked; the next walk tries again");
+            }
+        }
+    }
     for (destination, opened_for) in parts.logs.open_destinations() {
         let Some(meta) = parts.replica.topic_meta(&destination.topic) else {
             continue;
@@ -78,61 +128,14 @@ pub(crate) fn pass(parts: &RetentionParts, now_ms: u64) -> PassReport {
         let Some(log) = parts.logs.get(&destination) else {
             continue;
         };
-        let labels = [
-            ("topic", destination.topic.to_string()),
-            ("partition", destination.partition.to_string()),
-            ("reason", REASON_AGE.to_owned()),
-        ];
-        // Served at zero from the first pass that sees the log.
-        parts
-            .metrics
-            .count(STORAGE_RETENTION_BYTES_DELETED_TOTAL, &labels, 0);
-        parts
-            .metrics
-            .count(STORAGE_RETENTION_MESSAGES_DELETED_TOTAL, &labels, 0);
-        log.set_roll_age_ms(meta.retention_ms);
-        if meta.retention_ms == 0 {
-            continue;
-        }
-        report.swept += 1;
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-            log.sweep_retention(now_ms, meta.retention_ms)
-        }));
-        match outcome {
-            Ok(Ok(swept)) => {
-                report.deleted_segments += swept.deleted.len();
-                report.deleted_messages += swept.deleted_messages;
-                report.deleted_bytes += swept.deleted_bytes;
-                parts.metrics.count(
-                    STORAGE_RETENTION_BYTES_DELETED_TOTAL,
-                    &labels,
-                    swept.deleted_bytes,
-                );
-                parts.metrics.count(
-                    STORAGE_RETENTION_MESSAGES_DELETED_TOTAL,
-                    &labels,
-                    swept.deleted_messages,
-                );
-                if swept.unlink_failures > 0 {
-                    parts.metrics.count(
-                        ERRORS_TOTAL,
-                        &[
-                            ("component", "storage".to_owned()),
-                            ("kind", "retention_unlink".to_owned()),
-                        ],
-                        swept.unlink_failures,
-                    );
-                }
-            }
-            Ok(Err(error)) => {
-                report.failed += 1;
-                tracing::warn!(%destination, %error, "retention sweep failed; tried again next pass");
-            }
-            Err(_) => {
-                report.failed += 1;
-                tracing::error!(%destination, "retention sweep panicked; skipped this pass");
-            }
-        }
+        sweep(
+            parts,
+            &destination,
+            &log,
+            meta.retention_ms,
+            now_ms,
+            &mut report,
+        );
     }
     parts.metrics.observe(
         STORAGE_RETENTION_RUN_DURATION_SECONDS,
@@ -140,6 +143,152 @@ pub(crate) fn pass(parts: &RetentionParts, now_ms: u64) -> PassReport {
         started.elapsed(),
     );
     report
+}
+
+/// Sets `log`'s roll age to `retention_ms` and sweeps it.
+fn sweep(
+    parts: &RetentionParts,
+    destination: &Destination,
+    log: &PartitionLog,
+    retention_ms: u64,
+    now_ms: u64,
+    report: &mut PassReport,
+) {
+    let labels = [
+        ("topic", destination.topic.to_string()),
+        ("partition", destination.partition.to_string()),
+        ("reason", REASON_AGE.to_owned()),
+    ];
+    // Served at zero from the first pass that sees the log.
+    parts
+        .metrics
+        .count(STORAGE_RETENTION_BYTES_DELETED_TOTAL, &labels, 0);
+    parts
+        .metrics
+        .count(STORAGE_RETENTION_MESSAGES_DELETED_TOTAL, &labels, 0);
+    log.set_roll_age_ms(retention_ms);
+    if retention_ms == 0 {
+        return;
+    }
+    report.swept += 1;
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        log.sweep_retention(now_ms, retention_ms)
+    }));
+    match outcome {
+        Ok(Ok(swept)) => {
+            report.deleted_segments += swept.deleted.len();
+            report.deleted_messages += swept.deleted_messages;
+            report.deleted_bytes += swept.deleted_bytes;
+            parts.metrics.count(
+                STORAGE_RETENTION_BYTES_DELETED_TOTAL,
+                &labels,
+                swept.deleted_bytes,
+            );
+            parts.metrics.count(
+                STORAGE_RETENTION_MESSAGES_DELETED_TOTAL,
+                &labels,
+                swept.deleted_messages,
+            );
+            if swept.unlink_failures > 0 {
+                parts.metrics.count(
+                    ERRORS_TOTAL,
+                    &[
+                        ("component", "storage".to_owned()),
+                        ("kind", "retention_unlink".to_owned()),
+                    ],
+                    swept.unlink_failures,
+                );
+            }
+        }
+        Ok(Err(error)) => {
+            report.failed += 1;
+            tracing::warn!(%destination, %error, "retention sweep failed; tried again next pass");
+        }
+        Err(_) => {
+            report.failed += 1;
+            tracing::error!(%destination, "retention sweep panicked; skipped this pass");
+        }
+    }
+}
+
+/// The cold walk: opens the log of every partition this node owns that is
+/// not open and whose oldest segment file was last modified more than its
+/// topic's retention ago (on a disk that keeps no modification times, every
+/// such partition with a segment). A record is committed before its
+/// segment's last write, so a segment modified within the retention holds
+/// nothing past it, and neither does any younger one. Runs only on a
+/// caught-up replica, so it never opens a partition on stale ownership.
+/// Returns how many logs it opened.
+fn open_cold(parts: &RetentionParts, now_ms: u64) -> usize {
+    if !parts.replica.is_caught_up() {
+        return 0;
+    }
+    let view = parts.replica.view();
+    let local = parts.replica.local_node();
+    let disk = parts.logs.disk();
+    let mut opened = 0;
+    for (name, meta) in &view.topics {
+        if meta.retention_ms == 0 {
+            continue;
+        }
+        for (partition, owner) in (0u32..).zip(&meta.owners) {
+            let destination = Destination::new(name, partition);
+            if *owner != Some(local) || parts.logs.get(&destination).is_some() {
+                continue;
+            }
+            let dir = partition_dir(parts.logs.data_dir(), name, partition);
+            match oldest_segment_modified_ms(&**disk, &dir) {
+                Ok(None) => continue,
+                Ok(Some(Some(modified)))
+                    if now_ms.saturating_sub(modified) <= meta.retention_ms =>
+                {
+                    continue;
+                }
+                Ok(Some(_)) => {}
+                Err(error) => {
+                    tracing::warn!(%destination, %error, "cold retention could not read the partition directory");
+                    continue;
+                }
+            }
+            match parts
+                .logs
+                .resolve(&destination, meta.incarnation_id.as_ref())
+            {
+                Ok(_) => {
+                    opened += 1;
+                    parts.metrics.count(COLD_RETENTION_SWEPT_TOTAL, &[], 1);
+                }
+                Err(error) => {
+                    tracing::warn!(%destination, %error, "cold retention could not open the partition log");
+                }
+            }
+        }
+    }
+    opened
+}
+
+/// When the oldest segment in `dir` was last modified: `None` when the
+/// directory or its segments do not exist, `Some(None)` on a disk that
+/// keeps no modification times.
+fn oldest_segment_modified_ms(disk: &dyn Disk, dir: &Path) -> io::Result<Option<Option<u64>>> {
+    let names = match disk.list_dir(dir) {
+        Ok(names) => names,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let Some((_, oldest)) = names
+        .iter()
+        .filter_map(|name| parse_segment_file_name(name).map(|base| (base, name)))
+        .min()
+    else {
+        return Ok(None);
+    };
+    match disk.modified_ms(&dir.join(oldest)) {
+        Ok(modified) => Ok(Some(Some(modified))),
+        Err(error) if error.kind() == io::ErrorKind::Unsupported => Ok(Some(None)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// The running retention thread; stopped by [`Retention::stop`].
@@ -150,20 +299,32 @@ pub(crate) struct Retention {
 }
 
 impl Retention {
-    /// Starts the thread; its first pass runs one `interval` from now.
+    /// Starts the thread; its first pass, with a cold walk, runs one check
+    /// interval from now.
     ///
     /// # Errors
     /// The thread could not be started.
-    pub(crate) fn spawn(parts: RetentionParts, interval: Duration) -> std::io::Result<Self> {
+    pub(crate) fn spawn(parts: RetentionParts, config: RetentionConfig) -> std::io::Result<Self> {
         parts
             .metrics
             .register_histogram(STORAGE_RETENTION_RUN_DURATION_SECONDS, &[]);
+        parts.metrics.count(COLD_RETENTION_SWEPT_TOTAL, &[], 0);
+        parts.metrics.count(COLD_RETENTION_PANICS_TOTAL, &[], 0);
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("narad-retention".into())
             .spawn(move || {
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    pass(&parts, now_unix_ms());
+                let mut walked: Option<Instant> = None;
+                while let Err(RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(config.check_interval)
+                {
+                    let cold = config
+                        .cold_walk
+                        .is_some_and(|every| walked.is_none_or(|at| at.elapsed() >= every));
+                    if cold {
+                        walked = Some(Instant::now());
+                    }
+                    pass(&parts, now_unix_ms(), cold);
                 }
             })?;
         Ok(Self { stop, thread })

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
+use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};
 use narad_plog::{CommitRecord, LogConfig};
 
-use super::{PassReport, Retention, RetentionParts, pass};
+use super::{PassReport, Retention, RetentionConfig, RetentionParts, pass};
 use crate::commit::LocalLogs;
+use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::testing::{LOCAL_NODE, apply, create_command, place, register};
@@ -38,18 +40,27 @@ fn replica(retention_ms: u64) -> Arc<MetadataReplica> {
     replica
 }
 
+/// The retention loop's parts on the simulated disk, which keeps no
+/// modification times.
 fn parts(replica: Arc<MetadataReplica>) -> RetentionParts {
-    let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(7));
+    parts_on(Arc::new(SimDisk::new(7)), Path::new("/node"), replica)
+}
+
+fn parts_on(disk: Arc<dyn Disk>, data_dir: &Path, replica: Arc<MetadataReplica>) -> RetentionParts {
     // Small segments, so a few commits make several.
     let config = LogConfig {
         segment_bytes: 4_096,
         ..LogConfig::default()
     };
     RetentionParts {
-        logs: Arc::new(LocalLogs::new(disk, Path::new("/node"), config)),
+        logs: Arc::new(LocalLogs::new(disk, data_dir, config)),
         replica,
         metrics: Arc::new(NodeMetrics::new()),
     }
+}
+
+fn close(parts: &RetentionParts, topic: &str) {
+    assert!(parts.logs.close_partition(&Destination::new(topic, 0)));
 }
 
 /// Commits `count` records of 1 KiB to partition 0 of `topic`, stamped
@@ -94,7 +105,7 @@ fn a_pass_deletes_what_each_topics_retention_expired_and_counts_it() {
     commit(&parts, "orders", 3, T0 + 2 * HOUR_MS);
     commit(&parts, "forever", 12, T0);
 
-    let report = pass(&parts, T0 + 2 * HOUR_MS + 1);
+    let report = pass(&parts, T0 + 2 * HOUR_MS + 1, false);
 
     let oldest = oldest_offset(&parts, "orders");
     assert!(report.deleted_segments > 0, "{report:?}");
@@ -139,12 +150,12 @@ fn a_retention_lowered_by_an_alter_applies_at_the_next_pass() {
     let parts = parts(replica(7 * 24 * HOUR_MS));
     let committed = commit(&parts, "orders", 12, T0);
     let now = T0 + 2 * HOUR_MS;
-    assert_eq!(pass(&parts, now).deleted_segments, 0);
+    assert_eq!(pass(&parts, now, false).deleted_segments, 0);
 
     let mut alter = AlterTopic::named(Actor::SecurityOff, "orders", None);
     alter.retention_ms = Some(i64::try_from(HOUR_MS).expect("an hour"));
     apply(&parts.replica, Command::AlterTopic(alter));
-    let report = pass(&parts, now);
+    let report = pass(&parts, now, false);
 
     // Every record is past the hour, and the idle active segment is sealed
     // and goes too.
@@ -164,7 +175,7 @@ fn the_roll_age_follows_the_topics_retention() {
     let before = segments();
     // A pass just before the hour is up deletes nothing but sets the roll
     // age, so the next commit past the hour starts a new segment.
-    assert_eq!(pass(&parts, T0 + HOUR_MS).deleted_segments, 0);
+    assert_eq!(pass(&parts, T0 + HOUR_MS, false).deleted_segments, 0);
     commit(&parts, "orders", 1, T0 + HOUR_MS + 1);
     assert_eq!(segments(), before + 1);
 }
@@ -185,7 +196,7 @@ fn a_log_of_a_replaced_incarnation_is_left_to_the_housekeeping() {
     again.retention_ms = Some(i64::try_from(HOUR_MS).expect("an hour"));
     place(&parts.replica, again, LOCAL_NODE);
 
-    let report = pass(&parts, T0 + 10 * HOUR_MS);
+    let report = pass(&parts, T0 + 10 * HOUR_MS, true);
 
     assert_eq!(report.swept, 0);
     assert_eq!(oldest_offset(&parts, "orders"), 0);
@@ -198,7 +209,11 @@ fn the_thread_sweeps_every_interval_until_stopped() {
     commit(&parts, "orders", 12, T0);
     let logs = Arc::clone(&parts.logs);
     let metrics = Arc::clone(&parts.metrics);
-    let retention = Retention::spawn(parts, Duration::from_millis(10)).expect("spawn");
+    let config = RetentionConfig {
+        check_interval: Duration::from_millis(10),
+        cold_walk: None,
+    };
+    let retention = Retention::spawn(parts, config).expect("spawn");
     let started = Instant::now();
     let destination = Destination::new("orders", 0);
     let oldest = || {
@@ -223,5 +238,85 @@ fn the_thread_sweeps_every_interval_until_stopped() {
 #[test]
 fn an_empty_node_passes_without_sweeping() {
     let parts = parts(replica(HOUR_MS));
-    assert_eq!(pass(&parts, T0), PassReport::default());
+    assert_eq!(pass(&parts, T0, true), PassReport::default());
+}
+
+#[test]
+fn the_cold_walk_opens_an_owned_closed_partition_and_the_pass_sweeps_it() {
+    let parts = parts(replica(HOUR_MS));
+    let committed = commit(&parts, "orders", 12, T0);
+    commit(&parts, "forever", 12, T0);
+    close(&parts, "orders");
+    close(&parts, "forever");
+    let now = T0 + 2 * HOUR_MS;
+
+    assert_eq!(pass(&parts, now, false), PassReport::default());
+    let report = pass(&parts, now, true);
+
+    // The simulated disk keeps no modification times: every closed
+    // partition with a segment and a retention is opened.
+    assert_eq!(report.opened_cold, 1, "{report:?}");
+    assert_eq!(report.deleted_messages, committed);
+    assert!(parts.logs.get(&Destination::new("forever", 0)).is_none());
+    assert!(parts.logs.get(&Destination::new("orders", 1)).is_none());
+    assert_eq!(
+        counter_total(&parts, "narad_cold_retention_swept_total"),
+        Some(1)
+    );
+}
+
+#[test]
+fn the_cold_walk_opens_only_a_partition_whose_oldest_segment_was_modified_before_the_retention() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("portable disk"));
+    let parts = parts_on(disk, dir.path(), replica(HOUR_MS));
+    // Stamped in 1970, written now: the file's time decides.
+    let committed = commit(&parts, "orders", 12, T0);
+    close(&parts, "orders");
+    let now = now_unix_ms();
+
+    assert_eq!(pass(&parts, now, true).opened_cold, 0);
+    assert!(parts.logs.get(&Destination::new("orders", 0)).is_none());
+
+    let report = pass(&parts, now + 2 * HOUR_MS, true);
+    assert_eq!(report.opened_cold, 1);
+    assert_eq!(report.deleted_messages, committed);
+}
+
+#[test]
+fn the_cold_walk_waits_for_a_caught_up_replica() {
+    let parts = parts(replica(HOUR_MS));
+    commit(&parts, "orders", 12, T0);
+    close(&parts, "orders");
+    parts.replica.set_leader_commit_index(u64::MAX);
+
+    let report = pass(&parts, T0 + 2 * HOUR_MS, true);
+
+    assert_eq!(report.opened_cold, 0);
+    assert_eq!(report.deleted_messages, 0);
+}
+
+#[test]
+fn the_cold_walk_leaves_a_partition_another_node_owns() {
+    let parts = parts(replica(HOUR_MS));
+    // A copy left here by a partition that moved away.
+    let mut moved = create_command("moved", 0xe5, 3);
+    moved.retention_ms = Some(i64::try_from(HOUR_MS).expect("an hour"));
+    place(&parts.replica, moved, LOCAL_NODE + 1);
+    commit(&parts, "moved", 12, T0);
+    close(&parts, "moved");
+
+    let report = pass(&parts, T0 + 2 * HOUR_MS, true);
+
+    assert_eq!(report.opened_cold, 0);
+    assert!(parts.logs.get(&Destination::new("moved", 0)).is_none());
+}
+
+/// The value of unlabelled counter `name` on `/metrics`.
+fn counter_total(parts: &RetentionParts, name: &str) -> Option<u64> {
+    let series = format!("{name} ");
+    parts.metrics.render().lines().find_map(|line| {
+        line.strip_prefix(&series)
+            .map(|value| value.parse().expect("a counter value"))
+    })
 }
