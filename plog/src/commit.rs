@@ -18,6 +18,10 @@ use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
 use crate::config::{PREPARE_ALIGN_BYTES, PREPARED_WRITE_BYTES_MAX};
 use crate::dedupe::{REBUILD_RECORDS, RunClaims, Seen};
+
+/// A provenance rebuild at least this long is logged at `info`: the
+/// partition's commits waited for it.
+const REBUILD_SLOW_MS: u64 = 100;
 use crate::error::LogError;
 use crate::frame::{self, FrameError};
 use crate::hwm;
@@ -160,12 +164,12 @@ impl PartitionLog {
     }
 
     /// Rebuilds what the partition stores from the provenance of its
-    /// newest records (at most [`REBUILD_RECORDS`]).
+    /// newest records (see [`Self::rebuild_from`]).
     fn rebuild_seen(&self) -> Result<Seen, LogError> {
         let started = Instant::now();
         let mut seen = Seen::default();
         let high_watermark = self.high_watermark();
-        let mut from = high_watermark.saturating_sub(REBUILD_RECORDS);
+        let mut from = self.rebuild_from(high_watermark);
         let mut records = 0u64;
         while from < high_watermark {
             let batch = match self.read(from, high_watermark, ReadLimits::default()) {
@@ -194,15 +198,49 @@ impl PartitionLog {
             from = batch.next_offset;
         }
         let (origins, keys) = seen.sizes();
-        tracing::debug!(
-            dir = %self.dir.display(),
-            records,
-            origins,
-            idempotency_keys = keys,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "partition provenance rebuilt"
-        );
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        if elapsed_ms >= REBUILD_SLOW_MS {
+            tracing::info!(dir = %self.dir.display(), records, origins, idempotency_keys = keys, elapsed_ms, "partition provenance rebuilt (slowly; commits to the partition waited)");
+        } else {
+            tracing::debug!(dir = %self.dir.display(), records, origins, idempotency_keys = keys, elapsed_ms, "partition provenance rebuilt");
+        }
         Ok(seen)
+    }
+
+    /// Where the rebuild starts: [`REBUILD_RECORDS`] below the high
+    /// watermark, or later if fewer segments hold the configured rebuild
+    /// bytes ([`crate::REBUILD_BYTES`] by default): the active segment's
+    /// index entry that many bytes before its end, or else the first offset
+    /// of the newest sealed segment that brings the bytes counted to the
+    /// bound. Starting at a segment's first offset needs no index of it, so
+    /// no sealed segment is scanned twice.
+    fn rebuild_from(&self, high_watermark: u64) -> u64 {
+        let by_records = high_watermark.saturating_sub(REBUILD_RECORDS);
+        let bound = self.config.provenance_rebuild_bytes;
+        let table = self.table.read();
+        let active = &table.active;
+        let by_bytes = if active.committed_bytes >= bound {
+            let cut = active.committed_bytes - bound;
+            active
+                .index
+                .entries()
+                .iter()
+                .take_while(|entry| entry.position <= cut)
+                .last()
+                .map_or(active.base_offset, |entry| entry.base_offset)
+        } else {
+            let mut bytes = active.committed_bytes;
+            let mut from = active.base_offset;
+            for segment in table.sealed.iter().rev() {
+                if bytes >= bound {
+                    break;
+                }
+                bytes += segment.size_bytes;
+                from = segment.base_offset;
+            }
+            from
+        };
+        by_records.max(by_bytes)
     }
 
     /// Stamps, leaves out what the partition already stores, splits into

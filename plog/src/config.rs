@@ -70,6 +70,9 @@ pub struct LogConfig {
     /// ([`PREPARE_BYTES`] when on); 0, the default, appends every commit to
     /// the end of the file.
     pub prepare_bytes: u64,
+    /// Bytes of the newest records the provenance memory is rebuilt from
+    /// after an open, rounded out to a segment ([`crate::REBUILD_BYTES`]).
+    pub provenance_rebuild_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -86,6 +89,7 @@ impl Default for LogConfig {
             roll_age_ms: 0,
             tail_cache_bytes: TAIL_CACHE_BYTES_DEFAULT,
             prepare_bytes: 0,
+            provenance_rebuild_bytes: crate::dedupe::REBUILD_BYTES,
         }
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! The memory is rebuilt at the first commit that carries provenance after
 //! an open, from the provenance stored in the newest records (at most
-//! [`REBUILD_RECORDS`] of them), so it survives restarts and travels with
-//! the partition's files. It is bounded: an origin forgets the sequences
+//! [`REBUILD_RECORDS`] of them, and from the segments that hold the newest
+//! [`REBUILD_BYTES`]), so it survives restarts and travels with the
+//! partition's files. It is bounded: an origin forgets the sequences
 //! below the floor its sender announces (the sender never sends them
 //! again), and every table has a cap past which the oldest entries go.
 //! Forgetting can only let a duplicate through; it never drops a record.
@@ -23,6 +24,12 @@ use crate::record::{CommitRecord, ORIGIN_ID_BYTES, Origin, Record};
 /// after an open. A record re-sent after more than this many newer records
 /// were committed to its partition is stored again.
 pub const REBUILD_RECORDS: u64 = 262_144;
+
+/// How many of a partition's newest bytes the memory is rebuilt from after
+/// an open, rounded out to the segment that holds the byte furthest back:
+/// the rebuild runs under the produce lock, so its read is bounded by bytes
+/// as well as records (262,144 records of 10 KB would be 2.6 GB).
+pub const REBUILD_BYTES: u64 = 64 << 20;
 
 /// Most sequences remembered per origin. An origin's sequences above its
 /// floor are the records its dispatcher has in flight, which its window

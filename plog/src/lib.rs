@@ -48,7 +48,7 @@ pub use config::{
 };
 pub use dedupe::{
     IDEMPOTENCY_KEYS_MAX, IDEMPOTENCY_WINDOW_MS_DEFAULT, ORIGIN_SEQS_MAX, ORIGINS_MAX,
-    REBUILD_RECORDS,
+    REBUILD_BYTES, REBUILD_RECORDS,
 };
 pub use error::LogError;
 pub use frame::{Codec, CompressionLevel, FrameError};

@@ -156,6 +156,50 @@ fn the_memory_is_rebuilt_from_the_log_after_a_reopen_and_after_a_crash() {
     assert_eq!(total, 115);
 }
 
+/// Commits 200 records of origin 1 (sequences 0 to 199), closes, and
+/// opens the log again under `config`.
+fn reopened_with_history(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
+    {
+        let log =
+            PartitionLog::open(Arc::new(sim.clone()), Path::new(DIR), config.clone()).unwrap();
+        for chunk in 0..20 {
+            commit(&log, &from_origin(1, chunk * 10..chunk * 10 + 10));
+        }
+        log.close().unwrap();
+    }
+    PartitionLog::open(Arc::new(sim.clone()), Path::new(DIR), config.clone()).unwrap()
+}
+
+#[test]
+fn the_rebuild_reads_the_sealed_segments_holding_the_newest_bytes_only() {
+    let sim = SimDisk::new(8);
+    let config = LogConfig {
+        provenance_rebuild_bytes: 4_096,
+        ..small_config()
+    };
+    let log = reopened_with_history(&sim, &config);
+    let recent = commit(&log, &from_origin(1, 190..200));
+    assert_eq!(recent.batch_already_stored, vec![10]);
+    // Sequences 0 to 9 lie more than 4 KiB and a segment back.
+    let old = commit(&log, &from_origin(1, 0..10));
+    assert_eq!(old.batch_already_stored, vec![0]);
+}
+
+#[test]
+fn the_rebuild_starts_inside_an_active_segment_larger_than_the_bound() {
+    let sim = SimDisk::new(9);
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        provenance_rebuild_bytes: 2_048,
+        ..small_config()
+    };
+    let log = reopened_with_history(&sim, &config);
+    let recent = commit(&log, &from_origin(1, 190..200));
+    assert_eq!(recent.batch_already_stored, vec![10]);
+    let old = commit(&log, &from_origin(1, 0..10));
+    assert_eq!(old.batch_already_stored, vec![0]);
+}
+
 #[test]
 fn a_floor_bounds_the_memory_of_an_origin() {
     let sim = SimDisk::new(6);
