@@ -170,34 +170,35 @@ fn reopened_with_history(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
     PartitionLog::open(Arc::new(sim.clone()), Path::new(DIR), config.clone()).unwrap()
 }
 
-#[test]
-fn the_rebuild_reads_the_sealed_segments_holding_the_newest_bytes_only() {
-    let sim = SimDisk::new(8);
-    let config = LogConfig {
-        provenance_rebuild_bytes: 4_096,
-        ..small_config()
-    };
-    let log = reopened_with_history(&sim, &config);
+/// After a reopen under `config`, a re-send of the newest ten records is
+/// recognised and one of the oldest ten is stored again: they lie beyond
+/// the rebuild's byte bound.
+fn remembers_the_newest_records_only(seed: u64, config: &LogConfig) {
+    let sim = SimDisk::new(seed);
+    let log = reopened_with_history(&sim, config);
     let recent = commit(&log, &from_origin(1, 190..200));
     assert_eq!(recent.batch_already_stored, vec![10]);
-    // Sequences 0 to 9 lie more than 4 KiB and a segment back.
     let old = commit(&log, &from_origin(1, 0..10));
     assert_eq!(old.batch_already_stored, vec![0]);
 }
 
 #[test]
+fn the_rebuild_reads_the_sealed_segments_holding_the_newest_bytes_only() {
+    let config = LogConfig {
+        provenance_rebuild_bytes: 4_096,
+        ..small_config()
+    };
+    remembers_the_newest_records_only(8, &config);
+}
+
+#[test]
 fn the_rebuild_starts_inside_an_active_segment_larger_than_the_bound() {
-    let sim = SimDisk::new(9);
     let config = LogConfig {
         segment_bytes: 1 << 20,
         provenance_rebuild_bytes: 2_048,
         ..small_config()
     };
-    let log = reopened_with_history(&sim, &config);
-    let recent = commit(&log, &from_origin(1, 190..200));
-    assert_eq!(recent.batch_already_stored, vec![10]);
-    let old = commit(&log, &from_origin(1, 0..10));
-    assert_eq!(old.batch_already_stored, vec![0]);
+    remembers_the_newest_records_only(9, &config);
 }
 
 #[test]
