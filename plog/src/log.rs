@@ -35,6 +35,11 @@ pub struct PartitionLog {
     pub(crate) roll_age_ms: AtomicU64,
     pub(crate) idempotency_window_ms: AtomicU64,
     pub(crate) hwm_sender: watch::Sender<HwmState>,
+    /// Held by a retention sweep from its check that the log is open to its
+    /// last unlink, and taken by [`Self::close`] once the log is closed:
+    /// unlinks go by path, so none may run after a caller that closed the
+    /// log renames or replaces its directory.
+    pub(crate) sweeping: Mutex<()>,
 }
 
 /// State only a commit (or a roll, or close) touches, under the writer lock.
@@ -215,6 +220,7 @@ impl PartitionLog {
             }),
             poisoned: AtomicBool::new(false),
             hwm_sender,
+            sweeping: Mutex::new(()),
         })
     }
 
@@ -275,12 +281,20 @@ impl PartitionLog {
 
     /// Closes the log: writes the exact high watermark to the `hwm` file and
     /// syncs it. Later commits fail with [`LogError::Closed`]; reads keep
-    /// working. Closing twice does nothing.
+    /// working; retention sweeps do nothing. Returns only after a sweep in
+    /// progress has ended, so the caller may then move the directory.
+    /// Closing twice does nothing.
     ///
     /// # Errors
     /// A disk error writing the `hwm` file; the next open then recovers the
     /// boundary from the tail, which is always safe.
     pub fn close(&self) -> Result<(), LogError> {
+        let closed = self.close_writer();
+        drop(self.sweeping.lock());
+        closed
+    }
+
+    fn close_writer(&self) -> Result<(), LogError> {
         let mut writer = self.writer.lock();
         if writer.closed {
             return Ok(());

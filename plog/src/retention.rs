@@ -116,13 +116,15 @@ pub struct SweepReport {
 }
 
 impl PartitionLog {
-    /// Deletes the segments past `retention_ms` at `now_ms`.
+    /// Deletes the segments past `retention_ms` at `now_ms`; nothing once
+    /// the log is closed (its directory may be renamed or replaced then).
     ///
     /// # Errors
     /// A disk error while dating a segment or sealing the active one.
     /// Unlink failures are counted in the report instead.
     pub fn sweep_retention(&self, now_ms: u64, retention_ms: u64) -> Result<SweepReport, LogError> {
-        if retention_ms == 0 {
+        let _sweeping = self.sweeping.lock();
+        if retention_ms == 0 || self.writer.lock().closed {
             return Ok(SweepReport::default());
         }
         let input = self.retention_input(now_ms, retention_ms)?;

@@ -595,6 +595,21 @@ fn retention_seals_and_deletes_an_idle_expired_active_segment() {
 }
 
 #[test]
+fn a_closed_log_is_not_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), small_config());
+    for n in 0..10 {
+        commit(&log, &numbered(n * 3, 3, 0)).unwrap();
+    }
+    log.close().unwrap();
+    let before = segment_files(dir.path());
+    // Its directory may already hold another copy under the same names.
+    let report = log.sweep_retention(10 * 3_600_000, 3_600_000).unwrap();
+    assert_eq!(report, narad_plog::SweepReport::default());
+    assert_eq!(segment_files(dir.path()), before);
+}
+
+#[test]
 fn retention_zero_deletes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), small_config());
