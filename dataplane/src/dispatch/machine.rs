@@ -196,6 +196,11 @@ impl<P> Dispatcher<P> {
             .max(HELD_LIMIT_DESTINATIONS * self.queue_cap())
     }
 
+    /// Whether the reader is held back by [`Self::held_limit`].
+    fn reader_held_back(&self) -> bool {
+        self.held >= self.held_limit()
+    }
+
     /// The WAL made every seq below `next` durable.
     pub fn durable_advanced(&mut self, next: u64) {
         self.durable = self.durable.max(next);
@@ -208,7 +213,7 @@ impl<P> Dispatcher<P> {
     /// gets is not the one after the last it read.
     pub fn next_read(&mut self, topology: &dyn Topology, now: Duration) -> Option<u64> {
         self.follow_time(topology, now);
-        if self.held >= self.held_limit() {
+        if self.reader_held_back() {
             return None;
         }
         if self.rescan_position.is_none()
@@ -988,7 +993,7 @@ impl<P> Dispatcher<P> {
         // A rescan that is wanted runs now, unless the reader is held back
         // by its limit: then a commit landing wakes the loop anyway.
         let rescan = (!self.skipped.is_empty()).then(|| {
-            if self.rescan_wanted && self.held < self.held_limit() {
+            if self.rescan_wanted && !self.reader_held_back() {
                 now
             } else {
                 self.last_rescan + self.config.rescan_interval
