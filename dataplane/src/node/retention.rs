@@ -31,7 +31,7 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -103,14 +103,26 @@ pub(crate) struct PassReport {
     pub(crate) failed: usize,
 }
 
+/// [`pass_until`] to the end.
+#[cfg(test)]
+pub(crate) fn pass(parts: &RetentionParts, now_ms: u64, cold: bool) -> PassReport {
+    pass_until(parts, now_ms, cold, &|| false)
+}
+
 /// Sweeps every open log once, at `now_ms` (Unix milliseconds, the clock
 /// records are stamped with); with `cold`, first opens the logs the cold
-/// walk finds holding an expired segment, so they are swept too.
-pub(crate) fn pass(parts: &RetentionParts, now_ms: u64, cold: bool) -> PassReport {
+/// walk finds holding an expired segment, so they are swept too. Ends
+/// early, between two logs, once `stopping` says so.
+fn pass_until(
+    parts: &RetentionParts,
+    now_ms: u64,
+    cold: bool,
+    stopping: &dyn Fn() -> bool,
+) -> PassReport {
     let started = Instant::now();
     let mut report = PassReport::default();
     if cold {
-        match panic::catch_unwind(AssertUnwindSafe(|| open_cold(parts, now_ms))) {
+        match panic::catch_unwind(AssertUnwindSafe(|| open_cold(parts, now_ms, stopping))) {
             Ok(opened) => report.opened_cold = opened,
             Err(_) => {
                 parts.metrics.count(COLD_RETENTION_PANICS_TOTAL, &[], 1);
@@ -119,6 +131,9 @@ pub(crate) fn pass(parts: &RetentionParts, now_ms: u64, cold: bool) -> PassRepor
         }
     }
     for (destination, opened_for) in parts.logs.open_destinations() {
+        if stopping() {
+            break;
+        }
         let Some(meta) = parts.replica.topic_meta(&destination.topic) else {
             continue;
         };
@@ -219,7 +234,7 @@ fn sweep(
 /// nothing past it, and neither does any younger one. Runs only on a
 /// caught-up replica, so it never opens a partition on stale ownership.
 /// Returns how many logs it opened.
-fn open_cold(parts: &RetentionParts, now_ms: u64) -> usize {
+fn open_cold(parts: &RetentionParts, now_ms: u64, stopping: &dyn Fn() -> bool) -> usize {
     if !parts.replica.is_caught_up() {
         return 0;
     }
@@ -232,6 +247,9 @@ fn open_cold(parts: &RetentionParts, now_ms: u64) -> usize {
             continue;
         }
         for (partition, owner) in (0u32..).zip(&meta.owners) {
+            if stopping() {
+                return opened;
+            }
             let destination = Destination::new(name, partition);
             if *owner != Some(local) || parts.logs.get(&destination).is_some() {
                 continue;
@@ -324,13 +342,15 @@ impl Retention {
                     if cold {
                         walked = Some(Instant::now());
                     }
-                    pass(&parts, now_unix_ms(), cold);
+                    let stopping = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
+                    pass_until(&parts, now_unix_ms(), cold, &stopping);
                 }
             })?;
         Ok(Self { stop, thread })
     }
 
-    /// Stops the thread and waits for it: at most for the sweep it is in.
+    /// Stops the thread and waits for it: at most for the sweep (or the
+    /// open of a cold log) it is in.
     pub(crate) fn stop(self) {
         drop(self.stop);
         if self.thread.join().is_err() {

@@ -11,7 +11,7 @@ use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};
 use narad_plog::{CommitRecord, LogConfig};
 
-use super::{PassReport, Retention, RetentionConfig, RetentionParts, pass};
+use super::{PassReport, Retention, RetentionConfig, RetentionParts, pass, pass_until};
 use crate::commit::LocalLogs;
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
@@ -319,4 +319,18 @@ fn counter_total(parts: &RetentionParts, name: &str) -> Option<u64> {
         line.strip_prefix(&series)
             .map(|value| value.parse().expect("a counter value"))
     })
+}
+
+#[test]
+fn a_stopping_thread_ends_its_pass_between_two_logs() {
+    let parts = parts(replica(HOUR_MS));
+    commit(&parts, "orders", 12, T0);
+    commit(&parts, "forever", 12, T0);
+    close(&parts, "forever");
+
+    let report = pass_until(&parts, T0 + 2 * HOUR_MS, true, &|| true);
+
+    assert_eq!(report.swept, 0);
+    assert_eq!(report.opened_cold, 0);
+    assert_eq!(oldest_offset(&parts, "orders"), 0);
 }
