@@ -91,9 +91,17 @@ fn oldest_offset(parts: &RetentionParts, topic: &str) -> u64 {
 
 /// The value of counter `name` for partition 0 of `topic` on `/metrics`.
 fn counter(parts: &RetentionParts, name: &str, topic: &str) -> Option<u64> {
-    let series = format!("{name}{{topic=\"{topic}\",partition=\"0\",reason=\"age\"}} ");
+    series_value(
+        parts,
+        &format!("{name}{{topic=\"{topic}\",partition=\"0\",reason=\"age\"}}"),
+    )
+}
+
+/// The value of `series` (a name and its labels) on `/metrics`.
+fn series_value(parts: &RetentionParts, series: &str) -> Option<u64> {
+    let prefix = format!("{series} ");
     parts.metrics.render().lines().find_map(|line| {
-        line.strip_prefix(&series)
+        line.strip_prefix(&prefix)
             .map(|value| value.parse().expect("a counter value"))
     })
 }
@@ -260,7 +268,7 @@ fn the_cold_walk_opens_an_owned_closed_partition_and_the_pass_sweeps_it() {
     assert!(parts.logs.get(&Destination::new("forever", 0)).is_none());
     assert!(parts.logs.get(&Destination::new("orders", 1)).is_none());
     assert_eq!(
-        counter_total(&parts, "narad_cold_retention_swept_total"),
+        series_value(&parts, "narad_cold_retention_swept_total"),
         Some(1)
     );
 }
@@ -310,15 +318,6 @@ fn the_cold_walk_leaves_a_partition_another_node_owns() {
 
     assert_eq!(report.opened_cold, 0);
     assert!(parts.logs.get(&Destination::new("moved", 0)).is_none());
-}
-
-/// The value of unlabelled counter `name` on `/metrics`.
-fn counter_total(parts: &RetentionParts, name: &str) -> Option<u64> {
-    let series = format!("{name} ");
-    parts.metrics.render().lines().find_map(|line| {
-        line.strip_prefix(&series)
-            .map(|value| value.parse().expect("a counter value"))
-    })
 }
 
 #[test]
