@@ -17,7 +17,7 @@
 //! requests drained within `http.shutdown_grace`, then the node shuts down
 //! (dispatcher stopped, checkpoint synced, WAL and logs closed), exit 0.
 
-mod config;
+pub(crate) mod config;
 pub(crate) mod front;
 pub(crate) mod http;
 mod peers;

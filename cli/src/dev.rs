@@ -31,6 +31,7 @@ use tracing::{error, info};
 
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm};
 use crate::control::wait_for_signal;
+use crate::data::config::{RETENTION_CHECK_INTERVAL_MS_MAX, RETENTION_CHECK_INTERVAL_MS_MIN};
 use crate::data::front;
 use crate::data::http::{self, ReadyCheck, ReadyGate};
 use crate::data::{SHUTDOWN_GRACE, leader_check};
@@ -104,11 +105,17 @@ pub(crate) struct DevArgs {
     /// Milliseconds between retention passes over the open partition logs
     /// (storage.retention_check_interval_ms).
     #[arg(long, env = "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", value_name = "MS",
-          default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+          default_value_t = RETENTION_CHECK_INTERVAL_DEFAULT_MS,
+          value_parser = clap::value_parser!(u64)
+              .range(RETENTION_CHECK_INTERVAL_MS_MIN..=RETENTION_CHECK_INTERVAL_MS_MAX))]
     retention_check_interval_ms: u64,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// The data node's retention interval, in the flag's unit.
+const RETENTION_CHECK_INTERVAL_DEFAULT_MS: u64 =
+    narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT.as_millis() as u64;
 
 /// The root admin the control plane seeds when security is on.
 const ROOT_ADMIN: &str = "admin";

@@ -18,10 +18,6 @@ use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
 use crate::config::{PREPARE_ALIGN_BYTES, PREPARED_WRITE_BYTES_MAX};
 use crate::dedupe::{REBUILD_RECORDS, RunClaims, Seen};
-
-/// A provenance rebuild at least this long is logged at `info`: the
-/// partition's commits waited for it.
-const REBUILD_SLOW_MS: u64 = 100;
 use crate::error::LogError;
 use crate::frame::{self, FrameError};
 use crate::hwm;
@@ -30,6 +26,10 @@ use crate::read::{ReadEntry, ReadLimits};
 use crate::record::CommitRecord;
 use crate::retention;
 use crate::segment::{self, SparseIndex};
+
+/// A provenance rebuild at least this long is logged at `info`: the
+/// partition's commits waited for it.
+const REBUILD_SLOW_MS: u64 = 100;
 
 /// What a successful commit did.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -89,8 +89,18 @@ const OFFSET_COMMIT_INTERVAL_MS_MAX: u64 = 60_000;
 /// Bounds on `storage.retention_check_interval_ms`: a pass reads every
 /// open log's segment table, so not more than once a second; retention is
 /// at least an hour, so not less than once an hour.
-const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 1_000;
-const RETENTION_CHECK_INTERVAL_MS_MAX: u64 = 3_600_000;
+pub(crate) const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 1_000;
+pub(crate) const RETENTION_CHECK_INTERVAL_MS_MAX: u64 = 3_600_000;
+
+/// `value` as a number of milliseconds from `min` to `max`.
+fn millis_within(value: &str, min: u64, max: u64) -> Result<Duration, String> {
+    match value.parse::<u64>() {
+        Ok(ms) if (min..=max).contains(&ms) => Ok(Duration::from_millis(ms)),
+        _ => Err(format!(
+            "{value:?} is not a number of milliseconds from {min} to {max}"
+        )),
+    }
+}
 
 /// The spec's floor on `storage.cold_retention_walk_ms` (0 turns it off).
 const COLD_RETENTION_WALK_MS_MIN: u64 = 60_000;
@@ -270,34 +280,23 @@ pub(crate) fn resolve(
     )?;
     let consumer_offset_commit_interval =
         merged.parse(keys::OFFSET_COMMIT_INTERVAL, Some(None), |v| {
-            match v.parse::<u64>() {
-                Ok(ms)
-                    if (OFFSET_COMMIT_INTERVAL_MS_MIN..=OFFSET_COMMIT_INTERVAL_MS_MAX)
-                        .contains(&ms) =>
-                {
-                    Ok(Some(Duration::from_millis(ms)))
-                }
-                _ => Err(format!(
-                    "{v:?} is not a number of milliseconds from {OFFSET_COMMIT_INTERVAL_MS_MIN} \
-                     to {OFFSET_COMMIT_INTERVAL_MS_MAX}"
-                )),
-            }
+            millis_within(
+                v,
+                OFFSET_COMMIT_INTERVAL_MS_MIN,
+                OFFSET_COMMIT_INTERVAL_MS_MAX,
+            )
+            .map(Some)
         })?;
     // Not a key of the original, whose reaper runs about every 60 s.
     let retention_check_interval = merged.parse(
         keys::RETENTION_CHECK_INTERVAL,
         Some(narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT),
-        |v| match v.parse::<u64>() {
-            Ok(ms)
-                if (RETENTION_CHECK_INTERVAL_MS_MIN..=RETENTION_CHECK_INTERVAL_MS_MAX)
-                    .contains(&ms) =>
-            {
-                Ok(Duration::from_millis(ms))
-            }
-            _ => Err(format!(
-                "{v:?} is not a number of milliseconds from {RETENTION_CHECK_INTERVAL_MS_MIN} \
-                 to {RETENTION_CHECK_INTERVAL_MS_MAX}"
-            )),
+        |v| {
+            millis_within(
+                v,
+                RETENTION_CHECK_INTERVAL_MS_MIN,
+                RETENTION_CHECK_INTERVAL_MS_MAX,
+            )
         },
     )?;
     let cold_retention_walk = merged.parse(
