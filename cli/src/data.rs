@@ -114,6 +114,9 @@ pub(crate) struct DataArgs {
     /// 0 (off), or 60000 and up: storage.cold_retention_walk_ms.
     #[arg(long)]
     cold_retention_walk_ms: Option<String>,
+    /// 0 (off), or 60000 and up: storage.idle_log_eviction_ms.
+    #[arg(long)]
+    idle_log_eviction_ms: Option<String>,
     /// true or false: storage.ingress_wal_prealloc.
     #[arg(long)]
     ingress_wal_prealloc: Option<String>,
@@ -151,7 +154,7 @@ pub(crate) struct DataArgs {
 
 impl DataArgs {
     fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 27] = [
+        let flags: [(Setting, &Option<String>); 28] = [
             (keys::NODE_ID, &self.node_id),
             (keys::CONTROL_NODES, &self.control_nodes),
             (keys::RPC_ADDR, &self.rpc_addr),
@@ -180,6 +183,7 @@ impl DataArgs {
                 &self.retention_check_interval_ms,
             ),
             (keys::COLD_RETENTION_WALK, &self.cold_retention_walk_ms),
+            (keys::IDLE_LOG_EVICTION, &self.idle_log_eviction_ms),
             (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
             (keys::LOG_PREALLOC, &self.partition_log_prealloc),
             (keys::WAL_INLINE_FLUSH, &self.ingress_wal_inline_flush),
@@ -374,6 +378,7 @@ async fn serve_node(
     node_config.retention = RetentionConfig {
         check_interval: config.retention_check_interval,
         cold_walk: config.cold_retention_walk,
+        idle_eviction: config.idle_log_eviction,
     };
     node_config.wal.prealloc = config.ingress_wal_prealloc;
     node_config.set_partition_log_prealloc(config.partition_log_prealloc);

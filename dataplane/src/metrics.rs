@@ -64,6 +64,9 @@ pub const STORAGE_RETENTION_RUN_DURATION_SECONDS: &str =
 /// Partition logs the cold-retention walk opened because their oldest
 /// segment was older than the topic's retention (each is swept at once).
 pub const COLD_RETENTION_SWEPT_TOTAL: &str = "narad_cold_retention_swept_total";
+/// Partition logs closed because nobody held or used them for
+/// `storage.idle_log_eviction_ms`.
+pub const IDLE_LOGS_EVICTED_TOTAL: &str = "narad_idle_logs_evicted_total";
 /// Cold-retention walks that panicked (the next walk runs anyway).
 pub const COLD_RETENTION_PANICS_TOTAL: &str = "narad_cold_retention_panics_total";
 /// Bytes of every file under the data directory.

@@ -54,7 +54,8 @@ use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
 pub use self::retention::{
-    COLD_RETENTION_WALK_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT, RetentionConfig,
+    COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT,
+    RetentionConfig,
 };
 use self::retention::{Retention, RetentionParts};
 

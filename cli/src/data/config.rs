@@ -44,6 +44,7 @@ pub(crate) mod keys {
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
         RETENTION_CHECK_INTERVAL = "storage.retention_check_interval_ms", "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "retention-check-interval-ms";
         COLD_RETENTION_WALK = "storage.cold_retention_walk_ms", "NARAD_STORAGE_COLD_RETENTION_WALK_MS", "cold-retention-walk-ms";
+        IDLE_LOG_EVICTION = "storage.idle_log_eviction_ms", "NARAD_STORAGE_IDLE_LOG_EVICTION_MS", "idle-log-eviction-ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
         LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc";
         WAL_INLINE_FLUSH = "storage.ingress_wal_inline_flush", "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH", "ingress-wal-inline-flush";
@@ -105,6 +106,20 @@ fn millis_within(value: &str, min: u64, max: u64) -> Result<Duration, String> {
 /// The spec's floor on `storage.cold_retention_walk_ms` (0 turns it off).
 const COLD_RETENTION_WALK_MS_MIN: u64 = 60_000;
 
+/// The spec's floor on `storage.idle_log_eviction_ms` (0 turns it off).
+const IDLE_LOG_EVICTION_MS_MIN: u64 = 60_000;
+
+/// `value` as 0 (off: `None`) or a number of milliseconds from `min` up.
+fn off_or_millis_from(value: &str, min: u64) -> Result<Option<Duration>, String> {
+    match value.parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(ms) if ms >= min => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(format!(
+            "{value:?} is not 0 (off) or a number of milliseconds from {min}"
+        )),
+    }
+}
+
 /// bcrypt's own bounds on the cost.
 const BCRYPT_COST_MIN: u32 = 4;
 const BCRYPT_COST_MAX: u32 = 31;
@@ -152,6 +167,9 @@ pub(crate) struct DataConfig {
     /// `storage.cold_retention_walk_ms`: how often partitions whose log is
     /// not open are checked for expired segments; `None` never.
     pub(crate) cold_retention_walk: Option<Duration>,
+    /// `storage.idle_log_eviction_ms`: how long a partition log nobody
+    /// holds stays open unused; `None` keeps it open.
+    pub(crate) idle_log_eviction: Option<Duration>,
     /// `storage.ingress_wal_prealloc`: prepare each next ingress WAL segment
     /// (zero-filled) off the append path and write it with `O_DIRECT`.
     pub(crate) ingress_wal_prealloc: bool,
@@ -302,14 +320,12 @@ pub(crate) fn resolve(
     let cold_retention_walk = merged.parse(
         keys::COLD_RETENTION_WALK,
         Some(Some(narad_dataplane::node::COLD_RETENTION_WALK_DEFAULT)),
-        |v| match v.parse::<u64>() {
-            Ok(0) => Ok(None),
-            Ok(ms) if ms >= COLD_RETENTION_WALK_MS_MIN => Ok(Some(Duration::from_millis(ms))),
-            _ => Err(format!(
-                "{v:?} is not 0 (off) or a number of milliseconds from \
-                 {COLD_RETENTION_WALK_MS_MIN}"
-            )),
-        },
+        |v| off_or_millis_from(v, COLD_RETENTION_WALK_MS_MIN),
+    )?;
+    let idle_log_eviction = merged.parse(
+        keys::IDLE_LOG_EVICTION,
+        Some(Some(narad_dataplane::node::IDLE_LOG_EVICTION_DEFAULT)),
+        |v| off_or_millis_from(v, IDLE_LOG_EVICTION_MS_MIN),
     )?;
     // On by default, unlike the spec: prepared segments are written with
     // O_DIRECT, which measured a third off a single append and half its CPU
@@ -370,6 +386,7 @@ pub(crate) fn resolve(
         consumer_offset_commit_interval,
         retention_check_interval,
         cold_retention_walk,
+        idle_log_eviction,
         ingress_wal_prealloc,
         partition_log_prealloc,
         ingress_wal_inline_flush,

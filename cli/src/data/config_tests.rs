@@ -361,3 +361,20 @@ fn the_cold_retention_walk_is_five_minutes_off_at_zero_and_at_least_a_minute() {
     let error = error(&[required(), layer], env_with_secret);
     assert_eq!(error.setting, "storage.cold_retention_walk_ms");
 }
+
+#[test]
+fn idle_log_eviction_is_thirty_minutes_off_at_zero_and_at_least_a_minute() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.idle_log_eviction, Some(Duration::from_secs(1800)));
+    let layer = flags(&[(keys::IDLE_LOG_EVICTION, "0")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.idle_log_eviction, None);
+    let layer = flags(&[(keys::IDLE_LOG_EVICTION, "60000")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.idle_log_eviction, Some(Duration::from_secs(60)));
+    for refused in ["59999", "-1", "soon"] {
+        let layer = flags(&[(keys::IDLE_LOG_EVICTION, refused)]);
+        let error = error(&[required(), layer], env_with_secret);
+        assert_eq!(error.setting, "storage.idle_log_eviction_ms", "{refused}");
+    }
+}

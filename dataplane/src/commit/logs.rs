@@ -7,6 +7,8 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
 use narad_plog::{LogConfig, LogError, PartitionLog};
@@ -39,6 +41,9 @@ const RETIRED_REMEMBERED_MAX: usize = 16;
 struct OpenLog {
     incarnation: Option<Arc<str>>,
     log: Arc<PartitionLog>,
+    /// When the log was last handed out by [`LocalLogs::resolve`], in
+    /// milliseconds since [`LocalLogs::epoch`].
+    used_ms: AtomicU64,
 }
 
 /// What this process knows of one topic directory. Its mutex is the topic
@@ -85,6 +90,8 @@ pub struct LocalLogs {
     data_dir: PathBuf,
     config: LogConfig,
     open: Mutex<HashMap<Destination, OpenLog>>,
+    /// The zero of every `OpenLog::used_ms`.
+    epoch: Instant,
     topics: Mutex<HashMap<Arc<str>, Arc<Mutex<TopicDir>>>>,
     /// Held across the check-then-rename of a quarantine and the creation
     /// of a topic directory, so this process never creates a directory
@@ -100,6 +107,7 @@ impl LocalLogs {
             data_dir: data_dir.into(),
             config,
             open: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
             topics: Mutex::new(HashMap::new()),
             namespace: Mutex::new(()),
         }
@@ -159,9 +167,60 @@ impl LocalLogs {
             OpenLog {
                 incarnation: incarnation.cloned(),
                 log: Arc::clone(&log),
+                used_ms: AtomicU64::new(self.since_epoch_ms(Instant::now())),
             },
         );
         Ok(log)
+    }
+
+    /// Closes the open logs that nobody holds and that [`Self::resolve`]
+    /// has not handed out for at least `idle` before `now` (spec §5.6, idle
+    /// log eviction). The next produce, consume or replay of such a
+    /// partition opens its log again. A log held anywhere else (a consume
+    /// shard, a fan-out cursor, a commit or read under way, a move's
+    /// source) stays open whatever its age. Returns the destinations whose
+    /// logs it closed.
+    ///
+    /// Runs each close under the topic guard, as every close does, and
+    /// decides under the log map's lock: a log that is not in the map can
+    /// be handed out by nobody, so none is handed out while it closes.
+    pub fn evict_idle(&self, now: Instant, idle: Duration) -> Vec<Destination> {
+        let cutoff = self.since_epoch_ms(now).checked_sub(millis(idle));
+        let Some(cutoff) = cutoff else {
+            return Vec::new();
+        };
+        let idle_now = |entry: &OpenLog| {
+            entry.used_ms.load(Ordering::Relaxed) <= cutoff && Arc::strong_count(&entry.log) == 1
+        };
+        let candidates: Vec<Destination> = self
+            .open
+            .lock()
+            .iter()
+            .filter(|(_, entry)| idle_now(entry))
+            .map(|(destination, _)| destination.clone())
+            .collect();
+        let mut evicted = Vec::new();
+        for destination in candidates {
+            let guard = self.topic_guard(&destination.topic);
+            let _topic = guard.lock();
+            let closing = {
+                let mut open = self.open.lock();
+                if open.get(&destination).is_some_and(idle_now) {
+                    open.remove(&destination)
+                } else {
+                    None
+                }
+            };
+            if let Some(entry) = closing {
+                close_log(&destination, &entry.log);
+                evicted.push(destination);
+            }
+        }
+        evicted
+    }
+
+    fn since_epoch_ms(&self, at: Instant) -> u64 {
+        millis(at.saturating_duration_since(self.epoch))
     }
 
     /// The data directory the logs live under.
@@ -604,17 +663,23 @@ impl LocalLogs {
     }
 
     /// The open log of `destination` if it was opened for `incarnation`.
-    /// Opens nothing, so it never touches the disk.
+    /// Opens nothing, so it never touches the disk. Like
+    /// [`Self::resolve`], it counts as a use of the log
+    /// ([`Self::evict_idle`]).
     pub fn current(
         &self,
         destination: &Destination,
         incarnation: Option<&Arc<str>>,
     ) -> Option<Arc<PartitionLog>> {
+        let now = self.since_epoch_ms(Instant::now());
         self.open
             .lock()
             .get(destination)
             .filter(|entry| entry.incarnation.as_ref() == incarnation)
-            .map(|entry| Arc::clone(&entry.log))
+            .map(|entry| {
+                entry.used_ms.fetch_max(now, Ordering::Relaxed);
+                Arc::clone(&entry.log)
+            })
     }
 
     fn topic_guard(&self, topic: &str) -> Arc<Mutex<TopicDir>> {
@@ -750,6 +815,10 @@ impl LocalLogs {
             close_log(&destination, &entry.log);
         }
     }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn close_log(destination: &Destination, log: &PartitionLog) {

@@ -20,6 +20,8 @@ pub use local_target::{LOCAL_COMMIT_QUEUE_MAX, LOCAL_COMMIT_WORKERS, LocalCommit
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 
 #[cfg(test)]
+mod eviction_tests;
+#[cfg(test)]
 mod incarnation_tests;
 #[cfg(test)]
 mod tests;

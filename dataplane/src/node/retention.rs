@@ -16,8 +16,13 @@
 //! Every cold-walk interval (300 s by default, and at the first pass) a
 //! pass first opens each partition this node owns whose log is not open
 //! and whose oldest segment file was modified longer than the retention
-//! ago; the pass then sweeps it with the others. It stays open (idle logs
-//! are not evicted yet).
+//! ago; the pass then sweeps it with the others.
+//!
+//! After each pass the thread closes the logs that nobody holds and nobody
+//! used for `storage.idle_log_eviction_ms` (30 minutes by default), so open
+//! logs do not pile up: the next produce, consume or replay opens such a
+//! log again. Eviction runs after the sweep, never during it. A log a
+//! consume shard or a fan-out cursor holds stays open.
 //!
 //! A log whose topic the replica no longer holds, or holds as another
 //! incarnation, is left alone: the incarnation housekeeping retires it.
@@ -43,8 +48,8 @@ use crate::commit::{LocalLogs, partition_dir};
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::{
-    COLD_RETENTION_PANICS_TOTAL, COLD_RETENTION_SWEPT_TOTAL, ERRORS_TOTAL, NodeMetrics,
-    STORAGE_RETENTION_BYTES_DELETED_TOTAL, STORAGE_RETENTION_MESSAGES_DELETED_TOTAL,
+    COLD_RETENTION_PANICS_TOTAL, COLD_RETENTION_SWEPT_TOTAL, ERRORS_TOTAL, IDLE_LOGS_EVICTED_TOTAL,
+    NodeMetrics, STORAGE_RETENTION_BYTES_DELETED_TOTAL, STORAGE_RETENTION_MESSAGES_DELETED_TOTAL,
     STORAGE_RETENTION_RUN_DURATION_SECONDS,
 };
 use crate::topology::Destination;
@@ -57,6 +62,10 @@ pub const RETENTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// (spec: `storage.cold_retention_walk_ms`, 300 s).
 pub const COLD_RETENTION_WALK_DEFAULT: Duration = Duration::from_secs(300);
 
+/// How long a log nobody holds stays open unused (spec:
+/// `storage.idle_log_eviction_ms`, 30 minutes).
+pub const IDLE_LOG_EVICTION_DEFAULT: Duration = Duration::from_secs(1800);
+
 /// Cadences of the retention thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetentionConfig {
@@ -64,6 +73,9 @@ pub struct RetentionConfig {
     pub check_interval: Duration,
     /// Between two cold walks, which run at a pass; `None` never walks.
     pub cold_walk: Option<Duration>,
+    /// How long an open log nobody holds may go unused before a pass
+    /// closes it; `None` never closes one.
+    pub idle_eviction: Option<Duration>,
 }
 
 impl Default for RetentionConfig {
@@ -71,6 +83,7 @@ impl Default for RetentionConfig {
         Self {
             check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
             cold_walk: Some(COLD_RETENTION_WALK_DEFAULT),
+            idle_eviction: Some(IDLE_LOG_EVICTION_DEFAULT),
         }
     }
 }
@@ -226,6 +239,19 @@ fn sweep(
     }
 }
 
+/// Closes the logs nobody held or used for `idle` before `now`, and counts
+/// them. Returns how many it closed.
+pub(crate) fn evict_idle(parts: &RetentionParts, now: Instant, idle: Duration) -> usize {
+    let evicted = parts.logs.evict_idle(now, idle);
+    for destination in &evicted {
+        tracing::info!(%destination, idle_ms = idle.as_millis(), "idle partition log closed");
+    }
+    parts
+        .metrics
+        .count(IDLE_LOGS_EVICTED_TOTAL, &[], evicted.len() as u64);
+    evicted.len()
+}
+
 /// The cold walk: opens the log of every partition this node owns that is
 /// not open and whose oldest segment file was last modified more than its
 /// topic's retention ago (on a disk that keeps no modification times, every
@@ -328,6 +354,7 @@ impl Retention {
             .register_histogram(STORAGE_RETENTION_RUN_DURATION_SECONDS, &[]);
         parts.metrics.count(COLD_RETENTION_SWEPT_TOTAL, &[], 0);
         parts.metrics.count(COLD_RETENTION_PANICS_TOTAL, &[], 0);
+        parts.metrics.count(IDLE_LOGS_EVICTED_TOTAL, &[], 0);
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("narad-retention".into())
@@ -344,6 +371,11 @@ impl Retention {
                     }
                     let stopping = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
                     pass_until(&parts, now_unix_ms(), cold, &stopping);
+                    if let Some(idle) = config.idle_eviction
+                        && !stopping()
+                    {
+                        evict_idle(&parts, Instant::now(), idle);
+                    }
                 }
             })?;
         Ok(Self { stop, thread })

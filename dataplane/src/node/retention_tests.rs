@@ -11,7 +11,7 @@ use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};
 use narad_plog::{CommitRecord, LogConfig};
 
-use super::{PassReport, Retention, RetentionConfig, RetentionParts, pass, pass_until};
+use super::{PassReport, Retention, RetentionConfig, RetentionParts, evict_idle, pass, pass_until};
 use crate::commit::LocalLogs;
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
@@ -220,6 +220,7 @@ fn the_thread_sweeps_every_interval_until_stopped() {
     let config = RetentionConfig {
         check_interval: Duration::from_millis(10),
         cold_walk: None,
+        idle_eviction: None,
     };
     let retention = Retention::spawn(parts, config).expect("spawn");
     let started = Instant::now();
@@ -240,6 +241,65 @@ fn the_thread_sweeps_every_interval_until_stopped() {
         metrics
             .render()
             .contains("narad_storage_retention_run_duration_seconds_count")
+    );
+}
+
+#[test]
+fn the_thread_closes_a_log_nobody_used_for_the_idle_time() {
+    let parts = parts(replica(HOUR_MS));
+    commit(&parts, "forever", 3, T0);
+    let logs = Arc::clone(&parts.logs);
+    let metrics = Arc::clone(&parts.metrics);
+    let config = RetentionConfig {
+        check_interval: Duration::from_millis(10),
+        cold_walk: None,
+        idle_eviction: Some(Duration::from_millis(20)),
+    };
+    let retention = Retention::spawn(parts, config).expect("spawn");
+    let started = Instant::now();
+    while logs.open_count() > 0 {
+        assert!(started.elapsed() < PASS_CEILING, "the idle log stayed open");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    retention.stop();
+    assert!(
+        metrics.render().contains("narad_idle_logs_evicted_total 1"),
+        "{}",
+        metrics.render()
+    );
+}
+
+#[test]
+fn eviction_counts_what_it_closed_and_leaves_a_held_log() {
+    let parts = parts(replica(HOUR_MS));
+    commit(&parts, "orders", 3, T0);
+    commit(&parts, "forever", 3, T0);
+    let meta = parts.replica.topic_meta("orders").expect("topic");
+    let held = parts
+        .logs
+        .resolve(&Destination::new("orders", 0), meta.incarnation_id.as_ref())
+        .expect("open");
+    let later = Instant::now() + Duration::from_secs(3600);
+
+    assert_eq!(evict_idle(&parts, later, Duration::from_secs(1800)), 1);
+    assert!(parts.logs.get(&Destination::new("forever", 0)).is_none());
+    assert!(parts.logs.get(&Destination::new("orders", 0)).is_some());
+    assert_eq!(
+        series_value(&parts, "narad_idle_logs_evicted_total"),
+        Some(1)
+    );
+
+    // The held log reopens nothing and loses nothing once let go.
+    drop(held);
+    assert_eq!(evict_idle(&parts, later, Duration::from_secs(1800)), 1);
+    assert_eq!(
+        series_value(&parts, "narad_idle_logs_evicted_total"),
+        Some(2)
+    );
+    assert_eq!(
+        commit(&parts, "orders", 1, T0),
+        4,
+        "reopened with its records"
     );
 }
 
