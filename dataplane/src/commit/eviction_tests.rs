@@ -110,3 +110,31 @@ fn an_evicted_log_is_closed_cleanly() {
     assert_eq!(logs.evict_idle(later(IDLE * 2), IDLE).len(), 1);
     assert!(hwm.exists(), "closing writes {}", hwm.display());
 }
+
+#[test]
+fn a_look_at_a_log_is_not_a_use() {
+    let (_dir, logs) = logs();
+    let looked_at = Destination::new("orders", 0);
+    let used = Destination::new("orders", 1);
+    commit_one(&logs, &looked_at, "one");
+    commit_one(&logs, &used, "one");
+    let close_all = |logs: &LocalLogs| logs.evict_idle(later(IDLE * 2), IDLE).len();
+    assert_eq!(close_all(&logs), 2);
+
+    // Describe opens a closed log: it is closed again at the next pass,
+    // however recent the look.
+    drop(
+        logs.resolve_to_look(&looked_at, None)
+            .expect("open to look"),
+    );
+    drop(logs.resolve(&used, None).expect("open to use"));
+    let now = later(Duration::ZERO);
+    assert_eq!(logs.evict_idle(now, IDLE), vec![looked_at.clone()]);
+
+    // A look at an open log does not move its idle clock either.
+    commit_one(&logs, &looked_at, "two");
+    std::thread::sleep(Duration::from_millis(50));
+    drop(logs.resolve_to_look(&looked_at, None).expect("look"));
+    let evicted = logs.evict_idle(later(Duration::ZERO), Duration::from_millis(30));
+    assert!(evicted.contains(&looked_at), "{evicted:?}");
+}

@@ -41,8 +41,8 @@ const RETIRED_REMEMBERED_MAX: usize = 16;
 struct OpenLog {
     incarnation: Option<Arc<str>>,
     log: Arc<PartitionLog>,
-    /// When the log was last handed out by [`LocalLogs::resolve`], in
-    /// milliseconds since [`LocalLogs::epoch`].
+    /// When the log was last handed out for work ([`LocalLogs::resolve`]),
+    /// as a [`LocalLogs::use_stamp`]; [`NEVER_USED`] if only looked at.
     used_ms: AtomicU64,
 }
 
@@ -90,7 +90,7 @@ pub struct LocalLogs {
     data_dir: PathBuf,
     config: LogConfig,
     open: Mutex<HashMap<Destination, OpenLog>>,
-    /// The zero of every `OpenLog::used_ms`.
+    /// The zero of every use stamp (`OpenLog::used_ms`).
     epoch: Instant,
     topics: Mutex<HashMap<Arc<str>, Arc<Mutex<TopicDir>>>>,
     /// Held across the check-then-rename of a quarantine and the creation
@@ -134,12 +134,36 @@ impl LocalLogs {
         destination: &Destination,
         incarnation: Option<&Arc<str>>,
     ) -> Result<Arc<PartitionLog>, LogError> {
-        if let Some(log) = self.current(destination, incarnation) {
+        self.resolve_as(destination, incarnation, Use::Work)
+    }
+
+    /// As [`Self::resolve`], for a look at the log's figures (describe):
+    /// not a use. An open log's idle clock does not move, and a log this
+    /// opens counts as unused since long ago, so idle eviction closes it
+    /// again at its next pass unless real work uses it meanwhile.
+    ///
+    /// # Errors
+    /// As [`Self::resolve`].
+    pub fn resolve_to_look(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+    ) -> Result<Arc<PartitionLog>, LogError> {
+        self.resolve_as(destination, incarnation, Use::Look)
+    }
+
+    fn resolve_as(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+        how: Use,
+    ) -> Result<Arc<PartitionLog>, LogError> {
+        if let Some(log) = self.open_as(destination, incarnation, how) {
             return Ok(log);
         }
         let guard = self.topic_guard(&destination.topic);
         let mut topic = guard.lock();
-        if let Some(log) = self.current(destination, incarnation) {
+        if let Some(log) = self.open_as(destination, incarnation, how) {
             return Ok(log);
         }
         if !incarnation::is_topic_dir_name(&destination.topic) {
@@ -167,7 +191,10 @@ impl LocalLogs {
             OpenLog {
                 incarnation: incarnation.cloned(),
                 log: Arc::clone(&log),
-                used_ms: AtomicU64::new(self.since_epoch_ms(Instant::now())),
+                used_ms: AtomicU64::new(match how {
+                    Use::Work => self.use_stamp(Instant::now()),
+                    Use::Look => NEVER_USED,
+                }),
             },
         );
         Ok(log)
@@ -185,10 +212,8 @@ impl LocalLogs {
     /// decides under the log map's lock: a log that is not in the map can
     /// be handed out by nobody, so none is handed out while it closes.
     pub fn evict_idle(&self, now: Instant, idle: Duration) -> Vec<Destination> {
-        let cutoff = self.since_epoch_ms(now).checked_sub(millis(idle));
-        let Some(cutoff) = cutoff else {
-            return Vec::new();
-        };
+        // Used at or before this stamp: unused for at least `idle`.
+        let cutoff = self.use_stamp(now).saturating_sub(millis(idle));
         let idle_now = |entry: &OpenLog| {
             entry.used_ms.load(Ordering::Relaxed) <= cutoff && Arc::strong_count(&entry.log) == 1
         };
@@ -219,8 +244,10 @@ impl LocalLogs {
         evicted
     }
 
-    fn since_epoch_ms(&self, at: Instant) -> u64 {
-        millis(at.saturating_duration_since(self.epoch))
+    /// `at` as milliseconds since the epoch, plus one: above
+    /// [`NEVER_USED`] whenever it was.
+    fn use_stamp(&self, at: Instant) -> u64 {
+        millis(at.saturating_duration_since(self.epoch)).saturating_add(1)
     }
 
     /// The data directory the logs live under.
@@ -671,13 +698,27 @@ impl LocalLogs {
         destination: &Destination,
         incarnation: Option<&Arc<str>>,
     ) -> Option<Arc<PartitionLog>> {
-        let now = self.since_epoch_ms(Instant::now());
+        self.open_as(destination, incarnation, Use::Work)
+    }
+
+    fn open_as(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+        how: Use,
+    ) -> Option<Arc<PartitionLog>> {
+        let now = match how {
+            Use::Work => Some(self.use_stamp(Instant::now())),
+            Use::Look => None,
+        };
         self.open
             .lock()
             .get(destination)
             .filter(|entry| entry.incarnation.as_ref() == incarnation)
             .map(|entry| {
-                entry.used_ms.fetch_max(now, Ordering::Relaxed);
+                if let Some(now) = now {
+                    entry.used_ms.fetch_max(now, Ordering::Relaxed);
+                }
                 Arc::clone(&entry.log)
             })
     }
@@ -815,6 +856,18 @@ impl LocalLogs {
             close_log(&destination, &entry.log);
         }
     }
+}
+
+/// The use stamp of a log opened only to be looked at.
+const NEVER_USED: u64 = 0;
+
+/// Whether handing out a log counts as a use for idle eviction.
+#[derive(Clone, Copy, Debug)]
+enum Use {
+    /// A produce, consume, replay or any other work on the records.
+    Work,
+    /// A look at its figures (describe).
+    Look,
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -500,8 +500,9 @@ fn partition_stats(
 }
 
 /// The statistics of `topic`'s `partition`, which this node owns, from its
-/// partition log (opened if it is not open); `None` when the node has no
-/// logs or the log cannot be opened or read.
+/// partition log (opened if it is not open, which is not a use: idle
+/// eviction still closes it); `None` when the node has no logs or the log
+/// cannot be opened or read.
 pub(super) fn local_stats(
     state: &ApiState,
     topic: &TopicMeta,
@@ -511,7 +512,7 @@ pub(super) fn local_stats(
     let log = state
         .logs
         .as_ref()?
-        .resolve(&destination, topic.incarnation_id.as_ref())
+        .resolve_to_look(&destination, topic.incarnation_id.as_ref())
         .ok()?;
     log.stats().ok()
 }

@@ -22,7 +22,8 @@
 //! used for `storage.idle_log_eviction_ms` (30 minutes by default), so open
 //! logs do not pile up: the next produce, consume or replay opens such a
 //! log again. Eviction runs after the sweep, never during it. A log a
-//! consume shard or a fan-out cursor holds stays open.
+//! consume shard or a fan-out cursor holds stays open. A log the cold walk
+//! opened counts as unused, so the pass that swept it closes it again.
 //!
 //! A log whose topic the replica no longer holds, or holds as another
 //! incarnation, is left alone: the incarnation housekeeping retires it.
@@ -294,9 +295,11 @@ fn open_cold(parts: &RetentionParts, now_ms: u64, stopping: &dyn Fn() -> bool) -
                     continue;
                 }
             }
+            // Not a use: once swept, the log is closed again by the
+            // eviction that follows the pass.
             match parts
                 .logs
-                .resolve(&destination, meta.incarnation_id.as_ref())
+                .resolve_to_look(&destination, meta.incarnation_id.as_ref())
             {
                 Ok(_) => {
                     opened += 1;

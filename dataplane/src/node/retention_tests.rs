@@ -331,6 +331,13 @@ fn the_cold_walk_opens_an_owned_closed_partition_and_the_pass_sweeps_it() {
         series_value(&parts, "narad_cold_retention_swept_total"),
         Some(1)
     );
+    // Swept, it is closed again by the eviction after the pass, however
+    // long the idle time.
+    assert_eq!(
+        evict_idle(&parts, Instant::now(), Duration::from_secs(1800)),
+        1
+    );
+    assert!(parts.logs.get(&Destination::new("orders", 0)).is_none());
 }
 
 #[test]
