@@ -89,8 +89,9 @@ pub struct DataNodeConfig {
     /// Cadences of the incarnation housekeeping.
     pub housekeeping: HousekeepingConfig,
     /// How often open partition logs are swept for retention
-    /// (`storage.retention_check_interval_ms`), and closed ones walked
-    /// (`storage.cold_retention_walk_ms`).
+    /// (`storage.retention_check_interval_ms`), closed ones walked
+    /// (`storage.cold_retention_walk_ms`), and idle ones closed
+    /// (`storage.idle_log_eviction_ms`).
     pub retention: RetentionConfig,
     /// Fan-out cursor limits and timings (`fanout.*`).
     pub fanout: CursorConfig,
@@ -258,11 +259,14 @@ impl DataNode {
             config.checkpoint,
         )?);
         let metrics = Arc::new(NodeMetrics::new());
-        let logs = Arc::new(LocalLogs::new(
-            Arc::clone(&services.disk),
-            &config.data_dir,
-            config.log.clone(),
-        ));
+        let logs = Arc::new(
+            LocalLogs::new(
+                Arc::clone(&services.disk),
+                &config.data_dir,
+                config.log.clone(),
+            )
+            .with_clock(Arc::clone(&services.clock)),
+        );
         let combiners = Arc::new(Combiners::new(
             Arc::clone(&logs),
             Arc::clone(&services.replica),

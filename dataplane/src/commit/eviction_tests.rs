@@ -2,9 +2,10 @@
 //! idle time is closed, and opened again on its next use with its records.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_disk::Disk;
+use narad_disk::clock::ManualClock;
 use narad_disk::portable::PortableDisk;
 use narad_plog::{CommitRecord, LogConfig, ReadLimits};
 use tempfile::TempDir;
@@ -14,11 +15,18 @@ use crate::topology::Destination;
 
 const IDLE: Duration = Duration::from_secs(1800);
 
-fn logs() -> (TempDir, LocalLogs) {
+/// Logs on the portable backend whose idle clock moves only when the test
+/// moves it.
+fn logs() -> (TempDir, Arc<ManualClock>, LocalLogs) {
     let dir = tempfile::tempdir().expect("temp dir");
     let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("portable disk"));
-    let logs = LocalLogs::new(disk, dir.path(), LogConfig::default());
-    (dir, logs)
+    let clock = Arc::new(ManualClock::new(0));
+    let logs = LocalLogs::new(disk, dir.path(), LogConfig::default()).with_clock(clock.clone());
+    (dir, clock, logs)
+}
+
+fn advance(clock: &ManualClock, by: Duration) {
+    clock.advance(u64::try_from(by.as_millis()).expect("ms"));
 }
 
 fn commit_one(logs: &LocalLogs, destination: &Destination, payload: &str) {
@@ -27,22 +35,15 @@ fn commit_one(logs: &LocalLogs, destination: &Destination, payload: &str) {
     log.commit_durable(&[&[record]]).expect("commit");
 }
 
-/// An instant `after` past now: the eviction's clock, moved forward.
-fn later(after: Duration) -> Instant {
-    Instant::now() + after
-}
-
 #[test]
 fn a_log_unused_for_the_idle_time_is_closed_and_reopens_with_its_records() {
-    let (_dir, logs) = logs();
+    let (_dir, clock, logs) = logs();
     let destination = Destination::new("orders", 0);
     commit_one(&logs, &destination, "one");
     let watched = Arc::downgrade(&logs.get(&destination).expect("open"));
 
-    assert_eq!(
-        logs.evict_idle(later(IDLE + Duration::from_secs(1)), IDLE),
-        vec![destination.clone()]
-    );
+    advance(&clock, IDLE + Duration::from_secs(1));
+    assert_eq!(logs.evict_idle(IDLE), vec![destination.clone()]);
     assert_eq!(logs.open_count(), 0);
     assert!(logs.get(&destination).is_none());
     assert!(watched.upgrade().is_none(), "the evicted log is dropped");
@@ -55,71 +56,70 @@ fn a_log_unused_for_the_idle_time_is_closed_and_reopens_with_its_records() {
 
 #[test]
 fn a_log_used_within_the_idle_time_stays_open() {
-    let (_dir, logs) = logs();
+    let (_dir, clock, logs) = logs();
     let destination = Destination::new("orders", 0);
     commit_one(&logs, &destination, "one");
 
-    assert!(
-        logs.evict_idle(later(IDLE - Duration::from_secs(60)), IDLE)
-            .is_empty()
-    );
+    advance(&clock, IDLE - Duration::from_secs(60));
+    assert!(logs.evict_idle(IDLE).is_empty());
     assert_eq!(logs.open_count(), 1);
 }
 
 #[test]
 fn a_use_moves_the_idle_clock() {
-    let (_dir, logs) = logs();
+    let (_dir, clock, logs) = logs();
     let old = Destination::new("orders", 0);
     let fresh = Destination::new("orders", 1);
     commit_one(&logs, &old, "one");
     commit_one(&logs, &fresh, "one");
     // Only `fresh` is used again, a while after both opened.
-    std::thread::sleep(Duration::from_millis(50));
+    advance(&clock, Duration::from_millis(50));
     let _ = logs.current(&fresh, None).expect("open");
 
-    let now = later(Duration::ZERO);
-    let evicted = logs.evict_idle(now, Duration::from_millis(30));
+    let evicted = logs.evict_idle(Duration::from_millis(30));
     assert_eq!(evicted, vec![old]);
     assert!(logs.get(&fresh).is_some());
 }
 
 #[test]
 fn a_log_held_elsewhere_is_never_evicted() {
-    let (_dir, logs) = logs();
+    let (_dir, clock, logs) = logs();
     let destination = Destination::new("orders", 0);
     let held = logs.resolve(&destination, None).expect("open");
 
+    advance(&clock, IDLE * 10);
     assert!(
-        logs.evict_idle(later(IDLE * 10), IDLE).is_empty(),
+        logs.evict_idle(IDLE).is_empty(),
         "a holder (a consume shard, a cursor, a read) keeps the log open"
     );
     assert!(Arc::ptr_eq(&held, &logs.get(&destination).expect("open")));
 
     drop(held);
-    assert_eq!(logs.evict_idle(later(IDLE * 10), IDLE).len(), 1);
+    assert_eq!(logs.evict_idle(IDLE).len(), 1);
 }
 
 #[test]
 fn an_evicted_log_is_closed_cleanly() {
-    let (dir, logs) = logs();
+    let (dir, clock, logs) = logs();
     let destination = Destination::new("orders", 0);
     commit_one(&logs, &destination, "one");
     // A clean close, and only that, leaves the high-watermark file behind.
     let hwm = super::partition_dir(dir.path(), "orders", 0).join("hwm");
     assert!(!hwm.exists(), "an open log has no {}", hwm.display());
-    assert_eq!(logs.evict_idle(later(IDLE * 2), IDLE).len(), 1);
+    advance(&clock, IDLE * 2);
+    assert_eq!(logs.evict_idle(IDLE).len(), 1);
     assert!(hwm.exists(), "closing writes {}", hwm.display());
 }
 
 #[test]
 fn a_look_at_a_log_is_not_a_use() {
-    let (_dir, logs) = logs();
+    let (_dir, clock, logs) = logs();
     let looked_at = Destination::new("orders", 0);
     let used = Destination::new("orders", 1);
     commit_one(&logs, &looked_at, "one");
     commit_one(&logs, &used, "one");
-    let close_all = |logs: &LocalLogs| logs.evict_idle(later(IDLE * 2), IDLE).len();
-    assert_eq!(close_all(&logs), 2);
+    advance(&clock, IDLE * 2);
+    assert_eq!(logs.evict_idle(IDLE).len(), 2);
 
     // Describe opens a closed log: it is closed again at the next pass,
     // however recent the look.
@@ -128,13 +128,12 @@ fn a_look_at_a_log_is_not_a_use() {
             .expect("open to look"),
     );
     drop(logs.resolve(&used, None).expect("open to use"));
-    let now = later(Duration::ZERO);
-    assert_eq!(logs.evict_idle(now, IDLE), vec![looked_at.clone()]);
+    assert_eq!(logs.evict_idle(IDLE), vec![looked_at.clone()]);
 
     // A look at an open log does not move its idle clock either.
     commit_one(&logs, &looked_at, "two");
-    std::thread::sleep(Duration::from_millis(50));
+    advance(&clock, Duration::from_millis(50));
     drop(logs.resolve_to_look(&looked_at, None).expect("look"));
-    let evicted = logs.evict_idle(later(Duration::ZERO), Duration::from_millis(30));
+    let evicted = logs.evict_idle(Duration::from_millis(30));
     assert!(evicted.contains(&looked_at), "{evicted:?}");
 }

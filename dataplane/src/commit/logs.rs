@@ -8,9 +8,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_disk::Disk;
+use narad_disk::clock::{Clock, SystemClock};
 use narad_plog::{LogConfig, LogError, PartitionLog};
 use parking_lot::Mutex;
 
@@ -43,7 +44,7 @@ struct OpenLog {
     log: Arc<PartitionLog>,
     /// When the log was last handed out for work ([`LocalLogs::resolve`]),
     /// as a [`LocalLogs::use_stamp`]; [`NEVER_USED`] if only looked at.
-    used_ms: AtomicU64,
+    used_at: AtomicU64,
 }
 
 /// What this process knows of one topic directory. Its mutex is the topic
@@ -90,8 +91,8 @@ pub struct LocalLogs {
     data_dir: PathBuf,
     config: LogConfig,
     open: Mutex<HashMap<Destination, OpenLog>>,
-    /// The zero of every use stamp (`OpenLog::used_ms`).
-    epoch: Instant,
+    /// What idle eviction measures use on (`OpenLog::used_at`).
+    clock: Arc<dyn Clock>,
     topics: Mutex<HashMap<Arc<str>, Arc<Mutex<TopicDir>>>>,
     /// Held across the check-then-rename of a quarantine and the creation
     /// of a topic directory, so this process never creates a directory
@@ -107,7 +108,7 @@ impl LocalLogs {
             data_dir: data_dir.into(),
             config,
             open: Mutex::new(HashMap::new()),
-            epoch: Instant::now(),
+            clock: Arc::new(SystemClock::new()),
             topics: Mutex::new(HashMap::new()),
             namespace: Mutex::new(()),
         }
@@ -135,6 +136,13 @@ impl LocalLogs {
         incarnation: Option<&Arc<str>>,
     ) -> Result<Arc<PartitionLog>, LogError> {
         self.resolve_as(destination, incarnation, Use::Work)
+    }
+
+    /// The same logs, with idle eviction measuring on `clock` (the node's).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// As [`Self::resolve`], for a look at the log's figures (describe):
@@ -191,17 +199,14 @@ impl LocalLogs {
             OpenLog {
                 incarnation: incarnation.cloned(),
                 log: Arc::clone(&log),
-                used_ms: AtomicU64::new(match how {
-                    Use::Work => self.use_stamp(Instant::now()),
-                    Use::Look => NEVER_USED,
-                }),
+                used_at: AtomicU64::new(self.use_stamp(how).unwrap_or(NEVER_USED)),
             },
         );
         Ok(log)
     }
 
     /// Closes the open logs that nobody holds and that [`Self::resolve`]
-    /// has not handed out for at least `idle` before `now` (spec §5.6, idle
+    /// has not handed out for at least `idle` (spec §5.6, idle
     /// log eviction). The next produce, consume or replay of such a
     /// partition opens its log again. A log held anywhere else (a consume
     /// shard, a fan-out cursor, a commit or read under way, a move's
@@ -211,11 +216,12 @@ impl LocalLogs {
     /// Runs each close under the topic guard, as every close does, and
     /// decides under the log map's lock: a log that is not in the map can
     /// be handed out by nobody, so none is handed out while it closes.
-    pub fn evict_idle(&self, now: Instant, idle: Duration) -> Vec<Destination> {
+    pub fn evict_idle(&self, idle: Duration) -> Vec<Destination> {
         // Used at or before this stamp: unused for at least `idle`.
-        let cutoff = self.use_stamp(now).saturating_sub(millis(idle));
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let cutoff = self.work_stamp().saturating_sub(idle_ms);
         let idle_now = |entry: &OpenLog| {
-            entry.used_ms.load(Ordering::Relaxed) <= cutoff && Arc::strong_count(&entry.log) == 1
+            entry.used_at.load(Ordering::Relaxed) <= cutoff && Arc::strong_count(&entry.log) == 1
         };
         let candidates: Vec<Destination> = self
             .open
@@ -244,10 +250,17 @@ impl LocalLogs {
         evicted
     }
 
-    /// `at` as milliseconds since the epoch, plus one: above
-    /// [`NEVER_USED`] whenever it was.
-    fn use_stamp(&self, at: Instant) -> u64 {
-        millis(at.saturating_duration_since(self.epoch)).saturating_add(1)
+    /// The use stamp of handing a log out `how`: none for a look.
+    fn use_stamp(&self, how: Use) -> Option<u64> {
+        match how {
+            Use::Work => Some(self.work_stamp()),
+            Use::Look => None,
+        }
+    }
+
+    /// Now on the monotonic clock, plus one: above [`NEVER_USED`] always.
+    fn work_stamp(&self) -> u64 {
+        self.clock.now_ms().saturating_add(1)
     }
 
     /// The data directory the logs live under.
@@ -707,17 +720,14 @@ impl LocalLogs {
         incarnation: Option<&Arc<str>>,
         how: Use,
     ) -> Option<Arc<PartitionLog>> {
-        let now = match how {
-            Use::Work => Some(self.use_stamp(Instant::now())),
-            Use::Look => None,
-        };
+        let stamp = self.use_stamp(how);
         self.open
             .lock()
             .get(destination)
             .filter(|entry| entry.incarnation.as_ref() == incarnation)
             .map(|entry| {
-                if let Some(now) = now {
-                    entry.used_ms.fetch_max(now, Ordering::Relaxed);
+                if let Some(stamp) = stamp {
+                    entry.used_at.fetch_max(stamp, Ordering::Relaxed);
                 }
                 Arc::clone(&entry.log)
             })
@@ -868,10 +878,6 @@ enum Use {
     Work,
     /// A look at its figures (describe).
     Look,
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn close_log(destination: &Destination, log: &PartitionLog) {

@@ -240,10 +240,10 @@ fn sweep(
     }
 }
 
-/// Closes the logs nobody held or used for `idle` before `now`, and counts
-/// them. Returns how many it closed.
-pub(crate) fn evict_idle(parts: &RetentionParts, now: Instant, idle: Duration) -> usize {
-    let evicted = parts.logs.evict_idle(now, idle);
+/// Closes the logs nobody held or used for `idle`, and counts them.
+/// Returns how many it closed.
+pub(crate) fn evict_idle(parts: &RetentionParts, idle: Duration) -> usize {
+    let evicted = parts.logs.evict_idle(idle);
     for destination in &evicted {
         tracing::info!(%destination, idle_ms = idle.as_millis(), "idle partition log closed");
     }
@@ -377,7 +377,7 @@ impl Retention {
                     if let Some(idle) = config.idle_eviction
                         && !stopping()
                     {
-                        evict_idle(&parts, Instant::now(), idle);
+                        evict_idle(&parts, idle);
                     }
                 }
             })?;

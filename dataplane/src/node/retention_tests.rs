@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_disk::Disk;
+use narad_disk::clock::ManualClock;
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};
@@ -271,7 +272,12 @@ fn the_thread_closes_a_log_nobody_used_for_the_idle_time() {
 
 #[test]
 fn eviction_counts_what_it_closed_and_leaves_a_held_log() {
-    let parts = parts(replica(HOUR_MS));
+    let clock = Arc::new(ManualClock::new(0));
+    let mut parts = parts(replica(HOUR_MS));
+    parts.logs = Arc::new(
+        LocalLogs::new(Arc::new(SimDisk::new(7)), "/node", LogConfig::default())
+            .with_clock(clock.clone()),
+    );
     commit(&parts, "orders", 3, T0);
     commit(&parts, "forever", 3, T0);
     let meta = parts.replica.topic_meta("orders").expect("topic");
@@ -279,9 +285,9 @@ fn eviction_counts_what_it_closed_and_leaves_a_held_log() {
         .logs
         .resolve(&Destination::new("orders", 0), meta.incarnation_id.as_ref())
         .expect("open");
-    let later = Instant::now() + Duration::from_secs(3600);
+    clock.advance(HOUR_MS);
 
-    assert_eq!(evict_idle(&parts, later, Duration::from_secs(1800)), 1);
+    assert_eq!(evict_idle(&parts, Duration::from_secs(1800)), 1);
     assert!(parts.logs.get(&Destination::new("forever", 0)).is_none());
     assert!(parts.logs.get(&Destination::new("orders", 0)).is_some());
     assert_eq!(
@@ -291,7 +297,7 @@ fn eviction_counts_what_it_closed_and_leaves_a_held_log() {
 
     // The held log reopens nothing and loses nothing once let go.
     drop(held);
-    assert_eq!(evict_idle(&parts, later, Duration::from_secs(1800)), 1);
+    assert_eq!(evict_idle(&parts, Duration::from_secs(1800)), 1);
     assert_eq!(
         series_value(&parts, "narad_idle_logs_evicted_total"),
         Some(2)
@@ -333,10 +339,7 @@ fn the_cold_walk_opens_an_owned_closed_partition_and_the_pass_sweeps_it() {
     );
     // Swept, it is closed again by the eviction after the pass, however
     // long the idle time.
-    assert_eq!(
-        evict_idle(&parts, Instant::now(), Duration::from_secs(1800)),
-        1
-    );
+    assert_eq!(evict_idle(&parts, Duration::from_secs(1800)), 1);
     assert!(parts.logs.get(&Destination::new("orders", 0)).is_none());
 }
 
