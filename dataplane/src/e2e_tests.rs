@@ -16,11 +16,11 @@ use narad_wal::CheckpointConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::commit::partition_dir;
 use crate::dispatch::DispatchConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
+use crate::partitions::partition_dir;
 use crate::testing::{
     LOCAL_NODE, Served, apply, assign, basic, create_command, mark_dead, read_all, register,
     replica, start_node as start, topic,

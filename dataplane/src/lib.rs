@@ -33,6 +33,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod moves;
 pub mod node;
+pub mod partitions;
 pub mod remote;
 pub mod topology;
 

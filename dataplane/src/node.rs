@@ -22,7 +22,7 @@ use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 
 use crate::admin::{Admin, LocalAdmin};
-use crate::commit::{Combiners, LocalCommitTarget, LocalLogs};
+use crate::commit::{Combiners, LocalCommitTarget};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
 use crate::consume::service::{ConsumeConfig, ConsumeService};
 use crate::dispatch::{
@@ -40,24 +40,24 @@ use crate::metrics::NodeMetrics;
 use crate::moves::source::MoveSource;
 use crate::moves::worker::WorkerContext;
 use crate::moves::{LinkFactory, MoveRunner};
+use crate::partitions::LocalLogs;
 use crate::topology::NodeId;
 use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
 
 mod decommission;
 mod housekeeping;
-mod retention;
 pub mod status;
 
 pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
 use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
-pub use self::retention::{
+use crate::partitions::retention::{Retention, RetentionParts};
+pub use crate::partitions::{
     COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT,
     RetentionConfig,
 };
-use self::retention::{Retention, RetentionParts};
 
 /// Settings of a data node.
 #[derive(Clone, Debug)]

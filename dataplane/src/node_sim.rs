@@ -47,7 +47,7 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::commit::{Combiners, LocalLogs, commit_locally, partition_dir};
+use crate::commit::{Combiners, commit_locally};
 use crate::consume::ahead::{
     ConsumerPosition, ConsumerStateConfig, ConsumerStateStore, PositionSource, StateTicket,
 };
@@ -56,6 +56,7 @@ use crate::ingress::partition::key_partition;
 use crate::ingress::{Acceptor, ProduceMessage};
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
+use crate::partitions::{LocalLogs, partition_dir};
 use crate::testing::{LOCAL_NODE, read_all, register, topic};
 use crate::topology::Destination;
 

@@ -16,11 +16,11 @@ use bytes::Bytes;
 use narad_plog::{CommitRecord, LogError, Origin};
 use parking_lot::{Condvar, Mutex};
 
-use super::freeze::{self, Freeze, Freezes};
-use super::logs::{LocalLogs, partition_dir};
 use crate::ingress::now_unix_ms;
 use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::metrics::{self, NodeMetrics};
+use crate::partitions::freeze::{self, Freeze, Freezes};
+use crate::partitions::{LocalLogs, partition_dir};
 use crate::topology::{Destination, Route, Topology};
 
 // A log uses the plog's default window until its first commit sets the

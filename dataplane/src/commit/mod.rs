@@ -4,24 +4,15 @@
 //! read back and CRC-checked, then visible), after re-checking under the
 //! partition's produce lock that this node still owns the partition, that
 //! each batch's incarnation is the live one, that no move handoff froze
-//! the partition ([`freeze`]), and that each caller still waits. [`LocalCommitTarget`] is how this node's dispatcher reaches it.
+//! the partition ([`crate::partitions::freeze`]), and that each caller still waits. [`LocalCommitTarget`] is how this node's dispatcher reaches it.
 
 mod combiner;
-pub mod freeze;
-pub mod incarnation;
 mod local_target;
-mod logs;
 
 pub use combiner::{Combiners, CommitBatch, CommitError, CommitItem, Stored};
-pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
 #[cfg(test)]
 pub(crate) use local_target::commit_locally;
 pub use local_target::{LOCAL_COMMIT_QUEUE_MAX, LOCAL_COMMIT_WORKERS, LocalCommitTarget};
-pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 
-#[cfg(test)]
-mod eviction_tests;
-#[cfg(test)]
-mod incarnation_tests;
 #[cfg(test)]
 mod tests;

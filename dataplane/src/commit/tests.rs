@@ -9,8 +9,9 @@ use narad_disk::Disk;
 use narad_disk::sim::SimDisk;
 use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 
-use super::{Combiners, CommitBatch, CommitError, CommitItem, LocalLogs};
+use super::{Combiners, CommitBatch, CommitError, CommitItem};
 use crate::metrics::NodeMetrics;
+use crate::partitions::LocalLogs;
 use crate::testing::{LOCAL_NODE, apply, assign, create_command, id_text, place, replica};
 use crate::topology::Destination;
 use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic};

@@ -56,9 +56,9 @@ use tokio::task::AbortHandle;
 use super::ahead::{ConsumerPosition, ConsumerStateStore};
 use super::shard::{Settle, ShardLimits};
 use super::waiters::Waiters;
-use crate::commit::LocalLogs;
-use crate::commit::freeze::Freezes;
 use crate::metadata::{MetadataReplica, TopicMeta};
+use crate::partitions::LocalLogs;
+use crate::partitions::freeze::Freezes;
 use crate::topology::Destination;
 use narad_disk::clock::Clock;
 

@@ -23,8 +23,8 @@ use parking_lot::{Condvar, Mutex};
 use super::ahead::{ConsumerStateConfig, ConsumerStateStore};
 use super::service::{ConsumeConfig, ConsumeRequest, ConsumeService, Delivery};
 use super::shard::Settle;
-use crate::commit::LocalLogs;
 use crate::metadata::MetadataReplica;
+use crate::partitions::LocalLogs;
 use crate::testing::replica;
 use crate::topology::Destination;
 

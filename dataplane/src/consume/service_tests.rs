@@ -21,8 +21,8 @@ use super::service::{
     ConsumeConfig, ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
 };
 use super::shard::Settle;
-use crate::commit::LocalLogs;
 use crate::metadata::MetadataReplica;
+use crate::partitions::LocalLogs;
 use crate::testing::{LOCAL_NODE, apply, assign, create_command, register, replica};
 use crate::topology::Destination;
 use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic};

@@ -14,10 +14,10 @@ use narad_meta::{Actor, AttachChild, AttachEpoch, Command, DetachChild};
 use narad_plog::Record;
 
 use super::cursor_file::{self, Loaded};
-use crate::commit::partition_dir;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig};
+use crate::partitions::partition_dir;
 use crate::testing::{LOCAL_NODE, apply, read_all, register, start_node, topic};
 
 fn start(disk: &Arc<dyn Disk>, replica: &Arc<MetadataReplica>, data_dir: &Path) -> DataNode {

@@ -21,13 +21,13 @@ use super::machine::{
     SlabEntry,
 };
 use super::status::{CursorKey, CursorReport, FanoutStatus};
-use crate::commit::LocalLogs;
 use crate::dispatch::{
     CommitDone, CommitId, CommitOrder, CommitOutcome, CommitTarget, Held, LeaderConfirm,
     RecordMeta, WalPayload,
 };
 use crate::metadata::MetadataReplica;
 use crate::metrics::{self, NodeMetrics};
+use crate::partitions::LocalLogs;
 use crate::topology::{Destination, Route, Topology};
 
 /// How long one bucket commit may take before it counts as failed.

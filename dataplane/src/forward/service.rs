@@ -25,13 +25,13 @@ use parking_lot::Mutex;
 use super::PROBE_BUDGET;
 use super::tokens::{CLAIM_HOLD, HoldTable, TokenTable};
 
-use crate::commit::LocalLogs;
 use crate::consume::service::{
     ConsumeError, ConsumeRequest, ConsumeService, Delivery, ReplayError, SettleError,
 };
 use crate::consume::shard::Settle;
 use crate::fanout::FanoutStatus;
 use crate::metadata::MetadataReplica;
+use crate::partitions::LocalLogs;
 use crate::topology::{Destination, Route, Topology};
 
 /// Name of the operation class forwarded settles, probes and statistics

@@ -38,7 +38,6 @@ use axum::routing::{delete, get, post, put};
 use narad_wal::Wal;
 
 use crate::admin::Admin;
-use crate::commit::LocalLogs;
 use crate::consume::service::ConsumeService;
 use crate::consume_front::ConsumeFront;
 use crate::fanout::FanoutStatus;
@@ -51,6 +50,7 @@ use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
 use crate::node::status::MoveReports;
+use crate::partitions::LocalLogs;
 
 /// How the API behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]

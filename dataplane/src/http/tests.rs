@@ -68,7 +68,7 @@ pub(super) fn api_with_admin(
     );
     state.body_budget = super::body::BodyBudget::new(budget_bytes);
     let disk: Arc<dyn narad_disk::Disk> = Arc::new(sim.clone());
-    state.logs = Some(Arc::new(crate::commit::LocalLogs::new(
+    state.logs = Some(Arc::new(crate::partitions::LocalLogs::new(
         disk,
         "/node",
         narad_plog::LogConfig::default(),

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use narad_disk::{Disk, IO_ALIGN, IoBuf, OpenOptions};
 use narad_plog::segment::parse_segment_file_name;
 
-use crate::commit::incarnation::{partition_quarantine_name, remove_empty_dir};
 use crate::consume::ahead::{
     AHEAD_FILE_BYTES, AHEAD_FILE_NAME, ConsumerPosition, OFFSET_FILE_NAME, SLOT_BYTES, encode_slot,
 };
+use crate::partitions::incarnation::{partition_quarantine_name, remove_empty_dir};
 
 /// Written into the staged copy by the target once it is whole, verified
 /// and fenced, before the copy is installed as the partition directory and
@@ -61,7 +61,7 @@ pub fn staging_name(topic: &str, partition: u32) -> String {
 /// `None` for a name [`staging_name`] does not make.
 pub fn parse_staging_name(name: &str) -> Option<(&str, u32)> {
     let (topic, digits) = name.rsplit_once('-')?;
-    if !crate::commit::incarnation::is_topic_dir_name(topic)
+    if !crate::partitions::incarnation::is_topic_dir_name(topic)
         || !digits.bytes().all(|b| b.is_ascii_digit())
     {
         return None;
@@ -362,7 +362,7 @@ pub enum LeftCopy {
 /// Any disk error.
 pub fn left_copy(disk: &dyn Disk, dir: &Path) -> io::Result<LeftCopy> {
     if has_move_files(disk, dir)?
-        || disk.exists(&dir.join(crate::commit::freeze::FENCE_FILE_NAME))?
+        || disk.exists(&dir.join(crate::partitions::freeze::FENCE_FILE_NAME))?
         || !holds_records(disk, dir)?
     {
         return Ok(LeftCopy::Remove);

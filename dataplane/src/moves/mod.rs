@@ -8,7 +8,7 @@
 //!   the frozen high watermark, verification, fence, `move.marker`, install
 //!   (a rename to the partition directory under the topic guard), flip;
 //! - [`source`]: the owner's side: listing, chunks, the freeze and its
-//!   fence (the freeze itself is the commit stage's, `commit::freeze`);
+//!   fence (the freeze itself is the partition store's, `partitions::freeze`);
 //! - [`runner`]: starts workers for moves headed here, ends freezes whose
 //!   move is over, reclaims copies of partitions that moved away (removed
 //!   when the new owner holds all they hold, else quarantined) and staged

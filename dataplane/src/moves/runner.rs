@@ -17,11 +17,12 @@ use super::files;
 use super::service::LinkFactory;
 use super::status::{MovePhase, MoveReports, MoveWorkerStatus};
 use super::worker::{Ending, Worker, WorkerContext, leader_releases};
-use crate::commit::freeze::remove_fence;
-use crate::commit::{Combiners, partition_dir, topics_dir};
+use crate::commit::Combiners;
 use crate::consume::service::ConsumeService;
 use crate::dispatch::PartitionHolder;
 use crate::metrics::{self, NodeMetrics};
+use crate::partitions::freeze::remove_fence;
+use crate::partitions::{partition_dir, topics_dir};
 use crate::topology::{Destination, member_id};
 use narad_protocol::transfer::{ListPartitionSegments, PartitionRef};
 
@@ -717,12 +718,12 @@ enum Vouch {
 /// high watermark when it was handed off whole (a fence, and records): the
 /// new owner must vouch for that much before it goes.
 fn inspect_left_copy(
-    logs: &crate::commit::LocalLogs,
+    logs: &crate::partitions::LocalLogs,
     dir: &Path,
 ) -> std::io::Result<(files::LeftCopy, Option<u64>)> {
     let disk = &**logs.disk();
     let left = files::left_copy(disk, dir)?;
-    let fenced = disk.exists(&dir.join(crate::commit::freeze::FENCE_FILE_NAME))?;
+    let fenced = disk.exists(&dir.join(crate::partitions::freeze::FENCE_FILE_NAME))?;
     if left == files::LeftCopy::Quarantine || !fenced || !files::holds_records(disk, dir)? {
         return Ok((left, None));
     }
@@ -748,7 +749,11 @@ fn list_partition_dirs(disk: &dyn narad_disk::Disk, topic_dir: &Path) -> std::io
 
 /// Whether the topic directory's incarnation marker names the live
 /// incarnation (a directory of another one is the quarantine's business).
-fn marker_matches_live(logs: &crate::commit::LocalLogs, topic: &str, live: Option<&str>) -> bool {
+fn marker_matches_live(
+    logs: &crate::partitions::LocalLogs,
+    topic: &str,
+    live: Option<&str>,
+) -> bool {
     matches!(
         logs.directory_incarnation(topic),
         Ok(Some(marker)) if Some(marker.as_str()) == live

@@ -15,10 +15,11 @@ use narad_protocol::transfer::{
 use narad_protocol::{RpcError, Status};
 
 use super::files;
-use crate::commit::freeze::{self, FREEZE_TTL, FreezeError};
-use crate::commit::{Combiners, LocalLogs, partition_dir};
+use crate::commit::Combiners;
 use crate::consume::service::ConsumeService;
 use crate::metadata::{MetadataReplica, TopicMeta};
+use crate::partitions::freeze::{self, FREEZE_TTL, FreezeError};
+use crate::partitions::{LocalLogs, partition_dir};
 use crate::topology::{Destination, Route, Topology, member_id};
 
 /// How long a handoff waits for the partition's outstanding leases (the

@@ -22,12 +22,13 @@ use parking_lot::Mutex;
 use super::worker::{LinkError, LinkFuture, SourceLink};
 use super::{DirectLinks, LinkFactory, MoveRunner};
 use crate::admin::{Admin, AdminError, AdminFuture};
-use crate::commit::{CommitBatch, CommitError, CommitItem, partition_dir};
+use crate::commit::{CommitBatch, CommitError, CommitItem};
 use crate::consume::service::ConsumeRequest;
 use crate::consume::shard::Settle;
 use crate::e2e_tests::config;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, NodeServices};
+use crate::partitions::partition_dir;
 use crate::testing::{create_command, register};
 use crate::topology::{Destination, NodeId, member_id};
 
@@ -883,7 +884,7 @@ async fn the_sweep_removes_a_staged_copy_of_a_move_that_ended_while_the_node_was
 fn staged_copies_are_in_no_listing_of_topics_or_quarantined_copies() {
     let dir = tempfile::tempdir().expect("tempdir");
     let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("portable disk"));
-    let logs = crate::commit::LocalLogs::new(
+    let logs = crate::partitions::LocalLogs::new(
         Arc::clone(&disk),
         dir.path(),
         narad_plog::LogConfig::default(),
@@ -921,7 +922,7 @@ fn staged_copies_are_in_no_listing_of_topics_or_quarantined_copies() {
     assert!(logs.quarantined_partitions().expect("list").is_empty());
     assert_eq!(
         logs.quarantine_stats().expect("stats"),
-        crate::commit::incarnation::QuarantineStats::default()
+        crate::partitions::incarnation::QuarantineStats::default()
     );
 }
 

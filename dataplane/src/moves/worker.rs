@@ -33,10 +33,10 @@ use super::files::{self, MoveMarker};
 use super::settle::FlipClock;
 use super::status::{MovePhase, MoveWorkerStatus};
 use crate::admin::{Admin, AdminError};
-use crate::commit::LocalLogs;
 use crate::consume::ahead::ConsumerPosition;
 use crate::dispatch::{LeaderConfirm, PartitionHolder};
 use crate::metadata::MetadataReplica;
+use crate::partitions::LocalLogs;
 use crate::topology::{Destination, member_id};
 
 /// A catch-up pass that leaves less than this to copy ends the catch-up:
@@ -540,7 +540,7 @@ impl Worker {
 
     /// The partition directory, where an installed copy lives.
     fn dir(&self) -> PathBuf {
-        crate::commit::partition_dir(
+        crate::partitions::partition_dir(
             self.context.logs.data_dir(),
             &self.destination.topic,
             self.destination.partition,

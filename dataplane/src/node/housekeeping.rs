@@ -45,11 +45,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 
-use crate::commit::{LocalLogs, MarkerToken, Retirement, TopicDirError};
 use crate::consume::service::ConsumeService;
 use crate::dispatch::{GoneQuestion, LeaderConfirm};
 use crate::metadata::{MetadataReplica, MetadataView};
 use crate::metrics::NodeMetrics;
+use crate::partitions::{LocalLogs, MarkerToken, Retirement, TopicDirError};
 
 /// Cadences of the housekeeping thread.
 #[derive(Clone, Debug)]

@@ -20,10 +20,10 @@ use axum::http::{Request, StatusCode, header};
 use tower::ServiceExt;
 
 use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
-use crate::commit::{LocalLogs, partition_dir};
 use crate::consume::ahead::{ConsumerStateConfig, DURABLE_INTERVAL_MIN};
 use crate::dispatch::{GoneQuestion, LeaderConfirm, ReplicaLeader};
 use crate::metadata::MetadataReplica;
+use crate::partitions::{LocalLogs, partition_dir};
 use crate::testing::{apply, create_command, id_text, place};
 use crate::topology::Destination;
 

@@ -27,7 +27,7 @@ use narad_wal::CheckpointConfig;
 
 use super::{AddressTable, CommitService, LEGACY_OWNER_TTL_MS, OwnerAddresses, RemoteCommitTarget};
 use crate::admin::LocalAdmin;
-use crate::commit::{Combiners, LocalLogs};
+use crate::commit::Combiners;
 use crate::dispatch::ReplicaLeader;
 use crate::dispatch::runtime::Event;
 use crate::dispatch::{
@@ -38,6 +38,7 @@ use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
+use crate::partitions::LocalLogs;
 use crate::testing::{apply, assign, create_command, place, register, topic};
 use crate::topology::{Destination, NodeId};
 use narad_disk::queue::Received;

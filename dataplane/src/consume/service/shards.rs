@@ -12,10 +12,10 @@ use tokio::task::AbortHandle;
 
 use super::reads::{NeedsDisk, Reads};
 use super::{ConsumeError, ConsumeService};
-use crate::commit::partition_dir;
 use crate::consume::ahead::{ConsumerPosition, PositionSource, StateTicket};
 use crate::consume::shard::InFlightShard;
 use crate::metadata::TopicMeta;
+use crate::partitions::partition_dir;
 use crate::topology::Destination;
 
 /// One owned partition: its log, its shard, its persistence ticket.

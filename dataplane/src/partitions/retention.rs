@@ -45,7 +45,7 @@ use narad_disk::Disk;
 use narad_plog::PartitionLog;
 use narad_plog::segment::parse_segment_file_name;
 
-use crate::commit::{LocalLogs, partition_dir};
+use super::{LocalLogs, partition_dir};
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::{

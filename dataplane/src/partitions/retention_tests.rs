@@ -13,10 +13,10 @@ use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};
 use narad_plog::{CommitRecord, LogConfig};
 
 use super::{PassReport, Retention, RetentionConfig, RetentionParts, evict_idle, pass, pass_until};
-use crate::commit::LocalLogs;
 use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
+use crate::partitions::LocalLogs;
 use crate::testing::{LOCAL_NODE, apply, create_command, place, register};
 use crate::topology::Destination;
 
