@@ -864,7 +864,13 @@ async fn an_installed_copy_is_rolled_back_only_once_its_last_flip_proposal_has_s
         waited >= settle,
         "rolled back {waited:?} after the flip, before it settled"
     );
-    assert!(!cluster.staged(1, 0).exists(), "removed from staging too");
+    // The rollback renames the copy back to staging, then removes it there.
+    let staged = cluster.staged(1, 0);
+    cluster
+        .wait_for("the rolled-back copy removed from staging", |_| {
+            !staged.exists()
+        })
+        .await;
     assert_eq!(cluster.owner(0), Some(member_id(SOURCE)));
 }
 
