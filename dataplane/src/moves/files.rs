@@ -14,6 +14,7 @@ use crate::consume::ahead::{
     AHEAD_FILE_BYTES, AHEAD_FILE_NAME, ConsumerPosition, OFFSET_FILE_NAME, SLOT_BYTES, encode_slot,
 };
 use crate::partitions::incarnation::{partition_quarantine_name, remove_empty_dir};
+use crate::partitions::note;
 
 /// Written into the staged copy by the target once it is whole, verified
 /// and fenced, before the copy is installed as the partition directory and
@@ -432,14 +433,7 @@ pub fn write_marker(disk: &dyn Disk, dir: &Path, marker: &MoveMarker) -> io::Res
         marker.token,
         marker.applied_index
     );
-    let path = dir.join(MOVE_MARKER_FILE_NAME);
-    if disk.exists(&path)? {
-        disk.remove_file(&path)?;
-    }
-    let file = disk.open(&path, OpenOptions::CREATE)?;
-    file.write_and_sync(0, IoBuf::from_slice(text.as_bytes()))
-        .wait()?;
-    disk.sync_dir(dir)
+    note::write_note(disk, dir, MOVE_MARKER_FILE_NAME, &text)
 }
 
 impl MoveMarker {
@@ -454,16 +448,9 @@ impl MoveMarker {
 /// # Errors
 /// Any disk error other than the file being absent.
 pub fn read_marker(disk: &dyn Disk, dir: &Path) -> io::Result<Option<MoveMarker>> {
-    let path = dir.join(MOVE_MARKER_FILE_NAME);
-    if !disk.exists(&path)? {
+    let Some(text) = note::read_note(disk, dir, MOVE_MARKER_FILE_NAME)? else {
         return Ok(None);
-    }
-    let file = disk.open(&path, OpenOptions::EXISTING)?;
-    let size = usize::try_from(file.size()?)
-        .unwrap_or(usize::MAX)
-        .min(4096);
-    let bytes = file.read_at(0, size).wait()?;
-    let text = String::from_utf8_lossy(&bytes);
+    };
     let field = |name: &str| {
         text.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))

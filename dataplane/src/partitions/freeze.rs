@@ -21,9 +21,10 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use narad_disk::{Disk, IoBuf, OpenOptions};
+use narad_disk::Disk;
 use parking_lot::Mutex;
 
+use super::note;
 use crate::topology::Destination;
 
 /// File a fenced freeze is kept in, inside the partition directory.
@@ -217,11 +218,7 @@ fn current<'a>(
 /// Any disk error; the fence is then not durable and must not be answered.
 pub fn write_fence(disk: &dyn Disk, dir: &Path, fence: &Freeze) -> io::Result<()> {
     let text = format!("{}\n{}\n{}\n", fence.target, fence.token, fence.since_index);
-    let path = dir.join(FENCE_FILE_NAME);
-    let file = disk.open(&path, OpenOptions::CREATE)?;
-    file.write_and_sync(0, IoBuf::from_slice(text.as_bytes()))
-        .wait()?;
-    disk.sync_dir(dir)
+    note::write_note(disk, dir, FENCE_FILE_NAME, &text)
 }
 
 /// Reads the fence in `dir`, if one is there: (target, token, applied
@@ -231,16 +228,9 @@ pub fn write_fence(disk: &dyn Disk, dir: &Path, fence: &Freeze) -> io::Result<()
 /// # Errors
 /// Any disk error other than the file being absent.
 pub fn read_fence(disk: &dyn Disk, dir: &Path) -> io::Result<Option<(String, u64, u64)>> {
-    let path = dir.join(FENCE_FILE_NAME);
-    if !disk.exists(&path)? {
+    let Some(text) = note::read_note(disk, dir, FENCE_FILE_NAME)? else {
         return Ok(None);
-    }
-    let file = disk.open(&path, OpenOptions::EXISTING)?;
-    let size = usize::try_from(file.size()?)
-        .unwrap_or(usize::MAX)
-        .min(4096);
-    let bytes = file.read_at(0, size).wait()?;
-    let text = String::from_utf8_lossy(&bytes);
+    };
     let mut lines = text.lines();
     let target = lines.next().unwrap_or_default().to_owned();
     let token = lines
@@ -256,12 +246,7 @@ pub fn read_fence(disk: &dyn Disk, dir: &Path) -> io::Result<Option<(String, u64
 /// # Errors
 /// Any disk error other than the file being absent.
 pub fn remove_fence(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
-    let path = dir.join(FENCE_FILE_NAME);
-    if disk.exists(&path)? {
-        disk.remove_file(&path)?;
-        disk.sync_dir(dir)?;
-    }
-    Ok(())
+    note::remove_note(disk, dir, FENCE_FILE_NAME)
 }
 
 #[cfg(test)]

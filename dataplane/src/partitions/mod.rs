@@ -9,6 +9,9 @@
 //!   (`docs/internals/topic-directories.md`).
 //! - [`freeze`]: the handoff freeze a move puts on a partition, and the
 //!   fence file that makes it survive a restart.
+//! - [`note`]: the small files a partition directory carries beside its
+//!   log (the fence, a moved copy's `move.marker`), written whole and
+//!   synced.
 //! - [`retention`]: the thread that sweeps open logs by age, walks cold
 //!   ones, and evicts idle ones.
 //!
@@ -20,6 +23,7 @@
 pub mod freeze;
 pub mod incarnation;
 mod logs;
+pub mod note;
 pub mod retention;
 
 pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
