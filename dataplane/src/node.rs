@@ -259,14 +259,12 @@ impl DataNode {
             config.checkpoint,
         )?);
         let metrics = Arc::new(NodeMetrics::new());
-        let logs = Arc::new(
-            LocalLogs::new(
-                Arc::clone(&services.disk),
-                &config.data_dir,
-                config.log.clone(),
-            )
-            .with_clock(Arc::clone(&services.clock)),
-        );
+        let logs = Arc::new(LocalLogs::new(
+            Arc::clone(&services.disk),
+            &config.data_dir,
+            config.log.clone(),
+            Arc::clone(&services.clock),
+        ));
         let combiners = Arc::new(Combiners::new(
             Arc::clone(&logs),
             Arc::clone(&services.replica),
@@ -426,7 +424,10 @@ impl DataNode {
                 admin: Arc::clone(&self.api.admin),
                 leader: Arc::clone(&self.leader),
                 force_promote_after: self.force_promote_after,
-                flips: Arc::new(crate::moves::settle::FlipClock::new(self.flip_settle)),
+                flips: Arc::new(crate::moves::settle::FlipClock::new(
+                    self.flip_settle,
+                    Arc::clone(self.logs.clock()),
+                )),
             },
             links,
             Arc::clone(&self.combiners),

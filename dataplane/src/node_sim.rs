@@ -196,6 +196,7 @@ impl Node {
                 segment_bytes: 16 * 1024,
                 ..LogConfig::default()
             },
+            crate::testing::system_clock(),
         ));
         let combiners = Combiners::new(
             Arc::clone(&logs),

@@ -28,6 +28,11 @@ const TEST_BCRYPT_COST: u32 = 4;
 /// same cases.
 const PROPTEST_SEED: u64 = 0x6e61_7261_6407;
 
+/// The process's clock, for a test that runs on real time.
+pub(crate) fn system_clock() -> Arc<dyn narad_disk::clock::Clock> {
+    Arc::new(narad_disk::clock::SystemClock::new())
+}
+
 /// Settings for a property test: 256 cases (or `PROPTEST_CASES` when set,
 /// for a long run) from [`PROPTEST_SEED`], and no failure files (a failure
 /// replays from the seed).

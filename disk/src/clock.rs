@@ -20,6 +20,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+/// `duration` in whole milliseconds, as the clock counts them; a duration
+/// too long for a `u64` is "never" (`u64::MAX`).
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A future that resolves once the clock reaches a deadline.
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
@@ -28,6 +34,13 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Milliseconds since the clock's origin; never decreases.
     fn now_ms(&self) -> u64;
+
+    /// Microseconds since the clock's origin, on the same monotonic clock
+    /// as [`Clock::now_ms`]: for how long something took (a latency
+    /// histogram), where milliseconds are too coarse.
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1_000)
+    }
 
     /// Now in Unix milliseconds, as records are stamped; may step back or
     /// forward with the system's clock, so never measure a deadline on it.
@@ -62,15 +75,17 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+        millis(self.origin.elapsed())
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     fn unix_ms(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| {
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            })
+            .map_or(0, millis)
     }
 
     fn sleep_until(&self, deadline_ms: u64) -> Sleep {
@@ -151,6 +166,7 @@ mod tests {
         assert_eq!(clock.now_ms(), 1_250);
         clock.set(2_000);
         assert_eq!((clock.now_ms(), clock.unix_ms()), (2_000, 2_000));
+        assert_eq!(clock.now_us(), 2_000_000);
     }
 
     #[test]

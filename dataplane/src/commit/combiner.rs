@@ -10,13 +10,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
+
+use narad_disk::clock::millis;
 
 use bytes::Bytes;
 use narad_plog::{CommitRecord, LogError, Origin};
 use parking_lot::{Condvar, Mutex};
 
-use crate::ingress::now_unix_ms;
 use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::metrics::{self, NodeMetrics};
 use crate::partitions::freeze::{self, Freeze, Freezes};
@@ -81,9 +82,10 @@ impl Stored {
 pub struct CommitBatch {
     /// The records, in order.
     pub items: Vec<CommitItem>,
-    /// The caller gives up at this instant; a batch found past it under the
-    /// lock is left out, since its caller will retry it anyway.
-    pub deadline: Instant,
+    /// The caller gives up at this point of the node's monotonic clock
+    /// ([`Combiners::deadline_in`]); a batch found past it under the lock is
+    /// left out, since its caller will retry it anyway.
+    pub deadline_ms: u64,
 }
 
 /// Why a batch was not committed. Every one is retriable; nothing of the
@@ -195,6 +197,12 @@ impl Combiners {
         &self.freezes
     }
 
+    /// The deadline of a batch whose caller waits at most `budget` from
+    /// now, on the node's clock ([`CommitBatch::deadline_ms`]).
+    pub fn deadline_in(&self, budget: Duration) -> u64 {
+        self.logs.clock().now_ms().saturating_add(millis(budget))
+    }
+
     /// The same freezes, shared: the consume path pauses a frozen
     /// partition's new leases.
     pub fn shared_freezes(&self) -> Arc<Freezes> {
@@ -206,9 +214,9 @@ impl Combiners {
     /// it, so its high watermark stays put while the freeze holds.
     pub fn freeze_for_handoff(&self, destination: &Destination, target: &str) -> Freeze {
         let since_index = self.replica.view().applied_index;
-        let freeze = self
-            .freezes
-            .start(destination, target, since_index, Instant::now());
+        let freeze =
+            self.freezes
+                .start(destination, target, since_index, self.logs.clock().now_ms());
         let combiner = self.combiner(destination);
         let mut queue = combiner.queue.lock();
         while queue.cycle_running {
@@ -249,7 +257,7 @@ impl Combiners {
                     token,
                     target,
                     since_index,
-                    until: Instant::now(),
+                    until_ms: 0,
                     fenced: true,
                 };
                 self.freezes.restore(destination, fence);
@@ -262,7 +270,7 @@ impl Combiners {
                     token: u64::MAX,
                     target: String::new(),
                     since_index: u64::MAX,
-                    until: Instant::now(),
+                    until_ms: 0,
                     fenced: true,
                 };
                 self.freezes.restore(destination, fence);
@@ -338,7 +346,7 @@ impl Combiners {
             }
             return;
         }
-        if self.freezes.holds(destination, Instant::now()) {
+        if self.freezes.holds(destination, self.logs.clock().now_ms()) {
             for (ticket, _) in &batches {
                 finish(ticket, Err(CommitError::Frozen));
             }
@@ -351,10 +359,10 @@ impl Combiners {
             return;
         };
         let live = topic.incarnation_id.clone();
-        let now = Instant::now();
+        let now_ms = self.logs.clock().now_ms();
         let mut admitted = Vec::with_capacity(batches.len());
         for (ticket, batch) in batches {
-            match admit(&batch, live.as_ref(), now) {
+            match admit(&batch, live.as_ref(), now_ms) {
                 Ok(()) => admitted.push((ticket, batch)),
                 Err(error) => finish(&ticket, Err(error)),
             }
@@ -399,7 +407,7 @@ impl Combiners {
             .resolve(destination, topic.incarnation_id.as_ref())
             .map_err(|error| CommitError::Log(Arc::new(error)))?;
         log.set_idempotency_window_ms(topic.idempotency_window_ms);
-        let committed_at_ms = now_unix_ms();
+        let committed_at_ms = self.logs.clock().unix_ms();
         let runs: Vec<Vec<CommitRecord<'_>>> = admitted
             .iter()
             .map(|(_, batch)| {
@@ -468,8 +476,8 @@ impl Combiners {
 
 /// The checks a batch passes under the lock: its caller still waits, and
 /// every record carrying an incarnation id carries the live one.
-fn admit(batch: &CommitBatch, live: Option<&Arc<str>>, now: Instant) -> Result<(), CommitError> {
-    if now > batch.deadline {
+fn admit(batch: &CommitBatch, live: Option<&Arc<str>>, now_ms: u64) -> Result<(), CommitError> {
+    if now_ms > batch.deadline_ms {
         return Err(CommitError::CallerGone);
     }
     let stale = batch

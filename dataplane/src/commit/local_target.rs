@@ -7,7 +7,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::{Combiners, CommitBatch, CommitError, CommitItem};
 use crate::dispatch::{
@@ -116,7 +115,7 @@ pub(crate) fn commit_locally(
                 idempotency_key: held.payload.idempotency_key.clone(),
             })
             .collect(),
-        deadline: Instant::now() + order.budget,
+        deadline_ms: combiners.deadline_in(order.budget),
     };
     match combiners.commit(&order.destination, batch) {
         Ok(_) => CommitOutcome::Committed,

@@ -2,10 +2,10 @@
 //! batches landing as disjoint contiguous runs.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use narad_disk::Disk;
+use narad_disk::clock::ManualClock;
 use narad_disk::sim::SimDisk;
 use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 
@@ -17,8 +17,15 @@ use crate::topology::Destination;
 use narad_meta::{Actor, AlterTopic, Command, CreateTopic, DeleteTopic};
 
 fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
+    combiners_on(Arc::new(ManualClock::new(NOW_MS)))
+}
+
+/// Combiners over a simulated disk whose clock is `clock`.
+fn combiners_on(
+    clock: Arc<ManualClock>,
+) -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(3));
-    let logs = Arc::new(LocalLogs::new(disk, "/node", LogConfig::default()));
+    let logs = Arc::new(LocalLogs::new(disk, "/node", LogConfig::default(), clock));
     let replica = replica();
     let combiners = Arc::new(Combiners::new(
         logs,
@@ -27,6 +34,9 @@ fn combiners() -> (Arc<Combiners>, Arc<crate::metadata::MetadataReplica>) {
     ));
     (combiners, replica)
 }
+
+/// Where the combiners' clock stands: time does not move in these tests.
+const NOW_MS: u64 = 10_000;
 
 fn batch(payloads: &[&str], incarnation: Option<&str>) -> CommitBatch {
     CommitBatch {
@@ -40,7 +50,7 @@ fn batch(payloads: &[&str], incarnation: Option<&str>) -> CommitBatch {
                 )
             })
             .collect(),
-        deadline: Instant::now() + Duration::from_secs(30),
+        deadline_ms: u64::MAX,
     }
 }
 
@@ -120,7 +130,7 @@ fn a_batch_whose_caller_gave_up_is_left_out() {
     let (combiners, _) = combiners();
     let destination = Destination::new("orders", 0);
     let mut late = batch(&["a"], Some(ORDERS_ID));
-    late.deadline = Instant::now() - Duration::from_millis(1);
+    late.deadline_ms = NOW_MS - 1;
     assert!(matches!(
         combiners.commit(&destination, late),
         Err(CommitError::CallerGone)
@@ -237,15 +247,18 @@ fn a_commit_deduplicates_over_the_topic_idempotency_window_as_altered() {
 
 #[test]
 fn a_key_is_stored_again_once_a_short_topic_window_has_passed() {
-    let (combiners, replica) = combiners();
+    let clock = Arc::new(ManualClock::new(NOW_MS));
+    let (combiners, replica) = combiners_on(Arc::clone(&clock));
     topic_with_window(&replica, "brief", 0xe6, 1_000);
     let destination = Destination::new("brief", 0);
     let id = id_text(0xe6);
     let first = combiners.commit(&destination, keyed("k1", &id)).unwrap();
     assert_eq!((first.offsets, first.already_stored), (0..1, 0));
-    // Commit times are the wall clock's; nothing shorter than the window
-    // itself lets it pass.
-    std::thread::sleep(Duration::from_millis(1_100));
+    // Commit times are the node clock's wall reading.
+    clock.advance(999);
+    let within = combiners.commit(&destination, keyed("k1", &id)).unwrap();
+    assert_eq!(within.already_stored, 1, "still within the window");
+    clock.advance(101);
     let second = combiners.commit(&destination, keyed("k1", &id)).unwrap();
     assert_eq!((second.offsets, second.already_stored), (1..2, 0));
     assert_eq!(payloads(&combiners, &destination).len(), 2);

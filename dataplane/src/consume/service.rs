@@ -47,7 +47,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
@@ -60,7 +60,7 @@ use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::partitions::LocalLogs;
 use crate::partitions::freeze::Freezes;
 use crate::topology::Destination;
-use narad_disk::clock::Clock;
+use narad_disk::clock::{Clock, millis};
 
 mod error;
 mod hold;
@@ -198,7 +198,7 @@ impl ConsumeService {
         }
         let max = request.max.clamp(1, CONSUME_RECORDS_MAX);
         let wait = request.wait.min(self.config.max_wait);
-        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        let wait_ms = millis(wait);
         let deadline_ms = self.clock.now_ms().saturating_add(wait_ms);
         let ready = self.scan(&meta, request.partition, max).await?;
         if !ready.is_empty() || wait_ms == 0 {
@@ -379,23 +379,23 @@ impl ConsumeService {
     pub(crate) fn frozen(&self, destination: &Destination) -> bool {
         self.freezes
             .get()
-            .is_some_and(|freezes| freezes.holds(destination, Instant::now()))
+            .is_some_and(|freezes| freezes.holds(destination, self.clock.now_ms()))
     }
 
-    /// Blocks until `partition` has no live lease or `wait` has passed
-    /// (a handoff's bounded wait for outstanding leases); returns how many
-    /// are still live. Call it from a blocking thread.
+    /// Resolves once `partition` has no live lease or `wait` has passed on
+    /// the node's clock (a handoff's bounded wait for outstanding leases);
+    /// returns how many are still live.
     ///
     /// # Errors
     /// The partition's log or consumer state could not be opened.
-    pub fn wait_for_leases(
+    pub async fn wait_for_leases(
         &self,
         meta: &TopicMeta,
         partition: u32,
         wait: Duration,
     ) -> Result<usize, ConsumeError> {
         let shard = self.shard(meta, partition)?;
-        let deadline = Instant::now() + wait;
+        let deadline_ms = self.clock.now_ms().saturating_add(millis(wait));
         loop {
             let now_ms = self.clock.now_ms();
             let live = {
@@ -403,10 +403,13 @@ impl ConsumeService {
                 state.purge_expired(now_ms);
                 state.in_flight()
             };
-            if live == 0 || Instant::now() >= deadline {
+            if live == 0 || now_ms >= deadline_ms {
                 return Ok(live);
             }
-            std::thread::sleep(LEASE_WAIT_POLL);
+            let next_ms = now_ms
+                .saturating_add(millis(LEASE_WAIT_POLL))
+                .min(deadline_ms);
+            self.clock.sleep_until(next_ms).await;
         }
     }
 

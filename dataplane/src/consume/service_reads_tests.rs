@@ -190,7 +190,12 @@ impl Node {
             tail_cache_bytes: 1 + size_of::<Record>(),
             ..LogConfig::default()
         };
-        let logs = Arc::new(LocalLogs::new(Arc::clone(&disk), data_dir, log_config));
+        let logs = Arc::new(LocalLogs::new(
+            Arc::clone(&disk),
+            data_dir,
+            log_config,
+            crate::testing::system_clock(),
+        ));
         let store = ConsumerStateStore::new(disk, ConsumerStateConfig::default());
         let replica = replica();
         let service = ConsumeService::new(

@@ -75,7 +75,12 @@ impl Node {
         config: ConsumeConfig,
         log_config: LogConfig,
     ) -> Self {
-        let logs = Arc::new(LocalLogs::new(Arc::clone(&disk), data_dir, log_config));
+        let logs = Arc::new(LocalLogs::new(
+            Arc::clone(&disk),
+            data_dir,
+            log_config,
+            crate::testing::system_clock(),
+        ));
         let store = ConsumerStateStore::new(Arc::clone(&disk), ConsumerStateConfig::default());
         let clock = Arc::new(ManualClock::new(1_000));
         let service = ConsumeService::new(

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use narad_disk::clock::millis;
+
 use narad_plog::Record;
 
 use super::{ConsumeFront, FrontError};
@@ -93,7 +95,7 @@ async fn consume_anywhere(
         return service.consume(request).await.map_err(FrontError::Local);
     }
     let clock = service.clock();
-    let wait_ms = u64::try_from(request.wait.as_millis()).unwrap_or(u64::MAX);
+    let wait_ms = millis(request.wait);
     let deadline_ms = clock.now_ms().saturating_add(wait_ms);
     let mut pause = REPROBE_FIRST;
     loop {

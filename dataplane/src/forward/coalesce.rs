@@ -16,6 +16,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use narad_disk::clock::millis;
+
 use narad_protocol::LeaseRef;
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
 use tokio::sync::oneshot;
@@ -137,7 +139,7 @@ impl AckLanes {
     pub(crate) fn batch_refused(&mut self, node: NodeId, now_ms: u64) {
         self.batches_refused
             .retain(|_, until_ms| *until_ms > now_ms);
-        let memory_ms = u64::try_from(ACK_BATCH_REFUSAL_MEMORY.as_millis()).unwrap_or(u64::MAX);
+        let memory_ms = millis(ACK_BATCH_REFUSAL_MEMORY);
         self.batches_refused
             .insert(node, now_ms.saturating_add(memory_ms));
     }

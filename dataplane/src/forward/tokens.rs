@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_disk::clock::{Clock, millis};
 use narad_protocol::consume::decode_forward_request;
 use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError, TokenNotify};
 use parking_lot::Mutex;
@@ -236,11 +236,6 @@ impl HoldTable {
     }
 }
 
-/// `duration` in whole milliseconds, saturating.
-fn ms(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The requester's side of tokens: wakes parked consumes when an owner
 /// notifies, remembers which owners hold a live token of this node, and
 /// which owners are owed a claim, measured on the node's clock.
@@ -301,7 +296,7 @@ impl TokenInbox {
                 claims.retain(|_, until_ms| *until_ms > now_ms);
             }
             if claims.contains_key(&key) || claims.len() < CLAIMS_OWED_MAX {
-                claims.insert(key, now_ms.saturating_add(ms(CLAIM_HOLD)));
+                claims.insert(key, now_ms.saturating_add(millis(CLAIM_HOLD)));
             }
         }
         self.registered
@@ -327,11 +322,14 @@ impl TokenInbox {
         let key = (node, topic.to_owned());
         if registered
             .get(&key)
-            .is_some_and(|until_ms| *until_ms > now_ms.saturating_add(ms(TOKEN_RENEW_BEFORE)))
+            .is_some_and(|until_ms| *until_ms > now_ms.saturating_add(millis(TOKEN_RENEW_BEFORE)))
         {
             return false;
         }
-        registered.insert(key, now_ms.saturating_add(ms(ttl.min(TOKEN_RENEW_EVERY))));
+        registered.insert(
+            key,
+            now_ms.saturating_add(millis(ttl.min(TOKEN_RENEW_EVERY))),
+        );
         true
     }
 
@@ -459,7 +457,7 @@ mod tests {
         let (inbox, clock) = inbox();
         let ttl = Duration::from_secs(2);
         assert!(inbox.claim_registration(2, "t", ttl));
-        clock.advance(ms(ttl - TOKEN_RENEW_BEFORE) - 1);
+        clock.advance(millis(ttl - TOKEN_RENEW_BEFORE) - 1);
         assert!(!inbox.claim_registration(2, "t", ttl), "501 ms left");
         clock.advance(1);
         assert!(inbox.claim_registration(2, "t", ttl), "500 ms left");
@@ -492,7 +490,7 @@ mod tests {
         let (inbox, clock) = inbox();
         inbox.notified("t", holder(1));
 
-        clock.advance(ms(CLAIM_HOLD) - 1);
+        clock.advance(millis(CLAIM_HOLD) - 1);
         assert!(inbox.owes_claim("t", holder(1)), "1 ms of the hold left");
         clock.advance(1);
         assert!(!inbox.owes_claim("t", holder(1)));
@@ -503,10 +501,10 @@ mod tests {
     fn a_second_notification_restarts_the_claim_window() {
         let (inbox, clock) = inbox();
         inbox.notified("t", holder(1));
-        clock.advance(ms(CLAIM_HOLD) - 1);
+        clock.advance(millis(CLAIM_HOLD) - 1);
         inbox.notified("t", holder(1));
 
-        clock.advance(ms(CLAIM_HOLD) - 1);
+        clock.advance(millis(CLAIM_HOLD) - 1);
 
         assert!(inbox.take_claim("t", holder(1)));
     }
@@ -533,7 +531,7 @@ mod tests {
     #[test]
     fn a_holder_has_room_for_a_bounded_number_of_holds() {
         let mut holds = HoldTable::default();
-        let expires_at_ms = NOW_MS + ms(CLAIM_HOLD);
+        let expires_at_ms = NOW_MS + millis(CLAIM_HOLD);
         for offset in 0..HOLDS_PER_HOLDER_MAX as u64 {
             assert!(holds.has_room("t", holder(1), NOW_MS));
             holds.insert("t", holder(1), held(offset, expires_at_ms), NOW_MS);

@@ -72,6 +72,7 @@ pub(super) fn api_with_admin(
         disk,
         "/node",
         narad_plog::LogConfig::default(),
+        crate::testing::system_clock(),
     )));
     let state = Arc::new(state);
     Api {

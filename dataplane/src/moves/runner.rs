@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_disk::BackendKind;
+use narad_disk::clock::{Clock, millis};
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
@@ -38,7 +39,8 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 struct Running {
     status: Arc<Mutex<MoveWorkerStatus>>,
     handle: JoinHandle<Ending>,
-    started: Instant,
+    /// When the worker started, on the node's monotonic clock.
+    started_ms: u64,
 }
 
 /// The runner: one per data node.
@@ -50,10 +52,11 @@ pub struct MoveRunner {
     consume: Arc<ConsumeService>,
     metrics: Arc<NodeMetrics>,
     workers: Mutex<HashMap<Destination, Running>>,
-    last_sweep: Mutex<Option<Instant>>,
+    /// When the last sweep ran, on the node's monotonic clock.
+    last_sweep_ms: Mutex<Option<u64>>,
     /// An earlier sweep, to ask again a new owner that could not vouch for
     /// a copy handed to it ([`VOUCH_RETRY`]).
-    sweep_soon: Mutex<Option<Instant>>,
+    sweep_soon_ms: Mutex<Option<u64>>,
     completed: AtomicU64,
 }
 
@@ -82,8 +85,8 @@ impl MoveRunner {
             consume,
             metrics,
             workers: Mutex::new(HashMap::new()),
-            last_sweep: Mutex::new(None),
-            sweep_soon: Mutex::new(None),
+            last_sweep_ms: Mutex::new(None),
+            sweep_soon_ms: Mutex::new(None),
             completed: AtomicU64::new(0),
         })
     }
@@ -99,12 +102,13 @@ impl MoveRunner {
                 runner.tick().await;
                 let busy = !runner.workers.lock().is_empty()
                     || !runner.combiners.freezes().all().is_empty();
-                let mut wait = if busy { RUNNER_TICK } else { SWEEP_INTERVAL };
-                if let Some(at) = *runner.sweep_soon.lock() {
-                    wait = wait.min(at.saturating_duration_since(Instant::now()));
+                let wait = if busy { RUNNER_TICK } else { SWEEP_INTERVAL };
+                let mut wake_ms = runner.clock().now_ms().saturating_add(millis(wait));
+                if let Some(soon_ms) = *runner.sweep_soon_ms.lock() {
+                    wake_ms = wake_ms.min(soon_ms);
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
+                    () = runner.clock().sleep_until(wake_ms) => {}
                     changed = changes.changed() => {
                         if changed.is_err() {
                             return;
@@ -115,23 +119,29 @@ impl MoveRunner {
         })
     }
 
+    /// The node's clock, which the runner's cadences and stamps read.
+    fn clock(&self) -> &Arc<dyn Clock> {
+        self.context.logs.clock()
+    }
+
     /// One pass.
     pub async fn tick(&self) {
         self.start_workers();
         self.reap_workers().await;
         self.end_freezes();
         self.retire_moved_away().await;
+        let now_ms = self.clock().now_ms();
         let due = self
-            .last_sweep
+            .last_sweep_ms
             .lock()
-            .is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL)
+            .is_none_or(|at_ms| now_ms.saturating_sub(at_ms) >= millis(SWEEP_INTERVAL))
             || self
-                .sweep_soon
+                .sweep_soon_ms
                 .lock()
-                .is_some_and(|at| at <= Instant::now());
+                .is_some_and(|at_ms| at_ms <= now_ms);
         if due {
-            *self.last_sweep.lock() = Some(Instant::now());
-            *self.sweep_soon.lock() = None;
+            *self.last_sweep_ms.lock() = Some(now_ms);
+            *self.sweep_soon_ms.lock() = None;
             self.sweep_stale_copies().await;
         }
         self.publish_gauges();
@@ -190,7 +200,7 @@ impl MoveRunner {
                 partition,
                 source: assignment.owner.clone(),
                 target: me.clone(),
-                started_at_ms: crate::ingress::now_unix_ms(),
+                started_at_ms: self.clock().unix_ms(),
                 phase: MovePhase::Copying.name().to_owned(),
                 attempts: 0,
                 last_error: None,
@@ -212,7 +222,7 @@ impl MoveRunner {
                 Running {
                     status,
                     handle,
-                    started: Instant::now(),
+                    started_ms: self.clock().now_ms(),
                 },
             );
         }
@@ -244,7 +254,9 @@ impl MoveRunner {
                     self.metrics.observe(
                         metrics::MOVES_DURATION_SECONDS,
                         &[],
-                        running.started.elapsed(),
+                        Duration::from_millis(
+                            self.clock().now_ms().saturating_sub(running.started_ms),
+                        ),
                     );
                     self.metrics.count(metrics::MOVES_BYTES_TOTAL, &[], copied);
                 }
@@ -261,7 +273,7 @@ impl MoveRunner {
     /// lapsed ones.
     fn end_freezes(&self) {
         let freezes = self.combiners.freezes();
-        freezes.forget_lapsed(Instant::now());
+        freezes.forget_lapsed(self.clock().now_ms());
         let view = self.context.replica.view();
         let me = self.me();
         for (destination, freeze) in freezes.all() {
@@ -405,9 +417,9 @@ impl MoveRunner {
             // may still commit for a while (see `settle`).
             let unsettled = self.context.flips.unsettled_for(&destination);
             if !unsettled.is_zero() {
-                let at = Instant::now() + unsettled;
-                let mut soon = self.sweep_soon.lock();
-                *soon = Some(soon.map_or(at, |soon| soon.min(at)));
+                let at_ms = self.clock().now_ms().saturating_add(millis(unsettled));
+                let mut soon = self.sweep_soon_ms.lock();
+                *soon = Some(soon.map_or(at_ms, |soon_ms| soon_ms.min(at_ms)));
                 continue;
             }
             self.reclaim_if_released(&destination, incarnation, dir)
@@ -595,9 +607,8 @@ impl MoveRunner {
                 Vouch::Unknown(reason) => {
                     tracing::info!(%destination, reason,
                         "the new owner could not vouch for the copy handed to it yet; kept, asked again soon");
-                    self.sweep_soon
-                        .lock()
-                        .get_or_insert_with(|| Instant::now() + VOUCH_RETRY);
+                    let at_ms = self.clock().now_ms().saturating_add(millis(VOUCH_RETRY));
+                    self.sweep_soon_ms.lock().get_or_insert(at_ms);
                     return;
                 }
             }
@@ -606,7 +617,7 @@ impl MoveRunner {
         let removed = tokio::task::spawn_blocking(move || {
             let disk = &**logs.disk();
             if quarantine {
-                let now_ms = crate::ingress::now_unix_ms();
+                let now_ms = logs.clock().unix_ms();
                 return files::quarantine(disk, &dir, now_ms).map(Some);
             }
             files::clear_dir(disk, &dir, &[])?;

@@ -3,7 +3,7 @@
 //! and may wait for a commit cycle).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_plog::PartitionLog;
 use narad_protocol::commit::not_owner;
@@ -145,7 +145,7 @@ impl MoveSource {
         if request.token != 0 {
             self.combiners
                 .freezes()
-                .rearm(&served.destination, request.token, Instant::now())
+                .rearm(&served.destination, request.token, self.now_ms())
                 .map_err(freeze_refusal)?;
         }
         let limit = files::is_segment(&request.file)
@@ -204,11 +204,14 @@ impl MoveSource {
             .freeze_for_handoff(&served.destination, &request.target);
         // New leases stopped with the freeze; give the outstanding ones a
         // moment to be acked, so fewer are delivered again after the flip.
-        match self.consume.wait_for_leases(
+        // `prepare` runs on a blocking thread of the runtime (see
+        // `service.rs`), which may wait on the runtime's timers.
+        let waited = tokio::runtime::Handle::current().block_on(self.consume.wait_for_leases(
             &served.meta,
             served.destination.partition,
             HANDOFF_LEASE_WAIT,
-        ) {
+        ));
+        match waited {
             Ok(0) => {}
             Ok(live) => tracing::info!(destination = %served.destination, live,
                 "leases still out at the handoff; their messages are delivered again after the move"),
@@ -250,10 +253,9 @@ impl MoveSource {
     /// high watermark; `503` when the fence could not be written.
     pub fn fence(&self, request: &FenceHandoff) -> Result<HandoffFenced, RpcError> {
         let served = self.serve(&request.partition)?;
-        let now = Instant::now();
         let freezes = self.combiners.freezes();
         let fenced = freezes
-            .fence(&served.destination, request.token, now)
+            .fence(&served.destination, request.token, self.now_ms())
             .map_err(freeze_refusal)?;
         let high_watermark = served.log.high_watermark();
         if high_watermark != request.high_watermark {
@@ -304,6 +306,11 @@ impl MoveSource {
             tracing::info!(%destination, "move handoff released by its target");
         }
         Ok(())
+    }
+
+    /// Now on the node's clock, as freezes are timed.
+    fn now_ms(&self) -> u64 {
+        self.logs.clock().now_ms()
     }
 
     /// This node's member id.

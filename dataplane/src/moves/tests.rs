@@ -491,7 +491,9 @@ impl Cluster {
                     Bytes::from(payload.to_owned()),
                     Some(Arc::from("00000000000000a1")),
                 )],
-                deadline: Instant::now() + Duration::from_secs(5),
+                deadline_ms: self.nodes[index]
+                    .combiners()
+                    .deadline_in(Duration::from_secs(5)),
             };
             match self.nodes[index].combiners().commit(&destination, batch) {
                 Ok(_) => return,
@@ -700,7 +702,9 @@ async fn a_target_that_crashes_after_the_install_before_the_flip_resumes_from_it
                 Bytes::from_static(b"x"),
                 None,
             )],
-            deadline: Instant::now() + Duration::from_secs(1),
+            deadline_ms: cluster.nodes[0]
+                .combiners()
+                .deadline_in(Duration::from_secs(1)),
         },
     );
     assert!(matches!(refused, Err(CommitError::Frozen)), "{refused:?}");
@@ -894,6 +898,7 @@ fn staged_copies_are_in_no_listing_of_topics_or_quarantined_copies() {
         Arc::clone(&disk),
         dir.path(),
         narad_plog::LogConfig::default(),
+        crate::testing::system_clock(),
     );
     let id: Arc<str> = Arc::from("00000000000000a1");
     let log = logs
@@ -976,18 +981,20 @@ async fn a_fenced_source_that_restarts_stays_frozen_until_the_flip() {
                 Bytes::from_static(b"x"),
                 None,
             )],
-            deadline: Instant::now() + Duration::from_secs(1),
+            deadline_ms: cluster.nodes[0]
+                .combiners()
+                .deadline_in(Duration::from_secs(1)),
         },
     );
     assert!(matches!(refused, Err(CommitError::Frozen)), "{refused:?}");
     for runner in &cluster.runners {
         runner.tick().await;
     }
+    let combiners = cluster.nodes[0].combiners();
     assert!(
-        cluster.nodes[0]
-            .combiners()
+        combiners
             .freezes()
-            .holds(&destination, Instant::now()),
+            .holds(&destination, combiners.logs().clock().now_ms()),
         "the move is still on: the fence holds"
     );
     cluster.flips_blocked.store(false, Ordering::Release);
@@ -1080,21 +1087,18 @@ async fn the_handoff_waits_for_outstanding_leases_within_its_bound() {
     let leased = consume_some(&cluster, 0, 2, 3).await;
     assert_eq!(leased.len(), 3);
     // Nobody acks: the wait ends at its bound with the leases still out.
-    let waited = {
-        let (consume, meta) = (Arc::clone(&consume), Arc::clone(&meta));
-        tokio::task::spawn_blocking(move || {
-            consume.wait_for_leases(&meta, 2, Duration::from_millis(50))
-        })
+    let waited = consume
+        .wait_for_leases(&meta, 2, Duration::from_millis(50))
         .await
-        .expect("join")
-        .expect("wait")
-    };
+        .expect("wait");
     assert_eq!(waited, 3);
     // Acked while it waits: it ends with none out.
     let waiting = {
         let (consume, meta) = (Arc::clone(&consume), Arc::clone(&meta));
-        tokio::task::spawn_blocking(move || {
-            consume.wait_for_leases(&meta, 2, Duration::from_secs(30))
+        tokio::spawn(async move {
+            consume
+                .wait_for_leases(&meta, 2, Duration::from_secs(30))
+                .await
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_meta::MemberStatus;
 use narad_meta::{Command, CompleteMove, IncarnationId};
@@ -200,7 +200,8 @@ struct Progress {
     /// position (a force-promote's bar and starting position).
     last_listing: Option<(u64, HandoffFenced)>,
     /// When this worker first saw the source marked dead, in this spell.
-    source_dead_since: Option<Instant>,
+    /// On the node's monotonic clock.
+    source_dead_since_ms: Option<u64>,
 }
 
 /// One move to this node.
@@ -348,15 +349,12 @@ impl Worker {
             .member(&self.source)
             .is_some_and(|member| member.status == MemberStatus::Dead);
         if !dead {
-            progress.source_dead_since = None;
+            progress.source_dead_since_ms = None;
             return None;
         }
-        Some(
-            progress
-                .source_dead_since
-                .get_or_insert_with(Instant::now)
-                .elapsed(),
-        )
+        let now_ms = self.context.logs.clock().now_ms();
+        let since_ms = *progress.source_dead_since_ms.get_or_insert(now_ms);
+        Some(Duration::from_millis(now_ms.saturating_sub(since_ms)))
     }
 
     /// Spec §6 "Force-promote": once the source has been marked dead for
@@ -564,8 +562,9 @@ impl Worker {
         let incarnation = self.incarnation.clone();
         let staged = staged.to_path_buf();
         let dir = blocking(move || {
+            let now_ms = logs.clock().unix_ms();
             logs.install_partition_dir(&destination, incarnation.as_ref(), &staged, |disk, dir| {
-                files::vacate_partition_dir(disk, dir, crate::ingress::now_unix_ms())
+                files::vacate_partition_dir(disk, dir, now_ms)
             })
             .map_err(std::io::Error::other)
         })
@@ -596,7 +595,7 @@ impl Worker {
             self.status.lock().copied_bytes = 0;
             *progress = Progress {
                 started: true,
-                source_dead_since: progress.source_dead_since,
+                source_dead_since_ms: progress.source_dead_since_ms,
                 ..Progress::default()
             };
         }

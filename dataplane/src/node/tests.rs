@@ -168,7 +168,12 @@ fn a_deleted_topics_directory_is_quarantined_then_removed_once_the_leader_confir
 fn a_directory_of_a_topic_the_replica_never_had_is_kept_until_the_leader_confirms_it_gone() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let disk = portable();
-    let earlier = LocalLogs::new(Arc::clone(&disk), dir.path(), LogConfig::default());
+    let earlier = LocalLogs::new(
+        Arc::clone(&disk),
+        dir.path(),
+        LogConfig::default(),
+        crate::testing::system_clock(),
+    );
     earlier
         .resolve(
             &Destination::new("ghost", 0),

@@ -21,7 +21,7 @@ fn logs() -> (TempDir, Arc<ManualClock>, LocalLogs) {
     let dir = tempfile::tempdir().expect("temp dir");
     let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("portable disk"));
     let clock = Arc::new(ManualClock::new(0));
-    let logs = LocalLogs::new(disk, dir.path(), LogConfig::default()).with_clock(clock.clone());
+    let logs = LocalLogs::new(disk, dir.path(), LogConfig::default(), clock.clone());
     (dir, clock, logs)
 }
 

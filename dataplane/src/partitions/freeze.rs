@@ -19,9 +19,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_disk::Disk;
+use narad_disk::clock::millis;
 use parking_lot::Mutex;
 
 use super::note;
@@ -46,16 +47,17 @@ pub struct Freeze {
     pub target: String,
     /// The replica's applied index when the freeze began.
     pub since_index: u64,
-    /// Lapses at this instant unless fenced.
-    pub until: Instant,
+    /// Lapses at this point of the node's monotonic clock
+    /// ([`narad_disk::clock::Clock::now_ms`]) unless fenced.
+    pub until_ms: u64,
     /// Whether the target fenced it.
     pub fenced: bool,
 }
 
 impl Freeze {
-    /// Whether it still stops commits at `now`.
-    pub fn holds(&self, now: Instant) -> bool {
-        self.fenced || now < self.until
+    /// Whether it still stops commits at `now_ms`.
+    pub fn holds(&self, now_ms: u64) -> bool {
+        self.fenced || now_ms < self.until_ms
     }
 }
 
@@ -77,12 +79,12 @@ pub struct Freezes {
 }
 
 impl Freezes {
-    /// Whether commits to `destination` are stopped at `now`.
-    pub fn holds(&self, destination: &Destination, now: Instant) -> bool {
+    /// Whether commits to `destination` are stopped at `now_ms`.
+    pub fn holds(&self, destination: &Destination, now_ms: u64) -> bool {
         self.held
             .lock()
             .get(destination)
-            .is_some_and(|freeze| freeze.holds(now))
+            .is_some_and(|freeze| freeze.holds(now_ms))
     }
 
     /// Starts (or replaces) the freeze of `destination` for the move to
@@ -92,7 +94,7 @@ impl Freezes {
         destination: &Destination,
         target: &str,
         since_index: u64,
-        now: Instant,
+        now_ms: u64,
     ) -> Freeze {
         let mut held = self.held.lock();
         let token = loop {
@@ -105,7 +107,7 @@ impl Freezes {
             token,
             target: target.to_owned(),
             since_index,
-            until: now + FREEZE_TTL,
+            until_ms: lapse_at(now_ms),
             fenced: false,
         };
         held.insert(destination.clone(), freeze.clone());
@@ -125,11 +127,11 @@ impl Freezes {
         &self,
         destination: &Destination,
         token: u64,
-        now: Instant,
+        now_ms: u64,
     ) -> Result<(), FreezeError> {
         let mut held = self.held.lock();
-        let freeze = current(&mut held, destination, token, now)?;
-        freeze.until = now + FREEZE_TTL;
+        let freeze = current(&mut held, destination, token, now_ms)?;
+        freeze.until_ms = lapse_at(now_ms);
         Ok(())
     }
 
@@ -141,10 +143,10 @@ impl Freezes {
         &self,
         destination: &Destination,
         token: u64,
-        now: Instant,
+        now_ms: u64,
     ) -> Result<Freeze, FreezeError> {
         let mut held = self.held.lock();
-        let freeze = current(&mut held, destination, token, now)?;
+        let freeze = current(&mut held, destination, token, now_ms)?;
         freeze.fenced = true;
         Ok(freeze.clone())
     }
@@ -189,22 +191,27 @@ impl Freezes {
     }
 
     /// Forgets lapsed unfenced freezes.
-    pub fn forget_lapsed(&self, now: Instant) {
-        self.held.lock().retain(|_, freeze| freeze.holds(now));
+    pub fn forget_lapsed(&self, now_ms: u64) {
+        self.held.lock().retain(|_, freeze| freeze.holds(now_ms));
     }
+}
+
+/// When a freeze started or re-armed at `now_ms` lapses.
+fn lapse_at(now_ms: u64) -> u64 {
+    now_ms.saturating_add(millis(FREEZE_TTL))
 }
 
 fn current<'a>(
     held: &'a mut HashMap<Destination, Freeze>,
     destination: &Destination,
     token: u64,
-    now: Instant,
+    now_ms: u64,
 ) -> Result<&'a mut Freeze, FreezeError> {
     let freeze = held
         .get_mut(destination)
         .filter(|freeze| freeze.token == token)
         .ok_or(FreezeError::Unknown)?;
-    if freeze.holds(now) {
+    if freeze.holds(now_ms) {
         Ok(freeze)
     } else {
         Err(FreezeError::Lapsed)
@@ -260,10 +267,11 @@ mod tests {
     #[test]
     fn an_unfenced_freeze_lapses_and_a_fenced_one_holds() {
         let freezes = Freezes::default();
-        let start = Instant::now();
+        let start = 1_000;
         let freeze = freezes.start(&destination(), "2", 7, start);
         assert!(freezes.holds(&destination(), start));
-        let late = start + FREEZE_TTL;
+        let ttl_ms = lapse_at(0);
+        let late = start + ttl_ms;
         assert!(!freezes.holds(&destination(), late));
         assert_eq!(
             freezes.rearm(&destination(), freeze.token, late),
@@ -271,11 +279,11 @@ mod tests {
         );
         let freeze = freezes.start(&destination(), "2", 7, start);
         freezes
-            .rearm(&destination(), freeze.token, start + FREEZE_TTL / 2)
+            .rearm(&destination(), freeze.token, start + ttl_ms / 2)
             .unwrap();
         assert!(freezes.holds(&destination(), late), "re-armed");
         freezes.fence(&destination(), freeze.token, late).unwrap();
-        assert!(freezes.holds(&destination(), late + FREEZE_TTL * 100));
+        assert!(freezes.holds(&destination(), late + ttl_ms * 100));
         assert!(
             !freezes.release(&destination(), freeze.token),
             "a fenced freeze is not released by the target"
@@ -287,7 +295,7 @@ mod tests {
     #[test]
     fn calls_under_another_token_are_refused() {
         let freezes = Freezes::default();
-        let now = Instant::now();
+        let now = 1_000;
         let old = freezes.start(&destination(), "2", 1, now);
         let new = freezes.start(&destination(), "2", 1, now);
         assert_ne!(old.token, new.token);
@@ -306,7 +314,7 @@ mod tests {
         let disk = narad_disk::portable::PortableDisk::new(1).unwrap();
         assert_eq!(read_fence(&disk, dir.path()).unwrap(), None);
         let freezes = Freezes::default();
-        let now = Instant::now();
+        let now = 1_000;
         let freeze = freezes.start(&destination(), "node-2", 41, now);
         let fenced = freezes.fence(&destination(), freeze.token, now).unwrap();
         write_fence(&disk, dir.path(), &fenced).unwrap();

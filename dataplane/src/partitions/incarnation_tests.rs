@@ -38,12 +38,22 @@ fn id(text: &str) -> Arc<str> {
 fn real_logs() -> (TempDir, Arc<dyn Disk>, LocalLogs) {
     let dir = tempfile::tempdir().expect("temp dir");
     let disk: Arc<dyn Disk> = Arc::new(PortableDisk::new(1).expect("portable disk"));
-    let logs = LocalLogs::new(Arc::clone(&disk), dir.path(), LogConfig::default());
+    let logs = LocalLogs::new(
+        Arc::clone(&disk),
+        dir.path(),
+        LogConfig::default(),
+        crate::testing::system_clock(),
+    );
     (dir, disk, logs)
 }
 
 fn restart(disk: &Arc<dyn Disk>, data_dir: &Path) -> LocalLogs {
-    LocalLogs::new(Arc::clone(disk), data_dir, LogConfig::default())
+    LocalLogs::new(
+        Arc::clone(disk),
+        data_dir,
+        LogConfig::default(),
+        crate::testing::system_clock(),
+    )
 }
 
 fn commit(log: &PartitionLog, payload: &str) {
@@ -250,7 +260,12 @@ fn a_retired_incarnation_is_refused_and_nothing_moves() {
 #[test]
 fn a_topic_without_an_id_never_gets_a_marker() {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(1));
-    let logs = LocalLogs::new(Arc::clone(&disk), "/node", LogConfig::default());
+    let logs = LocalLogs::new(
+        Arc::clone(&disk),
+        "/node",
+        LogConfig::default(),
+        crate::testing::system_clock(),
+    );
     let destination = Destination::new("legacy", 0);
     let log = logs.resolve(&destination, None).expect("resolve");
     commit(&log, "by name");
@@ -639,7 +654,12 @@ fn a_crash_while_stamping_leaves_the_marker_absent_or_whole() {
             error: FaultError::Eio,
             sticky: true,
         });
-        let logs = LocalLogs::new(Arc::clone(&disk), "/node", LogConfig::default());
+        let logs = LocalLogs::new(
+            Arc::clone(&disk),
+            "/node",
+            LogConfig::default(),
+            crate::testing::system_clock(),
+        );
         let _ = logs.resolve(&destination, Some(&id(OLD_ID)));
         drop(logs);
         sim.crash(Tear::LastWrite);
@@ -655,7 +675,12 @@ fn a_crash_while_stamping_leaves_the_marker_absent_or_whole() {
                 "fault at op {fail_at}: a log opened before its marker"
             );
         }
-        let logs = LocalLogs::new(Arc::clone(&disk), "/node", LogConfig::default());
+        let logs = LocalLogs::new(
+            Arc::clone(&disk),
+            "/node",
+            LogConfig::default(),
+            crate::testing::system_clock(),
+        );
         logs.resolve(&destination, Some(&id(OLD_ID)))
             .expect("recovers");
         assert_eq!(sim.read_file(&marker).as_deref(), Some(OLD_ID.as_bytes()));

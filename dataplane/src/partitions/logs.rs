@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, SystemClock};
+use narad_disk::clock::{Clock, millis};
 use narad_plog::{LogConfig, LogError, PartitionLog};
 use parking_lot::Mutex;
 
@@ -91,7 +91,8 @@ pub struct LocalLogs {
     data_dir: PathBuf,
     config: LogConfig,
     open: Mutex<HashMap<Destination, OpenLog>>,
-    /// What idle eviction measures use on (`OpenLog::used_at`).
+    /// The node's clock: idle eviction measures use on it
+    /// (`OpenLog::used_at`).
     clock: Arc<dyn Clock>,
     topics: Mutex<HashMap<Arc<str>, Arc<Mutex<TopicDir>>>>,
     /// Held across the check-then-rename of a quarantine and the creation
@@ -101,14 +102,22 @@ pub struct LocalLogs {
 }
 
 impl LocalLogs {
-    /// Logs under `data_dir` on `disk`.
-    pub fn new(disk: Arc<dyn Disk>, data_dir: impl Into<PathBuf>, config: LogConfig) -> Self {
+    /// Logs under `data_dir` on `disk`, on the node's `clock`: idle
+    /// eviction measures use on it, and whoever works on these logs (the
+    /// combiner's commit stamps and freezes, retention, moves) reads time
+    /// from it ([`Self::clock`]).
+    pub fn new(
+        disk: Arc<dyn Disk>,
+        data_dir: impl Into<PathBuf>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             disk,
             data_dir: data_dir.into(),
             config,
             open: Mutex::new(HashMap::new()),
-            clock: Arc::new(SystemClock::new()),
+            clock,
             topics: Mutex::new(HashMap::new()),
             namespace: Mutex::new(()),
         }
@@ -138,11 +147,9 @@ impl LocalLogs {
         self.resolve_as(destination, incarnation, Use::Work)
     }
 
-    /// The same logs, with idle eviction measuring on `clock` (the node's).
-    #[must_use]
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
+    /// The node's clock these logs run on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// As [`Self::resolve`], for a look at the log's figures (describe):
@@ -218,7 +225,7 @@ impl LocalLogs {
     /// be handed out by nobody, so none is handed out while it closes.
     pub fn evict_idle(&self, idle: Duration) -> Vec<Destination> {
         // Used at or before this stamp: unused for at least `idle`.
-        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let idle_ms = millis(idle);
         let cutoff = self.work_stamp().saturating_sub(idle_ms);
         let idle_now = |entry: &OpenLog| {
             entry.used_at.load(Ordering::Relaxed) <= cutoff && Arc::strong_count(&entry.log) == 1

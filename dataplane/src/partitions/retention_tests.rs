@@ -54,7 +54,12 @@ fn parts_on(disk: Arc<dyn Disk>, data_dir: &Path, replica: Arc<MetadataReplica>)
         ..LogConfig::default()
     };
     RetentionParts {
-        logs: Arc::new(LocalLogs::new(disk, data_dir, config)),
+        logs: Arc::new(LocalLogs::new(
+            disk,
+            data_dir,
+            config,
+            crate::testing::system_clock(),
+        )),
         replica,
         metrics: Arc::new(NodeMetrics::new()),
     }
@@ -274,10 +279,12 @@ fn the_thread_closes_a_log_nobody_used_for_the_idle_time() {
 fn eviction_counts_what_it_closed_and_leaves_a_held_log() {
     let clock = Arc::new(ManualClock::new(0));
     let mut parts = parts(replica(HOUR_MS));
-    parts.logs = Arc::new(
-        LocalLogs::new(Arc::new(SimDisk::new(7)), "/node", LogConfig::default())
-            .with_clock(clock.clone()),
-    );
+    parts.logs = Arc::new(LocalLogs::new(
+        Arc::new(SimDisk::new(7)),
+        "/node",
+        LogConfig::default(),
+        clock.clone(),
+    ));
     commit(&parts, "orders", 3, T0);
     commit(&parts, "forever", 3, T0);
     let meta = parts.replica.topic_meta("orders").expect("topic");

@@ -2,7 +2,7 @@
 //! partition's combiner, answer.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_plog::Origin;
 use narad_protocol::commit::{
@@ -105,7 +105,7 @@ impl CommitService {
         // sending, so a batch still queued past it has nobody waiting.
         let commit = CommitBatch {
             items,
-            deadline: Instant::now() + self.caller_budget,
+            deadline_ms: serving.combiners.deadline_in(self.caller_budget),
         };
         let committed = {
             let destination = destination.clone();

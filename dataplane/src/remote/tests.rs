@@ -84,7 +84,12 @@ fn replica(local: NodeId, owner: NodeId, orders_id: &str) -> Arc<MetadataReplica
 /// A data node's partition logs and combiners on a simulated disk.
 fn combiners(replica: Arc<MetadataReplica>) -> Arc<Combiners> {
     let disk: Arc<dyn Disk> = Arc::new(SimDisk::new(11));
-    let logs = Arc::new(LocalLogs::new(disk, "/owner", LogConfig::default()));
+    let logs = Arc::new(LocalLogs::new(
+        disk,
+        "/owner",
+        LogConfig::default(),
+        crate::testing::system_clock(),
+    ));
     Arc::new(Combiners::new(logs, replica, Arc::new(NodeMetrics::new())))
 }
 

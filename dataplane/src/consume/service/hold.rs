@@ -17,6 +17,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use narad_disk::clock::millis;
+
 use narad_plog::ReadLimits;
 
 use super::lease::{Leased, read_leased};
@@ -54,7 +56,7 @@ impl ConsumeService {
             return held;
         }
         self.pump(&meta.name);
-        let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
+        let hold_ms = millis(hold).max(1);
         let limits = limits(&meta);
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % meta.partitions.max(1);
         for partition in (start..meta.partitions).chain(0..start) {
