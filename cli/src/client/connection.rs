@@ -46,8 +46,8 @@ pub(crate) struct Connection {
     /// Use this context instead of the selected one (see `narad ctx`).
     #[arg(long, global = true)]
     pub(crate) ctx: Option<String>,
-    /// Print JSON for scripts: one object a line for messages, the server's
-    /// answer otherwise.
+    /// Print only JSON, for scripts: one object a line for messages and
+    /// listings, one object for anything else.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 }
