@@ -153,3 +153,54 @@ fn bench_help_names_both_forms() {
         assert!(help.contains(text), "{text} missing from:\n{help}");
     }
 }
+
+/// The help of `narad ARGS`.
+fn help(args: &[&str]) -> String {
+    let output = Command::new(NARAD)
+        .args(args)
+        .arg("--help")
+        .output()
+        .expect("narad runs");
+    assert!(output.status.success(), "{args:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn client_flags_show_on_client_verbs_only() {
+    for verb in ["dev", "control", "data", "completion"] {
+        let text = help(&[verb]);
+        for flag in ["--server", "--user", "--password", "--ctx", "--json"] {
+            assert!(!text.contains(flag), "narad {verb} shows {flag}:\n{text}");
+        }
+    }
+    for verb in [
+        &["topic", "ls"][..],
+        &["pub"],
+        &["sub"],
+        &["user", "ls"],
+        &["ctx"],
+    ] {
+        let text = help(verb);
+        for flag in ["--server", "--json", "NARAD_ADDR"] {
+            assert!(text.contains(flag), "narad {verb:?} lacks {flag}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn flags_filled_from_the_environment_do_not_look_required() {
+    let output = Command::new(NARAD)
+        .arg("pub")
+        .env("NARAD_ADDR", "http://127.0.0.1:1")
+        .env("NARAD_USER", "someone")
+        .env("NARAD_PASS", "secret")
+        .output()
+        .expect("narad runs");
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    let usage = error
+        .lines()
+        .find(|line| line.starts_with("Usage:"))
+        .unwrap_or_else(|| panic!("no usage line:\n{error}"));
+    assert_eq!(usage, "Usage: narad pub <TOPIC> [MESSAGE]");
+}

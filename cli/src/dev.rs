@@ -184,6 +184,22 @@ fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
 /// Runs `narad dev` until SIGINT or SIGTERM.
 pub(crate) fn run(args: &DevArgs) -> ExitCode {
     crate::process::init_logging(defaults::LOG_LEVEL, &args.log_format);
+    // Bound before the banner: a port in use fails alone, without first
+    // announcing a node that never serves.
+    let http_addr = SocketAddr::from((LOOPBACK, args.port));
+    let listener = match std::net::TcpListener::bind(http_addr)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+    {
+        Ok(listener) => listener,
+        Err(e) => {
+            let message = format!("cannot listen on {http_addr}: {e}");
+            error!("{message}");
+            if !json_logs(args) {
+                eprintln!("narad dev: {message}");
+            }
+            return ExitCode::from(EXIT_START);
+        }
+    };
     banner(args);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -195,7 +211,7 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_START);
         }
     };
-    match runtime.block_on(serve(args)) {
+    match runtime.block_on(serve(args, listener)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             error!("{message}");
@@ -207,12 +223,11 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: &DevArgs) -> Result<(), String> {
+async fn serve(args: &DevArgs, listener: std::net::TcpListener) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
     let http_addr = SocketAddr::from((LOOPBACK, args.port));
-    let listener = tokio::net::TcpListener::bind(http_addr)
-        .await
+    let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
     let cluster_addr = free_udp_port()
         .map_err(|e| format!("no free loopback UDP port for the control node: {e}"))?;

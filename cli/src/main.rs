@@ -26,9 +26,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The end of `narad --help`: connection settings and exit statuses.
 const AFTER_LONG_HELP: &str = "\
-Connection (client verbs): -s/--server (NARAD_ADDR), -u/--user (NARAD_USER), -p/--password \
-(NARAD_PASS) or --password-stdin, --ctx. A flag beats its environment variable, which beats the \
-selected context (`narad ctx`), which beats the default http://127.0.0.1:7942.
+Connection (client verbs, after the verb: `narad topic ls -s HOST:PORT`): -s/--server \
+(NARAD_ADDR), -u/--user (NARAD_USER), -p/--password (NARAD_PASS) or --password-stdin, --ctx, \
+and --json for JSON output. A flag beats its environment variable, which beats the selected \
+context (`narad ctx`), which beats the default http://127.0.0.1:7942.
 
 Exit status (client verbs):
   0  done
@@ -46,8 +47,6 @@ Exit status (client verbs):
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    #[command(flatten)]
-    connection: client::Connection,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,7 +64,7 @@ enum Command {
     #[command(long_about = bench::LONG_ABOUT)]
     Bench(bench::BenchArgs),
     #[command(flatten)]
-    Client(client::ClientCommand),
+    Client(Box<client::ClientCommand>),
 }
 
 fn main() -> ExitCode {
@@ -75,10 +74,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => dev::run(&args),
         Command::Data(args) => data::run(&args),
         Command::Bench(args) if bench::is_named(&args) => bench::run(&args),
-        Command::Bench(args) => client::finish(client::bench::run_from(
-            bench::topic_words(args),
-            &cli.connection,
-        )),
-        Command::Client(command) => client::run(command, &cli.connection, &mut Cli::command()),
+        Command::Bench(args) => client::finish(client::bench::run_from(bench::topic_words(args))),
+        Command::Client(command) => client::run(*command, &mut Cli::command()),
     }
 }

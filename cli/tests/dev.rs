@@ -288,3 +288,22 @@ fn dev_with_json_logs_writes_one_object_a_line_and_an_access_line_a_request() {
     );
     assert!(access["duration_ms"].is_number(), "{access}");
 }
+
+#[test]
+fn dev_on_a_port_in_use_fails_before_its_banner() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a port to hold");
+    let port = taken.local_addr().expect("its address").port();
+    let output = Command::new(NARAD)
+        .args(["dev", "--port", &port.to_string(), "--data-dir"])
+        .arg(data.path())
+        .output()
+        .expect("narad runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("DEVELOPMENT NODE"), "{stderr}");
+}

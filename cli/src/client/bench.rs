@@ -16,7 +16,11 @@ use narad_bench::report::Report;
 use serde_json::{Value, json};
 
 use super::http::{Body, encode};
-use super::pubsub::{BATCH_MESSAGES_MAX, batch_body, produce_batch, produce_one, progress_bar};
+use super::output::say;
+use super::pubsub::{
+    BATCH_MESSAGES_MAX, MESSAGE_BYTES_MAX, batch_body, check_size, produce_batch, produce_one,
+    progress_bar,
+};
 use super::{Api, Connection, Failure, Outcome};
 
 /// How long `--consume` goes on without receiving anything before it stops
@@ -37,8 +41,8 @@ pub(crate) struct TopicBenchArgs {
     /// Messages to produce.
     #[arg(long, default_value_t = 10_000)]
     count: u64,
-    /// Bytes per message.
-    #[arg(long, default_value_t = 256)]
+    /// Bytes per message (1 to 1 MiB, the server's limit).
+    #[arg(long, default_value_t = 256, value_parser = parse_size)]
     size: usize,
     /// Concurrent workers (one connection each).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -62,6 +66,21 @@ impl TopicBenchArgs {
     }
 }
 
+/// `--size`: a message size the server stores, so that no request of the
+/// run is refused for its size.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let bytes: usize = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of bytes"))?;
+    match check_size(&format!("a message of --size {bytes}"), bytes) {
+        Ok(()) => Ok(bytes),
+        Err(Failure::Usage(text) | Failure::Refused(text) | Failure::Unreachable(text)) => {
+            Err(text)
+        }
+        Err(Failure::OutputClosed) => Err(format!("1 to {MESSAGE_BYTES_MAX} bytes")),
+    }
+}
+
 /// What one phase measured.
 #[derive(Debug, Default)]
 struct Phase {
@@ -71,6 +90,12 @@ struct Phase {
     statuses: BTreeMap<u16, u64>,
     /// Messages that succeeded (produced with `202`, or consumed).
     messages: u64,
+    /// Consumes that delivered nothing: a long poll that waited out its
+    /// wait measures the server's patience, not a delivery, so it is in
+    /// neither the latencies nor the rate.
+    empty_polls: u64,
+    /// From the phase's start to its end; for consume, to its last
+    /// delivery, so the idle wait after the last message is not counted.
     elapsed: Duration,
 }
 
@@ -81,6 +106,30 @@ impl Phase {
             *self.statuses.entry(status).or_default() += count;
         }
         self.messages += other.messages;
+        self.empty_polls += other.empty_polls;
+        self.elapsed = self.elapsed.max(other.elapsed);
+    }
+
+    /// Counts one consume (with its ack) that answered `status` with
+    /// `delivered` messages, took `latency` and ended `ended` after the
+    /// phase began. Only a delivery is a latency sample and moves the
+    /// phase's end; an empty long poll or a refusal is counted by status.
+    fn record_consume(&mut self, status: u16, delivered: u64, latency: Duration, ended: Duration) {
+        *self.statuses.entry(status).or_default() += 1;
+        if delivered == 0 {
+            if matches!(status, 200 | 204) {
+                self.empty_polls += 1;
+            }
+            return;
+        }
+        self.latencies_us.push(latency.as_micros() as u64);
+        self.messages += delivered;
+        self.elapsed = self.elapsed.max(ended);
+    }
+
+    /// Messages a second over the phase.
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
     /// The latency at `quantile` (0..=1) in milliseconds, nearest rank.
@@ -104,20 +153,25 @@ impl Phase {
         ]
     }
 
-    fn print(&self, name: &str) {
-        let rate = self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9);
-        println!(
-            "{name}: {} messages in {:.2}s ({rate:.0} msg/s), {} requests",
+    fn print(&self, name: &str) -> Outcome {
+        let empty = if self.empty_polls > 0 {
+            format!(", {} empty polls", self.empty_polls)
+        } else {
+            String::new()
+        };
+        say!(
+            "{name}: {} messages in {:.2}s ({:.0} msg/s), {} requests{empty}",
             self.messages,
             self.elapsed.as_secs_f64(),
+            self.rate(),
             self.latencies_us.len()
-        );
+        )?;
         let figures: Vec<String> = self
             .summary_ms()
             .iter()
             .map(|(label, ms)| format!("{label} {ms:.2}ms"))
             .collect();
-        println!("{name} latency: {}", figures.join("  "));
+        say!("{name} latency: {}", figures.join("  "))?;
         let statuses: Vec<String> = self
             .statuses
             .iter()
@@ -126,28 +180,43 @@ impl Phase {
                 status => format!("{status}: {count}"),
             })
             .collect();
-        println!("{name} statuses: {}", statuses.join("  "));
+        say!("{name} statuses: {}", statuses.join("  "))
+    }
+
+    /// The phase as one JSON object.
+    fn json(&self) -> Value {
+        let latency: serde_json::Map<String, Value> = self
+            .summary_ms()
+            .iter()
+            .map(|(label, ms)| ((*label).to_owned(), json!(ms)))
+            .collect();
+        let statuses: serde_json::Map<String, Value> = self
+            .statuses
+            .iter()
+            .map(|(status, count)| (status.to_string(), json!(count)))
+            .collect();
+        json!({
+            "messages": self.messages,
+            "seconds": self.elapsed.as_secs_f64(),
+            "messages_per_second": self.rate().round(),
+            "requests": self.latencies_us.len(),
+            "empty_polls": self.empty_polls,
+            "latency_ms": latency,
+            "statuses": statuses,
+        })
     }
 }
 
 /// Parses `narad bench <topic> ...` (the words after `bench`) and runs it.
-pub(crate) fn run_from(words: Vec<std::ffi::OsString>, global: &Connection) -> Outcome {
+pub(crate) fn run_from(words: Vec<std::ffi::OsString>) -> Outcome {
     let mut args = match TopicBenchArgs::try_parse_from(
         std::iter::once(std::ffi::OsString::from("narad bench")).chain(words),
     ) {
         Ok(args) => args,
         Err(error) => error.exit(),
     };
-    let connection = &mut args.connection;
-    connection.server = connection.server.take().or_else(|| global.server.clone());
-    connection.user = connection.user.take().or_else(|| global.user.clone());
-    connection.password = connection
-        .password
-        .take()
-        .or_else(|| global.password.clone());
-    connection.ctx = connection.ctx.take().or_else(|| global.ctx.clone());
-    connection.password_stdin |= global.password_stdin;
-    connection.json |= global.json;
+    args.connection =
+        std::mem::take(&mut args.connection).with_environment(|name| std::env::var(name).ok());
     if let Some(topic) = args.topic_flag.take() {
         args.topic = Some(topic);
     }
@@ -169,18 +238,37 @@ fn run(args: &TopicBenchArgs) -> Outcome {
             )),
             other => other,
         })?;
+    let json = args.connection.json;
     let payload = payload(args.size);
     let produced = produce_phase(&api, args, &payload);
-    produced.print("produce");
-    let consumed = args.consume.then(|| {
+    if !json {
+        produced.print("produce")?;
+    }
+    let consumed = if args.consume {
         let phase = consume_phase(&api, args, produced.messages);
-        phase.print("consume");
-        phase
-    });
+        if !json {
+            phase.print("consume")?;
+        }
+        Some(phase)
+    } else {
+        None
+    };
     if let Some(out) = &args.out {
         chart(out, &produced, consumed.as_ref())
             .map_err(|e| Failure::Usage(format!("--out {}: {e}", out.display())))?;
-        println!("chart written to {}", out.display());
+        if !json {
+            say!("chart written to {}", out.display())?;
+        }
+    }
+    if json {
+        let mut report = json!({ "topic": args.topic(), "produce": produced.json() });
+        if let Some(consumed) = &consumed {
+            report["consume"] = consumed.json();
+        }
+        if let Some(out) = &args.out {
+            report["chart"] = json!(out.display().to_string());
+        }
+        say!("{report}")?;
     }
     if produced.messages < args.count {
         return Err(Failure::Refused(format!(
@@ -287,21 +375,19 @@ fn consume_phase(api: &Api, args: &TopicBenchArgs, target: u64) -> Phase {
         for _ in 0..args.workers {
             let (merged, remaining) = (Arc::clone(&merged), Arc::clone(&remaining));
             scope.spawn(move || {
-                let phase = consume_worker(api, args.topic(), &remaining);
+                let phase = consume_worker(api, args.topic(), &remaining, started);
                 if let Ok(mut merged) = merged.lock() {
                     merged.merge(phase);
                 }
             });
         }
     });
-    let mut phase = std::mem::take(&mut *merged.lock().unwrap_or_else(|e| e.into_inner()));
-    phase.elapsed = started.elapsed();
-    phase
+    std::mem::take(&mut *merged.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Consumes and batch-acks until `remaining` reaches 0 or nothing came for
 /// [`CONSUME_IDLE_MAX`]; each timed request is a consume plus its ack.
-fn consume_worker(api: &Api, topic: &str, remaining: &Mutex<u64>) -> Phase {
+fn consume_worker(api: &Api, topic: &str, remaining: &Mutex<u64>, phase_start: Instant) -> Phase {
     let mut phase = Phase::default();
     let topic = encode(topic);
     let mut last = Instant::now();
@@ -314,17 +400,10 @@ fn consume_worker(api: &Api, topic: &str, remaining: &Mutex<u64>) -> Phase {
         let path = format!("/v1/topics/{topic}/consume?wait={CONSUME_WAIT}&max={want}");
         let answer = api.send("GET", &path, None);
         let status = answer.as_ref().map_or(0, |answer| answer.status);
-        *phase.statuses.entry(status).or_default() += 1;
-        let Ok(answer) = answer else { continue };
-        if answer.status != 200 {
-            phase
-                .latencies_us
-                .push(started.elapsed().as_micros() as u64);
-            continue;
-        }
         let handles: Vec<Value> = answer
-            .json()
             .ok()
+            .filter(|answer| answer.status == 200)
+            .and_then(|answer| answer.json().ok())
             .and_then(|body| body.get("messages").cloned())
             .and_then(|messages| messages.as_array().cloned())
             .unwrap_or_default()
@@ -338,15 +417,17 @@ fn consume_worker(api: &Api, topic: &str, remaining: &Mutex<u64>) -> Phase {
                 &format!("/v1/topics/{topic}/ack"),
                 Some(Body::Json(&body)),
             );
-            phase.messages += handles.len() as u64;
             if let Ok(mut left) = remaining.lock() {
                 *left = left.saturating_sub(handles.len() as u64);
             }
             last = Instant::now();
         }
-        phase
-            .latencies_us
-            .push(started.elapsed().as_micros() as u64);
+        phase.record_consume(
+            status,
+            handles.len() as u64,
+            started.elapsed(),
+            phase_start.elapsed(),
+        );
     }
 }
 
@@ -392,6 +473,28 @@ mod tests {
         assert_eq!(summary[1], ("p95", 95.0));
         assert_eq!(summary[2], ("p99", 99.0));
         assert_eq!(summary[3], ("max", 100.0));
+    }
+
+    #[test]
+    fn empty_long_polls_count_in_neither_latency_nor_rate() {
+        let mut phase = Phase::default();
+        let ms = Duration::from_millis;
+        phase.record_consume(200, 10, ms(2), ms(100));
+        phase.record_consume(204, 0, ms(1000), ms(1100));
+        phase.record_consume(200, 0, ms(1000), ms(2100));
+        assert_eq!(phase.latencies_us, vec![2000]);
+        assert_eq!((phase.messages, phase.empty_polls), (10, 2));
+        assert_eq!(phase.elapsed, ms(100));
+        assert_eq!(phase.rate().round(), 100.0);
+        assert_eq!(phase.statuses.get(&204), Some(&1));
+    }
+
+    #[test]
+    fn a_size_over_one_mib_is_refused() {
+        assert_eq!(parse_size("1048576"), Ok(MESSAGE_BYTES_MAX));
+        let refused = parse_size("1048577").expect_err("over 1 MiB");
+        assert!(refused.contains("at most 1 MiB"), "{refused}");
+        assert!(parse_size("0").is_err());
     }
 
     #[test]

@@ -6,8 +6,8 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use super::duration::format_bytes;
-use super::http::{Answer, encode};
-use super::output::{field, print_json, table};
+use super::http::{Answer, Subject, encode};
+use super::output::{field, print_json, say, table};
 use super::topic::{all_topics, describe, messages, number, owner_count, partition_stats, role};
 use super::{Api, Connection, Failure, Outcome};
 
@@ -63,7 +63,9 @@ pub(crate) fn run(command: &ClusterCommand, connection: &Connection) -> Outcome 
                 api.send("GET", "/v1/cluster/members", None)?,
                 "cluster members",
             )?;
-            let body = api.expect(answer, &[200], "list cluster members")?.json()?;
+            let body = api
+                .expect_about(answer, &[200], "list cluster members", Subject::Node)?
+                .json()?;
             rows_of(
                 &body,
                 "members",
@@ -76,11 +78,13 @@ pub(crate) fn run(command: &ClusterCommand, connection: &Connection) -> Outcome 
                     ("PARTITIONS", "owned_partitions"),
                     ("OUTBOUND MOVES", "outbound_moves"),
                 ],
-            );
+            )
         }
         ClusterCommand::Moves => {
             let answer = supported(api.send("GET", "/v1/cluster/moves", None)?, "cluster moves")?;
-            let body = api.expect(answer, &[200], "list partition moves")?.json()?;
+            let body = api
+                .expect_about(answer, &[200], "list partition moves", Subject::Node)?
+                .json()?;
             rows_of(
                 &body,
                 "moves",
@@ -92,18 +96,17 @@ pub(crate) fn run(command: &ClusterCommand, connection: &Connection) -> Outcome 
                     ("TO", "to"),
                     ("BLOCKED", "blocked"),
                 ],
-            );
+            )
         }
         ClusterCommand::Decommission {
             node,
             cancel,
             dry_run,
-        } => decommission(&api, node, *cancel, *dry_run)?,
+        } => decommission(&api, node, *cancel, *dry_run, connection.json),
     }
-    Ok(())
 }
 
-fn decommission(api: &Api, node: &str, cancel: bool, dry_run: bool) -> Outcome {
+fn decommission(api: &Api, node: &str, cancel: bool, dry_run: bool, json: bool) -> Outcome {
     let mut path = format!("/v1/cluster/members/{}/decommission", encode(node));
     if dry_run {
         path.push_str("?dry_run=true");
@@ -111,20 +114,22 @@ fn decommission(api: &Api, node: &str, cancel: bool, dry_run: bool) -> Outcome {
     let method = if cancel { "DELETE" } else { "POST" };
     let answer = supported(api.send(method, &path, None)?, "decommission")?;
     let what = format!("decommission node {node}");
-    let answer = api.expect(answer, &[200, 204], &what)?;
-    if answer.status == 200 {
-        print_json(&answer.json()?);
-    } else if cancel {
-        println!("node {node}: decommission cancelled");
-    } else {
-        println!("node {node}: draining; its partitions move away");
+    let answer = api.expect_about(answer, &[200, 204], &what, Subject::Node)?;
+    match (answer.status, json) {
+        (200, true) => say!("{}", answer.json()?),
+        (200, false) => print_json(&answer.json()?),
+        (_, true) => say!(
+            "{}",
+            serde_json::json!({ "node": node, "decommission": if cancel { "cancelled" } else { "draining" } })
+        ),
+        (_, false) if cancel => say!("node {node}: decommission cancelled"),
+        (_, false) => say!("node {node}: draining; its partitions move away"),
     }
-    Ok(())
 }
 
 /// Prints the array `key` of `body` as a table of `columns` (header,
 /// field), or one JSON object a line.
-fn rows_of(body: &Value, key: &str, json: bool, columns: &[(&str, &str)]) {
+fn rows_of(body: &Value, key: &str, json: bool, columns: &[(&str, &str)]) -> Outcome {
     let items = body
         .get(key)
         .and_then(Value::as_array)
@@ -132,9 +137,9 @@ fn rows_of(body: &Value, key: &str, json: bool, columns: &[(&str, &str)]) {
         .unwrap_or_default();
     if json {
         for item in &items {
-            println!("{item}");
+            say!("{item}")?;
         }
-        return;
+        return Ok(());
     }
     let header: Vec<&str> = columns.iter().map(|(header, _)| *header).collect();
     let mut rows = table(&header);
@@ -146,7 +151,7 @@ fn rows_of(body: &Value, key: &str, json: bool, columns: &[(&str, &str)]) {
                 .collect::<Vec<_>>(),
         );
     }
-    println!("{rows}");
+    say!("{rows}")
 }
 
 /// Runs a `narad server` verb.
@@ -164,7 +169,7 @@ pub(crate) fn server(command: &ServerCommand, connection: &Connection) -> Outcom
         let size: u64 = stats.iter().map(|stats| number(stats, "size_bytes")).sum();
         totals = (totals.0 + count, totals.1 + size);
         if connection.json {
-            println!(
+            say!(
                 "{}",
                 serde_json::json!({
                     "topic": name, "partitions": number(&topic, "partitions"),
@@ -172,7 +177,7 @@ pub(crate) fn server(command: &ServerCommand, connection: &Connection) -> Outcom
                     "owners": owner_count(&topic), "role": role(&topic),
                     "partial": topic.get("partial").and_then(Value::as_bool).unwrap_or(false),
                 })
-            );
+            )?;
             continue;
         }
         let partial = topic.get("partial").and_then(Value::as_bool) == Some(true);
@@ -187,10 +192,10 @@ pub(crate) fn server(command: &ServerCommand, connection: &Connection) -> Outcom
         ]);
     }
     if !connection.json {
-        println!("{rows}");
-        println!("total: {} messages, {}", totals.0, format_bytes(totals.1));
+        say!("{rows}")?;
+        say!("total: {} messages, {}", totals.0, format_bytes(totals.1))?;
         if any_partial {
-            println!("+ marks a lower bound: some partition owners did not answer");
+            say!("+ marks a lower bound: some partition owners did not answer")?;
         }
     }
     Ok(())
@@ -204,6 +209,7 @@ mod tests {
         Answer {
             status,
             body: body.as_bytes().to_vec(),
+            ..Answer::default()
         }
     }
 

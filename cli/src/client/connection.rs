@@ -1,6 +1,11 @@
-//! The global connection flags and how they resolve: a flag beats its
-//! environment variable, which beats the selected context, which beats the
-//! default (`http://127.0.0.1:7942`, no credentials).
+//! The connection flags of the client verbs and how they resolve: a flag
+//! beats its environment variable, which beats the selected context, which
+//! beats the default (`http://127.0.0.1:7942`, no credentials).
+//!
+//! The environment is read here rather than by clap: clap counts a value
+//! from the environment as given on the command line, and an error's usage
+//! line would then show `--server <SERVER> --user <USER> --password
+//! <PASSWORD>` as if the verb required them.
 
 use std::io::BufRead;
 
@@ -14,25 +19,26 @@ pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7942";
 /// The user sent with a password when no user is named (the root admin).
 const DEFAULT_USER: &str = "admin";
 
-/// Connection flags, accepted by every verb.
+/// The environment variables of the connection flags.
+const ENV_SERVER: &str = "NARAD_ADDR";
+const ENV_USER: &str = "NARAD_USER";
+const ENV_PASSWORD: &str = "NARAD_PASS";
+
+/// Connection flags, accepted by every client verb (and by each of its
+/// subcommands, anywhere after the verb).
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct Connection {
-    /// Server URL [default: the context's, else http://127.0.0.1:7942].
-    #[arg(short = 's', long, env = "NARAD_ADDR", global = true)]
+    /// Server: a URL, or HOST:PORT for http:// [env: NARAD_ADDR] [default:
+    /// the context's, else http://127.0.0.1:7942].
+    #[arg(short = 's', long, global = true)]
     pub(crate) server: Option<String>,
-    /// User for HTTP Basic auth [default: the context's; `admin` when only
-    /// a password is given].
-    #[arg(short = 'u', long, env = "NARAD_USER", global = true)]
+    /// User for HTTP Basic auth [env: NARAD_USER] [default: the context's;
+    /// `admin` when only a password is given].
+    #[arg(short = 'u', long, global = true)]
     pub(crate) user: Option<String>,
-    /// Password for HTTP Basic auth (prefer NARAD_PASS or --password-stdin:
-    /// a flag shows in the process list).
-    #[arg(
-        short = 'p',
-        long,
-        env = "NARAD_PASS",
-        hide_env_values = true,
-        global = true
-    )]
+    /// Password for HTTP Basic auth [env: NARAD_PASS] (prefer NARAD_PASS or
+    /// --password-stdin: a flag shows in the process list).
+    #[arg(short = 'p', long, global = true)]
     pub(crate) password: Option<String>,
     /// Read the password from the first line of standard input.
     #[arg(long, global = true, conflicts_with = "password")]
@@ -40,8 +46,8 @@ pub(crate) struct Connection {
     /// Use this context instead of the selected one (see `narad ctx`).
     #[arg(long, global = true)]
     pub(crate) ctx: Option<String>,
-    /// Print JSON for scripts: one object a line for messages, the server's
-    /// answer otherwise.
+    /// Print only JSON, for scripts: one object a line for messages and
+    /// listings, one object for anything else.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 }
@@ -55,6 +61,18 @@ pub(crate) struct Target {
 }
 
 impl Connection {
+    /// These flags with each one not given filled from its environment
+    /// variable (`env` looks one up); an empty variable counts as unset.
+    pub(crate) fn with_environment(mut self, env: impl Fn(&str) -> Option<String>) -> Self {
+        let env = |name: &str| env(name).filter(|value| !value.is_empty());
+        self.server = self.server.or_else(|| env(ENV_SERVER));
+        self.user = self.user.or_else(|| env(ENV_USER));
+        if !self.password_stdin {
+            self.password = self.password.or_else(|| env(ENV_PASSWORD));
+        }
+        self
+    }
+
     /// The API client for these flags.
     ///
     /// # Errors
@@ -103,9 +121,19 @@ pub(crate) fn resolve(flags: &Connection, context: Option<&Context>) -> Target {
         .or_else(|| context.and_then(|context| context.user.clone()))
         .or_else(|| password.as_ref().map(|_| DEFAULT_USER.to_owned()));
     Target {
-        server: server.trim_end_matches('/').to_owned(),
+        server: with_scheme(server.trim_end_matches('/')),
         user,
         password,
+    }
+}
+
+/// `server` with `http://` put in front when it names no scheme, as the
+/// Go client does with `NARAD_ADDR` (`127.0.0.1:7942`).
+fn with_scheme(server: &str) -> String {
+    if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("http://{server}")
     }
 }
 
@@ -154,6 +182,53 @@ mod tests {
         let target = resolve(&Connection::default(), None);
         assert_eq!(target.server, DEFAULT_SERVER);
         assert_eq!(target.user, None);
+    }
+
+    #[test]
+    fn an_address_without_a_scheme_is_http() {
+        let flags = Connection {
+            server: Some("127.0.0.1:7942/".into()),
+            ..Connection::default()
+        };
+        assert_eq!(resolve(&flags, None).server, "http://127.0.0.1:7942");
+        let context = Context {
+            server: "broker.example:7942".into(),
+            ..context()
+        };
+        let target = resolve(&Connection::default(), Some(&context));
+        assert_eq!(target.server, "http://broker.example:7942");
+        let https = Connection {
+            server: Some("https://broker.example".into()),
+            ..Connection::default()
+        };
+        assert_eq!(resolve(&https, None).server, "https://broker.example");
+    }
+
+    #[test]
+    fn the_environment_fills_only_the_flags_not_given() {
+        let env = |name: &str| match name {
+            "NARAD_ADDR" => Some("http://env:3".to_owned()),
+            "NARAD_USER" => Some(String::new()),
+            "NARAD_PASS" => Some("env-pass".to_owned()),
+            _ => None,
+        };
+        let flags = Connection {
+            server: Some("http://flag:2".into()),
+            ..Connection::default()
+        }
+        .with_environment(env);
+        assert_eq!(flags.server.as_deref(), Some("http://flag:2"));
+        assert_eq!(flags.user, None, "an empty variable is unset");
+        assert_eq!(flags.password.as_deref(), Some("env-pass"));
+        let from_stdin = Connection {
+            password_stdin: true,
+            ..Connection::default()
+        }
+        .with_environment(env);
+        assert_eq!(
+            from_stdin.password, None,
+            "--password-stdin wins over NARAD_PASS"
+        );
     }
 
     #[test]

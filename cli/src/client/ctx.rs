@@ -10,9 +10,10 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::connection::DEFAULT_SERVER;
-use super::output::table;
+use super::output::{say, table};
 use super::{Connection, Failure, Outcome};
 
 /// The contexts file's permission bits: owner read and write only.
@@ -159,6 +160,7 @@ impl Contexts {
 /// Runs a `narad ctx` verb.
 pub(crate) fn run(command: CtxCommand, connection: &Connection) -> Outcome {
     let mut contexts = Contexts::load()?;
+    let json = connection.json;
     match command {
         CtxCommand::Add {
             name,
@@ -186,15 +188,25 @@ pub(crate) fn run(command: CtxCommand, connection: &Connection) -> Outcome {
                 contexts.current = Some(name.clone());
             }
             let path = contexts.save()?;
-            println!("context {name} saved in {}", path.display());
+            let selected = contexts.current.as_deref() == Some(name.as_str());
+            if json {
+                return say!(
+                    "{}",
+                    json!({ "context": name, "path": path.display().to_string(), "selected": selected })
+                );
+            }
+            say!("context {name} saved in {}", path.display())
         }
         CtxCommand::Select { name } => {
             contexts.known(&name)?;
             contexts.current = Some(name.clone());
             contexts.save()?;
-            println!("context {name} selected");
+            if json {
+                return say!("{}", json!({ "context": name, "selected": true }));
+            }
+            say!("context {name} selected")
         }
-        CtxCommand::Ls => list(&contexts, connection.json),
+        CtxCommand::Ls => list(&contexts, json),
         CtxCommand::Rm { name } => {
             contexts.known(&name)?;
             contexts.contexts.remove(&name);
@@ -202,25 +214,27 @@ pub(crate) fn run(command: CtxCommand, connection: &Connection) -> Outcome {
                 contexts.current = None;
             }
             contexts.save()?;
-            println!("context {name} removed");
+            if json {
+                return say!("{}", json!({ "context": name, "removed": true }));
+            }
+            say!("context {name} removed")
         }
     }
-    Ok(())
 }
 
-fn list(contexts: &Contexts, json: bool) {
+fn list(contexts: &Contexts, json: bool) -> Outcome {
     if json {
         for (name, context) in &contexts.contexts {
             let selected = contexts.current.as_deref() == Some(name.as_str());
-            println!(
+            say!(
                 "{}",
-                serde_json::json!({
+                json!({
                     "name": name, "server": context.server, "user": context.user,
                     "selected": selected,
                 })
-            );
+            )?;
         }
-        return;
+        return Ok(());
     }
     let mut rows = table(&["", "NAME", "SERVER", "USER", "PASSWORD"]);
     for (name, context) in &contexts.contexts {
@@ -238,5 +252,5 @@ fn list(contexts: &Contexts, json: bool) {
             .to_owned(),
         ]);
     }
-    println!("{rows}");
+    say!("{rows}")
 }

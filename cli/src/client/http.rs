@@ -25,11 +25,21 @@ const RETRY_WAIT_MAX: Duration = Duration::from_secs(2);
 /// The value of `X-Narad-Client` this CLI sends.
 const CLIENT_NAME: &str = concat!("narad-cli/", env!("CARGO_PKG_VERSION"));
 
-/// An answer: status and body.
-#[derive(Debug)]
+/// An answer: status, body, and the `Retry-After` seconds when given.
+#[derive(Debug, Default)]
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) body: Vec<u8>,
+    pub(crate) retry_after_s: Option<u64>,
+}
+
+/// What a request is about, for the hint of a refusal: each kind of name
+/// has its own listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Subject {
+    Topic,
+    User,
+    Node,
 }
 
 impl Answer {
@@ -77,11 +87,12 @@ impl Api {
     /// A client of `target`.
     ///
     /// # Errors
-    /// A server URL that is not `http://` or `https://`.
+    /// A server URL whose scheme is not `http://` or `https://`.
     pub(crate) fn new(target: Target) -> Result<Self, Failure> {
         if !(target.server.starts_with("http://") || target.server.starts_with("https://")) {
             return Err(Failure::Usage(format!(
-                "--server {:?} is not a URL; give one like http://127.0.0.1:7942",
+                "--server {:?}: narad speaks http:// and https:// only; give a URL like \
+                 http://127.0.0.1:7942, or HOST:PORT for http",
                 target.server
             )));
         }
@@ -145,13 +156,21 @@ impl Api {
         };
         let response = sent.map_err(|e| self.transport_failure(&e))?;
         let status = response.status().as_u16();
+        let retry_after_s = response
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok()?.trim().parse().ok());
         let body = response
             .into_body()
             .with_config()
             .limit(ANSWER_BYTES_MAX)
             .read_to_vec()
             .map_err(|e| self.transport_failure(&e))?;
-        Ok(Answer { status, body })
+        Ok(Answer {
+            status,
+            body,
+            retry_after_s,
+        })
     }
 
     /// [`Self::send`] retried with backoff while the failure is transient
@@ -194,36 +213,43 @@ impl Api {
         self.expect(answer, &[200], what)?.json()
     }
 
-    /// `answer` when its status is one of `ok`, else the refusal.
+    /// `answer` when its status is one of `ok`, else the refusal (a
+    /// request about a topic).
     ///
     /// # Errors
     /// Any status outside `ok`.
     pub(crate) fn expect(&self, answer: Answer, ok: &[u16], what: &str) -> Result<Answer, Failure> {
+        self.expect_about(answer, ok, what, Subject::Topic)
+    }
+
+    /// [`Self::expect`] for a request about `subject`.
+    ///
+    /// # Errors
+    /// Any status outside `ok`.
+    pub(crate) fn expect_about(
+        &self,
+        answer: Answer,
+        ok: &[u16],
+        what: &str,
+        subject: Subject,
+    ) -> Result<Answer, Failure> {
         if ok.contains(&answer.status) {
             Ok(answer)
         } else {
-            Err(self.refusal(&answer, what))
+            Err(self.refusal_about(&answer, what, subject))
         }
     }
 
-    /// The failure for a refused `what`: the status, the server's words
-    /// and what to do about it.
+    /// The failure for a refused `what` about a topic.
     pub(crate) fn refusal(&self, answer: &Answer, what: &str) -> Failure {
+        self.refusal_about(answer, what, Subject::Topic)
+    }
+
+    /// The failure for a refused `what` about `subject`: the status, the
+    /// server's words and what to do about it.
+    pub(crate) fn refusal_about(&self, answer: &Answer, what: &str, subject: Subject) -> Failure {
         let text = answer.error_text();
-        let user = self.user.as_deref().unwrap_or("(none)");
-        let hint = match answer.status {
-            401 => format!(
-                "; check the user ({user}) and password: -u/-p, NARAD_USER/NARAD_PASS or the context"
-            ),
-            403 => format!(
-                "; user {user} lacks the grant: an admin can add it with `narad user grant`"
-            ),
-            404 => "; check the name (`narad topic ls` lists topics)".to_owned(),
-            409 => "; read the current state (`narad topic info`) and decide".to_owned(),
-            429 | 503 => "; the server is busy or changing: retry in a moment".to_owned(),
-            500..=599 => "; the server failed: retry, or read its log".to_owned(),
-            _ => String::new(),
-        };
+        let hint = hint(answer, &text, subject, self.user.as_deref());
         let text = if text.is_empty() {
             String::new()
         } else {
@@ -248,6 +274,63 @@ impl Api {
             )),
         }
     }
+}
+
+/// What to do about a refusal with the server's words `text`, as `; ...`
+/// (or nothing), for a request about `subject` sent as `user`.
+fn hint(answer: &Answer, text: &str, subject: Subject, user: Option<&str>) -> String {
+    let listing = match subject {
+        Subject::Topic => "`narad topic ls` lists topics",
+        Subject::User => "`narad user ls` lists users",
+        Subject::Node => "`narad cluster members` lists the nodes",
+    };
+    match (answer.status, user) {
+        (401, Some(user)) => format!(
+            "; check the user ({user}) and password: -u/-p, NARAD_USER/NARAD_PASS or the context"
+        ),
+        (401, None) => "; no credentials were given: pass -u and -p, set NARAD_USER and \
+                        NARAD_PASS, or select a context (`narad ctx`)"
+            .to_owned(),
+        (403, _) if !lacks_a_grant(text) => String::new(),
+        (403, Some(user)) => {
+            format!("; user {user} lacks the grant: an admin can add it with `narad user grant`")
+        }
+        (403, None) => "; an admin can add the grant with `narad user grant`".to_owned(),
+        (404, _) if subject == Subject::Node => format!("; check the node id ({listing})"),
+        (404, _) => format!("; check the name ({listing})"),
+        (409, _) if subject == Subject::User => format!("; that user exists ({listing})"),
+        (409, _) if subject == Subject::Node => {
+            "; read the current state (`narad cluster members`) and decide".to_owned()
+        }
+        (409, _) => "; read the current state (`narad topic info`) and decide".to_owned(),
+        (429, user) if text.contains("failed authentication") => {
+            let wait = match answer.retry_after_s {
+                Some(seconds) => format!("retry after {seconds}s"),
+                None => "wait before trying again (a failed login is forgiven every few \
+                         seconds)"
+                    .to_owned(),
+            };
+            format!(
+                "; too many failed logins as {}: {wait}, and check the password",
+                user.unwrap_or("this user")
+            )
+        }
+        (429, _) => match answer.retry_after_s {
+            Some(seconds) => format!("; the server is busy: retry after {seconds}s"),
+            None => "; the server is busy: retry in a moment".to_owned(),
+        },
+        (503, _) => "; the server is busy or changing: retry in a moment".to_owned(),
+        (500..=599, _) => "; the server failed: retry, or read its log".to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Whether a `403` says the user lacks a grant an admin could give, as
+/// opposed to a rule no grant lifts ("cannot delete the root admin").
+fn lacks_a_grant(text: &str) -> bool {
+    (text.starts_with("no ") && text.contains(" grant"))
+        || text == "admin required"
+        || text.contains("owner or an admin")
 }
 
 /// Whether a status is worth retrying unchanged after a wait.
@@ -349,13 +432,89 @@ mod tests {
         let json = Answer {
             status: 404,
             body: br#"{"error":"topic not found"}"#.to_vec(),
+            ..Answer::default()
         };
         assert_eq!(json.error_text(), "topic not found");
         let plain = Answer {
             status: 404,
             body: b"page not found\n".to_vec(),
+            ..Answer::default()
         };
         assert_eq!(plain.error_text(), "page not found");
+    }
+
+    fn refusal(status: u16, text: &str, subject: Subject, user: Option<&str>) -> String {
+        let answer = Answer {
+            status,
+            body: format!(r#"{{"error":"{text}"}}"#).into_bytes(),
+            retry_after_s: None,
+        };
+        let api = Api::new(Target {
+            server: "http://127.0.0.1:1".into(),
+            user: user.map(str::to_owned),
+            password: None,
+        })
+        .expect("a client");
+        match api.refusal_about(&answer, "do it", subject) {
+            Failure::Refused(text) => text,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn user_refusals_point_at_the_user_listing() {
+        for status in [404, 409] {
+            let text = refusal(status, "x", Subject::User, Some("admin"));
+            assert!(text.contains("`narad user ls`"), "{text}");
+            assert!(!text.contains("narad topic"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_missing_node_points_at_the_members() {
+        let text = refusal(404, "member not found", Subject::Node, Some("admin"));
+        assert!(
+            text.contains("check the node id (`narad cluster members`"),
+            "{text}"
+        );
+        assert!(!text.contains("topic"), "{text}");
+    }
+
+    #[test]
+    fn only_a_missing_grant_suggests_a_grant() {
+        let root = refusal(
+            403,
+            "cannot delete the root admin",
+            Subject::User,
+            Some("admin"),
+        );
+        assert!(!root.contains("grant"), "{root}");
+        let lacking = refusal(
+            403,
+            "no produce grant on this topic",
+            Subject::Topic,
+            Some("bob"),
+        );
+        assert!(lacking.contains("user bob lacks the grant"), "{lacking}");
+    }
+
+    #[test]
+    fn the_login_throttle_is_named_not_called_busy() {
+        let text = refusal(
+            429,
+            "too many failed authentication attempts",
+            Subject::Topic,
+            Some("admin"),
+        );
+        assert!(text.contains("too many failed logins as admin"), "{text}");
+        assert!(!text.contains("busy"), "{text}");
+    }
+
+    #[test]
+    fn no_credentials_are_said_plainly() {
+        let text = refusal(401, "authentication required", Subject::Topic, None);
+        assert!(text.contains("no credentials were given"), "{text}");
+        assert!(!text.contains("(none)"), "{text}");
     }
 
     #[test]

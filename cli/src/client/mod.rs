@@ -13,6 +13,7 @@ mod connection;
 pub(crate) mod ctx;
 pub(crate) mod duration;
 mod http;
+mod message;
 mod output;
 mod pubsub;
 mod topic;
@@ -41,6 +42,9 @@ pub(crate) enum Failure {
     Usage(String),
     /// No answer from the server.
     Unreachable(String),
+    /// Standard output was closed (`narad replay ... | head -1`): the
+    /// reader has what it wanted, so the verb ends quietly with status 0.
+    OutputClosed,
 }
 
 impl Failure {
@@ -50,12 +54,15 @@ impl Failure {
             Self::Refused(_) => EXIT_REFUSED,
             Self::Usage(_) => EXIT_USAGE,
             Self::Unreachable(_) => EXIT_UNREACHABLE,
+            Self::OutputClosed => 0,
         }
     }
 
-    fn message(&self) -> &str {
+    /// What to print on stderr; nothing for a closed output.
+    fn message(&self) -> Option<&str> {
         match self {
-            Self::Refused(text) | Self::Usage(text) | Self::Unreachable(text) => text,
+            Self::Refused(text) | Self::Usage(text) | Self::Unreachable(text) => Some(text),
+            Self::OutputClosed => None,
         }
     }
 }
@@ -63,13 +70,18 @@ impl Failure {
 /// What a client verb returns.
 pub(crate) type Outcome = Result<(), Failure>;
 
-/// The client verbs, as `narad` subcommands.
+/// The client verbs, as `narad` subcommands. Each takes the connection
+/// flags; `completion` and the node commands do not.
 #[derive(Debug, Subcommand)]
 pub(crate) enum ClientCommand {
     /// Create, list, describe, change and delete topics; attach fan-out
     /// children.
-    #[command(subcommand)]
-    Topic(topic::TopicCommand),
+    Topic {
+        #[command(subcommand)]
+        command: topic::TopicCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Publish messages: one from the command line, a file, or one per
     /// line of standard input.
     Pub(pubsub::PubArgs),
@@ -80,17 +92,33 @@ pub(crate) enum ClientCommand {
     /// state.
     Replay(pubsub::ReplayArgs),
     /// Manage users and their grants (admin).
-    #[command(subcommand)]
-    User(user::UserCommand),
+    User {
+        #[command(subcommand)]
+        command: user::UserCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Cluster membership and partition moves (admin).
-    #[command(subcommand)]
-    Cluster(cluster::ClusterCommand),
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Server-wide views.
-    #[command(subcommand)]
-    Server(cluster::ServerCommand),
+    Server {
+        #[command(subcommand)]
+        command: cluster::ServerCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Named connection settings (server, user, password), one selected.
-    #[command(subcommand)]
-    Ctx(ctx::CtxCommand),
+    Ctx {
+        #[command(subcommand)]
+        command: ctx::CtxCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Print a shell completion script: bash, zsh or fish.
     Completion(CompletionArgs),
 }
@@ -104,20 +132,41 @@ pub(crate) struct CompletionArgs {
 
 /// Runs a client verb and turns its outcome into the exit status, printing
 /// a failure as `narad: <what went wrong and what to do>`.
-pub(crate) fn run(
-    command: ClientCommand,
-    connection: &Connection,
-    cli: &mut clap::Command,
-) -> ExitCode {
+pub(crate) fn run(command: ClientCommand, cli: &mut clap::Command) -> ExitCode {
+    let env = |name: &str| std::env::var(name).ok();
     let outcome = match command {
-        ClientCommand::Topic(command) => topic::run(command, connection),
-        ClientCommand::Pub(args) => pubsub::publish(&args, connection),
-        ClientCommand::Sub(args) => pubsub::subscribe(&args, connection),
-        ClientCommand::Replay(args) => pubsub::replay(&args, connection),
-        ClientCommand::User(command) => user::run(command, connection),
-        ClientCommand::Cluster(command) => cluster::run(&command, connection),
-        ClientCommand::Server(command) => cluster::server(&command, connection),
-        ClientCommand::Ctx(command) => ctx::run(command, connection),
+        ClientCommand::Topic {
+            command,
+            connection,
+        } => topic::run(command, &connection.with_environment(env)),
+        ClientCommand::Pub(mut args) => {
+            args.connection = args.connection.with_environment(env);
+            pubsub::publish(&args)
+        }
+        ClientCommand::Sub(mut args) => {
+            args.connection = args.connection.with_environment(env);
+            pubsub::subscribe(&args)
+        }
+        ClientCommand::Replay(mut args) => {
+            args.connection = args.connection.with_environment(env);
+            pubsub::replay(&args)
+        }
+        ClientCommand::User {
+            command,
+            connection,
+        } => user::run(command, &connection.with_environment(env)),
+        ClientCommand::Cluster {
+            command,
+            connection,
+        } => cluster::run(&command, &connection.with_environment(env)),
+        ClientCommand::Server {
+            command,
+            connection,
+        } => cluster::server(&command, &connection.with_environment(env)),
+        ClientCommand::Ctx {
+            command,
+            connection,
+        } => ctx::run(command, &connection.with_environment(env)),
         ClientCommand::Completion(args) => completion(args.shell, cli),
     };
     finish(outcome)
@@ -130,9 +179,11 @@ fn completion(shell: clap_complete::Shell, cli: &mut clap::Command) -> Outcome {
     // such as a closed pipe.
     let mut script = Vec::new();
     clap_complete::generate(shell, cli, "narad", &mut script);
-    std::io::stdout()
+    let mut stdout = std::io::stdout().lock();
+    stdout
         .write_all(&script)
-        .map_err(|e| Failure::Usage(format!("cannot write the completion script: {e}")))
+        .and_then(|()| stdout.flush())
+        .map_err(output::write_failure)
 }
 
 /// The exit status of `outcome`, with a failure printed to stderr.
@@ -140,7 +191,9 @@ pub(crate) fn finish(outcome: Outcome) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("narad: {}", failure.message());
+            if let Some(message) = failure.message() {
+                eprintln!("narad: {message}");
+            }
             ExitCode::from(failure.exit_code())
         }
     }

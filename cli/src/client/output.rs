@@ -1,76 +1,54 @@
-//! What the client prints: message lines, tables, times.
+//! What the client prints: lines on stdout, tables, times. Every line goes
+//! through [`say!`], which turns a closed stdout into
+//! [`Failure::OutputClosed`] instead of the panic of `println!`.
 
 use std::io::Write;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use comfy_table::{Table, presets};
 use serde_json::Value;
 
-use super::Failure;
+use super::{Failure, Outcome};
 
-/// How a consumed or replayed message is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Style {
-    /// `[p<part> @<offset>] key=<k> <time> <payload>`.
-    Line,
-    /// The payload's bytes alone, then a newline.
-    Raw,
-    /// The message object, one JSON object a line.
-    Json,
+/// Writes one formatted line to stdout, as `println!` does, and returns
+/// the [`Outcome`](super::Outcome) of the write.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::client::output::write_line(format_args!($($arg)*))
+    };
 }
+pub(crate) use say;
 
-/// Writes `message` (a Message object, spec §1.6) to stdout in `style`.
+/// Writes `line` and a newline to stdout and flushes it.
 ///
 /// # Errors
-/// Stdout is closed (a pipe whose reader left): reported as usage, since
-/// there is nothing the server did wrong.
-pub(crate) fn print_message(message: &Value, style: Style) -> Result<(), Failure> {
+/// [`Failure::OutputClosed`] when the reader of a pipe left; a usage
+/// failure for any other write error.
+pub(crate) fn write_line(line: std::fmt::Arguments<'_>) -> Outcome {
     let mut stdout = std::io::stdout().lock();
-    let written = match style {
-        Style::Json => writeln!(stdout, "{message}"),
-        Style::Raw => stdout
-            .write_all(&payload_bytes(message))
-            .and_then(|()| stdout.write_all(b"\n")),
-        Style::Line => writeln!(stdout, "{}", message_line(message)),
-    };
-    written
+    writeln!(stdout, "{line}")
         .and_then(|()| stdout.flush())
-        .map_err(|e| Failure::Usage(format!("cannot write to stdout: {e}")))
+        .map_err(write_failure)
 }
 
-/// The human line of a message.
-pub(crate) fn message_line(message: &Value) -> String {
-    let number = |field: &str| message.get(field).and_then(Value::as_i64).unwrap_or(-1);
-    let key = match (message.get("key"), message.get("key_encoding")) {
-        (Some(Value::String(key)), Some(_)) => format!("base64:{key}"),
-        (Some(Value::String(key)), None) => key.clone(),
-        _ => "-".to_owned(),
-    };
-    let payload = match (message.get("payload"), message.get("payload_encoding")) {
-        (Some(Value::String(text)), Some(_)) => format!("base64:{text}"),
-        (Some(Value::String(text)), None) => text.clone(),
-        (Some(value), _) => value.to_string(),
-        (None, _) => String::new(),
-    };
-    format!(
-        "[p{} @{}] key={key} {} {payload}",
-        number("partition"),
-        number("offset"),
-        rfc3339(number("timestamp"))
-    )
+/// Writes `bytes` to stdout as they are and flushes it.
+///
+/// # Errors
+/// As [`write_line`].
+pub(crate) fn write_bytes(bytes: &[u8]) -> Outcome {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(write_failure)
 }
 
-/// The payload's bytes: base64 decoded, a JSON string's text, or any other
-/// JSON value as written.
-pub(crate) fn payload_bytes(message: &Value) -> Vec<u8> {
-    match (message.get("payload"), message.get("payload_encoding")) {
-        (Some(Value::String(text)), Some(_)) => BASE64
-            .decode(text)
-            .unwrap_or_else(|_| text.as_bytes().to_vec()),
-        (Some(Value::String(text)), None) => text.as_bytes().to_vec(),
-        (Some(value), _) => value.to_string().into_bytes(),
-        (None, _) => Vec::new(),
+/// The failure of a write to stdout: a closed pipe is the reader's choice
+/// (`| head -1`), not an error.
+pub(crate) fn write_failure(error: std::io::Error) -> Failure {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::OutputClosed
+    } else {
+        Failure::Usage(format!("cannot write to stdout: {error}"))
     }
 }
 
@@ -117,11 +95,14 @@ pub(crate) fn table(header: &[&str]) -> Table {
 }
 
 /// Prints `value` as pretty JSON.
-pub(crate) fn print_json(value: &Value) {
-    println!(
+///
+/// # Errors
+/// As [`write_line`].
+pub(crate) fn print_json(value: &Value) -> Outcome {
+    say!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
+    )
 }
 
 /// A JSON field as display text: strings bare, absent as `-`.
@@ -135,8 +116,6 @@ pub(crate) fn field(value: &Value, name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
@@ -144,28 +123,5 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_785_326_461), "2026-07-29T12:01:01Z");
-    }
-
-    #[test]
-    fn a_message_line_names_partition_offset_key_time_and_payload() {
-        let message = json!({"topic":"t","partition":2,"offset":17,"key":"k1",
-            "payload":{"a":1},"timestamp":0});
-        assert_eq!(
-            message_line(&message),
-            r#"[p2 @17] key=k1 1970-01-01T00:00:00Z {"a":1}"#
-        );
-        let keyless = json!({"partition":0,"offset":0,"payload":"hi","timestamp":0});
-        assert_eq!(
-            message_line(&keyless),
-            "[p0 @0] key=- 1970-01-01T00:00:00Z hi"
-        );
-    }
-
-    #[test]
-    fn raw_payloads_are_decoded() {
-        let binary = json!({"payload":"AAEC","payload_encoding":"base64"});
-        assert_eq!(payload_bytes(&binary), vec![0, 1, 2]);
-        assert_eq!(payload_bytes(&json!({"payload":"text"})), b"text");
-        assert_eq!(payload_bytes(&json!({"payload":[1,2]})), b"[1,2]");
     }
 }

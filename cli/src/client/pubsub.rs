@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use serde_json::{Value, json};
 
 use super::duration::parse_ms;
 use super::http::{Answer, Body, encode, is_transient};
-use super::output::{Style, print_message};
+use super::message::{Style, messages};
+use super::output::say;
 use super::topic::{describe, number, partition_stats};
 use super::{Api, Connection, Failure, Outcome};
 
@@ -21,6 +22,10 @@ use super::{Api, Connection, Failure, Outcome};
 /// §1.1 limits).
 pub(crate) const BATCH_MESSAGES_MAX: usize = 1_000;
 const BATCH_BODY_BYTES_MAX: usize = 16 << 20;
+/// Largest message the server stores (spec §1.1: 1 byte to 1 MiB, exactly
+/// 1 MiB allowed); a larger one is refused here, before anything is sent.
+pub(crate) const MESSAGE_BYTES_MAX: usize = 1 << 20;
+const _: () = assert!(MESSAGE_BYTES_MAX * 2 <= BATCH_BODY_BYTES_MAX);
 /// Most messages asked for by one batch consume.
 const CONSUME_MAX: u64 = 100;
 /// A run of at least this many messages shows a progress bar (on a
@@ -56,6 +61,13 @@ pub(crate) struct PubArgs {
     /// Send N messages per request with batch produce (1..=1000).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
     batch: Option<u16>,
+    /// With standard input: send blank lines (spaces or tabs only) too
+    /// instead of skipping them; an empty line is then an error, since the
+    /// server stores messages of 1 byte or more.
+    #[arg(long)]
+    keep_blank_lines: bool,
+    #[command(flatten)]
+    pub(crate) connection: Connection,
 }
 
 /// Flags of `narad sub`.
@@ -88,6 +100,8 @@ pub(crate) struct SubArgs {
     /// Long-poll each request this long.
     #[arg(long, value_parser = parse_ms, default_value = "10s")]
     wait: u64,
+    #[command(flatten)]
+    pub(crate) connection: Connection,
 }
 
 /// Flags of `narad replay`.
@@ -107,6 +121,8 @@ pub(crate) struct ReplayArgs {
     /// Print only each payload's bytes.
     #[arg(long, conflicts_with = "json")]
     raw: bool,
+    #[command(flatten)]
+    pub(crate) connection: Connection,
 }
 
 fn style(raw: bool, json: bool) -> Style {
@@ -120,8 +136,8 @@ fn style(raw: bool, json: bool) -> Style {
 }
 
 /// Runs `narad pub`.
-pub(crate) fn publish(args: &PubArgs, connection: &Connection) -> Outcome {
-    let api = connection.api()?;
+pub(crate) fn publish(args: &PubArgs) -> Outcome {
+    let api = args.connection.api()?;
     let (mut source, total) = message_source(args)?;
     let progress = progress_bar(total);
     let mut pacer = Pacer::new(args.rate)?;
@@ -130,7 +146,17 @@ pub(crate) fn publish(args: &PubArgs, connection: &Connection) -> Outcome {
     let mut pending: Vec<Vec<u8>> = Vec::with_capacity(batch);
     let mut pending_bytes = 0;
     loop {
-        let next = source.next().transpose()?;
+        let next = match source.next().transpose() {
+            Ok(next) => next,
+            Err(failure) => {
+                // The lines before a bad one go out; it and the rest do not.
+                if !pending.is_empty() {
+                    published += send(&api, args, &pending).inspect_err(|_| progress.abandon())?;
+                }
+                progress.abandon();
+                return Err(after_some(failure, published, &args.topic));
+            }
+        };
         let full = pending.len() >= batch
             || next
                 .as_ref()
@@ -148,9 +174,22 @@ pub(crate) fn publish(args: &PubArgs, connection: &Connection) -> Outcome {
         pending.push(message);
     }
     progress.finish_and_clear();
+    if args.connection.json {
+        return say!("{}", json!({ "topic": args.topic, "published": published }));
+    }
     let plural = if published == 1 { "" } else { "s" };
-    println!("published {published} message{plural} to {}", args.topic);
-    Ok(())
+    say!("published {published} message{plural} to {}", args.topic)
+}
+
+/// A failure of the input after `published` messages went out: says so,
+/// since those stay published.
+fn after_some(failure: Failure, published: u64, topic: &str) -> Failure {
+    match failure {
+        Failure::Usage(text) if published > 0 => Failure::Usage(format!(
+            "{text} ({published} earlier message(s) were published to {topic})"
+        )),
+        other => other,
+    }
 }
 
 type Messages = Box<dyn Iterator<Item = Result<Vec<u8>, Failure>>>;
@@ -165,38 +204,73 @@ fn message_source(args: &PubArgs) -> Result<(Messages, Option<u64>), Failure> {
             })?),
             (None, None) => None,
         };
-    match one {
-        Some(message) => {
-            if message.is_empty() {
-                return Err(Failure::Usage(
-                    "the message is empty; the server stores 1 byte to 1 MiB".into(),
-                ));
-            }
-            let count = args.count.unwrap_or(1);
-            Ok((
-                Box::new(std::iter::repeat_n(message, count as usize).map(Ok)),
-                Some(count),
-            ))
+    let Some(message) = one else {
+        if args.count.is_some() {
+            return Err(Failure::Usage(
+                "--count repeats a message given as an argument or with -f; with standard \
+                 input every line is sent once"
+                    .into(),
+            ));
         }
-        None => {
-            if args.count.is_some() {
-                return Err(Failure::Usage(
-                    "--count repeats a message given as an argument or with -f; with standard \
-                     input every line is sent once"
-                        .into(),
-                ));
-            }
-            let lines = std::io::stdin()
-                .lock()
-                .lines()
-                .filter_map(|line| match line {
-                    Ok(line) if line.is_empty() => None,
-                    Ok(line) => Some(Ok(line.into_bytes())),
+        let keep_blank = args.keep_blank_lines;
+        let lines =
+            std::io::stdin().lock().lines().enumerate().filter_map(
+                move |(index, line)| match line {
+                    Ok(line) => line_message(index + 1, line, keep_blank).transpose(),
                     Err(e) => Some(Err(Failure::Usage(format!("cannot read stdin: {e}")))),
-                });
-            Ok((Box::new(lines), None))
-        }
+                },
+            );
+        return Ok((Box::new(lines), None));
+    };
+    let what = match &args.file {
+        Some(path) => format!("-f {}", path.display()),
+        None => "the message".to_owned(),
+    };
+    check_size(&what, message.len())?;
+    let count = args.count.unwrap_or(1);
+    Ok((
+        Box::new(std::iter::repeat_n(message, count as usize).map(Ok)),
+        Some(count),
+    ))
+}
+
+/// The message of line `number` of standard input: `None` for a blank
+/// line skipped.
+///
+/// # Errors
+/// A line too large, or an empty line kept with `--keep-blank-lines`.
+fn line_message(number: usize, line: String, keep_blank: bool) -> Result<Option<Vec<u8>>, Failure> {
+    let blank = line.trim_matches([' ', '\t']).is_empty();
+    if blank && !keep_blank {
+        return Ok(None);
     }
+    if line.is_empty() {
+        return Err(Failure::Usage(format!(
+            "line {number} of standard input is empty; the server stores messages of 1 byte \
+             to 1 MiB (without --keep-blank-lines, blank lines are skipped)"
+        )));
+    }
+    check_size(&format!("line {number} of standard input"), line.len())?;
+    Ok(Some(line.into_bytes()))
+}
+
+/// Refuses a message the server would refuse for its size.
+///
+/// # Errors
+/// `bytes` is 0 or above [`MESSAGE_BYTES_MAX`]; `what` names the message.
+pub(crate) fn check_size(what: &str, bytes: usize) -> Outcome {
+    if bytes == 0 {
+        return Err(Failure::Usage(format!(
+            "{what} is empty; the server stores messages of 1 byte to 1 MiB"
+        )));
+    }
+    if bytes > MESSAGE_BYTES_MAX {
+        return Err(Failure::Usage(format!(
+            "{what} is {bytes} bytes; the server stores messages of at most 1 MiB \
+             ({MESSAGE_BYTES_MAX} bytes), so nothing was sent"
+        )));
+    }
+    Ok(())
 }
 
 /// A progress bar on stderr when it is a terminal and the run is long
@@ -209,16 +283,28 @@ pub(crate) fn progress_bar(total: Option<u64>) -> ProgressBar {
     let bar = match total {
         Some(total) => ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
             .with_style(
-                ProgressStyle::with_template("{bar:40} {pos}/{len} messages  {per_sec}  eta {eta}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template("{bar:40} {pos}/{len} messages  {rate}  eta {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .with_key("rate", write_rate),
             ),
         None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(
-            ProgressStyle::with_template("{spinner} {pos} messages  {per_sec}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ProgressStyle::with_template("{spinner} {pos} messages  {rate}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                .with_key("rate", write_rate),
         ),
     };
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
+}
+
+/// The `{rate}` of a progress bar: whole messages a second.
+fn write_rate(state: &ProgressState, out: &mut dyn std::fmt::Write) {
+    let _ = out.write_str(&rate_text(state.per_sec()));
+}
+
+/// A rate as a progress bar shows it: rounded to whole messages.
+fn rate_text(per_second: f64) -> String {
+    format!("{:.0} msg/s", per_second.max(0.0))
 }
 
 /// Sends `messages`: singly, or as one batch produce when there is a
@@ -353,9 +439,9 @@ impl Pacer {
 }
 
 /// Runs `narad sub`.
-pub(crate) fn subscribe(args: &SubArgs, connection: &Connection) -> Outcome {
-    let api = connection.api()?;
-    let style = style(args.raw, connection.json);
+pub(crate) fn subscribe(args: &SubArgs) -> Outcome {
+    let api = args.connection.api()?;
+    let style = style(args.raw, args.connection.json);
     if args.peek {
         peek(&api, args, style)
     } else {
@@ -393,10 +479,14 @@ fn consume(api: &Api, args: &SubArgs, style: Style) -> Outcome {
         let answer = api.send("GET", &path, None)?;
         match answer.status {
             200 => {
-                for message in delivered(&answer.json()?) {
-                    print_message(&message, style)?;
-                    if !args.no_ack {
-                        ack(api, &args.topic, &message)?;
+                for message in messages(&answer.body)? {
+                    // Printed first: a message the reader never got (a
+                    // closed pipe) is not acked, and comes back.
+                    message.print(style)?;
+                    if !args.no_ack
+                        && let Some(handle) = message.receipt_handle()
+                    {
+                        ack(api, &args.topic, handle)?;
                     }
                     seen += 1;
                 }
@@ -417,22 +507,10 @@ fn consume(api: &Api, args: &SubArgs, style: Style) -> Outcome {
     Ok(())
 }
 
-/// The messages of a consume answer: `{"messages":[...]}`, or one bare
-/// message from a server older than batch consume.
-fn delivered(answer: &Value) -> Vec<Value> {
-    match answer.get("messages") {
-        Some(Value::Array(messages)) => messages.clone(),
-        _ => vec![answer.clone()],
-    }
-}
-
 /// Acks one delivered message, retrying transient failures with backoff.
 /// A `410` after a retry means the earlier ack landed; a first `410` means
 /// the lease lapsed and the message will be redelivered (a warning).
-fn ack(api: &Api, topic: &str, message: &Value) -> Outcome {
-    let Some(handle) = message.get("receipt_handle").and_then(Value::as_str) else {
-        return Ok(());
-    };
+fn ack(api: &Api, topic: &str, handle: &str) -> Outcome {
     let path = format!(
         "/v1/topics/{}/ack?receipt_handle={}",
         encode(topic),
@@ -453,26 +531,45 @@ fn ack(api: &Api, topic: &str, message: &Value) -> Outcome {
     }
 }
 
-/// Reads one record by offset: `Some` message, `None` past the end.
-/// A record aged out (`410`) is skipped with a warning, as `Some(Null)`.
-fn read_at(api: &Api, topic: &str, partition: u32, offset: u64) -> Result<Option<Value>, Failure> {
+/// What a read by offset found.
+#[derive(Debug)]
+enum Read {
+    /// The answer holding the record.
+    Record(Answer),
+    /// The record aged out (`410`): skipped, with a warning.
+    Gone,
+    /// Past the partition's end.
+    End,
+}
+
+/// Reads one record by offset.
+fn read_at(api: &Api, topic: &str, partition: u32, offset: u64) -> Result<Read, Failure> {
     let path = format!(
         "/v1/topics/{}/consume?partition={partition}&offset={offset}",
         encode(topic)
     );
     let (answer, _) = api.send_retrying("GET", &path, None)?;
     match answer.status {
-        200 => answer.json().map(Some),
-        204 => Ok(None),
+        200 => Ok(Read::Record(answer)),
+        204 => Ok(Read::End),
         410 => {
             eprintln!(
                 "narad: warning: p{partition} @{offset}: {}; skipped",
                 answer.error_text()
             );
-            Ok(Some(Value::Null))
+            Ok(Read::Gone)
         }
         _ => Err(api.refusal(&answer, &format!("read {topic} p{partition} @{offset}"))),
     }
+}
+
+/// Prints the record of a read; the number printed.
+fn print_read(answer: &Answer, style: Style) -> Result<u64, Failure> {
+    let list = messages(&answer.body)?;
+    for message in &list {
+        message.print(style)?;
+    }
+    Ok(list.len() as u64)
 }
 
 /// The partitions to read and where each starts: `only` or every one, at
@@ -512,18 +609,20 @@ fn peek(api: &Api, args: &SubArgs, style: Style) -> Outcome {
     loop {
         let mut progressed = false;
         for (partition, next) in &mut positions {
-            while let Some(message) = read_at(api, &args.topic, *partition, *next)? {
+            loop {
+                match read_at(api, &args.topic, *partition, *next)? {
+                    Read::End => break,
+                    Read::Gone => {}
+                    Read::Record(answer) => {
+                        seen += print_read(&answer, style)?;
+                        last = Instant::now();
+                        if done(args, seen, last) {
+                            return Ok(());
+                        }
+                    }
+                }
                 *next += 1;
                 progressed = true;
-                if message.is_null() {
-                    continue;
-                }
-                print_message(&message, style)?;
-                seen += 1;
-                last = Instant::now();
-                if done(args, seen, last) {
-                    return Ok(());
-                }
             }
         }
         if done(args, seen, last) {
@@ -536,9 +635,9 @@ fn peek(api: &Api, args: &SubArgs, style: Style) -> Outcome {
 }
 
 /// Runs `narad replay`.
-pub(crate) fn replay(args: &ReplayArgs, connection: &Connection) -> Outcome {
-    let api = connection.api()?;
-    let style = style(args.raw, connection.json);
+pub(crate) fn replay(args: &ReplayArgs) -> Outcome {
+    let api = args.connection.api()?;
+    let style = style(args.raw, args.connection.json);
     if let (Some(from), Some(to)) = (args.from, args.to)
         && to < from
     {
@@ -552,11 +651,12 @@ pub(crate) fn replay(args: &ReplayArgs, connection: &Connection) -> Outcome {
         )));
     };
     while args.to.is_none_or(|to| offset <= to) {
-        let Some(message) = read_at(&api, &args.topic, partition, offset)? else {
-            break;
-        };
-        if !message.is_null() {
-            print_message(&message, style)?;
+        match read_at(&api, &args.topic, partition, offset)? {
+            Read::End => break,
+            Read::Gone => {}
+            Read::Record(answer) => {
+                print_read(&answer, style)?;
+            }
         }
         offset += 1;
     }
@@ -590,10 +690,45 @@ mod tests {
     }
 
     #[test]
-    fn a_bare_message_counts_as_one_delivery() {
-        let bare = serde_json::json!({"offset": 1});
-        assert_eq!(delivered(&bare), vec![bare.clone()]);
-        let batch = serde_json::json!({"messages": [{"offset": 1}, {"offset": 2}]});
-        assert_eq!(delivered(&batch).len(), 2);
+    fn the_message_limit_is_the_servers() {
+        assert_eq!(
+            MESSAGE_BYTES_MAX,
+            narad_dataplane::ingress::MESSAGE_BYTES_MAX
+        );
+    }
+
+    #[test]
+    fn a_message_over_one_mib_is_refused_before_sending() {
+        assert!(check_size("m", MESSAGE_BYTES_MAX).is_ok());
+        let Err(Failure::Usage(text)) = check_size("-f big.bin", MESSAGE_BYTES_MAX + 1) else {
+            panic!("an oversize message must be a usage error");
+        };
+        assert!(text.contains("-f big.bin is 1048577 bytes"), "{text}");
+        assert!(text.contains("at most 1 MiB"), "{text}");
+        assert!(check_size("m", 0).is_err());
+    }
+
+    #[test]
+    fn blank_lines_are_skipped_unless_kept() {
+        assert_eq!(
+            line_message(1, "a b".into(), false).ok(),
+            Some(Some(b"a b".to_vec()))
+        );
+        assert_eq!(line_message(2, String::new(), false).ok(), Some(None));
+        assert_eq!(line_message(3, " \t".into(), false).ok(), Some(None));
+        assert_eq!(
+            line_message(3, " \t".into(), true).ok(),
+            Some(Some(b" \t".to_vec()))
+        );
+        let Err(Failure::Usage(text)) = line_message(4, String::new(), true) else {
+            panic!("an empty line kept must be refused");
+        };
+        assert!(text.contains("line 4"), "{text}");
+    }
+
+    #[test]
+    fn progress_rates_are_whole_messages() {
+        assert_eq!(rate_text(1234.5678), "1235 msg/s");
+        assert_eq!(rate_text(0.4), "0 msg/s");
     }
 }

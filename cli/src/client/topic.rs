@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::duration::{format_bytes, format_ms, parse_ms, parse_retention_ms};
-use super::http::{Body, encode};
-use super::output::{field, print_json, table};
+use super::http::{Answer, Body, encode};
+use super::output::{field, print_json, say, table};
 use super::{Api, Connection, Failure, Outcome};
 
 /// `narad topic` verbs.
@@ -75,12 +75,12 @@ pub(crate) struct AddArgs {
     partitions: Option<u32>,
     /// How long messages are kept, e.g. 12h or 7d; `forever` or 0 keeps
     /// them forever [default: the server's].
-    #[arg(long, value_parser = parse_retention_ms)]
-    retention: Option<u64>,
+    #[arg(long, value_parser = typed_retention)]
+    retention: Option<Typed>,
     /// Lease length of a consumed message before redelivery, e.g. 30s
     /// (fixed once created).
-    #[arg(long, value_parser = parse_ms)]
-    visibility: Option<u64>,
+    #[arg(long, value_parser = typed_ms)]
+    visibility: Option<Typed>,
     /// Most leased messages per partition at once.
     #[arg(long)]
     max_in_flight: Option<u64>,
@@ -89,8 +89,8 @@ pub(crate) struct AddArgs {
     max_acked_ahead: Option<u64>,
     /// How long a produce's idempotency key is remembered, e.g. 2m; 1s to
     /// 1d [default: 2m].
-    #[arg(long, value_parser = parse_ms)]
-    idempotency_window: Option<u64>,
+    #[arg(long, value_parser = typed_ms)]
+    idempotency_window: Option<Typed>,
     /// JSON schema every message must match: inline JSON, @FILE, or - for
     /// standard input.
     #[arg(long)]
@@ -113,8 +113,8 @@ pub(crate) struct EditArgs {
     #[arg(long)]
     partitions: Option<u32>,
     /// New retention, e.g. 24h; `forever` or 0 keeps messages forever.
-    #[arg(long, value_parser = parse_retention_ms)]
-    retention: Option<u64>,
+    #[arg(long, value_parser = typed_retention)]
+    retention: Option<Typed>,
     /// New in-flight cap per partition (0 = the server's default).
     #[arg(long)]
     max_in_flight: Option<u64>,
@@ -122,14 +122,88 @@ pub(crate) struct EditArgs {
     #[arg(long)]
     max_acked_ahead: Option<u64>,
     /// New idempotency window, e.g. 10m; 1s to 1d.
-    #[arg(long, value_parser = parse_ms)]
-    idempotency_window: Option<u64>,
+    #[arg(long, value_parser = typed_ms)]
+    idempotency_window: Option<Typed>,
     /// New schema version: inline JSON, @FILE, or - for standard input.
     #[arg(long)]
     schema: Option<String>,
     /// Apply the schema only if the current version is this one.
     #[arg(long, requires = "schema")]
     schema_base_version: Option<u32>,
+}
+
+/// A duration flag's value as the user typed it, with its milliseconds,
+/// so an answer can speak of `--retention 5m` rather than `300000`.
+#[derive(Debug, Clone)]
+pub(crate) struct Typed {
+    text: String,
+    ms: u64,
+}
+
+fn typed_retention(text: &str) -> Result<Typed, String> {
+    parse_retention_ms(text).map(|ms| Typed {
+        text: text.to_owned(),
+        ms,
+    })
+}
+
+fn typed_ms(text: &str) -> Result<Typed, String> {
+    parse_ms(text).map(|ms| Typed {
+        text: text.to_owned(),
+        ms,
+    })
+}
+
+/// A flag given to `topic add` or `topic edit`: the body field it sets,
+/// the flag, the value as typed, and what the server takes.
+struct Given {
+    field: &'static str,
+    flag: &'static str,
+    typed: String,
+    takes: &'static str,
+}
+
+/// The flags of `given` that were set, as [`Given`]s.
+fn given(flags: &[(&'static str, &'static str, Option<String>, &'static str)]) -> Vec<Given> {
+    flags
+        .iter()
+        .filter_map(|(field, flag, typed, takes)| {
+            typed.clone().map(|typed| Given {
+                field,
+                flag,
+                typed,
+                takes,
+            })
+        })
+        .collect()
+}
+
+const TAKES_PARTITIONS: &str = "a topic has 3 partitions or more, up to the server's maximum, \
+                                and its partition count only grows (`narad topic info` shows it)";
+const TAKES_RETENTION: &str = "give `forever` (or 0), or at least 1h";
+const TAKES_IDEMPOTENCY: &str = "give 1s to 1d";
+const TAKES_ANY: &str = "";
+
+/// The refusal of a `400` that names one of the flags given, in the
+/// user's terms: `--retention 5m refused: give ... (server answered 400:
+/// ...)`. Any other refusal is worded as usual.
+fn refusal_in_flags(api: &Api, answer: &Answer, what: &str, given: &[Given]) -> Failure {
+    let text = answer.error_text();
+    let named = given.iter().find(|given| text.starts_with(given.field));
+    match named {
+        Some(given) if answer.status == 400 => {
+            let takes = if given.takes.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", given.takes)
+            };
+            Failure::Refused(format!(
+                "{what}: {} {} refused{takes} (server answered 400: {text})",
+                given.flag, given.typed
+            ))
+        }
+        _ => api.refusal(answer, what),
+    }
 }
 
 /// Runs a `narad topic` verb.
@@ -141,26 +215,30 @@ pub(crate) fn run(command: TopicCommand, connection: &Connection) -> Outcome {
         TopicCommand::Ls => list(&api, json),
         TopicCommand::Info { name } => info(&api, &name, json),
         TopicCommand::Edit(args) => edit(&api, args, json),
-        TopicCommand::Rm { name, force } => remove(&api, &name, force),
+        TopicCommand::Rm { name, force } => remove(&api, &name, force, json),
         TopicCommand::Schema { name } => {
             let history = api.get_json(
                 &format!("/v1/topics/{}/schema", encode(&name)),
                 &format!("read the schema of topic {name}"),
             )?;
-            print_json(&history);
-            Ok(())
+            print_json(&history)
         }
         TopicCommand::Attach {
             parent,
             child,
             delay,
-        } => attach(&api, &parent, &child, delay),
+        } => attach(&api, &parent, &child, delay, json),
         TopicCommand::Detach { parent, child } => {
             let path = format!("/v1/topics/{}/children/{}", encode(&parent), encode(&child));
             let answer = api.send("DELETE", &path, None)?;
             api.expect(answer, &[204], &format!("detach {child} from {parent}"))?;
-            println!("topic {child} detached from {parent}");
-            Ok(())
+            if json {
+                return say!(
+                    "{}",
+                    json!({ "parent": parent, "child": child, "detached": true })
+                );
+            }
+            say!("topic {child} detached from {parent}")
         }
         TopicCommand::Children { parent } => children(&api, &parent, json),
     }
@@ -171,11 +249,20 @@ fn add(api: &Api, args: AddArgs, json: bool) -> Outcome {
     body.insert("name".into(), json!(args.name));
     let numbers = [
         ("partitions", args.partitions.map(u64::from)),
-        ("retention_ms", args.retention),
-        ("visibility_timeout_ms", args.visibility),
+        (
+            "retention_ms",
+            args.retention.as_ref().map(|typed| typed.ms),
+        ),
+        (
+            "visibility_timeout_ms",
+            args.visibility.as_ref().map(|typed| typed.ms),
+        ),
         ("max_in_flight_per_partition", args.max_in_flight),
         ("max_acked_ahead_per_partition", args.max_acked_ahead),
-        ("idempotency_window_ms", args.idempotency_window),
+        (
+            "idempotency_window_ms",
+            args.idempotency_window.as_ref().map(|typed| typed.ms),
+        ),
         ("fanout_delay_ms", args.delay),
     ];
     for (name, value) in numbers {
@@ -189,22 +276,48 @@ fn add(api: &Api, args: AddArgs, json: bool) -> Outcome {
     if let Some(parent) = &args.parent {
         body.insert("parent".into(), json!(parent));
     }
+    let given = given(&[
+        (
+            "partitions",
+            "--partitions",
+            args.partitions.map(|n| n.to_string()),
+            TAKES_PARTITIONS,
+        ),
+        (
+            "retention_ms",
+            "--retention",
+            args.retention.map(|typed| typed.text),
+            TAKES_RETENTION,
+        ),
+        (
+            "visibility_timeout_ms",
+            "--visibility",
+            args.visibility.map(|typed| typed.text),
+            TAKES_ANY,
+        ),
+        (
+            "idempotency_window_ms",
+            "--idempotency-window",
+            args.idempotency_window.map(|typed| typed.text),
+            TAKES_IDEMPOTENCY,
+        ),
+    ]);
     let answer = api.send("POST", "/v1/topics", Some(Body::Json(&Value::Object(body))))?;
-    let topic = api
-        .expect(answer, &[201], &format!("create topic {}", args.name))?
-        .json()?;
-    if json {
-        println!("{topic}");
-    } else {
-        println!(
-            "topic {} created: {} partitions, retention {}, visibility {}",
-            field(&topic, "name"),
-            field(&topic, "partitions"),
-            retention_text(&topic),
-            ms_text(&topic, "visibility_timeout_ms")
-        );
+    let what = format!("create topic {}", args.name);
+    if answer.status != 201 {
+        return Err(refusal_in_flags(api, &answer, &what, &given));
     }
-    Ok(())
+    let topic = answer.json()?;
+    if json {
+        return say!("{topic}");
+    }
+    say!(
+        "topic {} created: {} partitions, retention {}, visibility {}",
+        field(&topic, "name"),
+        field(&topic, "partitions"),
+        retention_text(&topic),
+        ms_text(&topic, "visibility_timeout_ms")
+    )
 }
 
 /// Every topic the caller may read, following `next_page_token`.
@@ -232,7 +345,7 @@ fn list(api: &Api, json: bool) -> Outcome {
     let topics = all_topics(api)?;
     if json {
         for topic in &topics {
-            println!("{topic}");
+            say!("{topic}")?;
         }
         return Ok(());
     }
@@ -246,8 +359,7 @@ fn list(api: &Api, json: bool) -> Outcome {
             field(topic, "owner"),
         ]);
     }
-    println!("{rows}");
-    Ok(())
+    say!("{rows}")
 }
 
 /// `GET /v1/topics/{name}`.
@@ -261,33 +373,32 @@ pub(crate) fn describe(api: &Api, name: &str) -> Result<Value, Failure> {
 fn info(api: &Api, name: &str, json: bool) -> Outcome {
     let topic = describe(api, name)?;
     if json {
-        print_json(&topic);
-        return Ok(());
+        return print_json(&topic);
     }
-    println!("topic:           {}", field(&topic, "name"));
-    println!("role:            {}", role(&topic));
-    println!("partitions:      {}", field(&topic, "partitions"));
-    println!("retention:       {}", retention_text(&topic));
-    println!(
+    say!("topic:           {}", field(&topic, "name"))?;
+    say!("role:            {}", role(&topic))?;
+    say!("partitions:      {}", field(&topic, "partitions"))?;
+    say!("retention:       {}", retention_text(&topic))?;
+    say!(
         "visibility:      {}",
         ms_text(&topic, "visibility_timeout_ms")
-    );
-    println!(
+    )?;
+    say!(
         "max in flight:   {}",
         field(&topic, "max_in_flight_per_partition")
-    );
-    println!(
+    )?;
+    say!(
         "max acked ahead: {}",
         field(&topic, "max_acked_ahead_per_partition")
-    );
-    println!(
+    )?;
+    say!(
         "idempotency:     {}",
         ms_text(&topic, "idempotency_window_ms")
-    );
-    println!("owner:           {}", field(&topic, "owner"));
-    println!("schema version:  {}", field(&topic, "schema_version"));
+    )?;
+    say!("owner:           {}", field(&topic, "owner"))?;
+    say!("schema version:  {}", field(&topic, "schema_version"))?;
     if topic.get("partial").and_then(Value::as_bool) == Some(true) {
-        println!("partial:         some partition owners did not answer; figures are incomplete");
+        say!("partial:         some partition owners did not answer; figures are incomplete")?;
     }
     let mut rows = table(&[
         "PARTITION",
@@ -309,18 +420,23 @@ fn info(api: &Api, name: &str, json: bool) -> Outcome {
             field(stats, "status"),
         ]);
     }
-    println!("{rows}");
-    Ok(())
+    say!("{rows}")
 }
 
 fn edit(api: &Api, args: EditArgs, json: bool) -> Outcome {
     let mut body = Map::new();
     let numbers = [
         ("partitions", args.partitions.map(u64::from)),
-        ("retention_ms", args.retention),
+        (
+            "retention_ms",
+            args.retention.as_ref().map(|typed| typed.ms),
+        ),
         ("max_in_flight_per_partition", args.max_in_flight),
         ("max_acked_ahead_per_partition", args.max_acked_ahead),
-        ("idempotency_window_ms", args.idempotency_window),
+        (
+            "idempotency_window_ms",
+            args.idempotency_window.as_ref().map(|typed| typed.ms),
+        ),
         (
             "schema_base_version",
             args.schema_base_version.map(u64::from),
@@ -341,25 +457,86 @@ fn edit(api: &Api, args: EditArgs, json: bool) -> Outcome {
                 .into(),
         ));
     }
+    let given = given(&[
+        (
+            "partitions",
+            "--partitions",
+            args.partitions.map(|n| n.to_string()),
+            TAKES_PARTITIONS,
+        ),
+        (
+            "retention_ms",
+            "--retention",
+            args.retention.as_ref().map(|typed| typed.text.clone()),
+            TAKES_RETENTION,
+        ),
+        (
+            "max_in_flight_per_partition",
+            "--max-in-flight",
+            args.max_in_flight.map(|n| n.to_string()),
+            TAKES_ANY,
+        ),
+        (
+            "max_acked_ahead_per_partition",
+            "--max-acked-ahead",
+            args.max_acked_ahead.map(|n| n.to_string()),
+            TAKES_ANY,
+        ),
+        (
+            "idempotency_window_ms",
+            "--idempotency-window",
+            args.idempotency_window
+                .as_ref()
+                .map(|typed| typed.text.clone()),
+            TAKES_IDEMPOTENCY,
+        ),
+        ("schema", "--schema", args.schema.clone(), TAKES_ANY),
+    ]);
     let path = format!("/v1/topics/{}", encode(&args.name));
     let answer = api.send("PATCH", &path, Some(Body::Json(&Value::Object(body))))?;
-    let topic = api
-        .expect(answer, &[200], &format!("change topic {}", args.name))?
-        .json()?;
-    if json {
-        println!("{topic}");
-    } else {
-        println!(
-            "topic {} changed: {} partitions, retention {}",
-            field(&topic, "name"),
-            field(&topic, "partitions"),
-            retention_text(&topic)
-        );
+    let what = format!("change topic {}", args.name);
+    if answer.status != 200 {
+        return Err(refusal_in_flags(api, &answer, &what, &given));
     }
-    Ok(())
+    let topic = answer.json()?;
+    if json {
+        return say!("{topic}");
+    }
+    let changed: Vec<String> = given
+        .iter()
+        .map(|given| changed_text(&topic, given.field))
+        .collect();
+    say!(
+        "topic {} changed: {}",
+        field(&topic, "name"),
+        changed.join(", ")
+    )
 }
 
-fn remove(api: &Api, name: &str, force: bool) -> Outcome {
+/// How `topic edit` confirms the change of `field`: its name and the
+/// value the server now holds.
+fn changed_text(topic: &Value, field_name: &str) -> String {
+    match field_name {
+        "partitions" => format!("partitions {}", field(topic, "partitions")),
+        "retention_ms" => format!("retention {}", retention_text(topic)),
+        "max_in_flight_per_partition" => format!(
+            "max in flight {}",
+            field(topic, "max_in_flight_per_partition")
+        ),
+        "max_acked_ahead_per_partition" => format!(
+            "max acked ahead {}",
+            field(topic, "max_acked_ahead_per_partition")
+        ),
+        "idempotency_window_ms" => format!(
+            "idempotency window {}",
+            ms_text(topic, "idempotency_window_ms")
+        ),
+        "schema" => format!("schema version {}", field(topic, "schema_version")),
+        other => other.to_owned(),
+    }
+}
+
+fn remove(api: &Api, name: &str, force: bool, json: bool) -> Outcome {
     if !force {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::Usage(format!(
@@ -370,14 +547,17 @@ fn remove(api: &Api, name: &str, force: bool) -> Outcome {
         if !confirm(&format!(
             "Delete topic {name} and all its messages? This cannot be undone. [y/N] "
         ))? {
-            println!("topic {name} kept");
-            return Ok(());
+            return Err(Failure::Usage(format!(
+                "topic {name} kept: the deletion was not confirmed"
+            )));
         }
     }
     let answer = api.send("DELETE", &format!("/v1/topics/{}", encode(name)), None)?;
     api.expect(answer, &[204], &format!("delete topic {name}"))?;
-    println!("topic {name} deleted");
-    Ok(())
+    if json {
+        return say!("{}", json!({ "topic": name, "deleted": true }));
+    }
+    say!("topic {name} deleted")
 }
 
 /// Asks `question` on stderr; true for an answer of `y` or `yes`.
@@ -396,7 +576,7 @@ fn confirm(question: &str) -> Result<bool, Failure> {
     ))
 }
 
-fn attach(api: &Api, parent: &str, child: &str, delay: Option<u64>) -> Outcome {
+fn attach(api: &Api, parent: &str, child: &str, delay: Option<u64>, json: bool) -> Outcome {
     let mut body = json!({ "child": child });
     if let Some(delay) = delay {
         body["delay_ms"] = json!(delay);
@@ -404,14 +584,19 @@ fn attach(api: &Api, parent: &str, child: &str, delay: Option<u64>) -> Outcome {
     let path = format!("/v1/topics/{}/children", encode(parent));
     let answer = api.send("POST", &path, Some(Body::Json(&body)))?;
     api.expect(answer, &[200, 201], &format!("attach {child} to {parent}"))?;
+    if json {
+        return say!(
+            "{}",
+            json!({ "parent": parent, "child": child, "delay_ms": delay.unwrap_or(0) })
+        );
+    }
     match delay {
-        Some(delay) => println!(
+        Some(delay) => say!(
             "topic {child} attached to {parent} with a delay of {}",
             format_ms(delay)
         ),
-        None => println!("topic {child} attached to {parent}"),
+        None => say!("topic {child} attached to {parent}"),
     }
-    Ok(())
 }
 
 fn children(api: &Api, parent: &str, json: bool) -> Outcome {
@@ -426,7 +611,7 @@ fn children(api: &Api, parent: &str, json: bool) -> Outcome {
         .unwrap_or_default();
     if json {
         for child in &list {
-            println!("{child}");
+            say!("{child}")?;
         }
         return Ok(());
     }
@@ -443,8 +628,7 @@ fn children(api: &Api, parent: &str, json: bool) -> Outcome {
             ),
         ]);
     }
-    println!("{rows}");
-    Ok(())
+    say!("{rows}")
 }
 
 /// A `--schema` value: inline JSON, `@FILE`, or `-` for standard input.

@@ -5,8 +5,8 @@ use std::io::BufRead;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::http::{Body, encode};
-use super::output::{field, table};
+use super::http::{Body, Subject, encode};
+use super::output::{field, say, table};
 use super::{Connection, Failure, Outcome};
 
 /// `narad user` verbs.
@@ -76,6 +76,7 @@ pub(crate) fn parse_grant(text: &str) -> Result<Value, String> {
 /// Runs a `narad user` verb.
 pub(crate) fn run(command: UserCommand, connection: &Connection) -> Outcome {
     let api = connection.api()?;
+    let json = connection.json;
     match command {
         UserCommand::Add {
             name,
@@ -89,22 +90,40 @@ pub(crate) fn run(command: UserCommand, connection: &Connection) -> Outcome {
             };
             let body = json!({ "username": name, "password": password, "grants": grants });
             let answer = api.send("POST", "/v1/users", Some(Body::Json(&body)))?;
-            api.expect(answer, &[201], &format!("create user {name}"))?;
-            println!("user {name} created");
+            api.expect_about(
+                answer,
+                &[201],
+                &format!("create user {name}"),
+                Subject::User,
+            )?;
+            if json {
+                return say!(
+                    "{}",
+                    json!({ "user": name, "created": true, "grants": grants })
+                );
+            }
+            say!("user {name} created")
         }
         UserCommand::Grant { name, grants } => {
             let body = json!({ "grants": grants });
             let path = format!("/v1/users/{}/grants", encode(&name));
             let answer = api.send("PUT", &path, Some(Body::Json(&body)))?;
-            api.expect(answer, &[200], &format!("set the grants of {name}"))?;
-            println!("user {name} now has {} grant(s)", grants.len());
+            let what = format!("set the grants of {name}");
+            api.expect_about(answer, &[200], &what, Subject::User)?;
+            if json {
+                return say!("{}", json!({ "user": name, "grants": grants }));
+            }
+            say!("user {name} now has {} grant(s)", grants.len())
         }
         UserCommand::Ls => {
-            let users = api.get_json("/v1/users", "list users")?;
+            let answer = api.send("GET", "/v1/users", None)?;
+            let users = api
+                .expect_about(answer, &[200], "list users", Subject::User)?
+                .json()?;
             let users = users.as_array().cloned().unwrap_or_default();
-            if connection.json {
+            if json {
                 for user in &users {
-                    println!("{user}");
+                    say!("{user}")?;
                 }
                 return Ok(());
             }
@@ -117,16 +136,23 @@ pub(crate) fn run(command: UserCommand, connection: &Connection) -> Outcome {
                 };
                 rows.add_row(vec![field(user, "username"), grants]);
             }
-            println!("{rows}");
+            say!("{rows}")
         }
         UserCommand::Rm { name } => {
             let path = format!("/v1/users/{}", encode(&name));
             let answer = api.send("DELETE", &path, None)?;
-            api.expect(answer, &[204], &format!("delete user {name}"))?;
-            println!("user {name} deleted");
+            api.expect_about(
+                answer,
+                &[204],
+                &format!("delete user {name}"),
+                Subject::User,
+            )?;
+            if json {
+                return say!("{}", json!({ "user": name, "deleted": true }));
+            }
+            say!("user {name} deleted")
         }
     }
-    Ok(())
 }
 
 /// A user's grants as `action:patterns` words.

@@ -137,6 +137,11 @@ fn cluster_verbs_show_the_dev_nodes_membership() {
             !error.contains("not supported") && error.contains("404"),
             "{args:?}: {error}"
         );
+        assert!(
+            error.contains("check the node id (`narad cluster members`"),
+            "{args:?}: {error}"
+        );
+        assert!(!error.contains("topic"), "{args:?}: {error}");
     }
 }
 
@@ -171,4 +176,64 @@ fn server_report_has_a_row_per_topic() {
         assert!(std::time::Instant::now() < deadline, "{report}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+#[test]
+fn user_refusals_point_at_users_not_topics() {
+    let server = shared();
+    let error = fails(&server.run(&["user", "rm", "ad-nobody"]), 1);
+    assert!(error.contains("404"), "{error}");
+    assert!(error.contains("`narad user ls`"), "{error}");
+    assert!(!error.contains("narad topic"), "{error}");
+    let add = ["user", "add", "ad-twice", "--user-password", "twice-pw"];
+    ok(&server.run(&add));
+    let error = fails(&server.run(&add), 1);
+    assert!(error.contains("409"), "{error}");
+    assert!(error.contains("`narad user ls`"), "{error}");
+    assert!(!error.contains("narad topic"), "{error}");
+    let error = fails(&server.run(&["user", "rm", "admin"]), 1);
+    assert!(error.contains("cannot delete the root admin"), "{error}");
+    assert!(!error.contains("narad user grant"), "{error}");
+}
+
+#[test]
+fn no_credentials_are_named_as_such() {
+    let server = shared();
+    let output = server
+        .narad()
+        .args(["topic", "ls"])
+        .env_remove("NARAD_USER")
+        .env_remove("NARAD_PASS")
+        .output()
+        .expect("narad runs");
+    let error = fails(&output, 1);
+    assert!(error.contains("401"), "{error}");
+    assert!(error.contains("no credentials were given"), "{error}");
+    assert!(!error.contains("(none)"), "{error}");
+}
+
+#[test]
+fn the_login_throttle_is_named_as_such() {
+    let server = shared();
+    ok(&server.run(&["user", "add", "ad-throttled", "--user-password", "right-pw"]));
+    let wrong = || {
+        server
+            .narad()
+            .args(["topic", "ls", "-u", "ad-throttled", "-p", "wrong-pw"])
+            .output()
+            .expect("narad runs")
+    };
+    let mut error = String::new();
+    for _ in 0..10 {
+        error = fails(&wrong(), 1);
+        if error.contains("429") {
+            break;
+        }
+    }
+    assert!(error.contains("429"), "{error}");
+    assert!(
+        error.contains("too many failed logins as ad-throttled"),
+        "{error}"
+    );
+    assert!(!error.contains("busy"), "{error}");
 }

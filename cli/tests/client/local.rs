@@ -40,8 +40,49 @@ fn bad_usage_exits_2() {
         ]),
         2,
     );
-    let error = fails(&server.run(&["topic", "ls", "-s", "127.0.0.1:7942"]), 2);
-    assert!(error.contains("is not a URL"), "{error}");
+    let error = fails(
+        &server.run(&["topic", "ls", "-s", "ftp://127.0.0.1:7942"]),
+        2,
+    );
+    assert!(
+        error.contains("narad speaks http:// and https:// only"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_address_without_a_scheme_is_taken_as_http() {
+    let server = shared();
+    let address = format!("127.0.0.1:{}", server.port);
+    ok(&server.run(&["topic", "ls", "-s", &address]));
+    ok(&server
+        .narad()
+        .args(["topic", "ls"])
+        .env("NARAD_ADDR", &address)
+        .output()
+        .expect("narad runs"));
+}
+
+#[test]
+fn a_closed_pipe_ends_completion_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    // The zsh script is larger than a pipe holds: narad is still writing
+    // when the reader leaves.
+    let mut child = Command::new(NARAD)
+        .args(["completion", "zsh"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("narad runs");
+    let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("a first line");
+    assert_eq!(line, "#compdef narad\n");
+    drop(reader);
+    let output = child.wait_with_output().expect("narad exits");
+    assert_eq!(fails(&output, 0), "", "nothing on stderr");
 }
 
 #[test]

@@ -6,6 +6,7 @@
 mod support;
 
 mod admin;
+mod json;
 mod local;
 mod pubsub;
 mod terminal;

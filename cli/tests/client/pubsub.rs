@@ -1,6 +1,8 @@
 //! `narad pub`, `narad sub`, `narad replay`.
 
 use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
 
 use serde_json::Value;
 
@@ -260,4 +262,159 @@ fn no_progress_bar_is_drawn_without_a_terminal() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// A JSON payload whose text a parse and print would change: key order,
+/// spaces, `1.50` and `2e3`.
+const SPELLED: &str = r#"{"z":1,  "a":[1.50, 2e3]}"#;
+
+#[test]
+fn every_style_keeps_a_json_payloads_text() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "ps-exact"]));
+    ok(&server.run(&["pub", "ps-exact", SPELLED, "--partition", "0"]));
+    let file = temp_dir().join("spaced.json");
+    std::fs::write(&file, " {\"b\":2.0}\n").expect("payload file");
+    let path = file.display().to_string();
+    ok(&server.run(&["pub", "ps-exact", "-f", &path, "--partition", "0"]));
+    server.wait_for_messages("ps-exact", 2);
+    let replay = |style: &[&str]| {
+        let mut args = vec!["replay", "ps-exact", "--partition", "0"];
+        args.extend_from_slice(style);
+        ok(&server.run(&args))
+    };
+    assert_eq!(
+        replay(&["--raw"]),
+        format!("{SPELLED}\n {{\"b\":2.0}}\n\n"),
+        "--raw prints the stored bytes"
+    );
+    let lines = replay(&[]);
+    let first = lines.lines().next().expect("a line");
+    assert!(first.ends_with(&format!(" {SPELLED}")), "{first}");
+    let json = replay(&["--json", "--to", "0"]);
+    assert!(json.contains(&format!(r#""payload":{SPELLED},"#)), "{json}");
+    let message: Value = serde_json::from_str(&json).expect("one JSON object");
+    assert_eq!(message["offset"], 0);
+    let peeked = ok(&server.run(&[
+        "sub",
+        "ps-exact",
+        "--peek",
+        "--partition",
+        "0",
+        "--max",
+        "1",
+        "--raw",
+    ]));
+    assert_eq!(peeked, format!("{SPELLED}\n"));
+    let consumed = ok(&server.run(&[
+        "sub",
+        "ps-exact",
+        "--partition",
+        "0",
+        "--max",
+        "2",
+        "--idle",
+        "5s",
+        "--json",
+    ]));
+    assert!(
+        consumed.contains(&format!(r#""payload":{SPELLED},"#)),
+        "{consumed}"
+    );
+    assert_eq!(
+        consumed.lines().count(),
+        2,
+        "one object a line:\n{consumed}"
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_replay_quietly() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "ps-pipe"]));
+    let file = temp_dir().join("four-kib.txt");
+    std::fs::write(&file, "p".repeat(4096)).expect("payload file");
+    let path = file.display().to_string();
+    ok(&server.run(&[
+        "pub",
+        "ps-pipe",
+        "-f",
+        &path,
+        "--count",
+        "40",
+        "--partition",
+        "0",
+        "--batch",
+        "40",
+    ]));
+    server.wait_for_messages("ps-pipe", 40);
+    // 160 KiB of output: more than a pipe holds, so narad writes after the
+    // reader left.
+    let mut child = server
+        .narad()
+        .args(["replay", "ps-pipe", "--partition", "0", "--raw"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("narad runs");
+    let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("a first line");
+    assert_eq!(line.len(), 4097);
+    drop(reader);
+    let output = child.wait_with_output().expect("narad exits");
+    assert_eq!(fails(&output, 0), "", "nothing on stderr");
+}
+
+#[test]
+fn blank_lines_are_skipped_unless_kept() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "ps-blank"]));
+    let skipped = ok(&server.run_with_input(&["pub", "ps-blank"], "a\n  \n\nb\n"));
+    assert_eq!(skipped.trim(), "published 2 messages to ps-blank");
+    let kept = ok(&server.run_with_input(&["pub", "ps-blank", "--keep-blank-lines"], "c\n  \nd\n"));
+    assert_eq!(kept.trim(), "published 3 messages to ps-blank");
+    let error = fails(
+        &server.run_with_input(&["pub", "ps-blank", "--keep-blank-lines"], "e\n\nf\n"),
+        2,
+    );
+    assert!(
+        error.contains("line 2 of standard input is empty"),
+        "{error}"
+    );
+    assert!(
+        error.contains("1 earlier message(s) were published"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_message_over_one_mib_is_refused_before_sending() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "ps-oversize"]));
+    let file = temp_dir().join("big.bin");
+    std::fs::write(&file, vec![b'x'; (1 << 20) + 1]).expect("payload file");
+    let path = file.display().to_string();
+    let error = fails(&server.run(&["pub", "ps-oversize", "-f", &path]), 2);
+    assert!(error.contains("is 1048577 bytes"), "{error}");
+    assert!(error.contains("at most 1 MiB"), "{error}");
+    let error = fails(
+        &server.run(&["bench", "ps-oversize", "--size", "1048577", "--count", "1"]),
+        2,
+    );
+    assert!(error.contains("at most 1 MiB"), "{error}");
+    let info: Value = serde_json::from_str(&ok(&server.run(&[
+        "topic",
+        "info",
+        "ps-oversize",
+        "--json",
+    ])))
+    .expect("info");
+    let held: u64 = info["partition_stats"]
+        .as_array()
+        .expect("stats")
+        .iter()
+        .map(|stats| stats["high_watermark"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(held, 0, "nothing was sent");
 }

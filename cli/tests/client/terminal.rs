@@ -39,6 +39,9 @@ fn a_long_publish_draws_a_progress_bar() {
         .exp_string("/300 messages")
         .expect("the progress bar shows the count");
     session
+        .exp_regex(r"messages  [0-9]+ msg/s  eta")
+        .expect("the rate is in whole messages a second");
+    session
         .exp_string("published 300 messages to tty-progress")
         .expect("the summary follows");
     assert_eq!(exit_code(&mut session), 0);
@@ -54,7 +57,11 @@ fn rm_asks_and_keeps_the_topic_unless_told_yes() {
         .expect("the prompt");
     session.send_line("n").expect("answer no");
     session.exp_string("topic tty-rm kept").expect("kept");
-    assert_eq!(exit_code(&mut session), 0);
+    assert_eq!(
+        exit_code(&mut session),
+        2,
+        "no confirmation is exit status 2"
+    );
     exits(&server.run(&["topic", "info", "tty-rm"]), 0);
 
     let mut session = on_terminal(&["topic", "rm", "tty-rm"]);

@@ -94,8 +94,12 @@ fn edit_changes_retention_and_partitions() {
         "--partitions",
         "5",
     ]));
-    assert!(changed.contains("5 partitions, retention 2d"), "{changed}");
-    ok(&server.run(&["topic", "edit", "t-edit", "--idempotency-window", "1d"]));
+    assert_eq!(
+        changed,
+        "topic t-edit changed: partitions 5, retention 2d\n"
+    );
+    let changed = ok(&server.run(&["topic", "edit", "t-edit", "--idempotency-window", "1d"]));
+    assert_eq!(changed, "topic t-edit changed: idempotency window 1d\n");
     let info = ok(&server.run(&["topic", "info", "t-edit"]));
     assert!(info.contains("idempotency:     1d"), "{info}");
     let error = fails(&server.run(&["topic", "edit", "t-edit"]), 2);
@@ -170,4 +174,27 @@ fn rm_without_a_terminal_refuses_unless_forced() {
     let error = fails(&server.run(&["topic", "rm", "t-rm-tty"]), 2);
     assert!(error.contains("pass -f"), "{error}");
     exits(&server.run(&["topic", "info", "t-rm-tty"]), 0);
+}
+
+#[test]
+fn a_refused_edit_speaks_of_the_flags_typed() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "t-edit-refused"]));
+    let error = fails(
+        &server.run(&["topic", "edit", "t-edit-refused", "--partitions", "2"]),
+        1,
+    );
+    assert!(error.contains("--partitions 2 refused"), "{error}");
+    assert!(error.contains("only grows"), "{error}");
+    let error = fails(
+        &server.run(&["topic", "edit", "t-edit-refused", "--retention", "5m"]),
+        1,
+    );
+    assert!(error.contains("--retention 5m refused"), "{error}");
+    assert!(error.contains("at least 1h"), "{error}");
+    let error = fails(
+        &server.run(&["topic", "add", "t-add-refused", "--retention", "30m"]),
+        1,
+    );
+    assert!(error.contains("--retention 30m refused"), "{error}");
 }
