@@ -26,7 +26,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The end of `narad --help`: connection settings and exit statuses.
 const AFTER_LONG_HELP: &str = "\
-Connection (client verbs, after the verb: `narad topic ls -s HOST:PORT`): -s/--server \
+Connection (client verbs: `narad topic ls -s HOST:PORT`, or before the verb): -s/--server \
 (NARAD_ADDR), -u/--user (NARAD_USER), -p/--password (NARAD_PASS) or --password-stdin, --ctx, \
 and --json for JSON output. A flag beats its environment variable, which beats the selected \
 context (`narad ctx`), which beats the default http://127.0.0.1:7942.
@@ -68,7 +68,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(hoist_connection_flags(std::env::args_os().collect()));
     match cli.command {
         Command::Control(args) => control::run(&args),
         Command::Dev(args) => dev::run(&args),
@@ -76,5 +76,113 @@ fn main() -> ExitCode {
         Command::Bench(args) if bench::is_named(&args) => bench::run(&args),
         Command::Bench(args) => client::finish(client::bench::run_from(bench::topic_words(args))),
         Command::Client(command) => client::run(*command, &mut Cli::command()),
+    }
+}
+
+/// Connection flags that take a value, and those that do not (see
+/// `client::connection::Connection`).
+const CONNECTION_FLAGS_WITH_VALUE: [&str; 7] = [
+    "-s",
+    "--server",
+    "-u",
+    "--user",
+    "-p",
+    "--password",
+    "--ctx",
+];
+const CONNECTION_FLAGS_ALONE: [&str; 2] = ["--password-stdin", "--json"];
+
+/// Moves connection flags written before the verb (`narad -s HOST topic
+/// ls`, the Go CLI's global-flag form) to just after it, where the client
+/// verbs take them. Only the leading run of such flags moves; anything
+/// else is left for the parser to judge, so `narad -s HOST dev` is still
+/// refused by `dev`.
+fn hoist_connection_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args = args.into_iter();
+    let program = args.next();
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    let mut leading = 0;
+    while let Some(arg) = rest.get(leading).and_then(|arg| arg.to_str()) {
+        let (name, attached) = match arg.split_once('=') {
+            Some((name, _)) => (name, true),
+            // `-sHOST`: a short flag with its value attached.
+            None if !arg.starts_with("--") && arg.len() > 2 => (arg.get(..2).unwrap_or(arg), true),
+            None => (arg, false),
+        };
+        if CONNECTION_FLAGS_WITH_VALUE.contains(&name) {
+            leading += if attached { 1 } else { 2 };
+        } else if CONNECTION_FLAGS_ALONE.contains(&name) && !attached {
+            leading += 1;
+        } else {
+            break;
+        }
+    }
+    let leading = leading.min(rest.len());
+    if leading == 0 || leading == rest.len() {
+        return program.into_iter().chain(rest).collect();
+    }
+    let (flags, after) = rest.split_at(leading);
+    let (verb, tail) = after.split_at(1);
+    program
+        .into_iter()
+        .chain(verb.iter().cloned())
+        .chain(flags.iter().cloned())
+        .chain(tail.iter().cloned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hoisted(line: &str) -> String {
+        let args = line.split(' ').map(std::ffi::OsString::from).collect();
+        hoist_connection_flags(args)
+            .iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn connection_flags_before_the_verb_move_after_it() {
+        assert_eq!(
+            hoisted("narad -s 127.0.0.1:7942 topic ls"),
+            "narad topic -s 127.0.0.1:7942 ls"
+        );
+        assert_eq!(
+            hoisted("narad --json -u admin --ctx=prod -sHOST sub orders"),
+            "narad sub --json -u admin --ctx=prod -sHOST orders"
+        );
+        assert_eq!(
+            hoisted("narad --ctx prod pub t m"),
+            "narad pub --ctx prod t m"
+        );
+    }
+
+    #[test]
+    fn anything_else_is_left_where_it_was() {
+        assert_eq!(hoisted("narad topic ls -s h"), "narad topic ls -s h");
+        assert_eq!(hoisted("narad --version"), "narad --version");
+        assert_eq!(hoisted("narad -s h"), "narad -s h");
+    }
+
+    #[test]
+    fn hoisted_flags_reach_the_verb() {
+        let args = hoist_connection_flags(
+            "narad -s 127.0.0.1:9 --json topic ls"
+                .split(' ')
+                .map(std::ffi::OsString::from)
+                .collect(),
+        );
+        let cli = Cli::try_parse_from(args).expect("parses");
+        let Command::Client(command) = cli.command else {
+            panic!("a client verb");
+        };
+        let client::ClientCommand::Topic { connection, .. } = *command else {
+            panic!("topic");
+        };
+        assert_eq!(connection.server.as_deref(), Some("127.0.0.1:9"));
+        assert!(connection.json);
     }
 }
