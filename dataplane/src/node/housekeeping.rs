@@ -41,8 +41,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::millis;
 use tokio::sync::{oneshot, watch};
 
 use crate::consume::service::ConsumeService;
@@ -191,11 +192,12 @@ struct Memory {
     seen_version: Option<u64>,
     /// Retirements that failed on a disk error, retried each tick.
     pending: Vec<(Arc<str>, Option<Arc<str>>)>,
-    /// When the last tick ran.
-    ticked_at: Option<Instant>,
-    last_stats: Option<Instant>,
-    last_sweep: Option<Instant>,
-    last_reconcile: Option<Instant>,
+    /// When the last tick ran, and the last of each task, on the node's
+    /// monotonic clock.
+    ticked_at_ms: Option<u64>,
+    last_stats_ms: Option<u64>,
+    last_sweep_ms: Option<u64>,
+    last_reconcile_ms: Option<u64>,
     /// The last reconcile kept a directory (the leader did not confirm,
     /// or a step failed): it runs again after the sweep interval.
     orphans_kept: bool,
@@ -214,29 +216,30 @@ impl Memory {
 
     /// When the next tick is due if the replica does not change first;
     /// `None` when nothing is pending, and the thread sleeps untimed.
-    fn next_due(&self, config: &HousekeepingConfig) -> Option<Instant> {
+    fn next_due(&self, config: &HousekeepingConfig) -> Option<u64> {
+        let after = |at_ms: u64, every: Duration| at_ms.saturating_add(millis(every));
         let retry = self
-            .ticked_at
+            .ticked_at_ms
             .filter(|_| !self.pending.is_empty())
-            .map(|at| at + config.tick);
+            .map(|at_ms| after(at_ms, config.tick));
         let reconcile = self
-            .last_reconcile
+            .last_reconcile_ms
             .filter(|_| self.orphans_kept)
-            .map(|at| at + config.sweep_interval);
+            .map(|at_ms| after(at_ms, config.sweep_interval));
         let sweep = self
-            .last_sweep
+            .last_sweep_ms
             .filter(|_| self.quarantine_left)
-            .map(|at| at + config.sweep_interval);
+            .map(|at_ms| after(at_ms, config.sweep_interval));
         let stats = self
-            .last_stats
+            .last_stats_ms
             .filter(|_| self.quarantine_left)
-            .map(|at| at + config.stats_interval);
+            .map(|at_ms| after(at_ms, config.stats_interval));
         [retry, reconcile, sweep, stats].into_iter().flatten().min()
     }
 }
 
-fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
-    last.is_none_or(|last| now.duration_since(last) >= every)
+fn due(last_ms: Option<u64>, every: Duration, now_ms: u64) -> bool {
+    last_ms.is_none_or(|last_ms| now_ms.saturating_sub(last_ms) >= millis(every))
 }
 
 fn run(
@@ -247,16 +250,17 @@ fn run(
     mut changes: watch::Receiver<u64>,
     mut stopped: oneshot::Receiver<()>,
 ) {
+    let clock = parts.logs.clock();
     let mut memory = Memory::new();
     // A replica that is gone changes no more: stop watching it.
     let mut watching = true;
     loop {
-        tick(parts, leader, config, &mut memory, Instant::now());
+        tick(parts, leader, config, &mut memory, clock.now_ms());
         let due = memory.next_due(config);
         let stop = waiter.block_on(async {
             let sleep = async {
                 match due {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    Some(at_ms) => clock.sleep_until(at_ms).await,
                     None => std::future::pending().await,
                 }
             };
@@ -281,25 +285,25 @@ fn tick(
     leader: &StoppableLeader,
     config: &HousekeepingConfig,
     memory: &mut Memory,
-    now: Instant,
+    now_ms: u64,
 ) {
-    memory.ticked_at = Some(now);
+    memory.ticked_at_ms = Some(now_ms);
     let mut changed = false;
     if parts.replica.is_caught_up() {
         changed |= retire_departed(parts, memory);
-        let reconcile_due = memory.last_reconcile.is_none() || memory.orphans_kept;
-        if reconcile_due && due(memory.last_reconcile, config.sweep_interval, now) {
+        let reconcile_due = memory.last_reconcile_ms.is_none() || memory.orphans_kept;
+        if reconcile_due && due(memory.last_reconcile_ms, config.sweep_interval, now_ms) {
             let outcome = reconcile(parts, leader);
             memory.orphans_kept = outcome.kept;
             changed |= outcome.retired;
-            memory.last_reconcile = Some(now);
+            memory.last_reconcile_ms = Some(now_ms);
         }
     }
     if changed {
         memory.quarantine_left = true;
     }
-    let sweep_due = memory.last_sweep.is_none() || memory.quarantine_left;
-    if sweep_due && due(memory.last_sweep, config.sweep_interval, now) {
+    let sweep_due = memory.last_sweep_ms.is_none() || memory.quarantine_left;
+    if sweep_due && due(memory.last_sweep_ms, config.sweep_interval, now_ms) {
         let report = parts.logs.sweep_quarantine(leader);
         if report.removed > 0 || report.questions_failed > 0 || report.removals_failed > 0 {
             tracing::info!(?report, "quarantine sweep");
@@ -308,15 +312,15 @@ fn tick(
             report.unconfirmed + report.questions_failed + report.removals_failed + report.deferred;
         memory.quarantine_left = left > 0 || report.listing_error.is_some();
         changed |= report.removed > 0;
-        memory.last_sweep = Some(now);
+        memory.last_sweep_ms = Some(now_ms);
     }
-    let stats_due = memory.last_stats.is_none() || memory.quarantine_left;
-    if changed || (stats_due && due(memory.last_stats, config.stats_interval, now)) {
+    let stats_due = memory.last_stats_ms.is_none() || memory.quarantine_left;
+    if changed || (stats_due && due(memory.last_stats_ms, config.stats_interval, now_ms)) {
         match parts.logs.quarantine_stats() {
             Ok(stats) => stats.record(&parts.metrics),
             Err(error) => tracing::warn!(%error, "counting quarantined topic directories failed"),
         }
-        memory.last_stats = Some(now);
+        memory.last_stats_ms = Some(now_ms);
     }
 }
 
@@ -516,12 +520,15 @@ mod tests {
     }
 
     /// Memory after a first tick at `at` that left nothing pending.
-    fn settled(at: Instant) -> Memory {
+    /// Where the tests' memory was settled, on the node's clock.
+    const AT_MS: u64 = 7_000;
+
+    fn settled(at_ms: u64) -> Memory {
         Memory {
-            ticked_at: Some(at),
-            last_stats: Some(at),
-            last_sweep: Some(at),
-            last_reconcile: Some(at),
+            ticked_at_ms: Some(at_ms),
+            last_stats_ms: Some(at_ms),
+            last_sweep_ms: Some(at_ms),
+            last_reconcile_ms: Some(at_ms),
             orphans_kept: false,
             quarantine_left: false,
             ..Memory::new()
@@ -530,48 +537,48 @@ mod tests {
 
     #[test]
     fn with_nothing_pending_no_tick_is_due() {
-        assert_eq!(settled(Instant::now()).next_due(&config()), None);
+        assert_eq!(settled(AT_MS).next_due(&config()), None);
     }
 
     #[test]
     fn a_failed_retirement_is_retried_after_one_tick() {
-        let at = Instant::now();
-        let mut memory = settled(at);
+        let mut memory = settled(AT_MS);
         memory.pending.push((Arc::from("orders"), None));
-        assert_eq!(memory.next_due(&config()), Some(at + config().tick));
+        assert_eq!(
+            memory.next_due(&config()),
+            Some(AT_MS + millis(config().tick))
+        );
     }
 
     #[test]
     fn quarantined_copies_keep_the_stats_and_the_sweep_on_their_intervals() {
-        let at = Instant::now();
-        let mut memory = settled(at);
+        let mut memory = settled(AT_MS);
         memory.quarantine_left = true;
         assert_eq!(
             memory.next_due(&config()),
-            Some(at + config().stats_interval)
+            Some(AT_MS + millis(config().stats_interval))
         );
-        memory.last_stats = Some(at + config().sweep_interval);
+        memory.last_stats_ms = Some(AT_MS + millis(config().sweep_interval));
         assert_eq!(
             memory.next_due(&config()),
-            Some(at + config().sweep_interval)
+            Some(AT_MS + millis(config().sweep_interval))
         );
     }
 
     #[test]
     fn a_kept_orphan_brings_the_reconcile_back_after_the_sweep_interval() {
-        let at = Instant::now();
-        let mut memory = settled(at);
+        let mut memory = settled(AT_MS);
         memory.orphans_kept = true;
         assert_eq!(
             memory.next_due(&config()),
-            Some(at + config().sweep_interval)
+            Some(AT_MS + millis(config().sweep_interval))
         );
     }
 
     #[test]
     fn something_never_done_is_due() {
-        let now = Instant::now();
-        assert!(due(None, Duration::from_secs(30), now));
-        assert!(!due(Some(now), Duration::from_secs(30), now));
+        assert!(due(None, Duration::from_secs(30), AT_MS));
+        assert!(!due(Some(AT_MS), Duration::from_secs(30), AT_MS));
+        assert!(due(Some(AT_MS), Duration::from_secs(30), AT_MS + 30_000));
     }
 }

@@ -39,14 +39,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_disk::Disk;
+use narad_disk::clock::millis;
 use narad_plog::PartitionLog;
 use narad_plog::segment::parse_segment_file_name;
 
 use super::{LocalLogs, partition_dir};
-use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::{
     COLD_RETENTION_PANICS_TOTAL, COLD_RETENTION_SWEPT_TOTAL, ERRORS_TOTAL, IDLE_LOGS_EVICTED_TOTAL,
@@ -133,7 +133,8 @@ fn pass_until(
     cold: bool,
     stopping: &dyn Fn() -> bool,
 ) -> PassReport {
-    let started = Instant::now();
+    let clock = parts.logs.clock();
+    let started_us = clock.now_us();
     let mut report = PassReport::default();
     if cold {
         match panic::catch_unwind(AssertUnwindSafe(|| open_cold(parts, now_ms, stopping))) {
@@ -169,9 +170,18 @@ fn pass_until(
     parts.metrics.observe(
         STORAGE_RETENTION_RUN_DURATION_SECONDS,
         &[],
-        started.elapsed(),
+        Duration::from_micros(clock.now_us().saturating_sub(started_us)),
     );
     report
+}
+
+/// Whether the pass at `now_ms` (the node's monotonic clock) walks cold
+/// logs too: the first pass does, then one every `config.cold_walk` after
+/// the last walk (`walked_ms`); never without a cold-walk interval.
+fn cold_walk_due(config: &RetentionConfig, walked_ms: Option<u64>, now_ms: u64) -> bool {
+    config.cold_walk.is_some_and(|every| {
+        walked_ms.is_none_or(|at_ms| now_ms.saturating_sub(at_ms) >= millis(every))
+    })
 }
 
 /// Sets `log`'s roll age to `retention_ms` and sweeps it.
@@ -362,18 +372,18 @@ impl Retention {
         let thread = std::thread::Builder::new()
             .name("narad-retention".into())
             .spawn(move || {
-                let mut walked: Option<Instant> = None;
+                let clock = Arc::clone(parts.logs.clock());
+                let mut walked_ms: Option<u64> = None;
                 while let Err(RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(config.check_interval)
                 {
-                    let cold = config
-                        .cold_walk
-                        .is_some_and(|every| walked.is_none_or(|at| at.elapsed() >= every));
+                    let now_ms = clock.now_ms();
+                    let cold = cold_walk_due(&config, walked_ms, now_ms);
                     if cold {
-                        walked = Some(Instant::now());
+                        walked_ms = Some(now_ms);
                     }
                     let stopping = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
-                    pass_until(&parts, now_unix_ms(), cold, &stopping);
+                    pass_until(&parts, clock.unix_ms(), cold, &stopping);
                     if let Some(idle) = config.idle_eviction
                         && !stopping()
                     {

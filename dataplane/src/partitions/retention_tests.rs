@@ -12,8 +12,10 @@ use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};
 use narad_plog::{CommitRecord, LogConfig};
 
-use super::{PassReport, Retention, RetentionConfig, RetentionParts, evict_idle, pass, pass_until};
-use crate::ingress::now_unix_ms;
+use super::{
+    PassReport, Retention, RetentionConfig, RetentionParts, cold_walk_due, evict_idle, pass,
+    pass_until,
+};
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::partitions::LocalLogs;
@@ -358,7 +360,7 @@ fn the_cold_walk_opens_only_a_partition_whose_oldest_segment_was_modified_before
     // Stamped in 1970, written now: the file's time decides.
     let committed = commit(&parts, "orders", 12, T0);
     close(&parts, "orders");
-    let now = now_unix_ms();
+    let now = parts.logs.clock().unix_ms();
 
     assert_eq!(pass(&parts, now, true).opened_cold, 0);
     assert!(parts.logs.get(&Destination::new("orders", 0)).is_none());
@@ -409,4 +411,21 @@ fn a_stopping_thread_ends_its_pass_between_two_logs() {
     assert_eq!(report.swept, 0);
     assert_eq!(report.opened_cold, 0);
     assert_eq!(oldest_offset(&parts, "orders"), 0);
+}
+
+#[test]
+fn a_cold_walk_is_due_at_the_first_pass_then_once_per_interval() {
+    let config = RetentionConfig {
+        check_interval: Duration::from_secs(60),
+        cold_walk: Some(Duration::from_secs(300)),
+        idle_eviction: None,
+    };
+    assert!(cold_walk_due(&config, None, 60_000), "the first pass walks");
+    assert!(!cold_walk_due(&config, Some(60_000), 359_999));
+    assert!(cold_walk_due(&config, Some(60_000), 360_000));
+    let never = RetentionConfig {
+        cold_walk: None,
+        ..config
+    };
+    assert!(!cold_walk_due(&never, None, 60_000), "walks switched off");
 }
