@@ -34,7 +34,6 @@ use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus};
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
-use crate::ingress::now_unix_ms;
 use crate::metadata::MetadataReplica;
 use crate::metrics::NodeMetrics;
 use crate::moves::source::MoveSource;
@@ -182,11 +181,12 @@ impl NodeServices {
     /// around a control plane instead.
     pub fn standalone(disk: Arc<dyn Disk>, node: NodeId) -> Self {
         let replica = Arc::new(MetadataReplica::new(node));
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         let register = Command::RegisterMember(RegisterMember {
             id: member_id(node),
             http_addr: format!("node-{node}:http"),
             rpc_addr: format!("node-{node}:rpc"),
-            at_ms: now_unix_ms(),
+            at_ms: clock.unix_ms(),
         });
         if let Err(error) = replica.apply_next(&register) {
             panic!("an empty metastore refused member {node}: {error}");
@@ -197,7 +197,7 @@ impl NodeServices {
             remote: Arc::new(NoRemoteTarget),
             admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
             replica,
-            clock: Arc::new(SystemClock::new()),
+            clock,
         }
     }
 }
@@ -246,7 +246,7 @@ impl DataNode {
     /// # Errors
     /// [`NodeError`].
     pub fn start(services: NodeServices, config: DataNodeConfig) -> Result<Self, NodeError> {
-        let booting = std::time::Instant::now();
+        let booting_us = services.clock.now_us();
         let wal_dir = config.data_dir.join("ingress").join("produce");
         let wal = Arc::new(Wal::open(
             Arc::clone(&services.disk),
@@ -298,6 +298,7 @@ impl DataNode {
                 topology: Arc::clone(&services.replica),
                 topology_changes: services.replica.watch_changes(),
                 checkpoint_sync_delay: config.checkpoint.sync_delay,
+                clock: Arc::clone(&services.clock),
                 local,
                 remote: services.remote,
                 leader: Arc::clone(&services.leader),
@@ -309,6 +310,7 @@ impl DataNode {
             Arc::clone(&wal),
             Arc::clone(&services.replica),
             config.seed,
+            Arc::clone(&services.clock),
         ));
         let consumer_state =
             ConsumerStateStore::new(Arc::clone(&services.disk), config.consumer_state.clone());
@@ -367,7 +369,8 @@ impl DataNode {
         api.metrics.set(
             crate::metrics::BOOT_DURATION_SECONDS,
             &[],
-            booting.elapsed().as_secs_f64(),
+            std::time::Duration::from_micros(logs.clock().now_us().saturating_sub(booting_us))
+                .as_secs_f64(),
         );
         let api = Arc::new(api);
         let move_source = Arc::new(MoveSource::new(

@@ -185,7 +185,12 @@ impl Node {
         let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
         register(&replica, LOCAL_NODE);
         topic(&replica, TOPIC, 0x51, PARTITIONS, LOCAL_NODE);
-        let acceptor = Acceptor::new(Arc::clone(&wal), Arc::clone(&replica), 7);
+        let acceptor = Acceptor::new(
+            Arc::clone(&wal),
+            Arc::clone(&replica),
+            7,
+            crate::testing::system_clock(),
+        );
         let start = wal.dispatch_start(checkpoint.stored());
         let reader = wal.reader(start).map_err(|e| format!("reader: {e}"))?;
         let dispatcher = Dispatcher::new(DispatchConfig::default(), start);

@@ -38,7 +38,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A queue holding at most `capacity` items; a full queue blocks senders.
 ///
@@ -280,6 +280,18 @@ impl<T> Receiver<T> {
         }
     }
 
+    /// The oldest item, sleeping while the queue is empty for at most
+    /// `wait` (`None`: no limit), for a caller that measures its deadlines
+    /// on a clock of its own.
+    pub fn recv_for(&self, wait: Option<Duration>) -> Received<T> {
+        let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+        match (wait, deadline) {
+            // A wait too long to add to now is no limit.
+            (Some(_), None) | (None, _) => self.recv_until(None),
+            (Some(_), deadline) => self.recv_until(deadline),
+        }
+    }
+
     /// The oldest item, if there is one now.
     pub fn try_recv(&self) -> Option<T> {
         match self.recv_until(Some(Instant::now())) {
@@ -357,6 +369,22 @@ mod tests {
         }
         let got: Vec<u32> = std::iter::from_fn(|| receiver.try_recv()).collect();
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_wait_for_a_duration_ends_empty_or_with_the_item() {
+        let (sender, receiver) = unbounded::<u32>();
+        assert!(matches!(
+            receiver.recv_for(Some(Duration::ZERO)),
+            Received::TimedOut
+        ));
+        sender.send(7).expect("send");
+        assert!(matches!(
+            receiver.recv_for(Some(Duration::MAX)),
+            Received::Item(7)
+        ));
+        drop(sender);
+        assert!(matches!(receiver.recv_for(None), Received::Disconnected));
     }
 
     #[test]

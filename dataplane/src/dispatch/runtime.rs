@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use narad_plog::Origin;
@@ -31,6 +31,7 @@ use super::{
     Command, CommitId, CommitOutcome, DispatchConfig, Dispatcher, GoneQuestion, Held, RecordMeta,
 };
 use crate::topology::{Destination, Topology};
+use narad_disk::clock::Clock;
 use narad_disk::queue::{self, Received, Receiver, Sender};
 
 /// The dispatcher as a whole backs off this long after it could not read
@@ -91,6 +92,8 @@ pub struct DispatchParts<T> {
     pub remote: Arc<dyn CommitTarget>,
     /// Leader confirmation before discards.
     pub leader: Arc<dyn LeaderConfirm>,
+    /// The node's clock: the machine's "now" is its monotonic reading.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// What the runtime reports while it runs.
@@ -156,7 +159,6 @@ impl DispatchRuntime {
             events: events.clone(),
             receiver,
             watches,
-            epoch: Instant::now(),
             status: Arc::clone(&status),
             backoff_until: Duration::ZERO,
             compacted_behind: 0,
@@ -304,7 +306,6 @@ struct Loop<T> {
     events: Sender<Event>,
     receiver: Receiver<Event>,
     watches: Watches,
-    epoch: Instant,
     status: Arc<DispatchStatus>,
     backoff_until: Duration,
     /// The synced checkpoint the WAL was last compacted behind.
@@ -319,7 +320,7 @@ struct Loop<T> {
 impl<T: Topology + Send + Sync + 'static> Loop<T> {
     fn run(&mut self) {
         loop {
-            let now = self.epoch.elapsed();
+            let now = self.now();
             self.watches.durable_seen = self.parts.wal.next_durable_seq();
             self.machine.durable_advanced(self.watches.durable_seen);
             if now >= self.backoff_until
@@ -475,6 +476,12 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     /// When the loop must run again at the latest, without news: the
     /// machine's next deadline, a compaction or a re-read due, and during
     /// a failure backoff not before it ends. `None`: nothing is pending.
+    /// Now on the node's monotonic clock, in microseconds' precision: the
+    /// machine compares commit latencies of well under a millisecond.
+    fn now(&self) -> Duration {
+        Duration::from_micros(self.parts.clock.now_us())
+    }
+
     fn next_wakeup(&self, now: Duration) -> Option<Duration> {
         let due = [
             self.machine.next_deadline(&*self.parts.topology, now),
@@ -505,8 +512,10 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 None => return true,
             }
         } else {
-            let deadline = self.next_wakeup(now).map(|at| self.epoch + at);
-            match self.receiver.recv_until(deadline) {
+            let wait = self
+                .next_wakeup(now)
+                .map(|at| at.saturating_sub(self.now()));
+            match self.receiver.recv_for(wait) {
                 Received::Item(event) => event,
                 Received::TimedOut => return true,
                 Received::Disconnected => return false,
@@ -523,7 +532,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     }
 
     fn apply(&mut self, event: Event) -> bool {
-        let now = self.epoch.elapsed();
+        let now = self.now();
         match event {
             // The next pass reads the frontier and the topology anew.
             Event::Wake => {}

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use narad_disk::clock::Clock;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -128,22 +130,28 @@ pub struct Authenticator {
     bcrypt_slots: Arc<Semaphore>,
     throttle: Mutex<FailedLoginThrottle>,
     salt: [u8; 16],
-    started: Instant,
+    /// The node's clock: the failed-login throttle runs on it.
+    clock: Arc<dyn Clock>,
     bcrypt_runs: AtomicU64,
 }
 
 impl Authenticator {
-    /// An authenticator over `replica`'s users.
-    pub fn new(replica: Arc<MetadataReplica>) -> Self {
+    /// An authenticator over `replica`'s users, on the node's `clock`.
+    pub fn new(replica: Arc<MetadataReplica>, clock: Arc<dyn Clock>) -> Self {
         Self {
             replica,
             verified: Mutex::new(HashMap::new()),
             bcrypt_slots: Arc::new(Semaphore::new(BCRYPT_SLOTS)),
             throttle: Mutex::new(FailedLoginThrottle::default()),
             salt: rand::random(),
-            started: Instant::now(),
+            clock,
             bcrypt_runs: AtomicU64::new(0),
         }
+    }
+
+    /// Time since the clock's origin, as the throttle measures it.
+    fn elapsed(&self) -> Duration {
+        Duration::from_millis(self.clock.now_ms())
     }
 
     /// The user an `Authorization` header value proves.
@@ -167,7 +175,7 @@ impl Authenticator {
         {
             return Ok(user);
         }
-        let now = self.started.elapsed();
+        let now = self.elapsed();
         if !self.throttle.lock().may_try(&username, now) {
             return Err(AuthError::Throttled);
         }
@@ -185,9 +193,7 @@ impl Authenticator {
             return Ok(user);
         }
         self.verified.lock().remove(&key);
-        self.throttle
-            .lock()
-            .failed(&username, self.started.elapsed());
+        self.throttle.lock().failed(&username, self.elapsed());
         Err(AuthError::Unauthenticated)
     }
 

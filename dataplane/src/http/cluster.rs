@@ -27,6 +27,7 @@ use std::time::Duration;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use narad_disk::clock::millis;
 use serde_json::{Value, json};
 
 use narad_meta::{
@@ -41,7 +42,6 @@ use super::topics::{found, json_response, propose, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::forward::ForwardError;
-use crate::ingress::now_unix_ms;
 use crate::node::status::{MoveWorkerStatus, NodeStatus};
 use crate::topology::node_of;
 
@@ -123,7 +123,7 @@ pub(crate) async fn members(
         None
     };
     let holdings = Holdings::of(metastore);
-    let now_ms = now_unix_ms();
+    let now_ms = state.clock().unix_ms();
     let members: Vec<Value> = metastore
         .members()
         .map(|member| {
@@ -313,18 +313,22 @@ fn worker_json(worker: &MoveWorkerStatus) -> Value {
 /// [`NODE_STATUS_BUDGET`] in all: this node reads its own, the others are
 /// asked over node RPC. Every id gets an entry.
 async fn node_statuses(state: &Arc<ApiState>, ids: BTreeSet<String>) -> Statuses {
-    let deadline = tokio::time::Instant::now() + NODE_STATUS_BUDGET;
+    let deadline_ms = state
+        .clock()
+        .now_ms()
+        .saturating_add(millis(NODE_STATUS_BUDGET));
     let mut calls = tokio::task::JoinSet::new();
     for id in &ids {
         let (state, id) = (Arc::clone(state), id.clone());
         calls.spawn(async move {
-            let asked = tokio::time::timeout_at(deadline, node_status(&state, &id)).await;
-            let answer = asked.unwrap_or_else(|_| {
-                Err(format!(
+            let timeout = state.clock().sleep_until(deadline_ms);
+            let answer = tokio::select! {
+                answer = node_status(&state, &id) => answer,
+                () = timeout => Err(format!(
                     "no answer within {} s",
                     NODE_STATUS_BUDGET.as_secs()
-                ))
-            });
+                )),
+            };
             (id, answer)
         });
     }

@@ -10,11 +10,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use narad_disk::clock::Clock;
 
 use super::error::ApiError;
 use super::go_duration::{format_go_duration, parse_go_duration};
@@ -347,7 +348,7 @@ async fn queue_consume(
         max,
         wait: params.wait.used,
     };
-    let timer = WaitTimer::start(&state.metrics, topic, params.wait.used);
+    let timer = WaitTimer::start(&state.metrics, &**state.clock(), topic, params.wait.used);
     let deliveries = front
         .consume(request)
         .await
@@ -487,17 +488,24 @@ struct WaitTimer<'a> {
     metrics: &'a NodeMetrics,
     topic: &'a str,
     wait: Duration,
-    started: Instant,
+    clock: &'a dyn Clock,
+    started_us: u64,
     armed: bool,
 }
 
 impl<'a> WaitTimer<'a> {
-    fn start(metrics: &'a NodeMetrics, topic: &'a str, wait: Duration) -> Self {
+    fn start(
+        metrics: &'a NodeMetrics,
+        clock: &'a dyn Clock,
+        topic: &'a str,
+        wait: Duration,
+    ) -> Self {
         Self {
             metrics,
             topic,
             wait,
-            started: Instant::now(),
+            clock,
+            started_us: clock.now_us(),
             armed: true,
         }
     }
@@ -526,7 +534,7 @@ impl<'a> WaitTimer<'a> {
                 ("topic", self.topic.to_owned()),
                 ("outcome", outcome.to_owned()),
             ],
-            self.started.elapsed(),
+            Duration::from_micros(self.clock.now_us().saturating_sub(self.started_us)),
         );
     }
 }

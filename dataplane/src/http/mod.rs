@@ -26,7 +26,7 @@ pub mod users;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::HttpBody;
@@ -35,6 +35,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
+use narad_disk::clock::Clock;
 use narad_wal::Wal;
 
 use crate::admin::Admin;
@@ -151,6 +152,11 @@ pub struct ApiState {
 }
 
 impl ApiState {
+    /// The node's clock (the accept stage's, which stamps records).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        self.acceptor.clock()
+    }
+
     /// State for a node.
     pub fn new(
         config: ApiConfig,
@@ -187,7 +193,7 @@ impl ApiState {
             produces_in_flight: AtomicU64::new(0),
             move_reports: OnceLock::new(),
             config,
-            auth: Authenticator::new(Arc::clone(&replica)),
+            auth: Authenticator::new(Arc::clone(&replica), Arc::clone(acceptor.clock())),
             acceptor,
             replica,
             metrics,
@@ -455,7 +461,9 @@ async fn count_request(
     request: Request,
     next: Next,
 ) -> Response {
-    let started = Instant::now();
+    let clock = Arc::clone(state.clock());
+    let started_us = clock.now_us();
+    let elapsed = move || Duration::from_micros(clock.now_us().saturating_sub(started_us));
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -486,7 +494,7 @@ async fn count_request(
             route: &route,
             method: &method,
             status: response.status(),
-            duration: started.elapsed(),
+            duration: elapsed(),
             identity: identity.get().map(String::as_str),
             client,
             bytes_in: declared_bytes,
@@ -513,11 +521,9 @@ async fn count_request(
     state
         .metrics
         .count(metrics::HTTP_REQUESTS_TOTAL, &labels, 1);
-    state.metrics.observe(
-        metrics::HTTP_REQUEST_DURATION_SECONDS,
-        &labels,
-        started.elapsed(),
-    );
+    state
+        .metrics
+        .observe(metrics::HTTP_REQUEST_DURATION_SECONDS, &labels, elapsed());
     if status.is_server_error() {
         state.metrics.count(
             metrics::ERRORS_TOTAL,

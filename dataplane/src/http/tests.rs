@@ -51,8 +51,13 @@ pub(super) fn api_with_admin(
     let (sim, wal) = sim_wal(11);
     let replica = replica();
     let acceptor = Arc::new(
-        Acceptor::new(Arc::clone(&wal), Arc::clone(&replica), 5)
-            .with_validation_slots(validation_slots, std::time::Duration::ZERO),
+        Acceptor::new(
+            Arc::clone(&wal),
+            Arc::clone(&replica),
+            5,
+            crate::testing::system_clock(),
+        )
+        .with_validation_slots(validation_slots, std::time::Duration::ZERO),
     );
     let admin_replica = Arc::clone(&replica);
     let health = Arc::new(Health::default());

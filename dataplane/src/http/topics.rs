@@ -27,7 +27,7 @@ use super::query::params;
 use super::{ApiState, authenticate};
 use crate::admin::{AdminError, actor_of};
 use crate::forward::STATS_BUDGET;
-use crate::ingress::{MESSAGE_BYTES_MAX, now_unix_ms};
+use crate::ingress::MESSAGE_BYTES_MAX;
 use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::topology::{Destination, NodeId, Route, Topology};
 
@@ -89,7 +89,7 @@ pub(crate) async fn create(
         .require_create(&actor, &request.name)
         .map_err(refused)?;
     let (parent, fanout_delay_ms) = (request.parent.clone(), request.fanout_delay_ms);
-    let mut create = create_command(actor, request)?;
+    let mut create = create_command(actor, request, state.clock().unix_ms())?;
     if let Some(parent) = parent {
         create.parent = Some(new_link(&state, &create.actor, &parent, fanout_delay_ms).await?);
     }
@@ -139,8 +139,12 @@ async fn placement(replica: &MetadataReplica, created: &Arc<TopicMeta>) -> Arc<T
 /// The create command of `body` without its fan-out link, checked with the
 /// rules the metastore applies that need no state (a delay under a parent
 /// included); the proposer's part (an incarnation id, the clock, the schema
-/// engine) is done here.
-fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTopic, ApiError> {
+/// engine) is done here; the topic is stamped `created_at_ms` (Unix).
+fn create_command(
+    actor: narad_meta::Actor,
+    body: CreateBody,
+    created_at_ms: u64,
+) -> Result<CreateTopic, ApiError> {
     rules::check_new_topic_name(&body.name).map_err(refused)?;
     if body.parent.is_some() {
         rules::fanout_delay_ms(body.fanout_delay_ms).map_err(refused)?;
@@ -166,7 +170,7 @@ fn create_command(actor: narad_meta::Actor, body: CreateBody) -> Result<CreateTo
         schema,
         parent: None,
         defaults: TopicDefaults::default(),
-        created_at_ms: now_unix_ms(),
+        created_at_ms,
     };
     rules::new_topic(&create, None).map_err(refused)?;
     Ok(create)

@@ -21,7 +21,6 @@ use super::error::ApiError;
 use super::topics::{found, json_response, propose, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
-use crate::ingress::now_unix_ms;
 use crate::metadata::{Grant, GrantAction, User};
 
 /// User request bodies are at most this large; over it answers `400`, not
@@ -100,7 +99,7 @@ pub(crate) async fn create(
         username: username.clone(),
         password_hash,
         grants,
-        at_ms: now_unix_ms(),
+        at_ms: state.clock().unix_ms(),
     };
     propose(&state, Command::CreateUser(create)).await?;
     let user = known_user(&state, &username)?;
@@ -181,7 +180,7 @@ pub(crate) async fn set_grants(
         actor,
         username: username.clone(),
         grants,
-        at_ms: now_unix_ms(),
+        at_ms: state.clock().unix_ms(),
     };
     propose(&state, Command::SetGrants(set)).await?;
     let user = known_user(&state, &username)?;
@@ -233,7 +232,7 @@ pub(crate) async fn set_password(
         username,
         password_hash: hash(&state, request.new_password).await?,
         checked_hash,
-        at_ms: now_unix_ms(),
+        at_ms: state.clock().unix_ms(),
     };
     propose(&state, Command::SetPassword(set)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -4,7 +4,9 @@
 //! completed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use narad_disk::clock::Clock;
 
 use narad_wal::record::{IDEMPOTENCY_KEY_BYTES_MAX, KEY_BYTES_MAX};
 use narad_wal::{Wal, WalError, WalRecordRef};
@@ -119,7 +121,9 @@ pub struct Acceptor {
     replica: Arc<MetadataReplica>,
     round_robin: RoundRobin,
     schemas: SchemaCache,
-    started: Instant,
+    /// The node's clock: records are stamped with its wall reading, and
+    /// idle round-robin rotations are forgotten on its monotonic one.
+    clock: Arc<dyn Clock>,
     validation_slots: Arc<Semaphore>,
     /// How many slots `validation_slots` was made with.
     validation_slots_total: usize,
@@ -135,15 +139,20 @@ struct Placed<'a> {
 
 impl Acceptor {
     /// An accept stage appending to `wal`, placing by `replica`, with
-    /// rotation starts drawn from `seed`.
-    pub fn new(wal: Arc<Wal>, replica: Arc<MetadataReplica>, seed: u64) -> Self {
+    /// rotation starts drawn from `seed`, on the node's `clock`.
+    pub fn new(
+        wal: Arc<Wal>,
+        replica: Arc<MetadataReplica>,
+        seed: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let slots = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
             wal,
             replica,
             round_robin: RoundRobin::new(seed),
             schemas: SchemaCache::default(),
-            started: Instant::now(),
+            clock,
             validation_slots: Arc::new(Semaphore::new(slots)),
             validation_slots_total: slots,
             validation_wait: SCHEMA_SLOT_WAIT,
@@ -224,7 +233,7 @@ impl Acceptor {
             .await?;
         let placed = self.place(topic, message)?;
         drop(slot);
-        let created_at = now_unix_ms();
+        let created_at = self.clock.unix_ms();
         let record = record_of(topic, &placed, created_at);
         let pending = self.wal.append_records(std::slice::from_ref(&record))?;
         let seqs = pending.await?;
@@ -265,7 +274,7 @@ impl Acceptor {
             );
         }
         drop(slot);
-        let created_at = now_unix_ms();
+        let created_at = self.clock.unix_ms();
         let records: Vec<WalRecordRef<'_>> = placed
             .iter()
             .map(|placed| record_of(topic, placed, created_at))
@@ -310,7 +319,12 @@ impl Acceptor {
     }
 
     fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        Duration::from_millis(self.clock.now_ms())
+    }
+
+    /// The node's clock this stage runs on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 }
 
@@ -347,13 +361,4 @@ fn record_of<'a>(topic: &'a TopicMeta, placed: &Placed<'a>, created_at: u64) -> 
         created_at_unix_ms: created_at,
         payload: &placed.message.payload,
     }
-}
-
-/// Wall-clock Unix milliseconds (0 before 1970, which no test runs in).
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
 }

@@ -11,5 +11,5 @@ pub mod schema;
 pub use accept::{
     AcceptError, Acceptor, BATCH_BODY_BYTES_MAX, BATCH_MESSAGES_MAX, BatchRefusal,
     MESSAGE_BYTES_MAX, ProduceMessage, SCHEMA_BUSY_TEXT, SCHEMA_SLOT_PAYLOAD_BYTES_MIN,
-    SCHEMA_SLOT_WAIT, now_unix_ms, valid_idempotency_key,
+    SCHEMA_SLOT_WAIT, valid_idempotency_key,
 };

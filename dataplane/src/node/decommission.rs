@@ -164,7 +164,12 @@ mod tests {
     /// The node's API state over `replica`, proposing through `admin`.
     fn api(replica: &Arc<MetadataReplica>, admin: Arc<dyn Admin>) -> Arc<ApiState> {
         let (_sim, wal) = sim_wal(3);
-        let acceptor = Arc::new(Acceptor::new(wal, Arc::clone(replica), 1));
+        let acceptor = Arc::new(Acceptor::new(
+            wal,
+            Arc::clone(replica),
+            1,
+            crate::testing::system_clock(),
+        ));
         Arc::new(ApiState::new(
             ApiConfig::default(),
             acceptor,
