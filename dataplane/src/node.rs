@@ -364,6 +364,7 @@ impl DataNode {
             Arc::clone(&dispatch_status.rerouted_records),
         );
         api.logs = Some(Arc::clone(&logs));
+        api.status.plug_logs(Arc::clone(&logs));
         api.consume = Some(Arc::clone(&consume));
         api.fanout = fanout_status;
         api.metrics.set(
@@ -438,11 +439,10 @@ impl DataNode {
             Arc::clone(&self.api.metrics),
         );
         let task = runner.spawn();
-        if self
+        if !self
             .api
-            .move_reports
-            .set(Arc::clone(&runner) as Arc<dyn crate::node::status::MoveReports>)
-            .is_err()
+            .status
+            .plug_move_reports(Arc::clone(&runner) as Arc<dyn crate::node::status::MoveReports>)
         {
             tracing::warn!("move reports were already plugged in; the runner's are not listed");
         }

@@ -158,7 +158,7 @@ impl Peers {
             Arc::clone(&self.transport),
             Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
         )));
-        self.served.status.attach(Arc::clone(node.api()));
+        self.served.status.attach(Arc::clone(&node.api().status));
     }
 
     /// Closes the transport once nothing else holds it (the bridge and the

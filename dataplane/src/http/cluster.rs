@@ -353,7 +353,7 @@ async fn node_statuses(state: &Arc<ApiState>, ids: BTreeSet<String>) -> Statuses
 async fn node_status(state: &ApiState, id: &str) -> Result<NodeStatus, String> {
     let node = node_of(id).ok_or("its id names no data node this one can address")?;
     if node == state.replica.local_node() {
-        return Ok(NodeStatus::read(state).await);
+        return Ok(NodeStatus::read(&state.status).await);
     }
     let forwarder = state
         .forwarder

@@ -358,10 +358,11 @@ fn with_rpc() -> Rpc {
     let other_api = api();
     other_api
         .state
+        .status
         .produces_in_flight
         .store(5, Ordering::Relaxed);
     let service = NodeStatusService::new();
-    service.attach(Arc::clone(&other_api.state));
+    service.attach(Arc::clone(&other_api.state.status));
     let other = Node::bind(
         NodeConfig::new(loopback, auth()),
         service.route(Router::new()),
@@ -508,7 +509,7 @@ async fn detail_shows_the_targets_worker_or_why_it_could_not_be_asked() {
     set_move(&api, "inbound", 1, 2, LOCAL);
     set_move(&api, "orders", 2, LOCAL, 2);
     let workers = Workers(vec![worker("inbound", 0), worker("inbound", 1)]);
-    assert!(api.state.move_reports.set(Arc::new(workers)).is_ok());
+    assert!(api.state.status.plug_move_reports(Arc::new(workers)));
     let body = json(&as_root(&api, "GET", "/v1/cluster/moves?detail=true").await);
     let inbound = &body["moves"][0];
     assert_eq!(inbound["topic"], "inbound");

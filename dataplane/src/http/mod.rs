@@ -50,7 +50,7 @@ use crate::http::produce_cap::ProduceCap;
 use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
-use crate::node::status::MoveReports;
+use crate::node::status::StatusSources;
 use crate::partitions::LocalLogs;
 
 /// How the API behaves.
@@ -118,8 +118,6 @@ pub struct ApiState {
     pub metrics: Arc<NodeMetrics>,
     /// Liveness and readiness.
     pub health: Arc<Health>,
-    /// The dispatcher's stored checkpoint, for the backlog gauge.
-    pub checkpoint_stored: Arc<AtomicU64>,
     /// The dispatcher's rerouted commits and records, for their counters.
     pub reroutes: (Arc<AtomicU64>, Arc<AtomicU64>),
     /// Budget of large batch bodies being read.
@@ -142,13 +140,9 @@ pub struct ApiState {
     /// Positions of the fan-out cursors this node runs, for the children
     /// listing's lag.
     pub fanout: Arc<FanoutStatus>,
-    /// Produce requests being answered now (a batch counts once), for the
-    /// node status.
-    pub produces_in_flight: AtomicU64,
-    /// The move workers of this node, as its move runner reports them for
-    /// the node status; unset, the node reports none. Set once, by whoever
-    /// runs the moves.
-    pub move_reports: OnceLock<Arc<dyn MoveReports>>,
+    /// What the node status is read from (this node's, and other nodes'
+    /// over node RPC); the produce handlers count in-flight produces there.
+    pub status: Arc<StatusSources>,
 }
 
 impl ApiState {
@@ -182,6 +176,11 @@ impl ApiState {
             &[("component", "http".to_owned()), ("kind", "5xx".to_owned())],
             0,
         );
+        let status = Arc::new(StatusSources::new(
+            Arc::clone(&replica),
+            Arc::clone(acceptor.wal()),
+            checkpoint_stored,
+        ));
         Self {
             produce_cap: ProduceCap::new(config.produce_in_flight_per_identity),
             consume_cap: ProduceCap::new(config.consume_in_flight_per_identity),
@@ -190,15 +189,13 @@ impl ApiState {
             consume: None,
             forwarder: OnceLock::new(),
             fanout: Arc::new(FanoutStatus::new()),
-            produces_in_flight: AtomicU64::new(0),
-            move_reports: OnceLock::new(),
             config,
             auth: Authenticator::new(Arc::clone(&replica), Arc::clone(acceptor.clock())),
             acceptor,
             replica,
             metrics,
             health,
-            checkpoint_stored,
+            status,
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
         }
@@ -206,14 +203,6 @@ impl ApiState {
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
-    }
-
-    /// Durable ingress WAL records the dispatcher has not yet committed to
-    /// their partition owners (its stored checkpoint is behind them).
-    pub fn dispatch_backlog(&self) -> u64 {
-        self.wal()
-            .next_durable_seq()
-            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire))
     }
 
     /// The consume service.
@@ -254,7 +243,7 @@ impl ApiState {
         self.metrics.set(
             metrics::INGRESS_DISPATCH_BACKLOG_RECORDS,
             &[],
-            self.dispatch_backlog() as f64,
+            self.status.dispatch_backlog() as f64,
         );
         self.metrics.count_absolute(
             metrics::DISPATCH_REROUTES_TOTAL,

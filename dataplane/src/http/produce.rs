@@ -44,7 +44,7 @@ fn refuse_if_draining(state: &ApiState) -> Result<(), ApiError> {
     Err(refusal)
 }
 
-/// Counts a produce in `ApiState::produces_in_flight` until dropped, so a
+/// Counts a produce in `StatusSources::produces_in_flight` until dropped, so a
 /// produce whose client went away is counted out too.
 struct ProduceInFlight<'a>(&'a AtomicU64);
 
@@ -75,7 +75,7 @@ pub(crate) async fn produce(
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
     refuse_if_draining(&state)?;
-    let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
+    let _in_flight = ProduceInFlight::enter(&state.status.produces_in_flight);
     let (key, partition) = produce_query(query.as_deref().unwrap_or(""))?;
     let idempotency_key = idempotency_key(&headers)?;
     let _cap = state.produce_cap.take(&identity(user.as_deref()), 1)?;
@@ -133,7 +133,7 @@ pub(crate) async fn produce_batch(
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Produce, &topic)?;
     refuse_if_draining(&state)?;
-    let _in_flight = ProduceInFlight::enter(&state.produces_in_flight);
+    let _in_flight = ProduceInFlight::enter(&state.status.produces_in_flight);
     if query.as_deref().is_some_and(|query| !query.is_empty()) {
         return Err(ApiError::bad_request(
             "key is set per message in a batch produce, not as a query parameter",

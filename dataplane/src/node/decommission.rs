@@ -58,7 +58,7 @@ pub(crate) async fn check(api: &ApiState) -> Checked {
     if view.metastore.is_removed(&id) {
         return Checked::Gone;
     }
-    if !may_leave(&view.metastore, &id, api.dispatch_backlog()) {
+    if !may_leave(&view.metastore, &id, api.status.dispatch_backlog()) {
         return Checked::Stays;
     }
     drop(view);
@@ -240,7 +240,7 @@ mod tests {
         };
         api.acceptor.accept(&far, &message).await.expect("staged");
         drain(&replica, LOCAL_NODE);
-        assert_eq!(api.dispatch_backlog(), 1);
+        assert_eq!(api.status.dispatch_backlog(), 1);
         assert_eq!(check(&api).await, Checked::Stays);
         assert!(!is_removed(&replica, LOCAL_NODE));
     }

@@ -3,15 +3,16 @@
 //! records not yet committed to their owners, its quarantined copies, and
 //! the partition moves its workers run.
 //!
-//! The HTTP layer reads this node's status directly ([`NodeStatus::read`])
-//! and asks other nodes over node RPC (opcode 33, `NodeStatus`), which
-//! [`NodeStatusService`] answers from the same read.
+//! The status is read from [`StatusSources`], the few parts of the node
+//! it looks at; the HTTP layer reads this node's directly
+//! ([`NodeStatus::read`]) and asks other nodes over node RPC (opcode 33,
+//! `NodeStatus`), which [`NodeStatusService`] answers from the same read.
 //!
 //! The move workers are another part's to report: a move runner plugs in
-//! through the [`MoveReports`] seam (`ApiState::move_reports`). Until one
-//! does, a node reports no moves.
+//! through the [`MoveReports`] seam ([`StatusSources::plug_move_reports`]).
+//! Until one does, a node reports no moves.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use narad_protocol::consume::decode_forward_request;
@@ -23,8 +24,11 @@ use narad_protocol::{
     QuarantinedCopy, Response, Router, RpcError,
 };
 
-use crate::http::ApiState;
+use narad_wal::Wal;
+
+use crate::metadata::MetadataReplica;
 pub use crate::moves::status::{MoveReports, MoveWorkerStatus};
+use crate::partitions::LocalLogs;
 
 /// Node status requests one node serves at once. An operator's listing
 /// asks each node once, so a few permits are plenty, and they bound the
@@ -50,6 +54,61 @@ pub struct QuarantineReport {
     pub list: Vec<QuarantinedCopy>,
 }
 
+/// What a node's status is read from.
+#[derive(Debug)]
+pub struct StatusSources {
+    replica: Arc<MetadataReplica>,
+    wal: Arc<Wal>,
+    /// The dispatcher's stored checkpoint.
+    checkpoint_stored: Arc<AtomicU64>,
+    /// Produce requests being answered now (a batch counts once); the
+    /// produce handlers count here.
+    pub produces_in_flight: AtomicU64,
+    /// The partition logs, for the quarantine; unset, none is reported.
+    logs: OnceLock<Arc<LocalLogs>>,
+    /// The move workers, as the move runner reports them.
+    move_reports: OnceLock<Arc<dyn MoveReports>>,
+}
+
+impl StatusSources {
+    /// Sources over `replica`, the ingress `wal` and the dispatcher's
+    /// stored checkpoint.
+    pub fn new(
+        replica: Arc<MetadataReplica>,
+        wal: Arc<Wal>,
+        checkpoint_stored: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            replica,
+            wal,
+            checkpoint_stored,
+            produces_in_flight: AtomicU64::new(0),
+            logs: OnceLock::new(),
+            move_reports: OnceLock::new(),
+        }
+    }
+
+    /// Durable ingress WAL records the dispatcher has not yet committed to
+    /// their partition owners (its stored checkpoint is behind them).
+    pub fn dispatch_backlog(&self) -> u64 {
+        self.wal
+            .next_durable_seq()
+            .saturating_sub(self.checkpoint_stored.load(Ordering::Acquire))
+    }
+
+    /// Reports the quarantine of `logs` from now on; false if some logs
+    /// were plugged in already (they stay).
+    pub fn plug_logs(&self, logs: Arc<LocalLogs>) -> bool {
+        self.logs.set(logs).is_ok()
+    }
+
+    /// Reports the move workers of `reports` from now on; false if some
+    /// were plugged in already (they stay).
+    pub fn plug_move_reports(&self, reports: Arc<dyn MoveReports>) -> bool {
+        self.move_reports.set(reports).is_ok()
+    }
+}
+
 /// What a data node reports of itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeStatus {
@@ -70,17 +129,17 @@ impl NodeStatus {
     /// This node's status now. Counting quarantined bytes walks the disk,
     /// on a blocking thread; if that fails the totals read 0 and a warning
     /// is logged.
-    pub async fn read(api: &ApiState) -> Self {
-        let mut moves = api
+    pub async fn read(sources: &StatusSources) -> Self {
+        let mut moves = sources
             .move_reports
             .get()
             .map_or_else(Vec::new, |reports| reports.moves());
         moves.truncate(NODE_MOVES_MAX as usize);
         Self {
-            draining: api.replica.local_draining(),
-            produce_in_flight: api.produces_in_flight.load(Ordering::Relaxed),
-            dispatch_backlog: api.dispatch_backlog(),
-            quarantine: quarantine(api).await,
+            draining: sources.replica.local_draining(),
+            produce_in_flight: sources.produces_in_flight.load(Ordering::Relaxed),
+            dispatch_backlog: sources.dispatch_backlog(),
+            quarantine: quarantine(sources).await,
             moves,
         }
     }
@@ -126,10 +185,10 @@ impl NodeStatus {
     }
 }
 
-/// The quarantine totals of `api`'s partition logs; zero on a node without
-/// logs (tests) or when the disk walk fails.
-async fn quarantine(api: &ApiState) -> QuarantineReport {
-    let Some(logs) = api.logs.clone() else {
+/// The quarantine totals of the node's partition logs; zero on a node
+/// without logs (tests) or when the disk walk fails.
+async fn quarantine(sources: &StatusSources) -> QuarantineReport {
+    let Some(logs) = sources.logs.get().cloned() else {
         return QuarantineReport::default();
     };
     let counted = tokio::task::spawn_blocking(move || logs.quarantine_stats()).await;
@@ -210,12 +269,12 @@ fn worker_of(report: MoveReport) -> MoveWorkerStatus {
     }
 }
 
-/// Serves opcode 33 from the node's API state. Routed before the data node
-/// exists (the transport is bound first), it answers `503` until
+/// Serves opcode 33 from the node's status sources. Routed before the
+/// data node exists (the transport is bound first), it answers `503` until
 /// [`NodeStatusService::attach`].
 #[derive(Debug, Default)]
 pub struct NodeStatusService {
-    api: OnceLock<Arc<ApiState>>,
+    sources: OnceLock<Arc<StatusSources>>,
 }
 
 impl NodeStatusService {
@@ -224,13 +283,13 @@ impl NodeStatusService {
         Arc::new(Self::default())
     }
 
-    /// Starts answering from `api` (the node's).
+    /// Starts answering from `sources` (the node's).
     ///
     /// # Panics
     /// If attached already.
-    pub fn attach(&self, api: Arc<ApiState>) {
+    pub fn attach(&self, sources: Arc<StatusSources>) {
         assert!(
-            self.api.set(api).is_ok(),
+            self.sources.set(sources).is_ok(),
             "node status service attached twice"
         );
     }
@@ -247,11 +306,11 @@ impl NodeStatusService {
     }
 
     async fn handle(&self, inbound: Inbound) -> Result<Response, RpcError> {
-        let api = self.api.get().ok_or_else(|| {
+        let sources = self.sources.get().ok_or_else(|| {
             RpcError::unavailable("this data node does not report its status yet")
         })?;
         let NodeStatusRequest = decode_forward_request::<NodeStatusRequest>(inbound.request.body)?;
-        let status = NodeStatus::read(api).await;
+        let status = NodeStatus::read(sources).await;
         Ok(Response::message(&status.to_wire()))
     }
 }
