@@ -6,6 +6,10 @@ use std::process::ExitCode;
 
 use narad_controlplane::node::config::layered::{Layer, Settings};
 
+use raft_log::{RaftEvents, Shape};
+
+mod raft_log;
+
 /// Exit status when the process could not start (the environment refused).
 const EXIT_START: u8 = 1;
 
@@ -34,8 +38,9 @@ pub(crate) fn config_layers<S: Settings>(
 /// or human-readable text (`narad dev`'s default).
 pub(crate) const LOG_FORMATS: [&str; 2] = ["json", "text"];
 
-/// Logs to stderr at `log_level` (openraft at `warn` unless asked lower),
-/// as `log_format` (`json` or `text`; see [`LOG_FORMATS`]).
+/// Logs to stderr at `log_level` (openraft at `warn` unless asked lower,
+/// its events as [`raft_log`] says), as `log_format` (`json` or `text`; see
+/// [`LOG_FORMATS`]).
 pub(crate) fn init_logging(log_level: &str, log_format: &str) {
     let filter = tracing_subscriber::EnvFilter::new(format!("{log_level},openraft=warn"));
     let builder = tracing_subscriber::fmt()
@@ -45,9 +50,15 @@ pub(crate) fn init_logging(log_level: &str, log_format: &str) {
     if log_format == "json" {
         // Fields at the top level beside `timestamp`, `level`, `target`
         // and `message`, so a log pipeline indexes them as they are.
-        builder.json().flatten_event(true).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .map_event_format(|json| RaftEvents::new(json, Shape::Json))
+            .init();
     } else {
-        builder.init();
+        builder
+            .map_event_format(|full| RaftEvents::new(full, Shape::Text))
+            .init();
     }
 }
 

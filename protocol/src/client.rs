@@ -24,13 +24,14 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, client_handshake};
+use crate::auth::{ClusterAuth, EXPORTER_BYTES, client_handshake};
 use crate::backoff::DialBackoff;
 use crate::client_stream::{
     ClientStream, PendingGuard, StreamState, lock, read_answers, refine_auth_error,
 };
 use crate::codec::DecodeError;
 use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
+use crate::handshake_failure::HandshakeFailure;
 use crate::lane::Lane;
 use crate::limits::{
     LIVENESS_PING_INTERVAL, LIVENESS_PING_TIMEOUT, PEERS_MAX, STREAM_OUTGOING_FRAMES_MAX,
@@ -40,7 +41,6 @@ use crate::opcode::Opcode;
 use crate::server::exporter;
 use crate::stream::{Outgoing, WriteBudget, codes, write_loop};
 use crate::tls::SERVER_NAME;
-use crate::wire::WireError;
 
 /// Why a call did not get a successful answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -496,22 +496,14 @@ impl PeerConnection {
         );
         if let Err(error) = handshake.await {
             let error = refine_auth_error(error);
-            warn!(%peer, %lane, %error, "cluster stream refused: authentication failed");
+            let failure = HandshakeFailure::of(&error, self.connection.close_reason().is_some());
+            failure.report(peer, Some(lane), &error);
             let _ = send.reset(codes::AUTH_FAILED);
             let _ = recv.stop(codes::AUTH_FAILED);
-            return Err(match error {
-                AuthError::Wire(WireError::Io(error))
-                    if self.connection.close_reason().is_some() =>
-                {
-                    CallError::ConnectionLost {
-                        peer,
-                        reason: error.to_string(),
-                    }
-                }
-                error => CallError::Auth {
-                    peer,
-                    reason: error.to_string(),
-                },
+            let reason = error.to_string();
+            return Err(match failure {
+                HandshakeFailure::ConnectionLost => CallError::ConnectionLost { peer, reason },
+                _ => CallError::Auth { peer, reason },
             });
         }
         let (outgoing, queue) = mpsc::channel(STREAM_OUTGOING_FRAMES_MAX);

@@ -36,6 +36,7 @@ pub mod commit;
 pub mod consume;
 pub mod fields;
 pub mod frame;
+mod handshake_failure;
 mod lane;
 pub mod limits;
 pub mod metadata;

@@ -20,6 +20,7 @@ use tracing::{debug, warn};
 use crate::auth::{AuthError, ClusterAuth, EXPORTER_BYTES, EXPORTER_LABEL, server_handshake};
 use crate::codec::{Message, decode_message};
 use crate::frame::{Frame, FrameKind, MalformedFrame, Request, RequestId, Response, RpcError};
+use crate::handshake_failure::HandshakeFailure;
 use crate::limits::{
     FRAME_BYTES_MAX, STREAM_OUTGOING_FRAMES_MAX, STREAM_REQUESTS_IN_FLIGHT_MAX, TRANSFER_PERMITS,
     messaging_permits,
@@ -233,7 +234,8 @@ pub(crate) async fn serve_connection(context: Arc<ServerContext>, connection: qu
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
-                tokio::spawn(serve_stream(context.clone(), peer, ekm, send, recv));
+                let connection = connection.clone();
+                tokio::spawn(serve_stream(context.clone(), connection, ekm, send, recv));
             }
             Err(error) => {
                 debug!(%peer, %error, "cluster connection ended");
@@ -254,11 +256,12 @@ fn in_flight_lock(
 
 async fn serve_stream(
     context: Arc<ServerContext>,
-    peer: SocketAddr,
+    connection: quinn::Connection,
     ekm: [u8; EXPORTER_BYTES],
     mut send: SendStream,
     mut recv: RecvStream,
 ) {
+    let peer = connection.remote_address();
     let handshake = server_handshake(
         &context.auth,
         &ekm,
@@ -267,7 +270,8 @@ async fn serve_stream(
         context.auth_timeout,
     );
     if let Err(error) = handshake.await {
-        warn!(%peer, %error, "cluster stream refused: authentication failed");
+        HandshakeFailure::of(&error, connection.close_reason().is_some())
+            .report(peer, None, &error);
         let _ = send.reset(codes::AUTH_FAILED);
         let _ = recv.stop(codes::AUTH_FAILED);
         return;

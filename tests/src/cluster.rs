@@ -253,6 +253,18 @@ impl ControlCluster {
         }
     }
 
+    /// Sends SIGTERM to the process at `index` and waits (bounded) for its
+    /// exit.
+    ///
+    /// # Panics
+    /// If it does not run, or has not exited after [`WAIT_MAX`].
+    pub async fn terminate(&mut self, index: usize) -> std::process::ExitStatus {
+        let node = &mut self.nodes[index];
+        let child = node.child.take().expect("the control node runs");
+        let log = node.log.clone();
+        terminate_child(child, &log).await
+    }
+
     /// The client.
     pub fn client(&self) -> &ControlClient {
         &self.client
@@ -591,24 +603,33 @@ impl DataProcess {
     /// # Panics
     /// If the process does not run, or has not exited after [`WAIT_MAX`].
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("the data node runs");
-        let signalled = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(signalled.success(), "SIGTERM not delivered");
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait on the child") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("no exit {WAIT_MAX:?} after SIGTERM\n{}", self.log());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let child = self.child.take().expect("the data node runs");
+        terminate_child(child, &self.log).await
+    }
+}
+
+/// Sends SIGTERM to `child` and waits (bounded) for its exit.
+///
+/// # Panics
+/// If it has not exited after [`WAIT_MAX`], with its `log`.
+async fn terminate_child(mut child: Child, log: &Path) -> std::process::ExitStatus {
+    let signalled = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(signalled.success(), "SIGTERM not delivered");
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait on the child") {
+            return status;
         }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("no exit {WAIT_MAX:?} after SIGTERM\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

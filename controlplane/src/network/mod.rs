@@ -15,4 +15,4 @@ pub mod service;
 mod codec_tests;
 
 pub use client::RaftNetworkClients;
-pub use service::{LeaderContact, RaftSlot, raft_routes};
+pub use service::{LeaderContact, RaftGate, RaftSlot, raft_routes};

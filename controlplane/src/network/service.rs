@@ -35,6 +35,42 @@ pub fn started(slot: &RaftSlot) -> Result<ControlRaft, RpcError> {
         .ok_or_else(|| RpcError::unavailable("control node starting: raft not running yet"))
 }
 
+/// Lets peers' Raft RPCs into the local openraft until the node stops.
+///
+/// A stop closes the gate, waiting for the RPCs inside to answer, before
+/// it shuts openraft down: an RPC that reached a stopping openraft would be
+/// refused there and logged by openraft as an error, in a clean stop. One
+/// that finds the gate closed is answered `503`, which the caller's network
+/// reports as an unreachable peer.
+#[derive(Debug)]
+pub struct RaftGate {
+    open: tokio::sync::RwLock<bool>,
+}
+
+impl Default for RaftGate {
+    fn default() -> Self {
+        Self {
+            open: tokio::sync::RwLock::new(true),
+        }
+    }
+}
+
+impl RaftGate {
+    /// Runs `rpc` with the gate open, or answers `503` once it is closed.
+    async fn pass<T>(&self, rpc: impl Future<Output = T>) -> Result<T, RpcError> {
+        let open = self.open.read().await;
+        if !*open {
+            return Err(RpcError::unavailable("control node stopping"));
+        }
+        Ok(rpc.await)
+    }
+
+    /// Closes the gate once every RPC inside has answered.
+    pub async fn close(&self) {
+        *self.open.write().await = false;
+    }
+}
+
 /// What a follower last heard from a leader: when, and the commit index it
 /// reported. `/readyz` and the metadata stream's "caught up" read it.
 #[derive(Debug)]
@@ -82,23 +118,28 @@ impl LeaderContact {
 /// Adds the three Raft routes to `router`. A request is decoded before
 /// anything else, so a malformed or other-version one is answered `400`
 /// naming the fault even while Raft is starting.
-pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>) -> Router {
+pub fn raft_routes(
+    router: Router,
+    slot: &RaftSlot,
+    gate: &Arc<RaftGate>,
+    contact: &Arc<LeaderContact>,
+) -> Router {
     let contact = contact.clone();
-    let append = slot.clone();
-    let vote = slot.clone();
-    let snapshot = slot.clone();
+    let append = (slot.clone(), gate.clone());
+    let vote = (slot.clone(), gate.clone());
+    let snapshot = (slot.clone(), gate.clone());
     router
         .route(
             opcodes::RAFT_APPEND_ENTRIES,
             raft_limit(),
             move |inbound: Inbound| {
-                let slot = append.clone();
+                let (slot, gate) = append.clone();
                 let contact = contact.clone();
                 async move {
                     let AppendEntries(request) = inbound.message()?;
                     let raft = started(&slot)?;
                     let commit_index = request.leader_commit.map_or(0, |log_id| log_id.index);
-                    let answer = raft.append_entries(request).await;
+                    let answer = gate.pass(raft.append_entries(request)).await?;
                     // Any answer but "higher vote" means the sender is the
                     // leader this node follows.
                     if matches!(
@@ -114,11 +155,11 @@ pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>
             },
         )
         .route(opcodes::RAFT_VOTE, raft_limit(), move |inbound: Inbound| {
-            let slot = vote.clone();
+            let (slot, gate) = vote.clone();
             async move {
                 let Vote(request) = inbound.message()?;
                 let raft = started(&slot)?;
-                let answer = raft.vote(request).await;
+                let answer = gate.pass(raft.vote(request)).await?;
                 Ok(Response::message(&VoteAnswer(answer)))
             }
         })
@@ -126,11 +167,11 @@ pub fn raft_routes(router: Router, slot: &RaftSlot, contact: &Arc<LeaderContact>
             opcodes::RAFT_INSTALL_SNAPSHOT,
             raft_limit(),
             move |inbound: Inbound| {
-                let slot = snapshot.clone();
+                let (slot, gate) = snapshot.clone();
                 async move {
                     let InstallSnapshot(request) = inbound.message()?;
                     let raft = started(&slot)?;
-                    let answer = raft.install_snapshot(request).await;
+                    let answer = gate.pass(raft.install_snapshot(request)).await?;
                     Ok(Response::message(&InstallSnapshotAnswer(answer)))
                 }
             },

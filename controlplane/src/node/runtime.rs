@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use super::config::{ClusterSecurity, ControlConfig};
 use super::wire::Status;
 use super::{controller_loop, http, join, propose};
-use crate::network::{LeaderContact, RaftNetworkClients, RaftSlot, raft_routes};
+use crate::network::{LeaderContact, RaftGate, RaftNetworkClients, RaftSlot, raft_routes};
 use crate::raft::ControlRaft;
 use crate::store::{self, DATABASE_FILE, MachineView};
 
@@ -67,6 +67,7 @@ pub(super) struct Shared {
     pub(super) view: MachineView,
     pub(super) transport: Arc<Node>,
     pub(super) contact: Arc<LeaderContact>,
+    pub(super) raft_gate: Arc<RaftGate>,
     pub(super) shutting_down: AtomicBool,
     pub(super) metrics: http::ControlMetrics,
 }
@@ -129,7 +130,8 @@ impl ControlNode {
         let slot: RaftSlot = Arc::new(OnceLock::new());
         let contact = Arc::new(LeaderContact::default());
         let shared_slot: Arc<OnceLock<Arc<Shared>>> = Arc::new(OnceLock::new());
-        let router = raft_routes(Router::new(), &slot, &contact);
+        let raft_gate = Arc::new(RaftGate::default());
+        let router = raft_routes(Router::new(), &slot, &raft_gate, &contact);
         let router = propose::routes(router, &shared_slot);
         let transport_config =
             NodeConfig::new(config.cluster_addr, cluster_auth(&config.cluster_security)?);
@@ -147,7 +149,7 @@ impl ControlNode {
             })?;
         // The bound address: a configured port 0 (`narad dev`) picks one.
         let http_addr = http_listener.local_addr().unwrap_or(config.http_addr);
-        let network = RaftNetworkClients::new(transport.clone());
+        let network = RaftNetworkClients::new(transport.clone(), config.node_id);
         let raft = ControlRaft::new(
             config.node_id,
             raft_config(&config)?,
@@ -164,6 +166,7 @@ impl ControlNode {
             view,
             transport,
             contact,
+            raft_gate,
             shutting_down: AtomicBool::new(false),
             metrics: http::ControlMetrics::new(),
         });
@@ -223,6 +226,7 @@ impl ControlNode {
     /// Stops serving: `/healthz` and `/readyz` turn 503, Raft shuts down.
     pub async fn shutdown(self) {
         self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.shared.raft_gate.close().await;
         if let Err(error) = self.shared.raft.shutdown().await {
             warn!(%error, "raft did not shut down cleanly");
         }

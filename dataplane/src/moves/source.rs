@@ -234,7 +234,7 @@ impl MoveSource {
                     .map(|(name, bytes)| FileExtent { name, bytes }),
             )
             .collect();
-        tracing::info!(destination = %served.destination, target = request.target,
+        tracing::info!(destination = %served.destination, target_node = request.target,
             high_watermark = listing.high_watermark, "partition frozen for a move handoff");
         Ok(HandoffPrepared {
             token: freeze.token,
@@ -283,7 +283,7 @@ impl MoveSource {
             .consume
             .position_now(&served.meta, served.destination.partition)
             .map_err(|error| RpcError::unavailable(format!("consumer position: {error}")))?;
-        tracing::info!(destination = %served.destination, target = fenced.target,
+        tracing::info!(destination = %served.destination, target_node = fenced.target,
             high_watermark, frontier = position.frontier, "move handoff fenced");
         Ok(HandoffFenced {
             frontier: position.frontier,
