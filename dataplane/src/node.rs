@@ -257,6 +257,7 @@ impl DataNode {
             &*services.disk,
             &wal_dir,
             config.checkpoint,
+            Arc::clone(&services.clock),
         )?);
         let metrics = Arc::new(NodeMetrics::new());
         let logs = Arc::new(LocalLogs::new(

@@ -179,6 +179,7 @@ impl Node {
                 CheckpointConfig {
                     sync_delay: Duration::from_secs(10),
                 },
+                crate::testing::system_clock(),
             )
             .map_err(|e| format!("checkpoint: {e}"))?,
         );
