@@ -38,7 +38,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A queue holding at most `capacity` items; a full queue blocks senders.
 ///
@@ -280,6 +280,12 @@ impl<T> Receiver<T> {
         }
     }
 
+    /// The oldest item, sleeping while the queue is empty for at most
+    /// `timeout` (a timeout too long to add to now waits without one).
+    pub fn recv_timeout(&self, timeout: Duration) -> Received<T> {
+        self.recv_until(Instant::now().checked_add(timeout))
+    }
+
     /// The oldest item, if there is one now.
     pub fn try_recv(&self) -> Option<T> {
         match self.recv_until(Some(Instant::now())) {
@@ -454,6 +460,14 @@ mod tests {
             receiver.recv_until(Some(Instant::now())),
             Received::TimedOut
         );
+    }
+
+    #[test]
+    fn a_receive_with_a_timeout_takes_an_item_or_times_out() {
+        let (sender, receiver) = unbounded::<u32>();
+        assert_eq!(receiver.recv_timeout(Duration::ZERO), Received::TimedOut);
+        sender.send(4).expect("send");
+        assert_eq!(receiver.recv_timeout(Duration::ZERO), Received::Item(4));
     }
 
     #[test]
