@@ -90,8 +90,13 @@ pub(crate) fn stored(
     (0..partitions)
         .map(|partition| {
             let dir = partition_dir(data_dir, topic, partition);
-            let log =
-                PartitionLog::open(Arc::clone(disk), &dir, LogConfig::default()).expect("open log");
+            let log = PartitionLog::open(
+                Arc::clone(disk),
+                &dir,
+                LogConfig::default(),
+                crate::testing::system_clock(),
+            )
+            .expect("open log");
             let records = read_all(&log)
                 .into_iter()
                 .map(|record| (record.key, record.payload))

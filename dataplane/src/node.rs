@@ -257,6 +257,7 @@ impl DataNode {
             &*services.disk,
             &wal_dir,
             config.checkpoint,
+            Arc::clone(&services.clock),
         )?);
         let metrics = Arc::new(NodeMetrics::new());
         let logs = Arc::new(LocalLogs::new(
@@ -314,7 +315,7 @@ impl DataNode {
         ));
         let consumer_state =
             ConsumerStateStore::new(Arc::clone(&services.disk), config.consumer_state.clone());
-        let consumer_state_worker = consumer_state.spawn()?;
+        let consumer_state_worker = consumer_state.spawn(Arc::clone(&services.clock))?;
         let consume = ConsumeService::new(
             Arc::clone(&logs),
             Arc::clone(&services.replica),

@@ -36,7 +36,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use narad_disk::Disk;
@@ -179,6 +179,7 @@ impl Node {
                 CheckpointConfig {
                     sync_delay: Duration::from_secs(10),
                 },
+                crate::testing::system_clock(),
             )
             .map_err(|e| format!("checkpoint: {e}"))?,
         );
@@ -336,7 +337,6 @@ fn run_seed(seed: u64) -> SeedReport {
     let mut rng = StdRng::seed_from_u64(seed);
     let sim = SimDisk::new(seed);
     let disk: Arc<dyn Disk> = Arc::new(sim.clone());
-    let base = Instant::now();
     let mut now_ms: u64 = 0;
     let mut node = Node::open(&disk).unwrap_or_else(|e| panic!("seed {seed}: first open: {e}"));
     let mut acknowledged: Vec<(u32, Vec<u8>)> = Vec::new();
@@ -416,7 +416,7 @@ fn run_seed(seed: u64) -> SeedReport {
         }
         // The store's cadence runs on every step, so the window slot is
         // never older than one step.
-        node.store.tick(base + Duration::from_millis(now_ms));
+        node.store.tick(now_ms);
         if cut_hit_ms.is_none() && cut_armed_at.is_some_and(|at| sim.op_count() > at) {
             cut_hit_ms = Some(now_ms);
         }

@@ -281,15 +281,9 @@ impl<T> Receiver<T> {
     }
 
     /// The oldest item, sleeping while the queue is empty for at most
-    /// `wait` (`None`: no limit), for a caller that measures its deadlines
-    /// on a clock of its own.
-    pub fn recv_for(&self, wait: Option<Duration>) -> Received<T> {
-        let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
-        match (wait, deadline) {
-            // A wait too long to add to now is no limit.
-            (Some(_), None) | (None, _) => self.recv_until(None),
-            (Some(_), deadline) => self.recv_until(deadline),
-        }
+    /// `timeout` (a timeout too long to add to now waits without one).
+    pub fn recv_timeout(&self, timeout: Duration) -> Received<T> {
+        self.recv_until(Instant::now().checked_add(timeout))
     }
 
     /// The oldest item, if there is one now.
@@ -369,22 +363,6 @@ mod tests {
         }
         let got: Vec<u32> = std::iter::from_fn(|| receiver.try_recv()).collect();
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
-    }
-
-    #[test]
-    fn a_wait_for_a_duration_ends_empty_or_with_the_item() {
-        let (sender, receiver) = unbounded::<u32>();
-        assert!(matches!(
-            receiver.recv_for(Some(Duration::ZERO)),
-            Received::TimedOut
-        ));
-        sender.send(7).expect("send");
-        assert!(matches!(
-            receiver.recv_for(Some(Duration::MAX)),
-            Received::Item(7)
-        ));
-        drop(sender);
-        assert!(matches!(receiver.recv_for(None), Received::Disconnected));
     }
 
     #[test]
@@ -482,6 +460,14 @@ mod tests {
             receiver.recv_until(Some(Instant::now())),
             Received::TimedOut
         );
+    }
+
+    #[test]
+    fn a_receive_with_a_timeout_takes_an_item_or_times_out() {
+        let (sender, receiver) = unbounded::<u32>();
+        assert_eq!(receiver.recv_timeout(Duration::ZERO), Received::TimedOut);
+        sender.send(4).expect("send");
+        assert_eq!(receiver.recv_timeout(Duration::ZERO), Received::Item(4));
     }
 
     #[test]

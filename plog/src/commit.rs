@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
@@ -49,8 +49,9 @@ pub struct CommitOutcome {
     pub newest_commit_ms: u64,
     /// The high watermark after the commit.
     pub high_watermark: u64,
-    /// How long the commit's write and fdatasync took; `None` for
-    /// an empty run, which does no I/O.
+    /// How long the commit's write and fdatasync took, measured in
+    /// microseconds on the log's clock; `None` for an empty run, which does
+    /// no I/O.
     pub sync_duration: Option<Duration>,
 }
 
@@ -166,7 +167,7 @@ impl PartitionLog {
     /// Rebuilds what the partition stores from the provenance of its
     /// newest records (see [`Self::rebuild_from`]).
     fn rebuild_seen(&self) -> Result<Seen, LogError> {
-        let started = Instant::now();
+        let started_us = self.clock.now_us();
         let mut seen = Seen::default();
         let high_watermark = self.high_watermark();
         let mut from = self.rebuild_from(high_watermark);
@@ -198,7 +199,7 @@ impl PartitionLog {
             from = batch.next_offset;
         }
         let (origins, keys) = seen.sizes();
-        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let elapsed_ms = self.clock.now_us().saturating_sub(started_us) / 1_000;
         if elapsed_ms >= REBUILD_SLOW_MS {
             tracing::info!(dir = %self.dir.display(), records, origins, idempotency_keys = keys, elapsed_ms, "partition provenance rebuilt (slowly; commits to the partition waited)");
         } else {
@@ -523,7 +524,7 @@ impl PartitionLog {
         }
         // The committing thread only waits for the write and its fdatasync,
         // so it runs both itself: no hand-off to a storage thread and back.
-        let syncing = Instant::now();
+        let syncing_us = self.clock.now_us();
         if let Err(error) = file.write_and_sync_now(position, buf) {
             if narad_disk::sync_failure(&error).is_none() {
                 return Err(LogError::io("write a commit")(error));
@@ -533,7 +534,7 @@ impl PartitionLog {
             self.poison("fdatasync of a commit failed");
             return Err(LogError::SyncFailed(error));
         }
-        let sync_duration = syncing.elapsed();
+        let sync_duration = Duration::from_micros(self.clock.now_us().saturating_sub(syncing_us));
         let read_back = file
             .read_at(position, plan.total_bytes)
             .wait()

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use narad_disk::clock::Clock;
 use narad_disk::{Disk, FileHandle, OpenOptions};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
@@ -27,6 +28,9 @@ use crate::watch::{HwmState, HwmWatch};
 #[derive(Debug)]
 pub struct PartitionLog {
     pub(crate) disk: Arc<dyn Disk>,
+    /// The node's clock: how long a commit's fdatasync and a provenance
+    /// rebuild took are measured on it (commit times come from the records).
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) dir: PathBuf,
     pub(crate) config: LogConfig,
     pub(crate) writer: Mutex<Writer>,
@@ -126,7 +130,8 @@ pub struct PartitionStats {
 }
 
 impl PartitionLog {
-    /// Opens (or creates) the log in `dir`, recovering the active segment.
+    /// Opens (or creates) the log in `dir`, recovering the active segment;
+    /// the durations it reports are measured on `clock`.
     ///
     /// With no usable `hwm` file the active segment is first synced (what a
     /// crashed process left in the page cache becomes durable before it is
@@ -138,7 +143,12 @@ impl PartitionLog {
     ///
     /// # Panics
     /// If `config` is invalid (see [`LogConfig`]).
-    pub fn open(disk: Arc<dyn Disk>, dir: &Path, config: LogConfig) -> Result<Self, LogError> {
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, LogError> {
         config.assert_valid();
         disk.create_dir_all(dir)
             .map_err(LogError::io("create the partition directory"))?;
@@ -201,6 +211,7 @@ impl PartitionLog {
         let tail = TailCache::new(config.tail_cache_bytes);
         Ok(Self {
             disk,
+            clock,
             dir: dir.to_path_buf(),
             roll_age_ms: AtomicU64::new(config.roll_age_ms),
             idempotency_window_ms: AtomicU64::new(IDEMPOTENCY_WINDOW_MS_DEFAULT),

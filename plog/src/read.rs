@@ -449,8 +449,13 @@ mod tests {
             index_interval_bytes: 200,
             ..LogConfig::default()
         };
-        let log = PartitionLog::open(Arc::new(PortableDisk::new(1).unwrap()), dir.path(), config)
-            .unwrap();
+        let log = PartitionLog::open(
+            Arc::new(PortableDisk::new(1).unwrap()),
+            dir.path(),
+            config,
+            Arc::new(narad_disk::clock::SystemClock::new()),
+        )
+        .unwrap();
         let payload = [b'p'; 40];
         let records = vec![CommitRecord::new(b"k", &payload, 1); 7];
         while log.table.read().sealed.is_empty() {

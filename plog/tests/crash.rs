@@ -43,7 +43,13 @@ fn dir() -> &'static Path {
 }
 
 fn open(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
-    PartitionLog::open(Arc::new(sim.clone()), dir(), config.clone()).unwrap()
+    PartitionLog::open(
+        Arc::new(sim.clone()),
+        dir(),
+        config.clone(),
+        Arc::new(narad_disk::clock::SystemClock::new()),
+    )
+    .unwrap()
 }
 
 fn crash_config(rng: &mut StdRng) -> LogConfig {

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{Owned, commit, read_all};
+use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::sim::SimDisk;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_plog::frame::{self, FRAME_BYTES_MAX, FRAME_HEADER_BYTES};
@@ -22,6 +23,11 @@ use proptest::prelude::*;
 
 /// A frame limit small enough that arbitrary headers often fall inside it.
 const SMALL_FRAME_LIMIT: u32 = 1 << 16;
+
+/// The clock the logs measure their durations on.
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock::new())
+}
 
 fn stored_crc_matches(bytes: &[u8]) -> bool {
     let header = frame::FrameHeader::parse(bytes, FRAME_BYTES_MAX).unwrap();
@@ -63,7 +69,8 @@ fn arb_record_count() -> impl Strategy<Value = u32> {
 /// closes it, leaving an `hwm` file of `count`.
 fn closed_log_of(sim: &SimDisk, dir: &Path, count: u64) {
     sim.create_dir_all(dir).unwrap();
-    let log = PartitionLog::open(Arc::new(sim.clone()), dir, LogConfig::default()).unwrap();
+    let log =
+        PartitionLog::open(Arc::new(sim.clone()), dir, LogConfig::default(), clock()).unwrap();
     for n in 0..count {
         commit(&log, &[Owned::new("k", &format!("record-{n}"), 1)]).unwrap();
     }
@@ -177,7 +184,7 @@ proptest! {
             file.write_at(0, IoBuf::from_slice(&bytes)).wait().unwrap();
         }
         drop(file);
-        let log = PartitionLog::open(Arc::new(sim.clone()), dir, LogConfig::default()).unwrap();
+        let log = PartitionLog::open(Arc::new(sim.clone()), dir, LogConfig::default(), clock()).unwrap();
         let entries = read_all(&log, 0);
         let served: u64 = entries.iter().map(|e| match e {
             ReadEntry::Record(_) => 1,
@@ -294,7 +301,7 @@ proptest! {
         let dir = Path::new("/hwm");
         closed_log_of(&sim, dir, committed);
         put_file(&sim, &dir.join(HWM_FILE_NAME), &contents);
-        let log = PartitionLog::open(Arc::new(sim.clone()), dir, LogConfig::default()).unwrap();
+        let log = PartitionLog::open(Arc::new(sim.clone()), dir, LogConfig::default(), clock()).unwrap();
         let expected = match <[u8; 8]>::try_from(contents.as_slice()) {
             Ok(value) => u64::from_be_bytes(value).min(committed),
             Err(_) => committed,

@@ -26,7 +26,13 @@ fn disk() -> Arc<dyn Disk> {
 }
 
 fn open(dir: &Path, config: LogConfig) -> PartitionLog {
-    PartitionLog::open(disk(), dir, config).unwrap()
+    PartitionLog::open(
+        disk(),
+        dir,
+        config,
+        Arc::new(narad_disk::clock::SystemClock::new()),
+    )
+    .unwrap()
 }
 
 fn segment_files(dir: &Path) -> Vec<String> {
@@ -799,4 +805,16 @@ fn a_copy_of_the_listed_bytes_opens_to_the_listed_high_watermark() {
         read_records(&copy, 0),
         read_records(&log, 0)[..200].to_vec()
     );
+}
+
+#[test]
+fn a_commits_sync_duration_is_measured_on_the_logs_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    // A clock that never moves: however long the fdatasync really took,
+    // the log saw none of it pass.
+    let clock = Arc::new(narad_disk::clock::ManualClock::new(5_000));
+    let log = PartitionLog::open(disk(), dir.path(), LogConfig::default(), clock).unwrap();
+    let records = [CommitRecord::new(b"k", b"v", 1)];
+    let outcome = log.commit_durable(&[&records]).unwrap();
+    assert_eq!(outcome.sync_duration, Some(std::time::Duration::ZERO));
 }

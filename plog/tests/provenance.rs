@@ -10,13 +10,19 @@ use std::sync::Arc;
 
 use common::{read_records, small_config};
 use narad_disk::Disk;
+use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::sim::{SimDisk, Tear};
 use narad_plog::{CommitOutcome, CommitRecord, LogConfig, ORIGIN_ID_BYTES, Origin, PartitionLog};
 
 const DIR: &str = "/p0";
 
+/// The clock the logs measure their durations on.
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock::new())
+}
+
 fn open(disk: Arc<dyn Disk>) -> PartitionLog {
-    PartitionLog::open(disk, Path::new(DIR), small_config()).unwrap()
+    PartitionLog::open(disk, Path::new(DIR), small_config(), clock()).unwrap()
 }
 
 fn origin(id: u8, seq: u64, floor: u64) -> Option<Origin> {
@@ -160,14 +166,25 @@ fn the_memory_is_rebuilt_from_the_log_after_a_reopen_and_after_a_crash() {
 /// opens the log again under `config`.
 fn reopened_with_history(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
     {
-        let log =
-            PartitionLog::open(Arc::new(sim.clone()), Path::new(DIR), config.clone()).unwrap();
+        let log = PartitionLog::open(
+            Arc::new(sim.clone()),
+            Path::new(DIR),
+            config.clone(),
+            clock(),
+        )
+        .unwrap();
         for chunk in 0..20 {
             commit(&log, &from_origin(1, chunk * 10..chunk * 10 + 10));
         }
         log.close().unwrap();
     }
-    PartitionLog::open(Arc::new(sim.clone()), Path::new(DIR), config.clone()).unwrap()
+    PartitionLog::open(
+        Arc::new(sim.clone()),
+        Path::new(DIR),
+        config.clone(),
+        clock(),
+    )
+    .unwrap()
 }
 
 /// After a reopen under `config`, a re-send of the newest ten records is
@@ -252,8 +269,13 @@ fn an_idempotency_key_is_stored_once_within_the_window_and_again_after_it() {
 #[test]
 fn records_without_provenance_are_never_left_out() {
     let sim = SimDisk::new(8);
-    let log =
-        PartitionLog::open(Arc::new(sim.clone()), Path::new(DIR), LogConfig::default()).unwrap();
+    let log = PartitionLog::open(
+        Arc::new(sim.clone()),
+        Path::new(DIR),
+        LogConfig::default(),
+        clock(),
+    )
+    .unwrap();
     commit(&log, &from_origin(1, 0..3));
     let plain = CommitRecord::new(b"", b"o1-s0", 1_000);
     let outcome = log.commit_durable(&[&[plain, plain]]).unwrap();

@@ -37,7 +37,13 @@ pub fn topic_records(data_dir: &Path, topic: &str, partitions: u32) -> Vec<Store
         if !dir.is_dir() {
             continue;
         }
-        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default()).expect("log opens");
+        let log = PartitionLog::open(
+            disk.clone(),
+            &dir,
+            LogConfig::default(),
+            Arc::new(narad_disk::clock::SystemClock::new()),
+        )
+        .expect("log opens");
         let high_watermark = log.high_watermark();
         let mut from = 0;
         while from < high_watermark {

@@ -14,7 +14,11 @@
 //!   once, so a process crash keeps the value (it is in the page cache).
 //! - A background flusher makes the value durable with one `fdatasync` for
 //!   however many stores landed since the last one, at most
-//!   [`CheckpointConfig::sync_delay`] after the first of them.
+//!   [`CheckpointConfig::sync_delay`] after the first of them. The delay is
+//!   measured in whole milliseconds on the node's monotonic clock (the
+//!   [`Clock`] given to [`CheckpointStore::open`]), so a test on a
+//!   `ManualClock` decides when a flush is due
+//!   ([`CheckpointStore::flush_if_due`]).
 //! - [`CheckpointStore::synced`] is the last value known durable. WAL
 //!   compaction deletes segments only behind it, so a power loss, which may
 //!   bring back an older checkpoint, never brings back one that points into
@@ -45,8 +49,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::{Clock, millis};
 use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
 
 /// The checkpoint's file name inside the WAL directory.
@@ -84,7 +89,8 @@ const _: () = assert!(CHECKPOINT_BYTES <= 512);
 /// How a [`CheckpointStore`] behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckpointConfig {
-    /// How long after the first unsynced store the flusher fdatasyncs. At
+    /// How long after the first unsynced store the flusher fdatasyncs, in
+    /// whole milliseconds of the clock (a fraction of one is dropped). At
     /// most [`CHECKPOINT_SYNC_DELAY_MAX`]; zero syncs as soon as the flusher
     /// wakes.
     pub sync_delay: Duration,
@@ -183,42 +189,46 @@ pub enum CheckpointError {
     },
 }
 
-/// When the flusher should next fdatasync: a pure schedule, so the timing
-/// rule is tested without a clock.
+/// When the flusher should next fdatasync: a pure schedule on the clock's
+/// monotonic milliseconds, fed the time by its caller, so the timing rule
+/// is tested with plain numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FlushSchedule {
-    delay: Duration,
+    delay_ms: u64,
     /// When the oldest store not covered by a started fdatasync becomes due.
-    due_at: Option<Instant>,
+    due_at_ms: Option<u64>,
 }
 
 impl FlushSchedule {
-    fn new(delay: Duration) -> Self {
+    fn new(delay_ms: u64) -> Self {
         Self {
-            delay,
-            due_at: None,
+            delay_ms,
+            due_at_ms: None,
         }
     }
 
-    /// Records a store at `now`; returns whether this store started a new
-    /// wait (the flusher must be woken to arm its timer). Later stores do
-    /// not push the flush back, so a stored value is durable within one
+    /// Records a store at `now_ms`; returns whether this store started a
+    /// new wait (the flusher must be woken to arm its timer). Later stores
+    /// do not push the flush back, so a stored value is durable within one
     /// delay (plus the fdatasync's own time) however busy the store is.
-    fn on_store(&mut self, now: Instant) -> bool {
-        if self.due_at.is_some() {
+    fn on_store(&mut self, now_ms: u64) -> bool {
+        if self.due_at_ms.is_some() {
             return false;
         }
-        self.due_at = Some(now + self.delay);
+        self.due_at_ms = Some(now_ms.saturating_add(self.delay_ms));
         true
     }
 
     /// An fdatasync is starting: it covers every store so far.
     fn on_sync_started(&mut self) {
-        self.due_at = None;
+        self.due_at_ms = None;
     }
 
-    fn due_at(&self) -> Option<Instant> {
-        self.due_at
+    /// How long from `now_ms` until a flush is due: `None` while no store
+    /// waits for one, `Some(0)` once one is due.
+    fn due_in_ms(&self, now_ms: u64) -> Option<u64> {
+        self.due_at_ms
+            .map(|due_at_ms| due_at_ms.saturating_sub(now_ms))
     }
 }
 
@@ -247,6 +257,9 @@ struct State {
 struct Shared {
     file: FileHandle,
     path: PathBuf,
+    /// The node's clock: flushes fall due and `wait_synced` times out on
+    /// its monotonic milliseconds.
+    clock: Arc<dyn Clock>,
     state: Mutex<State>,
     /// Wakes the flusher: a flush was scheduled, or the store is closing.
     flusher_wake: Condvar,
@@ -278,7 +291,8 @@ impl CheckpointStore {
     /// Opens the checkpoint in `wal_dir`, creating it (as 0) if missing, and
     /// fdatasyncs it before returning, so [`CheckpointStore::synced`] starts
     /// at the recovered value and compaction may trail it at once. Starts
-    /// the flusher thread. The directory must exist.
+    /// the flusher thread, which times flushes on `clock`. The directory
+    /// must exist.
     ///
     /// # Errors
     /// [`CheckpointError::Corrupt`] when the file is not exactly 8 bytes;
@@ -290,6 +304,7 @@ impl CheckpointStore {
         disk: &dyn Disk,
         wal_dir: &Path,
         config: CheckpointConfig,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, CheckpointError> {
         assert!(
             config.sync_delay <= CHECKPOINT_SYNC_DELAY_MAX,
@@ -320,10 +335,11 @@ impl CheckpointStore {
         let shared = Arc::new(Shared {
             file,
             path,
+            clock,
             state: Mutex::new(State {
                 stored: value,
                 synced: value,
-                schedule: FlushSchedule::new(config.sync_delay),
+                schedule: FlushSchedule::new(millis(config.sync_delay)),
                 buf: Some(IoBuf::with_capacity(CHECKPOINT_BYTES as usize)),
                 failure: None,
                 closed: false,
@@ -379,7 +395,7 @@ impl CheckpointStore {
             Ok(buf) => {
                 state.buf = Some(buf);
                 state.stored = seq;
-                if state.schedule.on_store(Instant::now()) {
+                if state.schedule.on_store(shared.clock.now_ms()) {
                     shared.flusher_wake.notify_one();
                 }
                 Ok(())
@@ -415,8 +431,13 @@ impl CheckpointStore {
     }
 
     /// Waits until [`CheckpointStore::synced`] reaches `at_least` or
-    /// `timeout` passes, and returns the synced value then; it is below
-    /// `at_least` only when the timeout passed.
+    /// `timeout` (whole milliseconds of the clock) passes, and returns the
+    /// synced value then; it is below `at_least` only when the timeout
+    /// passed.
+    ///
+    /// The wait blocks the thread for the time left by the clock's reading;
+    /// a `ManualClock` moved past the deadline is noticed when that wait
+    /// ends or `synced` moves.
     ///
     /// # Errors
     /// [`CheckpointError::Latched`] or [`CheckpointError::Closed`] when the
@@ -424,30 +445,53 @@ impl CheckpointStore {
     pub fn wait_synced(&self, at_least: u64, timeout: Duration) -> Result<u64, CheckpointError> {
         let shared = &self.shared;
         // A timeout too long to add to now (`Duration::MAX`) waits forever.
-        let deadline = Instant::now().checked_add(timeout);
+        let deadline_ms = shared.clock.now_ms().checked_add(millis(timeout));
         let mut state = lock(&shared.state);
         loop {
             if state.synced >= at_least {
                 return Ok(state.synced);
             }
             shared.check_usable(&state)?;
-            let Some(deadline) = deadline else {
+            let Some(deadline_ms) = deadline_ms else {
                 state = shared
                     .synced_advanced
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
                 continue;
             };
-            let now = Instant::now();
-            if now >= deadline {
+            let now_ms = shared.clock.now_ms();
+            if now_ms >= deadline_ms {
                 return Ok(state.synced);
             }
             state = shared
                 .synced_advanced
-                .wait_timeout(state, deadline - now)
+                .wait_timeout(state, Duration::from_millis(deadline_ms - now_ms))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// What the flusher does when it wakes: fdatasyncs if the schedule says
+    /// a flush is due at the clock's reading now, and returns the value it
+    /// made durable (`None` when none was due). A test that moves a
+    /// `ManualClock` calls it to see the flush fall due without waiting for
+    /// the flusher thread, which notices a moved clock only when its timed
+    /// wait ends.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Io`] when the fdatasync fails (the store is then
+    /// latched), [`CheckpointError::Latched`] after any earlier failure,
+    /// [`CheckpointError::Closed`] after shutdown.
+    pub fn flush_if_due(&self) -> Result<Option<u64>, CheckpointError> {
+        let shared = &self.shared;
+        {
+            let state = lock(&shared.state);
+            shared.check_usable(&state)?;
+            if state.schedule.due_in_ms(shared.clock.now_ms()) != Some(0) {
+                return Ok(None);
+            }
+        }
+        shared.sync().map(Some)
     }
 
     /// Makes the last stored value durable now, without waiting for the
@@ -587,22 +631,22 @@ impl Shared {
                     if state.closed || state.failure.is_some() {
                         return;
                     }
-                    let Some(due_at) = state.schedule.due_at() else {
-                        state = self
+                    state = match state.schedule.due_in_ms(self.clock.now_ms()) {
+                        Some(0) => break,
+                        // The clock is read again after the wait: a wait
+                        // that ends early (or a clock that has not moved)
+                        // only costs another turn of the loop.
+                        Some(due_in_ms) => {
+                            self.flusher_wake
+                                .wait_timeout(state, Duration::from_millis(due_in_ms))
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .0
+                        }
+                        None => self
                             .flusher_wake
                             .wait(state)
-                            .unwrap_or_else(PoisonError::into_inner);
-                        continue;
+                            .unwrap_or_else(PoisonError::into_inner),
                     };
-                    let now = Instant::now();
-                    if now >= due_at {
-                        break;
-                    }
-                    state = self
-                        .flusher_wake
-                        .wait_timeout(state, due_at - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
                 }
             }
             // A failure latched the store and was logged there; the loop
@@ -671,37 +715,43 @@ fn io_step<T>(path: &Path, op: CheckpointOp, result: io::Result<T>) -> Result<T,
 mod tests {
     use super::*;
 
-    const DELAY: Duration = Duration::from_millis(250);
+    const DELAY_MS: u64 = 250;
 
     #[test]
     fn a_flush_is_due_one_delay_after_the_first_unsynced_store() {
-        let start = Instant::now();
-        let mut schedule = FlushSchedule::new(DELAY);
-        assert_eq!(schedule.due_at(), None);
-        assert!(schedule.on_store(start));
-        assert_eq!(schedule.due_at(), Some(start + DELAY));
+        let mut schedule = FlushSchedule::new(DELAY_MS);
+        assert_eq!(schedule.due_in_ms(1_000), None);
+        assert!(schedule.on_store(1_000));
+        assert_eq!(schedule.due_in_ms(1_000), Some(250));
+        assert_eq!(schedule.due_in_ms(1_249), Some(1));
+        assert_eq!(schedule.due_in_ms(1_250), Some(0));
+        assert_eq!(schedule.due_in_ms(5_000), Some(0));
     }
 
     #[test]
     fn later_stores_do_not_push_the_flush_back() {
-        let start = Instant::now();
-        let mut schedule = FlushSchedule::new(DELAY);
-        assert!(schedule.on_store(start));
-        assert!(!schedule.on_store(start + Duration::from_millis(100)));
-        assert!(!schedule.on_store(start + Duration::from_millis(249)));
-        assert_eq!(schedule.due_at(), Some(start + DELAY));
+        let mut schedule = FlushSchedule::new(DELAY_MS);
+        assert!(schedule.on_store(1_000));
+        assert!(!schedule.on_store(1_100));
+        assert!(!schedule.on_store(1_249));
+        assert_eq!(schedule.due_in_ms(1_249), Some(1));
     }
 
     #[test]
     fn a_store_after_a_sync_started_schedules_the_next_flush() {
-        let start = Instant::now();
-        let mut schedule = FlushSchedule::new(DELAY);
-        schedule.on_store(start);
+        let mut schedule = FlushSchedule::new(DELAY_MS);
+        schedule.on_store(1_000);
         schedule.on_sync_started();
-        assert_eq!(schedule.due_at(), None);
-        let later = start + Duration::from_millis(300);
-        assert!(schedule.on_store(later));
-        assert_eq!(schedule.due_at(), Some(later + DELAY));
+        assert_eq!(schedule.due_in_ms(1_300), None);
+        assert!(schedule.on_store(1_300));
+        assert_eq!(schedule.due_in_ms(1_300), Some(250));
+    }
+
+    #[test]
+    fn a_zero_delay_is_due_at_once() {
+        let mut schedule = FlushSchedule::new(0);
+        assert!(schedule.on_store(7));
+        assert_eq!(schedule.due_in_ms(7), Some(0));
     }
 
     #[test]

@@ -705,8 +705,9 @@ fn compaction_only_runs_behind_the_synced_checkpoint() {
         let config = narad_wal::CheckpointConfig {
             sync_delay: std::time::Duration::from_secs(10),
         };
+        let clock = Arc::new(narad_disk::clock::SystemClock::new());
         let checkpoint =
-            narad_wal::CheckpointStore::open(&*backend.disk, &backend.dir, config).unwrap();
+            narad_wal::CheckpointStore::open(&*backend.disk, &backend.dir, config, clock).unwrap();
         let bases = wal.segment_bases();
         checkpoint.store(bases[2]).unwrap();
         let done = wal.compact_behind(&checkpoint).unwrap();

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use narad_disk::clock::{Clock, ManualClock, SystemClock};
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
 use narad_disk::{BackendKind, Completion, Disk, DiskFile, FileHandle, IoBuf, OpenOptions};
@@ -48,8 +49,20 @@ fn sim() -> SimDisk {
     disk
 }
 
+fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock::new())
+}
+
 fn open(disk: &dyn Disk, sync_delay: Duration) -> Result<CheckpointStore, CheckpointError> {
-    CheckpointStore::open(disk, &wal_dir(), CheckpointConfig { sync_delay })
+    open_on(disk, sync_delay, system_clock())
+}
+
+fn open_on(
+    disk: &dyn Disk,
+    sync_delay: Duration,
+    clock: Arc<dyn Clock>,
+) -> Result<CheckpointStore, CheckpointError> {
+    CheckpointStore::open(disk, &wal_dir(), CheckpointConfig { sync_delay }, clock)
 }
 
 /// Writes a checkpoint file of arbitrary bytes, durably.
@@ -169,6 +182,69 @@ fn a_value_synced_by_the_flusher_survives_a_power_cut() {
     store.store(5).unwrap();
     assert_eq!(store.wait_synced(5, PATIENCE).unwrap(), 5);
     assert_eq!(value_after_power_cut(&disk, Tear::LastWrite), 5);
+}
+
+#[test]
+fn a_flush_falls_due_one_delay_after_the_first_store_by_the_clock() {
+    let disk = sim();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let store = open_on(&disk, Duration::from_millis(250), clock.clone()).unwrap();
+    store.store(5).unwrap();
+    clock.advance(100);
+    // A later store does not push the flush back.
+    store.store(6).unwrap();
+    clock.advance(149);
+    assert_eq!(store.flush_if_due().unwrap(), None);
+    assert_eq!(store.synced(), 0);
+    clock.advance(1);
+    // The flusher thread may have seen the clock first; either way the
+    // flush that fell due at 1,250 covered both stores.
+    store.flush_if_due().unwrap();
+    assert_eq!(store.synced(), 6);
+}
+
+#[test]
+fn nothing_is_due_while_every_store_is_synced() {
+    let disk = sim();
+    let clock = Arc::new(ManualClock::new(0));
+    let store = open_on(&disk, Duration::from_millis(250), clock.clone()).unwrap();
+    clock.advance(1_000);
+    assert_eq!(store.flush_if_due().unwrap(), None);
+    store.store(3).unwrap();
+    store.sync_now().unwrap();
+    clock.advance(1_000);
+    assert_eq!(store.flush_if_due().unwrap(), None);
+    assert_eq!(store.sync_count(), 2);
+}
+
+#[test]
+fn a_store_after_a_flush_falls_due_one_delay_after_itself() {
+    let disk = sim();
+    let clock = Arc::new(ManualClock::new(0));
+    let store = open_on(&disk, Duration::from_millis(250), clock.clone()).unwrap();
+    store.store(1).unwrap();
+    clock.advance(250);
+    store.flush_if_due().unwrap();
+    assert_eq!(store.synced(), 1);
+    clock.advance(1_000);
+    store.store(2).unwrap();
+    clock.advance(249);
+    assert_eq!(store.flush_if_due().unwrap(), None);
+    assert_eq!(store.synced(), 1);
+    clock.advance(1);
+    store.flush_if_due().unwrap();
+    assert_eq!(store.synced(), 2);
+}
+
+#[test]
+fn flush_if_due_refuses_a_shut_down_store() {
+    let disk = sim();
+    let store = open_on(&disk, NEVER, Arc::new(ManualClock::new(0))).unwrap();
+    store.shutdown().unwrap();
+    assert!(matches!(
+        store.flush_if_due(),
+        Err(CheckpointError::Closed { .. })
+    ));
 }
 
 #[test]
@@ -595,7 +671,7 @@ fn the_store_works_on_real_files() {
     let dir = tempfile::tempdir().unwrap();
     let disk = PortableDisk::new(1).unwrap();
     let config = CheckpointConfig { sync_delay: SOON };
-    let store = CheckpointStore::open(&disk, dir.path(), config).unwrap();
+    let store = CheckpointStore::open(&disk, dir.path(), config, system_clock()).unwrap();
     assert_eq!(store.synced(), 0);
     store.store(12).unwrap();
     assert_eq!(store.wait_synced(12, PATIENCE).unwrap(), 12);
@@ -604,7 +680,7 @@ fn the_store_works_on_real_files() {
     drop(store);
     let bytes = std::fs::read(dir.path().join(CHECKPOINT_FILE_NAME)).unwrap();
     assert_eq!(bytes, 13u64.to_be_bytes());
-    let store = CheckpointStore::open(&disk, dir.path(), config).unwrap();
+    let store = CheckpointStore::open(&disk, dir.path(), config, system_clock()).unwrap();
     assert_eq!(store.synced(), 13);
 }
 
@@ -613,6 +689,12 @@ fn a_corrupt_real_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(CHECKPOINT_FILE_NAME), [0u8; 3]).unwrap();
     let disk = PortableDisk::new(1).unwrap();
-    let error = CheckpointStore::open(&disk, dir.path(), CheckpointConfig::default()).unwrap_err();
+    let error = CheckpointStore::open(
+        &disk,
+        dir.path(),
+        CheckpointConfig::default(),
+        system_clock(),
+    )
+    .unwrap_err();
     assert!(matches!(error, CheckpointError::Corrupt { size: 3, .. }));
 }

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::small_options;
+use narad_disk::clock::SystemClock;
 use narad_disk::sim::SimDisk;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_wal::checkpoint::{
@@ -150,7 +151,12 @@ fn open_checkpoint_of(bytes: &[u8]) -> Result<CheckpointStore, CheckpointError> 
     }
     file.fdatasync().wait().unwrap();
     drop(file);
-    CheckpointStore::open(&disk, &dir(), CheckpointConfig::default())
+    CheckpointStore::open(
+        &disk,
+        &dir(),
+        CheckpointConfig::default(),
+        Arc::new(SystemClock::new()),
+    )
 }
 
 // The default 256 cases, or `PROPTEST_CASES`.

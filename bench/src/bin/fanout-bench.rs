@@ -1370,8 +1370,13 @@ fn commit_times(data_dir: &Path, topic: &str) -> io::Result<HashMap<u64, u64>> {
         if !dir.is_dir() {
             continue;
         }
-        let log = PartitionLog::open(disk.clone(), &dir, LogConfig::default())
-            .map_err(|error| io::Error::other(format!("{}: {error}", dir.display())))?;
+        let log = PartitionLog::open(
+            disk.clone(),
+            &dir,
+            LogConfig::default(),
+            Arc::new(narad_disk::clock::SystemClock::new()),
+        )
+        .map_err(|error| io::Error::other(format!("{}: {error}", dir.display())))?;
         let high_watermark = log.high_watermark();
         let mut from = 0;
         while from < high_watermark {

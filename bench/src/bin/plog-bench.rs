@@ -212,7 +212,13 @@ fn commit_latency(
     batch: usize,
     payload: &[u8],
 ) -> io::Result<(Latencies, f64)> {
-    let log = PartitionLog::open(Arc::clone(disk), dir, config.clone()).map_err(to_io)?;
+    let log = PartitionLog::open(
+        Arc::clone(disk),
+        dir,
+        config.clone(),
+        Arc::new(narad_disk::clock::SystemClock::new()),
+    )
+    .map_err(to_io)?;
     let records = batch_of(payload, batch);
     let mut latencies = Latencies::new();
     let started = Instant::now();
@@ -240,6 +246,7 @@ fn concurrent(
             Arc::clone(disk),
             &dir.join(format!("p{partition:05}")),
             LogConfig::default(),
+            Arc::new(narad_disk::clock::SystemClock::new()),
         )
         .map_err(to_io)?;
         logs.push(Arc::new(log));
@@ -280,7 +287,13 @@ fn concurrent(
 /// MB/s): one read of a segment takes well under a second, where this
 /// machine's hiccups do not average out.
 fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Result<(f64, f64)> {
-    let log = PartitionLog::open(Arc::clone(disk), dir, LogConfig::default()).map_err(to_io)?;
+    let log = PartitionLog::open(
+        Arc::clone(disk),
+        dir,
+        LogConfig::default(),
+        Arc::new(narad_disk::clock::SystemClock::new()),
+    )
+    .map_err(to_io)?;
     let records = batch_of(payload, 1_000);
     // Commit until the first segment rolls, so it is full and sealed.
     while log.stats().map_err(to_io)?.segments < 2 {

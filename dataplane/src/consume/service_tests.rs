@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use narad_disk::Disk;
-use narad_disk::clock::ManualClock;
+use narad_disk::clock::{Clock, ManualClock};
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_plog::segment::segment_file_name;
@@ -869,9 +869,9 @@ async fn acks_written_by_a_store_tick_survive_a_crash() {
     let got = before.consume(Some(0), 3).await;
     before.settle(&got[1], Settle::Ack).expect("ack 1");
     // A tick at the durability point writes the touched partition out.
-    let now = std::time::Instant::now();
-    before.store.tick(now);
-    before.store.tick(now + Duration::from_secs(2));
+    let now_ms = before.clock.now_ms();
+    before.store.tick(now_ms);
+    before.store.tick(now_ms + 2_000);
     sim.crash(narad_disk::sim::Tear::None);
     drop(before);
     let after = Node::on(disk, Path::new("/node"), replica, 6);

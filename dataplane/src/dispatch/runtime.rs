@@ -515,7 +515,11 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
             let wait = self
                 .next_wakeup(now)
                 .map(|at| at.saturating_sub(self.now()));
-            match self.receiver.recv_for(wait) {
+            let received = match wait {
+                Some(wait) => self.receiver.recv_timeout(wait),
+                None => self.receiver.recv_until(None),
+            };
+            match received {
                 Received::Item(event) => event,
                 Received::TimedOut => return true,
                 Received::Disconnected => return false,

@@ -1269,9 +1269,13 @@ fn worker_status(cluster: &Cluster, partition: u32) -> Option<super::status::Mov
 
 /// Payloads of the log in `dir` (a partition directory under any name).
 fn payloads_in(disk: &Arc<dyn Disk>, dir: &Path) -> Vec<String> {
-    let log =
-        narad_plog::PartitionLog::open(Arc::clone(disk), dir, narad_plog::LogConfig::default())
-            .expect("open the copy");
+    let log = narad_plog::PartitionLog::open(
+        Arc::clone(disk),
+        dir,
+        narad_plog::LogConfig::default(),
+        crate::testing::system_clock(),
+    )
+    .expect("open the copy");
     let payloads = crate::testing::read_all(&log)
         .into_iter()
         .map(|record| String::from_utf8(record.payload).expect("utf-8"))

@@ -1057,8 +1057,13 @@ fn left_to_copy(files: &[FileExtent], have: &BTreeMap<String, u64>) -> u64 {
 /// Opens the copy as the log it will become, and closes it (which writes
 /// its `hwm` file): the high watermark it recovers to.
 pub(super) fn verify_copy(logs: &LocalLogs, dir: &std::path::Path) -> std::io::Result<u64> {
-    let log = PartitionLog::open(Arc::clone(logs.disk()), dir, logs.config().clone())
-        .map_err(std::io::Error::other)?;
+    let log = PartitionLog::open(
+        Arc::clone(logs.disk()),
+        dir,
+        logs.config().clone(),
+        Arc::clone(logs.clock()),
+    )
+    .map_err(std::io::Error::other)?;
     let high_watermark = log.high_watermark();
     log.close().map_err(std::io::Error::other)?;
     Ok(high_watermark)

@@ -86,6 +86,7 @@ fn stale_payloads(disk: &Arc<dyn Disk>, stale: &Path) -> Vec<String> {
         Arc::clone(disk),
         &stale.join("p00000"),
         LogConfig::default(),
+        crate::testing::system_clock(),
     )
     .expect("open the quarantined copy");
     let records = payloads(&log);
@@ -150,6 +151,7 @@ fn a_directory_without_a_marker_is_adopted() {
         Arc::clone(&disk),
         &partition_dir(dir.path(), "orders", 0),
         LogConfig::default(),
+        crate::testing::system_clock(),
     )
     .expect("open");
     commit(&legacy, "from before markers");

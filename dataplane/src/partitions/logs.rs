@@ -200,6 +200,7 @@ impl LocalLogs {
             Arc::clone(&self.disk),
             &dir,
             self.config.clone(),
+            Arc::clone(&self.clock),
         )?);
         self.open.lock().insert(
             destination.clone(),

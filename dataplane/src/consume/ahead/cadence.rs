@@ -1,41 +1,34 @@
 //! When each partition is written out (pure): a writeout point per
 //! durability interval, phased by a hash of the partition's directory so
-//! the partitions' fdatasyncs spread over the interval's ticks.
+//! the partitions' fdatasyncs spread over the interval's ticks. Times are
+//! milliseconds of the node's monotonic clock.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+
+use narad_disk::clock::millis;
 
 use super::config::ConsumerStateConfig;
 
-/// Where in each durability interval a partition is written out: a stable
-/// hash of its directory picks one of the interval's ticks, so writeouts
-/// spread evenly over ticks.
-pub(crate) fn writeout_phase(dir: &Path, config: &ConsumerStateConfig) -> Duration {
-    let tick = config.tick_effective().as_nanos().max(1);
-    let ticks = (config.durable_interval.as_nanos() / tick).max(1);
-    let phase = u128::from(fnv1a(dir.as_os_str().as_encoded_bytes())) % ticks;
-    duration_from_nanos(phase * tick)
+/// Where in each durability interval a partition is written out, in
+/// milliseconds after the interval's start: a stable hash of its directory
+/// picks one of the interval's ticks, so writeouts spread evenly over ticks.
+pub(crate) fn writeout_phase_ms(dir: &Path, config: &ConsumerStateConfig) -> u64 {
+    let tick_ms = config.tick_effective_ms();
+    let ticks = (millis(config.durable_interval) / tick_ms).max(1);
+    let phase = fnv1a(dir.as_os_str().as_encoded_bytes()) % ticks;
+    phase * tick_ms
 }
 
-/// The first writeout point after `now`: points lie at
-/// `epoch + phase + k * durable_interval`.
-pub(super) fn next_writeout(
-    epoch: Instant,
-    phase: Duration,
-    interval: Duration,
-    now: Instant,
-) -> Instant {
-    let base = epoch + phase;
-    if now < base {
-        return base;
+/// The first writeout point after `now_ms`: points lie at
+/// `epoch_ms + phase_ms + k * interval_ms`.
+pub(super) fn next_writeout_ms(epoch_ms: u64, phase_ms: u64, interval_ms: u64, now_ms: u64) -> u64 {
+    let base_ms = epoch_ms.saturating_add(phase_ms);
+    if now_ms < base_ms {
+        return base_ms;
     }
-    let elapsed = now.duration_since(base).as_nanos();
-    let intervals = elapsed / interval.as_nanos() + 1;
-    base + duration_from_nanos(intervals * interval.as_nanos())
-}
-
-fn duration_from_nanos(nanos: u128) -> Duration {
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    let interval_ms = interval_ms.max(1);
+    let intervals = (now_ms - base_ms) / interval_ms + 1;
+    base_ms.saturating_add(intervals.saturating_mul(interval_ms))
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -46,7 +39,18 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    #[test]
+    fn the_next_writeout_is_the_next_point_after_now() {
+        // Points at 1_000 + 300 + k * 1_000.
+        assert_eq!(next_writeout_ms(1_000, 300, 1_000, 1_000), 1_300);
+        assert_eq!(next_writeout_ms(1_000, 300, 1_000, 1_300), 2_300);
+        assert_eq!(next_writeout_ms(1_000, 300, 1_000, 2_299), 2_300);
+        assert_eq!(next_writeout_ms(1_000, 300, 1_000, 5_750), 6_300);
+    }
 
     #[test]
     fn writeout_phases_spread_partitions_over_the_interval() {
@@ -56,13 +60,13 @@ mod tests {
             offset_level_interval: Duration::from_secs(30),
             handles_max: 64,
         };
-        let phases: std::collections::BTreeSet<Duration> = (0..64)
-            .map(|p| writeout_phase(Path::new(&format!("/data/topics/t/p{p:05}")), &config))
+        let phases: std::collections::BTreeSet<u64> = (0..64)
+            .map(|p| writeout_phase_ms(Path::new(&format!("/data/topics/t/p{p:05}")), &config))
             .collect();
         assert!(phases.len() >= 8, "only {} distinct phases", phases.len());
-        for phase in phases {
-            assert!(phase < config.durable_interval);
-            assert_eq!(phase.as_nanos() % config.tick.as_nanos(), 0);
+        for phase_ms in phases {
+            assert!(phase_ms < 1_000);
+            assert_eq!(phase_ms % 100, 0);
         }
     }
 }

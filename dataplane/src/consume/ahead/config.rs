@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use narad_disk::clock::millis;
+
 /// Held `consumer.ahead` handles are capped at this many, and at a quarter
 /// of the soft open-file limit when that is lower.
 pub const HANDLES_MAX_CAP: usize = 4096;
@@ -20,12 +22,14 @@ pub const DURABLE_INTERVAL_MAX: Duration = Duration::from_secs(60);
 pub struct ConsumerStateConfig {
     /// How often touched partitions get their window slot rewritten (page
     /// cache only). The effective tick is the shorter of this and
-    /// `durable_interval`.
+    /// `durable_interval`. At least 1 ms: the cadences are counted in whole
+    /// milliseconds of the node's clock.
     pub tick: Duration,
     /// How often each written partition is written out (fdatasync):
     /// `storage.consumer_offset_commit_interval_ms`, 10 ms..=60 s.
     pub durable_interval: Duration,
-    /// Shortest time between two levellings of `consumer.offset`.
+    /// Shortest time between two levellings of `consumer.offset`; at least
+    /// 1 ms.
     pub offset_level_interval: Duration,
     /// Most `consumer.ahead` files held open at once; beyond it the least
     /// recently touched partition is written out and closed.
@@ -49,16 +53,26 @@ impl ConsumerStateConfig {
         self.tick.min(self.durable_interval)
     }
 
+    /// [`Self::tick_effective`] in the clock's whole milliseconds.
+    pub(super) fn tick_effective_ms(&self) -> u64 {
+        millis(self.tick_effective())
+    }
+
     pub(super) fn assert_valid(&self) {
-        assert!(!self.tick.is_zero(), "consumer state tick must be positive");
+        assert!(
+            self.tick >= Duration::from_millis(1),
+            "consumer state tick {:?} is under 1 ms, the clock's unit",
+            self.tick
+        );
         assert!(
             (DURABLE_INTERVAL_MIN..=DURABLE_INTERVAL_MAX).contains(&self.durable_interval),
             "consumer state durability interval {:?} outside {DURABLE_INTERVAL_MIN:?}..={DURABLE_INTERVAL_MAX:?}",
             self.durable_interval
         );
         assert!(
-            !self.offset_level_interval.is_zero(),
-            "consumer.offset level interval must be positive"
+            self.offset_level_interval >= Duration::from_millis(1),
+            "consumer.offset level interval {:?} is under 1 ms, the clock's unit",
+            self.offset_level_interval
         );
         assert!(
             self.handles_max >= 1,

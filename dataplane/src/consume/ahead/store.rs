@@ -9,13 +9,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
 
+use narad_disk::clock::millis;
 use narad_disk::{Disk, FileHandle};
 use parking_lot::Mutex;
 use tracing::debug;
 
-use super::cadence::{next_writeout, writeout_phase};
+use super::cadence::{next_writeout_ms, writeout_phase_ms};
 use super::config::ConsumerStateConfig;
 use super::error::StateError;
 use super::position::{ConsumerPosition, PositionSource};
@@ -76,9 +76,10 @@ impl fmt::Debug for ConsumerStateStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// The first tick's time: writeout points are counted from it, so a
-    /// run driven by explicit instants is deterministic.
-    epoch: Option<Instant>,
+    /// The first tick's time (the clock's milliseconds): writeout points
+    /// are counted from it, so a run driven by explicit times is
+    /// deterministic.
+    epoch_ms: Option<u64>,
     partitions: HashMap<PathBuf, Partition>,
     /// `consumer.ahead` handles held, at most `config.handles_max`.
     handles_open: usize,
@@ -103,9 +104,9 @@ struct Partition {
     unsynced: bool,
     /// What `consumer.offset` holds, as far as this process knows.
     offset_frontier: u64,
-    offset_levelled_at: Option<Instant>,
-    phase: Duration,
-    next_writeout: Option<Instant>,
+    offset_levelled_at_ms: Option<u64>,
+    phase_ms: u64,
+    next_writeout_ms: Option<u64>,
     last_used: u64,
     /// A disk error (or a malformed position) stopped all writes for it.
     latched: bool,
@@ -207,9 +208,9 @@ impl ConsumerStateStore {
             written: loaded.recovered.position.clone(),
             unsynced: false,
             offset_frontier: loaded.offset_frontier.unwrap_or(0),
-            offset_levelled_at: None,
-            phase: writeout_phase(dir, &self.config),
-            next_writeout: None,
+            offset_levelled_at_ms: None,
+            phase_ms: writeout_phase_ms(dir, &self.config),
+            next_writeout_ms: None,
             last_used: inner.use_counter,
             latched: keep_latched,
             disk_failures: Arc::clone(&self.disk_failures),
@@ -243,16 +244,18 @@ impl ConsumerStateStore {
         }
     }
 
-    /// One cadence step at `now` (tests drive it; `spawn` runs it every tick
-    /// on a thread): touched partitions get their window slot rewritten
-    /// (page cache only); partitions whose writeout point has come and whose
-    /// window is unsynced are written out (fdatasync), which flips the slot
-    /// roles; at a writeout point `consumer.offset` is levelled if the last
-    /// levelling is at least `offset_level_interval` old. A partition whose
-    /// source was dropped is written out and forgotten.
-    pub fn tick(&self, now: Instant) {
+    /// One cadence step at `now_ms`, a reading of the node's monotonic
+    /// clock (tests drive it; `spawn` runs it every tick on a thread, on
+    /// the clock it is given): touched partitions get their window slot
+    /// rewritten (page cache only); partitions whose writeout point has
+    /// come and whose window is unsynced are written out (fdatasync), which
+    /// flips the slot roles; at a writeout point `consumer.offset` is
+    /// levelled if the last levelling is at least `offset_level_interval`
+    /// old. A partition whose source was dropped is written out and
+    /// forgotten.
+    pub fn tick(&self, now_ms: u64) {
         let mut inner = self.inner.lock();
-        let epoch = *inner.epoch.get_or_insert(now);
+        let epoch_ms = *inner.epoch_ms.get_or_insert(now_ms);
         let mut windows = Vec::new();
         let mut gone = Vec::new();
         for (dir, partition) in &inner.partitions {
@@ -266,20 +269,18 @@ impl ConsumerStateStore {
             }
         }
         self.write_windows(&mut inner, windows);
-        let interval = self.config.durable_interval;
+        let interval_ms = millis(self.config.durable_interval);
         let mut due = Vec::new();
         for (dir, partition) in &mut inner.partitions {
-            let at = *partition
-                .next_writeout
-                .get_or_insert_with(|| next_writeout(epoch, partition.phase, interval, now));
-            if now >= at && !partition.latched {
-                partition.next_writeout =
-                    Some(next_writeout(epoch, partition.phase, interval, now));
+            let next_ms = next_writeout_ms(epoch_ms, partition.phase_ms, interval_ms, now_ms);
+            let at_ms = *partition.next_writeout_ms.get_or_insert(next_ms);
+            if now_ms >= at_ms && !partition.latched {
+                partition.next_writeout_ms = Some(next_ms);
                 due.push(dir.clone());
             }
         }
         self.write_out(&mut inner, &due);
-        self.level_offsets(&mut inner, &due, Some(now));
+        self.level_offsets(&mut inner, &due, Some(now_ms));
         for dir in gone {
             if let Some(mut partition) = inner.partitions.remove(&dir) {
                 debug!(dir = %dir.display(), "consumer position source dropped; writing out and forgetting the partition");

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use narad_disk::clock::SystemClock;
+
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use parking_lot::Mutex;
@@ -100,8 +102,11 @@ fn write_file(disk: &SimDisk, path: &Path, bytes: &[u8]) {
         .expect("sync dir");
 }
 
-fn secs(start: Instant, seconds: u64) -> Instant {
-    start + Duration::from_secs(seconds)
+/// A reading of the node's monotonic clock at which a test's ticks start.
+const START_MS: u64 = 5_000;
+
+fn secs(start_ms: u64, seconds: u64) -> u64 {
+    start_ms + seconds * 1_000
 }
 
 // ---------------------------------------------------------------------------
@@ -195,13 +200,13 @@ fn power_cut_after_a_tick_before_the_writeout_loses_that_interval_only() {
     let source = Source::at(0, &[]);
     let state = store(&disk, config());
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
-    let start = Instant::now();
+    let start = START_MS;
     source.set(5, &[7]);
     ticket.touched();
     state.tick(start);
     source.set(8, &[]);
     ticket.touched();
-    state.tick(start + Duration::from_millis(500));
+    state.tick(start + 500);
     disk.crash(Tear::None);
     assert_eq!(reload(&disk, &dir), ConsumerPosition::default());
 }
@@ -213,11 +218,11 @@ fn writeout_point_makes_the_window_durable() {
     let source = Source::at(0, &[]);
     let state = store(&disk, config());
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     source.set(5, &[7]);
     ticket.touched();
-    state.tick(start + Duration::from_millis(500));
+    state.tick(start + 500);
     state.tick(secs(start, 1));
     disk.crash(Tear::None);
     assert_eq!(reload(&disk, &dir), position(5, &[7]));
@@ -232,7 +237,7 @@ fn process_crash_keeps_acks_a_tick_wrote_to_the_page_cache() {
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
     source.set(3, &[4 + 1]);
     ticket.touched();
-    state.tick(Instant::now());
+    state.tick(START_MS);
     // The process dies without flushing; the kernel keeps its page cache.
     drop(state);
     assert_eq!(reload(&disk, &dir), position(3, &[5]));
@@ -253,7 +258,7 @@ fn torn_window_falls_back_to_the_anchor() {
         let acked: Vec<u64> = (0..300).map(|i| 2_000 + i * 3).collect();
         source.set(1_500, &acked);
         ticket.touched();
-        state.tick(Instant::now());
+        state.tick(START_MS);
         disk.crash(Tear::LastWrite);
         let window_valid = slots(&disk, &dir)
             .iter()
@@ -283,7 +288,7 @@ fn flush_all_then_power_cut_loses_nothing() {
     for (dir, source) in dirs.iter().zip(&sources) {
         state.attach(dir, weak(source)).expect("attach");
     }
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     for (p, source) in sources.iter().enumerate() {
         let base = 100 * (p as u64 + 1);
@@ -313,14 +318,14 @@ fn writeout_flips_roles_and_the_anchor_is_never_written() {
             .expect("two slots")
     };
     let bytes = |disk: &SimDisk| disk.read_file(&dir.join(AHEAD_FILE_NAME)).expect("file");
-    let start = Instant::now();
+    let start = START_MS;
     let first_anchor = anchor_of(&disk);
     let anchor_range = first_anchor * SLOT_BYTES..(first_anchor + 1) * SLOT_BYTES;
     let before = bytes(&disk)[anchor_range.clone()].to_vec();
     for (step, at) in [(1u64, 0u64), (2, 400), (3, 800)] {
         source.set(step, &[]);
         ticket.touched();
-        state.tick(start + Duration::from_millis(at));
+        state.tick(start + at);
         assert_eq!(
             bytes(&disk)[anchor_range.clone()],
             before[..],
@@ -335,7 +340,7 @@ fn writeout_flips_roles_and_the_anchor_is_never_written() {
     // The next window write lands in the old anchor.
     source.set(4, &[]);
     ticket.touched();
-    state.tick(start + Duration::from_millis(1_100));
+    state.tick(start + 1_100);
     let after = slots_after(&disk, &dir);
     assert_eq!(after[first_anchor].position, position(4, &[]));
     assert_eq!(after[1 - first_anchor].position, position(3, &[]));
@@ -355,7 +360,7 @@ fn consumer_offset_is_levelled_at_most_every_level_interval() {
     let source = Source::at(0, &[]);
     let state = store(&disk, config());
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     let settle_and_write_out = |frontier: u64, second: u64| {
         source.set(frontier, &[]);
@@ -378,9 +383,9 @@ fn dropped_source_is_written_out_and_forgotten() {
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
     source.set(6, &[]);
     ticket.touched();
-    state.tick(Instant::now());
+    state.tick(START_MS);
     drop(source);
-    state.tick(Instant::now());
+    state.tick(START_MS);
     assert_eq!(state.handles_open(), 0);
     disk.crash(Tear::None);
     assert_eq!(reload(&disk, &dir), position(6, &[]));
@@ -405,12 +410,12 @@ fn handle_bound_closes_least_recently_touched_after_writing_it_out() {
     for (dir, source) in dirs.iter().zip(&sources).take(2) {
         tickets.push(state.attach(dir, weak(source)).expect("attach").1);
     }
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     for (p, ticket) in tickets.iter().enumerate() {
         sources[p].set(10 + p as u64, &[]);
         ticket.touched();
-        state.tick(start + Duration::from_millis(100 * (p as u64 + 1)));
+        state.tick(start + 100 * (p as u64 + 1));
     }
     // Partition 0 is the least recently touched: attaching a third closes it
     // after writing out its window.
@@ -419,7 +424,7 @@ fn handle_bound_closes_least_recently_touched_after_writing_it_out() {
     // Touching it again reopens it (closing another) and keeps writing.
     sources[0].set(20, &[]);
     tickets[0].touched();
-    state.tick(start + Duration::from_millis(500));
+    state.tick(start + 500);
     assert_eq!(state.handles_open(), 2);
     state.flush_all().expect("flush");
     assert!(state.handles_open() <= 2);
@@ -445,7 +450,7 @@ fn evicted_window_is_durable_before_its_handle_closes() {
     let (_, ticket) = state.attach(&first, weak(&source)).expect("attach");
     source.set(9, &[11]);
     ticket.touched();
-    state.tick(Instant::now());
+    state.tick(START_MS);
     let other = Source::at(0, &[]);
     state.attach(&second, weak(&other)).expect("attach");
     disk.crash(Tear::None);
@@ -464,7 +469,7 @@ fn detach_stops_writes() {
     state.detach(&dir);
     source.set(50, &[]);
     ticket.touched();
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     state.tick(secs(start, 1));
     state.flush_all().expect("nothing attached");
@@ -480,7 +485,7 @@ fn failed_fdatasync_latches_the_partition_and_is_never_retried() {
     let source = Source::at(0, &[]);
     let state = store(&disk, config());
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     source.set(4, &[]);
     ticket.touched();
@@ -522,7 +527,7 @@ fn failed_window_write_latches_without_touching_other_partitions() {
         error: FaultError::Enospc,
         sticky: false,
     });
-    state.tick(Instant::now());
+    state.tick(START_MS);
     assert!(state.is_latched(&failing));
     sources[1].set(7, &[]);
     assert!(state.flush_all().is_err());
@@ -557,13 +562,13 @@ fn work_is_pending_from_a_touch_until_it_is_written_out_and_levelled() {
     let source = Source::at(0, &[]);
     let state = store(&disk, config());
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     assert!(!state.has_pending(), "a primed partition owes nothing");
     source.set(4, &[]);
     ticket.touched();
     assert!(state.has_pending(), "touched");
-    state.tick(start + Duration::from_millis(500));
+    state.tick(start + 500);
     assert!(state.has_pending(), "written into the window, not out");
     state.tick(secs(start, 1));
     assert_eq!(offset_file(&disk, &dir), Some(4));
@@ -584,7 +589,7 @@ fn spawned_worker_writes_touched_partitions_and_stops() {
         },
     );
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
-    let worker = state.spawn().expect("spawn");
+    let worker = state.spawn(Arc::new(SystemClock::new())).expect("spawn");
     source.set(12, &[]);
     ticket.touched();
     // Liveness only: wait (bounded) until a tick wrote the new position.
@@ -620,7 +625,7 @@ fn touches_beyond_the_handle_bound_in_one_tick_are_all_written() {
         source.set(30 + p as u64, &[]);
         ticket.touched();
     }
-    state.tick(Instant::now());
+    state.tick(START_MS);
     assert!(state.handles_open() <= 1);
     for (p, dir) in dirs.iter().enumerate() {
         // Both slots valid: the anchor was never overwritten.
@@ -689,14 +694,14 @@ fn random_runs_recover_only_settled_offsets_and_all_flushed_ones() {
                 sources[p].set(loaded.frontier, &loaded.acked_ahead);
                 tickets.push(ticket);
             }
-            let start = Instant::now();
+            let start = START_MS;
             for step in 0..rng.random_range(5..40u64) {
                 let p = rng.random_range(0..3usize);
                 settle_one(&mut truth[p], rng.random_range(0..40u64));
                 sources[p].set(truth[p].frontier, &truth[p].acked_ahead);
                 tickets[p].touched();
                 if rng.random_bool(0.5) {
-                    state.tick(start + Duration::from_millis(100 * step));
+                    state.tick(start + 100 * step);
                 }
                 if rng.random_bool(0.05) {
                     state.flush_all().expect("flush");
@@ -744,7 +749,7 @@ fn real_files_through_the_portable_backend_survive_a_restart() {
     );
     source.set(41, &[43, 44, 50]);
     ticket.touched();
-    let start = Instant::now();
+    let start = START_MS;
     state.tick(start);
     state.tick(secs(start, 1));
     source.set(42, &[43, 44, 50, 51]);
@@ -768,7 +773,7 @@ fn malformed_position_from_a_source_latches_instead_of_panicking() {
     let (_, ticket) = state.attach(&dir, weak(&source)).expect("attach");
     source.set(10, &[12, 11]);
     ticket.touched();
-    state.tick(Instant::now());
+    state.tick(START_MS);
     assert!(state.is_latched(&dir));
     disk.crash(Tear::None);
     assert_eq!(reload(&disk, &dir), ConsumerPosition::default());

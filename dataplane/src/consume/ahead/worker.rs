@@ -1,12 +1,14 @@
 //! The thread that ticks the store every effective tick while it has work,
-//! and sleeps without a timer while it has none.
+//! and sleeps without a timer while it has none. Its grid is laid on the
+//! node's clock.
 
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_disk::clock::Clock;
 use tracing::error;
 
 use super::store::ConsumerStateStore;
@@ -14,8 +16,8 @@ use narad_disk::queue::{Received, Receiver, Sender};
 
 impl ConsumerStateStore {
     /// Runs [`ConsumerStateStore::tick`] on a thread, on a grid of one
-    /// effective tick from the start, until the returned worker is stopped
-    /// or dropped. When a tick leaves nothing pending
+    /// effective tick from the start, read on `clock` (the node's), until
+    /// the returned worker is stopped or dropped. When a tick leaves nothing pending
     /// ([`ConsumerStateStore::has_pending`]) the thread sleeps until a
     /// ticket is touched, then ticks at the next point of the grid, so a
     /// touch is written within one tick as before. Stopping does not
@@ -23,16 +25,16 @@ impl ConsumerStateStore {
     ///
     /// # Errors
     /// When the thread cannot be started.
-    pub fn spawn(self: &Arc<Self>) -> io::Result<StateWorker> {
+    pub fn spawn(self: &Arc<Self>, clock: Arc<dyn Clock>) -> io::Result<StateWorker> {
         let store = Arc::clone(self);
         let nudges = self.nudges();
         let stopping = Arc::new(AtomicBool::new(false));
-        let period = self.config().tick_effective();
+        let period_ms = self.config().tick_effective_ms();
         let thread = {
             let stopping = Arc::clone(&stopping);
             std::thread::Builder::new()
                 .name("consumer-state".to_owned())
-                .spawn(move || run(&store, &nudges, &stopping, period))?
+                .spawn(move || run(&store, &*clock, &nudges, &stopping, period_ms))?
         };
         Ok(StateWorker {
             stopping,
@@ -42,15 +44,20 @@ impl ConsumerStateStore {
     }
 }
 
-fn run(store: &ConsumerStateStore, nudges: &Receiver<()>, stopping: &AtomicBool, period: Duration) {
-    let start = Instant::now();
-    let mut next = start;
+fn run(
+    store: &ConsumerStateStore,
+    clock: &dyn Clock,
+    nudges: &Receiver<()>,
+    stopping: &AtomicBool,
+    period_ms: u64,
+) {
+    let start_ms = clock.now_ms();
+    let mut next_ms = start_ms;
     loop {
-        if !sleep_until(nudges, stopping, next) {
+        if !sleep_until(clock, nudges, stopping, next_ms) {
             return;
         }
-        let now = Instant::now();
-        store.tick(now);
+        store.tick(clock.now_ms());
         if !store.has_pending() {
             // Nothing to write: no timer until a settle touches a ticket
             // (or the stop nudges).
@@ -59,33 +66,42 @@ fn run(store: &ConsumerStateStore, nudges: &Receiver<()>, stopping: &AtomicBool,
                 return;
             }
         }
-        next = next_tick(start, period, Instant::now());
+        next_ms = next_tick_ms(start_ms, period_ms, clock.now_ms());
     }
 }
 
-/// Sleeps until `at`; touches do not end it (the tick comes on its
-/// grid). `false` when the worker is to stop.
-fn sleep_until(nudges: &Receiver<()>, stopping: &AtomicBool, at: Instant) -> bool {
+/// Sleeps until `clock` reads `at_ms`; touches do not end it (the tick
+/// comes on its grid). `false` when the worker is to stop. The thread
+/// blocks for the time the clock says is left, then reads the clock again:
+/// a wait that ends early, or a clock that did not move meanwhile, costs
+/// only another turn.
+fn sleep_until(
+    clock: &dyn Clock,
+    nudges: &Receiver<()>,
+    stopping: &AtomicBool,
+    at_ms: u64,
+) -> bool {
     loop {
         if stopping.load(Ordering::Acquire) {
             return false;
         }
-        match nudges.recv_until(Some(at)) {
-            Received::Item(()) => {}
-            Received::TimedOut => return !stopping.load(Ordering::Acquire),
+        let now_ms = clock.now_ms();
+        if now_ms >= at_ms {
+            return true;
+        }
+        match nudges.recv_timeout(Duration::from_millis(at_ms - now_ms)) {
+            Received::Item(()) | Received::TimedOut => {}
             Received::Disconnected => return false,
         }
     }
 }
 
-/// The first point of the grid `start + k * period` after `now`: a tick
-/// that ran late is followed by the next point, not by a burst.
-fn next_tick(start: Instant, period: Duration, now: Instant) -> Instant {
-    let period_nanos = period.as_nanos().max(1);
-    let elapsed = now.saturating_duration_since(start).as_nanos();
-    let ticks = elapsed / period_nanos + 1;
-    let offset = u64::try_from(ticks * period_nanos).unwrap_or(u64::MAX);
-    start + Duration::from_nanos(offset)
+/// The first point of the grid `start_ms + k * period_ms` after `now_ms`:
+/// a tick that ran late is followed by the next point, not by a burst.
+fn next_tick_ms(start_ms: u64, period_ms: u64, now_ms: u64) -> u64 {
+    let period_ms = period_ms.max(1);
+    let ticks = now_ms.saturating_sub(start_ms) / period_ms + 1;
+    start_ms.saturating_add(ticks.saturating_mul(period_ms))
 }
 
 /// The thread started by [`ConsumerStateStore::spawn`]; stops on drop or
@@ -128,16 +144,8 @@ mod tests {
 
     #[test]
     fn the_next_tick_is_the_next_point_of_the_grid() {
-        let start = Instant::now();
-        let period = Duration::from_millis(100);
-        assert_eq!(next_tick(start, period, start), start + period);
-        assert_eq!(
-            next_tick(start, period, start + Duration::from_millis(250)),
-            start + Duration::from_millis(300)
-        );
-        assert_eq!(
-            next_tick(start, period, start + Duration::from_millis(300)),
-            start + Duration::from_millis(400)
-        );
+        assert_eq!(next_tick_ms(1_000, 100, 1_000), 1_100);
+        assert_eq!(next_tick_ms(1_000, 100, 1_250), 1_300);
+        assert_eq!(next_tick_ms(1_000, 100, 1_300), 1_400);
     }
 }

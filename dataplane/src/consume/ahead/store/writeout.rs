@@ -5,8 +5,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
+use narad_disk::clock::millis;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use tracing::{error, warn};
 
@@ -105,22 +105,22 @@ impl ConsumerStateStore {
 
     /// Overwrites `consumer.offset` in place (write + fdatasync) with the
     /// durable frontier for every listed partition where it differs, and,
-    /// on a cadence (`now` given), whose last levelling is at least
-    /// `offset_level_interval` old; at close (`now` None) regardless. At
+    /// on a cadence (`now_ms` given), whose last levelling is at least
+    /// `offset_level_interval` old; at close (`now_ms` None) regardless. At
     /// most [`OFFSET_LEVELS_IN_FLIGHT_MAX`] run at once. The file exists
     /// since priming: a missing one means the directory was replaced, which
     /// latches.
-    pub(super) fn level_offsets(&self, inner: &mut Inner, dirs: &[PathBuf], now: Option<Instant>) {
-        let interval = self.config.offset_level_interval;
+    pub(super) fn level_offsets(&self, inner: &mut Inner, dirs: &[PathBuf], now_ms: Option<u64>) {
+        let interval_ms = millis(self.config.offset_level_interval);
         let wanted: Vec<(&PathBuf, u64)> = dirs
             .iter()
             .filter_map(|dir| {
                 let partition = inner.partitions.get(dir)?;
                 let frontier = partition.written.frontier;
-                let due = now.is_none_or(|now| {
+                let due = now_ms.is_none_or(|now_ms| {
                     partition
-                        .offset_levelled_at
-                        .is_none_or(|at| now.saturating_duration_since(at) >= interval)
+                        .offset_levelled_at_ms
+                        .is_none_or(|at_ms| now_ms.saturating_sub(at_ms) >= interval_ms)
                 });
                 let wanted = due
                     && !partition.latched
@@ -153,8 +153,8 @@ impl ConsumerStateStore {
                 match result {
                     Ok(_) => {
                         partition.offset_frontier = frontier;
-                        if now.is_some() {
-                            partition.offset_levelled_at = now;
+                        if now_ms.is_some() {
+                            partition.offset_levelled_at_ms = now_ms;
                         }
                     }
                     Err(error) => latch(dir, partition, "levelling consumer.offset", &error),
