@@ -35,6 +35,7 @@ pub mod moves;
 pub mod node;
 pub mod partitions;
 pub mod remote;
+pub mod status;
 pub mod topology;
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! (deleted topics' directories retired, quarantined copies swept once the
 //! leader confirms them gone), the end of its own decommission (it
 //! proposes its removal once drained), what it reports
-//! of itself to the cluster listings ([`status`]), and the HTTP API.
+//! of itself to the cluster listings ([`crate::status`]), and the HTTP API.
 //!
 //! The metadata replica, the leader-confirmation service and the remote
 //! commit target come from outside, because the control plane and the
@@ -46,7 +46,6 @@ use narad_meta::{Command, RegisterMember};
 
 mod decommission;
 mod housekeeping;
-pub mod status;
 
 pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
 use self::decommission::DecommissionWatch;
@@ -443,7 +442,7 @@ impl DataNode {
         if !self
             .api
             .status
-            .plug_move_reports(Arc::clone(&runner) as Arc<dyn crate::node::status::MoveReports>)
+            .plug_move_reports(Arc::clone(&runner) as Arc<dyn crate::status::MoveReports>)
         {
             tracing::warn!("move reports were already plugged in; the runner's are not listed");
         }

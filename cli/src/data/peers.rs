@@ -18,8 +18,8 @@ use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::moves::{QuicLinks, TransferService};
 use narad_dataplane::node::DataNode;
-use narad_dataplane::node::status::NodeStatusService;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
+use narad_dataplane::status::NodeStatusService;
 use narad_disk::clock::Clock;
 use narad_protocol::{ClusterAuth, Node, NodeConfig, NodeError, Router};
 

@@ -18,7 +18,7 @@
 //!   into `AckBatch`es, [`coalesce`]), one `AckBatch` per owner in parallel
 //!   for an HTTP batch ack, statistics with a 2 s budget, and another
 //!   node's report of itself (opcode 33, served by
-//!   [`crate::node::status::NodeStatusService`]).
+//!   [`crate::status::NodeStatusService`]).
 //!
 //! What it guarantees: a lease handed out by an owner keeps the owner's
 //! `partition:offset:nonce`, so its ack reaches the owner whichever node

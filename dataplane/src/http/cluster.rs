@@ -42,7 +42,7 @@ use super::topics::{found, json_response, propose, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::forward::ForwardError;
-use crate::node::status::{MoveWorkerStatus, NodeStatus};
+use crate::status::{MoveWorkerStatus, NodeStatus};
 use crate::topology::node_of;
 
 /// Budget of the node status calls of one listing, every node asked at

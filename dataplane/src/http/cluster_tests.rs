@@ -26,8 +26,8 @@ use super::ApiConfig;
 use super::tests::{ALICE, Answer, Api, api_with, api_with_admin, produce_request, request, send};
 use crate::admin::{Admin, AdminError, AdminFuture};
 use crate::forward::Forwarder;
-use crate::node::status::{MoveReports, MoveWorkerStatus, NodeStatusService};
 use crate::remote::AddressTable;
+use crate::status::{MoveReports, MoveWorkerStatus, NodeStatusService};
 use crate::testing::{apply, mark_dead, register, wal_records};
 use crate::topology::{NodeId, member_id};
 

@@ -50,8 +50,8 @@ use crate::http::produce_cap::ProduceCap;
 use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
-use crate::node::status::StatusSources;
 use crate::partitions::LocalLogs;
+use crate::status::StatusSources;
 
 /// How the API behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
