@@ -18,8 +18,9 @@ use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
 use crate::config::{PREPARE_ALIGN_BYTES, PREPARED_WRITE_BYTES_MAX};
 use crate::dedupe::{REBUILD_RECORDS, RunClaims, Seen};
+use crate::error::FrameError;
 use crate::error::LogError;
-use crate::frame::{self, FrameError};
+use crate::frame;
 use crate::hwm;
 use crate::log::{ActiveSegment, PartitionLog, SealedSegment, Writer};
 use crate::read::{ReadEntry, ReadLimits};

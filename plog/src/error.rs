@@ -79,3 +79,48 @@ impl LogError {
         move |source| Self::Io { operation, source }
     }
 }
+
+/// Why bytes are not a valid frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// Fewer bytes than the header, or than the header says the frame has.
+    #[error("frame truncated: {have} of {need} bytes")]
+    Truncated {
+        /// Bytes available.
+        have: u64,
+        /// Bytes the frame needs.
+        need: u64,
+    },
+    /// The first two bytes are not `0xCAFE`.
+    #[error("bad frame magic")]
+    Magic,
+    /// A header field is out of its range.
+    #[error("bad frame header: {0}")]
+    Header(&'static str),
+    /// A size exceeds the frame limit.
+    #[error("frame of {bytes} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// The size found or asked for.
+        bytes: u64,
+        /// The limit in force.
+        limit: u32,
+    },
+    /// The CRC does not match the header and stored payload.
+    #[error("frame CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Crc {
+        /// The CRC in the header.
+        stored: u32,
+        /// The CRC of the bytes as read.
+        computed: u32,
+    },
+    /// The payload did not decompress to exactly its stated size.
+    #[error("frame payload does not decode: {0}")]
+    Codec(&'static str),
+    /// The record stream inside the payload is malformed.
+    #[error("bad record stream: {0}")]
+    RecordStream(&'static str),
+    /// A record's envelope is malformed.
+    #[error("bad record envelope: {0}")]
+    Envelope(&'static str),
+}

@@ -50,8 +50,8 @@ pub use dedupe::{
     IDEMPOTENCY_KEYS_MAX, IDEMPOTENCY_WINDOW_MS_DEFAULT, ORIGIN_SEQS_MAX, ORIGINS_MAX,
     REBUILD_BYTES, REBUILD_RECORDS,
 };
-pub use error::LogError;
-pub use frame::{Codec, CompressionLevel, FrameError};
+pub use error::{FrameError, LogError};
+pub use frame::{Codec, CompressionLevel};
 pub use hwm::HWM_FILE_NAME;
 pub use log::{PartitionLog, PartitionStats};
 pub use read::{

@@ -17,7 +17,7 @@
 //! Version 0x01 was retired and decodes as corrupt, as does any other
 //! version byte.
 
-use crate::frame::FrameError;
+use crate::error::FrameError;
 
 /// The envelope version of a record without provenance.
 pub const ENVELOPE_VERSION: u8 = 0x02;

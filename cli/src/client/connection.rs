@@ -11,11 +11,9 @@ use std::io::BufRead;
 
 use clap::Args;
 
-use super::ctx::{Context, Contexts};
+use super::ctx::{Context, Contexts, DEFAULT_SERVER};
 use super::{Api, Failure};
 
-/// The server a client verb talks to when nothing else names one.
-pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7942";
 /// The user sent with a password when no user is named (the root admin).
 const DEFAULT_USER: &str = "admin";
 

@@ -12,9 +12,12 @@ use clap::Subcommand;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::connection::DEFAULT_SERVER;
 use super::output::{say, table};
 use super::{Connection, Failure, Outcome};
+
+/// The server a client verb talks to when no flag, environment variable
+/// or context names one.
+pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7942";
 
 /// The contexts file's permission bits: owner read and write only.
 const FILE_MODE: u32 = 0o600;

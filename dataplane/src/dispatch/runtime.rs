@@ -26,10 +26,8 @@ use narad_wal::{
 };
 use tokio::sync::watch;
 
-use super::targets::{CommitDone, CommitTarget, LeaderConfirm, WalPayload};
-use super::{
-    Command, CommitId, CommitOutcome, DispatchConfig, Dispatcher, GoneQuestion, Held, RecordMeta,
-};
+use super::targets::{CommitDone, CommitTarget, Event, LeaderConfirm, WalPayload};
+use super::{Command, DispatchConfig, Dispatcher, GoneQuestion, RecordMeta};
 use crate::topology::{Destination, Topology};
 use narad_disk::clock::Clock;
 use narad_disk::queue::{self, Received, Receiver, Sender};
@@ -47,27 +45,6 @@ pub const COMPACTION_SLACK: Duration = Duration::from_millis(10);
 /// yet is read again after this long. The WAL publishes a segment's end
 /// before it moves the frontier, so this is a backstop, not a cadence.
 pub const UNSEEN_DURABLE_RETRY: Duration = Duration::from_millis(10);
-
-/// What reaches the runtime thread. The queue is unbounded; what is in it
-/// is bounded by the dispatcher's own limits: one `CommitDone` per commit
-/// started (at most the commit slots plus hung commits), one `Gone` per
-/// question asked (one per topic or incarnation at a time), and at most
-/// one `Wake` per watch between two passes of the loop.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// The durable frontier or the topology moved: look again.
-    Wake,
-    /// A commit ended.
-    CommitDone {
-        id: CommitId,
-        outcome: CommitOutcome,
-        records: Vec<Held<WalPayload>>,
-    },
-    /// The leader answered.
-    Gone { question: GoneQuestion, gone: bool },
-    /// Stop the loop.
-    Stop,
-}
 
 /// What the runtime needs.
 #[derive(Debug)]

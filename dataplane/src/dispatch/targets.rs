@@ -10,8 +10,7 @@ use bytes::Bytes;
 use narad_meta::AttachEpoch;
 use narad_plog::Origin;
 
-use super::runtime::Event;
-use super::{CommitOrder, CommitOutcome, GoneQuestion};
+use super::{CommitId, CommitOrder, CommitOutcome, GoneQuestion, Held};
 use crate::metadata::MetadataReplica;
 use narad_disk::queue::Sender;
 
@@ -219,4 +218,25 @@ impl LeaderConfirm for ReplicaLeader {
             (Some(topic), Some(id)) => topic.incarnation_id.as_ref() != Some(id),
         })
     }
+}
+
+/// What reaches the runtime thread. The queue is unbounded; what is in it
+/// is bounded by the dispatcher's own limits: one `CommitDone` per commit
+/// started (at most the commit slots plus hung commits), one `Gone` per
+/// question asked (one per topic or incarnation at a time), and at most
+/// one `Wake` per watch between two passes of the loop.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The durable frontier or the topology moved: look again.
+    Wake,
+    /// A commit ended.
+    CommitDone {
+        id: CommitId,
+        outcome: CommitOutcome,
+        records: Vec<Held<WalPayload>>,
+    },
+    /// The leader answered.
+    Gone { question: GoneQuestion, gone: bool },
+    /// Stop the loop.
+    Stop,
 }

@@ -29,7 +29,7 @@ use super::{AddressTable, CommitService, LEGACY_OWNER_TTL_MS, OwnerAddresses, Re
 use crate::admin::LocalAdmin;
 use crate::commit::Combiners;
 use crate::dispatch::ReplicaLeader;
-use crate::dispatch::runtime::Event;
+use crate::dispatch::targets::Event;
 use crate::dispatch::{
     Command, CommitDone, CommitOrder, CommitOutcome, CommitTarget, DispatchConfig, Dispatcher,
     RecordMeta, WalPayload,

@@ -2,7 +2,7 @@
 //! a `consumer.ahead` slot: a whole, self-checksummed record of one
 //! position. The layout is drawn in `docs/internals/consumer-state.md`.
 
-use super::position::ConsumerPosition;
+use super::position::{ConsumerPosition, OFFSET_LIMIT};
 
 /// Name of the two-slot state file in a partition directory.
 pub const AHEAD_FILE_NAME: &str = "consumer.ahead";
@@ -31,8 +31,6 @@ pub const SLOT_SET_BYTES_MAX: usize = SLOT_BYTES - SLOT_HEADER_BYTES - SLOT_CRC_
 /// Most acked-ahead offsets one slot may carry, checked on encode and
 /// decode, so a decoded slot never allocates more than 8 MiB.
 pub const SLOT_ACKED_AHEAD_MAX: usize = 1 << 20;
-/// Offsets are below 2^63, as in the partition log.
-pub const OFFSET_LIMIT: u64 = 1 << 63;
 
 /// Slot flag: the acked-ahead set did not fit and only its lowest offsets
 /// were kept (the others are redelivered after a restart).

@@ -44,12 +44,11 @@ pub use config::{
 };
 pub use error::StateError;
 pub use format::{
-    AHEAD_FILE_BYTES, AHEAD_FILE_NAME, OFFSET_FILE_BYTES, OFFSET_FILE_NAME, OFFSET_LIMIT,
-    SLOT_ACKED_AHEAD_MAX, SLOT_BYTES, SLOT_COUNT, SLOT_CRC_BYTES, SLOT_FORMAT_VERSION,
-    SLOT_HEADER_BYTES, SLOT_MAGIC, SLOT_SET_BYTES_MAX, SlotError, SlotRecord, decode_slot,
-    encode_slot,
+    AHEAD_FILE_BYTES, AHEAD_FILE_NAME, OFFSET_FILE_BYTES, OFFSET_FILE_NAME, SLOT_ACKED_AHEAD_MAX,
+    SLOT_BYTES, SLOT_COUNT, SLOT_CRC_BYTES, SLOT_FORMAT_VERSION, SLOT_HEADER_BYTES, SLOT_MAGIC,
+    SLOT_SET_BYTES_MAX, SlotError, SlotRecord, decode_slot, encode_slot,
 };
-pub use position::{ConsumerPosition, PositionSource};
+pub use position::{ConsumerPosition, OFFSET_LIMIT, PositionSource};
 pub use store::{ConsumerStateStore, StateTicket};
 pub use worker::StateWorker;
 

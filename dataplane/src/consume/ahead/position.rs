@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use super::format::OFFSET_LIMIT;
+/// Offsets are below 2^63, as in the partition log.
+pub const OFFSET_LIMIT: u64 = 1 << 63;
 
 /// Frontier (every offset below it is settled) and the settled offsets above it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! What a partition's files recover to (pure): the newest valid slot, then
 //! the larger frontier of that and `consumer.offset`.
 
-use super::format::{OFFSET_LIMIT, SLOT_COUNT, SlotError, SlotRecord};
+use super::format::{SLOT_COUNT, SlotError, SlotRecord};
 use super::position::ConsumerPosition;
+use super::position::OFFSET_LIMIT;
 
 /// What a partition's files say, after the recovery rules.
 #[derive(Clone, Debug, PartialEq, Eq)]

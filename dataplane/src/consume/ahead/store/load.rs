@@ -11,9 +11,10 @@ use super::writeout::{finish_writeout, latch, warn_truncation};
 use super::{ConsumerStateStore, Loaded, Partition};
 use crate::consume::ahead::error::StateError;
 use crate::consume::ahead::format::{
-    AHEAD_FILE_BYTES, AHEAD_FILE_NAME, OFFSET_FILE_BYTES, OFFSET_FILE_NAME, OFFSET_LIMIT,
-    SLOT_BYTES, decode_slot, encode_slot,
+    AHEAD_FILE_BYTES, AHEAD_FILE_NAME, OFFSET_FILE_BYTES, OFFSET_FILE_NAME, SLOT_BYTES,
+    decode_slot, encode_slot,
 };
+use crate::consume::ahead::position::OFFSET_LIMIT;
 use crate::consume::ahead::recovery::recover;
 
 impl ConsumerStateStore {
