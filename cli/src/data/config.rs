@@ -104,6 +104,18 @@ pub(crate) mod defaults {
     /// The spec's `http.shutdown_grace`: in-flight requests get this long
     /// to finish after a stop signal.
     pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+    /// `storage.ingress_wal_prealloc`, on, unlike the spec: prepared
+    /// segments are written with O_DIRECT, which measured a third off a
+    /// single append and half its CPU (docs/benchmarks.md).
+    pub(crate) const INGRESS_WAL_PREALLOC: bool = true;
+    /// `storage.partition_log_prealloc` (not a key of the original), off:
+    /// it measured no end-to-end gain here (docs/internals/plog.md,
+    /// "Prepared zeros"; docs/benchmarks.md).
+    pub(crate) const PARTITION_LOG_PREALLOC: bool = false;
+    /// `storage.ingress_wal_inline_flush` (not a key of the original), off:
+    /// it made a lone produce cheaper but produce beside consumers slower
+    /// (docs/benchmarks.md).
+    pub(crate) const INGRESS_WAL_INLINE_FLUSH: bool = false;
 }
 
 /// The spec's bounds on `storage.consumer_offset_commit_interval_ms`.
@@ -315,16 +327,21 @@ pub(crate) fn resolve(
         Some(Some(narad_dataplane::node::IDLE_LOG_EVICTION_DEFAULT)),
         |v| parse_off_or_millis_from(v, IDLE_LOG_EVICTION_MS_MIN),
     )?;
-    // On by default, unlike the spec: prepared segments are written with
-    // O_DIRECT, which measured a third off a single append and half its CPU
-    // (docs/benchmarks.md).
-    let ingress_wal_prealloc = merged.parse(keys::WAL_PREALLOC, Some(true), parse_bool)?;
-    // Not a key of the original; off by default: it measured no end-to-end
-    // gain here (docs/internals/plog.md, "Prepared zeros"; docs/benchmarks.md).
-    let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(false), parse_bool)?;
-    // Not a key of the original; off by default: it made a lone produce
-    // cheaper but produce beside consumers slower (docs/benchmarks.md).
-    let ingress_wal_inline_flush = merged.parse(keys::WAL_INLINE_FLUSH, Some(false), parse_bool)?;
+    let ingress_wal_prealloc = merged.parse(
+        keys::WAL_PREALLOC,
+        Some(defaults::INGRESS_WAL_PREALLOC),
+        parse_bool,
+    )?;
+    let partition_log_prealloc = merged.parse(
+        keys::LOG_PREALLOC,
+        Some(defaults::PARTITION_LOG_PREALLOC),
+        parse_bool,
+    )?;
+    let ingress_wal_inline_flush = merged.parse(
+        keys::WAL_INLINE_FLUSH,
+        Some(defaults::INGRESS_WAL_INLINE_FLUSH),
+        parse_bool,
+    )?;
     let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| {
