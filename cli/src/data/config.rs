@@ -51,8 +51,7 @@ pub(crate) mod keys {
             "true or false: http.metrics_unauthenticated";
         ACCESS_LOG = "http.access_log", "NARAD_HTTP_ACCESS_LOG", "access-log",
             "true or false: one log line a request on target narad::access, http.access_log";
-        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir",
-            "Data directory: storage.data_dir";
+        DATA_DIR = shared::DATA_DIR;
         FRONT_THREADS = "http.front_threads", "NARAD_HTTP_FRONT_THREADS", "http-front-threads",
             "0 to 256 threads serving HTTP connections: http.front_threads";
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms",
@@ -75,16 +74,12 @@ pub(crate) mod keys {
             "Bytes in one fan-out slab at most: fanout.max_batch_bytes";
         FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms",
             "How long a fan-out slab waits to fill: fanout.linger_ms";
-        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled",
-            "true or false: security.enabled";
+        SECURITY = shared::SECURITY;
         BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost",
             "bcrypt cost of password hashes this node makes: security.bcrypt_cost";
-        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster",
-            "true or false: security.allow_insecure_cluster";
-        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level",
-            "debug, info, warn or error: log.level";
-        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format",
-            "json (the default: one object a line) or text: log.format";
+        ALLOW_INSECURE = shared::ALLOW_INSECURE;
+        LOG_LEVEL = shared::LOG_LEVEL;
+        LOG_FORMAT = shared::LOG_FORMAT;
     }
 }
 

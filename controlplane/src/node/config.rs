@@ -40,16 +40,11 @@ pub mod keys {
             "Log entries kept behind a snapshot: cluster.raft_trailing_logs";
         HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr",
             "HTTP address of /healthz, /readyz, /metrics, /status: http.addr";
-        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir",
-            "Data directory: storage.data_dir";
-        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled",
-            "true or false: security.enabled";
-        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster",
-            "true or false: security.allow_insecure_cluster";
-        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level",
-            "debug, info, warn or error: log.level";
-        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format",
-            "json (the default: one object a line) or text: log.format";
+        DATA_DIR = shared::DATA_DIR;
+        SECURITY = shared::SECURITY;
+        ALLOW_INSECURE = shared::ALLOW_INSECURE;
+        LOG_LEVEL = shared::LOG_LEVEL;
+        LOG_FORMAT = shared::LOG_FORMAT;
     }
 }
 

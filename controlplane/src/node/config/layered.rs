@@ -57,25 +57,55 @@ pub struct Setting {
 }
 
 /// Declares settings as constants of type [`Setting`] and `ALL`, every one
-/// of them in the order `--help` lists their flags:
-/// `settings!(pub, NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id", "help"; ...)`
-/// (the help line may be left out).
+/// of them in the order `--help` lists their flags. An entry is either new,
+/// `NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id", "help";` (the
+/// help line may be left out), or one of the settings every node command
+/// shares, `LOG_LEVEL = shared::LOG_LEVEL;` (see [`shared`]).
 #[macro_export]
 macro_rules! settings {
-    ($vis:vis, $($name:ident = $key:literal, $env:literal, $flag:literal $(, $help:literal)?;)*) => {
-        $(
-            #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
-            $vis const $name: $crate::node::config::layered::Setting =
-                $crate::node::config::layered::Setting {
-                    key: $key,
-                    env: $env,
-                    flag: $flag,
-                    help: concat!("" $(, $help)?),
-                };
-        )*
-        /// Every setting, in documentation order.
-        $vis const ALL: &[$crate::node::config::layered::Setting] = &[$($name),*];
+    ($vis:vis, $($entries:tt)*) => {
+        $crate::settings!(@entry ($vis) []; $($entries)*);
     };
+    (@entry ($vis:vis) [$($all:ident)*];
+        $name:ident = $key:literal, $env:literal, $flag:literal $(, $help:literal)?; $($rest:tt)*) => {
+        #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
+        $vis const $name: $crate::node::config::layered::Setting =
+            $crate::node::config::layered::Setting {
+                key: $key,
+                env: $env,
+                flag: $flag,
+                help: concat!("" $(, $help)?),
+            };
+        $crate::settings!(@entry ($vis) [$($all)* $name]; $($rest)*);
+    };
+    (@entry ($vis:vis) [$($all:ident)*]; $name:ident = shared::$shared:ident; $($rest:tt)*) => {
+        #[doc = concat!("`", stringify!($shared), "`, shared by every node command.")]
+        $vis const $name: $crate::node::config::layered::Setting =
+            $crate::node::config::layered::shared::$shared;
+        $crate::settings!(@entry ($vis) [$($all)* $name]; $($rest)*);
+    };
+    (@entry ($vis:vis) [$($all:ident)*];) => {
+        /// Every setting, in the order `--help` lists their flags.
+        $vis const ALL: &[$crate::node::config::layered::Setting] = &[$($all),*];
+    };
+}
+
+/// The settings every node command takes alike: same key, variable, flag
+/// and help line. A command's table names them `NAME = shared::NAME;`.
+pub mod shared {
+    crate::settings! {
+        pub,
+        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir",
+            "Data directory: storage.data_dir";
+        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled",
+            "true or false: security.enabled";
+        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster",
+            "true or false: security.allow_insecure_cluster";
+        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level",
+            "debug, info, warn or error: log.level";
+        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format",
+            "json (the default: one object a line) or text: log.format";
+    }
 }
 
 /// A command's table of settings.

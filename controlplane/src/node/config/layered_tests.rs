@@ -300,3 +300,17 @@ fn a_bad_log_level_or_empty_data_dir_names_its_source() {
         )
     );
 }
+
+mod with_shared {
+    crate::settings! {
+        pub(super),
+        NAME = "node.name", "TEST_NODE_NAME", "name";
+        LEVEL = shared::LOG_LEVEL;
+    }
+}
+
+#[test]
+fn a_table_may_name_a_shared_setting_in_its_place() {
+    assert_eq!(with_shared::LEVEL, shared::LOG_LEVEL);
+    assert_eq!(with_shared::ALL, [with_shared::NAME, shared::LOG_LEVEL]);
+}
