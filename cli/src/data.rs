@@ -23,12 +23,10 @@ pub(crate) mod http;
 mod peers;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
 use narad_controlplane::node::ControlClient;
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices, RetentionConfig};
@@ -39,171 +37,22 @@ use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 pub(crate) use self::config::defaults::SHUTDOWN_GRACE;
-use self::config::{ClusterSecurity, ConfigError, DataConfig, Layer, Setting, keys};
+use self::config::{ClusterSecurity, ConfigError, DataConfig, DataSettings, keys};
 use self::http::{ReadyCheck, ReadyGate};
 use self::peers::Peers;
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm, LEADER_HEARD_WITHIN};
 use crate::control::wait_for_signal;
+use crate::process::{self, EXIT_CONFIG, EXIT_START};
+use crate::settings::SettingArgs;
 
-/// Exit code for an invalid configuration.
-const EXIT_CONFIG: u8 = 2;
-/// Exit code for a failure to start (a port taken, a disk that will not
-/// open).
-const EXIT_START: u8 = 1;
 /// How often the start checks whether the replica has caught up.
 const CATCH_UP_POLL: Duration = Duration::from_millis(50);
 
-/// Flags of `narad data`. Each has a config file key and an environment
-/// variable too (see docs/operations.md); a flag wins over both.
-#[derive(Debug, Args)]
-pub(crate) struct DataArgs {
-    /// JSON config file (strict: unknown keys are refused).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// This data node's id (1, 2, 3, ...): cluster.node_id.
-    #[arg(long)]
-    node_id: Option<String>,
-    /// Control nodes' cluster addresses, host:port,...: cluster.control_nodes.
-    #[arg(long)]
-    control_nodes: Option<String>,
-    /// UDP address of this node's RPC socket (default: http.addr's):
-    /// cluster.rpc_addr.
-    #[arg(long)]
-    rpc_addr: Option<String>,
-    /// Host others reach this node at: cluster.advertise_host.
-    #[arg(long)]
-    advertise_host: Option<String>,
-    /// TCP address of the HTTP API: http.addr.
-    #[arg(long)]
-    http_addr: Option<String>,
-    /// Time in-flight requests get after a stop signal, e.g. 10s:
-    /// http.shutdown_grace.
-    #[arg(long)]
-    shutdown_grace: Option<String>,
-    /// Longest consume wait, e.g. 10s (0: the API's 30 s ceiling):
-    /// http.max_consume_wait.
-    #[arg(long)]
-    max_consume_wait: Option<String>,
-    /// Consumes in flight per identity, 0 = no cap:
-    /// http.max_consume_in_flight_per_identity.
-    #[arg(long)]
-    max_consume_in_flight_per_identity: Option<String>,
-    /// Produces in flight per identity, 0 = no cap:
-    /// http.max_produce_in_flight_per_identity.
-    #[arg(long)]
-    max_produce_in_flight_per_identity: Option<String>,
-    /// true or false: http.metrics_unauthenticated.
-    #[arg(long)]
-    metrics_unauthenticated: Option<String>,
-    /// true or false: one log line a request on target narad::access,
-    /// http.access_log.
-    #[arg(long)]
-    access_log: Option<String>,
-    /// Data directory: storage.data_dir.
-    #[arg(long)]
-    data_dir: Option<String>,
-    /// 0 to 256 threads serving HTTP connections: http.front_threads.
-    #[arg(long)]
-    http_front_threads: Option<String>,
-    /// 10 to 60000: storage.consumer_offset_commit_interval_ms.
-    #[arg(long)]
-    consumer_offset_commit_interval_ms: Option<String>,
-    /// 1000 to 3600000: storage.retention_check_interval_ms.
-    #[arg(long)]
-    retention_check_interval_ms: Option<String>,
-    /// 0 (off), or 60000 and up: storage.cold_retention_walk_ms.
-    #[arg(long)]
-    cold_retention_walk_ms: Option<String>,
-    /// 0 (off), or 60000 and up: storage.idle_log_eviction_ms.
-    #[arg(long)]
-    idle_log_eviction_ms: Option<String>,
-    /// true or false: storage.ingress_wal_prealloc.
-    #[arg(long)]
-    ingress_wal_prealloc: Option<String>,
-    /// true or false: storage.partition_log_prealloc.
-    #[arg(long)]
-    partition_log_prealloc: Option<String>,
-    /// true or false: storage.ingress_wal_inline_flush.
-    #[arg(long)]
-    ingress_wal_inline_flush: Option<String>,
-    /// Records in one fan-out slab at most: fanout.max_batch_records.
-    #[arg(long)]
-    fanout_max_batch_records: Option<String>,
-    /// Bytes in one fan-out slab at most: fanout.max_batch_bytes.
-    #[arg(long)]
-    fanout_max_batch_bytes: Option<String>,
-    /// How long a fan-out slab waits to fill: fanout.linger_ms.
-    #[arg(long)]
-    fanout_linger_ms: Option<String>,
-    /// true or false: security.enabled.
-    #[arg(long)]
-    security_enabled: Option<String>,
-    /// bcrypt cost of password hashes this node makes: security.bcrypt_cost.
-    #[arg(long)]
-    bcrypt_cost: Option<String>,
-    /// true or false: security.allow_insecure_cluster.
-    #[arg(long)]
-    allow_insecure_cluster: Option<String>,
-    /// debug, info, warn or error: log.level.
-    #[arg(long)]
-    log_level: Option<String>,
-    /// json (the default: one object a line) or text: log.format.
-    #[arg(long)]
-    log_format: Option<String>,
-}
-
-impl DataArgs {
-    fn flag_layer(&self) -> Layer {
-        let flags: [(Setting, &Option<String>); 28] = [
-            (keys::NODE_ID, &self.node_id),
-            (keys::CONTROL_NODES, &self.control_nodes),
-            (keys::RPC_ADDR, &self.rpc_addr),
-            (keys::ADVERTISE_HOST, &self.advertise_host),
-            (keys::HTTP_ADDR, &self.http_addr),
-            (keys::SHUTDOWN_GRACE, &self.shutdown_grace),
-            (keys::FRONT_THREADS, &self.http_front_threads),
-            (keys::MAX_CONSUME_WAIT, &self.max_consume_wait),
-            (
-                keys::CONSUME_IN_FLIGHT,
-                &self.max_consume_in_flight_per_identity,
-            ),
-            (
-                keys::PRODUCE_IN_FLIGHT,
-                &self.max_produce_in_flight_per_identity,
-            ),
-            (keys::METRICS_UNAUTHENTICATED, &self.metrics_unauthenticated),
-            (keys::ACCESS_LOG, &self.access_log),
-            (keys::DATA_DIR, &self.data_dir),
-            (
-                keys::OFFSET_COMMIT_INTERVAL,
-                &self.consumer_offset_commit_interval_ms,
-            ),
-            (
-                keys::RETENTION_CHECK_INTERVAL,
-                &self.retention_check_interval_ms,
-            ),
-            (keys::COLD_RETENTION_WALK, &self.cold_retention_walk_ms),
-            (keys::IDLE_LOG_EVICTION, &self.idle_log_eviction_ms),
-            (keys::WAL_PREALLOC, &self.ingress_wal_prealloc),
-            (keys::LOG_PREALLOC, &self.partition_log_prealloc),
-            (keys::WAL_INLINE_FLUSH, &self.ingress_wal_inline_flush),
-            (keys::FANOUT_BATCH_RECORDS, &self.fanout_max_batch_records),
-            (keys::FANOUT_BATCH_BYTES, &self.fanout_max_batch_bytes),
-            (keys::FANOUT_LINGER, &self.fanout_linger_ms),
-            (keys::SECURITY, &self.security_enabled),
-            (keys::BCRYPT_COST, &self.bcrypt_cost),
-            (keys::ALLOW_INSECURE, &self.allow_insecure_cluster),
-            (keys::LOG_LEVEL, &self.log_level),
-            (keys::LOG_FORMAT, &self.log_format),
-        ];
-        Layer::from_flags(flags)
-    }
-
-    fn resolve(&self) -> Result<DataConfig, String> {
-        let layers = crate::process::config_layers(self.config.as_deref(), self.flag_layer())?;
-        config::resolve(&layers, |name| std::env::var(name).ok()).map_err(|e| e.to_string())
-    }
-}
+/// Flags of `narad data`: `--config` and one per setting
+/// ([`config::keys`]). Each setting has a config file key and an
+/// environment variable too (see docs/operations.md); a flag wins over
+/// both.
+pub(crate) type DataArgs = SettingArgs<DataSettings>;
 
 /// Why the node stopped before serving.
 #[derive(Debug)]
@@ -216,18 +65,15 @@ enum Failure {
 
 /// Runs a data node until SIGINT or SIGTERM.
 pub(crate) fn run(args: &DataArgs) -> ExitCode {
-    let config = match args.resolve() {
-        Ok(config) => config,
-        Err(message) => {
-            eprintln!("narad data: {message}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+    let (config, runtime) = match process::configure(
+        "data",
+        args,
+        |layers| config::resolve(layers, process::env),
+        |config| (&config.log_level, &config.log_format),
+    ) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
-    let runtime =
-        match crate::process::logging_and_runtime("data", &config.log_level, &config.log_format) {
-            Ok(runtime) => runtime,
-            Err(code) => return code,
-        };
     match runtime.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {

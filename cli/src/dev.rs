@@ -9,12 +9,15 @@
 //! data`. Its `/metrics` serves both nodes' series: the data node's, then
 //! the control node's (whose own HTTP port is an ephemeral loopback one).
 
+mod settings;
+
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Args;
+use clap::{ArgMatches, Args, FromArgMatches};
+use narad_controlplane::node::config::layered::Layer;
 use narad_controlplane::node::config::{
     ClusterSecurity, ControlConfig, ENV_ADMIN_PASSWORD, Peer, defaults,
 };
@@ -29,23 +32,21 @@ use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, Node, NodeConfig, Router};
 use tracing::{error, info};
 
+use self::settings::{DevConfig, DevSettings};
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm};
 use crate::control::wait_for_signal;
-use crate::data::config::{RETENTION_CHECK_INTERVAL_MS_MAX, RETENTION_CHECK_INTERVAL_MS_MIN};
-use crate::data::front;
 use crate::data::http::{self, ReadyCheck, ReadyGate};
 use crate::data::{SHUTDOWN_GRACE, leader_check};
+use crate::process::{EXIT_CONFIG, EXIT_START};
 
-/// Exit code for a failure to start.
-const EXIT_START: u8 = 1;
 /// The control node's Raft id.
 const CONTROL_NODE: u64 = 1;
 /// The data node's id.
 const DATA_NODE: NodeId = 1;
 
-/// Flags of `narad dev`.
+/// Flags of `narad dev` that only it takes.
 #[derive(Debug, Args)]
-pub(crate) struct DevArgs {
+pub(crate) struct DevFlags {
     /// Port of the data node's HTTP API on 127.0.0.1.
     #[arg(long, default_value_t = 7942)]
     port: u16,
@@ -57,71 +58,55 @@ pub(crate) struct DevArgs {
     /// generated password, logged once).
     #[arg(long)]
     secure: bool,
-    /// Log format: text (the default here) or json, one object a line
-    /// (log.format).
-    #[arg(long, env = "NARAD_LOG_FORMAT", default_value = "text", value_parser = crate::process::LOG_FORMATS)]
-    log_format: String,
-    /// One log line a request on target narad::access: route, method,
-    /// status, duration, identity, bytes (http.access_log).
-    #[arg(long, env = "NARAD_HTTP_ACCESS_LOG")]
-    access_log: bool,
-    /// Prepare each next ingress WAL segment in the background and write it
-    /// with O_DIRECT (storage.ingress_wal_prealloc).
-    #[arg(
-        long,
-        env = "NARAD_STORAGE_INGRESS_WAL_PREALLOC",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        value_name = "BOOL"
-    )]
-    ingress_wal_prealloc: bool,
-    /// Write small commits into zeros prepared ahead of each partition's
-    /// active segment (storage.partition_log_prealloc).
-    #[arg(
-        long,
-        env = "NARAD_STORAGE_PARTITION_LOG_PREALLOC",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        value_name = "BOOL"
-    )]
-    partition_log_prealloc: bool,
-    /// A produce that finds the ingress WAL idle writes and syncs its
-    /// records itself instead of handing them to the WAL's sync thread
-    /// (storage.ingress_wal_inline_flush).
-    #[arg(
-        long,
-        env = "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        value_name = "BOOL"
-    )]
-    ingress_wal_inline_flush: bool,
-    /// Threads serving HTTP connections, each on its own runtime; 0 serves
-    /// them on the shared one; one per core by default
-    /// (http.front_threads).
-    #[arg(long, env = "NARAD_HTTP_FRONT_THREADS", value_name = "N",
-          value_parser = clap::value_parser!(u16).range(0..=i64::from(front::THREADS_MAX)))]
-    http_front_threads: Option<u16>,
-    /// Milliseconds between retention passes over the open partition logs
-    /// (storage.retention_check_interval_ms).
-    #[arg(long, env = "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", value_name = "MS",
-          default_value_t = RETENTION_CHECK_INTERVAL_DEFAULT_MS,
-          value_parser = clap::value_parser!(u64)
-              .range(RETENTION_CHECK_INTERVAL_MS_MIN..=RETENTION_CHECK_INTERVAL_MS_MAX))]
-    retention_check_interval_ms: u64,
+}
+
+/// Flags of `narad dev`: its own, then the data-node settings it shares
+/// with `narad data` ([`settings`]), as the layers they make.
+#[derive(Debug)]
+pub(crate) struct DevArgs {
+    flags: DevFlags,
+    layers: Vec<Layer<DevSettings>>,
+}
+
+impl Args for DevArgs {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        settings::augment(DevFlags::augment_args(command))
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
+    }
+}
+
+impl FromArgMatches for DevArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Self {
+            flags: DevFlags::from_arg_matches(matches)?,
+            layers: settings::layers(matches),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+/// What `narad dev` runs with: its flags and its validated settings.
+struct Dev {
+    port: u16,
+    data_dir: PathBuf,
+    secure: bool,
+    settings: DevConfig,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
-/// The data node's retention interval, in the flag's unit.
-const RETENTION_CHECK_INTERVAL_DEFAULT_MS: u64 =
-    narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT.as_millis() as u64;
-
 /// The root admin the control plane seeds when security is on.
 const ROOT_ADMIN: &str = "admin";
 
-fn banner(args: &DevArgs) {
-    let security = if args.secure {
+fn banner(dev: &Dev) {
+    let security = if dev.secure {
         format!(
             "SECURITY ON: every API request needs HTTP Basic auth; the root admin `{ROOT_ADMIN}` \
              is seeded on first start with {ENV_ADMIN_PASSWORD} (or a generated password, \
@@ -135,10 +120,10 @@ fn banner(args: &DevArgs) {
          in this process on 127.0.0.1. Do not expose it or use it in production.\n  \
          HTTP API: http://127.0.0.1:{}\n  data: {}",
         env!("CARGO_PKG_VERSION"),
-        args.port,
-        args.data_dir.display()
+        dev.port,
+        dev.data_dir.display()
     );
-    if json_logs(args) {
+    if json_logs(dev) {
         // Every line of a JSON log is one object, the banner too.
         tracing::warn!("{text}");
     } else {
@@ -146,8 +131,8 @@ fn banner(args: &DevArgs) {
     }
 }
 
-fn json_logs(args: &DevArgs) -> bool {
-    args.log_format == "json"
+fn json_logs(dev: &Dev) -> bool {
+    dev.settings.log_format == "json"
 }
 
 /// A free UDP port on loopback for the control node's cluster transport
@@ -156,7 +141,7 @@ fn free_udp_port() -> std::io::Result<SocketAddr> {
     UdpSocket::bind((LOOPBACK, 0))?.local_addr()
 }
 
-fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
+fn control_config(dev: &Dev, cluster_addr: SocketAddr) -> ControlConfig {
     ControlConfig {
         node_id: CONTROL_NODE,
         cluster_addr,
@@ -170,11 +155,11 @@ fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
         snapshot_threshold: defaults::SNAPSHOT_THRESHOLD,
         trailing_logs: defaults::TRAILING_LOGS,
         http_addr: SocketAddr::from((LOOPBACK, 0)),
-        data_dir: args.data_dir.clone(),
-        security_enabled: args.secure,
+        data_dir: dev.data_dir.clone(),
+        security_enabled: dev.secure,
         cluster_security: ClusterSecurity::Insecure,
         log_level: defaults::LOG_LEVEL.into(),
-        log_format: args.log_format.clone(),
+        log_format: dev.settings.log_format.clone(),
         admin_password: std::env::var(ENV_ADMIN_PASSWORD)
             .ok()
             .filter(|password| !password.is_empty()),
@@ -183,10 +168,22 @@ fn control_config(args: &DevArgs, cluster_addr: SocketAddr) -> ControlConfig {
 
 /// Runs `narad dev` until SIGINT or SIGTERM.
 pub(crate) fn run(args: &DevArgs) -> ExitCode {
-    crate::process::init_logging(defaults::LOG_LEVEL, &args.log_format);
+    let dev = match settings::resolve(&args.layers) {
+        Ok(settings) => Dev {
+            port: args.flags.port,
+            data_dir: args.flags.data_dir.clone(),
+            secure: args.flags.secure,
+            settings,
+        },
+        Err(e) => {
+            eprintln!("narad dev: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    crate::process::init_logging(defaults::LOG_LEVEL, &dev.settings.log_format);
     // Bound before the banner: a port in use fails alone, without first
     // announcing a node that never serves.
-    let http_addr = SocketAddr::from((LOOPBACK, args.port));
+    let http_addr = SocketAddr::from((LOOPBACK, dev.port));
     let listener = match std::net::TcpListener::bind(http_addr)
         .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
     {
@@ -194,13 +191,13 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
         Err(e) => {
             let message = format!("cannot listen on {http_addr}: {e}");
             error!("{message}");
-            if !json_logs(args) {
+            if !json_logs(&dev) {
                 eprintln!("narad dev: {message}");
             }
             return ExitCode::from(EXIT_START);
         }
     };
-    banner(args);
+    banner(&dev);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -211,11 +208,11 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_START);
         }
     };
-    match runtime.block_on(serve(args, listener)) {
+    match runtime.block_on(serve(&dev, listener)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             error!("{message}");
-            if !json_logs(args) {
+            if !json_logs(&dev) {
                 eprintln!("narad dev: {message}");
             }
             ExitCode::from(EXIT_START)
@@ -223,15 +220,15 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: &DevArgs, listener: std::net::TcpListener) -> Result<(), String> {
-    std::fs::create_dir_all(&args.data_dir)
-        .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
-    let http_addr = SocketAddr::from((LOOPBACK, args.port));
+async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String> {
+    std::fs::create_dir_all(&dev.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", dev.data_dir.display()))?;
+    let http_addr = SocketAddr::from((LOOPBACK, dev.port));
     let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
     let cluster_addr = free_udp_port()
         .map_err(|e| format!("no free loopback UDP port for the control node: {e}"))?;
-    let control = ControlNode::start(control_config(args, cluster_addr))
+    let control = ControlNode::start(control_config(dev, cluster_addr))
         .await
         .map_err(|e| format!("control node did not start: {e}"))?;
     let transport = Node::bind(
@@ -264,14 +261,13 @@ async fn serve(args: &DevArgs, listener: std::net::TcpListener) -> Result<(), St
     }
     let heartbeat = bridge.spawn_heartbeat();
     let disk = open_backend(BackendChoice::Auto).map_err(|e| format!("disk backend: {e}"))?;
-    let mut config = DataNodeConfig::new(&args.data_dir);
-    config.api.security = args.secure;
-    config.api.access_log = args.access_log;
-    config.wal.prealloc = args.ingress_wal_prealloc;
-    config.set_partition_log_prealloc(args.partition_log_prealloc);
-    config.wal.inline_flush = args.ingress_wal_inline_flush;
-    config.retention.check_interval =
-        std::time::Duration::from_millis(args.retention_check_interval_ms);
+    let mut config = DataNodeConfig::new(&dev.data_dir);
+    config.api.security = dev.secure;
+    config.api.access_log = dev.settings.access_log;
+    config.wal.prealloc = dev.settings.ingress_wal_prealloc;
+    config.set_partition_log_prealloc(dev.settings.partition_log_prealloc);
+    config.wal.inline_flush = dev.settings.ingress_wal_inline_flush;
+    config.retention.check_interval = dev.settings.retention_check_interval;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(
@@ -290,9 +286,9 @@ async fn serve(args: &DevArgs, listener: std::net::TcpListener) -> Result<(), St
     // The only data node is never a move's target or source, but its
     // runner serves the move series and sweeps as in a cluster.
     node.start_moves(Arc::new(DirectLinks::default()));
-    info!(%http_addr, secure = args.secure, "narad dev serving");
+    info!(%http_addr, secure = dev.secure, "narad dev serving");
     let mut checks = vec![leader_check(&bridge)];
-    if args.secure {
+    if dev.secure {
         checks.push(admin_seeded_check(replica));
     }
     let served = http::serve(
@@ -303,8 +299,7 @@ async fn serve(args: &DevArgs, listener: std::net::TcpListener) -> Result<(), St
         // the data node's, the process_* ones only once.
         Some(control.metrics_renderer(false)),
         SHUTDOWN_GRACE,
-        args.http_front_threads
-            .map_or_else(front::default_count, usize::from),
+        dev.settings.front_threads,
         wait_for_signal(),
     )
     .await;

@@ -13,6 +13,7 @@ mod control;
 mod data;
 mod dev;
 mod process;
+mod settings;
 
 use std::process::ExitCode;
 

@@ -1,37 +1,51 @@
 //! What every long-running `narad` command sets up first: its configuration
 //! layers, its log output and the async runtime it runs on.
 
-use std::path::Path;
 use std::process::ExitCode;
 
-use narad_controlplane::node::config::layered::{Layer, Settings};
+use narad_controlplane::node::config::layered::{ConfigError, Layer, Settings};
 
 use raft_log::{RaftEvents, Shape};
 
+use crate::settings::SettingArgs;
+
 mod raft_log;
 
+/// Exit status when the configuration is invalid.
+pub(crate) const EXIT_CONFIG: u8 = 2;
 /// Exit status when the process could not start (the environment refused).
-const EXIT_START: u8 = 1;
+pub(crate) const EXIT_START: u8 = 1;
 
-/// A node command's configuration layers in increasing precedence: the
-/// `--config` file when one is named, the environment, then `flags`.
+/// A variable of the process environment; `None` when unset or not UTF-8.
+pub(crate) fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The start of a node command: its configuration, resolved by `resolve`
+/// from `args`' layers (file, environment, flags), then its logging (at the
+/// level and in the format `logging` reads from the configuration) and the
+/// async runtime.
 ///
 /// # Errors
-/// The file could not be read or is not a valid configuration; the text
-/// names the file.
-pub(crate) fn config_layers<S: Settings>(
-    config: Option<&Path>,
-    flags: Layer<S>,
-) -> Result<Vec<Layer<S>>, String> {
-    let mut layers = Vec::new();
-    if let Some(path) = config {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("invalid configuration: --config {}: {e}", path.display()))?;
-        layers.push(Layer::from_json(&text).map_err(|e| format!("{e} ({})", path.display()))?);
-    }
-    layers.push(Layer::from_env(|name| std::env::var(name).ok()));
-    layers.push(flags);
-    Ok(layers)
+/// The exit status, once the failure is reported as `narad <command>:
+/// ...`: [`EXIT_CONFIG`] for an invalid configuration, [`EXIT_START`] for a
+/// runtime that cannot start.
+pub(crate) fn configure<S: Settings, C>(
+    command: &str,
+    args: &SettingArgs<S>,
+    resolve: impl FnOnce(&[Layer<S>]) -> Result<C, ConfigError>,
+    logging: impl Fn(&C) -> (&str, &str),
+) -> Result<(C, tokio::runtime::Runtime), ExitCode> {
+    let config = args
+        .layers(env)
+        .and_then(|layers| resolve(&layers).map_err(|e| e.to_string()))
+        .map_err(|message| {
+            eprintln!("narad {command}: {message}");
+            ExitCode::from(EXIT_CONFIG)
+        })?;
+    let (log_level, log_format) = logging(&config);
+    let runtime = logging_and_runtime(command, log_level, log_format)?;
+    Ok((config, runtime))
 }
 
 /// `log.format`: one JSON object a line (the spec's default for a server),

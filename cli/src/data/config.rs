@@ -2,7 +2,8 @@
 //! environment variables, then flags (a later layer wins), validated as a
 //! whole before anything is opened. Every error names the setting (its
 //! file key, or the variable of an environment-only one) and where the bad
-//! value came from. The layering is `narad control`'s
+//! value came from. The layering, the parsers and their bounds' error
+//! texts are shared with `narad control` and `narad dev`
 //! ([`narad_controlplane::node::config::layered`]); this module names the
 //! data node's settings and validates them.
 
@@ -12,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use narad_controlplane::node::config::layered::{
-    self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration,
-    parse_log_format, parse_log_level,
+    self, Merged, Settings, parse_addr, parse_bool, parse_duration, parse_millis_within,
+    parse_number, parse_off_or_millis_from, parse_positive, parse_within,
 };
 pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting};
 use narad_dataplane::fanout::machine::CursorConfig;
@@ -24,38 +25,61 @@ use serde_json::Value;
 
 use super::front;
 
-/// The settings of a data node.
+/// The settings of a data node, in the order `--help` lists them.
 pub(crate) mod keys {
     narad_controlplane::settings! {
         pub(crate),
-        NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id";
-        CONTROL_NODES = "cluster.control_nodes", "NARAD_CLUSTER_CONTROL_NODES", "control-nodes";
-        RPC_ADDR = "cluster.rpc_addr", "NARAD_CLUSTER_RPC_ADDR", "rpc-addr";
-        ADVERTISE_HOST = "cluster.advertise_host", "NARAD_CLUSTER_ADVERTISE_HOST", "advertise-host";
-        HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr";
-        SHUTDOWN_GRACE = "http.shutdown_grace", "NARAD_HTTP_SHUTDOWN_GRACE", "shutdown-grace";
-        FRONT_THREADS = "http.front_threads", "NARAD_HTTP_FRONT_THREADS", "http-front-threads";
-        MAX_CONSUME_WAIT = "http.max_consume_wait", "NARAD_HTTP_MAX_CONSUME_WAIT", "max-consume-wait";
-        CONSUME_IN_FLIGHT = "http.max_consume_in_flight_per_identity", "NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY", "max-consume-in-flight-per-identity";
-        PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity";
-        METRICS_UNAUTHENTICATED = "http.metrics_unauthenticated", "NARAD_HTTP_METRICS_UNAUTHENTICATED", "metrics-unauthenticated";
-        ACCESS_LOG = "http.access_log", "NARAD_HTTP_ACCESS_LOG", "access-log";
-        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
-        OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms";
-        RETENTION_CHECK_INTERVAL = "storage.retention_check_interval_ms", "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "retention-check-interval-ms";
-        COLD_RETENTION_WALK = "storage.cold_retention_walk_ms", "NARAD_STORAGE_COLD_RETENTION_WALK_MS", "cold-retention-walk-ms";
-        IDLE_LOG_EVICTION = "storage.idle_log_eviction_ms", "NARAD_STORAGE_IDLE_LOG_EVICTION_MS", "idle-log-eviction-ms";
-        WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc";
-        LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc";
-        WAL_INLINE_FLUSH = "storage.ingress_wal_inline_flush", "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH", "ingress-wal-inline-flush";
-        FANOUT_BATCH_RECORDS = "fanout.max_batch_records", "NARAD_FANOUT_MAX_BATCH_RECORDS", "fanout-max-batch-records";
-        FANOUT_BATCH_BYTES = "fanout.max_batch_bytes", "NARAD_FANOUT_MAX_BATCH_BYTES", "fanout-max-batch-bytes";
-        FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms";
-        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
-        BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost";
-        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
-        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level";
-        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format";
+        NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id",
+            "This data node's id (1, 2, 3, ...): cluster.node_id";
+        CONTROL_NODES = "cluster.control_nodes", "NARAD_CLUSTER_CONTROL_NODES", "control-nodes",
+            "Control nodes' cluster addresses, host:port,...: cluster.control_nodes";
+        RPC_ADDR = "cluster.rpc_addr", "NARAD_CLUSTER_RPC_ADDR", "rpc-addr",
+            "UDP address of this node's RPC socket (default: http.addr's): cluster.rpc_addr";
+        ADVERTISE_HOST = "cluster.advertise_host", "NARAD_CLUSTER_ADVERTISE_HOST", "advertise-host",
+            "Host others reach this node at: cluster.advertise_host";
+        HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr",
+            "TCP address of the HTTP API: http.addr";
+        SHUTDOWN_GRACE = "http.shutdown_grace", "NARAD_HTTP_SHUTDOWN_GRACE", "shutdown-grace",
+            "Time in-flight requests get after a stop signal, e.g. 10s: http.shutdown_grace";
+        MAX_CONSUME_WAIT = "http.max_consume_wait", "NARAD_HTTP_MAX_CONSUME_WAIT", "max-consume-wait",
+            "Longest consume wait, e.g. 10s (0: the API's 30 s ceiling): http.max_consume_wait";
+        CONSUME_IN_FLIGHT = "http.max_consume_in_flight_per_identity", "NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY", "max-consume-in-flight-per-identity",
+            "Consumes in flight per identity, 0 = no cap: http.max_consume_in_flight_per_identity";
+        PRODUCE_IN_FLIGHT = "http.max_produce_in_flight_per_identity", "NARAD_HTTP_MAX_PRODUCE_IN_FLIGHT_PER_IDENTITY", "max-produce-in-flight-per-identity",
+            "Produces in flight per identity, 0 = no cap: http.max_produce_in_flight_per_identity";
+        METRICS_UNAUTHENTICATED = "http.metrics_unauthenticated", "NARAD_HTTP_METRICS_UNAUTHENTICATED", "metrics-unauthenticated",
+            "true or false: http.metrics_unauthenticated";
+        ACCESS_LOG = "http.access_log", "NARAD_HTTP_ACCESS_LOG", "access-log",
+            "true or false: one log line a request on target narad::access, http.access_log";
+        DATA_DIR = shared::DATA_DIR;
+        FRONT_THREADS = "http.front_threads", "NARAD_HTTP_FRONT_THREADS", "http-front-threads",
+            "0 to 256 threads serving HTTP connections: http.front_threads";
+        OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms",
+            "10 to 60000: storage.consumer_offset_commit_interval_ms";
+        RETENTION_CHECK_INTERVAL = "storage.retention_check_interval_ms", "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "retention-check-interval-ms",
+            "1000 to 3600000: storage.retention_check_interval_ms";
+        COLD_RETENTION_WALK = "storage.cold_retention_walk_ms", "NARAD_STORAGE_COLD_RETENTION_WALK_MS", "cold-retention-walk-ms",
+            "0 (off), or 60000 and up: storage.cold_retention_walk_ms";
+        IDLE_LOG_EVICTION = "storage.idle_log_eviction_ms", "NARAD_STORAGE_IDLE_LOG_EVICTION_MS", "idle-log-eviction-ms",
+            "0 (off), or 60000 and up: storage.idle_log_eviction_ms";
+        WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc",
+            "true or false: storage.ingress_wal_prealloc";
+        LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc",
+            "true or false: storage.partition_log_prealloc";
+        WAL_INLINE_FLUSH = "storage.ingress_wal_inline_flush", "NARAD_STORAGE_INGRESS_WAL_INLINE_FLUSH", "ingress-wal-inline-flush",
+            "true or false: storage.ingress_wal_inline_flush";
+        FANOUT_BATCH_RECORDS = "fanout.max_batch_records", "NARAD_FANOUT_MAX_BATCH_RECORDS", "fanout-max-batch-records",
+            "Records in one fan-out slab at most: fanout.max_batch_records";
+        FANOUT_BATCH_BYTES = "fanout.max_batch_bytes", "NARAD_FANOUT_MAX_BATCH_BYTES", "fanout-max-batch-bytes",
+            "Bytes in one fan-out slab at most: fanout.max_batch_bytes";
+        FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms",
+            "How long a fan-out slab waits to fill: fanout.linger_ms";
+        SECURITY = shared::SECURITY;
+        BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost",
+            "bcrypt cost of password hashes this node makes: security.bcrypt_cost";
+        ALLOW_INSECURE = shared::ALLOW_INSECURE;
+        LOG_LEVEL = shared::LOG_LEVEL;
+        LOG_FORMAT = shared::LOG_FORMAT;
     }
 }
 
@@ -72,15 +96,21 @@ pub(crate) mod defaults {
 
     /// The spec's API port on every interface.
     pub(crate) const HTTP_ADDR: &str = "0.0.0.0:7942";
-    /// The spec's default data directory.
-    pub(crate) const DATA_DIR: &str = "data";
     /// The spec's `http.shutdown_grace`: in-flight requests get this long
     /// to finish after a stop signal.
     pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-    /// The spec's log level.
-    pub(crate) const LOG_LEVEL: &str = "info";
-    /// The spec's log format for a server: one JSON object a line.
-    pub(crate) const LOG_FORMAT: &str = "json";
+    /// `storage.ingress_wal_prealloc`, on, unlike the spec: prepared
+    /// segments are written with O_DIRECT, which measured a third off a
+    /// single append and half its CPU (docs/benchmarks.md).
+    pub(crate) const INGRESS_WAL_PREALLOC: bool = true;
+    /// `storage.partition_log_prealloc` (not a key of the original), off:
+    /// it measured no end-to-end gain here (docs/internals/plog.md,
+    /// "Prepared zeros"; docs/benchmarks.md).
+    pub(crate) const PARTITION_LOG_PREALLOC: bool = false;
+    /// `storage.ingress_wal_inline_flush` (not a key of the original), off:
+    /// it made a lone produce cheaper but produce beside consumers slower
+    /// (docs/benchmarks.md).
+    pub(crate) const INGRESS_WAL_INLINE_FLUSH: bool = false;
 }
 
 /// The spec's bounds on `storage.consumer_offset_commit_interval_ms`.
@@ -93,32 +123,11 @@ const OFFSET_COMMIT_INTERVAL_MS_MAX: u64 = 60_000;
 pub(crate) const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 1_000;
 pub(crate) const RETENTION_CHECK_INTERVAL_MS_MAX: u64 = 3_600_000;
 
-/// `value` as a number of milliseconds from `min` to `max`.
-fn millis_within(value: &str, min: u64, max: u64) -> Result<Duration, String> {
-    match value.parse::<u64>() {
-        Ok(ms) if (min..=max).contains(&ms) => Ok(Duration::from_millis(ms)),
-        _ => Err(format!(
-            "{value:?} is not a number of milliseconds from {min} to {max}"
-        )),
-    }
-}
-
 /// The spec's floor on `storage.cold_retention_walk_ms` (0 turns it off).
 const COLD_RETENTION_WALK_MS_MIN: u64 = 60_000;
 
 /// The spec's floor on `storage.idle_log_eviction_ms` (0 turns it off).
 const IDLE_LOG_EVICTION_MS_MIN: u64 = 60_000;
-
-/// `value` as 0 (off: `None`) or a number of milliseconds from `min` up.
-fn off_or_millis_from(value: &str, min: u64) -> Result<Option<Duration>, String> {
-    match value.parse::<u64>() {
-        Ok(0) => Ok(None),
-        Ok(ms) if ms >= min => Ok(Some(Duration::from_millis(ms))),
-        _ => Err(format!(
-            "{value:?} is not 0 (off) or a number of milliseconds from {min}"
-        )),
-    }
-}
 
 /// bcrypt's own bounds on the cost.
 const BCRYPT_COST_MIN: u32 = 4;
@@ -279,26 +288,18 @@ pub(crate) fn resolve(
     let consume_in_flight = merged.parse(
         keys::CONSUME_IN_FLIGHT,
         Some(api_defaults.consume_in_flight_per_identity),
-        |v| {
-            v.parse::<usize>()
-                .map_err(|_| format!("{v:?} is not a number of consumes (0 turns the cap off)"))
-        },
+        |v| parse_number(v, "a number of consumes (0 turns the cap off)"),
     )?;
     let produce_in_flight = merged.parse(keys::PRODUCE_IN_FLIGHT, Some(0), |v| {
-        v.parse::<usize>()
-            .map_err(|_| format!("{v:?} is not a number of produces (0 turns the cap off)"))
+        parse_number(v, "a number of produces (0 turns the cap off)")
     })?;
     let metrics_unauthenticated =
         merged.parse(keys::METRICS_UNAUTHENTICATED, Some(false), parse_bool)?;
     let access_log = merged.parse(keys::ACCESS_LOG, Some(false), parse_bool)?;
-    let data_dir = merged.parse(
-        keys::DATA_DIR,
-        Some(PathBuf::from(defaults::DATA_DIR)),
-        parse_data_dir,
-    )?;
+    let data_dir = merged.data_dir(keys::DATA_DIR)?;
     let consumer_offset_commit_interval =
         merged.parse(keys::OFFSET_COMMIT_INTERVAL, Some(None), |v| {
-            millis_within(
+            parse_millis_within(
                 v,
                 OFFSET_COMMIT_INTERVAL_MS_MIN,
                 OFFSET_COMMIT_INTERVAL_MS_MAX,
@@ -309,55 +310,40 @@ pub(crate) fn resolve(
     let retention_check_interval = merged.parse(
         keys::RETENTION_CHECK_INTERVAL,
         Some(narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT),
-        |v| {
-            millis_within(
-                v,
-                RETENTION_CHECK_INTERVAL_MS_MIN,
-                RETENTION_CHECK_INTERVAL_MS_MAX,
-            )
-        },
+        parse_retention_check_interval,
     )?;
     let cold_retention_walk = merged.parse(
         keys::COLD_RETENTION_WALK,
         Some(Some(narad_dataplane::node::COLD_RETENTION_WALK_DEFAULT)),
-        |v| off_or_millis_from(v, COLD_RETENTION_WALK_MS_MIN),
+        |v| parse_off_or_millis_from(v, COLD_RETENTION_WALK_MS_MIN),
     )?;
     let idle_log_eviction = merged.parse(
         keys::IDLE_LOG_EVICTION,
         Some(Some(narad_dataplane::node::IDLE_LOG_EVICTION_DEFAULT)),
-        |v| off_or_millis_from(v, IDLE_LOG_EVICTION_MS_MIN),
+        |v| parse_off_or_millis_from(v, IDLE_LOG_EVICTION_MS_MIN),
     )?;
-    // On by default, unlike the spec: prepared segments are written with
-    // O_DIRECT, which measured a third off a single append and half its CPU
-    // (docs/benchmarks.md).
-    let ingress_wal_prealloc = merged.parse(keys::WAL_PREALLOC, Some(true), parse_bool)?;
-    // Not a key of the original; off by default: it measured no end-to-end
-    // gain here (docs/internals/plog.md, "Prepared zeros"; docs/benchmarks.md).
-    let partition_log_prealloc = merged.parse(keys::LOG_PREALLOC, Some(false), parse_bool)?;
-    // Not a key of the original; off by default: it made a lone produce
-    // cheaper but produce beside consumers slower (docs/benchmarks.md).
-    let ingress_wal_inline_flush = merged.parse(keys::WAL_INLINE_FLUSH, Some(false), parse_bool)?;
+    let ingress_wal_prealloc = merged.parse(
+        keys::WAL_PREALLOC,
+        Some(defaults::INGRESS_WAL_PREALLOC),
+        parse_bool,
+    )?;
+    let partition_log_prealloc = merged.parse(
+        keys::LOG_PREALLOC,
+        Some(defaults::PARTITION_LOG_PREALLOC),
+        parse_bool,
+    )?;
+    let ingress_wal_inline_flush = merged.parse(
+        keys::WAL_INLINE_FLUSH,
+        Some(defaults::INGRESS_WAL_INLINE_FLUSH),
+        parse_bool,
+    )?;
     let fanout = fanout_config(&merged)?;
     let security = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
-    let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| match v
-        .parse::<u32>()
-    {
-        Ok(cost) if (BCRYPT_COST_MIN..=BCRYPT_COST_MAX).contains(&cost) => Ok(cost),
-        _ => Err(format!(
-            "{v:?} is not a bcrypt cost from {BCRYPT_COST_MIN} to {BCRYPT_COST_MAX}"
-        )),
+    let bcrypt_cost = merged.parse(keys::BCRYPT_COST, Some(BCRYPT_COST_DEFAULT), |v| {
+        parse_within(v, BCRYPT_COST_MIN..=BCRYPT_COST_MAX, "a bcrypt cost")
     })?;
     let allow_insecure = merged.parse(keys::ALLOW_INSECURE, Some(false), parse_bool)?;
-    let log_level = merged.parse(
-        keys::LOG_LEVEL,
-        Some(defaults::LOG_LEVEL.to_owned()),
-        parse_log_level,
-    )?;
-    let log_format = merged.parse(
-        keys::LOG_FORMAT,
-        Some(defaults::LOG_FORMAT.to_owned()),
-        parse_log_format,
-    )?;
+    let (log_level, log_format) = merged.logging(keys::LOG_LEVEL, keys::LOG_FORMAT)?;
     let cluster_security =
         cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
     // Every field is set above, but the update from the defaults stays:
@@ -399,26 +385,25 @@ pub(crate) fn resolve(
 }
 
 /// `http.front_threads`: 0 to [`front::THREADS_MAX`].
-fn parse_front_threads(value: &str) -> Result<usize, String> {
-    match value.parse::<u16>() {
-        Ok(count) if count <= front::THREADS_MAX => Ok(usize::from(count)),
-        _ => Err(format!(
-            "{value:?} is not a thread count from 0 to {}",
-            front::THREADS_MAX
-        )),
-    }
+pub(crate) fn parse_front_threads(value: &str) -> Result<usize, String> {
+    parse_within(value, 0..=front::THREADS_MAX, "a thread count").map(usize::from)
+}
+
+/// `storage.retention_check_interval_ms`: from
+/// [`RETENTION_CHECK_INTERVAL_MS_MIN`] to [`RETENTION_CHECK_INTERVAL_MS_MAX`].
+pub(crate) fn parse_retention_check_interval(value: &str) -> Result<Duration, String> {
+    parse_millis_within(
+        value,
+        RETENTION_CHECK_INTERVAL_MS_MIN,
+        RETENTION_CHECK_INTERVAL_MS_MAX,
+    )
 }
 
 /// `fanout.max_batch_records` and `fanout.max_batch_bytes` (> 0) and
 /// `fanout.linger_ms` (≥ 0) over the cursor defaults.
 fn fanout_config(merged: &Merged) -> Result<CursorConfig, ConfigError> {
     let defaults = CursorConfig::default();
-    let positive = |what: &'static str| {
-        move |v: &str| match v.parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("{v:?} is not a positive number of {what}")),
-        }
-    };
+    let positive = |what: &'static str| move |v: &str| parse_positive::<usize>(v, what);
     let slab_records_max = merged.parse(
         keys::FANOUT_BATCH_RECORDS,
         Some(defaults.slab_records_max),
@@ -430,8 +415,7 @@ fn fanout_config(merged: &Merged) -> Result<CursorConfig, ConfigError> {
         positive("bytes"),
     )?;
     let linger_ms = merged.parse(keys::FANOUT_LINGER, Some(defaults.linger_ms), |v| {
-        v.parse::<u64>()
-            .map_err(|_| format!("{v:?} is not a number of milliseconds"))
+        parse_number(v, "a number of milliseconds")
     })?;
     Ok(CursorConfig {
         slab_records_max,

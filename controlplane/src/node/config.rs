@@ -15,29 +15,36 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use self::layered::{ConfigError, Setting, Source, parse_duration};
-use self::layered::{
-    Merged, Settings, parse_bool, parse_data_dir, parse_log_format, parse_log_level,
-};
+use self::layered::{Merged, Settings, parse_bool, parse_number, parse_positive};
 use crate::raft::ControlNodeId;
 
-/// The settings of a control node.
+/// The settings of a control node, in the order `--help` lists them.
 pub mod keys {
     crate::settings! {
         pub,
-        NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id";
-        CLUSTER_ADDR = "cluster.addr", "NARAD_CLUSTER_ADDR", "cluster-addr";
-        ADVERTISE_ADDR = "cluster.advertise_addr", "NARAD_CLUSTER_ADVERTISE_ADDR", "advertise-addr";
-        PEERS = "cluster.peers", "NARAD_CLUSTER_PEERS", "peers";
-        HEARTBEAT = "cluster.raft_heartbeat_interval", "NARAD_CLUSTER_RAFT_HEARTBEAT_INTERVAL", "raft-heartbeat-interval";
-        ELECTION = "cluster.raft_election_timeout", "NARAD_CLUSTER_RAFT_ELECTION_TIMEOUT", "raft-election-timeout";
-        SNAPSHOT_THRESHOLD = "cluster.raft_snapshot_threshold", "NARAD_CLUSTER_RAFT_SNAPSHOT_THRESHOLD", "raft-snapshot-threshold";
-        TRAILING_LOGS = "cluster.raft_trailing_logs", "NARAD_CLUSTER_RAFT_TRAILING_LOGS", "raft-trailing-logs";
-        HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr";
-        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir";
-        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled";
-        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster";
-        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level";
-        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format";
+        NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id",
+            "This control node's id (1, 2, 3, ...): cluster.node_id";
+        CLUSTER_ADDR = "cluster.addr", "NARAD_CLUSTER_ADDR", "cluster-addr",
+            "UDP address of the cluster transport: cluster.addr";
+        ADVERTISE_ADDR = "cluster.advertise_addr", "NARAD_CLUSTER_ADVERTISE_ADDR", "advertise-addr",
+            "Address other control nodes dial: cluster.advertise_addr";
+        PEERS = "cluster.peers", "NARAD_CLUSTER_PEERS", "peers",
+            "Initial voters, id@host:port,...: cluster.peers";
+        HEARTBEAT = "cluster.raft_heartbeat_interval", "NARAD_CLUSTER_RAFT_HEARTBEAT_INTERVAL", "raft-heartbeat-interval",
+            "Leader heartbeat interval, e.g. 100ms: cluster.raft_heartbeat_interval";
+        ELECTION = "cluster.raft_election_timeout", "NARAD_CLUSTER_RAFT_ELECTION_TIMEOUT", "raft-election-timeout",
+            "Election timeout, e.g. 1s: cluster.raft_election_timeout";
+        SNAPSHOT_THRESHOLD = "cluster.raft_snapshot_threshold", "NARAD_CLUSTER_RAFT_SNAPSHOT_THRESHOLD", "raft-snapshot-threshold",
+            "Log entries between snapshots: cluster.raft_snapshot_threshold";
+        TRAILING_LOGS = "cluster.raft_trailing_logs", "NARAD_CLUSTER_RAFT_TRAILING_LOGS", "raft-trailing-logs",
+            "Log entries kept behind a snapshot: cluster.raft_trailing_logs";
+        HTTP_ADDR = "http.addr", "NARAD_HTTP_ADDR", "http-addr",
+            "HTTP address of /healthz, /readyz, /metrics, /status: http.addr";
+        DATA_DIR = shared::DATA_DIR;
+        SECURITY = shared::SECURITY;
+        ALLOW_INSECURE = shared::ALLOW_INSECURE;
+        LOG_LEVEL = shared::LOG_LEVEL;
+        LOG_FORMAT = shared::LOG_FORMAT;
     }
 }
 
@@ -55,8 +62,8 @@ pub mod defaults {
     /// Health and metrics over HTTP. The spec's 7942 belongs to data nodes'
     /// API, so a control node on the same host takes the next free number.
     pub const HTTP_ADDR: &str = "0.0.0.0:7944";
-    /// The spec's default data directory.
-    pub const DATA_DIR: &str = "data";
+    pub use super::layered::defaults::{DATA_DIR, LOG_FORMAT, LOG_LEVEL};
+
     /// Leader heartbeats: five per election timeout, so a lost packet or
     /// two never starts an election.
     pub const HEARTBEAT: Duration = Duration::from_millis(100);
@@ -71,10 +78,6 @@ pub mod defaults {
     /// snapshot, so a follower a little behind catches up from the log
     /// instead of receiving a whole snapshot.
     pub const TRAILING_LOGS: u64 = 10_240;
-    /// The spec's log level.
-    pub const LOG_LEVEL: &str = "info";
-    /// The spec's log format for a server: one JSON object a line.
-    pub const LOG_FORMAT: &str = "json";
 }
 
 /// At least this many initial voters: a majority of three survives one loss.
@@ -227,32 +230,15 @@ pub fn resolve(
     let snapshot_threshold = merged.parse(
         keys::SNAPSHOT_THRESHOLD,
         Some(defaults::SNAPSHOT_THRESHOLD),
-        |v| match v.parse::<u64>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("{v:?} is not a positive number of log entries")),
-        },
+        |v| parse_positive(v, "log entries"),
     )?;
     let trailing_logs = merged.parse(keys::TRAILING_LOGS, Some(defaults::TRAILING_LOGS), |v| {
-        v.parse::<u64>()
-            .map_err(|_| format!("{v:?} is not a number of log entries"))
+        parse_number(v, "a number of log entries")
     })?;
-    let data_dir = merged.parse(
-        keys::DATA_DIR,
-        Some(PathBuf::from(defaults::DATA_DIR)),
-        parse_data_dir,
-    )?;
+    let data_dir = merged.data_dir(keys::DATA_DIR)?;
     let security_enabled = merged.parse(keys::SECURITY, Some(true), parse_bool)?;
     let allow_insecure = merged.parse(keys::ALLOW_INSECURE, Some(false), parse_bool)?;
-    let log_level = merged.parse(
-        keys::LOG_LEVEL,
-        Some(defaults::LOG_LEVEL.to_owned()),
-        parse_log_level,
-    )?;
-    let log_format = merged.parse(
-        keys::LOG_FORMAT,
-        Some(defaults::LOG_FORMAT.to_owned()),
-        parse_log_format,
-    )?;
+    let (log_level, log_format) = merged.logging(keys::LOG_LEVEL, keys::LOG_FORMAT)?;
     let cluster_security = cluster_security(
         env(ENV_CLUSTER_SECRET),
         security_enabled,

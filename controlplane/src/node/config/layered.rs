@@ -1,19 +1,33 @@
-//! Layered configuration, shared by `narad control` and `narad data`:
-//! built-in defaults, then a strict JSON file, then environment variables,
-//! then flags, a later layer winning. Each command names its settings (a
-//! [`Settings`] table of file key, variable and flag) and validates the
-//! merged values itself; this module keeps every value's source, so each
-//! error names the setting and where its bad value came from, in one text
-//! format for both commands.
+//! Layered configuration, written once for every node command (`narad
+//! control`, `narad data`, `narad dev`): built-in defaults, then a strict
+//! JSON file, then environment variables, then flags, a later layer
+//! winning. Each command names its settings (a [`Settings`] table of file
+//! key, variable, flag and help line) and validates the merged values
+//! itself with the parsers here, which check a value's shape and bounds;
+//! this module keeps every value's source, so each error names the setting
+//! and where its bad value came from (`(from the config file)`,
+//! `(from NARAD_X)`, `(from --x)`), in one text format for every command.
+//!
+//! Why it lives in the control plane: `narad control`'s own configuration
+//! ([`super::resolve`]) is resolved and tested in this crate, so the
+//! layering must be reachable from here; the data plane never reads
+//! settings (the `narad` binary builds its `DataNodeConfig`), and the
+//! binary is the only crate that links both planes, so `narad data` and
+//! `narad dev` use this module through it. `narad-meta` reads no
+//! configuration by design and `narad-protocol` is the wire, so neither
+//! is a home for it.
 //!
 //! What it does not do: read files or the process environment (callers
-//! pass the text and a lookup), or know any setting's meaning.
+//! pass the text and a lookup), or know any setting's meaning beyond the
+//! spec's defaults for the few every node command shares ([`defaults`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,22 +52,60 @@ pub struct Setting {
     pub env: &'static str,
     /// Command-line flag (without `--`).
     pub flag: &'static str,
+    /// The flag's line in `--help` (empty when none is given).
+    pub help: &'static str,
 }
 
 /// Declares settings as constants of type [`Setting`] and `ALL`, every one
-/// of them in documentation order:
-/// `settings!(pub, NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id"; ...)`.
+/// of them in the order `--help` lists their flags. An entry is either new,
+/// `NODE_ID = "cluster.node_id", "NARAD_NODE_ID", "node-id", "help";` (the
+/// help line may be left out), or one of the settings every node command
+/// shares, `LOG_LEVEL = shared::LOG_LEVEL;` (see [`shared`]).
 #[macro_export]
 macro_rules! settings {
-    ($vis:vis, $($name:ident = $key:literal, $env:literal, $flag:literal;)*) => {
-        $(
-            #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
-            $vis const $name: $crate::node::config::layered::Setting =
-                $crate::node::config::layered::Setting { key: $key, env: $env, flag: $flag };
-        )*
-        /// Every setting, in documentation order.
-        $vis const ALL: &[$crate::node::config::layered::Setting] = &[$($name),*];
+    ($vis:vis, $($entries:tt)*) => {
+        $crate::settings!(@entry ($vis) []; $($entries)*);
     };
+    (@entry ($vis:vis) [$($all:ident)*];
+        $name:ident = $key:literal, $env:literal, $flag:literal $(, $help:literal)?; $($rest:tt)*) => {
+        #[doc = concat!("`", $key, "` / `", $env, "` / `--", $flag, "`.")]
+        $vis const $name: $crate::node::config::layered::Setting =
+            $crate::node::config::layered::Setting {
+                key: $key,
+                env: $env,
+                flag: $flag,
+                help: concat!("" $(, $help)?),
+            };
+        $crate::settings!(@entry ($vis) [$($all)* $name]; $($rest)*);
+    };
+    (@entry ($vis:vis) [$($all:ident)*]; $name:ident = shared::$shared:ident; $($rest:tt)*) => {
+        #[doc = concat!("`", stringify!($shared), "`, shared by every node command.")]
+        $vis const $name: $crate::node::config::layered::Setting =
+            $crate::node::config::layered::shared::$shared;
+        $crate::settings!(@entry ($vis) [$($all)* $name]; $($rest)*);
+    };
+    (@entry ($vis:vis) [$($all:ident)*];) => {
+        /// Every setting, in the order `--help` lists their flags.
+        $vis const ALL: &[$crate::node::config::layered::Setting] = &[$($all),*];
+    };
+}
+
+/// The settings every node command takes alike: same key, variable, flag
+/// and help line. A command's table names them `NAME = shared::NAME;`.
+pub mod shared {
+    crate::settings! {
+        pub,
+        DATA_DIR = "storage.data_dir", "NARAD_DATA_DIR", "data-dir",
+            "Data directory: storage.data_dir";
+        SECURITY = "security.enabled", "NARAD_SECURITY_ENABLED", "security-enabled",
+            "true or false: security.enabled";
+        ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster",
+            "true or false: security.allow_insecure_cluster";
+        LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level",
+            "debug, info, warn or error: log.level";
+        LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format",
+            "json (the default: one object a line) or text: log.format";
+    }
 }
 
 /// A command's table of settings.
@@ -142,11 +194,11 @@ impl<S: Settings> Layer<S> {
     }
 
     /// The flag layer: every setting whose flag was given.
-    pub fn from_flags<'a>(flags: impl IntoIterator<Item = (Setting, &'a Option<String>)>) -> Self {
+    pub fn from_flags(flags: impl IntoIterator<Item = (Setting, Option<String>)>) -> Self {
         let mut layer = Self::new(Source::Flag);
         for (setting, value) in flags {
             if let Some(value) = value {
-                layer.set(setting, value.clone());
+                layer.set(setting, value);
             }
         }
         layer
@@ -279,6 +331,38 @@ impl Merged {
         self.parse(setting, Some(default), parse_addr)
     }
 
+    /// The log level and format (`level` and `format`: `log.level` and
+    /// `log.format`), over the spec's server [`defaults`].
+    ///
+    /// # Errors
+    /// A level or format the spec does not name, with where it came from.
+    pub fn logging(
+        &self,
+        level: Setting,
+        format: Setting,
+    ) -> Result<(String, String), ConfigError> {
+        let level = self.parse(level, Some(defaults::LOG_LEVEL.to_owned()), parse_log_level)?;
+        let format = self.parse(
+            format,
+            Some(defaults::LOG_FORMAT.to_owned()),
+            parse_log_format,
+        )?;
+        Ok((level, format))
+    }
+
+    /// The data directory `setting` (`storage.data_dir`), over the spec's
+    /// default.
+    ///
+    /// # Errors
+    /// An empty path, with where it came from.
+    pub fn data_dir(&self, setting: Setting) -> Result<PathBuf, ConfigError> {
+        self.parse(
+            setting,
+            Some(PathBuf::from(defaults::DATA_DIR)),
+            parse_data_dir,
+        )
+    }
+
     /// Where `setting`'s value came from, as error texts say it; empty when
     /// it is the default.
     pub fn origin(&self, setting: Setting) -> String {
@@ -289,6 +373,83 @@ impl Merged {
     pub fn error(&self, setting: Setting, reason: impl Into<String>) -> ConfigError {
         ConfigError::new(setting.key, self.origin(setting), reason)
     }
+}
+
+/// The spec's defaults for the settings every node command shares.
+pub mod defaults {
+    /// The spec's default data directory.
+    pub const DATA_DIR: &str = "data";
+    /// The spec's log level.
+    pub const LOG_LEVEL: &str = "info";
+    /// The spec's log format for a server: one JSON object a line.
+    pub const LOG_FORMAT: &str = "json";
+}
+
+/// `value` as a number from `bounds`' start to its end, both included;
+/// `what` names the number in the error (`"a thread count"`).
+///
+/// # Errors
+/// Not a number of `T`, or one outside `bounds`.
+pub fn parse_within<T>(value: &str, bounds: RangeInclusive<T>, what: &str) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + fmt::Display,
+{
+    match value.parse::<T>() {
+        Ok(number) if bounds.contains(&number) => Ok(number),
+        _ => Err(format!(
+            "{value:?} is not {what} from {} to {}",
+            bounds.start(),
+            bounds.end()
+        )),
+    }
+}
+
+/// `value` as a number of milliseconds from `min` to `max`.
+///
+/// # Errors
+/// Not a number, or one outside the bounds.
+pub fn parse_millis_within(value: &str, min: u64, max: u64) -> Result<Duration, String> {
+    parse_within(value, min..=max, "a number of milliseconds").map(Duration::from_millis)
+}
+
+/// `value` as 0 (off: `None`) or a number of milliseconds from `min` up.
+///
+/// # Errors
+/// Not a number, or one from 1 to below `min`.
+pub fn parse_off_or_millis_from(value: &str, min: u64) -> Result<Option<Duration>, String> {
+    match value.parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(ms) if ms >= min => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(format!(
+            "{value:?} is not 0 (off) or a number of milliseconds from {min}"
+        )),
+    }
+}
+
+/// `value` as a number above zero; `what` names its unit in the error
+/// (`"log entries"`).
+///
+/// # Errors
+/// Not a number of `T`, or zero.
+pub fn parse_positive<T>(value: &str, what: &str) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + Default,
+{
+    match value.parse::<T>() {
+        Ok(number) if number > T::default() => Ok(number),
+        _ => Err(format!("{value:?} is not a positive number of {what}")),
+    }
+}
+
+/// `value` as any number of `T`; `what` says what it counts in the error
+/// (`"a number of log entries"`).
+///
+/// # Errors
+/// Not a number of `T`.
+pub fn parse_number<T: FromStr>(value: &str, what: &str) -> Result<T, String> {
+    value
+        .parse::<T>()
+        .map_err(|_| format!("{value:?} is not {what}"))
 }
 
 /// The log levels `log.level` takes.

@@ -137,3 +137,180 @@ fn an_address_of_only_a_port_listens_on_every_interface() {
         Err("\"localhost:1\" is not an ip:port address".to_owned())
     );
 }
+
+/// Settings of the shared parsers' tests, each with a help line.
+mod bounded {
+    crate::settings! {
+        pub(super),
+        COUNT = "node.count", "TEST_NODE_COUNT", "count", "1 to 9: node.count";
+        LEVEL = "log.level", "TEST_LOG_LEVEL", "log-level", "debug, info, warn or error";
+        FORMAT = "log.format", "TEST_LOG_FORMAT", "log-format", "json or text";
+        DIR = "storage.data_dir", "TEST_DATA_DIR", "data-dir", "Data directory";
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Bounded;
+
+impl Settings for Bounded {
+    const ALL: &'static [Setting] = bounded::ALL;
+}
+
+fn count(value: &str) -> Result<u8, String> {
+    parse_within(value, 1..=9, "a count")
+}
+
+#[test]
+fn a_help_line_is_kept_and_may_be_left_out() {
+    assert_eq!(bounded::COUNT.help, "1 to 9: node.count");
+    assert_eq!(keys::NAME.help, "");
+}
+
+#[test]
+fn the_flag_wins_over_the_environment_and_the_environment_over_the_file() {
+    let file = Layer::<Bounded>::from_json(r#"{"node": {"count": 1}}"#).expect("parses");
+    let env = Layer::<Bounded>::from_env(|name| (name == "TEST_NODE_COUNT").then(|| "2".into()));
+    let mut flags = Layer::<Bounded>::new(Source::Flag);
+    flags.set(bounded::COUNT, "3");
+    let merged = Merged::of(&[file.clone(), env.clone(), flags]);
+    assert_eq!(merged.parse(bounded::COUNT, None, count), Ok(3));
+    assert_eq!(merged.origin(bounded::COUNT), " (from --count)");
+    let merged = Merged::of(&[file, env]);
+    assert_eq!(merged.parse(bounded::COUNT, None, count), Ok(2));
+    assert_eq!(merged.origin(bounded::COUNT), " (from TEST_NODE_COUNT)");
+}
+
+#[test]
+fn a_number_within_bounds_takes_both_ends() {
+    assert_eq!(count("1"), Ok(1));
+    assert_eq!(count("9"), Ok(9));
+}
+
+#[test]
+fn a_number_out_of_bounds_is_refused_naming_the_bounds() {
+    assert_eq!(
+        count("0"),
+        Err("\"0\" is not a count from 1 to 9".to_owned())
+    );
+    assert_eq!(
+        count("10"),
+        Err("\"10\" is not a count from 1 to 9".to_owned())
+    );
+    assert_eq!(
+        count("x"),
+        Err("\"x\" is not a count from 1 to 9".to_owned())
+    );
+}
+
+#[test]
+fn a_value_out_of_bounds_names_the_setting_and_each_source() {
+    let file = Layer::<Bounded>::from_json(r#"{"node": {"count": 10}}"#).expect("parses");
+    let env = Layer::<Bounded>::from_env(|name| (name == "TEST_NODE_COUNT").then(|| "0".into()));
+    let mut flags = Layer::<Bounded>::new(Source::Flag);
+    flags.set(bounded::COUNT, "99");
+    let cases = [
+        (file, "(from the config file): \"10\""),
+        (env, "(from TEST_NODE_COUNT): \"0\""),
+        (flags, "(from --count): \"99\""),
+    ];
+    for (layer, expected) in cases {
+        let error = Merged::of(&[layer])
+            .parse(bounded::COUNT, Some(1), count)
+            .expect_err("out of bounds");
+        assert_eq!(
+            error.to_string(),
+            format!("invalid configuration: node.count {expected} is not a count from 1 to 9")
+        );
+    }
+}
+
+#[test]
+fn milliseconds_within_bounds_are_a_duration() {
+    assert_eq!(
+        parse_millis_within("1000", 1_000, 60_000),
+        Ok(Duration::from_secs(1))
+    );
+    assert_eq!(
+        parse_millis_within("999", 1_000, 60_000),
+        Err("\"999\" is not a number of milliseconds from 1000 to 60000".to_owned())
+    );
+}
+
+#[test]
+fn zero_milliseconds_turn_a_setting_off_and_others_start_at_the_floor() {
+    assert_eq!(parse_off_or_millis_from("0", 60_000), Ok(None));
+    assert_eq!(
+        parse_off_or_millis_from("60000", 60_000),
+        Ok(Some(Duration::from_secs(60)))
+    );
+    assert_eq!(
+        parse_off_or_millis_from("59999", 60_000),
+        Err("\"59999\" is not 0 (off) or a number of milliseconds from 60000".to_owned())
+    );
+}
+
+#[test]
+fn a_positive_number_refuses_zero() {
+    assert_eq!(parse_positive::<u64>("1", "log entries"), Ok(1));
+    assert_eq!(
+        parse_positive::<u64>("0", "log entries"),
+        Err("\"0\" is not a positive number of log entries".to_owned())
+    );
+}
+
+#[test]
+fn a_number_that_does_not_parse_says_what_it_counts() {
+    assert_eq!(parse_number::<u64>("7", "a number of log entries"), Ok(7));
+    assert_eq!(
+        parse_number::<u64>("-1", "a number of log entries"),
+        Err("\"-1\" is not a number of log entries".to_owned())
+    );
+}
+
+#[test]
+fn logging_and_the_data_dir_default_to_the_spec() {
+    let merged = Merged::of::<Bounded>(&[]);
+    assert_eq!(
+        merged.logging(bounded::LEVEL, bounded::FORMAT),
+        Ok(("info".to_owned(), "json".to_owned()))
+    );
+    assert_eq!(merged.data_dir(bounded::DIR), Ok(PathBuf::from("data")));
+}
+
+#[test]
+fn a_bad_log_level_or_empty_data_dir_names_its_source() {
+    let mut flags = Layer::<Bounded>::new(Source::Flag);
+    flags.set(bounded::LEVEL, "loud");
+    flags.set(bounded::DIR, "");
+    let merged = Merged::of(&[flags]);
+    assert_eq!(
+        merged
+            .logging(bounded::LEVEL, bounded::FORMAT)
+            .map_err(|e| e.to_string()),
+        Err(
+            "invalid configuration: log.level (from --log-level): \"loud\" is not one of debug, info, warn, error"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        merged.data_dir(bounded::DIR).map_err(|e| e.to_string()),
+        Err(
+            "invalid configuration: storage.data_dir (from --data-dir): must not be empty"
+                .to_owned()
+        )
+    );
+}
+
+mod with_shared {
+    crate::settings! {
+        pub(super),
+        NAME = "node.name", "TEST_NODE_NAME", "name";
+        LEVEL = shared::LOG_LEVEL;
+    }
+}
+
+#[test]
+fn a_table_may_name_a_shared_setting_in_its_place() {
+    assert_eq!(with_shared::LEVEL, shared::LOG_LEVEL);
+    assert_eq!(with_shared::ALL, [with_shared::NAME, shared::LOG_LEVEL]);
+}
