@@ -1,12 +1,29 @@
 //! The Narad data plane, run as `narad data`.
 //!
-//! This crate owns the client HTTP API, the accept stage (validation,
-//! partition choice, staging into the ingress WAL), the dispatcher that
-//! commits WAL records to partition owners, the commit combiner on the
-//! owner, and the consume path on the owner (leases, long polls, acks,
-//! replay reads, and consumer positions that survive restarts), and the
-//! forwarding of consumes and acks to partitions another node owns
-//! ([`forward`]), and fan-out into child topics ([`fanout`]).
+//! Its rooms, from the top down:
+//! - [`node`]: one data node, wired; incarnation housekeeping and the end
+//!   of its own decommission.
+//! - [`http`]: the client HTTP API; [`consume_front`] routes a consume, a
+//!   replay or a settle to this node's consume service or to the owner.
+//! - [`status`]: what a node reports of itself to the cluster listings.
+//! - [`moves`]: partition moves (copy, handoff, flip) and reclaiming what
+//!   moved away; [`forward`]: consumes, acks, replays and statistics of
+//!   partitions another node owns; [`remote`]: commits to them.
+//! - [`consume`]: leases, long polls, acks, replay reads and consumer
+//!   positions that survive restarts, on the owner; [`commit`]: the commit
+//!   combiner on the owner; [`fanout`]: copying parent records into child
+//!   topics.
+//! - [`partitions`]: the partition store the rooms above take their logs
+//!   from: the log registry and idle eviction, incarnations and quarantine,
+//!   handoff freezes, retention.
+//! - [`ingress`]: the accept stage (validation, partition choice, staging
+//!   into the ingress WAL); [`dispatch`]: the dispatcher that commits WAL
+//!   records to partition owners; [`admin`]: topic and user changes.
+//! - [`metadata`]: the local replica of the cluster metadata;
+//!   [`topology`], [`metrics`]: the ground everything stands on.
+//!
+//! Time comes from the node's clock ([`narad_disk::clock::Clock`]), never
+//! from the process's clocks directly, so tests run on a manual one.
 //!
 //! Guarantees it is built to give: a `202` is answered only after the message
 //! is fsynced in this node's ingress WAL, and no crash of any node loses it; a

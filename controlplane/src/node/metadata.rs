@@ -5,7 +5,7 @@
 //! nodes (across a leader change, say) and continue from its index.
 //!
 //! A snapshot travels as the metastore's binary state codec and a change as
-//! its binary command codec (`metastore::codec`); the subscriber also reads
+//! its binary command codec (`narad_meta::codec`); the subscriber also reads
 //! the bare JSON an older control node sends.
 
 use std::sync::Arc;

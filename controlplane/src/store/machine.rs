@@ -4,7 +4,7 @@
 //! A snapshot's data (built here, persisted in redb, sent by
 //! InstallSnapshot) is binary, version [`MACHINE_SNAPSHOT_VERSION`]:
 //! `u8 version, opt<LogId> last_applied, StoredMembership last_membership`,
-//! then the metastore in its own state codec (`metastore::codec`, with its
+//! then the metastore in its own state codec (`narad_meta::codec`, with its
 //! own version byte). Data whose first byte is `{` is the serde JSON an
 //! older build wrote; it is still read (a stored snapshot opens, a leader's
 //! snapshot installs) and replaced by the binary form at the next snapshot.
