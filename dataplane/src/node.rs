@@ -122,7 +122,7 @@ impl DataNodeConfig {
             retention: RetentionConfig::default(),
             fanout: CursorConfig::default(),
             decommission_check: DECOMMISSION_CHECK_INTERVAL,
-            force_promote_after: crate::moves::worker::FORCE_PROMOTE_AFTER,
+            force_promote_after: crate::moves::decide::FORCE_PROMOTE_AFTER,
             flip_settle: crate::moves::settle::FLIP_SETTLE,
         }
     }

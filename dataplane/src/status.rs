@@ -20,7 +20,7 @@ use narad_protocol::node_status::{
     NODE_MOVES_MAX, NODE_STATUS_TEXT_BYTES_MAX, QUARANTINE_LIST_MAX,
 };
 use narad_protocol::{
-    Inbound, MoveReport, NodeStatus as NodeStatusRequest, NodeStatusAnswer, Opcode, OperationLimit,
+    Inbound, NodeStatus as NodeStatusRequest, NodeStatusAnswer, Opcode, OperationLimit,
     QuarantinedCopy, Response, Router, RpcError,
 };
 
@@ -180,7 +180,7 @@ impl NodeStatus {
                 bytes: answer.quarantine_bytes,
                 list: answer.quarantine,
             },
-            moves: answer.moves.into_iter().map(worker_of).collect(),
+            moves: answer.moves,
         }
     }
 }
@@ -233,40 +233,24 @@ fn clip(text: &mut String) {
     text.truncate(end);
 }
 
-fn clipped(text: &str) -> String {
-    let mut text = text.to_owned();
-    clip(&mut text);
-    text
-}
-
-fn report_of(worker: &MoveWorkerStatus) -> MoveReport {
-    MoveReport {
-        topic: clipped(&worker.topic),
-        partition: worker.partition,
-        source: clipped(&worker.source),
-        target: clipped(&worker.target),
-        started_at_ms: worker.started_at_ms,
-        phase: clipped(&worker.phase),
-        attempts: worker.attempts,
-        last_error: worker.last_error.as_deref().map(clipped),
-        copied_bytes: worker.copied_bytes,
-        blocked: worker.blocked.as_deref().map(clipped),
+/// `worker` with its texts cut to the message's limits.
+fn report_of(worker: &MoveWorkerStatus) -> MoveWorkerStatus {
+    let mut report = worker.clone();
+    for text in [
+        &mut report.topic,
+        &mut report.source,
+        &mut report.target,
+        &mut report.phase,
+    ] {
+        clip(text);
     }
-}
-
-fn worker_of(report: MoveReport) -> MoveWorkerStatus {
-    MoveWorkerStatus {
-        topic: report.topic,
-        partition: report.partition,
-        source: report.source,
-        target: report.target,
-        started_at_ms: report.started_at_ms,
-        phase: report.phase,
-        attempts: report.attempts,
-        last_error: report.last_error,
-        copied_bytes: report.copied_bytes,
-        blocked: report.blocked,
+    for text in [&mut report.last_error, &mut report.blocked]
+        .into_iter()
+        .flatten()
+    {
+        clip(text);
     }
+    report
 }
 
 /// Serves opcode 33 from the node's status sources. Routed before the

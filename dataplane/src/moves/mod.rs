@@ -14,6 +14,8 @@
 //!   when the new owner holds all they hold, else quarantined) and staged
 //!   copies of moves that no longer come here;
 //! - [`service`]: the transfer operations on the cluster transport;
+//! - [`decide`]: what a worker decides between attempts (retry pauses,
+//!   force-promote), with no I/O, on the node's clock;
 //! - [`settle`]: when an installed copy may be rolled back;
 //! - [`files`]: what travels and what the target writes;
 //! - [`status`]: what a worker reports.
@@ -44,6 +46,7 @@
 //! directory; resume a staged copy's bytes across a restart (the worker
 //! copies again).
 
+pub mod decide;
 pub mod files;
 pub mod runner;
 pub mod service;

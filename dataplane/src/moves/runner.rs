@@ -682,8 +682,8 @@ impl MoveRunner {
         self.metrics
             .set(metrics::MOVES_INFLIGHT, &[], statuses.len() as f64);
         for reason in [
-            super::worker::BLOCKED_COPY_UNVERIFIABLE,
-            super::worker::BLOCKED_SOURCE_DEAD_COPY_BEHIND,
+            super::decide::BLOCKED_COPY_UNVERIFIABLE,
+            super::decide::BLOCKED_SOURCE_DEAD_COPY_BEHIND,
         ] {
             let count = statuses
                 .iter()

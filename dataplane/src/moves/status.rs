@@ -36,32 +36,11 @@ impl MovePhase {
 }
 
 /// One partition move as the worker copying it (on the move's target)
-/// reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MoveWorkerStatus {
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: u32,
-    /// The member the partition moves from.
-    pub source: String,
-    /// The member it moves to: this node.
-    pub target: String,
-    /// When the worker started, Unix ms.
-    pub started_at_ms: u64,
-    /// Where the worker is: `copying`, `frozen`, `flip_pending`,
-    /// `waiting_for_source` or `blocked` (spec §1.9).
-    pub phase: String,
-    /// Attempts so far.
-    pub attempts: u32,
-    /// The last attempt's error, if it failed.
-    pub last_error: Option<String>,
-    /// Bytes copied so far.
-    pub copied_bytes: u64,
-    /// Why the worker cannot go on, if it cannot: `copy_unverifiable` or
-    /// `source_dead_copy_behind` (spec §1.9).
-    pub blocked: Option<String>,
-}
+/// reports it: exactly what a node status answer carries for it on the
+/// wire, so the report is the wire type itself. `phase` is a
+/// [`MovePhase::name`] or `blocked`; `blocked` says why a worker cannot go
+/// on (`copy_unverifiable`, `source_dead_copy_behind`; spec §1.9).
+pub type MoveWorkerStatus = narad_protocol::MoveReport;
 
 /// The seam a move runner reports its workers through.
 ///

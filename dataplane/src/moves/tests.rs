@@ -238,7 +238,7 @@ struct Cluster {
 impl Cluster {
     /// Two nodes; `orders` (3 partitions) all on the source.
     fn start() -> Self {
-        Self::start_with(crate::moves::worker::FORCE_PROMOTE_AFTER, TEST_FLIP_SETTLE)
+        Self::start_with(crate::moves::decide::FORCE_PROMOTE_AFTER, TEST_FLIP_SETTLE)
     }
 
     /// As [`Self::start`], force-promoting after `force_promote_after`
@@ -850,7 +850,7 @@ async fn an_installed_copy_of_an_aborted_move_is_rolled_back_and_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_installed_copy_is_rolled_back_only_once_its_last_flip_proposal_has_settled() {
     let settle = Duration::from_secs(2);
-    let mut cluster = Cluster::start_with(crate::moves::worker::FORCE_PROMOTE_AFTER, settle);
+    let mut cluster = Cluster::start_with(crate::moves::decide::FORCE_PROMOTE_AFTER, settle);
     cluster.fence_a_copy_of_partition_0(30).await;
     cluster.flips.abort_first.store(true, Ordering::Release);
     cluster
@@ -1404,7 +1404,7 @@ async fn a_dead_source_with_the_copy_behind_blocks_the_move_until_it_returns() {
     cluster
         .wait_for("the move reported blocked", |c| {
             worker_status(c, 2).is_some_and(|status| {
-                status.blocked.as_deref() == Some(super::worker::BLOCKED_SOURCE_DEAD_COPY_BEHIND)
+                status.blocked.as_deref() == Some(super::decide::BLOCKED_SOURCE_DEAD_COPY_BEHIND)
             })
         })
         .await;

@@ -29,6 +29,10 @@ use narad_protocol::transfer::{
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
+use super::decide::{
+    AfterFailure, Attempts, BLOCKED_SOURCE_DEAD_COPY_BEHIND, Failure, Promotion,
+    copy_reaches_source,
+};
 use super::files::{self, MoveMarker};
 use super::settle::FlipClock;
 use super::status::{MovePhase, MoveWorkerStatus};
@@ -47,25 +51,6 @@ pub const LAG_BYTES: u64 = 1 << 20;
 /// Catch-up passes at most before the handoff, even if the partition grows
 /// as fast as it is copied (the freeze then stops it).
 pub const CATCH_UP_PASSES_MAX: usize = 8;
-
-/// First pause after a failed attempt; doubles up to [`RETRY_PAUSE_MAX`].
-pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(500);
-
-/// Longest pause between attempts.
-pub const RETRY_PAUSE_MAX: Duration = Duration::from_secs(10);
-
-/// How long the source must have been marked dead before its copy here is
-/// force-promoted (the spec's `ForcePromoteAfter`).
-pub const FORCE_PROMOTE_AFTER: Duration = Duration::from_secs(120);
-
-/// Why a worker is stuck, as `blocked` reports it: the copy does not
-/// recover to the frozen high watermark.
-pub const BLOCKED_COPY_UNVERIFIABLE: &str = "copy_unverifiable";
-
-/// The source is dead past the force-promote delay and the copy here is
-/// behind its last known high watermark (or never reached it): the move
-/// waits for the source or for an abort.
-pub const BLOCKED_SOURCE_DEAD_COPY_BEHIND: &str = "source_dead_copy_behind";
 
 /// A future a [`SourceLink`] call returns.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LinkError>> + Send + 'a>>;
@@ -199,9 +184,6 @@ struct Progress {
     /// The source's last listing: its high watermark and consumer
     /// position (a force-promote's bar and starting position).
     last_listing: Option<(u64, HandoffFenced)>,
-    /// When this worker first saw the source marked dead, in this spell.
-    /// On the node's monotonic clock.
-    source_dead_since_ms: Option<u64>,
 }
 
 /// One move to this node.
@@ -285,8 +267,9 @@ impl Worker {
 
     /// Runs attempts until the move completes or ends elsewhere.
     pub async fn run(self) -> Ending {
-        let mut pause = RETRY_PAUSE_MIN;
+        let mut attempts = Attempts::new(self.context.force_promote_after);
         let mut progress = Progress::default();
+        let clock = Arc::clone(self.context.logs.clock());
         loop {
             if !self.still_mine() {
                 return self.ended().await;
@@ -300,24 +283,20 @@ impl Worker {
                 Err(error) => {
                     tracing::warn!(destination = %self.destination, source = self.source,
                         %error, "move attempt failed; trying again");
-                    // Copied bytes are committed bytes of the source, which
-                    // never change: an unreachable source leaves the copy
-                    // good for the next attempt (and for a force-promote).
-                    let unreachable = matches!(error, MoveError::Link(LinkError::Unreachable(_)));
-                    progress.started &= unreachable;
+                    let AfterFailure {
+                        keep_copy,
+                        blocked,
+                        consider_force_promote,
+                    } = attempts.failed(failure_of(&error));
+                    progress.started &= keep_copy;
                     {
                         let mut status = self.status.lock();
                         status.attempts += 1;
                         status.last_error = Some(error.to_string());
-                        status.blocked = match error {
-                            MoveError::Unverifiable { .. } => {
-                                Some(BLOCKED_COPY_UNVERIFIABLE.into())
-                            }
-                            _ => None,
-                        };
+                        status.blocked = blocked.map(str::to_owned);
                     }
-                    if unreachable {
-                        match self.force_promote(&mut progress).await {
+                    if consider_force_promote {
+                        match self.force_promote(&mut attempts, &mut progress).await {
                             Ok(true) => {
                                 self.set_phase(MovePhase::Done);
                                 return Ending::Completed;
@@ -331,30 +310,21 @@ impl Worker {
                             }
                         }
                     }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                    let at_ms = attempts.next_attempt_at(clock.now_ms());
+                    clock.sleep_until(at_ms).await;
                 }
             }
         }
     }
 
-    /// Whether the replica shows the source marked dead; keeps when this
-    /// worker first saw it so (cleared when it is alive again).
-    fn source_dead_for(&self, progress: &mut Progress) -> Option<Duration> {
-        let dead = self
-            .context
+    /// Whether the replica shows the source marked dead.
+    fn source_dead(&self) -> bool {
+        self.context
             .replica
             .view()
             .metastore
             .member(&self.source)
-            .is_some_and(|member| member.status == MemberStatus::Dead);
-        if !dead {
-            progress.source_dead_since_ms = None;
-            return None;
-        }
-        let now_ms = self.context.logs.clock().now_ms();
-        let since_ms = *progress.source_dead_since_ms.get_or_insert(now_ms);
-        Some(Duration::from_millis(now_ms.saturating_sub(since_ms)))
+            .is_some_and(|member| member.status == MemberStatus::Dead)
     }
 
     /// Spec §6 "Force-promote": once the source has been marked dead for
@@ -367,14 +337,20 @@ impl Worker {
     /// dead. What the source committed after its last listing stays in its
     /// own directory, which it quarantines when it comes back
     /// (`files::left_copy`). `Ok(false)`: not now.
-    async fn force_promote(&self, progress: &mut Progress) -> Result<bool, MoveError> {
-        let Some(dead_for) = self.source_dead_for(progress) else {
-            return Ok(false);
+    async fn force_promote(
+        &self,
+        attempts: &mut Attempts,
+        progress: &mut Progress,
+    ) -> Result<bool, MoveError> {
+        let now_ms = self.context.logs.clock().now_ms();
+        let dead_for = match attempts.promotion(self.source_dead(), now_ms) {
+            Promotion::SourceAlive => return Ok(false),
+            Promotion::Waiting => {
+                self.set_phase(MovePhase::WaitingForSource);
+                return Ok(false);
+            }
+            Promotion::Due { dead_for } => dead_for,
         };
-        if dead_for < self.context.force_promote_after {
-            self.set_phase(MovePhase::WaitingForSource);
-            return Ok(false);
-        }
         let dir = self.dir();
         if let Some(marker) = self.our_marker(&dir).await? {
             // Installed already: fenced by the source, or forced earlier.
@@ -392,12 +368,16 @@ impl Worker {
             worker.status.lock().blocked = Some(BLOCKED_SOURCE_DEAD_COPY_BEHIND.into());
             Ok(false)
         };
-        let Some((last_high_watermark, position)) = progress.last_listing.clone() else {
+        let listed = progress.last_listing.as_ref().map(|(listed, _)| *listed);
+        // Without a listing, or a copy started here, no copy qualifies:
+        // nothing to verify.
+        let Some((last_high_watermark, position)) = progress
+            .last_listing
+            .clone()
+            .filter(|_| copy_reaches_source(progress.started, listed, u64::MAX))
+        else {
             return behind(self);
         };
-        if !progress.started {
-            return behind(self);
-        }
         let found = {
             let logs = Arc::clone(&self.context.logs);
             let staged = staged.clone();
@@ -412,7 +392,7 @@ impl Worker {
             .map_err(disk("sync and open the copy to verify it"))?
         };
         progress.dir_unsynced = false;
-        if found < last_high_watermark {
+        if !copy_reaches_source(progress.started, listed, found) {
             tracing::warn!(destination = %self.destination, source = self.source, found,
                 last_high_watermark, "the source is dead and the copy is behind it; waiting");
             return behind(self);
@@ -595,7 +575,6 @@ impl Worker {
             self.status.lock().copied_bytes = 0;
             *progress = Progress {
                 started: true,
-                source_dead_since_ms: progress.source_dead_since_ms,
                 ..Progress::default()
             };
         }
@@ -1040,6 +1019,15 @@ impl Worker {
         let view = self.context.replica.view();
         let topic = view.metastore.topic(&self.destination.topic)?;
         (Some(topic.id.as_str()) == self.incarnation.as_deref()).then(|| topic.id.clone())
+    }
+}
+
+/// How `error` failed an attempt, as the worker's decisions see it.
+fn failure_of(error: &MoveError) -> Failure {
+    match error {
+        MoveError::Link(LinkError::Unreachable(_)) => Failure::SourceUnreachable,
+        MoveError::Unverifiable { .. } => Failure::Unverifiable,
+        _ => Failure::Other,
     }
 }
 
