@@ -75,14 +75,14 @@ impl Node {
         config: ConsumeConfig,
         log_config: LogConfig,
     ) -> Self {
+        let clock = Arc::new(ManualClock::new(1_000));
         let logs = Arc::new(LocalLogs::new(
             Arc::clone(&disk),
             data_dir,
             log_config,
-            crate::testing::system_clock(),
+            Arc::clone(&clock) as _,
         ));
         let store = ConsumerStateStore::new(Arc::clone(&disk), ConsumerStateConfig::default());
-        let clock = Arc::new(ManualClock::new(1_000));
         let service = ConsumeService::new(
             Arc::clone(&logs),
             Arc::clone(&replica),
@@ -413,6 +413,54 @@ async fn an_expired_lease_is_redelivered_under_a_new_nonce() {
         node.settle(&first[0], Settle::Ack),
         Err(SettleError::LeaseGone)
     );
+}
+
+/// Runs the spawned tasks until none can go on without the clock.
+async fn let_tasks_run() {
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn the_handoffs_wait_for_leases_ends_at_its_bound_on_the_nodes_clock() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    node.consume(Some(0), 1).await;
+    let meta = node.replica.topic_meta(TOPIC).expect("topic");
+    let service = Arc::clone(&node.service);
+    let waiting = tokio::spawn(async move {
+        service
+            .wait_for_leases(&meta, 0, Duration::from_secs(5))
+            .await
+    });
+    let_tasks_run().await;
+    node.clock.advance(4_999);
+    let_tasks_run().await;
+    assert!(!waiting.is_finished(), "still within its bound");
+    node.clock.advance(1);
+    let live = waiting.await.expect("join").expect("wait");
+    assert_eq!(live, 1, "the lease is still out");
+}
+
+#[tokio::test]
+async fn the_handoffs_wait_for_leases_ends_once_the_last_is_acked() {
+    let node = sim_node();
+    node.commit(0, &["a"]);
+    let leased = node.consume(Some(0), 1).await;
+    let meta = node.replica.topic_meta(TOPIC).expect("topic");
+    let service = Arc::clone(&node.service);
+    let waiting = tokio::spawn(async move {
+        service
+            .wait_for_leases(&meta, 0, Duration::from_secs(5))
+            .await
+    });
+    let_tasks_run().await;
+    node.settle(&leased[0], Settle::Ack).expect("ack");
+    node.clock.advance(5);
+    let live = waiting.await.expect("join").expect("wait");
+    assert_eq!(live, 0);
+    assert!(node.clock.now_ms() < 1_000 + 5_000, "before its bound");
 }
 
 #[tokio::test]
