@@ -1,7 +1,8 @@
-//! What a move worker decides between its attempts, with no I/O, as the
-//! dispatcher and the fan-out cursor decide: what a failed attempt means
-//! for the copy made so far and for the worker's report, when the next
-//! attempt runs, and when a dead source's copy may be force-promoted.
+//! What a move worker decides, with no I/O, as the dispatcher and the
+//! fan-out cursor decide: when its catch-up copy is close enough for the
+//! handoff, what a failed attempt means for the copy made so far and for
+//! the worker's report, when the next attempt runs, and when a dead
+//! source's copy may be force-promoted.
 //!
 //! The worker (`worker.rs`) copies, hands off, installs and flips; it
 //! feeds [`Attempts`] each failure, what the replica says of the source,
@@ -10,6 +11,15 @@
 use std::time::Duration;
 
 use narad_disk::clock::millis;
+
+/// A catch-up pass that leaves less than this to copy ends the catch-up:
+/// the rest is copied under the freeze, where produce to the partition
+/// waits, so it must be small. 1 MiB copies in milliseconds.
+pub const LAG_BYTES: u64 = 1 << 20;
+
+/// Catch-up passes at most before the handoff, even if the partition grows
+/// as fast as it is copied (the freeze then stops it).
+pub const CATCH_UP_PASSES_MAX: usize = 8;
 
 /// First pause after a failed attempt; doubles up to [`RETRY_PAUSE_MAX`].
 pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(500);
@@ -139,6 +149,16 @@ impl Attempts {
     }
 }
 
+/// Whether the catch-up ends and the handoff begins, with `left` bytes
+/// still to copy and `left_before` the pass before (none before the first
+/// pass): once little is left ([`LAG_BYTES`]), or once a pass did not
+/// shrink it (the partition grows as fast as it is copied, and only the
+/// freeze stops it). The worker also stops after [`CATCH_UP_PASSES_MAX`]
+/// passes.
+pub fn catch_up_over(left: u64, left_before: Option<u64>) -> bool {
+    left < LAG_BYTES || left_before.is_some_and(|before| left >= before)
+}
+
 /// Whether a staged copy may be force-promoted: this worker started it
 /// (its bytes are known), the source listed a high watermark, and the copy
 /// recovers to at least that (`found` records). Anything short of that
@@ -213,6 +233,24 @@ mod tests {
             attempts.promotion(true, 230_000),
             Promotion::Due { .. }
         ));
+    }
+
+    #[test]
+    fn the_catch_up_ends_when_little_is_left_or_a_pass_did_not_shrink_it() {
+        assert!(
+            catch_up_over(LAG_BYTES - 1, None),
+            "little left at the start"
+        );
+        assert!(!catch_up_over(LAG_BYTES, None), "a first pass copies");
+        assert!(
+            !catch_up_over(5 * LAG_BYTES, Some(9 * LAG_BYTES)),
+            "shrinking"
+        );
+        assert!(
+            catch_up_over(5 * LAG_BYTES, Some(5 * LAG_BYTES)),
+            "not shrinking"
+        );
+        assert!(catch_up_over(6 * LAG_BYTES, Some(5 * LAG_BYTES)), "growing");
     }
 
     #[test]

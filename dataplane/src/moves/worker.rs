@@ -30,8 +30,8 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
 use super::decide::{
-    AfterFailure, Attempts, BLOCKED_SOURCE_DEAD_COPY_BEHIND, Failure, Promotion,
-    copy_reaches_source,
+    AfterFailure, Attempts, BLOCKED_SOURCE_DEAD_COPY_BEHIND, CATCH_UP_PASSES_MAX, Failure,
+    Promotion, catch_up_over, copy_reaches_source,
 };
 use super::files::{self, MoveMarker};
 use super::settle::FlipClock;
@@ -42,15 +42,6 @@ use crate::dispatch::{LeaderConfirm, PartitionHolder};
 use crate::metadata::MetadataReplica;
 use crate::partitions::LocalLogs;
 use crate::topology::{Destination, member_id};
-
-/// A catch-up pass that leaves less than this to copy ends the catch-up:
-/// the rest is copied under the freeze, where produce to the partition
-/// waits, so it must be small. 1 MiB copies in milliseconds.
-pub const LAG_BYTES: u64 = 1 << 20;
-
-/// Catch-up passes at most before the handoff, even if the partition grows
-/// as fast as it is copied (the freeze then stops it).
-pub const CATCH_UP_PASSES_MAX: usize = 8;
 
 /// A future a [`SourceLink`] call returns.
 pub type LinkFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LinkError>> + Send + 'a>>;
@@ -716,7 +707,7 @@ impl Worker {
         progress: &mut Progress,
     ) -> Result<(), MoveError> {
         self.set_phase(MovePhase::Copying);
-        let mut left_before = u64::MAX;
+        let mut left_before = None;
         for _ in 0..CATCH_UP_PASSES_MAX {
             let listing = self
                 .link
@@ -726,10 +717,10 @@ impl Worker {
                 .await?;
             progress.last_listing = Some((listing.high_watermark, listing.position.clone()));
             let left = left_to_copy(&listing.files, &progress.have);
-            if left < LAG_BYTES || left >= left_before {
+            if catch_up_over(left, left_before) {
                 return Ok(());
             }
-            left_before = left;
+            left_before = Some(left);
             self.copy_files(dir, &listing.files, progress, 0).await?;
             if !self.still_mine() {
                 return Err(MoveError::Ended);
