@@ -422,11 +422,16 @@ async fn let_tasks_run() {
     }
 }
 
-#[tokio::test]
-async fn the_handoffs_wait_for_leases_ends_at_its_bound_on_the_nodes_clock() {
-    let node = sim_node();
+/// One record leased from partition 0, and a handoff's wait of 5 s for
+/// the partition's leases, started.
+async fn waiting_for_a_lease(
+    node: &Node,
+) -> (
+    Delivery,
+    tokio::task::JoinHandle<Result<usize, ConsumeError>>,
+) {
     node.commit(0, &["a"]);
-    node.consume(Some(0), 1).await;
+    let leased = node.consume(Some(0), 1).await.remove(0);
     let meta = node.replica.topic_meta(TOPIC).expect("topic");
     let service = Arc::clone(&node.service);
     let waiting = tokio::spawn(async move {
@@ -435,6 +440,13 @@ async fn the_handoffs_wait_for_leases_ends_at_its_bound_on_the_nodes_clock() {
             .await
     });
     let_tasks_run().await;
+    (leased, waiting)
+}
+
+#[tokio::test]
+async fn the_handoffs_wait_for_leases_ends_at_its_bound_on_the_nodes_clock() {
+    let node = sim_node();
+    let (_, waiting) = waiting_for_a_lease(&node).await;
     node.clock.advance(4_999);
     let_tasks_run().await;
     assert!(!waiting.is_finished(), "still within its bound");
@@ -446,17 +458,8 @@ async fn the_handoffs_wait_for_leases_ends_at_its_bound_on_the_nodes_clock() {
 #[tokio::test]
 async fn the_handoffs_wait_for_leases_ends_once_the_last_is_acked() {
     let node = sim_node();
-    node.commit(0, &["a"]);
-    let leased = node.consume(Some(0), 1).await;
-    let meta = node.replica.topic_meta(TOPIC).expect("topic");
-    let service = Arc::clone(&node.service);
-    let waiting = tokio::spawn(async move {
-        service
-            .wait_for_leases(&meta, 0, Duration::from_secs(5))
-            .await
-    });
-    let_tasks_run().await;
-    node.settle(&leased[0], Settle::Ack).expect("ack");
+    let (leased, waiting) = waiting_for_a_lease(&node).await;
+    node.settle(&leased, Settle::Ack).expect("ack");
     node.clock.advance(5);
     let live = waiting.await.expect("join").expect("wait");
     assert_eq!(live, 0);
