@@ -211,6 +211,12 @@ pub const STORAGE_FSYNC_BUCKETS_SECONDS: [f64; 14] = [
 /// dating a sealed segment from disk.
 pub const STORAGE_RETENTION_RUN_BUCKETS_SECONDS: [f64; 9] =
     [0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0];
+/// Upper bounds of the `narad_schema_validation_seconds` buckets: from a
+/// small payload's few microseconds to a large one's validation under a
+/// slot.
+pub const SCHEMA_VALIDATION_BUCKETS_SECONDS: [f64; 12] = [
+    0.000_05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0,
+];
 /// Upper bounds of the `narad_http_request_duration_seconds` buckets:
 /// Prometheus's default ones, up to a long poll's 10 s.
 pub const HTTP_DURATION_BUCKETS_SECONDS: [f64; 11] = [
@@ -298,6 +304,12 @@ impl NodeMetrics {
                 builder.set_buckets_for_metric(
                     Matcher::Full(MOVES_DURATION_SECONDS.to_owned()),
                     &MOVES_DURATION_BUCKETS_SECONDS,
+                )
+            })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(SCHEMA_VALIDATION_SECONDS.to_owned()),
+                    &SCHEMA_VALIDATION_BUCKETS_SECONDS,
                 )
             })
             .expect("the bucket lists are not empty");

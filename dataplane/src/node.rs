@@ -312,12 +312,17 @@ impl DataNode {
             config.dispatch.clone(),
             Arc::clone(&dispatch_status),
         )?;
-        let acceptor = Arc::new(Acceptor::new(
-            Arc::clone(&wal),
-            Arc::clone(&services.replica),
-            config.seed,
-            Arc::clone(&services.clock),
-        ));
+        let acceptor = Arc::new(
+            Acceptor::new(
+                Arc::clone(&wal),
+                Arc::clone(&services.replica),
+                config.seed,
+                Arc::clone(&services.clock),
+            )
+            .with_validation_timer(
+                metrics.histogram(crate::metrics::SCHEMA_VALIDATION_SECONDS, &[]),
+            ),
+        );
         let consumer_state =
             ConsumerStateStore::new(Arc::clone(&services.disk), config.consumer_state.clone());
         let consumer_state_worker = consumer_state.spawn(Arc::clone(&services.clock))?;
