@@ -4,8 +4,9 @@
 //! so several nodes in one test process keep separate series and a test
 //! can read exactly what its node counted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
@@ -231,6 +232,47 @@ pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
 
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);
 
+/// Partitions (and, apart, topics) whose handles a registry keeps at most;
+/// past it the cache starts afresh (the series stay, handles are taken
+/// again on next use).
+pub const HANDLES_CACHED_MAX: usize = 65_536;
+
+/// The outcomes of [`CONSUME_WAIT_SECONDS`], in [`TopicHandles::consume_wait`]'s
+/// order.
+pub const CONSUME_WAIT_OUTCOMES: [&str; 4] = ["hit", "timeout", "cancelled", "no_wait"];
+
+/// Handles on one partition's traffic series, taken once per partition
+/// ([`NodeMetrics::partition`]): the produce and consume paths count
+/// through them without building keys or looking up the registry.
+#[derive(Debug)]
+pub struct PartitionHandles {
+    /// [`MESSAGES_PRODUCED_TOTAL`].
+    pub messages_produced: Counter,
+    /// [`BYTES_PRODUCED_TOTAL`].
+    pub bytes_produced: Counter,
+    /// [`PRODUCE_DUPLICATES_SKIPPED_TOTAL`].
+    pub duplicates_skipped: Counter,
+    /// [`STORAGE_FSYNC_DURATION_SECONDS`].
+    pub fsync_seconds: Histogram,
+    /// [`MESSAGES_CONSUMED_TOTAL`].
+    pub messages_consumed: Counter,
+    /// [`BYTES_CONSUMED_TOTAL`].
+    pub bytes_consumed: Counter,
+}
+
+/// A partition's topic and index, the key of its handles.
+type PartitionKey = (Arc<str>, u32);
+
+/// Handles on one topic's consume series, taken once per topic
+/// ([`NodeMetrics::topic`]).
+#[derive(Debug)]
+pub struct TopicHandles {
+    /// [`CONSUME_EMPTY_TOTAL`].
+    pub consume_empty: Counter,
+    /// [`CONSUME_WAIT_SECONDS`] per outcome, as [`CONSUME_WAIT_OUTCOMES`].
+    pub consume_wait: [Histogram; 4],
+}
+
 /// One series of a published gauge family: its labels and value.
 pub type Series = (Vec<(&'static str, String)>, f64);
 
@@ -248,6 +290,10 @@ pub struct NodeMetrics {
     process: metrics_process::Collector,
     /// Gauge families replaced whole by their owner, by name.
     published: parking_lot::RwLock<BTreeMap<&'static str, Vec<Series>>>,
+    /// Handles taken per partition, at most [`HANDLES_CACHED_MAX`].
+    partitions: parking_lot::RwLock<HashMap<PartitionKey, Arc<PartitionHandles>>>,
+    /// Handles taken per topic, at most [`HANDLES_CACHED_MAX`].
+    topics: parking_lot::RwLock<HashMap<Arc<str>, Arc<TopicHandles>>>,
 }
 
 impl fmt::Debug for NodeMetrics {
@@ -320,7 +366,58 @@ impl NodeMetrics {
             recorder,
             process,
             published: parking_lot::RwLock::new(BTreeMap::new()),
+            partitions: parking_lot::RwLock::new(HashMap::new()),
+            topics: parking_lot::RwLock::new(HashMap::new()),
         }
+    }
+
+    /// The handles of partition `partition` of `topic`, taken from the
+    /// registry on first use only.
+    pub fn partition(&self, topic: &Arc<str>, partition: u32) -> Arc<PartitionHandles> {
+        let key = (Arc::clone(topic), partition);
+        if let Some(handles) = self.partitions.read().get(&key) {
+            return Arc::clone(handles);
+        }
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.to_string()),
+        ];
+        let handles = Arc::new(PartitionHandles {
+            messages_produced: self.counter(MESSAGES_PRODUCED_TOTAL, &labels),
+            bytes_produced: self.counter(BYTES_PRODUCED_TOTAL, &labels),
+            duplicates_skipped: self.counter(PRODUCE_DUPLICATES_SKIPPED_TOTAL, &labels),
+            fsync_seconds: self.histogram(STORAGE_FSYNC_DURATION_SECONDS, &labels),
+            messages_consumed: self.counter(MESSAGES_CONSUMED_TOTAL, &labels),
+            bytes_consumed: self.counter(BYTES_CONSUMED_TOTAL, &labels),
+        });
+        let mut cached = self.partitions.write();
+        if cached.len() >= HANDLES_CACHED_MAX {
+            cached.clear();
+        }
+        Arc::clone(cached.entry(key).or_insert(handles))
+    }
+
+    /// The handles of topic `topic`, taken from the registry on first use
+    /// only.
+    pub fn topic(&self, topic: &str) -> Arc<TopicHandles> {
+        if let Some(handles) = self.topics.read().get(topic) {
+            return Arc::clone(handles);
+        }
+        let wait = |outcome: &str| {
+            self.histogram(
+                CONSUME_WAIT_SECONDS,
+                &[("topic", topic.to_owned()), ("outcome", outcome.to_owned())],
+            )
+        };
+        let handles = Arc::new(TopicHandles {
+            consume_empty: self.counter(CONSUME_EMPTY_TOTAL, &[("topic", topic.to_owned())]),
+            consume_wait: CONSUME_WAIT_OUTCOMES.map(wait),
+        });
+        let mut cached = self.topics.write();
+        if cached.len() >= HANDLES_CACHED_MAX {
+            cached.clear();
+        }
+        Arc::clone(cached.entry(Arc::from(topic)).or_insert(handles))
     }
 
     /// A handle on counter `name` with `labels`: take it once and keep it,
@@ -613,6 +710,40 @@ mod tests {
             metrics
                 .render()
                 .contains(r#"narad_nack_total{topic="orders"} 3"#)
+        );
+    }
+
+    #[test]
+    fn partition_handles_are_taken_once_and_count_into_their_series() {
+        let metrics = NodeMetrics::new();
+        let topic: Arc<str> = Arc::from("orders");
+        let first = metrics.partition(&topic, 2);
+        let again = metrics.partition(&topic, 2);
+        assert!(Arc::ptr_eq(&first, &again));
+        first.messages_produced.increment(3);
+        again.messages_produced.increment(1);
+        assert!(
+            metrics
+                .render()
+                .contains(r#"narad_messages_produced_total{topic="orders",partition="2"} 4"#)
+        );
+    }
+
+    #[test]
+    fn topic_handles_time_each_outcome_apart() {
+        let metrics = NodeMetrics::new();
+        let handles = metrics.topic("orders");
+        handles.consume_wait[1].record(0.5);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                r#"narad_consume_wait_seconds_count{topic="orders",outcome="timeout"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"narad_consume_wait_seconds_count{topic="orders",outcome="hit"} 0"#),
+            "{text}"
         );
     }
 
