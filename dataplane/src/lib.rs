@@ -15,7 +15,8 @@
 //!   topics.
 //! - [`partitions`]: the partition store the rooms above take their logs
 //!   from: the log registry and idle eviction, incarnations and quarantine,
-//!   handoff freezes, retention.
+//!   handoff freezes, retention, and the poller exporting every owned
+//!   partition's lag and size.
 //! - [`ingress`]: the accept stage (validation, partition choice, staging
 //!   into the ingress WAL); [`dispatch`]: the dispatcher that commits WAL
 //!   records to partition owners; [`admin`]: topic and user changes.

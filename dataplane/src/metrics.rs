@@ -4,10 +4,12 @@
 //! so several nodes in one test process keep separate series and a test
 //! can read exactly what its node counted.
 
-use std::fmt;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::{self, Write as _};
+use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Key, Label, Level, Metadata, Recorder};
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 /// HTTP requests answered (route, method, status).
@@ -115,8 +117,30 @@ pub const BYTES_CONSUMED_TOTAL: &str = "narad_bytes_consumed_total";
 pub const CONSUME_WAIT_SECONDS: &str = "narad_consume_wait_seconds";
 /// Queue consumes answered `204` (topic).
 pub const CONSUME_EMPTY_TOTAL: &str = "narad_consume_empty_total";
-/// High watermark minus the consumer frontier (topic, partition).
+/// High watermark minus the consumer frontier (topic, partition), for
+/// every partition this node owns; published by the partition poller.
 pub const CONSUMER_LAG_MESSAGES: &str = "narad_consumer_lag_messages";
+/// Seconds since the record at the consumer frontier was committed (topic,
+/// partition); 0 when nothing is unconsumed. Published by the partition
+/// poller.
+pub const OLDEST_UNCONSUMED_MESSAGE_AGE_SECONDS: &str =
+    "narad_oldest_unconsumed_message_age_seconds";
+/// Bytes of a partition's segment files (topic, partition); published by
+/// the partition poller.
+pub const PARTITION_SIZE_BYTES: &str = "narad_partition_size_bytes";
+/// Segment files of a partition (topic, partition); published by the
+/// partition poller.
+pub const SEGMENTS: &str = "narad_segments";
+/// Bytes of the segment files of a topic's partitions this node owns
+/// (topic); published by the partition poller.
+pub const TOPIC_BYTES: &str = "narad_topic_bytes";
+/// When a poller loop last finished a pass, in Unix seconds (loop).
+pub const POLLER_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "narad_poller_last_success_timestamp_seconds";
+/// Times the retention thread was restarted after a panic.
+pub const REAPER_RESTARTS: &str = "narad_reaper_restarts";
+/// Seconds one schema validation of a produced payload took.
+pub const SCHEMA_VALIDATION_SECONDS: &str = "narad_schema_validation_seconds";
 /// Leases held now (topic, partition).
 pub const INFLIGHT_SIZE: &str = "narad_inflight_size";
 /// Offsets settled above the frontier (topic, partition).
@@ -188,6 +212,12 @@ pub const STORAGE_FSYNC_BUCKETS_SECONDS: [f64; 14] = [
 /// dating a sealed segment from disk.
 pub const STORAGE_RETENTION_RUN_BUCKETS_SECONDS: [f64; 9] =
     [0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0];
+/// Upper bounds of the `narad_schema_validation_seconds` buckets: from a
+/// small payload's few microseconds to a large one's validation under a
+/// slot.
+pub const SCHEMA_VALIDATION_BUCKETS_SECONDS: [f64; 12] = [
+    0.000_05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0,
+];
 /// Upper bounds of the `narad_http_request_duration_seconds` buckets:
 /// Prometheus's default ones, up to a long poll's 10 s.
 pub const HTTP_DURATION_BUCKETS_SECONDS: [f64; 11] = [
@@ -202,11 +232,68 @@ pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
 
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);
 
+/// Partitions (and, apart, topics) whose handles a registry keeps at most;
+/// past it the cache starts afresh (the series stay, handles are taken
+/// again on next use).
+pub const HANDLES_CACHED_MAX: usize = 65_536;
+
+/// The outcomes of [`CONSUME_WAIT_SECONDS`], in [`TopicHandles::consume_wait`]'s
+/// order.
+pub const CONSUME_WAIT_OUTCOMES: [&str; 4] = ["hit", "timeout", "cancelled", "no_wait"];
+
+/// Handles on one partition's traffic series, taken once per partition
+/// ([`NodeMetrics::partition`]): the produce and consume paths count
+/// through them without building keys or looking up the registry.
+#[derive(Debug)]
+pub struct PartitionHandles {
+    /// [`MESSAGES_PRODUCED_TOTAL`].
+    pub messages_produced: Counter,
+    /// [`BYTES_PRODUCED_TOTAL`].
+    pub bytes_produced: Counter,
+    /// [`PRODUCE_DUPLICATES_SKIPPED_TOTAL`].
+    pub duplicates_skipped: Counter,
+    /// [`STORAGE_FSYNC_DURATION_SECONDS`].
+    pub fsync_seconds: Histogram,
+    /// [`MESSAGES_CONSUMED_TOTAL`].
+    pub messages_consumed: Counter,
+    /// [`BYTES_CONSUMED_TOTAL`].
+    pub bytes_consumed: Counter,
+}
+
+/// A partition's topic and index, the key of its handles.
+type PartitionKey = (Arc<str>, u32);
+
+/// Handles on one topic's consume series, taken once per topic
+/// ([`NodeMetrics::topic`]).
+#[derive(Debug)]
+pub struct TopicHandles {
+    /// [`CONSUME_EMPTY_TOTAL`].
+    pub consume_empty: Counter,
+    /// [`CONSUME_WAIT_SECONDS`] per outcome, as [`CONSUME_WAIT_OUTCOMES`].
+    pub consume_wait: [Histogram; 4],
+}
+
+/// One series of a published gauge family: its labels and value.
+pub type Series = (Vec<(&'static str, String)>, f64);
+
 /// One node's metrics registry.
+///
+/// Two ways in: the recorder's series ([`Self::count`], [`Self::set`],
+/// handles from [`Self::counter`] and friends), which live as long as the
+/// registry; and published gauge families ([`Self::publish_gauges`]), each
+/// replaced whole by its one owner at every refresh, so a series that is no
+/// longer published (a partition that moved away) is gone from the next
+/// scrape. A family name is used one way or the other, never both.
 pub struct NodeMetrics {
     recorder: PrometheusRecorder,
     /// The standard `process_*` series, read from the OS at each render.
     process: metrics_process::Collector,
+    /// Gauge families replaced whole by their owner, by name.
+    published: parking_lot::RwLock<BTreeMap<&'static str, Vec<Series>>>,
+    /// Handles taken per partition, at most [`HANDLES_CACHED_MAX`].
+    partitions: parking_lot::RwLock<HashMap<PartitionKey, Arc<PartitionHandles>>>,
+    /// Handles taken per topic, at most [`HANDLES_CACHED_MAX`].
+    topics: parking_lot::RwLock<HashMap<Arc<str>, Arc<TopicHandles>>>,
 }
 
 impl fmt::Debug for NodeMetrics {
@@ -265,11 +352,99 @@ impl NodeMetrics {
                     &MOVES_DURATION_BUCKETS_SECONDS,
                 )
             })
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(SCHEMA_VALIDATION_SECONDS.to_owned()),
+                    &SCHEMA_VALIDATION_BUCKETS_SECONDS,
+                )
+            })
             .expect("the bucket lists are not empty");
         let recorder = builder.build_recorder();
         let process = metrics_process::Collector::default();
         metrics::with_local_recorder(&recorder, || process.describe());
-        Self { recorder, process }
+        Self {
+            recorder,
+            process,
+            published: parking_lot::RwLock::new(BTreeMap::new()),
+            partitions: parking_lot::RwLock::new(HashMap::new()),
+            topics: parking_lot::RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The handles of partition `partition` of `topic`, taken from the
+    /// registry on first use only.
+    pub fn partition(&self, topic: &Arc<str>, partition: u32) -> Arc<PartitionHandles> {
+        let key = (Arc::clone(topic), partition);
+        if let Some(handles) = self.partitions.read().get(&key) {
+            return Arc::clone(handles);
+        }
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.to_string()),
+        ];
+        let handles = Arc::new(PartitionHandles {
+            messages_produced: self.counter(MESSAGES_PRODUCED_TOTAL, &labels),
+            bytes_produced: self.counter(BYTES_PRODUCED_TOTAL, &labels),
+            duplicates_skipped: self.counter(PRODUCE_DUPLICATES_SKIPPED_TOTAL, &labels),
+            fsync_seconds: self.histogram(STORAGE_FSYNC_DURATION_SECONDS, &labels),
+            messages_consumed: self.counter(MESSAGES_CONSUMED_TOTAL, &labels),
+            bytes_consumed: self.counter(BYTES_CONSUMED_TOTAL, &labels),
+        });
+        let mut cached = self.partitions.write();
+        if cached.len() >= HANDLES_CACHED_MAX {
+            cached.clear();
+        }
+        Arc::clone(cached.entry(key).or_insert(handles))
+    }
+
+    /// The handles of topic `topic`, taken from the registry on first use
+    /// only.
+    pub fn topic(&self, topic: &str) -> Arc<TopicHandles> {
+        if let Some(handles) = self.topics.read().get(topic) {
+            return Arc::clone(handles);
+        }
+        let wait = |outcome: &str| {
+            self.histogram(
+                CONSUME_WAIT_SECONDS,
+                &[("topic", topic.to_owned()), ("outcome", outcome.to_owned())],
+            )
+        };
+        let handles = Arc::new(TopicHandles {
+            consume_empty: self.counter(CONSUME_EMPTY_TOTAL, &[("topic", topic.to_owned())]),
+            consume_wait: CONSUME_WAIT_OUTCOMES.map(wait),
+        });
+        let mut cached = self.topics.write();
+        if cached.len() >= HANDLES_CACHED_MAX {
+            cached.clear();
+        }
+        Arc::clone(cached.entry(Arc::from(topic)).or_insert(handles))
+    }
+
+    /// A handle on counter `name` with `labels`: take it once and keep it,
+    /// so a hot path counts without building a key or looking the series
+    /// up in the registry.
+    pub fn counter(&self, name: &'static str, labels: &[(&'static str, String)]) -> Counter {
+        self.recorder
+            .register_counter(&key(name, labels), &METADATA)
+    }
+
+    /// A handle on gauge `name` with `labels` (see [`Self::counter`]).
+    pub fn gauge(&self, name: &'static str, labels: &[(&'static str, String)]) -> Gauge {
+        self.recorder.register_gauge(&key(name, labels), &METADATA)
+    }
+
+    /// A handle on histogram `name` with `labels` (see [`Self::counter`]);
+    /// the series is served from the moment it is taken.
+    pub fn histogram(&self, name: &'static str, labels: &[(&'static str, String)]) -> Histogram {
+        self.recorder
+            .register_histogram(&key(name, labels), &METADATA)
+    }
+
+    /// Replaces gauge family `name` with exactly `series`: a series not in
+    /// it is no longer served. An empty list serves no series (and no
+    /// `# TYPE` line).
+    pub fn publish_gauges(&self, name: &'static str, series: Vec<Series>) {
+        self.published.write().insert(name, series);
     }
 
     /// Adds `value` to counter `name` with `labels`.
@@ -342,8 +517,52 @@ impl NodeMetrics {
     /// ones read now.
     pub fn render(&self) -> String {
         metrics::with_local_recorder(&self.recorder, || self.process.collect());
-        self.recorder.handle().render()
+        let mut text = self.recorder.handle().render();
+        for (name, series) in self.published.read().iter() {
+            render_gauge_family(&mut text, name, series);
+        }
+        text
     }
+}
+
+/// Appends one gauge family in the Prometheus text format.
+fn render_gauge_family(text: &mut String, name: &str, series: &[Series]) {
+    if series.is_empty() {
+        return;
+    }
+    if !text.is_empty() && !text.ends_with("\n\n") {
+        text.push('\n');
+    }
+    let _ = writeln!(text, "# TYPE {name} gauge");
+    for (labels, value) in series {
+        text.push_str(name);
+        if !labels.is_empty() {
+            text.push('{');
+            for (index, (label, value)) in labels.iter().enumerate() {
+                if index > 0 {
+                    text.push(',');
+                }
+                let _ = write!(text, "{label}=\"{}\"", escape_label_value(value));
+            }
+            text.push('}');
+        }
+        let _ = writeln!(text, " {value}");
+    }
+}
+
+/// A label value as the text format writes it: backslash, double quote and
+/// line feed escaped.
+fn escape_label_value(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 fn key(name: &'static str, labels: &[(&'static str, String)]) -> Key {
@@ -428,6 +647,104 @@ mod tests {
         ] {
             assert!(text.contains(&format!("\n{name} ")), "{name}: {text}");
         }
+    }
+
+    #[test]
+    fn a_published_family_is_replaced_whole() {
+        let metrics = NodeMetrics::new();
+        let series = |partition: &str, value| {
+            (
+                vec![
+                    ("topic", "orders".to_owned()),
+                    ("partition", partition.to_owned()),
+                ],
+                value,
+            )
+        };
+        metrics.publish_gauges(
+            CONSUMER_LAG_MESSAGES,
+            vec![series("0", 3.0), series("1", 4.0)],
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains("# TYPE narad_consumer_lag_messages gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"narad_consumer_lag_messages{topic="orders",partition="1"} 4"#),
+            "{text}"
+        );
+        metrics.publish_gauges(CONSUMER_LAG_MESSAGES, vec![series("0", 5.0)]);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"narad_consumer_lag_messages{topic="orders",partition="0"} 5"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"partition="1""#), "{text}");
+        metrics.publish_gauges(CONSUMER_LAG_MESSAGES, Vec::new());
+        assert!(!metrics.render().contains(CONSUMER_LAG_MESSAGES));
+    }
+
+    #[test]
+    fn published_label_values_are_escaped() {
+        let metrics = NodeMetrics::new();
+        metrics.publish_gauges(
+            TOPIC_BYTES,
+            vec![(vec![("topic", "a\"b\\c\nd".to_owned())], 1.5)],
+        );
+        assert!(
+            metrics
+                .render()
+                .contains(r#"narad_topic_bytes{topic="a\"b\\c\nd"} 1.5"#)
+        );
+    }
+
+    #[test]
+    fn a_handle_counts_into_the_same_series() {
+        let metrics = NodeMetrics::new();
+        let labels = [("topic", "orders".to_owned())];
+        let handle = metrics.counter(NACK_TOTAL, &labels);
+        handle.increment(2);
+        metrics.count(NACK_TOTAL, &labels, 1);
+        assert!(
+            metrics
+                .render()
+                .contains(r#"narad_nack_total{topic="orders"} 3"#)
+        );
+    }
+
+    #[test]
+    fn partition_handles_are_taken_once_and_count_into_their_series() {
+        let metrics = NodeMetrics::new();
+        let topic: Arc<str> = Arc::from("orders");
+        let first = metrics.partition(&topic, 2);
+        let again = metrics.partition(&topic, 2);
+        assert!(Arc::ptr_eq(&first, &again));
+        first.messages_produced.increment(3);
+        again.messages_produced.increment(1);
+        assert!(
+            metrics
+                .render()
+                .contains(r#"narad_messages_produced_total{topic="orders",partition="2"} 4"#)
+        );
+    }
+
+    #[test]
+    fn topic_handles_time_each_outcome_apart() {
+        let metrics = NodeMetrics::new();
+        let handles = metrics.topic("orders");
+        handles.consume_wait[1].record(0.5);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                r#"narad_consume_wait_seconds_count{topic="orders",outcome="timeout"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"narad_consume_wait_seconds_count{topic="orders",outcome="hit"} 0"#),
+            "{text}"
+        );
     }
 
     #[test]

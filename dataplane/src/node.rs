@@ -51,10 +51,11 @@ pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
 use self::decommission::DecommissionWatch;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
+use crate::partitions::poller::{Poller, PollerParts};
 use crate::partitions::retention::{Retention, RetentionParts};
 pub use crate::partitions::{
-    COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT,
-    RetentionConfig,
+    COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, PollerConfig,
+    RETENTION_CHECK_INTERVAL_DEFAULT, RetentionConfig,
 };
 
 /// Settings of a data node.
@@ -91,6 +92,9 @@ pub struct DataNodeConfig {
     /// (`storage.cold_retention_walk_ms`), and idle ones closed
     /// (`storage.idle_log_eviction_ms`).
     pub retention: RetentionConfig,
+    /// Cadences of the partition poller (spec §9: every 5 s, closed
+    /// partitions read from disk at most every 30 s).
+    pub poller: PollerConfig,
     /// Fan-out cursor limits and timings (`fanout.*`).
     pub fanout: CursorConfig,
     /// How often a draining node checks whether it may leave the cluster
@@ -120,6 +124,7 @@ impl DataNodeConfig {
             consume_seed: rand::random(),
             housekeeping: HousekeepingConfig::default(),
             retention: RetentionConfig::default(),
+            poller: PollerConfig::default(),
             fanout: CursorConfig::default(),
             decommission_check: DECOMMISSION_CHECK_INTERVAL,
             force_promote_after: crate::moves::decide::FORCE_PROMOTE_AFTER,
@@ -215,6 +220,7 @@ pub struct DataNode {
     consumer_state_worker: Option<StateWorker>,
     housekeeping: Option<Housekeeping>,
     retention: Option<Retention>,
+    poller: Option<Poller>,
     fanout: Option<FanoutRuntime>,
     /// Serves the transfer calls of moves away from this node.
     move_source: Arc<MoveSource>,
@@ -306,12 +312,17 @@ impl DataNode {
             config.dispatch.clone(),
             Arc::clone(&dispatch_status),
         )?;
-        let acceptor = Arc::new(Acceptor::new(
-            Arc::clone(&wal),
-            Arc::clone(&services.replica),
-            config.seed,
-            Arc::clone(&services.clock),
-        ));
+        let acceptor = Arc::new(
+            Acceptor::new(
+                Arc::clone(&wal),
+                Arc::clone(&services.replica),
+                config.seed,
+                Arc::clone(&services.clock),
+            )
+            .with_validation_timer(
+                metrics.histogram(crate::metrics::SCHEMA_VALIDATION_SECONDS, &[]),
+            ),
+        );
         let consumer_state =
             ConsumerStateStore::new(Arc::clone(&services.disk), config.consumer_state.clone());
         let consumer_state_worker = consumer_state.spawn(Arc::clone(&services.clock))?;
@@ -348,6 +359,15 @@ impl DataNode {
                 metrics: Arc::clone(&metrics),
             },
             config.retention,
+        )?;
+        let poller = Poller::spawn(
+            PollerParts {
+                logs: Arc::clone(&logs),
+                replica: Arc::clone(&services.replica),
+                metrics: Arc::clone(&metrics),
+                frontiers: Arc::clone(&consume) as Arc<dyn crate::partitions::Frontiers>,
+            },
+            config.poller,
         )?;
         let health = Arc::new(Health::default());
         let mut api = ApiState::new(
@@ -395,6 +415,7 @@ impl DataNode {
             consumer_state_worker: Some(consumer_state_worker),
             housekeeping: Some(housekeeping),
             retention: Some(retention),
+            poller: Some(poller),
             fanout: Some(fanout),
             move_source,
             leader: Arc::clone(&services.leader),
@@ -584,6 +605,9 @@ impl DataNode {
         if let Some(retention) = self.retention.take() {
             retention.stop();
         }
+        if let Some(poller) = self.poller.take() {
+            poller.stop();
+        }
         if let Err(error) = self.checkpoint.shutdown() {
             tracing::warn!(%error, "final checkpoint sync failed; a restart dispatches some records again");
         }
@@ -609,6 +633,9 @@ impl DataNode {
         }
         if let Some(retention) = self.retention.take() {
             retention.stop();
+        }
+        if let Some(poller) = self.poller.take() {
+            poller.stop();
         }
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();

@@ -29,6 +29,7 @@ mod dedupe;
 mod error;
 pub mod frame;
 mod hwm;
+pub mod inspect;
 mod log;
 mod read;
 mod record;

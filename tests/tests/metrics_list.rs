@@ -4,6 +4,11 @@
 //! series on `/metrics` that the list does not mark served. `narad dev`
 //! appends its control node's series to the data node's, so the Raft and
 //! metastore series are checked on the same scrape.
+//!
+//! A second test produces to a topic nobody consumes and finds the
+//! partition poller's lag, oldest unconsumed age and size for every one of
+//! its partitions: the series the lag alert of `ops/prometheus` reads
+//! (`narad-alerts-tests.yml` shows it firing on them).
 
 use std::collections::BTreeMap;
 use std::thread::sleep;
@@ -213,5 +218,95 @@ fn metrics_served_after_a_workload_are_exactly_the_listed_ones() {
         sleep(POLL);
     }
     eprintln!("agreed after {:?}", started.elapsed());
+    dev.sigterm();
+}
+
+const UNREAD: &str = "unread";
+const UNREAD_PARTITIONS: u32 = 4;
+
+/// The value of the sample `series` (a name and its labels) in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    let prefix = format!("{series} ");
+    text.lines().find_map(|line| {
+        line.strip_prefix(&prefix)
+            .and_then(|value| value.trim().parse().ok())
+    })
+}
+
+/// What the scrape lacks of the poller's series for topic `UNREAD`, whose
+/// partition `p` holds `p + 1` messages nobody consumed.
+fn unread_problems(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for partition in 0..UNREAD_PARTITIONS {
+        let labels = format!(r#"{{topic="{UNREAD}",partition="{partition}"}}"#);
+        let lag = sample(text, &format!("narad_consumer_lag_messages{labels}"));
+        if lag != Some(f64::from(partition + 1)) {
+            problems.push(format!("partition {partition}: lag {lag:?}"));
+        }
+        let age = sample(
+            text,
+            &format!("narad_oldest_unconsumed_message_age_seconds{labels}"),
+        );
+        if age.is_none_or(|age| age < 0.0) {
+            problems.push(format!("partition {partition}: oldest age {age:?}"));
+        }
+        let size = sample(text, &format!("narad_partition_size_bytes{labels}"));
+        if size.is_none_or(|size| size <= 0.0) {
+            problems.push(format!("partition {partition}: size {size:?}"));
+        }
+        let segments = sample(text, &format!("narad_segments{labels}"));
+        if segments.is_none_or(|segments| segments < 1.0) {
+            problems.push(format!("partition {partition}: segments {segments:?}"));
+        }
+    }
+    let topic_bytes = sample(text, &format!(r#"narad_topic_bytes{{topic="{UNREAD}"}}"#));
+    if topic_bytes.is_none_or(|bytes| bytes <= 0.0) {
+        problems.push(format!("topic bytes {topic_bytes:?}"));
+    }
+    problems
+}
+
+#[test]
+fn every_partition_of_a_topic_nobody_consumes_shows_lag_age_and_size() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut dev = DevProcess::new(dir.path());
+    dev.start();
+    expect(
+        201,
+        post_json(
+            dev.port,
+            "/v1/topics",
+            &format!(r#"{{"name":"{UNREAD}","partitions":{UNREAD_PARTITIONS}}}"#),
+        ),
+        "create",
+    );
+    for partition in 0..UNREAD_PARTITIONS {
+        for n in 0..=partition {
+            expect(
+                202,
+                post_json(
+                    dev.port,
+                    &format!("/v1/topics/{UNREAD}/produce?partition={partition}"),
+                    &format!(r#"{{"n":{n}}}"#),
+                ),
+                "produce",
+            );
+        }
+    }
+    // The poller passes every 5 s: scrape until it has seen every record.
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let text = expect(200, send(dev.port, &Request::get("/metrics")), "scrape");
+        let problems = unread_problems(&text);
+        if problems.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the poller's series of {UNREAD}:\n{}\n\n{text}",
+            problems.join("\n")
+        );
+        sleep(POLL);
+    }
     dev.sigterm();
 }

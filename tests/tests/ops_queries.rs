@@ -173,7 +173,7 @@ fn an_unmarked_query_of_a_series_not_served_is_refused() {
     let list = load_list();
     let unmarked = Query {
         place: "example".into(),
-        expr: "narad_oldest_unconsumed_message_age_seconds > 0".into(),
+        expr: "narad_orphan_topic_dirs > 0".into(),
         not_built: None,
     };
     let wrongly_marked = Query {

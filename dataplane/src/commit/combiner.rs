@@ -19,7 +19,7 @@ use narad_plog::{CommitRecord, LogError, Origin};
 use parking_lot::{Condvar, Mutex};
 
 use crate::metadata::{MetadataReplica, TopicMeta};
-use crate::metrics::{self, NodeMetrics};
+use crate::metrics::NodeMetrics;
 use crate::partitions::freeze::{self, Freeze, Freezes};
 use crate::partitions::{LocalLogs, partition_dir};
 use crate::topology::{Destination, Route, Topology};
@@ -437,30 +437,16 @@ impl Combiners {
             .map(|&n| u64::from(n))
             .sum();
         let records = outcome.offsets.end - outcome.offsets.start;
-        let labels = [
-            ("topic", destination.topic.to_string()),
-            ("partition", destination.partition.to_string()),
-        ];
-        self.metrics
-            .count(metrics::MESSAGES_PRODUCED_TOTAL, &labels, records);
-        self.metrics.count(
-            metrics::BYTES_PRODUCED_TOTAL,
-            &labels,
-            outcome.payload_bytes,
-        );
+        let handles = self
+            .metrics
+            .partition(&destination.topic, destination.partition);
+        handles.messages_produced.increment(records);
+        handles.bytes_produced.increment(outcome.payload_bytes);
         if already_stored > 0 {
-            self.metrics.count(
-                metrics::PRODUCE_DUPLICATES_SKIPPED_TOTAL,
-                &labels,
-                already_stored,
-            );
+            handles.duplicates_skipped.increment(already_stored);
         }
         if let Some(sync_duration) = outcome.sync_duration {
-            self.metrics.observe(
-                metrics::STORAGE_FSYNC_DURATION_SECONDS,
-                &labels,
-                sync_duration,
-            );
+            handles.fsync_seconds.record(sync_duration.as_secs_f64());
         }
         Ok(outcome
             .batch_offsets

@@ -53,12 +53,12 @@ use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
-use super::ahead::{ConsumerPosition, ConsumerStateStore};
+use super::ahead::{ConsumerPosition, ConsumerStateStore, stored_frontier};
 use super::shard::{Settle, ShardLimits};
 use super::waiters::Waiters;
 use crate::metadata::{MetadataReplica, TopicMeta};
-use crate::partitions::LocalLogs;
 use crate::partitions::freeze::Freezes;
+use crate::partitions::{Frontiers, LocalLogs};
 use crate::topology::Destination;
 use narad_disk::clock::{Clock, millis};
 
@@ -99,6 +99,18 @@ pub struct PartitionGauges {
     pub dropped: u64,
     /// Records skipped as unreadable since the shard was made.
     pub corrupt_skipped_total: u64,
+}
+
+/// The partition poller's frontiers: a shard's when one serves the
+/// partition, else the consumer-state files', read without attaching.
+impl Frontiers for ConsumeService {
+    fn live(&self, destination: &Destination, incarnation: Option<&Arc<str>>) -> Option<u64> {
+        self.live_frontier(destination, incarnation)
+    }
+
+    fn stored(&self, dir: &std::path::Path) -> std::io::Result<Option<u64>> {
+        stored_frontier(&**self.logs.disk(), dir)
+    }
 }
 
 /// How often [`ConsumeService::wait_for_leases`] looks again.
@@ -349,6 +361,24 @@ impl ConsumeService {
             self.pump(topic);
         }
         gauges
+    }
+
+    /// The frontier of `destination`'s shard for incarnation
+    /// `incarnation`, if it has one: the exact, in-memory figure. Never
+    /// makes a shard, and holds the one it reads only while reading it.
+    pub fn live_frontier(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+    ) -> Option<u64> {
+        let shard = self
+            .shards
+            .lock()
+            .get(destination)
+            .filter(|shard| shard.incarnation.as_ref() == incarnation)
+            .cloned()?;
+        let frontier = shard.state.lock().frontier();
+        Some(frontier)
     }
 
     /// The consumer position of owned partition `partition` of `meta` now

@@ -362,11 +362,7 @@ async fn queue_consume(
     };
     timer.finish(!deliveries.is_empty());
     if deliveries.is_empty() {
-        state.metrics.count(
-            metrics::CONSUME_EMPTY_TOTAL,
-            &[("topic", topic.to_owned())],
-            1,
-        );
+        state.metrics.topic(topic).consume_empty.increment(1);
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let batch = matches!(params.mode, ConsumeMode::Batch(_));
@@ -460,16 +456,11 @@ pub(crate) fn forward_refusal(error: ForwardError) -> ApiError {
 }
 
 fn count_delivery(metrics: &NodeMetrics, delivery: &Delivery) {
-    let labels = [
-        ("topic", delivery.topic.to_string()),
-        ("partition", delivery.partition.to_string()),
-    ];
-    metrics.count(metrics::MESSAGES_CONSUMED_TOTAL, &labels, 1);
-    metrics.count(
-        metrics::BYTES_CONSUMED_TOTAL,
-        &labels,
-        delivery.record.payload.len() as u64,
-    );
+    let handles = metrics.partition(&delivery.topic, delivery.partition);
+    handles.messages_consumed.increment(1);
+    handles
+        .bytes_consumed
+        .increment(delivery.record.payload.len() as u64);
 }
 
 fn json_response(body: String) -> Response {
@@ -528,14 +519,12 @@ impl<'a> WaitTimer<'a> {
 
     fn record(&mut self, outcome: &'static str) {
         self.armed = false;
-        self.metrics.observe(
-            metrics::CONSUME_WAIT_SECONDS,
-            &[
-                ("topic", self.topic.to_owned()),
-                ("outcome", outcome.to_owned()),
-            ],
-            Duration::from_micros(self.clock.now_us().saturating_sub(self.started_us)),
-        );
+        let index = metrics::CONSUME_WAIT_OUTCOMES
+            .iter()
+            .position(|known| *known == outcome)
+            .expect("a consume wait outcome");
+        let waited = Duration::from_micros(self.clock.now_us().saturating_sub(self.started_us));
+        self.metrics.topic(self.topic).consume_wait[index].record(waited.as_secs_f64());
     }
 }
 

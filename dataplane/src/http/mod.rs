@@ -321,7 +321,9 @@ impl ApiState {
         }
     }
 
-    /// Copies each owned partition's queue figures into its series.
+    /// Copies the queue figures of each partition with a consume shard
+    /// into its series. Its lag is not among them: the partition poller
+    /// exports every owned partition's (`partitions::poller`).
     fn refresh_consume_gauges(&self) {
         let Some(service) = &self.consume else {
             return;
@@ -332,7 +334,6 @@ impl ApiState {
                 ("partition", partition.partition.to_string()),
             ];
             let gauges = [
-                (metrics::CONSUMER_LAG_MESSAGES, partition.lag),
                 (metrics::INFLIGHT_SIZE, partition.in_flight),
                 (metrics::ACKED_AHEAD_SIZE, partition.acked_ahead),
                 (metrics::CONSUMER_DROPPED_MESSAGES, partition.dropped),

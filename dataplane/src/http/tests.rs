@@ -50,6 +50,7 @@ pub(super) fn api_with_admin(
 ) -> Api {
     let (sim, wal) = sim_wal(11);
     let replica = replica();
+    let metrics = Arc::new(NodeMetrics::new());
     let acceptor = Arc::new(
         Acceptor::new(
             Arc::clone(&wal),
@@ -57,7 +58,8 @@ pub(super) fn api_with_admin(
             5,
             crate::testing::system_clock(),
         )
-        .with_validation_slots(validation_slots, std::time::Duration::ZERO),
+        .with_validation_slots(validation_slots, std::time::Duration::ZERO)
+        .with_validation_timer(metrics.histogram(crate::metrics::SCHEMA_VALIDATION_SECONDS, &[])),
     );
     let admin_replica = Arc::clone(&replica);
     let health = Arc::new(Health::default());
@@ -66,7 +68,7 @@ pub(super) fn api_with_admin(
         config,
         acceptor,
         replica,
-        Arc::new(NodeMetrics::new()),
+        metrics,
         health,
         Arc::new(AtomicU64::new(0)),
         admin(admin_replica),
@@ -531,6 +533,26 @@ async fn schema_refusals_are_counted_by_reason() {
         series_value(&after, "narad_schema_validations_in_flight "),
         None,
         "the gauge is set when /metrics refreshes it, not before"
+    );
+}
+
+#[tokio::test]
+async fn every_schema_validation_is_timed_whatever_its_verdict() {
+    let api = api();
+    let count = "narad_schema_validation_seconds_count ";
+    assert_eq!(series_value(&api.state.metrics.render(), count), Some(0.0));
+    for body in [r#"{"amount":"x"}"#, r#"{"amount":1}"#] {
+        send(
+            &api,
+            produce_request("/v1/topics/typed/produce", ALICE, body),
+        )
+        .await;
+    }
+    let text = api.state.metrics.render();
+    assert_eq!(series_value(&text, count), Some(2.0), "{text}");
+    assert!(
+        text.contains("narad_schema_validation_seconds_bucket{le=\"0.00005\"}"),
+        "{text}"
     );
 }
 

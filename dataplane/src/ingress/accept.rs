@@ -128,6 +128,10 @@ pub struct Acceptor {
     /// How many slots `validation_slots` was made with.
     validation_slots_total: usize,
     validation_wait: Duration,
+    /// Where each schema validation's time goes
+    /// (`narad_schema_validation_seconds`; nowhere until
+    /// [`Acceptor::with_validation_timer`]).
+    validation_seconds: metrics::Histogram,
 }
 
 /// A message checked and placed, ready to stage.
@@ -156,7 +160,15 @@ impl Acceptor {
             validation_slots: Arc::new(Semaphore::new(slots)),
             validation_slots_total: slots,
             validation_wait: SCHEMA_SLOT_WAIT,
+            validation_seconds: metrics::Histogram::noop(),
         }
+    }
+
+    /// Records the time of each schema validation (a payload produced to a
+    /// topic with a schema, whatever the verdict) in `seconds`.
+    pub fn with_validation_timer(mut self, seconds: metrics::Histogram) -> Self {
+        self.validation_seconds = seconds;
+        self
     }
 
     /// Sets the number of validation slots and how long a produce waits
@@ -304,7 +316,14 @@ impl Acceptor {
                 partitions: topic.partitions,
             });
         }
-        self.schemas.check(topic, &message.payload)?;
+        if topic.schema().is_some() {
+            let started_us = self.clock.now_us();
+            let checked = self.schemas.check(topic, &message.payload);
+            let elapsed_us = self.clock.now_us().saturating_sub(started_us);
+            self.validation_seconds
+                .record(Duration::from_micros(elapsed_us).as_secs_f64());
+            checked?;
+        }
         let partition = match message.partition {
             Some(partition) => partition,
             None if !message.key.is_empty() => key_partition(&message.key, topic.partitions),

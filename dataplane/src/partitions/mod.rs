@@ -14,6 +14,9 @@
 //!   synced.
 //! - [`retention`]: the thread that sweeps open logs by age, walks cold
 //!   ones, and evicts idle ones.
+//! - [`poller`]: the thread that exports every owned partition's lag,
+//!   oldest unconsumed age, size and segments, reading closed logs from
+//!   their files.
 //!
 //! This room sits below the commit combiner, the consume service, fan-out,
 //! moves and forwarding, which all take their logs from here; it knows none
@@ -24,10 +27,12 @@ pub mod freeze;
 pub mod incarnation;
 mod logs;
 pub mod note;
+pub mod poller;
 pub mod retention;
 
 pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport, TopicDirError};
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
+pub use poller::{Frontiers, PollerConfig};
 pub use retention::{
     COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT,
     RetentionConfig,

@@ -25,6 +25,11 @@
 //! consume shard or a fan-out cursor holds stays open. A log the cold walk
 //! opened counts as unused, so the pass that swept it closes it again.
 //!
+//! The thread is supervised: a panic that escapes a pass (the sweeps and
+//! the cold walk catch their own) restarts the loop, which waits one check
+//! interval before its next pass, counts `narad_reaper_restarts` and logs
+//! the restart at error level.
+//!
 //! A log whose topic the replica no longer holds, or holds as another
 //! incarnation, is left alone: the incarnation housekeeping retires it.
 //! A sweep that fails or panics is logged and the pass goes on with the
@@ -50,8 +55,8 @@ use super::{LocalLogs, partition_dir};
 use crate::metadata::MetadataReplica;
 use crate::metrics::{
     COLD_RETENTION_PANICS_TOTAL, COLD_RETENTION_SWEPT_TOTAL, ERRORS_TOTAL, IDLE_LOGS_EVICTED_TOTAL,
-    NodeMetrics, STORAGE_RETENTION_BYTES_DELETED_TOTAL, STORAGE_RETENTION_MESSAGES_DELETED_TOTAL,
-    STORAGE_RETENTION_RUN_DURATION_SECONDS,
+    NodeMetrics, REAPER_RESTARTS, STORAGE_RETENTION_BYTES_DELETED_TOTAL,
+    STORAGE_RETENTION_MESSAGES_DELETED_TOTAL, STORAGE_RETENTION_RUN_DURATION_SECONDS,
 };
 use crate::topology::Destination;
 
@@ -348,6 +353,41 @@ fn oldest_segment_modified_ms(disk: &dyn Disk, dir: &Path) -> io::Result<Option<
     }
 }
 
+/// The retention loop: a pass every check interval until the stop
+/// channel closes.
+fn run(parts: &RetentionParts, config: &RetentionConfig, stopped: &mpsc::Receiver<()>) {
+    let clock = Arc::clone(parts.logs.clock());
+    let mut walked_ms: Option<u64> = None;
+    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(config.check_interval) {
+        let now_ms = clock.now_ms();
+        let cold = cold_walk_due(config, walked_ms, now_ms);
+        if cold {
+            walked_ms = Some(now_ms);
+        }
+        let stopping = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
+        pass_until(parts, clock.unix_ms(), cold, &stopping);
+        if let Some(idle) = config.idle_eviction
+            && !stopping()
+        {
+            evict_idle(parts, idle);
+        }
+    }
+}
+
+/// Runs `body` until it returns; each time it panics instead, runs it
+/// again, after telling `restarted` how many restarts there were so far
+/// and logging it. `body` starts with a wait of its own (the retention
+/// loop waits a check interval before each pass), so a body that panics
+/// at once does not spin.
+pub(crate) fn supervise(body: impl Fn(), restarted: impl Fn(u64)) {
+    let mut restarts = 0u64;
+    while panic::catch_unwind(AssertUnwindSafe(&body)).is_err() {
+        restarts += 1;
+        restarted(restarts);
+        tracing::error!(restarts, "the retention thread panicked; restarted");
+    }
+}
+
 /// The running retention thread; stopped by [`Retention::stop`].
 #[derive(Debug)]
 pub(crate) struct Retention {
@@ -368,28 +408,16 @@ impl Retention {
         parts.metrics.count(COLD_RETENTION_SWEPT_TOTAL, &[], 0);
         parts.metrics.count(COLD_RETENTION_PANICS_TOTAL, &[], 0);
         parts.metrics.count(IDLE_LOGS_EVICTED_TOTAL, &[], 0);
+        let restarts = parts.metrics.gauge(REAPER_RESTARTS, &[]);
+        restarts.set(0.0);
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("narad-retention".into())
             .spawn(move || {
-                let clock = Arc::clone(parts.logs.clock());
-                let mut walked_ms: Option<u64> = None;
-                while let Err(RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(config.check_interval)
-                {
-                    let now_ms = clock.now_ms();
-                    let cold = cold_walk_due(&config, walked_ms, now_ms);
-                    if cold {
-                        walked_ms = Some(now_ms);
-                    }
-                    let stopping = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
-                    pass_until(&parts, clock.unix_ms(), cold, &stopping);
-                    if let Some(idle) = config.idle_eviction
-                        && !stopping()
-                    {
-                        evict_idle(&parts, idle);
-                    }
-                }
+                supervise(
+                    || run(&parts, &config, &stopped),
+                    |count| restarts.set(count as f64),
+                );
             })?;
         Ok(Self { stop, thread })
     }

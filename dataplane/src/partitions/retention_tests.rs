@@ -429,3 +429,27 @@ fn a_cold_walk_is_due_at_the_first_pass_then_once_per_interval() {
     };
     assert!(!cold_walk_due(&never, None, 60_000), "walks switched off");
 }
+
+#[test]
+fn a_panicking_loop_is_restarted_and_each_restart_counted() {
+    let runs = std::cell::Cell::new(0u32);
+    let counted = std::cell::RefCell::new(Vec::new());
+    super::supervise(
+        || {
+            runs.set(runs.get() + 1);
+            assert!(runs.get() > 2, "a pass that panics");
+        },
+        |restarts| counted.borrow_mut().push(restarts),
+    );
+    assert_eq!(runs.get(), 3, "two panics, then a run that ends");
+    assert_eq!(*counted.borrow(), vec![1, 2]);
+}
+
+#[test]
+fn the_restarts_gauge_is_served_at_zero_from_the_start() {
+    let parts = parts(replica(HOUR_MS));
+    let metrics = Arc::clone(&parts.metrics);
+    let retention = Retention::spawn(parts, RetentionConfig::default()).expect("spawn");
+    assert!(metrics.render().contains("\nnarad_reaper_restarts 0\n"));
+    retention.stop();
+}

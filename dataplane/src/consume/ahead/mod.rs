@@ -27,12 +27,15 @@
 //!   recovers; when a partition is written out);
 //! - `store`: the store that attaches partitions and writes them on the
 //!   two cadences, failing into [`StateError`];
+//! - `peek`: the stored frontier, read without attaching (the partition
+//!   poller's lag of a partition no shard serves);
 //! - `worker`: the thread that ticks the store.
 
 mod cadence;
 mod config;
 mod error;
 mod format;
+mod peek;
 mod position;
 mod recovery;
 mod store;
@@ -48,6 +51,7 @@ pub use format::{
     SLOT_BYTES, SLOT_COUNT, SLOT_CRC_BYTES, SLOT_FORMAT_VERSION, SLOT_HEADER_BYTES, SLOT_MAGIC,
     SLOT_SET_BYTES_MAX, SlotError, SlotRecord, decode_slot, encode_slot,
 };
+pub use peek::stored_frontier;
 pub use position::{ConsumerPosition, OFFSET_LIMIT, PositionSource};
 pub use store::{ConsumerStateStore, StateTicket};
 pub use worker::StateWorker;
