@@ -176,7 +176,7 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
     let peers = Peers::bind(
         config.rpc_addr,
         cluster_auth(&config.cluster_security),
-        clock,
+        Arc::clone(&clock),
     )
     .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?;
     let replica = Arc::new(MetadataReplica::new(config.node_id));
@@ -185,6 +185,7 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
         controls,
         config.node_id,
         Arc::clone(&replica),
+        clock,
     );
     let mut tasks = Tasks(vec![
         bridge.spawn_feed(),
@@ -244,6 +245,7 @@ async fn serve_node(
     let node = tokio::task::block_in_place(|| DataNode::start(services, node_config))
         .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;
     peers.attach(&node, replica, bridge.addresses());
+    bridge.serve_heartbeat_metrics(&node.api().metrics);
     info!(http = %config.http_addr, "narad data serving");
     let gate = ReadyGate::new(vec![leader_check(bridge)]);
     let served = http::serve(

@@ -27,7 +27,7 @@ use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::moves::DirectLinks;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::topology::NodeId;
-use narad_disk::clock::SystemClock;
+use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, Node, NodeConfig, Router};
 use tracing::{error, info};
@@ -241,11 +241,13 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     .map_err(|e| format!("data node cluster transport: {e}"))?;
     let rpc_addr = transport.local_addr();
     let replica = Arc::new(MetadataReplica::new(DATA_NODE));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let bridge = Bridge::new(
         ControlClient::new(Arc::new(transport)),
         vec![cluster_addr],
         DATA_NODE,
         Arc::clone(&replica),
+        Arc::clone(&clock),
     );
     let feed = bridge.spawn_feed();
     let leader_watch = bridge.spawn_leader_watch();
@@ -279,10 +281,11 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
         remote: Arc::new(NoRemoteTarget),
         admin: Arc::new(ControlAdmin::new(Arc::clone(&bridge))),
         replica: Arc::clone(&replica),
-        clock: Arc::new(SystemClock::new()),
+        clock,
     };
     let node = tokio::task::block_in_place(|| DataNode::start(services, config))
         .map_err(|e| format!("data node did not start: {e}"))?;
+    bridge.serve_heartbeat_metrics(&node.api().metrics);
     // The only data node is never a move's target or source, but its
     // runner serves the move series and sweeps as in a cluster.
     node.start_moves(Arc::new(DirectLinks::default()));

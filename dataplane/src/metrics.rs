@@ -137,6 +137,13 @@ pub const TOPIC_BYTES: &str = "narad_topic_bytes";
 /// When a poller loop last finished a pass, in Unix seconds (loop).
 pub const POLLER_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
     "narad_poller_last_success_timestamp_seconds";
+/// Heartbeats to the control plane that failed since the last one a
+/// leader took (gauge; 0 after a success).
+pub const MEMBER_HEARTBEAT_FAILURES: &str = "narad_member_heartbeat_failures";
+/// When a control-plane leader last took this node's heartbeat (or its
+/// registration), in Unix seconds of the node's clock.
+pub const MEMBER_HEARTBEAT_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "narad_member_heartbeat_last_success_timestamp_seconds";
 /// Times the retention thread was restarted after a panic.
 pub const REAPER_RESTARTS: &str = "narad_reaper_restarts";
 /// Seconds one schema validation of a produced payload took.

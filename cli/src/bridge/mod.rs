@@ -6,7 +6,8 @@
 //! - the metadata stream feeds the data node's replica, which applies each
 //!   batch with the metastore's own `apply` (`narad_meta`);
 //! - the data node registers as a member and heartbeats, so the controller
-//!   assigns partitions to it;
+//!   assigns partitions to it; [`heartbeat::HeartbeatRecord`] serves how
+//!   those heartbeats fare on the data node's `/metrics`;
 //! - [`ControlConfirm`] asks the leader, after its barrier, whether a
 //!   topic or one incarnation of it is gone;
 //! - [`ControlAdmin`] proposes the metastore commands the HTTP API builds
@@ -25,6 +26,7 @@
 mod addresses;
 mod admin;
 mod confirm;
+mod heartbeat;
 mod leader;
 mod nodes;
 
@@ -38,9 +40,11 @@ use narad_controlplane::node::ControlClient;
 use narad_controlplane::node::client::ClientError;
 use narad_controlplane::node::wire::MemberReport;
 use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::metrics::NodeMetrics;
 use narad_dataplane::remote::AddressTable;
 use narad_dataplane::topology::NodeId;
 use narad_dataplane::topology::member_id;
+use narad_disk::clock::Clock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
@@ -48,6 +52,7 @@ use tracing::{debug, warn};
 use addresses::{ADDRESS_REFRESH, AddressBook, MemberAddrs};
 pub(crate) use admin::ControlAdmin;
 pub(crate) use confirm::ControlConfirm;
+use heartbeat::HeartbeatRecord;
 use leader::LEADER_POLL_INTERVAL;
 pub(crate) use leader::{LEADER_HEARD_WITHIN, LeaderHeard};
 use nodes::{ControlNodes, Repeat};
@@ -68,6 +73,8 @@ pub(crate) struct Bridge {
     fed: watch::Sender<u64>,
     /// When a control-plane leader was last heard.
     leader: LeaderHeard,
+    /// How the registration and heartbeats fared.
+    heartbeats: HeartbeatRecord,
     /// The data nodes' RPC addresses as the member records spell them.
     member_addrs: watch::Sender<MemberAddrs>,
     /// The same, resolved (by [`Bridge::spawn_address_book`]).
@@ -76,12 +83,14 @@ pub(crate) struct Bridge {
 
 impl Bridge {
     /// A bridge of data node `node` (replica `replica`) to the control
-    /// nodes at `controls` (at least one), calling through `client`.
+    /// nodes at `controls` (at least one), calling through `client`;
+    /// `clock` is the data node's.
     pub(crate) fn new(
         client: ControlClient,
         controls: Vec<SocketAddr>,
         node: NodeId,
         replica: Arc<MetadataReplica>,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         let (fed, _) = watch::channel(0);
         let (member_addrs, _) = watch::channel(MemberAddrs::new());
@@ -92,6 +101,7 @@ impl Bridge {
             replica,
             fed,
             leader: LeaderHeard::default(),
+            heartbeats: HeartbeatRecord::new(clock),
             member_addrs,
             addresses: Arc::new(AddressTable::new()),
         })
@@ -101,6 +111,11 @@ impl Bridge {
     /// [`Bridge::spawn_address_book`] runs.
     pub(crate) fn addresses(&self) -> &Arc<AddressTable> {
         &self.addresses
+    }
+
+    /// Serves the heartbeat series from the data node's `metrics`.
+    pub(crate) fn serve_heartbeat_metrics(&self, metrics: &Arc<NodeMetrics>) {
+        self.heartbeats.attach(metrics);
     }
 
     /// Whether a control-plane leader was heard within `window`.
@@ -221,6 +236,7 @@ impl Bridge {
             tokio::time::sleep(RETRY_PAUSE).await;
         }
         self.leader_answered();
+        self.heartbeats.succeeded();
     }
 
     /// Heartbeats every [`HEARTBEAT_INTERVAL`]; runs until aborted.
@@ -240,8 +256,14 @@ impl Bridge {
                     })
                     .await
                 {
-                    Ok(_) => bridge.leader_answered(),
-                    Err(error) => warn!(%error, "heartbeat reached no control-plane leader"),
+                    Ok(_) => {
+                        bridge.leader_answered();
+                        bridge.heartbeats.succeeded();
+                    }
+                    Err(error) => {
+                        bridge.heartbeats.failed();
+                        warn!(%error, "heartbeat reached no control-plane leader");
+                    }
                 }
             }
         })
