@@ -17,7 +17,7 @@ use tracing::warn;
 
 use super::runtime::Shared;
 use crate::controller::colocated_child_partitions;
-use crate::store::DATABASE_FILE;
+use crate::store::{ApplyFaultKind, DATABASE_FILE};
 use narad_meta::{DecommissionBlock, Metastore};
 
 struct Http {
@@ -179,6 +179,10 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
         gauge!("narad_control_ready").set(if ready { 1.0 } else { 0.0 });
         counter!("narad_metastore_commands_refused_total").absolute(refused);
         gauge!("narad_metastore_apply_stopped").set(if stopped { 1.0 } else { 0.0 });
+        for kind in ApplyFaultKind::ALL {
+            counter!("narad_metastore_apply_errors_total", "kind" => kind.label())
+                .absolute(shared.apply_faults.total(kind));
+        }
         gauge!("narad_colocated_child_partitions").set(colocated as f64);
         for (node, reason, value) in blocked {
             gauge!("narad_decommission_blocked", "node" => node, "reason" => reason).set(value);

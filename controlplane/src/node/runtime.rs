@@ -15,7 +15,7 @@ use super::wire::Status;
 use super::{controller_loop, http, join, propose};
 use crate::network::{LeaderContact, RaftGate, RaftNetworkClients, RaftSlot, raft_routes};
 use crate::raft::ControlRaft;
-use crate::store::{self, DATABASE_FILE, MachineView};
+use crate::store::{self, ApplyFaults, DATABASE_FILE, MachineView};
 
 /// Why a control node did not start.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,8 @@ pub(super) struct Shared {
     pub(super) raft_gate: Arc<RaftGate>,
     pub(super) shutting_down: AtomicBool,
     pub(super) metrics: http::ControlMetrics,
+    /// Faults the Raft log store handed openraft, by kind.
+    pub(super) apply_faults: Arc<ApplyFaults>,
 }
 
 /// How long a proposal may wait for commit and apply, and how long a
@@ -127,6 +129,7 @@ impl ControlNode {
         })?;
         let (log_store, machine) = store::open(&dir.join(DATABASE_FILE))?;
         let view = machine.view();
+        let apply_faults = log_store.faults();
         let slot: RaftSlot = Arc::new(OnceLock::new());
         let contact = Arc::new(LeaderContact::default());
         let shared_slot: Arc<OnceLock<Arc<Shared>>> = Arc::new(OnceLock::new());
@@ -169,6 +172,7 @@ impl ControlNode {
             raft_gate,
             shutting_down: AtomicBool::new(false),
             metrics: http::ControlMetrics::new(),
+            apply_faults,
         });
         let _ = shared_slot.set(shared.clone());
         bootstrap(&shared).await?;

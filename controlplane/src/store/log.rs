@@ -7,10 +7,15 @@
 //! build stored; it is still read, so a log written before the binary codec
 //! replays. The vote, the commit hint and the purge mark stay serde JSON:
 //! small records, written rarely.
+//!
+//! Every fault the store hands openraft on the entry path stops the state
+//! machine's apply (`narad_metastore_apply_stopped`); [`ApplyFaults`]
+//! counts them by kind for `narad_metastore_apply_errors_total`.
 
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use narad_protocol::{DecodeError, Reader, Writer};
@@ -25,16 +30,101 @@ use crate::network::raft_fields::{get_entry, put_entry};
 use crate::raft::{ControlNodeId, Entry, LogId, StorageError, TypeConfig};
 use narad_meta::codec::{from_json, is_bare_json};
 
-/// The log and the vote. Cloning shares the database; openraft uses clones
-/// as log readers for replication.
+/// Why an entry could not be read or written, by the spec's kinds of
+/// `narad_metastore_apply_errors_total` (`newer_database` is refused when
+/// the store opens, before anything runs that could count it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyFaultKind {
+    /// The database failed a read or a write.
+    Storage,
+    /// A stored entry's version is one this build does not speak: a newer
+    /// build wrote it.
+    UnknownEntryType,
+    /// A stored entry's bytes do not decode.
+    Undecodable,
+}
+
+impl ApplyFaultKind {
+    /// Every kind, in the order they are served.
+    pub const ALL: [Self; 3] = [Self::Storage, Self::UnknownEntryType, Self::Undecodable];
+
+    /// The `kind` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Storage => "storage",
+            Self::UnknownEntryType => "unknown_entry_type",
+            Self::Undecodable => "undecodable",
+        }
+    }
+
+    fn of_decode(error: &DecodeError) -> Self {
+        match error {
+            DecodeError::UnsupportedVersion { .. } => Self::UnknownEntryType,
+            _ => Self::Undecodable,
+        }
+    }
+}
+
+/// Faults the log store handed openraft on the entry path, by kind.
+#[derive(Debug, Default)]
+pub struct ApplyFaults {
+    counts: [AtomicU64; ApplyFaultKind::ALL.len()],
+}
+
+impl ApplyFaults {
+    fn note(&self, kind: ApplyFaultKind) {
+        self.counts[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many faults of `kind` the store met since it opened.
+    pub fn total(&self, kind: ApplyFaultKind) -> u64 {
+        self.counts[kind as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// An entry read that failed: the database, or an entry it holds.
+#[derive(Debug, thiserror::Error)]
+enum EntryReadError {
+    #[error(transparent)]
+    Storage(#[from] redb::Error),
+    #[error("raft store record: {0}")]
+    Undecodable(#[from] DecodeError),
+}
+
+impl EntryReadError {
+    fn kind(&self) -> ApplyFaultKind {
+        match self {
+            Self::Storage(_) => ApplyFaultKind::Storage,
+            Self::Undecodable(error) => ApplyFaultKind::of_decode(error),
+        }
+    }
+}
+
+/// The log and the vote. Cloning shares the database and the fault
+/// counts; openraft uses clones as log readers for replication.
 #[derive(Debug, Clone)]
 pub struct LogStore {
     database: Arc<Database>,
+    faults: Arc<ApplyFaults>,
 }
 
 impl LogStore {
     pub(super) fn new(database: Arc<Database>) -> Self {
-        Self { database }
+        Self {
+            database,
+            faults: Arc::new(ApplyFaults::default()),
+        }
+    }
+
+    /// The faults this store (and every clone) handed openraft.
+    pub fn faults(&self) -> Arc<ApplyFaults> {
+        Arc::clone(&self.faults)
+    }
+
+    /// Counts a write fault on the entry path.
+    fn write_fault(&self, error: redb::Error) -> StorageError {
+        self.faults.note(ApplyFaultKind::Storage);
+        StorageIOError::write_logs(&error).into()
     }
 
     /// Reads one JSON record of the meta table.
@@ -76,13 +166,13 @@ impl LogStore {
         Ok(Some(entry.log_id))
     }
 
-    fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, redb::Error> {
-        let txn = self.database.begin_read()?;
-        let table = txn.open_table(LOG)?;
+    fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, EntryReadError> {
+        let txn = self.database.begin_read().map_err(redb::Error::from)?;
+        let table = txn.open_table(LOG).map_err(redb::Error::from)?;
         let mut entries = Vec::new();
-        for item in table.range(range)? {
-            let (index, raw) = item?;
-            let entry = decode_stored_entry(raw.value()).map_err(corrupt)?;
+        for item in table.range(range).map_err(redb::Error::from)? {
+            let (index, raw) = item.map_err(redb::Error::from)?;
+            let entry = decode_stored_entry(raw.value())?;
             // Read back what was written: a key and its entry must agree.
             assert_eq!(
                 entry.log_id.index,
@@ -183,8 +273,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.entries(range)
-            .map_err(|e| StorageIOError::read_logs(&e).into())
+        self.entries(range).map_err(|error| {
+            self.faults.note(error.kind());
+            StorageIOError::read_logs(&error).into()
+        })
     }
 }
 
@@ -251,19 +343,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Err(error) => {
                 let reason = std::io::Error::other(error.to_string());
                 callback.log_io_completed(Err(reason));
-                Err(StorageIOError::write_logs(&error).into())
+                Err(self.write_fault(error))
             }
         }
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.remove_range(log_id.index..)
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+            .map_err(|error| self.write_fault(error))
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.purge_durably(log_id)
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+            .map_err(|error| self.write_fault(error))
     }
 }
 
@@ -337,6 +429,37 @@ mod stored_entry_tests {
             log.last_entry_id().expect("reads"),
             Some(heartbeat_entry(3).log_id)
         );
+    }
+
+    /// Stores `raw` under log index `index`, as a build other than this
+    /// one (or a damaged disk) might have left it.
+    fn store_raw(log: &LogStore, index: u64, raw: &[u8]) {
+        let txn = log.database.begin_write().expect("transaction");
+        {
+            let mut table = txn.open_table(LOG).expect("log table");
+            table.insert(index, raw).expect("inserts");
+        }
+        txn.commit().expect("commits");
+    }
+
+    #[tokio::test]
+    async fn entries_openraft_cannot_read_are_counted_as_apply_faults_by_kind() {
+        let dir = TempDir::new().expect("temporary directory");
+        let (mut log, _) =
+            super::super::open(&dir.path().join(super::super::DATABASE_FILE)).expect("opens");
+        let faults = log.faults();
+        let mut newer = encode_stored_entry(&heartbeat_entry(1)).to_vec();
+        newer[0] = STORED_ENTRY_VERSION + 1;
+        store_raw(&log, 1, &newer);
+        store_raw(&log, 2, &[STORED_ENTRY_VERSION, 0xff]);
+
+        assert!(log.try_get_log_entries(1..=1).await.is_err());
+        assert!(log.try_get_log_entries(2..=2).await.is_err());
+        assert!(log.try_get_log_entries(2..=2).await.is_err());
+
+        assert_eq!(faults.total(ApplyFaultKind::UnknownEntryType), 1);
+        assert_eq!(faults.total(ApplyFaultKind::Undecodable), 2);
+        assert_eq!(faults.total(ApplyFaultKind::Storage), 0);
     }
 
     #[test]

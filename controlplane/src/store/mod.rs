@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use redb::{Database, TableDefinition};
 
-pub use log::LogStore;
+pub use log::{ApplyFaultKind, ApplyFaults, LogStore};
 pub use machine::{CHANGES_RETAINED, Catchup, MachineView, StateMachine};
 
 /// Log entries by index; each value is one openraft entry as JSON.
