@@ -599,6 +599,17 @@ impl DataNode {
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }
+        self.stop_partition_workers();
+        if let Err(error) = self.checkpoint.shutdown() {
+            tracing::warn!(%error, "final checkpoint sync failed; a restart dispatches some records again");
+        }
+        self.wal.close();
+        self.logs.close_all();
+    }
+
+    /// Stops the threads that look after the partition store: incarnation
+    /// housekeeping, retention and the partition poller.
+    fn stop_partition_workers(&mut self) {
         if let Some(housekeeping) = self.housekeeping.take() {
             housekeeping.stop();
         }
@@ -608,11 +619,6 @@ impl DataNode {
         if let Some(poller) = self.poller.take() {
             poller.stop();
         }
-        if let Err(error) = self.checkpoint.shutdown() {
-            tracing::warn!(%error, "final checkpoint sync failed; a restart dispatches some records again");
-        }
-        self.wal.close();
-        self.logs.close_all();
     }
 
     /// Stops the node's threads without syncing anything, as after a crash
@@ -628,15 +634,7 @@ impl DataNode {
         if let Some(fanout) = self.fanout.take() {
             fanout.shutdown();
         }
-        if let Some(housekeeping) = self.housekeeping.take() {
-            housekeeping.stop();
-        }
-        if let Some(retention) = self.retention.take() {
-            retention.stop();
-        }
-        if let Some(poller) = self.poller.take() {
-            poller.stop();
-        }
+        self.stop_partition_workers();
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.stop();
         }
