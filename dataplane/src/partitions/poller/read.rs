@@ -54,7 +54,7 @@ pub(crate) fn open_figures(
     memo: &mut TimeMemo,
 ) -> io::Result<PartitionFigures> {
     let stats = log.stats().map_err(io::Error::other)?;
-    let mut figures = PartitionFigures {
+    let figures = PartitionFigures {
         high_watermark: stats.high_watermark,
         oldest_offset: stats.oldest_offset,
         frontier,
@@ -62,14 +62,25 @@ pub(crate) fn open_figures(
         size_bytes: stats.size_bytes,
         segments: stats.segments as u64,
     };
+    dated(figures, memo, |start| match log.read_record(start) {
+        Ok(Some(ReadEntry::Record(record))) => Ok(Some(record.committed_at_ms)),
+        Ok(_) | Err(LogError::OffsetTrimmed { .. }) => Ok(None),
+        Err(error) => Err(io::Error::other(error)),
+    })
+}
+
+/// `figures` with the commit time of their first unconsumed record, if
+/// any is unconsumed: `read` reads it at that offset, unless `memo` holds
+/// it for the same offset and oldest offset.
+fn dated(
+    mut figures: PartitionFigures,
+    memo: &mut TimeMemo,
+    read: impl FnOnce(u64) -> io::Result<Option<u64>>,
+) -> io::Result<PartitionFigures> {
     let start = unconsumed_start(&figures);
     if start < figures.high_watermark {
-        let read = || match log.read_record(start) {
-            Ok(Some(ReadEntry::Record(record))) => Ok(Some(record.committed_at_ms)),
-            Ok(_) | Err(LogError::OffsetTrimmed { .. }) => Ok(None),
-            Err(error) => Err(io::Error::other(error)),
-        };
-        figures.unconsumed_committed_at_ms = memo.get_or((start, figures.oldest_offset), read)?;
+        figures.unconsumed_committed_at_ms =
+            memo.get_or((start, figures.oldest_offset), || read(start))?;
     }
     Ok(figures)
 }
@@ -100,7 +111,7 @@ pub(crate) fn closed_figures(
         Some(high_watermark) => high_watermark,
         None => tail_high_watermark(disk, dir, &files, frame_bytes_max, tail)?,
     };
-    let mut figures = PartitionFigures {
+    let figures = PartitionFigures {
         high_watermark,
         oldest_offset: files.oldest_offset,
         frontier,
@@ -108,13 +119,9 @@ pub(crate) fn closed_figures(
         size_bytes: files.size_bytes,
         segments: files.segments as u64,
     };
-    let start = unconsumed_start(&figures);
-    if start < high_watermark {
-        figures.unconsumed_committed_at_ms = time.get_or((start, files.oldest_offset), || {
-            inspect::commit_time_at(disk, dir, &files, start, frame_bytes_max)
-        })?;
-    }
-    Ok(figures)
+    dated(figures, time, |start| {
+        inspect::commit_time_at(disk, dir, &files, start, frame_bytes_max)
+    })
 }
 
 fn tail_high_watermark(
