@@ -24,6 +24,7 @@ use narad_controlplane::node::config::{
 use narad_controlplane::node::{ControlClient, ControlNode};
 use narad_dataplane::dispatch::NoRemoteTarget;
 use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::metrics::ClusterCallMetrics;
 use narad_dataplane::moves::DirectLinks;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::topology::NodeId;
@@ -242,8 +243,9 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     let rpc_addr = transport.local_addr();
     let replica = Arc::new(MetadataReplica::new(DATA_NODE));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let transport = Arc::new(transport);
     let bridge = Bridge::new(
-        ControlClient::new(Arc::new(transport)),
+        ControlClient::new(Arc::clone(&transport)),
         vec![cluster_addr],
         DATA_NODE,
         Arc::clone(&replica),
@@ -286,6 +288,10 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     let node = tokio::task::block_in_place(|| DataNode::start(services, config))
         .map_err(|e| format!("data node did not start: {e}"))?;
     bridge.serve_heartbeat_metrics(&node.api().metrics);
+    transport.observe_calls(Arc::new(ClusterCallMetrics::new(
+        Arc::clone(&node.api().metrics),
+        Arc::clone(node.logs().clock()),
+    )));
     // The only data node is never a move's target or source, but its
     // runner serves the move series and sweeps as in a cluster.
     node.start_moves(Arc::new(DirectLinks::default()));

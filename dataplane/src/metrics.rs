@@ -6,11 +6,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use narad_protocol::CALL_SECONDS_BUCKETS;
+
+mod cluster_calls;
+mod http;
+
+pub use cluster_calls::ClusterCallMetrics;
+pub use http::{AnswerHandles, HttpHandles, RouteHandles, method_label};
 
 /// HTTP requests answered (route, method, status).
 pub const HTTP_REQUESTS_TOTAL: &str = "narad_http_requests_total";
@@ -94,6 +101,12 @@ pub const MOVES_BLOCKED: &str = "narad_moves_blocked";
 pub const MOVES_DURATION_BUCKETS_SECONDS: [f64; 10] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1_800.0, 3_600.0,
 ];
+/// Calls this node made to peers over the cluster transport (op, outcome
+/// `ok`/`rejected`/`failed`/`timeout`/`error`, as
+/// [`narad_protocol::CallOutcome`] sorts them).
+pub const CLUSTER_RPC_REQUESTS_TOTAL: &str = "narad_cluster_rpc_requests_total";
+/// Seconds a call to a peer took, dial and handshake included (op).
+pub const CLUSTER_RPC_REQUEST_SECONDS: &str = "narad_cluster_rpc_request_seconds";
 /// Topics in the metadata this node holds.
 pub const TOPICS_TOTAL: &str = "narad_topics_total";
 /// Partitions this node owns.
@@ -237,6 +250,32 @@ pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// The bucket bounds of every histogram this registry serves. A histogram
+/// missing here would be rendered as a summary.
+const BUCKETS: [(&str, &[f64]); 9] = [
+    (CONSUME_WAIT_SECONDS, &CONSUME_WAIT_BUCKETS_SECONDS),
+    (FANOUT_BATCH_RECORDS, &FANOUT_BATCH_RECORDS_BUCKETS),
+    (FANOUT_BATCH_BYTES, &FANOUT_BATCH_BYTES_BUCKETS),
+    (
+        HTTP_REQUEST_DURATION_SECONDS,
+        &HTTP_DURATION_BUCKETS_SECONDS,
+    ),
+    (
+        STORAGE_FSYNC_DURATION_SECONDS,
+        &STORAGE_FSYNC_BUCKETS_SECONDS,
+    ),
+    (
+        STORAGE_RETENTION_RUN_DURATION_SECONDS,
+        &STORAGE_RETENTION_RUN_BUCKETS_SECONDS,
+    ),
+    (MOVES_DURATION_SECONDS, &MOVES_DURATION_BUCKETS_SECONDS),
+    (
+        SCHEMA_VALIDATION_SECONDS,
+        &SCHEMA_VALIDATION_BUCKETS_SECONDS,
+    ),
+    (CLUSTER_RPC_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
+];
+
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);
 
 /// Partitions (and, apart, topics) whose handles a registry keeps at most;
@@ -270,14 +309,63 @@ pub struct PartitionHandles {
 /// A partition's topic and index, the key of its handles.
 type PartitionKey = (Arc<str>, u32);
 
-/// Handles on one topic's consume series, taken once per topic
-/// ([`NodeMetrics::topic`]).
+/// Handles on one topic's series, taken once per topic
+/// ([`NodeMetrics::topic`]): the consume ones at once, the rest at their
+/// first count, so a topic shows no extend, nack or refusal series before
+/// it had one.
 #[derive(Debug)]
 pub struct TopicHandles {
+    topic: Arc<str>,
     /// [`CONSUME_EMPTY_TOTAL`].
     pub consume_empty: Counter,
     /// [`CONSUME_WAIT_SECONDS`] per outcome, as [`CONSUME_WAIT_OUTCOMES`].
     pub consume_wait: [Histogram; 4],
+    extends: OnceLock<Counter>,
+    nacks: OnceLock<Counter>,
+    /// [`PRODUCE_REJECTIONS_TOTAL`] per reason, as
+    /// [`PRODUCE_REJECTION_REASONS`].
+    refusals: [OnceLock<Counter>; PRODUCE_REJECTION_REASONS.len()],
+}
+
+/// The reasons of [`PRODUCE_REJECTIONS_TOTAL`].
+pub const PRODUCE_REJECTION_REASONS: [&str; 2] = ["schema", "delayed_child"];
+
+impl TopicHandles {
+    fn lazily<'a>(
+        &self,
+        slot: &'a OnceLock<Counter>,
+        metrics: &NodeMetrics,
+        name: &'static str,
+        reason: Option<&'static str>,
+    ) -> &'a Counter {
+        slot.get_or_init(|| {
+            let mut labels = vec![("topic", self.topic.to_string())];
+            labels.extend(reason.map(|reason| ("reason", reason.to_owned())));
+            metrics.counter(name, &labels)
+        })
+    }
+
+    /// [`ACK_EXTENDED_TOTAL`] of this topic.
+    pub fn extends(&self, metrics: &NodeMetrics) -> &Counter {
+        self.lazily(&self.extends, metrics, ACK_EXTENDED_TOTAL, None)
+    }
+
+    /// [`NACK_TOTAL`] of this topic.
+    pub fn nacks(&self, metrics: &NodeMetrics) -> &Counter {
+        self.lazily(&self.nacks, metrics, NACK_TOTAL, None)
+    }
+
+    /// [`PRODUCE_REJECTIONS_TOTAL`] of this topic for the reason at
+    /// `reason` in [`PRODUCE_REJECTION_REASONS`].
+    pub fn refusals(&self, metrics: &NodeMetrics, reason: usize) -> &Counter {
+        let label = PRODUCE_REJECTION_REASONS[reason];
+        self.lazily(
+            &self.refusals[reason],
+            metrics,
+            PRODUCE_REJECTIONS_TOTAL,
+            Some(label),
+        )
+    }
 }
 
 /// One series of a published gauge family: its labels and value.
@@ -301,6 +389,8 @@ pub struct NodeMetrics {
     partitions: parking_lot::RwLock<HashMap<PartitionKey, Arc<PartitionHandles>>>,
     /// Handles taken per topic, at most [`HANDLES_CACHED_MAX`].
     topics: parking_lot::RwLock<HashMap<Arc<str>, Arc<TopicHandles>>>,
+    /// The HTTP series' handles, taken at the first request.
+    http: OnceLock<HttpHandles>,
 }
 
 impl fmt::Debug for NodeMetrics {
@@ -318,52 +408,10 @@ impl Default for NodeMetrics {
 impl NodeMetrics {
     /// An empty registry.
     pub fn new() -> Self {
-        let builder = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full(CONSUME_WAIT_SECONDS.to_owned()),
-                &CONSUME_WAIT_BUCKETS_SECONDS,
-            )
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(FANOUT_BATCH_RECORDS.to_owned()),
-                    &FANOUT_BATCH_RECORDS_BUCKETS,
-                )
-            })
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(FANOUT_BATCH_BYTES.to_owned()),
-                    &FANOUT_BATCH_BYTES_BUCKETS,
-                )
-            })
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(HTTP_REQUEST_DURATION_SECONDS.to_owned()),
-                    &HTTP_DURATION_BUCKETS_SECONDS,
-                )
-            })
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(STORAGE_FSYNC_DURATION_SECONDS.to_owned()),
-                    &STORAGE_FSYNC_BUCKETS_SECONDS,
-                )
-            })
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(STORAGE_RETENTION_RUN_DURATION_SECONDS.to_owned()),
-                    &STORAGE_RETENTION_RUN_BUCKETS_SECONDS,
-                )
-            })
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(MOVES_DURATION_SECONDS.to_owned()),
-                    &MOVES_DURATION_BUCKETS_SECONDS,
-                )
-            })
-            .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(SCHEMA_VALIDATION_SECONDS.to_owned()),
-                    &SCHEMA_VALIDATION_BUCKETS_SECONDS,
-                )
+        let builder = BUCKETS
+            .iter()
+            .try_fold(PrometheusBuilder::new(), |builder, (name, buckets)| {
+                builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)
             })
             .expect("the bucket lists are not empty");
         let recorder = builder.build_recorder();
@@ -375,7 +423,13 @@ impl NodeMetrics {
             published: parking_lot::RwLock::new(BTreeMap::new()),
             partitions: parking_lot::RwLock::new(HashMap::new()),
             topics: parking_lot::RwLock::new(HashMap::new()),
+            http: OnceLock::new(),
         }
+    }
+
+    /// The handles of the HTTP series.
+    pub fn http(&self) -> &HttpHandles {
+        self.http.get_or_init(|| HttpHandles::new(self))
     }
 
     /// The handles of partition `partition` of `topic`, taken from the
@@ -417,8 +471,12 @@ impl NodeMetrics {
             )
         };
         let handles = Arc::new(TopicHandles {
+            topic: Arc::from(topic),
             consume_empty: self.counter(CONSUME_EMPTY_TOTAL, &[("topic", topic.to_owned())]),
             consume_wait: CONSUME_WAIT_OUTCOMES.map(wait),
+            extends: OnceLock::new(),
+            nacks: OnceLock::new(),
+            refusals: [OnceLock::new(), OnceLock::new()],
         });
         let mut cached = self.topics.write();
         if cached.len() >= HANDLES_CACHED_MAX {

@@ -1,7 +1,8 @@
 //! A node's cluster endpoint: one UDP socket, serving and calling.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TransportConfig, VarInt};
@@ -18,6 +19,7 @@ use crate::limits::{
     DIAL_TIMEOUT_DEFAULT, IDLE_TIMEOUT, KEEP_ALIVE_INTERVAL, WRITE_TIMEOUT_BASE,
     WRITE_TIMEOUT_PER_CHUNK,
 };
+use crate::observe::{CallObserver, CallOutcome};
 use crate::opcode::Opcode;
 use crate::server::{Router, ServerContext, serve_connection};
 use crate::stream::{WriteBudget, codes};
@@ -83,6 +85,8 @@ pub struct Node {
     accept_task: JoinHandle<()>,
     local_addr: SocketAddr,
     call_timeout: Duration,
+    /// Told of every call, once the node hands one over.
+    observer: OnceLock<Arc<dyn CallObserver>>,
 }
 
 fn transport_config() -> Arc<TransportConfig> {
@@ -152,6 +156,7 @@ impl Node {
             accept_task,
             local_addr,
             call_timeout: config.call_timeout,
+            observer: OnceLock::new(),
         })
     }
 
@@ -171,9 +176,9 @@ impl Node {
         lane: Lane,
         request: Request,
     ) -> Result<Response, CallError> {
-        self.client
-            .call(peer, lane, request, self.call_timeout)
-            .await
+        let opcode = request.opcode;
+        let call = self.client.call(peer, lane, request, self.call_timeout);
+        self.observed(opcode, call).await
     }
 
     /// Sends message `Q` as `opcode` and decodes the answer as message `A`,
@@ -205,7 +210,9 @@ impl Node {
         request: Request,
         timeout: Duration,
     ) -> Result<Response, CallError> {
-        self.client.call(peer, lane, request, timeout).await
+        let opcode = request.opcode;
+        self.observed(opcode, self.client.call(peer, lane, request, timeout))
+            .await
     }
 
     /// [`Node::call_with_timeout`] that does not wait out a vanished peer:
@@ -227,9 +234,34 @@ impl Node {
         timeout: Duration,
         check_after: Duration,
     ) -> Result<Response, CallError> {
-        self.client
-            .call_checking_liveness(peer, lane, request, timeout, check_after)
-            .await
+        let opcode = request.opcode;
+        let call = self
+            .client
+            .call_checking_liveness(peer, lane, request, timeout, check_after);
+        self.observed(opcode, call).await
+    }
+
+    /// Tells `observer` of every call this node makes from now on (its
+    /// opcode, how it ended, how long it took). A node has one observer: a
+    /// second is ignored.
+    pub fn observe_calls(&self, observer: Arc<dyn CallObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// Runs `call`, telling the observer (if any) how it went.
+    async fn observed(
+        &self,
+        opcode: Opcode,
+        call: impl Future<Output = Result<Response, CallError>>,
+    ) -> Result<Response, CallError> {
+        let Some(observer) = self.observer.get() else {
+            return call.await;
+        };
+        let started_us = observer.now_us();
+        let result = call.await;
+        let elapsed = Duration::from_micros(observer.now_us().saturating_sub(started_us));
+        observer.finished(opcode, CallOutcome::of(&result), elapsed);
+        result
     }
 
     /// Connections open on this endpoint, dialled and accepted.

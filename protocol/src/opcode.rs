@@ -15,18 +15,28 @@ use std::fmt;
 pub struct Opcode(pub u8);
 
 macro_rules! opcodes {
-    ($($name:ident = $value:literal, $text:literal;)*) => {
+    ($($name:ident = $value:literal, $text:literal, $label:literal;)*) => {
         impl Opcode {
             $(
                 #[doc = concat!("`", $text, "` (", stringify!($value), ").")]
                 pub const $name: Opcode = Opcode($value);
             )*
 
-            /// The spec's name of a known opcode.
+            /// The name of a known opcode: the spec's, or the control plane's own.
             pub fn name(self) -> Option<&'static str> {
                 match self.0 {
                     $($value => Some($text),)*
                     _ => None,
+                }
+            }
+
+            /// The `op` label of a metric series: the name in snake case
+            /// (`ack_batch`), `unknown` for an opcode this build does not
+            /// know, so a peer cannot grow the label set.
+            pub fn label(self) -> &'static str {
+                match self.0 {
+                    $($value => $label,)*
+                    _ => "unknown",
                 }
             }
         }
@@ -34,40 +44,49 @@ macro_rules! opcodes {
 }
 
 opcodes! {
-    PING = 0, "Ping";
-    PRODUCE = 1, "Produce";
-    CONSUME = 2, "Consume";
-    ACK = 3, "Ack";
-    CREATE_TOPIC = 4, "CreateTopic";
-    ALTER_TOPIC = 5, "AlterTopic";
-    DELETE_TOPIC = 6, "DeleteTopic";
-    PURGE_TOPIC = 7, "PurgeTopic";
-    TOPIC_PARTITION_STATS = 8, "TopicPartitionStats";
-    REGISTER_MEMBER = 9, "RegisterMember";
-    COMMIT_PRODUCE = 10, "CommitProduce";
-    COMMIT_PRODUCE_BATCH = 11, "CommitProduceBatch";
-    CREATE_USER = 12, "CreateUser";
-    UPDATE_USER = 13, "UpdateUser";
-    DELETE_USER = 14, "DeleteUser";
-    ATTACH_CHILD = 15, "AttachChild";
-    DETACH_CHILD = 16, "DetachChild";
-    FANOUT_CURSORS = 17, "FanoutCursors";
-    EXTEND_ACK = 18, "ExtendAck";
-    NACK = 19, "Nack";
-    GET_TOPIC = 20, "GetTopic";
-    JOIN_CLUSTER = 21, "JoinCluster";
-    LIST_PARTITION_SEGMENTS = 22, "ListPartitionSegments";
-    FETCH_SEGMENT_CHUNK = 23, "FetchSegmentChunk";
-    PREPARE_HANDOFF = 24, "PrepareHandoff";
-    DECOMMISSION_MEMBER = 25, "DecommissionMember";
-    COMPLETE_MOVE = 26, "CompleteMove";
-    ABORT_MOVE = 27, "AbortMove";
-    GET_ASSIGNMENT = 28, "GetAssignment";
-    APPLIED_INDEX = 29, "AppliedIndex";
-    TOKEN_REGISTER = 30, "TokenRegister";
-    TOKEN_NOTIFY = 31, "TokenNotify";
-    ACK_BATCH = 32, "AckBatch";
-    NODE_STATUS = 33, "NodeStatus";
+    PING = 0, "Ping", "ping";
+    PRODUCE = 1, "Produce", "produce";
+    CONSUME = 2, "Consume", "consume";
+    ACK = 3, "Ack", "ack";
+    CREATE_TOPIC = 4, "CreateTopic", "create_topic";
+    ALTER_TOPIC = 5, "AlterTopic", "alter_topic";
+    DELETE_TOPIC = 6, "DeleteTopic", "delete_topic";
+    PURGE_TOPIC = 7, "PurgeTopic", "purge_topic";
+    TOPIC_PARTITION_STATS = 8, "TopicPartitionStats", "topic_partition_stats";
+    REGISTER_MEMBER = 9, "RegisterMember", "register_member";
+    COMMIT_PRODUCE = 10, "CommitProduce", "commit_produce";
+    COMMIT_PRODUCE_BATCH = 11, "CommitProduceBatch", "commit_produce_batch";
+    CREATE_USER = 12, "CreateUser", "create_user";
+    UPDATE_USER = 13, "UpdateUser", "update_user";
+    DELETE_USER = 14, "DeleteUser", "delete_user";
+    ATTACH_CHILD = 15, "AttachChild", "attach_child";
+    DETACH_CHILD = 16, "DetachChild", "detach_child";
+    FANOUT_CURSORS = 17, "FanoutCursors", "fanout_cursors";
+    EXTEND_ACK = 18, "ExtendAck", "extend_ack";
+    NACK = 19, "Nack", "nack";
+    GET_TOPIC = 20, "GetTopic", "get_topic";
+    JOIN_CLUSTER = 21, "JoinCluster", "join_cluster";
+    LIST_PARTITION_SEGMENTS = 22, "ListPartitionSegments", "list_partition_segments";
+    FETCH_SEGMENT_CHUNK = 23, "FetchSegmentChunk", "fetch_segment_chunk";
+    PREPARE_HANDOFF = 24, "PrepareHandoff", "prepare_handoff";
+    DECOMMISSION_MEMBER = 25, "DecommissionMember", "decommission_member";
+    COMPLETE_MOVE = 26, "CompleteMove", "complete_move";
+    ABORT_MOVE = 27, "AbortMove", "abort_move";
+    GET_ASSIGNMENT = 28, "GetAssignment", "get_assignment";
+    APPLIED_INDEX = 29, "AppliedIndex", "applied_index";
+    TOKEN_REGISTER = 30, "TokenRegister", "token_register";
+    TOKEN_NOTIFY = 31, "TokenNotify", "token_notify";
+    ACK_BATCH = 32, "AckBatch", "ack_batch";
+    NODE_STATUS = 33, "NodeStatus", "node_status";
+    // The control plane's own operations take 64 and up; they are named
+    // here so that every opcode has one registry.
+    RAFT_APPEND_ENTRIES = 64, "RaftAppendEntries", "raft_append_entries";
+    RAFT_VOTE = 65, "RaftVote", "raft_vote";
+    RAFT_INSTALL_SNAPSHOT = 66, "RaftInstallSnapshot", "raft_install_snapshot";
+    PROPOSE = 67, "Propose", "propose";
+    READ_LOCAL = 68, "ReadLocal", "read_local";
+    METADATA_FETCH = 69, "MetadataFetch", "metadata_fetch";
+    LEADER_CONFIRM = 70, "LeaderConfirm", "leader_confirm";
 }
 
 impl fmt::Display for Opcode {
@@ -91,6 +110,14 @@ mod tests {
         assert_eq!(Opcode::ACK_BATCH.0, 32);
         assert_eq!(Opcode::NODE_STATUS.0, 33);
         assert_eq!(Opcode(11).name(), Some("CommitProduceBatch"));
+    }
+
+    #[test]
+    fn metric_labels_are_the_names_in_snake_case() {
+        assert_eq!(Opcode::ACK_BATCH.label(), "ack_batch");
+        assert_eq!(Opcode::COMMIT_PRODUCE_BATCH.label(), "commit_produce_batch");
+        assert_eq!(Opcode::RAFT_APPEND_ENTRIES.label(), "raft_append_entries");
+        assert_eq!(Opcode(200).label(), "unknown");
     }
 
     #[test]

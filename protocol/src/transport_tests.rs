@@ -1125,3 +1125,76 @@ async fn a_slow_peer_keeps_its_connection_and_answers_a_call_checking_liveness()
         "the slow peer kept its connection"
     );
 }
+
+/// Records every call it is told of; its clock moves 250 µs per reading.
+#[derive(Debug, Default)]
+struct Recorder {
+    calls: std::sync::Mutex<Vec<(Opcode, crate::CallOutcome, Duration)>>,
+    readings: std::sync::atomic::AtomicU64,
+}
+
+impl crate::CallObserver for Recorder {
+    fn now_us(&self) -> u64 {
+        self.readings.fetch_add(250, Ordering::SeqCst)
+    }
+
+    fn finished(&self, opcode: Opcode, outcome: crate::CallOutcome, elapsed: Duration) {
+        self.calls
+            .lock()
+            .expect("not poisoned")
+            .push((opcode, outcome, elapsed));
+    }
+}
+
+#[tokio::test]
+async fn the_observer_is_told_each_calls_opcode_outcome_and_time() {
+    let router = echo_router().route(
+        Opcode::CREATE_TOPIC,
+        OperationLimit::new("admin", 4),
+        |_: Inbound| async { Err(RpcError::new(Status::CONFLICT, "topic exists")) },
+    );
+    let server = node(secret(1), router);
+    let client = node(secret(1), Router::new());
+    let recorder = Arc::new(Recorder::default());
+    client.observe_calls(recorder.clone());
+    client
+        .call(server.local_addr(), Lane::Control, request(b"x"))
+        .await
+        .expect("answered");
+    client
+        .call(
+            server.local_addr(),
+            Lane::Control,
+            Request::new(Opcode::CREATE_TOPIC, &b"t"[..]),
+        )
+        .await
+        .expect_err("conflict");
+    let unreachable = SocketAddr::from(([127, 0, 0, 1], 9));
+    client
+        .call_with_timeout(
+            unreachable,
+            Lane::Control,
+            request(b"y"),
+            Duration::from_millis(200),
+        )
+        .await
+        .expect_err("nothing listens there");
+    let calls = recorder.calls.lock().expect("not poisoned").clone();
+    let seen: Vec<_> = calls
+        .iter()
+        .map(|(opcode, outcome, _)| (opcode.label(), outcome.label()))
+        .collect();
+    assert_eq!(seen[0], ("get_topic", "ok"));
+    assert_eq!(seen[1], ("create_topic", "rejected"));
+    assert_eq!(seen[2].0, "get_topic");
+    assert!(
+        ["timeout", "error"].contains(&seen[2].1),
+        "a call to a closed port ends as {}",
+        seen[2].1
+    );
+    assert_eq!(seen.len(), 3);
+    // One clock reading at the start and one at the end of each call.
+    for (_, _, elapsed) in calls {
+        assert_eq!(elapsed, Duration::from_micros(250));
+    }
+}

@@ -89,6 +89,22 @@ async fn three_nodes_elect_one_leader_and_all_turn_ready() {
         body.contains("narad_colocated_child_partitions 0"),
         "{body}"
     );
+    // The leader's heartbeats to its followers are its calls to peers.
+    let appends_ok = body
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(
+                r#"narad_cluster_rpc_requests_total{op="raft_append_entries",outcome="ok"} "#,
+            )
+        })
+        .and_then(|value| value.parse::<f64>().ok());
+    assert!(appends_ok.is_some_and(|count| count >= 1.0), "{body}");
+    assert!(
+        body.contains(
+            r#"narad_cluster_rpc_request_seconds_bucket{op="raft_append_entries",le="0.001"}"#
+        ),
+        "a histogram with the call buckets: {body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

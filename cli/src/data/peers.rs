@@ -16,6 +16,7 @@ use narad_dataplane::dispatch::CommitTarget;
 use narad_dataplane::forward::tokens::TokenInbox;
 use narad_dataplane::forward::{ForwardService, Forwarder};
 use narad_dataplane::metadata::MetadataReplica;
+use narad_dataplane::metrics::ClusterCallMetrics;
 use narad_dataplane::moves::{QuicLinks, TransferService};
 use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
@@ -159,6 +160,11 @@ impl Peers {
             Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
         )));
         self.served.status.attach(Arc::clone(&node.api().status));
+        self.transport
+            .observe_calls(Arc::new(ClusterCallMetrics::new(
+                Arc::clone(&node.api().metrics),
+                Arc::clone(&self.clock),
+            )));
     }
 
     /// Closes the transport once nothing else holds it (the bridge and the

@@ -8,7 +8,7 @@
 //! the types of `node::wire`. Layouts:
 //! `docs/internals/controlplane-rpc.md`, "Wire formats".
 
-use narad_protocol::{Decode, DecodeError, Encode, Opcode, Reader, Writer};
+use narad_protocol::{Decode, DecodeError, Encode, Reader, Writer};
 use openraft::error::{Infallible, InstallSnapshotError, RaftError};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -24,25 +24,26 @@ use crate::raft::{ControlNodeId, TypeConfig};
 use narad_protocol::fields::{get_bool, get_count, invalid, put_bool, put_count};
 
 /// Opcodes of the control plane's own operations. The spec's numbers end at
-/// 32 with later ones unnamed there; the control plane takes 64 and up.
+/// 32 with later ones unnamed there; the control plane takes 64 and up. The
+/// numbers and names live in `narad_protocol`'s one opcode registry.
 pub mod opcodes {
     use narad_protocol::Opcode;
 
     /// Raft append entries (and heartbeats), leader to follower.
-    pub const RAFT_APPEND_ENTRIES: Opcode = Opcode(64);
+    pub const RAFT_APPEND_ENTRIES: Opcode = Opcode::RAFT_APPEND_ENTRIES;
     /// Raft vote request, candidate to voter.
-    pub const RAFT_VOTE: Opcode = Opcode(65);
+    pub const RAFT_VOTE: Opcode = Opcode::RAFT_VOTE;
     /// One chunk of a Raft snapshot, leader to a lagging follower.
-    pub const RAFT_INSTALL_SNAPSHOT: Opcode = Opcode(66);
+    pub const RAFT_INSTALL_SNAPSHOT: Opcode = Opcode::RAFT_INSTALL_SNAPSHOT;
     /// Propose a metastore command; a follower forwards it to the leader.
-    pub const PROPOSE: Opcode = Opcode(67);
+    pub const PROPOSE: Opcode = Opcode::PROPOSE;
     /// Read this node's local replica (no forwarding).
-    pub const READ_LOCAL: Opcode = Opcode(68);
+    pub const READ_LOCAL: Opcode = Opcode::READ_LOCAL;
     /// The metadata stream: a snapshot, then ordered changes (long poll).
-    pub const METADATA_FETCH: Opcode = Opcode(69);
+    pub const METADATA_FETCH: Opcode = Opcode::METADATA_FETCH;
     /// Leader confirmation: the leader runs a linearizable read barrier,
     /// then answers from its state.
-    pub const LEADER_CONFIRM: Opcode = Opcode(70);
+    pub const LEADER_CONFIRM: Opcode = Opcode::LEADER_CONFIRM;
     /// A data node registers or heartbeats; the leader stamps its clock.
     pub const REGISTER_MEMBER: Opcode = Opcode::REGISTER_MEMBER;
     /// A new control node asks to be added as a learner, then promoted.
@@ -332,19 +333,5 @@ impl Decode for InstallSnapshotAnswer {
             })
         })
         .map(Self)
-    }
-}
-
-/// Reads `Opcode` names for logs.
-pub fn opcode_name(opcode: Opcode) -> &'static str {
-    match opcode {
-        opcodes::RAFT_APPEND_ENTRIES => "RaftAppendEntries",
-        opcodes::RAFT_VOTE => "RaftVote",
-        opcodes::RAFT_INSTALL_SNAPSHOT => "RaftInstallSnapshot",
-        opcodes::PROPOSE => "Propose",
-        opcodes::READ_LOCAL => "ReadLocal",
-        opcodes::METADATA_FETCH => "MetadataFetch",
-        opcodes::LEADER_CONFIRM => "LeaderConfirm",
-        _ => opcode.name().unwrap_or("unknown"),
     }
 }

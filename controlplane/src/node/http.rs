@@ -10,11 +10,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use metrics::{counter, gauge};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use narad_protocol::{CALL_SECONDS_BUCKETS, CallObserver};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tracing::warn;
 
+use super::call_metrics::ControlCallMetrics;
 use super::runtime::Shared;
 use crate::controller::colocated_child_partitions;
 use crate::store::{ApplyFaultKind, DATABASE_FILE};
@@ -28,17 +30,31 @@ struct Http {
 pub(super) struct ControlMetrics {
     /// A recorder of this node's own, not the process-wide one, so several
     /// nodes in one process (tests, `narad dev`) keep separate series.
-    recorder: PrometheusRecorder,
+    recorder: Arc<PrometheusRecorder>,
     /// The standard `process_*` series, read from the OS at each render.
     process: metrics_process::Collector,
 }
 
 impl ControlMetrics {
     pub(super) fn new() -> Self {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("narad_cluster_rpc_request_seconds".to_owned()),
+                &CALL_SECONDS_BUCKETS,
+            )
+            .expect("the bucket list is not empty")
+            .build_recorder();
         let process = metrics_process::Collector::default();
         metrics::with_local_recorder(&recorder, || process.describe());
-        Self { recorder, process }
+        Self {
+            recorder: Arc::new(recorder),
+            process,
+        }
+    }
+
+    /// What counts this node's calls to peers into this registry.
+    pub(super) fn call_observer(&self) -> Arc<dyn CallObserver> {
+        Arc::new(ControlCallMetrics::new(Arc::clone(&self.recorder)))
     }
 }
 
@@ -149,7 +165,7 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
         .view
         .read(|metastore| decommission_blocked(metastore, status.state == "leader"));
     let recorder = &shared.metrics.recorder;
-    metrics::with_local_recorder(recorder, || {
+    metrics::with_local_recorder(&**recorder, || {
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
             let value = if status.state == state { 1.0 } else { 0.0 };
             gauge!("narad_raft_state", "state" => state).set(value);

@@ -6,6 +6,7 @@
 //! applied it: a follower forwards the proposal to the leader (one hop) and
 //! then waits until its own replica reached the leader's answer index.
 
+mod call_metrics;
 pub mod client;
 pub mod config;
 mod confirm;

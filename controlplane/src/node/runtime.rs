@@ -144,6 +144,8 @@ impl ControlNode {
                 reason: e.to_string(),
             })?;
         let transport = Arc::new(transport);
+        let metrics = http::ControlMetrics::new();
+        transport.observe_calls(metrics.call_observer());
         let http_listener = tokio::net::TcpListener::bind(config.http_addr)
             .await
             .map_err(|source| StartError::Http {
@@ -171,7 +173,7 @@ impl ControlNode {
             contact,
             raft_gate,
             shutting_down: AtomicBool::new(false),
-            metrics: http::ControlMetrics::new(),
+            metrics,
             apply_faults,
         });
         let _ = shared_slot.set(shared.clone());

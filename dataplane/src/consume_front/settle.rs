@@ -7,7 +7,6 @@ use crate::consume::handle::ReceiptHandle;
 use crate::consume::service::{Delivery, SettleError};
 use crate::consume::shard::Settle;
 use crate::forward::SettleOutcome;
-use crate::metrics;
 
 /// One handle's outcome in a batch settle.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,11 +109,11 @@ impl ConsumeFront<'_> {
                     .map_err(|error| format!("{error:?}")),
             };
             match released {
-                Ok(()) => self.metrics.count(
-                    metrics::NACK_TOTAL,
-                    &[("topic", delivery.topic.to_string())],
-                    1,
-                ),
+                Ok(()) => self
+                    .metrics
+                    .topic(&delivery.topic)
+                    .nacks(self.metrics)
+                    .increment(1),
                 // The lease lapses by itself; the record is redelivered later.
                 Err(error) => tracing::warn!(
                     topic = %delivery.topic,
@@ -143,12 +142,12 @@ impl ConsumeFront<'_> {
 
     /// Counts an extend or a nack.
     fn count_settle(&self, topic: &str, how: Settle) {
+        let handles = self.metrics.topic(topic);
         let counter = match how {
             Settle::Ack => return,
-            Settle::Extend => metrics::ACK_EXTENDED_TOTAL,
-            Settle::Nack => metrics::NACK_TOTAL,
+            Settle::Extend => handles.extends(self.metrics),
+            Settle::Nack => handles.nacks(self.metrics),
         };
-        self.metrics
-            .count(counter, &[("topic", topic.to_owned())], 1);
+        counter.increment(1);
     }
 }

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use ::metrics::Gauge;
 use axum::Router;
 use axum::body::HttpBody;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
@@ -161,21 +162,10 @@ impl ApiState {
         checkpoint_stored: Arc<AtomicU64>,
         admin: Arc<dyn Admin>,
     ) -> Self {
-        // Counters of rare events start at 0, so a rate or an increase over
-        // them is defined before the first event.
-        metrics.count(metrics::HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL, &[], 0);
-        for reason in metrics::SCHEMA_REJECTION_REASONS {
-            metrics.count(
-                metrics::SCHEMA_REJECTIONS_TOTAL,
-                &[("reason", reason.to_owned())],
-                0,
-            );
-        }
-        metrics.count(
-            metrics::ERRORS_TOTAL,
-            &[("component", "http".to_owned()), ("kind", "5xx".to_owned())],
-            0,
-        );
+        // Counters of rare events (body budget and schema rejections, 5xx
+        // answers) start at 0 with their handles, so a rate or an increase
+        // over them is defined before the first event.
+        metrics.http();
         let status = Arc::new(StatusSources::new(
             Arc::clone(&replica),
             Arc::clone(acceptor.wal()),
@@ -457,21 +447,20 @@ async fn count_request(
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+        .map_or("unmatched", MatchedPath::as_str);
+    let metrics = &state.metrics;
+    let handles = metrics.http().route(metrics, route);
+    let method = metrics::method_label(request.method().as_str());
     let declared_bytes = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok())
         .unwrap_or(0);
-    state.metrics.count(
-        metrics::HTTP_REQUEST_BYTES_IN_TOTAL,
-        &[("route", route.clone())],
-        declared_bytes,
-    );
-    let in_flight = InFlight::enter(&state.metrics);
+    handles.bytes_in.increment(declared_bytes);
+    let in_flight = InFlight::enter(&metrics.http().in_flight);
     let response = if state.config.access_log {
+        let route = route.to_owned();
         let client = request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
@@ -482,7 +471,7 @@ async fn count_request(
             .await;
         access_log(&AccessLine {
             route: &route,
-            method: &method,
+            method,
             status: response.status(),
             duration: elapsed(),
             identity: identity.get().map(String::as_str),
@@ -496,30 +485,14 @@ async fn count_request(
     };
     drop(in_flight);
     if let Some(bytes) = HttpBody::size_hint(response.body()).exact() {
-        state.metrics.count(
-            metrics::HTTP_RESPONSE_BYTES_OUT_TOTAL,
-            &[("route", route.clone())],
-            bytes,
-        );
+        handles.bytes_out.increment(bytes);
     }
     let status = response.status();
-    let labels = [
-        ("route", route),
-        ("method", method),
-        ("status", status.as_u16().to_string()),
-    ];
-    state
-        .metrics
-        .count(metrics::HTTP_REQUESTS_TOTAL, &labels, 1);
-    state
-        .metrics
-        .observe(metrics::HTTP_REQUEST_DURATION_SECONDS, &labels, elapsed());
+    let answer = handles.answered(metrics, method, status.as_u16());
+    answer.requests.increment(1);
+    answer.duration.record(elapsed().as_secs_f64());
     if status.is_server_error() {
-        state.metrics.count(
-            metrics::ERRORS_TOTAL,
-            &[("component", "http".to_owned()), ("kind", "5xx".to_owned())],
-            1,
-        );
+        metrics.http().server_errors.increment(1);
     }
     response
 }
@@ -584,18 +557,18 @@ fn response_bytes(response: &Response) -> Option<u64> {
 
 /// Counts a request in `narad_http_requests_in_flight` until dropped, so a
 /// request whose client went away (its future dropped) is counted out too.
-struct InFlight<'a>(&'a NodeMetrics);
+struct InFlight<'a>(&'a Gauge);
 
 impl<'a> InFlight<'a> {
-    fn enter(metrics: &'a NodeMetrics) -> Self {
-        metrics.add(metrics::HTTP_REQUESTS_IN_FLIGHT, &[], 1.0);
-        Self(metrics)
+    fn enter(gauge: &'a Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.add(metrics::HTTP_REQUESTS_IN_FLIGHT, &[], -1.0);
+        self.0.decrement(1.0);
     }
 }
 

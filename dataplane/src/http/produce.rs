@@ -20,7 +20,6 @@ use crate::ingress::{
 /// The header carrying a single produce's idempotency key.
 pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 use crate::metadata::GrantAction;
-use crate::metrics;
 
 /// The refusal of a produce on a node being decommissioned (wire contract
 /// §7.2): the client library reads it as certain, nothing stored, and
@@ -237,9 +236,7 @@ pub(super) fn parse_partition(value: &[u8]) -> Result<u32, ApiError> {
 
 fn note_budget_rejection(state: &ApiState, error: &ApiError) {
     if error.status == StatusCode::SERVICE_UNAVAILABLE {
-        state
-            .metrics
-            .count(metrics::HTTP_BATCH_BODY_BUDGET_REJECTIONS_TOTAL, &[], 1);
+        state.metrics.http().body_budget_rejections.increment(1);
     }
 }
 
@@ -254,23 +251,22 @@ fn note_rejection(state: &ApiState, topic: &str, error: &AcceptError) {
         AcceptError::SchemaBusy => Some("busy"),
         _ => None,
     };
-    if let Some(reason) = schema_reason {
-        state.metrics.count(
-            metrics::SCHEMA_REJECTIONS_TOTAL,
-            &[("reason", reason.to_owned())],
-            1,
-        );
+    if let Some(counter) =
+        schema_reason.and_then(|reason| state.metrics.http().schema_rejections(reason))
+    {
+        counter.increment(1);
     }
+    // The position in `metrics::PRODUCE_REJECTION_REASONS`.
     let reason = match error {
-        AcceptError::Schema(_) => "schema",
-        AcceptError::DelayedChild => "delayed_child",
+        AcceptError::Schema(_) => 0,
+        AcceptError::DelayedChild => 1,
         _ => return,
     };
-    state.metrics.count(
-        metrics::PRODUCE_REJECTIONS_TOTAL,
-        &[("topic", topic.to_owned()), ("reason", reason.to_owned())],
-        1,
-    );
+    state
+        .metrics
+        .topic(topic)
+        .refusals(&state.metrics, reason)
+        .increment(1);
 }
 
 #[cfg(test)]
