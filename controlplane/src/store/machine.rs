@@ -384,6 +384,10 @@ fn write_snapshot(
 
 impl StateMachine {
     /// Encodes the state and stores it durably as the latest snapshot.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's own error, handed back to openraft as it is"
+    )]
     fn build(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let (data, last_applied, last_membership) = {
             let state = self.shared.state.read();
@@ -410,6 +414,10 @@ impl StateMachine {
 
     /// Checks a leader's snapshot against its meta, stores it durably and
     /// replaces the state with it.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's own error, handed back to openraft as it is"
+    )]
     fn install(&self, meta: &SnapshotMeta, data: Bytes) -> Result<(), StorageError> {
         let installed = decode_snapshot(data.clone()).map_err(|e| {
             StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e))
