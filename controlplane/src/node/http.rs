@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use metrics::{counter, gauge};
+use metrics::{Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use narad_protocol::{CALL_SECONDS_BUCKETS, CallObserver};
 use serde_json::json;
@@ -35,14 +36,31 @@ pub(super) struct ControlMetrics {
     process: metrics_process::Collector,
 }
 
+/// How long each snapshot build took (encode and durable write).
+const SNAPSHOT_DURATION_SECONDS: &str = "narad_metastore_snapshot_duration_seconds";
+
+/// Buckets of [`SNAPSHOT_DURATION_SECONDS`]: a metastore snapshot is
+/// kilobytes to a few megabytes, encoded in memory and written in one
+/// synced redb transaction, so milliseconds normally; the top buckets show
+/// a slow disk.
+const SNAPSHOT_DURATION_BUCKETS_SECONDS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
 impl ControlMetrics {
     pub(super) fn new() -> Self {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(
-                Matcher::Full("narad_cluster_rpc_request_seconds".to_owned()),
-                &CALL_SECONDS_BUCKETS,
+                Matcher::Full(SNAPSHOT_DURATION_SECONDS.to_owned()),
+                &SNAPSHOT_DURATION_BUCKETS_SECONDS,
             )
-            .expect("the bucket list is not empty")
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full("narad_cluster_rpc_request_seconds".to_owned()),
+                    &CALL_SECONDS_BUCKETS,
+                )
+            })
+            .expect("the bucket lists are not empty")
             .build_recorder();
         let process = metrics_process::Collector::default();
         metrics::with_local_recorder(&recorder, || process.describe());
@@ -55,6 +73,13 @@ impl ControlMetrics {
     /// What counts this node's calls to peers into this registry.
     pub(super) fn call_observer(&self) -> Arc<dyn CallObserver> {
         Arc::new(ControlCallMetrics::new(Arc::clone(&self.recorder)))
+    }
+
+    /// The handle the state machine records each snapshot build's duration
+    /// into. Taking it registers the histogram, so it is served (with a
+    /// count of 0) before the first build.
+    pub(super) fn snapshot_durations(&self) -> Histogram {
+        metrics::with_local_recorder(&*self.recorder, || histogram!(SNAPSHOT_DURATION_SECONDS))
     }
 }
 
@@ -164,6 +189,14 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
     let blocked = shared
         .view
         .read(|metastore| decommission_blocked(metastore, status.state == "leader"));
+    // On a leader the commit index served is its applied index (openraft's
+    // metrics carry no commit index), so a leader never reports a stall.
+    let stalled = shared.apply_stall.lock().observe(
+        status.leader_commit_index,
+        status.applied_index,
+        Instant::now(),
+    );
+    let snapshots = shared.view.snapshot_stats();
     let recorder = &shared.metrics.recorder;
     metrics::with_local_recorder(&**recorder, || {
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
@@ -195,6 +228,9 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
         gauge!("narad_control_ready").set(if ready { 1.0 } else { 0.0 });
         counter!("narad_metastore_commands_refused_total").absolute(refused);
         gauge!("narad_metastore_apply_stopped").set(if stopped { 1.0 } else { 0.0 });
+        gauge!("narad_metastore_apply_stalled").set(if stalled { 1.0 } else { 0.0 });
+        gauge!("narad_metastore_snapshot_bytes").set(snapshots.bytes() as f64);
+        counter!("narad_metastore_snapshot_failures_total").absolute(snapshots.failures_total());
         for kind in ApplyFaultKind::ALL {
             counter!("narad_metastore_apply_errors_total", "kind" => kind.label())
                 .absolute(shared.apply_faults.total(kind));

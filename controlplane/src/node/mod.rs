@@ -6,6 +6,7 @@
 //! applied it: a follower forwards the proposal to the leader (one hop) and
 //! then waits until its own replica reached the leader's answer index.
 
+mod apply_stall;
 mod call_metrics;
 pub mod client;
 pub mod config;
@@ -15,6 +16,8 @@ mod http;
 mod join;
 mod members;
 mod metadata;
+#[cfg(test)]
+mod metrics_tests;
 mod propose;
 mod runtime;
 pub mod wire;

@@ -10,6 +10,7 @@ use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::apply_stall::ApplyStall;
 use super::config::{ClusterSecurity, ControlConfig};
 use super::wire::Status;
 use super::{controller_loop, http, join, propose};
@@ -72,6 +73,9 @@ pub(super) struct Shared {
     pub(super) metrics: http::ControlMetrics,
     /// Faults the Raft log store handed openraft, by kind.
     pub(super) apply_faults: Arc<ApplyFaults>,
+    /// The stall decision of `narad_metastore_apply_stalled`, observed at
+    /// each render.
+    pub(super) apply_stall: parking_lot::Mutex<ApplyStall>,
 }
 
 /// How long a proposal may wait for commit and apply, and how long a
@@ -128,6 +132,8 @@ impl ControlNode {
             source,
         })?;
         let (log_store, machine) = store::open(&dir.join(DATABASE_FILE))?;
+        let metrics = http::ControlMetrics::new();
+        let machine = machine.with_snapshot_durations(metrics.snapshot_durations());
         let view = machine.view();
         let apply_faults = log_store.faults();
         let slot: RaftSlot = Arc::new(OnceLock::new());
@@ -175,6 +181,7 @@ impl ControlNode {
             shutting_down: AtomicBool::new(false),
             metrics,
             apply_faults,
+            apply_stall: parking_lot::Mutex::new(ApplyStall::default()),
         });
         let _ = shared_slot.set(shared.clone());
         bootstrap(&shared).await?;

@@ -8,13 +8,21 @@
 //! own version byte). Data whose first byte is `{` is the serde JSON an
 //! older build wrote; it is still read (a stored snapshot opens, a leader's
 //! snapshot installs) and replaced by the binary form at the next snapshot.
+//!
+//! Each snapshot built or installed is measured for
+//! `narad_metastore_snapshot_*`: its size and failures are counted in
+//! [`SnapshotStats`] and read at render, and a build's duration is recorded
+//! as it happens into a histogram handle the node hands over
+//! ([`StateMachine::with_snapshot_durations`]).
 
 use std::collections::VecDeque;
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
+use metrics::Histogram;
 use narad_protocol::codec::{decode_message, encode_message};
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use openraft::storage::RaftStateMachine;
@@ -24,6 +32,7 @@ use redb::{Database, ReadableDatabase};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::snapshot_stats::SnapshotStats;
 use super::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, META};
 use crate::network::raft_fields::{
     get_opt_log_id, get_stored_membership, put_opt_log_id, put_stored_membership,
@@ -119,6 +128,8 @@ struct Shared {
     refused: AtomicU64,
     /// Snapshots built here, for unique snapshot ids.
     snapshots_built: AtomicU64,
+    /// The size of the last snapshot and the failed builds and installs.
+    snapshot_stats: SnapshotStats,
 }
 
 impl Shared {
@@ -133,6 +144,8 @@ impl Shared {
 pub struct StateMachine {
     shared: Arc<Shared>,
     database: Arc<Database>,
+    /// Each successful build's duration, in seconds.
+    snapshot_durations: Histogram,
 }
 
 /// A read-only view of the state machine for the rest of the node.
@@ -160,6 +173,11 @@ impl MachineView {
     /// Commands refused by `apply` since start.
     pub fn refused_total(&self) -> u64 {
         self.shared.refused.load(Ordering::Relaxed)
+    }
+
+    /// The sizes and failures of this node's snapshots.
+    pub fn snapshot_stats(&self) -> &SnapshotStats {
+        &self.shared.snapshot_stats
     }
 
     /// What a subscriber whose replica applied `after_index` needs next:
@@ -197,8 +215,13 @@ impl MachineView {
 impl StateMachine {
     /// Loads the latest stored snapshot, or starts empty.
     pub(super) fn open(database: Arc<Database>) -> Result<Self, String> {
+        let snapshot_stats = SnapshotStats::default();
         let state = match read_snapshot(&database).map_err(|e| e.to_string())? {
-            Some((_, data)) => decode_snapshot(Bytes::from(data))?,
+            Some((_, data)) => {
+                // The stored snapshot is the last this node built or installed.
+                snapshot_stats.note_size(data.len());
+                decode_snapshot(Bytes::from(data))?
+            }
             None => MachineState::default(),
         };
         let (applied, _) = watch::channel(0);
@@ -212,9 +235,29 @@ impl StateMachine {
             applied,
             refused: AtomicU64::new(0),
             snapshots_built: AtomicU64::new(0),
+            snapshot_stats,
         });
         shared.publish_applied(shared.state.read().last_applied);
-        Ok(Self { shared, database })
+        Ok(Self {
+            shared,
+            database,
+            snapshot_durations: Histogram::noop(),
+        })
+    }
+
+    /// Records each snapshot build's duration (encode and durable write,
+    /// in seconds) into `durations`; a state machine opened without one
+    /// records nowhere.
+    ///
+    /// A handle, not a count kept here and read at render like
+    /// [`SnapshotStats`]: durations are observations, and a handle taken
+    /// once from the node's recorder puts each one into its buckets as it
+    /// happens, with no queue between builds and scrapes to bound or to
+    /// lose from.
+    #[must_use]
+    pub fn with_snapshot_durations(mut self, durations: Histogram) -> Self {
+        self.snapshot_durations = durations;
+        self
     }
 
     /// A read-only view sharing this state machine's state.
@@ -339,8 +382,13 @@ fn write_snapshot(
     Ok(())
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+impl StateMachine {
+    /// Encodes the state and stores it durably as the latest snapshot.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's own error, handed back to openraft as it is"
+    )]
+    fn build(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let (data, last_applied, last_membership) = {
             let state = self.shared.state.read();
             let data = encode_snapshot(&state);
@@ -362,6 +410,56 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         })
+    }
+
+    /// Checks a leader's snapshot against its meta, stores it durably and
+    /// replaces the state with it.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's own error, handed back to openraft as it is"
+    )]
+    fn install(&self, meta: &SnapshotMeta, data: Bytes) -> Result<(), StorageError> {
+        let installed = decode_snapshot(data.clone()).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e))
+        })?;
+        // Check the data against the meta it came with before trusting it.
+        if installed.last_applied != meta.last_log_id {
+            let reason = std::io::Error::other(format!(
+                "snapshot data applied up to {:?}, its meta says {:?}",
+                installed.last_applied, meta.last_log_id
+            ));
+            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &reason).into());
+        }
+        write_snapshot(&self.database, meta, &data)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let last_applied = installed.last_applied;
+        {
+            let mut state = self.shared.state.write();
+            *state = installed;
+            let mut log = self.shared.changes.lock();
+            log.entries.clear();
+            log.covered_from = last_applied.map_or(0, |log_id| log_id.index);
+        }
+        self.shared.publish_applied(last_applied);
+        Ok(())
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let started = Instant::now();
+        let built = self.build();
+        match &built {
+            Ok(snapshot) => {
+                self.snapshot_durations
+                    .record(started.elapsed().as_secs_f64());
+                self.shared
+                    .snapshot_stats
+                    .note_size(snapshot.snapshot.get_ref().len());
+            }
+            Err(_) => self.shared.snapshot_stats.note_failure(),
+        }
+        built
     }
 }
 
@@ -404,29 +502,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = Bytes::from(snapshot.into_inner());
-        let installed = decode_snapshot(data.clone()).map_err(|e| {
-            StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(e))
-        })?;
-        // Check the data against the meta it came with before trusting it.
-        if installed.last_applied != meta.last_log_id {
-            let reason = std::io::Error::other(format!(
-                "snapshot data applied up to {:?}, its meta says {:?}",
-                installed.last_applied, meta.last_log_id
-            ));
-            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &reason).into());
+        let size = data.len();
+        let installed = self.install(meta, data);
+        match &installed {
+            Ok(()) => self.shared.snapshot_stats.note_size(size),
+            Err(_) => self.shared.snapshot_stats.note_failure(),
         }
-        write_snapshot(&self.database, meta, &data)
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        let last_applied = installed.last_applied;
-        {
-            let mut state = self.shared.state.write();
-            *state = installed;
-            let mut log = self.shared.changes.lock();
-            log.entries.clear();
-            log.covered_from = last_applied.map_or(0, |log_id| log_id.index);
-        }
-        self.shared.publish_applied(last_applied);
-        Ok(())
+        installed
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {

@@ -13,6 +13,7 @@
 
 mod log;
 mod machine;
+mod snapshot_stats;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use redb::{Database, TableDefinition};
 
 pub use log::{ApplyFaultKind, ApplyFaults, LogStore};
 pub use machine::{CHANGES_RETAINED, Catchup, MachineView, StateMachine};
+pub use snapshot_stats::SnapshotStats;
 
 /// Log entries by index; each value is one openraft entry as JSON.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
@@ -93,5 +95,7 @@ fn create_tables(database: &Database) -> Result<(), redb::Error> {
     Ok(())
 }
 
+#[cfg(test)]
+mod snapshot_stats_tests;
 #[cfg(test)]
 mod tests;
