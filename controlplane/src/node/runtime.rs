@@ -150,7 +150,6 @@ impl ControlNode {
                 reason: e.to_string(),
             })?;
         let transport = Arc::new(transport);
-        let metrics = http::ControlMetrics::new();
         transport.observe_calls(metrics.call_observer());
         let http_listener = tokio::net::TcpListener::bind(config.http_addr)
             .await
