@@ -444,12 +444,13 @@ fn a_wal_moved_as_the_refusal_says_keeps_its_waiting_records() {
         "{error}"
     );
     assert!(!wal_root.exists(), "a refused start made {wal_root:?}");
+    // Within one file system the copy, sync and removal come to a rename.
     std::fs::create_dir_all(wal_root.join("ingress")).expect("mkdir -p");
     std::fs::rename(
         data.join("ingress").join("produce"),
         wal_root.join("ingress").join("produce"),
     )
-    .expect("mv");
+    .expect("moved");
 
     let node = start(Arc::clone(&disk), &replica, moved);
     assign(

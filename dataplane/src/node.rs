@@ -68,7 +68,7 @@ pub struct DataNodeConfig {
     /// Root of the ingress WAL (`storage.wal_dir`), for a WAL on a device
     /// of its own; `None` keeps it under `data_dir`. Either way the WAL is
     /// in `<root>/ingress/produce` ([`dirs`]), so moving one between the
-    /// roots is a plain `mv`.
+    /// roots moves that directory whole.
     pub wal_dir: Option<PathBuf>,
     /// HTTP API behaviour.
     pub api: ApiConfig,

@@ -5,9 +5,14 @@
 //! fan-out cursors and moves; the ingress WAL lives in
 //! `<root>/ingress/produce`, where the root is `storage.wal_dir` when it is
 //! set and `storage.data_dir` otherwise. The sub-path is the same under
-//! either root, so moving an existing WAL from one to the other is one `mv`
-//! of its `produce` directory, with nothing renamed inside it; and a
-//! `storage.wal_dir` equal to `storage.data_dir` is the default layout.
+//! either root, so moving an existing WAL from one to the other moves its
+//! `produce` directory whole (a plain `mv` within one file system), with
+//! nothing renamed inside it; and a `storage.wal_dir` equal to
+//! `storage.data_dir` is the default layout.
+//! The move the refusal below suggests copies, syncs, then removes: across
+//! devices `mv` copies and unlinks the source with nothing synced, so a
+//! power loss right after it could lose both copies. If the removal is
+//! lost instead, the next start finds the old copy and refuses again.
 //!
 //! A start checks, in this order:
 //! 1. `storage.data_dir` is created if missing, and a file can be created
@@ -17,9 +22,9 @@
 //!    the dispatcher may not have committed yet, and opening a new, empty
 //!    WAL elsewhere would strand them (lose them, as far as consumers can
 //!    tell). Checked before the WAL directory is created, so a refused
-//!    start leaves `storage.wal_dir` as it found it and the `mv` the error
+//!    start leaves `storage.wal_dir` as it found it and the copy the error
 //!    suggests has an empty target. A fully dispatched WAL is refused too:
-//!    telling it apart means opening it, and moving it costs one `mv`;
+//!    telling it apart means opening it, and moving it is one command;
 //! 3. the WAL directory is created if missing, and a file can be created
 //!    and removed in it.
 //!
@@ -80,12 +85,13 @@ pub enum DirError {
     #[error(
         "storage.wal_dir is {}, but an ingress WAL is still in {}: a new, empty WAL would strand \
          the acknowledged records it may hold. Stop the node and move it \
-         (mkdir -p {} && mv {} {} && sync), or unset storage.wal_dir",
+         (mkdir -p {} && cp -a {} {} && sync && rm -r {}), or unset storage.wal_dir",
         wal_root.display(),
         found.display(),
         target_parent.display(),
         found.display(),
-        target_parent.display()
+        target_parent.display(),
+        found.display()
     )]
     WalLeftBehind {
         /// The `storage.wal_dir` set.

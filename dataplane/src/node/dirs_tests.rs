@@ -85,8 +85,8 @@ fn a_wal_left_under_the_data_dir_refuses_a_start_with_a_wal_dir() {
         error.to_string(),
         "storage.wal_dir is /nvme/narad, but an ingress WAL is still in /node/ingress/produce: \
          a new, empty WAL would strand the acknowledged records it may hold. Stop the node and \
-         move it (mkdir -p /nvme/narad/ingress && mv /node/ingress/produce /nvme/narad/ingress \
-         && sync), or unset storage.wal_dir"
+         move it (mkdir -p /nvme/narad/ingress && cp -a /node/ingress/produce /nvme/narad/ingress \
+         && sync && rm -r /node/ingress/produce), or unset storage.wal_dir"
     );
 }
 
