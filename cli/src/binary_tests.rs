@@ -19,6 +19,7 @@ fn data_help_lists_its_settings() {
         "--http-addr",
         "--rpc-addr",
         "--data-dir",
+        "--wal-dir",
         "--security-enabled",
         "--access-log",
         "--log-format",

@@ -218,6 +218,7 @@ async fn serve_node(
     let disk = open_backend(BackendChoice::Auto)
         .map_err(|e| Failure::Start(format!("disk backend: {e}")))?;
     let mut node_config = DataNodeConfig::new(&config.data_dir);
+    node_config.wal_dir = config.wal_dir.clone();
     node_config.api = config.api.clone();
     if let Some(interval) = config.consumer_offset_commit_interval {
         node_config.consumer_state.durable_interval = interval;

@@ -266,6 +266,7 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     let heartbeat = bridge.spawn_heartbeat();
     let disk = open_backend(BackendChoice::Auto).map_err(|e| format!("disk backend: {e}"))?;
     let mut config = DataNodeConfig::new(&dev.data_dir);
+    config.wal_dir = dev.settings.wal_dir.clone();
     config.api.security = dev.secure;
     config.api.access_log = dev.settings.access_log;
     config.wal.prealloc = dev.settings.ingress_wal_prealloc;

@@ -307,3 +307,73 @@ fn dev_on_a_port_in_use_fails_before_its_banner() {
     );
     assert!(!stderr.contains("DEVELOPMENT NODE"), "{stderr}");
 }
+
+/// The WAL segments (`*.wal`) in `dir`, none when it does not exist.
+fn wal_segments(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".wal"))
+            .count()
+    })
+}
+
+#[test]
+fn dev_with_a_wal_dir_keeps_its_ingress_wal_there() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let wal = tempfile::tempdir().expect("temp dir");
+    let wal_root = wal.path().to_str().expect("UTF-8 path");
+    let dev = Dev::start_with(data.path(), free_port(), &["--wal-dir", wal_root]);
+    let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"apart"}"#);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = dev.request("POST", "/v1/topics/apart/produce", r#"{"n":1}"#);
+    assert_eq!(status, 202, "{body}");
+    wait_for_records(&dev, "apart", 1);
+    assert!(wal_segments(&wal.path().join("ingress").join("produce")) > 0);
+    assert!(!data.path().join("ingress").exists());
+    assert!(dev.terminate().status.success());
+}
+
+#[test]
+fn dev_refuses_a_wal_dir_while_its_data_dir_holds_a_wal() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let dev = Dev::start(data.path(), port);
+    assert!(dev.terminate().status.success());
+    let left = data.path().join("ingress").join("produce");
+    assert!(wal_segments(&left) > 0, "the first start made a WAL");
+
+    let wal = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(NARAD)
+        .args(["dev", "--port", &port.to_string(), "--data-dir"])
+        .arg(data.path())
+        .arg("--wal-dir")
+        .arg(wal.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("narad dev starts");
+    let deadline = Instant::now() + WAIT_MAX;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("narad dev did not exit");
+        }
+        sleep(POLL);
+    }
+    let output = child.wait_with_output().expect("narad dev exits");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "storage.wal_dir is {}, but an ingress WAL is still in {}",
+            wal.path().display(),
+            left.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        wal_segments(&left) > 0,
+        "the refused start left the WAL alone"
+    );
+}

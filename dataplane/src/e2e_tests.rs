@@ -19,15 +19,18 @@ use rand::{Rng, SeedableRng};
 use crate::dispatch::DispatchConfig;
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
-use crate::node::{DataNode, DataNodeConfig, NodeServices};
+use crate::node::dirs::DirError;
+use crate::node::{DataNode, DataNodeConfig, NodeError, NodeServices};
 use crate::partitions::partition_dir;
 use crate::testing::{
-    LOCAL_NODE, Served, apply, assign, basic, create_command, mark_dead, read_all, register,
-    replica, start_node as start, topic,
+    LOCAL_NODE, Served, apply, assign, basic, create_command, mark_dead, node_services, read_all,
+    register, replica, start_node as start, topic,
 };
 use crate::topology::Destination;
 
 pub(crate) const DATA_DIR: &str = "/node";
+/// `storage.wal_dir` of the tests that keep the WAL apart.
+const WAL_ROOT: &str = "/wal";
 
 /// A stored record's key and payload.
 type KeyedPayload = (Vec<u8>, Vec<u8>);
@@ -261,19 +264,20 @@ fn records_for_a_dead_remote_owner_are_rerouted_to_a_local_sibling() {
 
 /// One seeded run: producers (single and batch accepts) until the seeded
 /// ack count, a power cut of the simulated disk under everything, a
-/// restart, and a check that every acknowledged message is in a partition
-/// log. Returns the duplicates found.
-fn crash_and_recover(seed: u64) -> usize {
+/// restart on the same directories (the WAL under `wal_dir` when given,
+/// else under the data directory), and a check that every acknowledged
+/// message is in a partition log. Returns the duplicates found.
+fn crash_and_recover(seed: u64, wal_dir: Option<&Path>) -> usize {
     let sim = SimDisk::new(seed);
     let disk: Arc<dyn Disk> = Arc::new(sim.clone());
     let replica = replica();
     let mut rng = StdRng::seed_from_u64(seed);
     let crash_after: usize = rng.random_range(10..150);
-    let node = start(
-        Arc::clone(&disk),
-        &replica,
-        config(Path::new(DATA_DIR), seed),
-    );
+    let node_config = || DataNodeConfig {
+        wal_dir: wal_dir.map(Path::to_path_buf),
+        ..config(Path::new(DATA_DIR), seed)
+    };
+    let node = start(Arc::clone(&disk), &replica, node_config());
     let acked: Arc<parking_lot::Mutex<HashSet<String>>> = Arc::default();
     let crashed = Arc::new(AtomicBool::new(false));
     let next_id = Arc::new(AtomicUsize::new(0));
@@ -349,11 +353,12 @@ fn crash_and_recover(seed: u64) -> usize {
     node.abandon();
     drop(runtime);
 
-    let node = start(
-        Arc::clone(&disk),
-        &replica,
-        config(Path::new(DATA_DIR), seed),
-    );
+    let node = start(Arc::clone(&disk), &replica, node_config());
+    assert_eq!(node.wal().dir(), node_config().ingress_wal_dir());
+    if wal_dir.is_some() {
+        let default_wal = Path::new(DATA_DIR).join("ingress");
+        assert!(!disk.exists(&default_wal).expect("exists"), "seed {seed}");
+    }
     wait_until("dispatch to finish after the restart", || node.drained());
     node.shutdown();
     let stored = stored(&disk, Path::new(DATA_DIR), "orders", 3);
@@ -376,7 +381,7 @@ fn crash_and_recover(seed: u64) -> usize {
 fn every_acknowledged_message_survives_a_power_cut_at_seeded_points() {
     let mut duplicates = 0;
     for seed in 0..8 {
-        duplicates += crash_and_recover(seed);
+        duplicates += crash_and_recover(seed, None);
     }
     // Every record carries its WAL origin, so the records the dispatcher
     // sends again after the power cut are acknowledged by their partitions
@@ -384,6 +389,79 @@ fn every_acknowledged_message_survives_a_power_cut_at_seeded_points() {
     // from their logs at the first commit).
     println!("duplicates over 8 crashes: {duplicates}");
     assert_eq!(duplicates, 0, "records stored twice after power cuts");
+}
+
+#[test]
+fn every_acknowledged_message_survives_a_power_cut_with_the_wal_in_its_own_directory() {
+    let mut duplicates = 0;
+    for seed in 0..8 {
+        duplicates += crash_and_recover(seed, Some(Path::new(WAL_ROOT)));
+    }
+    assert_eq!(duplicates, 0, "records stored twice after power cuts");
+}
+
+/// A node that ran with its WAL under the data directory is restarted with
+/// `storage.wal_dir`: refused while the WAL is still there; once the WAL
+/// directory is moved as the refusal says, the records it held waiting are
+/// dispatched from the new place.
+#[test]
+fn a_wal_moved_as_the_refusal_says_keeps_its_waiting_records() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let data = root.path().join("data");
+    let wal_root = root.path().join("nvme");
+    let disk: Arc<dyn Disk> =
+        Arc::new(narad_disk::portable::PortableDisk::new(2).expect("portable disk"));
+    // Nobody owns `orders` yet: its record waits in the WAL.
+    let replica = unplaced_orders();
+    let node = start(Arc::clone(&disk), &replica, config(&data, 1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let topic = node
+        .api()
+        .acceptor
+        .producible_topic("orders")
+        .expect("topic");
+    let message = ProduceMessage {
+        key: Vec::new(),
+        partition: Some(1),
+        payload: bytes::Bytes::from_static(b"waiting"),
+        idempotency_key: Vec::new(),
+    };
+    runtime
+        .block_on(node.api().acceptor.accept(&topic, &message))
+        .expect("accept");
+    node.shutdown();
+
+    let moved = DataNodeConfig {
+        wal_dir: Some(wal_root.clone()),
+        ..config(&data, 1)
+    };
+    let error = DataNode::start(node_services(Arc::clone(&disk), &replica), moved.clone())
+        .expect_err("a WAL is left under the data directory");
+    assert!(
+        matches!(error, NodeError::Dirs(DirError::WalLeftBehind { .. })),
+        "{error}"
+    );
+    assert!(!wal_root.exists(), "a refused start made {wal_root:?}");
+    // Within one file system the copy, sync and removal come to a rename.
+    std::fs::create_dir_all(wal_root.join("ingress")).expect("mkdir -p");
+    std::fs::rename(
+        data.join("ingress").join("produce"),
+        wal_root.join("ingress").join("produce"),
+    )
+    .expect("moved");
+
+    let node = start(Arc::clone(&disk), &replica, moved);
+    assign(
+        &replica,
+        "orders",
+        &[(0, LOCAL_NODE), (1, LOCAL_NODE), (2, LOCAL_NODE)],
+    );
+    wait_until("the waiting record to be dispatched", || node.drained());
+    node.shutdown();
+    let stored = stored(&disk, &data, "orders", 3);
+    assert_eq!(stored[&1], vec![(Vec::new(), b"waiting".to_vec())]);
 }
 
 #[test]

@@ -45,10 +45,12 @@ use crate::topology::member_id;
 use narad_meta::{Command, RegisterMember};
 
 mod decommission;
+pub mod dirs;
 mod housekeeping;
 
 pub use self::decommission::DECOMMISSION_CHECK_INTERVAL;
 use self::decommission::DecommissionWatch;
+use self::dirs::DirError;
 pub use self::housekeeping::HousekeepingConfig;
 use self::housekeeping::{Housekeeping, HousekeepingParts};
 use crate::partitions::poller::{Poller, PollerParts};
@@ -63,6 +65,11 @@ pub use crate::partitions::{
 pub struct DataNodeConfig {
     /// Root of the node's data (`storage.data_dir`).
     pub data_dir: PathBuf,
+    /// Root of the ingress WAL (`storage.wal_dir`), for a WAL on a device
+    /// of its own; `None` keeps it under `data_dir`. Either way the WAL is
+    /// in `<root>/ingress/produce` ([`dirs`]), so moving one between the
+    /// roots moves that directory whole.
+    pub wal_dir: Option<PathBuf>,
     /// HTTP API behaviour.
     pub api: ApiConfig,
     /// Ingress WAL options.
@@ -113,6 +120,7 @@ impl DataNodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
+            wal_dir: None,
             api: ApiConfig::default(),
             wal: WalOptions::default(),
             checkpoint: CheckpointConfig::default(),
@@ -139,12 +147,22 @@ impl DataNodeConfig {
     pub fn set_partition_log_prealloc(&mut self, on: bool) {
         self.log.prepare_bytes = if on { narad_plog::PREPARE_BYTES } else { 0 };
     }
+
+    /// The ingress WAL's directory: `ingress/produce` under `wal_dir`,
+    /// or under `data_dir` when that is unset.
+    pub fn ingress_wal_dir(&self) -> PathBuf {
+        dirs::ingress_wal_dir(self.wal_dir.as_deref().unwrap_or(&self.data_dir))
+    }
 }
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NodeError {
+    /// `storage.data_dir` or `storage.wal_dir` is unusable, or the WAL is
+    /// not where the settings say.
+    #[error(transparent)]
+    Dirs(#[from] DirError),
     /// The ingress WAL did not open.
     #[error("ingress WAL: {0}")]
     Wal(#[from] WalError),
@@ -244,15 +262,16 @@ pub struct DataNode {
 pub const FANOUT_COMMIT_WORKERS: usize = 16;
 
 impl DataNode {
-    /// Opens the WAL and checkpoint (recovering them), starts the commit
-    /// workers and the dispatcher, and builds the API state. Ready once the
-    /// replica has caught up.
+    /// Checks the data and WAL directories ([`dirs`]), opens the WAL and
+    /// checkpoint (recovering them), starts the commit workers and the
+    /// dispatcher, and builds the API state. Ready once the replica has
+    /// caught up.
     ///
     /// # Errors
     /// [`NodeError`].
     pub fn start(services: NodeServices, config: DataNodeConfig) -> Result<Self, NodeError> {
         let booting_us = services.clock.now_us();
-        let wal_dir = config.data_dir.join("ingress").join("produce");
+        let wal_dir = dirs::prepare(&*services.disk, &config.data_dir, config.wal_dir.as_deref())?;
         let wal = Arc::new(Wal::open(
             Arc::clone(&services.disk),
             &wal_dir,
@@ -402,7 +421,7 @@ impl DataNode {
         ));
         let decommission = DecommissionWatch::spawn(&api, config.decommission_check);
         health.started.store(true, Ordering::Release);
-        tracing::info!(data_dir = %config.data_dir.display(), backend = %wal.backend(), "data node started");
+        tracing::info!(data_dir = %config.data_dir.display(), wal_dir = %wal_dir.display(), backend = %wal.backend(), "data node started");
         Ok(Self {
             wal,
             checkpoint,

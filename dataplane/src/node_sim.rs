@@ -28,10 +28,16 @@
 //!   one tick plus one durability interval before the power cut;
 //! - nothing panicked.
 //!
-//! `cargo test` runs [`SEEDS_IN_TEST`] seeds. The ignored test
+//! A seed runs in either of two layouts: the WAL under the data directory,
+//! or under a `storage.wal_dir` of its own. Both directories are on the one
+//! simulated disk, so the power cut takes both at once, as a host's power
+//! loss takes both devices; one device failing alone is not simulated.
+//!
+//! `cargo test` runs [`SEEDS_IN_TEST`] seeds in each layout. The ignored test
 //! `node_sim::many_seeds` runs `NARAD_SIM_SEEDS` (default 10,000) and
-//! `node_sim::replay` one seed, `NARAD_SIM_SEED`; a failing seed prints the
-//! command that replays it.
+//! `node_sim::replay` one seed, `NARAD_SIM_SEED`, in the layout
+//! `NARAD_SIM_OWN_WAL_DIR` picks (set: the WAL's own directory); a failing
+//! seed prints the command that replays it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -64,6 +70,8 @@ use crate::topology::Destination;
 const SEEDS_IN_TEST: u64 = 200;
 
 const DATA_DIR: &str = "/node";
+/// `storage.wal_dir` of [`Layout::OwnWalDir`].
+const WAL_ROOT: &str = "/wal";
 const TOPIC: &str = "sim";
 const PARTITIONS: u32 = 3;
 /// Steps before the power cut is armed at the latest.
@@ -74,6 +82,25 @@ const STEPS_AFTER_CUT: usize = 6;
 /// levellings happen within a run.
 const STATE_TICK: Duration = Duration::from_millis(20);
 const STATE_DURABLE: Duration = Duration::from_millis(100);
+
+/// Where the node keeps its ingress WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Under the data directory (`storage.wal_dir` unset).
+    WalUnderDataDir,
+    /// Under [`WAL_ROOT`] (`storage.wal_dir` set).
+    OwnWalDir,
+}
+
+impl Layout {
+    /// `storage.wal_dir`.
+    fn wal_root(self) -> Option<&'static Path> {
+        match self {
+            Self::WalUnderDataDir => None,
+            Self::OwnWalDir => Some(Path::new(WAL_ROOT)),
+        }
+    }
+}
 
 /// What one seed found, for the totals the tests print.
 #[derive(Debug, Default, Clone, Copy)]
@@ -157,10 +184,12 @@ struct Node {
 }
 
 impl Node {
-    /// Opens every part on `disk`, as a node start does.
-    fn open(disk: &Arc<dyn Disk>) -> Result<Self, String> {
+    /// Checks the directories of `layout` and opens every part on `disk`,
+    /// as a node start does.
+    fn open(disk: &Arc<dyn Disk>, layout: Layout) -> Result<Self, String> {
         let data = Path::new(DATA_DIR);
-        let wal_dir = data.join("ingress").join("produce");
+        let wal_dir = crate::node::dirs::prepare(&**disk, data, layout.wal_root())
+            .map_err(|e| format!("directories: {e}"))?;
         // Small segments, so runs roll and compact them.
         let options = WalOptions {
             segment_bytes: 64 * 1024,
@@ -331,14 +360,15 @@ fn stored(node: &Node) -> BTreeMap<u32, Vec<(u64, Vec<u8>)>> {
         .collect()
 }
 
-/// One seed, start to check. Panics (with the seed in the message) on any
-/// broken promise.
-fn run_seed(seed: u64) -> SeedReport {
+/// One seed in `layout`, start to check. Panics (with the seed in the
+/// message) on any broken promise.
+fn run_seed(seed: u64, layout: Layout) -> SeedReport {
     let mut rng = StdRng::seed_from_u64(seed);
     let sim = SimDisk::new(seed);
     let disk: Arc<dyn Disk> = Arc::new(sim.clone());
     let mut now_ms: u64 = 0;
-    let mut node = Node::open(&disk).unwrap_or_else(|e| panic!("seed {seed}: first open: {e}"));
+    let mut node =
+        Node::open(&disk, layout).unwrap_or_else(|e| panic!("seed {seed}: first open: {e}"));
     let mut acknowledged: Vec<(u32, Vec<u8>)> = Vec::new();
     let mut seen: BTreeMap<(u32, u64), Vec<u8>> = BTreeMap::new();
     let mut consumers: Vec<Consumer> = (0..PARTITIONS).map(|_| Consumer::default()).collect();
@@ -429,10 +459,11 @@ fn run_seed(seed: u64) -> SeedReport {
     sim.clear_faults();
     sim.crash(Tear::LastWrite);
 
-    let mut node =
-        Node::open(&disk).unwrap_or_else(|e| panic!("seed {seed}: open after the cut: {e}"));
+    let mut node = Node::open(&disk, layout)
+        .unwrap_or_else(|e| panic!("seed {seed}: open after the cut: {e}"));
     node.drain(Duration::from_millis(now_ms + 1_000));
     check(seed, &node, &acknowledged, &seen, &consumers, cut_ms);
+    check_layout(seed, &disk, layout);
     SeedReport {
         acknowledged: acknowledged.len(),
         seen: seen.len(),
@@ -541,14 +572,48 @@ fn check(
     }
 }
 
-/// Runs `seeds`, printing the replay command of the first that fails.
-fn run_seeds(seeds: std::ops::Range<u64>) -> (usize, usize, usize) {
+/// The WAL's segments are where `layout` puts them, and only there.
+fn check_layout(seed: u64, disk: &Arc<dyn Disk>, layout: Layout) {
+    let data = Path::new(DATA_DIR);
+    let default_wal = crate::node::dirs::ingress_wal_dir(data);
+    let (wal, not_wal) = match layout {
+        Layout::WalUnderDataDir => (default_wal, Path::new(WAL_ROOT).to_path_buf()),
+        Layout::OwnWalDir => (
+            crate::node::dirs::ingress_wal_dir(Path::new(WAL_ROOT)),
+            data.join("ingress"),
+        ),
+    };
+    let segments = disk
+        .list_dir(&wal)
+        .unwrap_or_default()
+        .iter()
+        .filter(|name| narad_wal::segment::parse_segment_name(name).is_some())
+        .count();
+    assert!(
+        segments > 0,
+        "seed {seed}: no WAL segment in {}",
+        wal.display()
+    );
+    assert!(
+        !disk.exists(&not_wal).expect("exists"),
+        "seed {seed}: {} exists in layout {layout:?}",
+        not_wal.display()
+    );
+}
+
+/// Runs `seeds` in `layout`, printing the replay command of the first
+/// that fails.
+fn run_seeds(seeds: std::ops::Range<u64>, layout: Layout) -> (usize, usize, usize) {
     let mut totals = (0, 0, 0);
     for seed in seeds {
-        let report = std::panic::catch_unwind(|| run_seed(seed)).unwrap_or_else(|panic| {
+        let report = std::panic::catch_unwind(|| run_seed(seed, layout)).unwrap_or_else(|panic| {
+            let flag = match layout {
+                Layout::WalUnderDataDir => "",
+                Layout::OwnWalDir => "NARAD_SIM_OWN_WAL_DIR=1 ",
+            };
             eprintln!(
-                "node simulation failed at seed {seed}; replay it with:\n  \
-                 NARAD_SIM_SEED={seed} cargo test -p narad-dataplane --lib node_sim::replay -- --ignored --nocapture"
+                "node simulation failed at seed {seed} ({layout:?}); replay it with:\n  \
+                 {flag}NARAD_SIM_SEED={seed} cargo test -p narad-dataplane --lib node_sim::replay -- --ignored --nocapture"
             );
             std::panic::resume_unwind(panic)
         });
@@ -559,17 +624,37 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> (usize, usize, usize) {
     totals
 }
 
-#[test]
-fn every_seed_keeps_every_promise_through_a_power_cut() {
-    let (acknowledged, seen, cut) = run_seeds(0..SEEDS_IN_TEST);
+/// Runs [`SEEDS_IN_TEST`] seeds in `layout` and checks the cut landed
+/// inside most runs.
+fn run_test_seeds(layout: Layout) {
+    let (acknowledged, seen, cut) = run_seeds(0..SEEDS_IN_TEST, layout);
     println!(
-        "{SEEDS_IN_TEST} seeds: {acknowledged} acknowledged, {seen} seen by consumers, \
-         the cut hit in {cut}"
+        "{SEEDS_IN_TEST} seeds ({layout:?}): {acknowledged} acknowledged, {seen} seen by \
+         consumers, the cut hit in {cut}"
     );
     assert!(
         cut as u64 > SEEDS_IN_TEST / 2,
         "the cut landed inside most runs"
     );
+}
+
+#[test]
+fn every_seed_keeps_every_promise_through_a_power_cut() {
+    run_test_seeds(Layout::WalUnderDataDir);
+}
+
+#[test]
+fn every_seed_keeps_every_promise_through_a_power_cut_with_the_wal_in_its_own_directory() {
+    run_test_seeds(Layout::OwnWalDir);
+}
+
+/// The layout `NARAD_SIM_OWN_WAL_DIR` names (set: [`Layout::OwnWalDir`]).
+fn layout_from_env() -> Layout {
+    if std::env::var_os("NARAD_SIM_OWN_WAL_DIR").is_some() {
+        Layout::OwnWalDir
+    } else {
+        Layout::WalUnderDataDir
+    }
 }
 
 #[test]
@@ -579,8 +664,11 @@ fn many_seeds() {
         .ok()
         .and_then(|text| text.parse().ok())
         .unwrap_or(10_000);
-    let (acknowledged, seen, cut) = run_seeds(0..seeds);
-    println!("{seeds} seeds: {acknowledged} acknowledged, {seen} seen, the cut hit in {cut}");
+    let layout = layout_from_env();
+    let (acknowledged, seen, cut) = run_seeds(0..seeds, layout);
+    println!(
+        "{seeds} seeds ({layout:?}): {acknowledged} acknowledged, {seen} seen, the cut hit in {cut}"
+    );
 }
 
 #[test]
@@ -590,5 +678,5 @@ fn replay() {
         .expect("NARAD_SIM_SEED")
         .parse()
         .expect("a seed");
-    println!("{:?}", run_seed(seed));
+    println!("{:?}", run_seed(seed, layout_from_env()));
 }

@@ -253,26 +253,30 @@ pub(crate) fn basic(user: &str, password: &str) -> String {
     format!("Basic {}", BASE64.encode(format!("{user}:{password}")))
 }
 
-/// Starts a data node on `disk` following `replica`: leader confirmation
-/// answered from the replica, no remote owners, topic changes applied to
-/// the replica, the system clock.
+/// The services of a data node on `disk` following `replica`: leader
+/// confirmation answered from the replica, no remote owners, topic changes
+/// applied to the replica, the system clock.
+pub(crate) fn node_services(
+    disk: Arc<dyn Disk>,
+    replica: &Arc<MetadataReplica>,
+) -> crate::node::NodeServices {
+    crate::node::NodeServices {
+        disk,
+        replica: Arc::clone(replica),
+        leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
+        remote: Arc::new(crate::dispatch::NoRemoteTarget),
+        admin: Arc::new(crate::admin::LocalAdmin::new(Arc::clone(replica))),
+        clock: Arc::new(narad_disk::clock::SystemClock::new()),
+    }
+}
+
+/// Starts a data node with [`node_services`].
 pub(crate) fn start_node(
     disk: Arc<dyn Disk>,
     replica: &Arc<MetadataReplica>,
     config: crate::node::DataNodeConfig,
 ) -> crate::node::DataNode {
-    crate::node::DataNode::start(
-        crate::node::NodeServices {
-            disk,
-            replica: Arc::clone(replica),
-            leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
-            remote: Arc::new(crate::dispatch::NoRemoteTarget),
-            admin: Arc::new(crate::admin::LocalAdmin::new(Arc::clone(replica))),
-            clock: Arc::new(narad_disk::clock::SystemClock::new()),
-        },
-        config,
-    )
-    .expect("start node")
+    crate::node::DataNode::start(node_services(disk, replica), config).expect("start node")
 }
 
 /// Every record of `log` below its high watermark, in offset order.

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use narad_controlplane::node::config::layered::{
-    self, Merged, Settings, parse_addr, parse_bool, parse_duration, parse_millis_within,
-    parse_number, parse_off_or_millis_from, parse_positive, parse_within,
+    self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration,
+    parse_millis_within, parse_number, parse_off_or_millis_from, parse_positive, parse_within,
 };
 pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting};
 use narad_dataplane::fanout::machine::CursorConfig;
@@ -52,6 +52,8 @@ pub(crate) mod keys {
         ACCESS_LOG = "http.access_log", "NARAD_HTTP_ACCESS_LOG", "access-log",
             "true or false: one log line a request on target narad::access, http.access_log";
         DATA_DIR = shared::DATA_DIR;
+        WAL_DIR = "storage.wal_dir", "NARAD_STORAGE_WAL_DIR", "wal-dir",
+            "Ingress WAL root, the WAL in its ingress/produce (default: storage.data_dir): storage.wal_dir";
         FRONT_THREADS = "http.front_threads", "NARAD_HTTP_FRONT_THREADS", "http-front-threads",
             "0 to 256 threads serving HTTP connections: http.front_threads";
         OFFSET_COMMIT_INTERVAL = "storage.consumer_offset_commit_interval_ms", "NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS", "consumer-offset-commit-interval-ms",
@@ -165,8 +167,12 @@ pub(crate) struct DataConfig {
     /// `http.front_threads`: threads that serve HTTP connections, each on
     /// its own single-threaded runtime; 0 serves them on the shared one.
     pub(crate) front_threads: usize,
-    /// The data directory (ingress WAL, partition logs).
+    /// The data directory (partition logs; the ingress WAL too unless
+    /// `wal_dir` is set).
     pub(crate) data_dir: PathBuf,
+    /// `storage.wal_dir`: the ingress WAL's root, for a WAL on a device of
+    /// its own; `None` keeps it under `data_dir`.
+    pub(crate) wal_dir: Option<PathBuf>,
     /// How often consumer positions are written out with fdatasync; `None`
     /// keeps the data plane's default.
     pub(crate) consumer_offset_commit_interval: Option<Duration>,
@@ -297,6 +303,8 @@ pub(crate) fn resolve(
         merged.parse(keys::METRICS_UNAUTHENTICATED, Some(false), parse_bool)?;
     let access_log = merged.parse(keys::ACCESS_LOG, Some(false), parse_bool)?;
     let data_dir = merged.data_dir(keys::DATA_DIR)?;
+    // Not a key of the original, whose WAL is always under its data dir.
+    let wal_dir = merged.parse(keys::WAL_DIR, Some(None), parse_wal_dir)?;
     let consumer_offset_commit_interval =
         merged.parse(keys::OFFSET_COMMIT_INTERVAL, Some(None), |v| {
             parse_millis_within(
@@ -369,6 +377,7 @@ pub(crate) fn resolve(
         shutdown_grace,
         front_threads,
         data_dir,
+        wal_dir,
         consumer_offset_commit_interval,
         retention_check_interval,
         cold_retention_walk,
@@ -387,6 +396,12 @@ pub(crate) fn resolve(
 /// `http.front_threads`: 0 to [`front::THREADS_MAX`].
 pub(crate) fn parse_front_threads(value: &str) -> Result<usize, String> {
     parse_within(value, 0..=front::THREADS_MAX, "a thread count").map(usize::from)
+}
+
+/// `storage.wal_dir`: any path but the empty one (unset keeps the WAL
+/// under `storage.data_dir`).
+pub(crate) fn parse_wal_dir(value: &str) -> Result<Option<PathBuf>, String> {
+    parse_data_dir(value).map(Some)
 }
 
 /// `storage.retention_check_interval_ms`: from

@@ -89,6 +89,44 @@ fn a_flag_wins_over_the_environment_which_wins_over_the_file() {
 }
 
 #[test]
+fn the_wal_dir_is_unset_unless_given() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(
+        config.wal_dir, None,
+        "the WAL stays under the data directory"
+    );
+}
+
+#[test]
+fn the_wal_dir_is_read_from_the_file_the_environment_and_a_flag() {
+    let file = Layer::from_json(
+        r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "storage": {"data_dir": "/data", "wal_dir": "/nvme/file"}}"#,
+    )
+    .expect("file");
+    let config = resolve(std::slice::from_ref(&file), env_with_secret).expect("valid");
+    assert_eq!(config.wal_dir, Some(PathBuf::from("/nvme/file")));
+    assert_eq!(config.data_dir, PathBuf::from("/data"));
+    let env =
+        Layer::from_env(|name| (name == "NARAD_STORAGE_WAL_DIR").then(|| "/nvme/env".to_owned()));
+    let config = resolve(&[file.clone(), env.clone()], env_with_secret).expect("valid");
+    assert_eq!(config.wal_dir, Some(PathBuf::from("/nvme/env")));
+    let flag = flags(&[(keys::WAL_DIR, "/nvme/flag")]);
+    let config = resolve(&[file, env, flag], env_with_secret).expect("valid");
+    assert_eq!(config.wal_dir, Some(PathBuf::from("/nvme/flag")));
+}
+
+#[test]
+fn an_empty_wal_dir_is_refused_naming_the_setting_and_its_source() {
+    let env = Layer::from_env(|name| (name == "NARAD_STORAGE_WAL_DIR").then(String::new));
+    let error = error(&[required(), env], env_with_secret);
+    assert_eq!(
+        error.to_string(),
+        "invalid configuration: storage.wal_dir (from NARAD_STORAGE_WAL_DIR): must not be empty"
+    );
+}
+
+#[test]
 fn an_unknown_key_in_the_file_is_refused_by_name() {
     let error = Layer::from_json(r#"{"cluster": {"node_id": 1, "control_node": "a:1"}}"#)
         .expect_err("refused");

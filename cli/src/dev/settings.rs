@@ -1,15 +1,17 @@
 //! The settings `narad dev` shares with `narad data`: the log format, the
-//! access log, the three storage switches, the HTTP front threads and the
-//! retention interval. Each takes the variable and the flag that `narad
-//! data` gives it (no file: `narad dev` takes none), and each value is
-//! checked by `narad data`'s parser, with its bounds and its error text,
-//! through the shared layering ([`narad_controlplane::node::config::layered`]).
+//! access log, the three storage switches, the HTTP front threads, the
+//! retention interval and the ingress WAL's root. Each takes the variable
+//! and the flag that `narad data` gives it (no file: `narad dev` takes
+//! none), and each value is checked by `narad data`'s parser, with its
+//! bounds and its error text, through the shared layering
+//! ([`narad_controlplane::node::config::layered`]).
 //!
 //! clap still declares the flags and their variables, so `--help` lists
 //! them as before; what clap found reaches the layering with its source
 //! (`ArgMatches::value_source`), so an error says `(from --flag)` or
 //! `(from NARAD_X)`, and a default clap shows is not taken as set.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -19,7 +21,9 @@ use narad_controlplane::node::config::layered::{
 };
 use narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT;
 
-use crate::data::config::{defaults, keys, parse_front_threads, parse_retention_check_interval};
+use crate::data::config::{
+    defaults, keys, parse_front_threads, parse_retention_check_interval, parse_wal_dir,
+};
 use crate::data::front;
 use crate::process::LOG_FORMATS;
 
@@ -43,6 +47,7 @@ impl Settings for DevSettings {
         keys::WAL_INLINE_FLUSH,
         keys::FRONT_THREADS,
         keys::RETENTION_CHECK_INTERVAL,
+        keys::WAL_DIR,
     ];
 }
 
@@ -59,7 +64,7 @@ fn switch(setting: Setting, default: bool, help: &'static str) -> Arg {
 }
 
 /// `narad dev`'s flags of [`DevSettings`], as `--help` shows them.
-pub(crate) fn args() -> [Arg; 7] {
+pub(crate) fn args() -> [Arg; 8] {
     [
         Arg::new(keys::LOG_FORMAT.flag)
             .long(keys::LOG_FORMAT.flag)
@@ -110,6 +115,14 @@ pub(crate) fn args() -> [Arg; 7] {
             .help(
                 "Milliseconds between retention passes over the open partition logs \
                  (storage.retention_check_interval_ms)",
+            ),
+        Arg::new(keys::WAL_DIR.flag)
+            .long(keys::WAL_DIR.flag)
+            .env(keys::WAL_DIR.env)
+            .value_name("DIR")
+            .help(
+                "Root of the ingress WAL, which lives in DIR/ingress/produce, e.g. on a device \
+                 of its own; under --data-dir by default (storage.wal_dir)",
             ),
     ]
 }
@@ -163,6 +176,8 @@ pub(crate) struct DevConfig {
     pub(crate) front_threads: usize,
     /// `storage.retention_check_interval_ms`.
     pub(crate) retention_check_interval: Duration,
+    /// `storage.wal_dir`; `None` keeps the WAL under `--data-dir`.
+    pub(crate) wal_dir: Option<PathBuf>,
 }
 
 /// Validates `layers` (in increasing precedence) with `narad data`'s
@@ -197,6 +212,7 @@ pub(crate) fn resolve(layers: &[Layer<DevSettings>]) -> Result<DevConfig, Config
             Some(RETENTION_CHECK_INTERVAL_DEFAULT),
             parse_retention_check_interval,
         )?,
+        wal_dir: merged.parse(keys::WAL_DIR, Some(None), parse_wal_dir)?,
     })
 }
 

@@ -26,6 +26,24 @@ fn unset_settings_take_the_defaults_of_narad_dev() {
         config.retention_check_interval,
         RETENTION_CHECK_INTERVAL_DEFAULT
     );
+    assert_eq!(config.wal_dir, None);
+}
+
+#[test]
+fn the_wal_dir_flag_sets_the_root_of_the_ingress_wal() {
+    let config = resolve_words(&["--wal-dir", "/nvme/narad"]).expect("valid");
+    assert_eq!(config.wal_dir, Some(PathBuf::from("/nvme/narad")));
+}
+
+#[test]
+fn an_empty_wal_dir_variable_is_refused_naming_the_variable() {
+    let mut env = Layer::new(Source::Env);
+    env.set(keys::WAL_DIR, "");
+    let error = resolve(&[env]).expect_err("empty");
+    assert_eq!(
+        error.to_string(),
+        "invalid configuration: storage.wal_dir (from NARAD_STORAGE_WAL_DIR): must not be empty"
+    );
 }
 
 #[test]
