@@ -14,6 +14,10 @@ use plotters::prelude::*;
 const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 const FONT_FAMILY: &str = "sans-serif";
 
+/// Set by `narad bench NAME --json`: a file that receives a copy of the
+/// report's JSON.
+pub const JSON_COPY_ENV: &str = "NARAD_BENCH_JSON_COPY";
+
 /// Size of one chart panel in pixels.
 const PANEL_WIDTH_PX: u32 = 1000;
 const PANEL_HEIGHT_PX: u32 = 60;
@@ -159,10 +163,25 @@ impl Report {
     /// # Errors
     /// When a file cannot be written or the chart cannot be drawn.
     pub fn write_to(&self, dir: &std::path::Path) -> io::Result<PathBuf> {
+        // `narad bench NAME --json` asks for the report on its standard
+        // output: it names a file here and prints it once the run ends.
+        let copy = std::env::var_os(JSON_COPY_ENV).map(PathBuf::from);
+        self.write_with_copy(dir, copy.as_deref())
+    }
+
+    /// [`Self::write_to`], with the JSON also written to `copy`.
+    fn write_with_copy(
+        &self,
+        dir: &std::path::Path,
+        copy: Option<&std::path::Path>,
+    ) -> io::Result<PathBuf> {
         fs::create_dir_all(dir)?;
         let json_path = dir.join(format!("{}.json", self.name));
-        let text = serde_json::to_string_pretty(&self.to_json()).map_err(io::Error::other)?;
-        fs::write(&json_path, text + "\n")?;
+        let text = serde_json::to_string_pretty(&self.to_json()).map_err(io::Error::other)? + "\n";
+        fs::write(&json_path, &text)?;
+        if let Some(copy) = copy {
+            fs::write(copy, &text)?;
+        }
         if !self.charts.is_empty() {
             self.draw(&dir.join(format!("{}.png", self.name)))?;
         }
@@ -330,6 +349,21 @@ mod tests {
         assert_eq!(json["a_per_s"], 2.5);
         assert_eq!(json["b_p50_us"], 7.0);
         assert_eq!(json["notes"]["backend"], "portable");
+    }
+
+    #[test]
+    fn a_copy_asked_for_holds_the_same_json_as_the_report_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("copy.json");
+        let mut report = Report::new("unit-copy");
+        report.set("x", 1.0);
+        let written = report
+            .write_with_copy(dir.path(), Some(&copy))
+            .expect("written");
+        let file = std::fs::read_to_string(written).expect("report file");
+        assert_eq!(std::fs::read_to_string(&copy).expect("copy"), file);
+        let json: serde_json::Value = serde_json::from_str(&file).expect("json");
+        assert_eq!(json["x"], 1.0);
     }
 
     #[test]

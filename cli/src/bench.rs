@@ -43,7 +43,8 @@ move (a 1 GiB partition moves to a joining fourth data node under produce load: 
 the raw disk, produce p99 during the move next to before; --bytes, --rate, --before), \
 wal, plog or disk-baseline. \
 The benchmark binary must be built beside narad (cargo build --release -p narad -p narad-bench); \
-ARGS pass through (e.g. --cluster 3); each writes its JSON to target/bench/.
+ARGS pass through (e.g. --cluster 3); each writes its JSON to target/bench/, and with --json \
+prints it on stdout (its progress lines then go to stderr).
 
   narad bench TOPIC [--count 10000] [--size 256] [--workers 8] [--batch N] [--consume] [--out \
 chart.png]
@@ -65,9 +66,36 @@ pub(crate) struct BenchArgs {
     args: Vec<OsString>,
 }
 
-/// Whether `narad bench NAME` names one of the benchmarks.
-pub(crate) fn is_named(args: &BenchArgs) -> bool {
-    BENCHMARKS.iter().any(|(name, _)| args.name == *name)
+/// The environment variable through which a benchmark copies its JSON
+/// report to a file (`narad_bench::report::JSON_COPY_ENV`; this crate does
+/// not link the benchmarks).
+const JSON_COPY_ENV: &str = "NARAD_BENCH_JSON_COPY";
+
+/// A run of one named benchmark.
+#[derive(Debug, PartialEq)]
+pub(crate) struct NamedRun {
+    name: &'static str,
+    /// What the benchmark gets, `--json` taken out.
+    args: Vec<OsString>,
+    /// `--json` was given (before the name, as `narad --json bench NAME`
+    /// puts it, or among the arguments): the report's JSON goes to
+    /// standard output and the benchmark's own lines to standard error.
+    json: bool,
+}
+
+/// The named benchmark `narad bench` was asked for, or `None` for a topic
+/// benchmark.
+pub(crate) fn named(args: &BenchArgs) -> Option<NamedRun> {
+    let words = std::iter::once(&args.name).chain(&args.args);
+    let json = words.clone().any(|word| word == "--json");
+    let mut rest = words.filter(|word| *word != "--json");
+    let first = rest.next()?;
+    let (name, _) = BENCHMARKS.iter().find(|(name, _)| first == *name)?;
+    Some(NamedRun {
+        name,
+        args: rest.cloned().collect(),
+        json,
+    })
 }
 
 /// The words of a topic benchmark: the topic (or its flags) and the rest.
@@ -81,10 +109,8 @@ pub(crate) fn benchmark_names() -> Vec<&'static str> {
 }
 
 /// Runs the benchmark and exits with its status.
-pub(crate) fn run(args: &BenchArgs) -> ExitCode {
-    let Some(name) = args.name.to_str() else {
-        return ExitCode::from(EXIT_NOT_BUILT);
-    };
+pub(crate) fn run(run: &NamedRun) -> ExitCode {
+    let name = run.name;
     let Some(narad) = std::env::current_exe().ok() else {
         eprintln!("narad bench: cannot tell where this narad binary is");
         return ExitCode::from(EXIT_NOT_BUILT);
@@ -98,11 +124,19 @@ pub(crate) fn run(args: &BenchArgs) -> ExitCode {
         return ExitCode::from(EXIT_NOT_BUILT);
     };
     let mut command = Command::new(&program);
-    command.args(&args.args);
+    command.args(&run.args);
     if std::env::var_os("NARAD_BIN").is_none() {
         command.env("NARAD_BIN", &narad);
     }
-    match command.status() {
+    let copy = run.json.then(|| {
+        std::env::temp_dir().join(format!("narad-bench-{name}-{}.json", std::process::id()))
+    });
+    if let Some(copy) = &copy {
+        command.env(JSON_COPY_ENV, copy);
+        // The benchmark's progress lines must not mix with the JSON.
+        command.stdout(std::io::stderr());
+    }
+    let code = match command.status() {
         Ok(status) => match status.code().and_then(|code| u8::try_from(code).ok()) {
             Some(code) => ExitCode::from(code),
             // Killed by a signal, or a code outside 0..=255.
@@ -110,7 +144,32 @@ pub(crate) fn run(args: &BenchArgs) -> ExitCode {
         },
         Err(error) => {
             eprintln!("narad bench: cannot start {}: {error}", program.display());
-            ExitCode::from(EXIT_NOT_BUILT)
+            return ExitCode::from(EXIT_NOT_BUILT);
+        }
+    };
+    match copy {
+        Some(copy) => print_report(&copy, name, code),
+        None => code,
+    }
+}
+
+/// Prints the JSON report the benchmark copied to `copy`, and removes it.
+fn print_report(copy: &Path, name: &str, code: ExitCode) -> ExitCode {
+    let text = std::fs::read(copy);
+    let _ = std::fs::remove_file(copy);
+    match text {
+        Ok(text) => {
+            // A closed pipe is no error here, as for every verb.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &text);
+            code
+        }
+        Err(error) => {
+            eprintln!("narad bench: the {name} benchmark wrote no report ({error})");
+            if code == ExitCode::SUCCESS {
+                ExitCode::FAILURE
+            } else {
+                code
+            }
         }
     }
 }

@@ -118,6 +118,61 @@ fn bench_runs_the_benchmark_beside_it_against_itself() {
 }
 
 #[test]
+fn bench_json_prints_the_benchmarks_report_alone_on_stdout() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let (dir, narad) = narad_alone();
+    let seen = dir.path().join("seen");
+    let script = dir.path().join("wal-bench");
+    // A stand-in benchmark: a progress line on its stdout, its report
+    // copied where narad asks, its arguments noted.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho 'round 1 of 3'\nprintf '%s\\n' \"$@\" > '{}'\n\
+             printf '{{\"benchmark\":\"wal\",\"x\":1}}\\n' > \"$NARAD_BENCH_JSON_COPY\"\n",
+            seen.display()
+        ),
+    )
+    .expect("write the stand-in benchmark");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        .expect("make it executable");
+    for _ in 0..500 {
+        match Command::new(&script)
+            .env("NARAD_BENCH_JSON_COPY", "/dev/null")
+            .status()
+        {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => break,
+        }
+    }
+    for words in [
+        ["--json", "bench", "wal", "--size", "1"],
+        ["bench", "wal", "--size", "1", "--json"],
+    ] {
+        let output = Command::new(&narad)
+            .args(words)
+            .output()
+            .expect("narad runs");
+        assert!(output.status.success(), "{words:?}: {output:?}");
+        let json: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("stdout is the report alone");
+        assert_eq!(json["benchmark"], "wal");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("round 1 of 3"),
+            "the benchmark's own lines go to stderr"
+        );
+        let passed = std::fs::read_to_string(&seen).expect("the benchmark ran");
+        assert_eq!(
+            passed, "--size\n1\n",
+            "--json is narad's, not the benchmark's"
+        );
+    }
+}
+
+#[test]
 fn bench_takes_any_other_name_for_a_topic_on_a_server() {
     let output = Command::new(NARAD)
         .args([

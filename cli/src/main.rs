@@ -74,8 +74,10 @@ fn main() -> ExitCode {
         Command::Control(args) => control::run(&args),
         Command::Dev(args) => dev::run(&args),
         Command::Data(args) => data::run(&args),
-        Command::Bench(args) if bench::is_named(&args) => bench::run(&args),
-        Command::Bench(args) => client::finish(client::bench::run_from(bench::topic_words(args))),
+        Command::Bench(args) => match bench::named(&args) {
+            Some(run) => bench::run(&run),
+            None => client::finish(client::bench::run_from(bench::topic_words(args))),
+        },
         Command::Client(command) => client::run(*command, &mut Cli::command()),
     }
 }
