@@ -157,6 +157,10 @@ pub const MEMBER_HEARTBEAT_FAILURES: &str = "narad_member_heartbeat_failures";
 /// registration), in Unix seconds of the node's clock.
 pub const MEMBER_HEARTBEAT_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
     "narad_member_heartbeat_last_success_timestamp_seconds";
+/// Panics of the ingress WAL's background workers (worker `flush`, `prep`,
+/// `checkpoint`); a flush or checkpoint panic latches what it wrote, a
+/// preparation panic is dropped and the thread goes on.
+pub const WAL_WORKER_PANICS_TOTAL: &str = "narad_wal_worker_panics_total";
 /// Times the retention thread was restarted after a panic.
 pub const REAPER_RESTARTS: &str = "narad_reaper_restarts";
 /// Seconds one schema validation of a produced payload took.

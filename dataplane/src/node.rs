@@ -404,6 +404,7 @@ impl DataNode {
         );
         api.logs = Some(Arc::clone(&logs));
         api.status.plug_logs(Arc::clone(&logs));
+        api.status.plug_checkpoint(Arc::clone(&checkpoint));
         api.consume = Some(Arc::clone(&consume));
         api.fanout = fanout_status;
         api.metrics.set(

@@ -24,7 +24,7 @@ use narad_protocol::{
     QuarantinedCopy, Response, Router, RpcError,
 };
 
-use narad_wal::Wal;
+use narad_wal::{CheckpointStore, Wal};
 
 use crate::metadata::MetadataReplica;
 pub use crate::moves::status::{MoveReports, MoveWorkerStatus};
@@ -68,6 +68,8 @@ pub struct StatusSources {
     logs: OnceLock<Arc<LocalLogs>>,
     /// The move workers, as the move runner reports them.
     move_reports: OnceLock<Arc<dyn MoveReports>>,
+    /// The dispatcher's checkpoint store, for its flusher's panics.
+    checkpoint: OnceLock<Arc<CheckpointStore>>,
 }
 
 impl StatusSources {
@@ -85,7 +87,26 @@ impl StatusSources {
             produces_in_flight: AtomicU64::new(0),
             logs: OnceLock::new(),
             move_reports: OnceLock::new(),
+            checkpoint: OnceLock::new(),
         }
+    }
+
+    /// Panics of the ingress WAL's background workers since the node
+    /// started, by `worker` label (see [`narad_wal::WorkerPanics`]); the
+    /// checkpoint flusher's once its store is plugged in.
+    pub fn wal_worker_panics(&self) -> Vec<(&'static str, u64)> {
+        let panics = self.wal.worker_panics();
+        let mut counts = vec![("flush", panics.flush), ("prep", panics.prep)];
+        if let Some(checkpoint) = self.checkpoint.get() {
+            counts.push(("checkpoint", checkpoint.flusher_panics()));
+        }
+        counts
+    }
+
+    /// Reports the panics of `checkpoint`'s flusher from now on; false if
+    /// a store was plugged in already (it stays).
+    pub fn plug_checkpoint(&self, checkpoint: Arc<CheckpointStore>) -> bool {
+        self.checkpoint.set(checkpoint).is_ok()
     }
 
     /// Durable ingress WAL records the dispatcher has not yet committed to

@@ -126,6 +126,9 @@ pub enum FaultError {
     Eio,
     /// `ENOSPC`: the device is full.
     Enospc,
+    /// No error: the operation panics, as a bug in a backend would, to
+    /// test that the threads above it are supervised.
+    Panic,
 }
 
 impl FaultError {
@@ -133,6 +136,7 @@ impl FaultError {
         io::Error::from_raw_os_error(match self {
             Self::Eio => libc::EIO,
             Self::Enospc => libc::ENOSPC,
+            Self::Panic => panic!("injected panic in a simulated disk operation"),
         })
     }
 }

@@ -46,7 +46,9 @@
 
 use std::fmt;
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -267,6 +269,8 @@ struct Shared {
     synced_advanced: Condvar,
     /// Serialises fdatasyncs, so `synced` only moves forward.
     sync_serial: Mutex<()>,
+    /// Flushes that panicked (each latched the store).
+    flusher_panics: AtomicU64,
 }
 
 /// The dispatch checkpoint of one WAL directory.
@@ -348,6 +352,7 @@ impl CheckpointStore {
             flusher_wake: Condvar::new(),
             synced_advanced: Condvar::new(),
             sync_serial: Mutex::new(()),
+            flusher_panics: AtomicU64::new(0),
         });
         let flusher_shared = Arc::clone(&shared);
         let flusher = thread::Builder::new()
@@ -407,6 +412,12 @@ impl CheckpointStore {
     /// The last value stored (written, not necessarily durable).
     pub fn stored(&self) -> u64 {
         lock(&self.shared.state).stored
+    }
+
+    /// Flushes of the background flusher that panicked since open; each
+    /// latched the store (`narad_wal_worker_panics_total{worker="checkpoint"}`).
+    pub fn flusher_panics(&self) -> u64 {
+        self.shared.flusher_panics.load(Ordering::Relaxed)
     }
 
     /// The last value known durable: what WAL compaction may trail.
@@ -650,8 +661,21 @@ impl Shared {
                 }
             }
             // A failure latched the store and was logged there; the loop
-            // then exits at its next check.
-            let _ = self.sync();
+            // then exits at its next check. A panic leaves unknown whether
+            // the fdatasync ran or failed, and one that failed must not be
+            // retried (the kernel may have dropped the pages): it latches
+            // the store as a failed fdatasync does.
+            if panic::catch_unwind(AssertUnwindSafe(|| self.sync())).is_err() {
+                self.flusher_panics.fetch_add(1, Ordering::Relaxed);
+                let mut state = lock(&self.state);
+                let _ = self.latch(
+                    &mut state,
+                    CheckpointOp::Fdatasync,
+                    io::Error::other(
+                        "the checkpoint flush panicked; whether its fdatasync ran is unknown",
+                    ),
+                );
+            }
         }
     }
 }

@@ -69,7 +69,7 @@ pub use appender::flush_inline_while_serving_one;
 pub use checkpoint::{CheckpointConfig, CheckpointError, CheckpointStore};
 pub use compaction::{Choice, Compaction};
 pub use error::{FailedOp, FillError, IoFailure, WalError};
-pub use log::Wal;
+pub use log::{Wal, WorkerPanics};
 pub use notify::{DurableWatch, FrontierChange, FrontierChanged, Pending};
 pub use options::{
     COMPACT_ROTATE_BYTES_DEFAULT, PREP_RUN_BYTES_MAX, SEGMENT_BYTES_DEFAULT,

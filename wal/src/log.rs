@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     pub(crate) direct_writes: AtomicU64,
     /// Flushes an appender ran on its own thread.
     inline_flushes: AtomicU64,
+    /// Flushes that panicked (each latched the log).
+    pub(crate) flush_panics: AtomicU64,
     /// The newest durable chunks, for readers.
     pub(crate) recent: Mutex<Recent>,
     /// Reader windows filled from `recent` instead of the file.
@@ -52,6 +54,24 @@ pub(crate) struct Shared {
     pub(crate) prep: Arc<Prep>,
     /// The active segment, written by whoever holds the flush turn.
     pub(crate) writer: Mutex<Writer>,
+}
+
+/// Panics of a log's background work since it opened: `narad_wal_worker_panics_total`.
+///
+/// The two kinds end differently. A flush that panics (a broken invariant,
+/// or a fault in the disk layer) leaves unknown whether its write and
+/// fdatasync happened, so it latches the log as a failed write does: its
+/// waiters and every later append get the error, and the sync loop lives
+/// on only to close. Retrying there could acknowledge records the kernel
+/// has dropped. A segment preparation that panics holds nothing durable:
+/// its spare is removed, the next roll creates an empty segment, and the
+/// preparation thread goes on with the next request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerPanics {
+    /// Flushes (on the sync loop or inline) that panicked.
+    pub flush: u64,
+    /// Segment preparations that panicked and were restarted.
+    pub prep: u64,
 }
 
 /// The ingress write-ahead log of one data node.
@@ -127,6 +147,7 @@ impl Wal {
             failed: AtomicBool::new(false),
             direct_writes: AtomicU64::new(0),
             inline_flushes: AtomicU64::new(0),
+            flush_panics: AtomicU64::new(0),
             recent: Mutex::new(Recent::default()),
             recent_reads: AtomicU64::new(0),
             frontier: Arc::new(Frontier::new(next_seq)),
@@ -317,6 +338,14 @@ impl Wal {
     /// `O_DIRECT`.
     pub fn direct_writes(&self) -> u64 {
         self.shared.direct_writes.load(Ordering::Relaxed)
+    }
+
+    /// Panics of the log's workers since open (see [`WorkerPanics`]).
+    pub fn worker_panics(&self) -> WorkerPanics {
+        WorkerPanics {
+            flush: self.shared.flush_panics.load(Ordering::Relaxed),
+            prep: self.shared.prep.panics(),
+        }
     }
 
     /// Flushes that an appender ran on its own thread since open

@@ -7,8 +7,10 @@
 //! [`PrepStatus::Ready`]; a roll that finds none ready creates an empty
 //! segment instead. A spare left by a crash is removed at open.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 
 use narad_disk::{Disk, FileHandle, IO_ALIGN, IoBuf, OpenOptions};
@@ -50,6 +52,8 @@ struct PrepState {
 pub(crate) struct Prep {
     state: Mutex<PrepState>,
     wake: Condvar,
+    /// Preparations that panicked (each was dropped and the thread went on).
+    panics: AtomicU64,
 }
 
 impl Prep {
@@ -61,7 +65,13 @@ impl Prep {
                 stop: false,
             }),
             wake: Condvar::new(),
+            panics: AtomicU64::new(0),
         })
+    }
+
+    /// Preparations that panicked since open.
+    pub(crate) fn panics(&self) -> u64 {
+        self.panics.load(Ordering::Relaxed)
     }
 
     /// Asks for a spare while `active_base` is the active segment, unless
@@ -128,15 +138,24 @@ fn run(prep: &Prep, disk: &dyn Disk, dir: &Path, options: &WalOptions) {
             }
             state.status = PrepStatus::Preparing;
         }
-        let outcome = prepare(prep, disk, dir, options);
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| prepare(prep, disk, dir, options)));
         let mut state = prep.state.lock();
         state.status = match outcome {
-            Ok(true) => PrepStatus::Ready,
-            Ok(false) => PrepStatus::Idle,
-            Err(error) => {
+            Ok(Ok(true)) => PrepStatus::Ready,
+            Ok(Ok(false)) => PrepStatus::Idle,
+            Ok(Err(error)) => {
                 tracing::warn!(
                     error = %error,
                     "preparing the next ingress WAL segment failed; the next roll creates an empty one"
+                );
+                let _ = disk.remove_file(&dir.join(PREP_FILE_NAME));
+                PrepStatus::Idle
+            }
+            Err(_) => {
+                prep.panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    dir = %dir.display(),
+                    "preparing the next ingress WAL segment panicked; the spare is dropped, the next roll creates an empty segment, and preparation goes on"
                 );
                 let _ = disk.remove_file(&dir.join(PREP_FILE_NAME));
                 PrepStatus::Idle
@@ -209,4 +228,65 @@ fn open_spare(
         }
     }
     Ok((disk.open(path, OpenOptions::CREATE)?, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk};
+
+    use super::*;
+
+    /// Waits for `done`, polling; the bound only stops a hung test.
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..3_000 {
+            if done() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[test]
+    fn a_panicking_preparation_is_counted_and_the_thread_goes_on() {
+        let disk = SimDisk::new(5);
+        let dir = PathBuf::from("/wal");
+        disk.create_dir_all(&dir).expect("dir");
+        let options = WalOptions {
+            segment_bytes: 4 * ZERO_WRITE_BYTES as u64,
+            prealloc: true,
+            ..WalOptions::default()
+        };
+        disk.inject(Fault {
+            op: FaultOp::Write,
+            nth: 0,
+            error: FaultError::Panic,
+            sticky: true,
+        });
+        let prep = Prep::new();
+        let thread = spawn(
+            Arc::clone(&prep),
+            Arc::new(disk.clone()),
+            dir.clone(),
+            options,
+        )
+        .expect("spawn");
+        prep.request(0);
+        wait_until("the panic to be counted", || {
+            prep.panics() == 1 && prep.status() == PrepStatus::Idle
+        });
+        assert!(
+            !disk.exists(&dir.join(PREP_FILE_NAME)).expect("exists"),
+            "the half-made spare is removed"
+        );
+        disk.clear_faults();
+        prep.request(1);
+        wait_until("a spare after the panic", || {
+            prep.status() == PrepStatus::Ready
+        });
+        prep.stop();
+        thread.join().expect("the thread never died");
+    }
 }

@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::{self, JoinHandle};
@@ -70,7 +71,10 @@ impl Writer {
 
 fn run(shared: &Shared) {
     while let Some(chunks) = wait_for_turn(shared) {
-        flush_turn(shared, chunks);
+        // A panicking flush has latched the log and failed its waiters by
+        // the time it unwinds to here (`FailOnPanic`); the loop lives on,
+        // so close still finds a thread to drain and join.
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| flush_turn(shared, chunks)));
     }
     shared.frontier.stop();
 }
@@ -379,6 +383,11 @@ impl Drop for FailOnPanic<'_> {
             std::mem::take(&mut state.chunks)
         };
         self.shared.failed.store(true, Ordering::Release);
+        self.shared.flush_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            dir = %self.shared.dir.display(),
+            "an ingress WAL flush panicked; the WAL is latched failed and refuses appends until restart"
+        );
         self.shared.room.notify_all();
         self.shared.frontier.stop();
         let error = FlushError::Failed(failure);

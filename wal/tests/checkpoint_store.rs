@@ -292,6 +292,30 @@ fn wait_synced_ends_with_the_latch_instead_of_waiting_forever() {
 }
 
 #[test]
+fn a_panicking_flush_latches_the_store_and_is_counted() {
+    let disk = sim();
+    let store = open(&disk, SOON).unwrap();
+    disk.inject(Fault {
+        op: FaultOp::Sync,
+        nth: 0,
+        error: FaultError::Panic,
+        sticky: false,
+    });
+    store.store(6).unwrap();
+    // Whether the fdatasync ran is unknown: it is never retried, and the
+    // store refuses from then on, as after a failed one.
+    assert!(matches!(
+        store.wait_synced(6, Duration::MAX),
+        Err(CheckpointError::Latched { .. })
+    ));
+    assert_eq!(store.flusher_panics(), 1);
+    assert!(matches!(
+        store.store(7),
+        Err(CheckpointError::Latched { .. })
+    ));
+}
+
+#[test]
 fn storing_the_current_value_again_writes_nothing() {
     let disk = sim();
     let store = open(&disk, NEVER).unwrap();

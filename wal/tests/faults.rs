@@ -56,6 +56,34 @@ fn latches_on(op: FaultOp, error: FaultError, errno: i32, failed_op: FailedOp) {
 }
 
 #[test]
+fn a_panicking_flush_latches_the_log_and_is_counted() {
+    for inline_flush in [false, true] {
+        let disk = SimDisk::new(12);
+        let wal = open(
+            &disk,
+            WalOptions {
+                inline_flush,
+                ..small_options()
+            },
+        );
+        wal.append(b"one").unwrap().wait().unwrap();
+        disk.inject(fault(FaultOp::Write, FaultError::Panic));
+        let failure = match wal.append(b"two").unwrap().wait() {
+            Err(WalError::Failed(failure)) => failure,
+            other => panic!("expected a latched failure, got {other:?}"),
+        };
+        assert_eq!(failure.op, FailedOp::SyncLoop);
+        assert!(wal.is_failed());
+        assert_eq!(wal.worker_panics().flush, 1);
+        assert!(matches!(wal.append(b"three"), Err(WalError::Failed(_))));
+        // The acknowledged record is still there; the sync loop lived on
+        // and closes.
+        assert_eq!(read_all(&wal, 0).len(), 1);
+        wal.close();
+    }
+}
+
+#[test]
 fn an_eio_on_write_fails_the_flush_and_latches() {
     latches_on(FaultOp::Write, FaultError::Eio, libc::EIO, FailedOp::Write);
 }

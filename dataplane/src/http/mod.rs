@@ -245,6 +245,13 @@ impl ApiState {
             &[],
             self.reroutes.1.load(Ordering::Relaxed),
         );
+        for (worker, panics) in self.status.wal_worker_panics() {
+            self.metrics.count_absolute(
+                metrics::WAL_WORKER_PANICS_TOTAL,
+                &[("worker", worker.to_owned())],
+                panics,
+            );
+        }
         self.metrics
             .set(metrics::AUTH_VERIFY_QUEUED, &[], self.auth.queued() as f64);
         self.metrics.set(
