@@ -24,7 +24,12 @@
 //!   `never_acked`: answered `202` and never acked with a `204`. Must be 0.
 //! - RSS of the narad process, sampled from `/proc/<pid>/status` every
 //!   [`RSS_SAMPLE`]: first, last, max and a least-squares slope over the
-//!   load phase after its first quarter (warm-up growth excluded).
+//!   load phase after its first quarter (warm-up growth excluded), and one
+//!   over its last half (`rss_slope_last_half_mib_per_min`).
+//! - Delivery gaps: per topic, the longest time records waited for their
+//!   first delivery while none was delivered (`max_delivery_gap_ms`, and
+//!   `delivery_gap_max_ms_<topic>`): a stall of delivery while produce goes
+//!   on shows here, not in a percentile.
 //! - Latencies: produce (request written to `202` read), delivery (produce
 //!   request written to the message's first consume answer read: what a
 //!   consumer waits), ack; overall and per [`WINDOW`] for the chart; the
@@ -350,6 +355,8 @@ struct Entry {
     sent_us: u64,
     /// The produce answer; `None` while pending or when none came.
     produce_status: Option<u16>,
+    /// When that answer was read, µs after the start.
+    answered_us: Option<u64>,
     deliveries: u32,
     first_delivery_us: Option<u64>,
     /// When its first `204` ack was read, µs after the start.
@@ -479,10 +486,12 @@ impl Soak {
             None => &self.counters.produce_unanswered,
         };
         add(counter, ids.len() as u64);
+        let now_us = self.now_us();
         let mut ledger = lock(&self.ledger);
         for id in ids {
             if let Some(entry) = ledger.get_mut(id) {
                 entry.produce_status = status;
+                entry.answered_us = Some(now_us);
             }
         }
     }
@@ -1029,12 +1038,68 @@ fn record(report: &mut Report, soak: &Soak, run: &Run, verdict: &Verdict) -> boo
         report.set(&format!("deliver_max_ms_{}", shape.name), max_ms);
     }
     record_rss(report, soak, &run.rss);
+    record_delivery_gaps(report, soak);
     record_latencies(report, soak, &run.rss);
     counters.dup_after_ack.load(Ordering::Relaxed) == 0
         && counters.dup_after_ack_racing.load(Ordering::Relaxed) == 0
         && counters.unknown_deliveries.load(Ordering::Relaxed) == 0
         && verdict.never_delivered == 0
         && verdict.never_acked == 0
+}
+
+/// The longest time, in µs, that a topic had records waiting for their
+/// first delivery and delivered none. `waits` holds one (ready, delivered)
+/// pair per accepted record: ready is when the record could first be
+/// delivered (its `202` was read, or its delivery came first, which can
+/// happen), delivered when its first delivery was read (`None`: never,
+/// which `never_delivered` reports; its wait is not a gap).
+fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)]) -> u64 {
+    // Ready events (+1) sort before deliveries (-1) at the same instant.
+    let mut events: Vec<(u64, i64)> = Vec::with_capacity(waits.len() * 2);
+    for (ready, delivered) in waits {
+        if let Some(delivered) = delivered {
+            events.push(((*ready).min(*delivered), 1));
+            events.push((*delivered, -1));
+        }
+    }
+    events.sort_unstable_by_key(|(at, step)| (*at, -step));
+    let (mut waiting, mut since, mut longest) = (0_i64, 0_u64, 0_u64);
+    for (at, step) in events {
+        if step < 0 {
+            longest = longest.max(at.saturating_sub(since));
+            since = at;
+        } else if waiting == 0 {
+            since = at;
+        }
+        waiting += step;
+    }
+    longest
+}
+
+/// Each topic's longest delivery gap ([`longest_delivery_gap_us`]), in ms,
+/// and the longest of all.
+fn record_delivery_gaps(report: &mut Report, soak: &Soak) {
+    let mut waits: Vec<Vec<(u64, Option<u64>)>> = vec![Vec::new(); soak.topics.len()];
+    for entry in lock(&soak.ledger).values() {
+        if entry.produce_status != Some(202) {
+            continue;
+        }
+        let ready = entry.answered_us.unwrap_or(entry.sent_us);
+        waits[entry.topic].push((ready, entry.first_delivery_us));
+    }
+    let mut bars = Vec::new();
+    let mut longest_ms = 0.0_f64;
+    for (topic, waits) in soak.topics.iter().zip(&waits) {
+        let gap_ms = longest_delivery_gap_us(waits) as f64 / 1_000.0;
+        report.set(&format!("delivery_gap_max_ms_{}", topic.name), gap_ms);
+        longest_ms = longest_ms.max(gap_ms);
+        bars.push((topic.name, gap_ms));
+    }
+    report.set("max_delivery_gap_ms", longest_ms).bars(
+        "longest time with records waiting and none delivered, per topic",
+        "ms",
+        &bars,
+    );
 }
 
 fn record_rss(report: &mut Report, soak: &Soak, rss: &[(f64, f64)]) {
@@ -1044,6 +1109,11 @@ fn record_rss(report: &mut Report, soak: &Soak, rss: &[(f64, f64)]) {
         .copied()
         .filter(|(at, _)| *at >= load_s / 4.0 && *at <= load_s)
         .collect();
+    let last_half: Vec<(f64, f64)> = rss
+        .iter()
+        .copied()
+        .filter(|(at, _)| *at >= load_s / 2.0 && *at <= load_s)
+        .collect();
     let first = rss.first().map_or(0.0, |(_, mib)| *mib);
     let last = rss.last().map_or(0.0, |(_, mib)| *mib);
     let max = rss.iter().map(|(_, mib)| *mib).fold(0.0, f64::max);
@@ -1052,7 +1122,8 @@ fn record_rss(report: &mut Report, soak: &Soak, rss: &[(f64, f64)]) {
         .set("rss_first_mib", first)
         .set("rss_last_mib", last)
         .set("rss_max_mib", max)
-        .set("rss_slope_mib_per_min", slope(&steady) * 60.0);
+        .set("rss_slope_mib_per_min", slope(&steady) * 60.0)
+        .set("rss_slope_last_half_mib_per_min", slope(&last_half) * 60.0);
 }
 
 fn record_latencies(report: &mut Report, soak: &Soak, rss: &[(f64, f64)]) {
@@ -1246,6 +1317,21 @@ mod tests {
         assert!((2_700..3_300).contains(&nacks), "{nacks}");
         assert!((120..280).contains(&drops), "{drops}");
         assert_eq!(fate(7, 2), fate(7, 2));
+    }
+
+    #[test]
+    fn a_delivery_gap_counts_only_while_records_wait() {
+        // Nothing waits between 30 and 100: an idle topic has no gap.
+        let idle = [(0, Some(10)), (20, Some(30)), (100, Some(105))];
+        assert_eq!(longest_delivery_gap_us(&idle), 10);
+        // Two records wait from 0; one is delivered at 5, the other only
+        // at 40: the gap is 35, from the last delivery.
+        let stall = [(0, Some(5)), (0, Some(40))];
+        assert_eq!(longest_delivery_gap_us(&stall), 35);
+        // A delivery read before its 202 was: ready at the delivery.
+        assert_eq!(longest_delivery_gap_us(&[(50, Some(20))]), 0);
+        // Never delivered: not a gap (never_delivered reports it).
+        assert_eq!(longest_delivery_gap_us(&[(0, None)]), 0);
     }
 
     #[test]
