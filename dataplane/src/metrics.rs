@@ -175,6 +175,12 @@ pub const CONSUMER_DROPPED_MESSAGES: &str = "narad_consumer_dropped_messages";
 /// Permanently unreadable records the consumer skipped (topic, partition):
 /// data loss, alert on any increase.
 pub const CONSUMER_CORRUPT_SKIPPED_TOTAL: &str = "narad_consumer_corrupt_skipped_total";
+/// Consume shards (the lease table, position and log hold of a partition
+/// consumed here) open on this node.
+pub const CONSUME_SHARDS_OPEN: &str = "narad_consume_shards_open";
+/// Consume shards released because nobody used them for
+/// `consume.idle_shard_release_ms`.
+pub const CONSUME_SHARDS_RELEASED_TOTAL: &str = "narad_consume_shards_released_total";
 /// Leases renewed by `extend` (topic).
 pub const ACK_EXTENDED_TOTAL: &str = "narad_ack_extended_total";
 /// Leases released for redelivery (topic): nacks, and batch-consume

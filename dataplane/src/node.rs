@@ -376,6 +376,7 @@ impl DataNode {
                 logs: Arc::clone(&logs),
                 replica: Arc::clone(&services.replica),
                 metrics: Arc::clone(&metrics),
+                holders: Some(Arc::clone(&consume) as Arc<dyn crate::partitions::LogHolders>),
             },
             config.retention,
         )?;

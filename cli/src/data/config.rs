@@ -17,6 +17,7 @@ use narad_controlplane::node::config::layered::{
     parse_millis_within, parse_number, parse_off_or_millis_from, parse_positive, parse_within,
 };
 pub(crate) use narad_controlplane::node::config::layered::{ConfigError, Setting};
+use narad_dataplane::consume::release::IDLE_SHARD_RELEASE_DEFAULT;
 use narad_dataplane::fanout::machine::CursorConfig;
 use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
 use narad_dataplane::topology::NodeId;
@@ -64,6 +65,8 @@ pub(crate) mod keys {
             "0 (off), or 60000 and up: storage.cold_retention_walk_ms";
         IDLE_LOG_EVICTION = "storage.idle_log_eviction_ms", "NARAD_STORAGE_IDLE_LOG_EVICTION_MS", "idle-log-eviction-ms",
             "0 (off), or 60000 and up: storage.idle_log_eviction_ms";
+        IDLE_SHARD_RELEASE = "consume.idle_shard_release_ms", "NARAD_CONSUME_IDLE_SHARD_RELEASE_MS", "idle-shard-release-ms",
+            "0 (off), or 60000 and up: consume.idle_shard_release_ms";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc",
             "true or false: storage.ingress_wal_prealloc";
         LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc",
@@ -131,6 +134,13 @@ const COLD_RETENTION_WALK_MS_MIN: u64 = 60_000;
 /// The spec's floor on `storage.idle_log_eviction_ms` (0 turns it off).
 const IDLE_LOG_EVICTION_MS_MIN: u64 = 60_000;
 
+/// The floor on `consume.idle_shard_release_ms` (0 turns it off), that of
+/// `storage.idle_log_eviction_ms`: a release writes the position out and
+/// the next consume reads it back with the log's tail, so a shard is not
+/// let go between the polls of a consumer that merely paused; and the
+/// retention pass that releases shards runs at most once a second.
+const IDLE_SHARD_RELEASE_MS_MIN: u64 = 60_000;
+
 /// bcrypt's own bounds on the cost.
 const BCRYPT_COST_MIN: u32 = 4;
 const BCRYPT_COST_MAX: u32 = 31;
@@ -185,6 +195,10 @@ pub(crate) struct DataConfig {
     /// `storage.idle_log_eviction_ms`: how long a partition log nobody
     /// holds stays open unused; `None` keeps it open.
     pub(crate) idle_log_eviction: Option<Duration>,
+    /// `consume.idle_shard_release_ms`: how long a partition's consume
+    /// shard may go unused, with no live lease and no consume parked on its
+    /// topic, before it is released; `None` keeps it.
+    pub(crate) idle_shard_release: Option<Duration>,
     /// `storage.ingress_wal_prealloc`: prepare each next ingress WAL segment
     /// (zero-filled) off the append path and write it with `O_DIRECT`.
     pub(crate) ingress_wal_prealloc: bool,
@@ -330,6 +344,12 @@ pub(crate) fn resolve(
         Some(Some(narad_dataplane::node::IDLE_LOG_EVICTION_DEFAULT)),
         |v| parse_off_or_millis_from(v, IDLE_LOG_EVICTION_MS_MIN),
     )?;
+    // Not a key of the original, which never releases a shard.
+    let idle_shard_release = merged.parse(
+        keys::IDLE_SHARD_RELEASE,
+        Some(Some(IDLE_SHARD_RELEASE_DEFAULT)),
+        |v| parse_off_or_millis_from(v, IDLE_SHARD_RELEASE_MS_MIN),
+    )?;
     let ingress_wal_prealloc = merged.parse(
         keys::WAL_PREALLOC,
         Some(defaults::INGRESS_WAL_PREALLOC),
@@ -382,6 +402,7 @@ pub(crate) fn resolve(
         retention_check_interval,
         cold_retention_walk,
         idle_log_eviction,
+        idle_shard_release,
         ingress_wal_prealloc,
         partition_log_prealloc,
         ingress_wal_inline_flush,

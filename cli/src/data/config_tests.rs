@@ -416,3 +416,35 @@ fn idle_log_eviction_is_thirty_minutes_off_at_zero_and_at_least_a_minute() {
         assert_eq!(error.setting, "storage.idle_log_eviction_ms", "{refused}");
     }
 }
+
+#[test]
+fn idle_shard_release_is_ten_minutes_off_at_zero_and_at_least_a_minute() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.idle_shard_release, Some(Duration::from_secs(600)));
+    let layer = flags(&[(keys::IDLE_SHARD_RELEASE, "0")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.idle_shard_release, None);
+    let layer = flags(&[(keys::IDLE_SHARD_RELEASE, "60000")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.idle_shard_release, Some(Duration::from_secs(60)));
+    for refused in ["59999", "-1", "soon"] {
+        let layer = flags(&[(keys::IDLE_SHARD_RELEASE, refused)]);
+        let error = error(&[required(), layer], env_with_secret);
+        assert_eq!(error.setting, "consume.idle_shard_release_ms", "{refused}");
+    }
+}
+
+#[test]
+fn idle_shard_release_is_read_from_a_consume_section_of_the_file() {
+    let file = Layer::from_json(r#"{"consume": {"idle_shard_release_ms": 120000}}"#)
+        .expect("a known section");
+    let config = resolve(&[required(), file], env_with_secret).expect("valid");
+    assert_eq!(config.idle_shard_release, Some(Duration::from_secs(120)));
+    let env = |name: &str| match name {
+        "NARAD_CONSUME_IDLE_SHARD_RELEASE_MS" => Some("0".to_owned()),
+        _ => env_with_secret(name),
+    };
+    let layers = [required(), Layer::from_env(env)];
+    let config = resolve(&layers, env_with_secret).expect("valid");
+    assert_eq!(config.idle_shard_release, None);
+}

@@ -39,9 +39,10 @@
 //! This file holds the service's entry points; the parts live beside it:
 //! `request` and `error` (what goes in and out), `lease` (scan, reserve,
 //! read), `shards` (each owned partition's shard and its persisted
-//! position), `pump` (parked consumes and the pump serving them), `wakeups`
-//! (what runs the pump besides a consume), `hold` (records held for
-//! delivery tokens) and `reads` (where reads of the log run).
+//! position), `release` (letting idle shards go), `pump` (parked consumes
+//! and the pump serving them), `wakeups` (what runs the pump besides a
+//! consume), `hold` (records held for delivery tokens) and `reads` (where
+//! reads of the log run).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,6 +68,7 @@ mod hold;
 mod lease;
 mod pump;
 mod reads;
+mod release;
 mod request;
 mod shards;
 mod wakeups;
@@ -143,14 +145,19 @@ pub struct ConsumeService {
     /// The node's handoff freezes: a frozen partition hands out no new
     /// lease (set once by the node, see [`Self::pause_when_frozen`]).
     freezes: OnceLock<Arc<Freezes>>,
+    /// Shards made so far: each one's ordinal seeds its nonce stream.
+    shards_made: AtomicU64,
+    /// Shards released as idle so far.
+    shards_released: AtomicU64,
 }
 
 impl ConsumeService {
     /// A service over `logs` for the partitions `replica` says this node
     /// owns, persisting positions through `store` (whose worker the caller
-    /// runs). `seed` seeds each partition's nonce stream together with the
-    /// partition's name; it must differ between process starts, or handles
-    /// from before a restart could match new leases.
+    /// runs). `seed` seeds each shard's nonce stream together with the
+    /// partition's name and the shard's ordinal; it must differ between
+    /// process starts, or handles from before a restart could match new
+    /// leases.
     pub fn new(
         logs: Arc<LocalLogs>,
         replica: Arc<MetadataReplica>,
@@ -183,6 +190,8 @@ impl ConsumeService {
             shut_down: AtomicBool::new(false),
             reads_offloaded: AtomicU64::new(0),
             freezes: OnceLock::new(),
+            shards_made: AtomicU64::new(0),
+            shards_released: AtomicU64::new(0),
         })
     }
 

@@ -319,13 +319,22 @@ impl ApiState {
     }
 
     /// Copies the queue figures of each partition with a consume shard
-    /// into its series. Its lag is not among them: the partition poller
-    /// exports every owned partition's (`partitions::poller`).
+    /// into its series, and the count of shards open and released. Its
+    /// lag is not among them: the partition poller exports every owned
+    /// partition's (`partitions::poller`).
     fn refresh_consume_gauges(&self) {
         let Some(service) = &self.consume else {
             return;
         };
-        for partition in service.gauges() {
+        let partitions = service.gauges();
+        self.metrics
+            .set(metrics::CONSUME_SHARDS_OPEN, &[], partitions.len() as f64);
+        self.metrics.count_absolute(
+            metrics::CONSUME_SHARDS_RELEASED_TOTAL,
+            &[],
+            service.shards_released(),
+        );
+        for partition in partitions {
             let labels = [
                 ("topic", partition.topic.to_string()),
                 ("partition", partition.partition.to_string()),

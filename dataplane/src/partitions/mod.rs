@@ -13,7 +13,7 @@
 //!   log (the fence, a moved copy's `move.marker`), written whole and
 //!   synced.
 //! - [`retention`]: the thread that sweeps open logs by age, walks cold
-//!   ones, and evicts idle ones.
+//!   ones, asks their holders to let go of idle ones, and evicts them.
 //! - [`poller`]: the thread that exports every owned partition's lag,
 //!   oldest unconsumed age, size and segments, reading closed logs from
 //!   their files.
@@ -34,8 +34,8 @@ pub use incarnation::{MarkerToken, QuarantineStats, QuarantinedCopy, SweepReport
 pub use logs::{LocalLogs, Retirement, partition_dir, topics_dir};
 pub use poller::{Frontiers, PollerConfig};
 pub use retention::{
-    COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, RETENTION_CHECK_INTERVAL_DEFAULT,
-    RetentionConfig,
+    COLD_RETENTION_WALK_DEFAULT, IDLE_LOG_EVICTION_DEFAULT, LogHolders,
+    RETENTION_CHECK_INTERVAL_DEFAULT, RetentionConfig,
 };
 
 #[cfg(test)]

@@ -18,12 +18,15 @@
 //! and whose oldest segment file was modified longer than the retention
 //! ago; the pass then sweeps it with the others.
 //!
-//! After each pass the thread closes the logs that nobody holds and nobody
-//! used for `storage.idle_log_eviction_ms` (30 minutes by default), so open
-//! logs do not pile up: the next produce, consume or replay opens such a
-//! log again. Eviction runs after the sweep, never during it. A log a
-//! consume shard or a fan-out cursor holds stays open. A log the cold walk
-//! opened counts as unused, so the pass that swept it closes it again.
+//! After each pass the thread first asks the log holders to let go of what
+//! they no longer use ([`LogHolders`]: the consume service releases the
+//! shards idle for `consume.idle_shard_release_ms`, 10 minutes by default),
+//! then closes the logs that nobody holds and nobody used for
+//! `storage.idle_log_eviction_ms` (30 minutes by default), so open logs do
+//! not pile up: the next produce, consume or replay opens such a log again.
+//! Eviction runs after the sweep, never during it. A log a consume shard
+//! or a fan-out cursor holds stays open. A log the cold walk opened counts
+//! as unused, so the pass that swept it closes it again.
 //!
 //! The thread is supervised: a panic that escapes a pass (the sweeps and
 //! the cold walk catch their own) restarts the loop, which waits one check
@@ -38,6 +41,7 @@
 //! cursor counts the records it skipped, and a move copying a segment
 //! that retention removed at the source drops it from the copy.
 
+use std::fmt;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
@@ -97,12 +101,24 @@ impl Default for RetentionConfig {
 /// The only deletion reason a data node has: age.
 const REASON_AGE: &str = "age";
 
+/// Whoever holds partition logs open and lets go of the ones it no longer
+/// uses by a rule of its own, asked before each idle eviction so that a
+/// log it let go can be closed by the same pass. The consume service
+/// implements it (idle shards): this room knows no consumer.
+pub trait LogHolders: Send + Sync + fmt::Debug {
+    /// Lets go of what has been idle long enough; returns how many
+    /// holds it let go. May block on the disk.
+    fn release_idle(&self) -> usize;
+}
+
 /// What the retention loop works on.
 #[derive(Debug)]
 pub(crate) struct RetentionParts {
     pub(crate) logs: Arc<LocalLogs>,
     pub(crate) replica: Arc<MetadataReplica>,
     pub(crate) metrics: Arc<NodeMetrics>,
+    /// Asked to let go of idle logs before each eviction.
+    pub(crate) holders: Option<Arc<dyn LogHolders>>,
 }
 
 /// What one pass did, over every log it swept.
@@ -255,6 +271,21 @@ fn sweep(
     }
 }
 
+/// Asks the holders to let go of what they no longer use; a panic there
+/// is logged and the pass goes on. Returns how many holds were let go.
+pub(crate) fn release_idle(parts: &RetentionParts) -> usize {
+    let Some(holders) = &parts.holders else {
+        return 0;
+    };
+    match panic::catch_unwind(AssertUnwindSafe(|| holders.release_idle())) {
+        Ok(released) => released,
+        Err(_) => {
+            tracing::error!("releasing idle log holders panicked; tried again next pass");
+            0
+        }
+    }
+}
+
 /// Closes the logs nobody held or used for `idle`, and counts them.
 /// Returns how many it closed.
 pub(crate) fn evict_idle(parts: &RetentionParts, idle: Duration) -> usize {
@@ -366,6 +397,9 @@ fn run(parts: &RetentionParts, config: &RetentionConfig, stopped: &mpsc::Receive
         }
         let stopping = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
         pass_until(parts, clock.unix_ms(), cold, &stopping);
+        if !stopping() {
+            release_idle(parts);
+        }
         if let Some(idle) = config.idle_eviction
             && !stopping()
         {

@@ -64,6 +64,7 @@ fn parts_on(disk: Arc<dyn Disk>, data_dir: &Path, replica: Arc<MetadataReplica>)
         )),
         replica,
         metrics: Arc::new(NodeMetrics::new()),
+        holders: None,
     }
 }
 

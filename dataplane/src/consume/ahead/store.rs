@@ -244,6 +244,43 @@ impl ConsumerStateStore {
         }
     }
 
+    /// Lets go of a partition whose shard is released while the partition
+    /// is still served here: writes out its position as its source reports
+    /// it now (fdatasync), levels `consumer.offset`, then forgets it as
+    /// [`Self::detach`] does, its handle closed. The next
+    /// [`Self::attach`] loads that position. A partition not attached is
+    /// let go already.
+    ///
+    /// # Errors
+    /// [`StateError::NotDurable`] when the partition is latched (now or
+    /// earlier): it stays attached, so its source keeps the only copy of
+    /// its position that is not older.
+    pub fn release(&self, dir: &Path) -> Result<(), StateError> {
+        let mut inner = self.inner.lock();
+        let Some(partition) = inner.partitions.get_mut(dir) else {
+            return Ok(());
+        };
+        self.flush_partition(dir, partition);
+        let dirs = [dir.to_path_buf()];
+        self.level_offsets(&mut inner, &dirs, None);
+        if inner
+            .partitions
+            .get(dir)
+            .is_some_and(|partition| partition.latched)
+        {
+            inner.close_latched();
+            return Err(StateError::NotDurable {
+                dirs: dirs.to_vec(),
+            });
+        }
+        if let Some(partition) = inner.partitions.remove(dir)
+            && partition.file.is_some()
+        {
+            inner.handles_open -= 1;
+        }
+        Ok(())
+    }
+
     /// One cadence step at `now_ms`, a reading of the node's monotonic
     /// clock (tests drive it; `spawn` runs it every tick on a thread, on
     /// the clock it is given): touched partitions get their window slot

@@ -479,6 +479,57 @@ fn detach_stops_writes() {
 }
 
 #[test]
+fn release_writes_out_the_position_now_then_forgets_the_partition() {
+    let disk = SimDisk::new(17);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    state.attach(&dir, weak(&source)).expect("attach");
+    state.tick(START_MS);
+    // Untouched on purpose: release reads the source.
+    source.set(7, &[9]);
+    state.release(&dir).expect("released");
+    assert!(!state.is_attached(&dir));
+    assert_eq!(state.handles_open(), 0);
+    disk.crash(Tear::LastWrite);
+    assert_eq!(reload(&disk, &dir), position(7, &[9]));
+    assert_eq!(offset_file(&disk, &dir), Some(7));
+}
+
+#[test]
+fn release_of_a_partition_not_attached_is_nothing() {
+    let disk = SimDisk::new(18);
+    let dir = partition_dir(&disk, 0);
+    let state = store(&disk, config());
+    let ops = disk.op_count();
+    state.release(&dir).expect("nothing to release");
+    assert_eq!(disk.op_count(), ops);
+}
+
+#[test]
+fn release_of_a_latched_partition_fails_and_keeps_it_attached() {
+    let disk = SimDisk::new(19);
+    let dir = partition_dir(&disk, 0);
+    let source = Source::at(0, &[]);
+    let state = store(&disk, config());
+    state.attach(&dir, weak(&source)).expect("attach");
+    source.set(3, &[]);
+    disk.inject(Fault {
+        op: FaultOp::Sync,
+        nth: 0,
+        error: FaultError::Eio,
+        sticky: false,
+    });
+    assert!(matches!(
+        state.release(&dir),
+        Err(StateError::NotDurable { dirs }) if dirs == vec![dir.clone()]
+    ));
+    assert!(state.is_attached(&dir));
+    assert!(state.is_latched(&dir));
+    assert_eq!(state.handles_open(), 0);
+}
+
+#[test]
 fn failed_fdatasync_latches_the_partition_and_is_never_retried() {
     let disk = SimDisk::new(16);
     let dir = partition_dir(&disk, 0);

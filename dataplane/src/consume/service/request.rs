@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use narad_plog::Record;
 
+use crate::consume::release::IDLE_SHARD_RELEASE_DEFAULT;
+
 /// Records one consume returns at most (`max` is clamped to it).
 pub const CONSUME_RECORDS_MAX: usize = 100;
 
@@ -22,6 +24,11 @@ pub struct ConsumeConfig {
     /// A consume stops reserving once the keys and payloads it took reach
     /// this (its first record is always taken).
     pub batch_bytes_max: usize,
+    /// `consume.idle_shard_release_ms`: how long a partition's shard may
+    /// go unused, with no live lease and no consume parked on its topic,
+    /// before the release pass lets it go ([`crate::consume::release`]);
+    /// `None` keeps every shard.
+    pub idle_shard_release: Option<Duration>,
 }
 
 impl Default for ConsumeConfig {
@@ -29,6 +36,7 @@ impl Default for ConsumeConfig {
         Self {
             max_wait: MAX_WAIT_DEFAULT,
             batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
+            idle_shard_release: Some(IDLE_SHARD_RELEASE_DEFAULT),
         }
     }
 }

@@ -1,9 +1,20 @@
 //! The shard of each owned partition: made on first touch (its log
 //! opened, its position loaded from the consumer state store, to which it
 //! reports back), replaced when the topic's incarnation changes, retired
-//! when the partition is no longer served here.
+//! when the partition is no longer served here, released when idle
+//! (`release`) and made again on the next touch.
+//!
+//! Every shard made draws its lease nonces from a stream of its own: the
+//! service's seed (new at each process start) mixed with the partition,
+//! its incarnation and the shard's ordinal among the shards this service
+//! made. So a shard made again after a release (or after the partition
+//! moved away and back) never replays the nonces of an earlier shard of
+//! the partition, just as a restart does not: a receipt handle of the
+//! earlier shard matches a lease of the new one only if two independent
+//! 64-bit draws collide.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use narad_plog::PartitionLog;
@@ -28,6 +39,9 @@ pub(super) struct PartitionShard {
     pub(super) state: Mutex<InFlightShard>,
     pub(super) ticket: OnceLock<StateTicket>,
     pub(super) watcher: Mutex<Option<AbortHandle>>,
+    /// When a consumer last used the shard, on the node's monotonic clock
+    /// (`release`).
+    pub(super) active_at_ms: AtomicU64,
 }
 
 impl PositionSource for PartitionShard {
@@ -41,6 +55,12 @@ impl PartitionShard {
         if let Some(ticket) = self.ticket.get() {
             ticket.touched();
         }
+    }
+
+    /// Marks a use at `now_ms`: the shard is not idle before
+    /// `consume.idle_shard_release_ms` from now.
+    pub(super) fn used(&self, now_ms: u64) {
+        self.active_at_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
 }
 
@@ -70,21 +90,7 @@ impl ConsumeService {
         }
         // Opening reads and syncs files: it runs under this partition's
         // gate only, so consumes and settles of other partitions go on.
-        let gate = Arc::clone(self.opening.lock().entry(destination.clone()).or_default());
-        let opened = {
-            let _gate = gate.lock();
-            self.open_shard(&destination, meta)
-        };
-        {
-            let mut opening = self.opening.lock();
-            if opening
-                .get(&destination)
-                .is_some_and(|entry| Arc::ptr_eq(entry, &gate) && Arc::strong_count(entry) == 2)
-            {
-                opening.remove(&destination);
-            }
-        }
-        let shard = opened?;
+        let shard = self.under_gate(&destination, || self.open_shard(&destination, meta))?;
         self.ensure_watcher(&shard);
         Ok(shard)
     }
@@ -110,6 +116,24 @@ impl ConsumeService {
                 Ok(Ok(shard))
             }
         }
+    }
+
+    /// Runs `work` under `destination`'s gate, which every open and every
+    /// release of the partition's shard holds: one at a time.
+    pub(super) fn under_gate<T>(&self, destination: &Destination, work: impl FnOnce() -> T) -> T {
+        let gate = Arc::clone(self.opening.lock().entry(destination.clone()).or_default());
+        let done = {
+            let _gate = gate.lock();
+            work()
+        };
+        let mut opening = self.opening.lock();
+        if opening
+            .get(destination)
+            .is_some_and(|entry| Arc::ptr_eq(entry, &gate) && Arc::strong_count(entry) == 2)
+        {
+            opening.remove(destination);
+        }
+        done
     }
 
     /// Makes the shard of `destination` unless another consume made it
@@ -154,7 +178,13 @@ impl ConsumeService {
         log: Arc<PartitionLog>,
     ) -> Result<Arc<PartitionShard>, ConsumeError> {
         let dir = partition_dir(&self.data_dir, &destination.topic, destination.partition);
-        let nonce_seed = nonce_seed(self.seed, &destination, meta.incarnation_id.as_deref());
+        let ordinal = self.shards_made.fetch_add(1, Ordering::Relaxed);
+        let nonce_seed = nonce_seed(
+            self.seed,
+            &destination,
+            meta.incarnation_id.as_deref(),
+            ordinal,
+        );
         let shard = Arc::new(PartitionShard {
             destination,
             incarnation: meta.incarnation_id.clone(),
@@ -163,6 +193,7 @@ impl ConsumeService {
             state: Mutex::new(InFlightShard::new(ConsumerPosition::default(), nonce_seed)),
             ticket: OnceLock::new(),
             watcher: Mutex::new(None),
+            active_at_ms: AtomicU64::new(self.clock.now_ms()),
         });
         let source: Weak<dyn PositionSource> = Arc::downgrade(&shard) as Weak<PartitionShard>;
         {
@@ -192,11 +223,16 @@ impl ConsumeService {
             topic: Arc::clone(&meta.name),
             partition,
         };
-        self.shards
+        let shard = self
+            .shards
             .lock()
             .get(&destination)
             .filter(|shard| shard.incarnation == meta.incarnation_id)
-            .cloned()
+            .cloned()?;
+        // Every lookup is for a consumer's work: a consume or a pump
+        // scanning it, a settle, a hold or claim, a handoff.
+        shard.used(self.clock.now_ms());
+        Some(shard)
     }
 
     /// Retires the shards of `topic`'s incarnation `incarnation` (deleted,
@@ -223,7 +259,24 @@ impl ConsumeService {
             }
             tracing::info!(destination = %shard.destination, "consume shard retired: its topic incarnation is gone");
         }
+        self.await_gates(topic);
         retired.len()
+    }
+
+    /// Waits for every open or release of a `topic` shard under way: a
+    /// release writes its shard's position out after taking it off the
+    /// map, where a retirement does not see it.
+    fn await_gates(&self, topic: &str) {
+        let gates: Vec<Arc<Mutex<()>>> = self
+            .opening
+            .lock()
+            .iter()
+            .filter(|(destination, _)| &*destination.topic == topic)
+            .map(|(_, gate)| Arc::clone(gate))
+            .collect();
+        for gate in gates {
+            drop(gate.lock());
+        }
     }
 
     pub(super) fn retire_stale_shards(&self) {
@@ -254,16 +307,25 @@ impl ConsumeService {
     }
 }
 
-/// A partition's nonce seed: the service seed mixed with its name and
-/// incarnation (SplitMix64 steps), so partitions draw unrelated streams.
-fn nonce_seed(seed: u64, destination: &Destination, incarnation: Option<&str>) -> u64 {
+/// A shard's nonce seed: the service seed mixed with its partition's name
+/// and incarnation and the shard's `ordinal` among the shards the service
+/// made (SplitMix64 steps), so partitions, and the successive shards of
+/// one partition, draw unrelated streams.
+fn nonce_seed(
+    seed: u64,
+    destination: &Destination,
+    incarnation: Option<&str>,
+    ordinal: u64,
+) -> u64 {
     let mut state = seed;
     let bytes = destination
         .topic
         .bytes()
         .chain([0xff])
         .chain(destination.partition.to_be_bytes())
-        .chain(incarnation.unwrap_or("").bytes());
+        .chain(incarnation.unwrap_or("").bytes())
+        .chain([0xff])
+        .chain(ordinal.to_be_bytes());
     for byte in bytes {
         state = splitmix64(state ^ u64::from(byte));
     }
@@ -275,4 +337,31 @@ fn splitmix64(state: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successive_shards_of_a_partition_draw_unrelated_seeds() {
+        let destination = Destination::new("orders", 0);
+        let seeds: std::collections::BTreeSet<u64> = (0..1_000)
+            .map(|ordinal| nonce_seed(7, &destination, Some("a1"), ordinal))
+            .collect();
+        assert_eq!(seeds.len(), 1_000);
+    }
+
+    #[test]
+    fn the_seed_depends_on_the_partition_and_its_incarnation() {
+        let seed = |topic, partition, incarnation| {
+            nonce_seed(7, &Destination::new(topic, partition), incarnation, 0)
+        };
+        let base = seed("orders", 0, Some("a1"));
+        assert_ne!(base, seed("orders", 1, Some("a1")));
+        assert_ne!(base, seed("orderz", 0, Some("a1")));
+        assert_ne!(base, seed("orders", 0, Some("a2")));
+        assert_ne!(base, seed("orders", 0, None));
+        assert_eq!(base, seed("orders", 0, Some("a1")));
+    }
 }
