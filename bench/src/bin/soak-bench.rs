@@ -1048,12 +1048,13 @@ fn record(report: &mut Report, soak: &Soak, run: &Run, verdict: &Verdict) -> boo
 }
 
 /// The longest time, in µs, that a topic had records waiting for their
-/// first delivery and delivered none. `waits` holds one (ready, delivered)
+/// first delivery and delivered none, and when it began (µs after the
+/// start). `waits` holds one (ready, delivered)
 /// pair per accepted record: ready is when the record could first be
 /// delivered (its `202` was read, or its delivery came first, which can
 /// happen), delivered when its first delivery was read (`None`: never,
 /// which `never_delivered` reports; its wait is not a gap).
-fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)]) -> u64 {
+fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)]) -> (u64, u64) {
     // Ready events (+1) sort before deliveries (-1) at the same instant.
     let mut events: Vec<(u64, i64)> = Vec::with_capacity(waits.len() * 2);
     for (ready, delivered) in waits {
@@ -1063,10 +1064,12 @@ fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)]) -> u64 {
         }
     }
     events.sort_unstable_by_key(|(at, step)| (*at, -step));
-    let (mut waiting, mut since, mut longest) = (0_i64, 0_u64, 0_u64);
+    let (mut waiting, mut since, mut longest) = (0_i64, 0_u64, (0_u64, 0_u64));
     for (at, step) in events {
         if step < 0 {
-            longest = longest.max(at.saturating_sub(since));
+            if at.saturating_sub(since) > longest.0 {
+                longest = (at.saturating_sub(since), since);
+            }
             since = at;
         } else if waiting == 0 {
             since = at;
@@ -1090,8 +1093,14 @@ fn record_delivery_gaps(report: &mut Report, soak: &Soak) {
     let mut bars = Vec::new();
     let mut longest_ms = 0.0_f64;
     for (topic, waits) in soak.topics.iter().zip(&waits) {
-        let gap_ms = longest_delivery_gap_us(waits) as f64 / 1_000.0;
-        report.set(&format!("delivery_gap_max_ms_{}", topic.name), gap_ms);
+        let (gap_us, from_us) = longest_delivery_gap_us(waits);
+        let gap_ms = gap_us as f64 / 1_000.0;
+        report
+            .set(&format!("delivery_gap_max_ms_{}", topic.name), gap_ms)
+            .set(
+                &format!("delivery_gap_max_from_s_{}", topic.name),
+                from_us as f64 / 1_000_000.0,
+            );
         longest_ms = longest_ms.max(gap_ms);
         bars.push((topic.name, gap_ms));
     }
@@ -1323,15 +1332,15 @@ mod tests {
     fn a_delivery_gap_counts_only_while_records_wait() {
         // Nothing waits between 30 and 100: an idle topic has no gap.
         let idle = [(0, Some(10)), (20, Some(30)), (100, Some(105))];
-        assert_eq!(longest_delivery_gap_us(&idle), 10);
+        assert_eq!(longest_delivery_gap_us(&idle), (10, 0));
         // Two records wait from 0; one is delivered at 5, the other only
         // at 40: the gap is 35, from the last delivery.
         let stall = [(0, Some(5)), (0, Some(40))];
-        assert_eq!(longest_delivery_gap_us(&stall), 35);
+        assert_eq!(longest_delivery_gap_us(&stall), (35, 5));
         // A delivery read before its 202 was: ready at the delivery.
-        assert_eq!(longest_delivery_gap_us(&[(50, Some(20))]), 0);
+        assert_eq!(longest_delivery_gap_us(&[(50, Some(20))]), (0, 0));
         // Never delivered: not a gap (never_delivered reports it).
-        assert_eq!(longest_delivery_gap_us(&[(0, None)]), 0);
+        assert_eq!(longest_delivery_gap_us(&[(0, None)]), (0, 0));
     }
 
     #[test]
