@@ -13,6 +13,8 @@
 //! valid now. Every peer checks that at every handshake (see `tls`), and
 //! the expiry is exported (`narad_raft_tls_cert_not_after_seconds`) and
 //! turns `/readyz` to 503 once past ([`CertificateExpiry::expired`]).
+//! Nor does it check that the files are private (mode 0600): that is the
+//! operator's.
 
 use std::fmt;
 use std::io::Read;
@@ -28,13 +30,36 @@ use rustls::sign::CertifiedKey;
 /// CA bundle is a few KiB; a file far larger is the wrong file.
 pub const PEM_FILE_BYTES_MAX: u64 = 1 << 20;
 
-/// Readiness reason when this node's certificate is past its `notAfter`:
-/// peers refuse it at every handshake.
-pub const DEGRADED_CERTIFICATE_EXPIRED: &str = "raft_tls_certificate_expired";
+/// A cluster TLS certificate past its `notAfter`: a reason `/readyz`
+/// answers 503 (listed under `degraded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// This node's certificate: peers refuse it at every handshake.
+    Certificate,
+    /// A CA certificate of the CA file. webpki checks no trust anchor's
+    /// dates, so handshakes still pass, but the CA is due for replacement.
+    Ca,
+}
 
-/// Readiness reason when a CA certificate of the CA file is past its
-/// `notAfter`.
-pub const DEGRADED_CA_EXPIRED: &str = "raft_tls_ca_expired";
+impl Expired {
+    /// Its code in `/readyz`'s `degraded` list (the spec's).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Certificate => "raft_tls_certificate_expired",
+            Self::Ca => "raft_tls_ca_expired",
+        }
+    }
+
+    /// What it means, for `/readyz`'s `error`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Certificate => {
+                "this node's cluster TLS certificate (security.cluster_tls_cert_file) has expired"
+            }
+            Self::Ca => "a cluster CA certificate (security.cluster_tls_ca_file) has expired",
+        }
+    }
+}
 
 /// Which of the three files a problem is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,19 +113,17 @@ pub struct CertificateExpiry {
 }
 
 impl CertificateExpiry {
-    /// The readiness reasons that hold at `now_unix_s`:
-    /// [`DEGRADED_CERTIFICATE_EXPIRED`] once this node's certificate is
-    /// past its `notAfter`, [`DEGRADED_CA_EXPIRED`] once a CA certificate
-    /// is; empty while both are valid.
-    pub fn expired(&self, now_unix_s: i64) -> Vec<&'static str> {
-        let mut reasons = Vec::new();
+    /// What is past its `notAfter` at `now_unix_s` (this node's
+    /// certificate first, then the CA); empty while both are valid.
+    pub fn expired(&self, now_unix_s: i64) -> Vec<Expired> {
+        let mut expired = Vec::new();
         if now_unix_s > self.leaf_not_after_s {
-            reasons.push(DEGRADED_CERTIFICATE_EXPIRED);
+            expired.push(Expired::Certificate);
         }
         if now_unix_s > self.ca_not_after_s {
-            reasons.push(DEGRADED_CA_EXPIRED);
+            expired.push(Expired::Ca);
         }
-        reasons
+        expired
     }
 }
 
@@ -348,10 +371,9 @@ mod tests {
             ca_not_after_s: 200,
         };
         assert!(expiry.expired(100).is_empty(), "valid through notAfter");
-        assert_eq!(expiry.expired(101), vec![DEGRADED_CERTIFICATE_EXPIRED]);
-        assert_eq!(
-            expiry.expired(201),
-            vec![DEGRADED_CERTIFICATE_EXPIRED, DEGRADED_CA_EXPIRED]
-        );
+        assert_eq!(expiry.expired(101), vec![Expired::Certificate]);
+        assert_eq!(expiry.expired(201), vec![Expired::Certificate, Expired::Ca]);
+        assert_eq!(Expired::Certificate.code(), "raft_tls_certificate_expired");
+        assert_eq!(Expired::Ca.code(), "raft_tls_ca_expired");
     }
 }

@@ -60,7 +60,7 @@ pub mod wire;
 
 pub use auth::{ClusterAuth, ClusterSecret, SecretTooShort};
 pub use client::CallError;
-pub use cluster_tls::{CertificateExpiry, ClusterTls, ClusterTlsError, TlsFile};
+pub use cluster_tls::{CertificateExpiry, ClusterTls, ClusterTlsError, Expired, TlsFile};
 pub use codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
 pub use commit::{
     BatchRecord, CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, IncarnationRun,
