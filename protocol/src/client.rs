@@ -318,20 +318,27 @@ impl ClientContext {
     async fn stream(&self, addr: SocketAddr, lane: Lane) -> Result<Arc<ClientStream>, CallError> {
         let peer = self.peer(addr)?;
         let connection = peer.connection(self).await?;
-        let outcome = match connection.stream(self, lane).await {
+        match self.stream_on(&peer, &connection, lane).await {
             Err(CallError::ConnectionLost { .. }) => {
                 peer.forget(&connection).await;
                 let connection = peer.connection(self).await?;
-                let outcome = connection.stream(self, lane).await;
-                if outcome.is_err() && connection.tls_refusal().is_some() {
-                    peer.refused(&connection).await;
-                }
-                return outcome;
+                self.stream_on(&peer, &connection, lane).await
             }
             other => other,
-        };
+        }
+    }
+
+    /// A stream of `lane` on `connection`, which is forgotten with a
+    /// backoff if it turns out refused by the peer's TLS.
+    async fn stream_on(
+        &self,
+        peer: &Peer,
+        connection: &Arc<PeerConnection>,
+        lane: Lane,
+    ) -> Result<Arc<ClientStream>, CallError> {
+        let outcome = connection.stream(self, lane).await;
         if outcome.is_err() && connection.tls_refusal().is_some() {
-            peer.refused(&connection).await;
+            peer.refused(connection).await;
         }
         outcome
     }
