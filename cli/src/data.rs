@@ -21,6 +21,7 @@ pub(crate) mod config;
 pub(crate) mod front;
 pub(crate) mod http;
 mod peers;
+mod tls_health;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -176,6 +177,7 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
     let peers = Peers::bind(
         config.rpc_addr,
         cluster_auth(&config.cluster_security),
+        config.cluster_tls.clone(),
         Arc::clone(&clock),
     )
     .map_err(|e| Failure::Start(format!("cluster socket {}: {e}", config.rpc_addr)))?;
@@ -193,7 +195,8 @@ async fn serve(config: DataConfig) -> Result<(), Failure> {
         bridge.spawn_address_book(),
     ]);
     info!(node = config.node_id, http = %config.http_addr, rpc = %config.rpc_addr,
-          security = config.api.security, "narad data starting");
+          security = config.api.security, mutual_tls = config.cluster_tls.is_some(),
+          "narad data starting");
     if !join(&bridge, &replica, &config).await {
         tasks.stop().await;
         return Ok(());
@@ -249,7 +252,14 @@ async fn serve_node(
     peers.attach(&node, replica, bridge.addresses());
     bridge.serve_heartbeat_metrics(&node.api().metrics);
     info!(http = %config.http_addr, "narad data serving");
-    let gate = ReadyGate::new(vec![leader_check(bridge)]);
+    let mut gate = ReadyGate::new(vec![leader_check(bridge)]);
+    if let Some(tls) = &config.cluster_tls {
+        tls_health::publish_expiry(&node.api().metrics, tls.expiry());
+        gate = gate.with_expired(tls_health::expired_check(
+            tls.expiry(),
+            Arc::clone(peers.clock()),
+        ));
+    }
     let served = http::serve(
         &node,
         listener,

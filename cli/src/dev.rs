@@ -159,6 +159,7 @@ fn control_config(dev: &Dev, cluster_addr: SocketAddr) -> ControlConfig {
         data_dir: dev.data_dir.clone(),
         security_enabled: dev.secure,
         cluster_security: ClusterSecurity::Insecure,
+        cluster_tls: None,
         log_level: defaults::LOG_LEVEL.into(),
         log_format: dev.settings.log_format.clone(),
         admin_password: std::env::var(ENV_ADMIN_PASSWORD)

@@ -1,8 +1,9 @@
 //! Stream authentication: each stream proves the shared cluster secret,
 //! both ways, before it carries a single request.
 //!
-//! Certificates are self-signed and not verified (see `tls`); the proof is
-//! what authenticates. Both sides export 32 bytes of keying material from the
+//! Without cluster TLS files certificates are self-signed and not verified
+//! (see `tls`), and the proof is what authenticates; with them it still runs,
+//! on top of mutual TLS. Both sides export 32 bytes of keying material from the
 //! connection's TLS session (RFC 5705/8446 exporter, label
 //! [`EXPORTER_LABEL`]) and send `HMAC-SHA256(secret, role label || ekm)`.
 //! The exporter is unique to one TLS session, so a proof is worthless on any

@@ -31,7 +31,7 @@ use crate::client_stream::{
 };
 use crate::codec::DecodeError;
 use crate::frame::{Frame, FrameError, Request, RequestId, Response, RpcError};
-use crate::handshake_failure::HandshakeFailure;
+use crate::handshake_failure::{HandshakeFailure, TlsRefusal};
 use crate::lane::Lane;
 use crate::limits::{
     LIVENESS_PING_INTERVAL, LIVENESS_PING_TIMEOUT, PEERS_MAX, STREAM_OUTGOING_FRAMES_MAX,
@@ -66,7 +66,9 @@ pub enum CallError {
         /// Why.
         reason: String,
     },
-    /// The peer and this node did not prove the cluster secret to each other.
+    /// The peer and this node did not authenticate each other: one refused
+    /// the other's TLS certificate (with cluster TLS files), or they did not
+    /// prove the cluster secret to each other.
     #[error("cluster authentication with {peer} failed: {reason}")]
     Auth {
         /// The peer.
@@ -309,17 +311,36 @@ impl ClientContext {
     }
 
     /// A live, authenticated stream of `lane` to `addr`. A cached connection
-    /// found dead is re-dialled once: no request was sent on it yet.
+    /// found dead is re-dialled once: no request was sent on it yet. A
+    /// connection whose TLS handshake the peer refused after this side
+    /// completed it (a client certificate is checked last) counts as a
+    /// failed dial, so the next dials back off.
     async fn stream(&self, addr: SocketAddr, lane: Lane) -> Result<Arc<ClientStream>, CallError> {
         let peer = self.peer(addr)?;
         let connection = peer.connection(self).await?;
-        match connection.stream(self, lane).await {
+        match self.stream_on(&peer, &connection, lane).await {
             Err(CallError::ConnectionLost { .. }) => {
                 peer.forget(&connection).await;
-                peer.connection(self).await?.stream(self, lane).await
+                let connection = peer.connection(self).await?;
+                self.stream_on(&peer, &connection, lane).await
             }
             other => other,
         }
+    }
+
+    /// A stream of `lane` on `connection`, which is forgotten with a
+    /// backoff if it turns out refused by the peer's TLS.
+    async fn stream_on(
+        &self,
+        peer: &Peer,
+        connection: &Arc<PeerConnection>,
+        lane: Lane,
+    ) -> Result<Arc<ClientStream>, CallError> {
+        let outcome = connection.stream(self, lane).await;
+        if outcome.is_err() && connection.tls_refusal().is_some() {
+            peer.refused(connection).await;
+        }
+        outcome
     }
 
     async fn dial(&self, addr: SocketAddr) -> Result<Arc<PeerConnection>, CallError> {
@@ -330,7 +351,18 @@ impl ClientContext {
             .map_err(|error| dial_error(error.to_string()))?;
         let connection = match tokio::time::timeout(self.dial_timeout, connecting).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => return Err(dial_error(error.to_string())),
+            Ok(Err(error)) => {
+                return Err(match TlsRefusal::of(&error) {
+                    Some(refusal) => {
+                        refusal.report(addr, &error);
+                        CallError::Auth {
+                            peer: addr,
+                            reason: refusal.describe(),
+                        }
+                    }
+                    None => dial_error(error.to_string()),
+                });
+            }
             Err(_) => {
                 return Err(dial_error(format!(
                     "no handshake within {:?}",
@@ -402,6 +434,20 @@ impl Peer {
         }
     }
 
+    /// Forgets `refused`, a connection whose TLS handshake the peer
+    /// refused, and backs off the next dial as after a failed one.
+    async fn refused(&self, refused: &Arc<PeerConnection>) {
+        let mut slot = self.slot.lock().await;
+        if slot
+            .connection
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, refused))
+        {
+            slot.connection = None;
+            slot.backoff.failed(Instant::now());
+        }
+    }
+
     async fn forget(&self, stale: &Arc<PeerConnection>) {
         let mut slot = self.slot.lock().await;
         if slot
@@ -442,6 +488,28 @@ impl LanePool {
 }
 
 impl PeerConnection {
+    /// The TLS refusal this connection ended with, if it did.
+    fn tls_refusal(&self) -> Option<TlsRefusal> {
+        TlsRefusal::of(&self.connection.close_reason()?)
+    }
+
+    /// The failure of a stream whose connection ended: a TLS refusal says
+    /// so (logged here, on the side that was refused), anything else is a
+    /// lost connection.
+    fn ended(&self, reason: String) -> CallError {
+        let peer = self.addr;
+        match (self.tls_refusal(), self.connection.close_reason()) {
+            (Some(refusal), Some(error)) => {
+                refusal.report(peer, &error);
+                CallError::Auth {
+                    peer,
+                    reason: refusal.describe(),
+                }
+            }
+            _ => CallError::ConnectionLost { peer, reason },
+        }
+    }
+
     /// Whether a liveness ping may start at `now` (at most one per
     /// [`LIVENESS_PING_INTERVAL`]); if so, records it.
     fn claim_ping(&self, now: Instant) -> bool {
@@ -479,14 +547,11 @@ impl PeerConnection {
         lane: Lane,
     ) -> Result<Arc<ClientStream>, CallError> {
         let peer = self.addr;
-        let (mut send, mut recv) =
-            self.connection
-                .open_bi()
-                .await
-                .map_err(|error| CallError::ConnectionLost {
-                    peer,
-                    reason: error.to_string(),
-                })?;
+        let (mut send, mut recv) = self
+            .connection
+            .open_bi()
+            .await
+            .map_err(|error| self.ended(error.to_string()))?;
         let handshake = client_handshake(
             &context.auth,
             &self.ekm,
@@ -496,11 +561,14 @@ impl PeerConnection {
         );
         if let Err(error) = handshake.await {
             let error = refine_auth_error(error);
-            let failure = HandshakeFailure::of(&error, self.connection.close_reason().is_some());
-            failure.report(peer, Some(lane), &error);
             let _ = send.reset(codes::AUTH_FAILED);
             let _ = recv.stop(codes::AUTH_FAILED);
             let reason = error.to_string();
+            if self.tls_refusal().is_some() {
+                return Err(self.ended(reason));
+            }
+            let failure = HandshakeFailure::of(&error, self.connection.close_reason().is_some());
+            failure.report(peer, Some(lane), &error);
             return Err(match failure {
                 HandshakeFailure::ConnectionLost => CallError::ConnectionLost { peer, reason },
                 _ => CallError::Auth { peer, reason },

@@ -8,9 +8,18 @@
 //! fix; the second proves nothing about the peer and clears up when it is
 //! back. Logging both as "authentication failed" sends an operator hunting
 //! for a secret mismatch after every crash, so the two are told apart here.
+//!
+//! Below the streams, the TLS handshake of the connection can be refused
+//! too, when cluster TLS files are set (`cluster_tls`): a certificate that
+//! does not chain to the CA, one that expired, a client that shows none.
+//! [`TlsRefusal`] reads which from the TLS alert the refusing side sent
+//! (QUIC carries it as the connection's close code, `0x100 + alert`), and
+//! which side refused, so each side's log says what it refused or what
+//! refused it.
 
 use std::net::SocketAddr;
 
+use rustls::AlertDescription;
 use tracing::{info, warn};
 
 use crate::auth::AuthError;
@@ -70,6 +79,115 @@ impl HandshakeFailure {
                 info!(%peer, lane, %error, "cluster stream closed: connection lost");
             }
         }
+    }
+}
+
+/// Which side of a connection refused the TLS handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefusedBy {
+    /// This node refused the peer's certificate.
+    ThisNode,
+    /// The peer refused this node's certificate (or its lack of one).
+    Peer,
+}
+
+/// What a refused TLS handshake says of the certificate, from its alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CertificateProblem {
+    /// `unknown_ca`: the certificate does not chain to the refusing side's
+    /// CA (another cluster's CA, or a node without cluster TLS files,
+    /// whose certificate is self-signed).
+    UnknownCa,
+    /// `certificate_expired`: past its `notAfter` (or before its
+    /// `notBefore`).
+    Expired,
+    /// `certificate_required`: the client showed no certificate (it runs
+    /// without cluster TLS files).
+    Missing,
+    /// Any other TLS alert, by its code.
+    Other(u8),
+}
+
+/// A TLS handshake between nodes that a side refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TlsRefusal {
+    /// Who refused.
+    pub(crate) by: RefusedBy,
+    /// Why.
+    pub(crate) problem: CertificateProblem,
+}
+
+/// QUIC's crypto error codes: `0x100` plus the TLS alert (RFC 9001 §4.8).
+const CRYPTO_ERROR_BASE: u64 = 0x100;
+const CRYPTO_ERROR_LAST: u64 = 0x1ff;
+
+impl TlsRefusal {
+    /// The refusal `error` records, if it is one: a crypto error this
+    /// node's TLS raised is a refusal by this node; a connection the peer
+    /// closed with a crypto code is a refusal by the peer. `None` for any
+    /// other way a connection ends.
+    pub(crate) fn of(error: &quinn::ConnectionError) -> Option<Self> {
+        let (by, code) = match error {
+            quinn::ConnectionError::TransportError(error) => (RefusedBy::ThisNode, error.code),
+            quinn::ConnectionError::ConnectionClosed(close) => (RefusedBy::Peer, close.error_code),
+            _ => return None,
+        };
+        let code = u64::from(code);
+        if !(CRYPTO_ERROR_BASE..=CRYPTO_ERROR_LAST).contains(&code) {
+            return None;
+        }
+        // Within 0x100..=0x1ff the low byte is the alert.
+        let alert = (code - CRYPTO_ERROR_BASE) as u8;
+        let problem = match AlertDescription::from(alert) {
+            AlertDescription::UnknownCA => CertificateProblem::UnknownCa,
+            AlertDescription::CertificateExpired => CertificateProblem::Expired,
+            AlertDescription::CertificateRequired => CertificateProblem::Missing,
+            _ => CertificateProblem::Other(alert),
+        };
+        Some(Self { by, problem })
+    }
+
+    /// What happened, for the log and for the failed call.
+    pub(crate) fn describe(&self) -> String {
+        use CertificateProblem::{Expired, Missing, Other, UnknownCa};
+        match (self.by, self.problem) {
+            (RefusedBy::ThisNode, UnknownCa) => {
+                "this node refused the peer's certificate: unknown CA \
+                 (it does not chain to security.cluster_tls_ca_file)"
+                    .into()
+            }
+            (RefusedBy::ThisNode, Expired) => {
+                "this node refused the peer's certificate: expired or not yet valid".into()
+            }
+            (RefusedBy::ThisNode, Missing) => "this node refused the peer: no client certificate \
+                 (the peer runs without security.cluster_tls_* files)"
+                .into(),
+            (RefusedBy::Peer, UnknownCa) => "the peer refused this node's certificate: unknown CA \
+                 (it does not chain to the peer's CA; or this node runs without \
+                 security.cluster_tls_* files)"
+                .into(),
+            (RefusedBy::Peer, Expired) => {
+                "the peer refused this node's certificate: expired or not yet valid".into()
+            }
+            (RefusedBy::Peer, Missing) => "the peer refused this node: no client certificate \
+                 (this node runs without security.cluster_tls_* files)"
+                .into(),
+            (RefusedBy::ThisNode, Other(alert)) => format!(
+                "this node refused the TLS handshake: {:?}",
+                AlertDescription::from(alert)
+            ),
+            (RefusedBy::Peer, Other(alert)) => format!(
+                "the peer refused the TLS handshake: {:?}",
+                AlertDescription::from(alert)
+            ),
+        }
+    }
+
+    /// Logs the refused connection with `peer` as a warning: a certificate
+    /// problem is a configuration fault an operator must fix. `error` is
+    /// the connection's own account (rustls' reason, on the refusing side).
+    pub(crate) fn report(&self, peer: SocketAddr, error: &quinn::ConnectionError) {
+        warn!(%peer, %error, "cluster connection refused: {}", self.describe());
     }
 }
 
@@ -171,6 +289,111 @@ mod tests {
                 HandshakeFailure::Malformed,
                 "{error}"
             );
+        }
+    }
+
+    fn refused_here(alert: AlertDescription) -> quinn::ConnectionError {
+        quinn::ConnectionError::TransportError(quinn_proto::TransportError {
+            code: quinn::TransportErrorCode::crypto(u8::from(alert)),
+            frame: None,
+            reason: format!("{alert:?}"),
+        })
+    }
+
+    fn refused_by_peer(alert: AlertDescription) -> quinn::ConnectionError {
+        quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::crypto(u8::from(alert)),
+            frame_type: None,
+            reason: bytes::Bytes::new(),
+        })
+    }
+
+    #[test]
+    fn certificate_alerts_name_the_problem_and_the_side_that_refused() {
+        let cases = [
+            (
+                AlertDescription::UnknownCA,
+                CertificateProblem::UnknownCa,
+                "unknown CA",
+            ),
+            (
+                AlertDescription::CertificateExpired,
+                CertificateProblem::Expired,
+                "expired",
+            ),
+            (
+                AlertDescription::CertificateRequired,
+                CertificateProblem::Missing,
+                "no client certificate",
+            ),
+        ];
+        for (alert, problem, text) in cases {
+            let here = TlsRefusal::of(&refused_here(alert)).expect("a refusal");
+            assert_eq!(
+                here,
+                TlsRefusal {
+                    by: RefusedBy::ThisNode,
+                    problem
+                }
+            );
+            assert!(
+                here.describe().starts_with("this node refused"),
+                "{}",
+                here.describe()
+            );
+            assert!(here.describe().contains(text), "{}", here.describe());
+            let there = TlsRefusal::of(&refused_by_peer(alert)).expect("a refusal");
+            assert_eq!(
+                there,
+                TlsRefusal {
+                    by: RefusedBy::Peer,
+                    problem
+                }
+            );
+            assert!(
+                there.describe().starts_with("the peer refused"),
+                "{}",
+                there.describe()
+            );
+            assert!(there.describe().contains(text), "{}", there.describe());
+        }
+    }
+
+    #[test]
+    fn another_tls_alert_is_a_refusal_named_by_its_alert() {
+        let refusal = TlsRefusal::of(&refused_here(AlertDescription::NoApplicationProtocol))
+            .expect("a refusal");
+        assert_eq!(
+            refusal.problem,
+            CertificateProblem::Other(u8::from(AlertDescription::NoApplicationProtocol))
+        );
+        assert!(
+            refusal.describe().contains("NoApplicationProtocol"),
+            "{}",
+            refusal.describe()
+        );
+    }
+
+    #[test]
+    fn a_connection_ended_otherwise_is_no_tls_refusal() {
+        let closed_by_application =
+            quinn::ConnectionError::ApplicationClosed(quinn::ApplicationClose {
+                error_code: quinn::VarInt::from_u32(0x100 + 48),
+                reason: bytes::Bytes::new(),
+            });
+        let protocol_violation = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::PROTOCOL_VIOLATION,
+            frame_type: None,
+            reason: bytes::Bytes::new(),
+        });
+        for error in [
+            quinn::ConnectionError::TimedOut,
+            quinn::ConnectionError::Reset,
+            quinn::ConnectionError::LocallyClosed,
+            closed_by_application,
+            protocol_violation,
+        ] {
+            assert_eq!(TlsRefusal::of(&error), None, "{error}");
         }
     }
 }

@@ -11,7 +11,9 @@
 //!   deadline, a write timeout per frame, and per-operation concurrency
 //!   limits on the serving side ([`Router`], [`OperationLimit`]);
 //! - cluster authentication ([`ClusterAuth`]): every stream proves the shared
-//!   secret, both ways, with an HMAC bound to the TLS session's exporter.
+//!   secret, both ways, with an HMAC bound to the TLS session's exporter;
+//! - optional mutual TLS on top of it ([`ClusterTls`]): both sides' certificates
+//!   must chain to the cluster's CA.
 //!
 //! What it guarantees:
 //! - no frame over the limit is sent (refused with
@@ -21,7 +23,11 @@
 //!   tags and trailing bytes are refused with an error that names them; an
 //!   opcode without a handler is answered `400 unsupported rpc operation`;
 //! - under a secret, no request is served on a stream, and none is sent,
-//!   before both sides proved the secret on this TLS session.
+//!   before both sides proved the secret on this TLS session;
+//! - with [`ClusterTls`], no connection completes unless both certificates
+//!   chain to the CA and are within their validity; a refused handshake is
+//!   logged on both sides with its reason (unknown CA, expired, no client
+//!   certificate).
 //!
 //! What it does not do: it knows nothing of topics, logs or Raft; it moves
 //! requests and answers. It never retries a request (the caller knows whether
@@ -31,6 +37,7 @@ pub mod auth;
 mod backoff;
 mod client;
 mod client_stream;
+pub mod cluster_tls;
 pub mod codec;
 pub mod commit;
 pub mod consume;
@@ -45,6 +52,7 @@ pub mod node_status;
 mod observe;
 mod opcode;
 mod server;
+mod server_verifier;
 mod stream;
 pub mod tls;
 pub mod transfer;
@@ -52,6 +60,7 @@ pub mod wire;
 
 pub use auth::{ClusterAuth, ClusterSecret, SecretTooShort};
 pub use client::CallError;
+pub use cluster_tls::{CertificateExpiry, ClusterTls, ClusterTlsError, Expired, TlsFile};
 pub use codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
 pub use commit::{
     BatchRecord, CommitProduceBatch, CommitProduceBatchAnswer, IncarnationId, IncarnationRun,
@@ -73,5 +82,9 @@ pub use stream::codes;
 
 #[cfg(test)]
 mod damage;
+#[cfg(test)]
+mod mtls_tests;
+#[cfg(test)]
+pub(crate) mod test_pki;
 #[cfg(test)]
 mod transport_tests;

@@ -11,8 +11,10 @@ use tracing::{debug, warn};
 
 use crate::auth::ClusterAuth;
 use crate::client::{CallError, ClientContext};
+use crate::cluster_tls::ClusterTls;
 use crate::codec::{Message, decode_message, encode_message};
 use crate::frame::{Request, Response};
+use crate::handshake_failure::TlsRefusal;
 use crate::lane::Lane;
 use crate::limits::{
     AUTH_TIMEOUT_DEFAULT, CALL_TIMEOUT_DEFAULT, CONNECTION_STREAMS_MAX, CONNECTIONS_INCOMING_MAX,
@@ -35,6 +37,10 @@ pub struct NodeConfig {
     pub bind_addr: SocketAddr,
     /// How streams authenticate. No default: the caller chooses.
     pub auth: ClusterAuth,
+    /// Mutual TLS with the cluster's CA, on top of `auth`; `None` (the
+    /// default) shows a self-signed certificate and checks none (`tls`
+    /// module docs).
+    pub tls: Option<ClusterTls>,
     /// Timeout of [`Node::call`].
     pub call_timeout: Duration,
     /// Longest a QUIC dial may take.
@@ -53,6 +59,7 @@ impl NodeConfig {
         Self {
             bind_addr,
             auth,
+            tls: None,
             call_timeout: CALL_TIMEOUT_DEFAULT,
             dial_timeout: DIAL_TIMEOUT_DEFAULT,
             auth_timeout: AUTH_TIMEOUT_DEFAULT,
@@ -115,10 +122,11 @@ impl Node {
                 "cluster plane runs WITHOUT authentication (insecure dev mode): anyone who reaches this port is served"
             );
         }
+        let tls = config.tls.as_ref();
         let transport = transport_config();
-        let mut server_config = ServerConfig::with_crypto(Arc::new(server_crypto()?));
+        let mut server_config = ServerConfig::with_crypto(Arc::new(server_crypto(tls)?));
         server_config.transport_config(transport.clone());
-        let mut client_config = ClientConfig::new(Arc::new(client_crypto()?));
+        let mut client_config = ClientConfig::new(Arc::new(client_crypto(tls)?));
         client_config.transport_config(transport);
         let socket = std::net::UdpSocket::bind(config.bind_addr)?;
         let mut endpoint_config = EndpointConfig::new(reset_key(&config.auth));
@@ -149,7 +157,7 @@ impl Node {
             config.auth_timeout,
             write_budget,
         ));
-        debug!(%local_addr, "cluster endpoint listening");
+        debug!(%local_addr, mutual_tls = tls.is_some(), "cluster endpoint listening");
         Ok(Node {
             endpoint,
             client,
@@ -304,7 +312,10 @@ async fn accept_loop(endpoint: Endpoint, server: Arc<ServerContext>) {
             let peer = incoming.remote_address();
             match incoming.await {
                 Ok(connection) => serve_connection(server, connection).await,
-                Err(error) => debug!(%peer, %error, "cluster handshake failed"),
+                Err(error) => match TlsRefusal::of(&error) {
+                    Some(refusal) => refusal.report(peer, &error),
+                    None => debug!(%peer, %error, "cluster handshake failed"),
+                },
             }
         });
     }

@@ -1,31 +1,40 @@
-//! TLS and QUIC configuration: the `ring` provider, a self-signed certificate
-//! per node, a certificate verifier that defers authentication to the HMAC
-//! proof, and the stateless-reset key.
+//! TLS and QUIC configuration: the `ring` provider, the node's certificate,
+//! how a peer's certificate is checked, and the stateless-reset key.
 //!
-//! Why the peer's certificate is not verified: nodes share a secret, not a
-//! PKI. Each process makes a fresh P-256 certificate at start, so there is
-//! nothing to pin and no CA to trust. Authentication happens on every stream
-//! in `auth`, bound to this TLS session by its exporter. The verifier still
-//! checks the handshake signature, so the peer holds the key of the
-//! certificate it shows and the session's keys are its own.
+//! Two modes, chosen by [`crate::NodeConfig::tls`]:
+//! - without cluster TLS files, each process makes a fresh P-256
+//!   self-signed certificate at start and checks no peer certificate:
+//!   nodes share a secret, not a PKI, so there is nothing to pin and no CA
+//!   to trust. Authentication happens on every stream in `auth`, bound to
+//!   this TLS session by its exporter;
+//! - with them ([`ClusterTls`]), mutual TLS on top of that proof: the node
+//!   shows its CA-issued certificate, the server requires a client
+//!   certificate that chains to the CA (rustls' `WebPkiClientVerifier`),
+//!   and the client requires the server's to chain to it
+//!   (`server_verifier`, which says why no server name is checked).
+//!
+//! Either way the handshake signature is checked, so the peer holds the key
+//! of the certificate it shows and the session's keys are its own.
 
 use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::DigitallySignedStruct;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::WebPkiClientVerifier;
 use sha2::Sha256;
 
 use crate::auth::ClusterAuth;
+use crate::cluster_tls::ClusterTls;
+use crate::server_verifier::PeerCertificateVerifier;
 
 /// ALPN of the cluster plane; a peer speaking anything else fails the
 /// TLS handshake.
 pub const ALPN: &[u8] = b"narad-cluster-quic-v2";
 
-/// Server name sent when dialling. Certificates are not checked against it.
+/// Server name sent when dialling. Certificates are not checked against it
+/// (`server_verifier` says why).
 pub const SERVER_NAME: &str = "narad-node";
 
 const RESET_KEY_LABEL: &[u8] = b"narad-quic-stateless-reset-v1";
@@ -44,6 +53,9 @@ pub enum TlsSetupError {
     /// quinn refused the rustls configuration (no TLS 1.3 suite it can use).
     #[error("QUIC crypto configuration: {0}")]
     Quic(String),
+    /// The client-certificate verifier could not be built from the CA.
+    #[error("cluster CA: {0}")]
+    ClientVerifier(String),
 }
 
 /// Installs `ring` as the process's rustls provider, if no provider is
@@ -60,76 +72,58 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The server side of the QUIC crypto: a fresh self-signed certificate.
-pub(crate) fn server_crypto() -> Result<QuicServerConfig, TlsSetupError> {
-    let certified = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_owned()])?;
-    let cert = certified.cert.der().clone();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-        certified.signing_key.serialize_der(),
-    ));
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert], key)?;
+/// The server side of the QUIC crypto: with `tls`, its certificate and a
+/// required client certificate chaining to its CA; without, a fresh
+/// self-signed certificate and no client certificate.
+pub(crate) fn server_crypto(tls: Option<&ClusterTls>) -> Result<QuicServerConfig, TlsSetupError> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?;
+    let mut config = match tls {
+        Some(tls) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(tls.roots(), provider())
+                .build()
+                .map_err(|error| TlsSetupError::ClientVerifier(error.to_string()))?;
+            builder
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(tls.chain(), tls.key())?
+        }
+        None => {
+            let certified = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_owned()])?;
+            let cert = certified.cert.der().clone();
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+                certified.signing_key.serialize_der(),
+            ));
+            builder
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)?
+        }
+    };
     config.alpn_protocols = vec![ALPN.to_vec()];
     QuicServerConfig::try_from(config).map_err(|error| TlsSetupError::Quic(error.to_string()))
 }
 
-/// The client side of the QUIC crypto: any certificate, signature checked.
-pub(crate) fn client_crypto() -> Result<QuicClientConfig, TlsSetupError> {
+/// The client side of the QUIC crypto: with `tls`, the server's certificate
+/// must chain to its CA and this node shows its own; without, any server
+/// certificate and none of its own.
+pub(crate) fn client_crypto(tls: Option<&ClusterTls>) -> Result<QuicClientConfig, TlsSetupError> {
     let provider = provider();
-    let verifier = Arc::new(ProofDeferredVerifier {
-        algorithms: provider.signature_verification_algorithms,
-    });
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let algorithms = provider.signature_verification_algorithms;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+        .dangerous();
+    let mut config = match tls {
+        Some(tls) => builder
+            .with_custom_certificate_verifier(Arc::new(PeerCertificateVerifier::chained_to(
+                algorithms,
+                tls.roots(),
+            )))
+            .with_client_auth_cert(tls.chain(), tls.key())?,
+        None => builder
+            .with_custom_certificate_verifier(Arc::new(PeerCertificateVerifier::any(algorithms)))
+            .with_no_client_auth(),
+    };
     config.alpn_protocols = vec![ALPN.to_vec()];
     QuicClientConfig::try_from(config).map_err(|error| TlsSetupError::Quic(error.to_string()))
-}
-
-/// Accepts any server certificate; the HMAC proof on each stream is what
-/// authenticates the peer (module docs).
-#[derive(Debug)]
-struct ProofDeferredVerifier {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for ProofDeferredVerifier {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
 }
 
 /// The key QUIC signs stateless-reset tokens with.
@@ -238,7 +232,7 @@ mod tests {
     #[test]
     fn configurations_build_with_the_ring_provider() {
         install_ring_provider();
-        server_crypto().expect("server crypto");
-        client_crypto().expect("client crypto");
+        server_crypto(None).expect("server crypto");
+        client_crypto(None).expect("client crypto");
     }
 }

@@ -7,6 +7,13 @@
 //! off the network and heal it: [`DataCluster::start_relayed`]), and kills
 //! every process it started when dropped.
 //!
+//! A secured cluster of several nodes needs mutual TLS files or
+//! `security.allow_plaintext_raft`: every process gets
+//! `NARAD_ALLOW_PLAINTEXT_RAFT=true`, unless the cluster was started with a
+//! [`TestPki`] ([`ControlCluster::start_with_tls`],
+//! [`DataCluster::start_with_tls`]), whose files every process and the
+//! harness's own transport then use instead.
+//!
 //! Every wait is bounded and fails with what it was waiting for.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
@@ -17,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use narad_controlplane::node::ControlClient;
 use narad_controlplane::node::wire::Status;
-use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
+use narad_protocol::{ClusterAuth, ClusterSecret, ClusterTls, Node, NodeConfig, Router};
 
 use crate::relay::Relay;
+use crate::tls::TestPki;
 
 /// The cluster secret every test cluster shares.
 pub const SECRET: &str = "narad-test-cluster-secret-0123456789";
@@ -121,6 +129,8 @@ pub struct ControlCluster {
     /// Environment variables every process of this cluster gets, besides
     /// the secret and the log level.
     extra_env: Vec<(String, String)>,
+    /// The cluster TLS files every process uses, if any.
+    pki: Option<Arc<TestPki>>,
     client: ControlClient,
     _dir: tempfile::TempDir,
 }
@@ -153,6 +163,30 @@ impl ControlCluster {
         extra_args: &[&str],
         extra_env: &[(&str, &str)],
     ) -> Self {
+        Self::start_with_pki(voters, extra_args, extra_env, None)
+    }
+
+    /// As [`ControlCluster::start_with_env`], with mutual TLS: every
+    /// process, the data nodes following it and the harness's client use
+    /// `pki`'s files.
+    ///
+    /// # Panics
+    /// If a process cannot be spawned.
+    pub async fn start_with_tls(
+        voters: u64,
+        extra_args: &[&str],
+        extra_env: &[(&str, &str)],
+        pki: Arc<TestPki>,
+    ) -> Self {
+        Self::start_with_pki(voters, extra_args, extra_env, Some(pki))
+    }
+
+    fn start_with_pki(
+        voters: u64,
+        extra_args: &[&str],
+        extra_env: &[(&str, &str)],
+        pki: Option<Arc<TestPki>>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let nodes: Vec<ControlProcess> = (1..=voters)
             .map(|id| ControlProcess {
@@ -177,7 +211,10 @@ impl ControlCluster {
                 .iter()
                 .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
                 .collect(),
-            client: ControlClient::new(Arc::new(client_transport())),
+            client: ControlClient::new(Arc::new(client_transport(
+                pki.as_ref().map(|pki| pki.cluster_tls()),
+            ))),
+            pki,
             _dir: dir,
         };
         for index in 0..cluster.nodes.len() {
@@ -237,6 +274,7 @@ impl ControlCluster {
             .arg(&node.data_dir)
             .env("NARAD_CLUSTER_SECRET", SECRET)
             .env("NARAD_LOG_LEVEL", "info")
+            .envs(tls_env(self.pki.as_deref()))
             .envs(self.extra_env.iter().map(|(name, value)| (name, value)))
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -337,14 +375,26 @@ impl Drop for ControlCluster {
     }
 }
 
-/// A transport node for the test's client, with the cluster secret.
-fn client_transport() -> Node {
+/// A transport node for the test's client, with the cluster secret and
+/// `tls`.
+fn client_transport(tls: Option<ClusterTls>) -> Node {
     let secret = ClusterSecret::new(SECRET.as_bytes().to_vec()).expect("secret long enough");
-    let config = NodeConfig::new(
+    let mut config = NodeConfig::new(
         "127.0.0.1:0".parse().expect("address"),
         ClusterAuth::Secret(secret),
     );
+    config.tls = tls;
     Node::bind(config, Router::new()).expect("client transport binds")
+}
+
+/// The cluster TLS environment of a process: `pki`'s files, or without
+/// them the allowance a secured cluster of several nodes needs to start
+/// on its secret alone.
+fn tls_env(pki: Option<&TestPki>) -> Vec<(String, String)> {
+    match pki {
+        Some(pki) => pki.env(),
+        None => vec![("NARAD_ALLOW_PLAINTEXT_RAFT".into(), "true".into())],
+    }
 }
 
 /// `GET path` over plain HTTP/1.0; the status code and body.
@@ -395,6 +445,8 @@ pub struct DataProcess {
     /// `--control-nodes`, kept for restarts.
     control_nodes: String,
     extra_args: Vec<String>,
+    /// The control plane's cluster TLS files, if it has them.
+    pki: Option<Arc<TestPki>>,
     log: PathBuf,
     /// Where the log of the latest spawn starts.
     log_start: u64,
@@ -432,6 +484,7 @@ impl DataProcess {
             data_dir: dir.path().join("data"),
             control_nodes,
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            pki: cluster.pki.clone(),
             log,
             log_start: 0,
             child: None,
@@ -463,6 +516,7 @@ impl DataProcess {
             .args(&self.extra_args)
             .env("NARAD_CLUSTER_SECRET", SECRET)
             .env("NARAD_LOG_LEVEL", "info")
+            .envs(tls_env(self.pki.as_deref()))
             .stdout(log_file.try_clone().expect("log file"))
             .stderr(log_file)
             .spawn()
@@ -764,12 +818,29 @@ impl DataCluster {
     /// If a process cannot be spawned or a data node is not ready within
     /// [`WAIT_MAX`].
     pub async fn start(control_nodes: u64, data_nodes: u64) -> Self {
-        let control = ControlCluster::start_with_env(
+        Self::start_with_pki(control_nodes, data_nodes, None).await
+    }
+
+    /// As [`DataCluster::start`], with mutual TLS between every node with
+    /// `pki`'s files.
+    ///
+    /// # Panics
+    /// As [`DataCluster::start`].
+    pub async fn start_with_tls(control_nodes: u64, data_nodes: u64, pki: Arc<TestPki>) -> Self {
+        Self::start_with_pki(control_nodes, data_nodes, Some(pki)).await
+    }
+
+    async fn start_with_pki(
+        control_nodes: u64,
+        data_nodes: u64,
+        pki: Option<Arc<TestPki>>,
+    ) -> Self {
+        let control = ControlCluster::start_with_pki(
             control_nodes,
             &["--security-enabled", "true"],
             &[("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)],
-        )
-        .await;
+            pki,
+        );
         let mut data = Vec::new();
         for id in 1..=data_nodes {
             let mut node = DataProcess::new(&control, id, &[]);

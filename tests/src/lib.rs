@@ -12,3 +12,4 @@ pub mod metrics_list;
 pub mod placement;
 pub mod relay;
 pub mod stored;
+pub mod tls;

@@ -18,6 +18,13 @@ pub enum Status {
         /// What it waits for (the list's feature column).
         feature: String,
     },
+    /// Served only by a node configured for the named condition, which
+    /// `narad dev` never is (the list's feature column): a test that runs
+    /// nodes so configured checks it.
+    ServedWhen {
+        /// The condition (`cluster-tls`: nodes with cluster TLS files).
+        condition: String,
+    },
 }
 
 /// One row of the list.
@@ -84,8 +91,13 @@ pub fn parse_list(text: &str) -> BTreeMap<String, Listed> {
             ("not-served", feature) if feature != "-" && !feature.is_empty() => Status::NotServed {
                 feature: feature.to_owned(),
             },
+            ("served-when", condition) if condition != "-" && !condition.is_empty() => {
+                Status::ServedWhen {
+                    condition: condition.to_owned(),
+                }
+            }
             _ => panic!(
-                "line {}: status {status} with feature {feature}: served takes '-', not-served names a feature",
+                "line {}: status {status} with feature {feature}: served takes '-', not-served and served-when name a feature",
                 number + 1
             ),
         };

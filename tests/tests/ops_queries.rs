@@ -4,7 +4,9 @@
 //! `tests/metrics_list.rs` checks against a live `narad dev`). A series
 //! listed as not served may appear only in a panel whose description holds
 //! `[not built: <feature>]`, or a rule annotated `not_built: <feature>`,
-//! naming the feature the list gives for it.
+//! naming the feature the list gives for it. A series served only under a
+//! condition `narad dev` does not meet (`served-when`) may be queried
+//! unmarked: where the condition holds, it is there.
 
 use std::collections::BTreeMap;
 
@@ -30,7 +32,7 @@ fn check(queries: &[Query], list: &BTreeMap<String, Listed>) -> Vec<String> {
         }
         for name in names {
             match list.get(&name).map(|listed| &listed.status) {
-                Some(Status::Served) => {}
+                Some(Status::Served | Status::ServedWhen { .. }) => {}
                 Some(Status::NotServed { feature }) => {
                     if query.not_built.as_deref() != Some(feature.as_str()) {
                         problems.push(format!(

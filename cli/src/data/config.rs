@@ -12,6 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use narad_controlplane::node::config::cluster_tls::{
+    Exposure, require_cluster_tls, resolve_cluster_tls,
+};
 use narad_controlplane::node::config::layered::{
     self, Merged, Settings, parse_addr, parse_bool, parse_data_dir, parse_duration,
     parse_millis_within, parse_number, parse_off_or_millis_from, parse_positive, parse_within,
@@ -21,7 +24,7 @@ use narad_dataplane::consume::release::IDLE_SHARD_RELEASE_DEFAULT;
 use narad_dataplane::fanout::machine::CursorConfig;
 use narad_dataplane::http::{ApiConfig, BCRYPT_COST_DEFAULT};
 use narad_dataplane::topology::NodeId;
-use narad_protocol::ClusterSecret;
+use narad_protocol::{ClusterSecret, ClusterTls};
 use serde_json::Value;
 
 use super::front;
@@ -83,6 +86,10 @@ pub(crate) mod keys {
         BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost",
             "bcrypt cost of password hashes this node makes: security.bcrypt_cost";
         ALLOW_INSECURE = shared::ALLOW_INSECURE;
+        CLUSTER_TLS_CERT_FILE = shared::CLUSTER_TLS_CERT_FILE;
+        CLUSTER_TLS_KEY_FILE = shared::CLUSTER_TLS_KEY_FILE;
+        CLUSTER_TLS_CA_FILE = shared::CLUSTER_TLS_CA_FILE;
+        ALLOW_PLAINTEXT_RAFT = shared::ALLOW_PLAINTEXT_RAFT;
         LOG_LEVEL = shared::LOG_LEVEL;
         LOG_FORMAT = shared::LOG_FORMAT;
     }
@@ -215,6 +222,9 @@ pub(crate) struct DataConfig {
     pub(crate) api: ApiConfig,
     /// Cluster plane authentication.
     pub(crate) cluster_security: ClusterSecurity,
+    /// Mutual TLS between nodes (`security.cluster_tls_*`), read at start;
+    /// `None` without the files.
+    pub(crate) cluster_tls: Option<ClusterTls>,
     /// `log.level`.
     pub(crate) log_level: String,
     /// `log.format`: `json` or `text`.
@@ -374,6 +384,15 @@ pub(crate) fn resolve(
     let (log_level, log_format) = merged.logging(keys::LOG_LEVEL, keys::LOG_FORMAT)?;
     let cluster_security =
         cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
+    let cluster_tls = resolve_cluster_tls(&merged)?;
+    // A data node always shares its plane: with the control nodes, and
+    // with the other data nodes.
+    require_cluster_tls(
+        &merged,
+        matches!(cluster_security, ClusterSecurity::Secret(_)),
+        Exposure::Peers,
+        cluster_tls.as_ref(),
+    )?;
     // Every field is set above, but the update from the defaults stays:
     // an ApiConfig field that `narad data` takes no setting for then keeps
     // its default without a change here.
@@ -409,6 +428,7 @@ pub(crate) fn resolve(
         fanout,
         api,
         cluster_security,
+        cluster_tls,
         log_level,
         log_format,
     })

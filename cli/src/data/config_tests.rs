@@ -20,11 +20,13 @@ fn flags(pairs: &[(Setting, &str)]) -> Layer {
     layer
 }
 
-/// The two settings without a default.
+/// The two settings without a default, and the allowance a secured node
+/// needs to start without cluster TLS files.
 fn required() -> Layer {
     flags(&[
         (keys::NODE_ID, "1"),
         (keys::CONTROL_NODES, "127.0.0.1:7943"),
+        (keys::ALLOW_PLAINTEXT_RAFT, "true"),
     ])
 }
 
@@ -73,6 +75,7 @@ fn missing_control_nodes_are_named() {
 fn a_flag_wins_over_the_environment_which_wins_over_the_file() {
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "security": {"allow_plaintext_raft": true},
             "storage": {"data_dir": "/file"}, "http": {"addr": "127.0.0.1:1000"}}"#,
     )
     .expect("file");
@@ -101,6 +104,7 @@ fn the_wal_dir_is_unset_unless_given() {
 fn the_wal_dir_is_read_from_the_file_the_environment_and_a_flag() {
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "security": {"allow_plaintext_raft": true},
             "storage": {"data_dir": "/data", "wal_dir": "/nvme/file"}}"#,
     )
     .expect("file");
@@ -260,6 +264,7 @@ fn a_consumer_offset_commit_interval_outside_its_bounds_is_refused() {
 fn ingress_wal_prealloc_is_read_from_the_file() {
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "security": {"allow_plaintext_raft": true},
             "storage": {"ingress_wal_prealloc": false}}"#,
     )
     .expect("file");
@@ -273,6 +278,7 @@ fn partition_log_prealloc_defaults_off_and_is_read_from_the_file() {
     assert!(!config.partition_log_prealloc);
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "security": {"allow_plaintext_raft": true},
             "storage": {"partition_log_prealloc": true}}"#,
     )
     .expect("file");
@@ -289,6 +295,7 @@ fn ingress_wal_inline_flush_defaults_off_and_is_read_from_the_file() {
     assert!(!config.ingress_wal_inline_flush);
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "security": {"allow_plaintext_raft": true},
             "storage": {"ingress_wal_inline_flush": true}}"#,
     )
     .expect("file");
@@ -306,6 +313,7 @@ fn http_front_threads_default_to_one_per_core_and_take_zero_to_256() {
     assert!(config.front_threads >= 1);
     let file = Layer::from_json(
         r#"{"cluster": {"node_id": 1, "control_nodes": ["127.0.0.1:7943"]},
+            "security": {"allow_plaintext_raft": true},
             "http": {"front_threads": 0}}"#,
     )
     .expect("file");
@@ -447,4 +455,38 @@ fn idle_shard_release_is_read_from_a_consume_section_of_the_file() {
     let layers = [required(), Layer::from_env(env)];
     let config = resolve(&layers, env_with_secret).expect("valid");
     assert_eq!(config.idle_shard_release, None);
+}
+
+#[test]
+fn a_secured_data_node_without_tls_files_refuses_naming_the_settings() {
+    let layer = flags(&[
+        (keys::NODE_ID, "1"),
+        (keys::CONTROL_NODES, "127.0.0.1:7943"),
+    ]);
+    let error = error(&[layer], env_with_secret);
+    assert_eq!(error.setting, "security.cluster_tls_cert_file");
+    assert!(
+        error.reason.contains("security.allow_plaintext_raft"),
+        "{}",
+        error.reason
+    );
+}
+
+#[test]
+fn an_insecure_data_node_needs_no_tls_files() {
+    let layer = flags(&[
+        (keys::NODE_ID, "1"),
+        (keys::CONTROL_NODES, "127.0.0.1:7943"),
+        (keys::SECURITY, "false"),
+        (keys::ALLOW_INSECURE, "true"),
+    ]);
+    let config = resolve(&[layer], no_env).expect("valid");
+    assert!(config.cluster_tls.is_none());
+}
+
+#[test]
+fn a_partial_set_of_tls_files_is_refused_naming_the_missing_one() {
+    let layer = flags(&[(keys::CLUSTER_TLS_CERT_FILE, "/etc/narad/node.crt")]);
+    let error = error(&[required(), layer], env_with_secret);
+    assert_eq!(error.setting, "security.cluster_tls_key_file");
 }

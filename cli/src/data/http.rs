@@ -13,6 +13,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use narad_dataplane::node::DataNode;
+use narad_protocol::Expired;
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -21,16 +22,22 @@ use super::front::{FrontPlan, Fronts};
 /// One readiness condition: `Err(reason)` keeps `/readyz` at `503`.
 pub(crate) type ReadyCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// What is expired now among the cluster TLS certificates: each keeps
+/// `/readyz` at `503` and is listed under `degraded`.
+pub(crate) type ExpiredCheck = Box<dyn Fn() -> Vec<Expired> + Send + Sync>;
+
 /// The conditions `/readyz` checks before the data node's own ones
 /// (started, not stopping, metadata replica caught up).
 pub(crate) struct ReadyGate {
     checks: Vec<ReadyCheck>,
+    expired: Option<ExpiredCheck>,
 }
 
 impl std::fmt::Debug for ReadyGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadyGate")
             .field("checks", &self.checks.len())
+            .field("expired", &self.expired.is_some())
             .finish()
     }
 }
@@ -38,16 +45,56 @@ impl std::fmt::Debug for ReadyGate {
 impl ReadyGate {
     /// A gate of `checks`, asked in order on every `/readyz`.
     pub(crate) fn new(checks: Vec<ReadyCheck>) -> Self {
-        Self { checks }
+        Self {
+            checks,
+            expired: None,
+        }
     }
 
-    fn refusal(&self) -> Option<String> {
-        self.checks.iter().find_map(|check| check().err())
+    /// The gate, also refusing while `expired` names an expired cluster
+    /// TLS certificate.
+    pub(crate) fn with_expired(mut self, expired: ExpiredCheck) -> Self {
+        self.expired = Some(expired);
+        self
+    }
+
+    /// The `503` answer's reason and `degraded` list, if any: a failed
+    /// check's reason first, else the expired certificates'; the expired
+    /// certificates are listed either way.
+    fn refusal(&self) -> Option<(String, Vec<Expired>)> {
+        let expired = self
+            .expired
+            .as_ref()
+            .map(|check| check())
+            .unwrap_or_default();
+        if let Some(reason) = self.checks.iter().find_map(|check| check().err()) {
+            return Some((reason, expired));
+        }
+        if expired.is_empty() {
+            return None;
+        }
+        let reason = expired
+            .iter()
+            .map(|expired| expired.describe())
+            .collect::<Vec<_>>()
+            .join("; ");
+        Some((reason, expired))
     }
 }
 
-fn unready(reason: String) -> Response {
-    let mut body = serde_json::json!({ "error": reason }).to_string();
+/// `{"error":reason}`, with `"degraded":[codes]` when a cluster TLS
+/// certificate is expired: the shape the control node answers too.
+fn unready_body(reason: &str, expired: &[Expired]) -> serde_json::Value {
+    let mut body = serde_json::json!({ "error": reason });
+    if !expired.is_empty() {
+        let codes: Vec<&str> = expired.iter().map(|expired| expired.code()).collect();
+        body["degraded"] = serde_json::json!(codes);
+    }
+    body
+}
+
+fn unready(reason: &str, expired: &[Expired]) -> Response {
+    let mut body = unready_body(reason, expired).to_string();
     body.push('\n');
     (
         StatusCode::SERVICE_UNAVAILABLE,
@@ -63,9 +110,9 @@ async fn gate_readiness(
     next: Next,
 ) -> Response {
     if request.uri().path() == "/readyz"
-        && let Some(reason) = gate.refusal()
+        && let Some((reason, expired)) = gate.refusal()
     {
-        return unready(reason);
+        return unready(&reason, &expired);
     }
     next.run(request).await
 }
@@ -232,4 +279,54 @@ fn warn_grace_ran_out(grace: Duration) {
         grace_ms = grace.as_millis() as u64,
         "requests still in flight after the shutdown grace; dropping their connections"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(reason: &'static str) -> ReadyCheck {
+        Box::new(move || Err(reason.to_owned()))
+    }
+
+    #[test]
+    fn an_expired_certificate_refuses_an_otherwise_ready_node_and_is_listed() {
+        let gate = ReadyGate::new(vec![Box::new(|| Ok(()))])
+            .with_expired(Box::new(|| vec![Expired::Certificate]));
+        let (reason, expired) = gate.refusal().expect("refused");
+        assert_eq!(reason, Expired::Certificate.describe());
+        assert_eq!(
+            unready_body(&reason, &expired),
+            serde_json::json!({
+                "error": Expired::Certificate.describe(),
+                "degraded": ["raft_tls_certificate_expired"],
+            })
+        );
+    }
+
+    #[test]
+    fn a_failed_check_keeps_its_reason_and_lists_what_is_expired() {
+        let gate = ReadyGate::new(vec![refused("no leader")])
+            .with_expired(Box::new(|| vec![Expired::Certificate, Expired::Ca]));
+        let (reason, expired) = gate.refusal().expect("refused");
+        assert_eq!(
+            unready_body(&reason, &expired),
+            serde_json::json!({
+                "error": "no leader",
+                "degraded": ["raft_tls_certificate_expired", "raft_tls_ca_expired"],
+            })
+        );
+    }
+
+    #[test]
+    fn without_expired_certificates_the_answer_has_no_degraded_list() {
+        let gate = ReadyGate::new(vec![refused("no leader")]).with_expired(Box::new(Vec::new));
+        let (reason, expired) = gate.refusal().expect("refused");
+        assert_eq!(
+            unready_body(&reason, &expired),
+            serde_json::json!({ "error": "no leader" })
+        );
+        let ready = ReadyGate::new(Vec::new()).with_expired(Box::new(Vec::new));
+        assert!(ready.refusal().is_none());
+    }
 }

@@ -22,7 +22,7 @@ use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
 use narad_dataplane::status::NodeStatusService;
 use narad_disk::clock::Clock;
-use narad_protocol::{ClusterAuth, Node, NodeConfig, NodeError, Router};
+use narad_protocol::{ClusterAuth, ClusterTls, Node, NodeConfig, NodeError, Router};
 
 /// The services this node serves to other nodes, routed before the data
 /// node exists.
@@ -63,8 +63,9 @@ pub(crate) struct Peers {
 }
 
 impl Peers {
-    /// Binds the cluster socket at `addr`, authenticated by `auth` as the
-    /// control nodes' is, serving the routes of [`rpc_router`]. `clock` is
+    /// Binds the cluster socket at `addr`, authenticated by `auth` (and
+    /// `tls`, mutual TLS with the cluster's CA) as the control nodes' is,
+    /// serving the routes of [`rpc_router`]. `clock` is
     /// the node's: its remote commits, token inbox and forwarder run on it,
     /// and the data node attached later must run on it too.
     ///
@@ -73,6 +74,7 @@ impl Peers {
     pub(crate) fn bind(
         addr: SocketAddr,
         auth: ClusterAuth,
+        tls: Option<ClusterTls>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, NodeError> {
         let served = Served {
@@ -82,10 +84,9 @@ impl Peers {
             transfer: TransferService::new(),
             status: NodeStatusService::new(),
         };
-        let transport = Arc::new(Node::bind(
-            NodeConfig::new(addr, auth),
-            rpc_router(&served),
-        )?);
+        let mut config = NodeConfig::new(addr, auth);
+        config.tls = tls;
+        let transport = Arc::new(Node::bind(config, rpc_router(&served))?);
         served.forward.attach_transport(&transport);
         Ok(Self {
             transport,

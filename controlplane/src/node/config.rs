@@ -4,6 +4,7 @@
 //! error names the setting (its file key, and where the bad value came
 //! from).
 
+pub mod cluster_tls;
 pub mod layered;
 
 use std::collections::BTreeSet;
@@ -12,8 +13,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use narad_protocol::ClusterTls;
 use serde_json::Value;
 
+use self::cluster_tls::{Exposure, require_cluster_tls, resolve_cluster_tls};
 pub use self::layered::{ConfigError, Setting, Source, parse_duration};
 use self::layered::{Merged, Settings, parse_bool, parse_number, parse_positive};
 use crate::raft::ControlNodeId;
@@ -43,6 +46,10 @@ pub mod keys {
         DATA_DIR = shared::DATA_DIR;
         SECURITY = shared::SECURITY;
         ALLOW_INSECURE = shared::ALLOW_INSECURE;
+        CLUSTER_TLS_CERT_FILE = shared::CLUSTER_TLS_CERT_FILE;
+        CLUSTER_TLS_KEY_FILE = shared::CLUSTER_TLS_KEY_FILE;
+        CLUSTER_TLS_CA_FILE = shared::CLUSTER_TLS_CA_FILE;
+        ALLOW_PLAINTEXT_RAFT = shared::ALLOW_PLAINTEXT_RAFT;
         LOG_LEVEL = shared::LOG_LEVEL;
         LOG_FORMAT = shared::LOG_FORMAT;
     }
@@ -144,6 +151,9 @@ pub struct ControlConfig {
     pub security_enabled: bool,
     /// Cluster plane authentication.
     pub cluster_security: ClusterSecurity,
+    /// Mutual TLS between nodes (`security.cluster_tls_*`), read at start;
+    /// `None` without the files.
+    pub cluster_tls: Option<ClusterTls>,
     /// `log.level`.
     pub log_level: String,
     /// `log.format`: `json` or `text`.
@@ -245,6 +255,14 @@ pub fn resolve(
         allow_insecure,
         peers.len(),
     )?;
+    let cluster_tls = resolve_cluster_tls(&merged)?;
+    let others = peers.iter().filter(|peer| peer.id != node_id).count();
+    require_cluster_tls(
+        &merged,
+        cluster_security != ClusterSecurity::Insecure,
+        Exposure::of(others, cluster_addr),
+        cluster_tls.as_ref(),
+    )?;
     Ok(ControlConfig {
         node_id,
         cluster_addr,
@@ -258,6 +276,7 @@ pub fn resolve(
         data_dir,
         security_enabled,
         cluster_security,
+        cluster_tls,
         log_level,
         log_format,
         admin_password: env(ENV_ADMIN_PASSWORD).filter(|p| !p.is_empty()),

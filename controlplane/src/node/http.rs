@@ -108,14 +108,20 @@ async fn healthz(State(http): State<Arc<Http>>) -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
+/// `200 {"status":"ready"}`, or `503 {"error":"<reason>"}` with
+/// `"degraded":["raft_tls_certificate_expired","raft_tls_ca_expired"]`
+/// added while a cluster TLS certificate is expired.
 async fn readyz(State(http): State<Arc<Http>>) -> Response {
     match http.shared.readiness() {
         Ok(()) => Json(json!({"status": "ready"})).into_response(),
-        Err(reason) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"error": reason})),
-        )
-            .into_response(),
+        Err(unready) => {
+            let mut body = json!({"error": unready.error});
+            if !unready.degraded.is_empty() {
+                let codes: Vec<&str> = unready.degraded.iter().map(|e| e.code()).collect();
+                body["degraded"] = json!(codes);
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
     }
 }
 
@@ -197,6 +203,7 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
         Instant::now(),
     );
     let snapshots = shared.view.snapshot_stats();
+    let tls_expiry = shared.config.cluster_tls.as_ref().map(|tls| tls.expiry());
     let recorder = &shared.metrics.recorder;
     metrics::with_local_recorder(&**recorder, || {
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
@@ -236,6 +243,12 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
                 .absolute(shared.apply_faults.total(kind));
         }
         gauge!("narad_colocated_child_partitions").set(colocated as f64);
+        if let Some(expiry) = tls_expiry {
+            gauge!("narad_raft_tls_cert_not_after_seconds", "kind" => "leaf")
+                .set(expiry.leaf_not_after_s as f64);
+            gauge!("narad_raft_tls_cert_not_after_seconds", "kind" => "ca")
+                .set(expiry.ca_not_after_s as f64);
+        }
         for (node, reason, value) in blocked {
             gauge!("narad_decommission_blocked", "node" => node, "reason" => reason).set(value);
         }

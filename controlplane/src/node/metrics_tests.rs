@@ -37,6 +37,7 @@ fn single_node(data_dir: &std::path::Path) -> ControlConfig {
         data_dir: data_dir.to_owned(),
         security_enabled: false,
         cluster_security: ClusterSecurity::Insecure,
+        cluster_tls: None,
         log_level: defaults::LOG_LEVEL.into(),
         log_format: "text".into(),
         admin_password: None,

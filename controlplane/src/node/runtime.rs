@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
+use narad_protocol::{ClusterAuth, ClusterSecret, Expired, Node, NodeConfig, Router};
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -59,6 +59,15 @@ pub enum StartError {
 pub struct ControlNode {
     pub(super) shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// Why `/readyz` answers 503.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unready {
+    /// The reason, as `/readyz`'s `error`.
+    pub(super) error: String,
+    /// The expired cluster TLS certificates, as `/readyz`'s `degraded`.
+    pub(super) degraded: Vec<Expired>,
 }
 
 /// What the node's tasks share.
@@ -142,8 +151,9 @@ impl ControlNode {
         let raft_gate = Arc::new(RaftGate::default());
         let router = raft_routes(Router::new(), &slot, &raft_gate, &contact);
         let router = propose::routes(router, &shared_slot);
-        let transport_config =
+        let mut transport_config =
             NodeConfig::new(config.cluster_addr, cluster_auth(&config.cluster_security)?);
+        transport_config.tls = config.cluster_tls.clone();
         let transport =
             Node::bind(transport_config, router).map_err(|e| StartError::Transport {
                 addr: config.cluster_addr.to_string(),
@@ -195,8 +205,12 @@ impl ControlNode {
             node_id = shared.config.node_id,
             cluster_addr = %shared.transport.local_addr(),
             %http_addr,
+            mutual_tls = shared.config.cluster_tls.is_some(),
             "control node started"
         );
+        for expired in shared.tls_expired() {
+            warn!(degraded = expired.code(), "{}", expired.describe());
+        }
         Ok(Self { shared, tasks })
     }
 
@@ -320,8 +334,42 @@ impl Shared {
         }
     }
 
-    /// The `/readyz` verdict: `Ok` or the reason it is not ready.
-    pub(super) fn readiness(&self) -> Result<(), String> {
+    /// The `/readyz` verdict: `Ok`, or why not. An expired cluster TLS
+    /// certificate keeps the node unready (its peers refuse it), and is
+    /// listed under `degraded` whatever the reason given.
+    pub(super) fn readiness(&self) -> Result<(), Unready> {
+        let degraded = self.tls_expired();
+        match self.cluster_readiness() {
+            Err(error) => Err(Unready { error, degraded }),
+            Ok(()) if degraded.is_empty() => Ok(()),
+            Ok(()) => {
+                let error = degraded
+                    .iter()
+                    .map(|expired| expired.describe())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                Err(Unready { error, degraded })
+            }
+        }
+    }
+
+    /// The cluster TLS certificates past their `notAfter` now, on this
+    /// node's wall clock; empty without cluster TLS.
+    pub(super) fn tls_expired(&self) -> Vec<Expired> {
+        let Some(tls) = &self.config.cluster_tls else {
+            return Vec::new();
+        };
+        let now_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| {
+                i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+            });
+        tls.expiry().expired(now_s)
+    }
+
+    /// Whether the node takes part in the cluster: Raft leader in view and
+    /// heard from, log applied; the reason if not.
+    fn cluster_readiness(&self) -> Result<(), String> {
         /// The spec's "heard from within 5 s".
         const LEADER_CONTACT_MAX: Duration = Duration::from_secs(5);
         if self.shutting_down.load(Ordering::Relaxed) {

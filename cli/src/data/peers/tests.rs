@@ -143,8 +143,8 @@ async fn a_record_accepted_for_a_partition_another_node_owns_lands_in_its_log_an
  {
     let dir = tempfile::tempdir().expect("temporary directory");
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let accepting_peers = Peers::bind(loopback, auth(), system_clock()).expect("binds");
-    let owning_peers = Peers::bind(loopback, auth(), system_clock()).expect("binds");
+    let accepting_peers = Peers::bind(loopback, auth(), None, system_clock()).expect("binds");
+    let owning_peers = Peers::bind(loopback, auth(), None, system_clock()).expect("binds");
     let addresses = Arc::new(AddressTable::new());
     addresses.set(OWNING, owning_peers.transport().local_addr());
     let owner = start(OWNING, &dir.path().join("owner"), &owning_peers, &addresses);

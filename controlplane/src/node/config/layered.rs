@@ -101,6 +101,14 @@ pub mod shared {
             "true or false: security.enabled";
         ALLOW_INSECURE = "security.allow_insecure_cluster", "NARAD_SECURITY_ALLOW_INSECURE_CLUSTER", "allow-insecure-cluster",
             "true or false: security.allow_insecure_cluster";
+        CLUSTER_TLS_CERT_FILE = "security.cluster_tls_cert_file", "NARAD_CLUSTER_TLS_CERT_FILE", "cluster-tls-cert-file",
+            "PEM certificate (chain) of this node for mutual TLS between nodes: security.cluster_tls_cert_file";
+        CLUSTER_TLS_KEY_FILE = "security.cluster_tls_key_file", "NARAD_CLUSTER_TLS_KEY_FILE", "cluster-tls-key-file",
+            "PEM private key of that certificate: security.cluster_tls_key_file";
+        CLUSTER_TLS_CA_FILE = "security.cluster_tls_ca_file", "NARAD_CLUSTER_TLS_CA_FILE", "cluster-tls-ca-file",
+            "PEM CA certificate(s) every node's certificate must chain to: security.cluster_tls_ca_file";
+        ALLOW_PLAINTEXT_RAFT = "security.allow_plaintext_raft", "NARAD_ALLOW_PLAINTEXT_RAFT", "allow-plaintext-raft",
+            "true or false: a secured node shared with peers may run without cluster TLS files, security.allow_plaintext_raft";
         LOG_LEVEL = "log.level", "NARAD_LOG_LEVEL", "log-level",
             "debug, info, warn or error: log.level";
         LOG_FORMAT = "log.format", "NARAD_LOG_FORMAT", "log-format",

@@ -1,0 +1,302 @@
+//! Mutual TLS between nodes, over loopback QUIC: nodes whose certificates
+//! chain to one CA talk; a certificate from another CA, an expired one, or
+//! none is refused, and each side logs what it refused or what refused it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::subscriber::DefaultGuard;
+
+use crate::test_pki::{CURRENT, EXPIRED, TestCa};
+use crate::{
+    CallError, ClusterAuth, ClusterSecret, ClusterTls, Inbound, Lane, Node, NodeConfig, Opcode,
+    OperationLimit, Request, Response, Router, RpcError, Status,
+};
+
+/// Generous bound on waits for a log line that must come; never a
+/// performance claim.
+const SIGNAL_WAIT: Duration = Duration::from_secs(10);
+
+fn secret() -> ClusterAuth {
+    ClusterAuth::Secret(ClusterSecret::new(vec![7_u8; 32]).expect("32 bytes"))
+}
+
+fn node(tls: Option<ClusterTls>, router: Router) -> Node {
+    let mut config = NodeConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), secret());
+    config.tls = tls;
+    Node::bind(config, router).expect("bind")
+}
+
+/// A router whose echo handler counts its calls, to prove none was served.
+fn counting_router(served: Arc<AtomicUsize>) -> Router {
+    Router::new().route(
+        Opcode::GET_TOPIC,
+        OperationLimit::messaging(),
+        move |inbound: Inbound| {
+            served.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, RpcError>(Response::ok(inbound.request.body)) }
+        },
+    )
+}
+
+/// The log lines of this thread's events (the tests run on a
+/// current-thread runtime, so every node's tasks log here).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn start() -> (Self, DefaultGuard) {
+        let captured = Self::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        let bytes = self.0.lock().expect("log buffer").clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Waits until a line contains every one of `parts`; the line.
+    async fn line_with(&self, parts: &[&str]) -> String {
+        let deadline = tokio::time::Instant::now() + SIGNAL_WAIT;
+        loop {
+            let text = self.text();
+            if let Some(line) = text
+                .lines()
+                .find(|line| parts.iter().all(|part| line.contains(part)))
+            {
+                return line.to_owned();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no log line with {parts:?}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+fn request() -> Request {
+    Request::new(Opcode::GET_TOPIC, &b"over mutual TLS"[..])
+}
+
+/// Calls `server` from `client` and expects a refusal; its reason.
+async fn refused_call(client: &Node, server: &Node) -> String {
+    let error = client
+        .call(server.local_addr(), Lane::Control, request())
+        .await
+        .expect_err("refused");
+    match error {
+        CallError::Auth { reason, .. } => reason,
+        other => panic!("expected an authentication failure, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn nodes_with_certificates_from_one_ca_talk() {
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(
+        Some(ca.node_tls(CURRENT, &ca.pem)),
+        counting_router(served.clone()),
+    );
+    let client = node(Some(ca.node_tls(CURRENT, &ca.pem)), Router::new());
+    for lane in Lane::ALL {
+        let response = client
+            .call(server.local_addr(), lane, request())
+            .await
+            .expect("answered");
+        assert_eq!(response.status, Status::OK);
+        assert_eq!(&response.body[..], b"over mutual TLS");
+    }
+    assert_eq!(served.load(Ordering::SeqCst), Lane::ALL.len());
+}
+
+#[tokio::test]
+async fn a_client_certificate_from_another_ca_is_refused_as_unknown_ca() {
+    let (logs, _guard) = Captured::start();
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let other = TestCa::new("another cluster's CA", CURRENT);
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(
+        Some(ca.node_tls(CURRENT, &ca.pem)),
+        counting_router(served.clone()),
+    );
+    // It trusts the cluster's CA, so it accepts the server; its own
+    // certificate is the other CA's.
+    let client = node(Some(other.node_tls(CURRENT, &ca.pem)), Router::new());
+    let reason = refused_call(&client, &server).await;
+    assert!(
+        reason.contains("the peer refused this node's certificate: unknown CA"),
+        "{reason}"
+    );
+    let client_addr = format!("peer={}", client.local_addr());
+    let server_addr = format!("peer={}", server.local_addr());
+    logs.line_with(&[
+        "WARN",
+        &client_addr,
+        "this node refused the peer's certificate: unknown CA",
+    ])
+    .await;
+    logs.line_with(&[
+        "WARN",
+        &server_addr,
+        "the peer refused this node's certificate: unknown CA",
+    ])
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_server_certificate_from_another_ca_is_refused_by_the_client() {
+    let (logs, _guard) = Captured::start();
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let other = TestCa::new("another cluster's CA", CURRENT);
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(
+        Some(other.node_tls(CURRENT, &other.pem)),
+        counting_router(served.clone()),
+    );
+    let client = node(Some(ca.node_tls(CURRENT, &ca.pem)), Router::new());
+    let reason = refused_call(&client, &server).await;
+    assert!(
+        reason.contains("this node refused the peer's certificate: unknown CA"),
+        "{reason}"
+    );
+    let client_addr = format!("peer={}", client.local_addr());
+    let server_addr = format!("peer={}", server.local_addr());
+    logs.line_with(&[
+        &server_addr,
+        "this node refused the peer's certificate: unknown CA",
+    ])
+    .await;
+    logs.line_with(&[
+        &client_addr,
+        "the peer refused this node's certificate: unknown CA",
+    ])
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_expired_certificate_is_refused_as_expired() {
+    let (logs, _guard) = Captured::start();
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(
+        Some(ca.node_tls(CURRENT, &ca.pem)),
+        counting_router(served.clone()),
+    );
+    let client = node(Some(ca.node_tls(EXPIRED, &ca.pem)), Router::new());
+    let reason = refused_call(&client, &server).await;
+    assert!(
+        reason.contains("the peer refused this node's certificate: expired"),
+        "{reason}"
+    );
+    let client_addr = format!("peer={}", client.local_addr());
+    let server_addr = format!("peer={}", server.local_addr());
+    logs.line_with(&[
+        &client_addr,
+        "this node refused the peer's certificate: expired",
+    ])
+    .await;
+    logs.line_with(&[
+        &server_addr,
+        "the peer refused this node's certificate: expired",
+    ])
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_node_without_a_certificate_is_refused_as_showing_none() {
+    let (logs, _guard) = Captured::start();
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(
+        Some(ca.node_tls(CURRENT, &ca.pem)),
+        counting_router(served.clone()),
+    );
+    // The same secret, no TLS files: it accepts any server certificate
+    // and shows none of its own.
+    let client = node(None, Router::new());
+    let reason = refused_call(&client, &server).await;
+    assert!(
+        reason.contains("the peer refused this node: no client certificate"),
+        "{reason}"
+    );
+    let client_addr = format!("peer={}", client.local_addr());
+    let server_addr = format!("peer={}", server.local_addr());
+    logs.line_with(&[
+        &client_addr,
+        "this node refused the peer: no client certificate",
+    ])
+    .await;
+    logs.line_with(&[
+        &server_addr,
+        "the peer refused this node: no client certificate",
+    ])
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_node_with_certificates_refuses_a_server_without_them() {
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let served = Arc::new(AtomicUsize::new(0));
+    let server = node(None, counting_router(served.clone()));
+    let client = node(Some(ca.node_tls(CURRENT, &ca.pem)), Router::new());
+    let reason = refused_call(&client, &server).await;
+    assert!(
+        reason.contains("this node refused the peer's certificate: unknown CA"),
+        "{reason}"
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_refused_connection_backs_off_the_next_dial() {
+    let ca = TestCa::new("cluster CA", CURRENT);
+    let server = node(
+        Some(ca.node_tls(CURRENT, &ca.pem)),
+        counting_router(Arc::default()),
+    );
+    let client = node(Some(ca.node_tls(EXPIRED, &ca.pem)), Router::new());
+    refused_call(&client, &server).await;
+    // Refused after this side completed its handshake: the next call
+    // waits out the dial backoff instead of dialling again at once.
+    let error = client
+        .call(server.local_addr(), Lane::Control, request())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&error, CallError::Dial { reason, .. } if reason.contains("the last dial failed")),
+        "{error}"
+    );
+}
