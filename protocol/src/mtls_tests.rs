@@ -11,9 +11,10 @@ use std::time::Duration;
 use tracing::subscriber::DefaultGuard;
 
 use crate::test_pki::{CURRENT, EXPIRED, TestCa};
+use crate::transport_tests::counting_router;
 use crate::{
-    CallError, ClusterAuth, ClusterSecret, ClusterTls, Inbound, Lane, Node, NodeConfig, Opcode,
-    OperationLimit, Request, Response, Router, RpcError, Status,
+    CallError, ClusterAuth, ClusterSecret, ClusterTls, Lane, Node, NodeConfig, Opcode, Request,
+    Router, Status,
 };
 
 /// Generous bound on waits for a log line that must come; never a
@@ -28,18 +29,6 @@ fn node(tls: Option<ClusterTls>, router: Router) -> Node {
     let mut config = NodeConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), secret());
     config.tls = tls;
     Node::bind(config, router).expect("bind")
-}
-
-/// A router whose echo handler counts its calls, to prove none was served.
-fn counting_router(served: Arc<AtomicUsize>) -> Router {
-    Router::new().route(
-        Opcode::GET_TOPIC,
-        OperationLimit::messaging(),
-        move |inbound: Inbound| {
-            served.fetch_add(1, Ordering::SeqCst);
-            async move { Ok::<_, RpcError>(Response::ok(inbound.request.body)) }
-        },
-    )
 }
 
 /// The log lines of this thread's events (the tests run on a
@@ -118,6 +107,53 @@ async fn refused_call(client: &Node, server: &Node) -> String {
     }
 }
 
+/// What the two sides of a refused handshake log: the side that refused,
+/// and the side that was refused.
+struct Refusal {
+    by_refuser: &'static str,
+    by_refused: &'static str,
+}
+
+/// A certificate refused at the handshake, for `what`.
+fn certificate_refused(what: &'static str) -> Refusal {
+    match what {
+        "unknown CA" => Refusal {
+            by_refuser: "this node refused the peer's certificate: unknown CA",
+            by_refused: "the peer refused this node's certificate: unknown CA",
+        },
+        "expired" => Refusal {
+            by_refuser: "this node refused the peer's certificate: expired",
+            by_refused: "the peer refused this node's certificate: expired",
+        },
+        other => panic!("no refusal text for {other}"),
+    }
+}
+
+/// Calls `server` from `client` and expects the handshake refused as
+/// `refusal` says, by the server when `server_refuses`, else by the client:
+/// the call's reason is the client's words, each side logs its own words
+/// at WARN naming the other, and nothing was served.
+async fn refused_both_sides(
+    logs: &Captured,
+    (client, server): (&Node, &Node),
+    served: &AtomicUsize,
+    refusal: &Refusal,
+    server_refuses: bool,
+) {
+    let (client_says, server_says) = if server_refuses {
+        (refusal.by_refused, refusal.by_refuser)
+    } else {
+        (refusal.by_refuser, refusal.by_refused)
+    };
+    let reason = refused_call(client, server).await;
+    assert!(reason.contains(client_says), "{reason}");
+    let server_addr = format!("peer={}", server.local_addr());
+    let client_addr = format!("peer={}", client.local_addr());
+    logs.line_with(&["WARN", &server_addr, client_says]).await;
+    logs.line_with(&["WARN", &client_addr, server_says]).await;
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test]
 async fn nodes_with_certificates_from_one_ca_talk() {
     let ca = TestCa::new("cluster CA", CURRENT);
@@ -151,26 +187,8 @@ async fn a_client_certificate_from_another_ca_is_refused_as_unknown_ca() {
     // It trusts the cluster's CA, so it accepts the server; its own
     // certificate is the other CA's.
     let client = node(Some(other.node_tls(CURRENT, &ca.pem)), Router::new());
-    let reason = refused_call(&client, &server).await;
-    assert!(
-        reason.contains("the peer refused this node's certificate: unknown CA"),
-        "{reason}"
-    );
-    let client_addr = format!("peer={}", client.local_addr());
-    let server_addr = format!("peer={}", server.local_addr());
-    logs.line_with(&[
-        "WARN",
-        &client_addr,
-        "this node refused the peer's certificate: unknown CA",
-    ])
-    .await;
-    logs.line_with(&[
-        "WARN",
-        &server_addr,
-        "the peer refused this node's certificate: unknown CA",
-    ])
-    .await;
-    assert_eq!(served.load(Ordering::SeqCst), 0);
+    let refusal = certificate_refused("unknown CA");
+    refused_both_sides(&logs, (&client, &server), &served, &refusal, true).await;
 }
 
 #[tokio::test]
@@ -184,24 +202,8 @@ async fn a_server_certificate_from_another_ca_is_refused_by_the_client() {
         counting_router(served.clone()),
     );
     let client = node(Some(ca.node_tls(CURRENT, &ca.pem)), Router::new());
-    let reason = refused_call(&client, &server).await;
-    assert!(
-        reason.contains("this node refused the peer's certificate: unknown CA"),
-        "{reason}"
-    );
-    let client_addr = format!("peer={}", client.local_addr());
-    let server_addr = format!("peer={}", server.local_addr());
-    logs.line_with(&[
-        &server_addr,
-        "this node refused the peer's certificate: unknown CA",
-    ])
-    .await;
-    logs.line_with(&[
-        &client_addr,
-        "the peer refused this node's certificate: unknown CA",
-    ])
-    .await;
-    assert_eq!(served.load(Ordering::SeqCst), 0);
+    let refusal = certificate_refused("unknown CA");
+    refused_both_sides(&logs, (&client, &server), &served, &refusal, false).await;
 }
 
 #[tokio::test]
@@ -214,24 +216,8 @@ async fn an_expired_certificate_is_refused_as_expired() {
         counting_router(served.clone()),
     );
     let client = node(Some(ca.node_tls(EXPIRED, &ca.pem)), Router::new());
-    let reason = refused_call(&client, &server).await;
-    assert!(
-        reason.contains("the peer refused this node's certificate: expired"),
-        "{reason}"
-    );
-    let client_addr = format!("peer={}", client.local_addr());
-    let server_addr = format!("peer={}", server.local_addr());
-    logs.line_with(&[
-        &client_addr,
-        "this node refused the peer's certificate: expired",
-    ])
-    .await;
-    logs.line_with(&[
-        &server_addr,
-        "the peer refused this node's certificate: expired",
-    ])
-    .await;
-    assert_eq!(served.load(Ordering::SeqCst), 0);
+    let refusal = certificate_refused("expired");
+    refused_both_sides(&logs, (&client, &server), &served, &refusal, true).await;
 }
 
 #[tokio::test]
@@ -246,24 +232,11 @@ async fn a_node_without_a_certificate_is_refused_as_showing_none() {
     // The same secret, no TLS files: it accepts any server certificate
     // and shows none of its own.
     let client = node(None, Router::new());
-    let reason = refused_call(&client, &server).await;
-    assert!(
-        reason.contains("the peer refused this node: no client certificate"),
-        "{reason}"
-    );
-    let client_addr = format!("peer={}", client.local_addr());
-    let server_addr = format!("peer={}", server.local_addr());
-    logs.line_with(&[
-        &client_addr,
-        "this node refused the peer: no client certificate",
-    ])
-    .await;
-    logs.line_with(&[
-        &server_addr,
-        "the peer refused this node: no client certificate",
-    ])
-    .await;
-    assert_eq!(served.load(Ordering::SeqCst), 0);
+    let refusal = Refusal {
+        by_refuser: "this node refused the peer: no client certificate",
+        by_refused: "the peer refused this node: no client certificate",
+    };
+    refused_both_sides(&logs, (&client, &server), &served, &refusal, true).await;
 }
 
 #[tokio::test]

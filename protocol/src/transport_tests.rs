@@ -40,7 +40,7 @@ fn echo_router() -> Router {
 }
 
 /// A router whose handler counts its calls, to prove none was served.
-fn counting_router(served: Arc<AtomicUsize>) -> Router {
+pub(crate) fn counting_router(served: Arc<AtomicUsize>) -> Router {
     Router::new().route(
         Opcode::GET_TOPIC,
         OperationLimit::messaging(),
@@ -48,6 +48,16 @@ fn counting_router(served: Arc<AtomicUsize>) -> Router {
             served.fetch_add(1, Ordering::SeqCst);
             echo(inbound)
         },
+    )
+}
+
+/// `router` with a `CreateTopic` handler that refuses every call `409
+/// topic exists`.
+fn refusing_create(router: Router) -> Router {
+    router.route(
+        Opcode::CREATE_TOPIC,
+        OperationLimit::new("admin", 4),
+        |_: Inbound| async { Err(RpcError::new(Status::CONFLICT, "topic exists")) },
     )
 }
 
@@ -431,12 +441,7 @@ async fn unknown_opcode_is_answered_with_unsupported_operation() {
 
 #[tokio::test]
 async fn handler_error_reaches_the_caller_typed() {
-    let router = Router::new().route(
-        Opcode::CREATE_TOPIC,
-        OperationLimit::new("admin", 4),
-        |_: Inbound| async { Err(RpcError::new(Status::CONFLICT, "topic exists")) },
-    );
-    let server = node(secret(1), router);
+    let server = node(secret(1), refusing_create(Router::new()));
     let client = node(secret(1), Router::new());
     let error = client
         .call(
@@ -1148,12 +1153,7 @@ impl crate::CallObserver for Recorder {
 
 #[tokio::test]
 async fn the_observer_is_told_each_calls_opcode_outcome_and_time() {
-    let router = echo_router().route(
-        Opcode::CREATE_TOPIC,
-        OperationLimit::new("admin", 4),
-        |_: Inbound| async { Err(RpcError::new(Status::CONFLICT, "topic exists")) },
-    );
-    let server = node(secret(1), router);
+    let server = node(secret(1), refusing_create(echo_router()));
     let client = node(secret(1), Router::new());
     let recorder = Arc::new(Recorder::default());
     client.observe_calls(recorder.clone());
