@@ -20,6 +20,7 @@ pub mod openapi;
 mod produce;
 pub mod produce_cap;
 mod query;
+mod remote_children;
 pub mod topics;
 pub mod users;
 
@@ -52,6 +53,7 @@ use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
 use crate::partitions::LocalLogs;
+use crate::remote_children::{NoRemoteProbe, RemoteChildLimits, RemoteProbe};
 use crate::status::StatusSources;
 
 /// How the API behaves.
@@ -144,6 +146,12 @@ pub struct ApiState {
     /// What the node status is read from (this node's, and other nodes'
     /// over node RPC); the produce handlers count in-flight produces there.
     pub status: Arc<StatusSources>,
+    /// Checks a remote child's target on attach and resume;
+    /// [`NoRemoteProbe`] (every check skipped) until the node plugs in its
+    /// outbound client.
+    pub remote_probe: Arc<dyn RemoteProbe>,
+    /// The node's rate limits of remote-child changes and checks.
+    pub remote_limits: RemoteChildLimits,
 }
 
 impl ApiState {
@@ -186,6 +194,8 @@ impl ApiState {
             metrics,
             health,
             status,
+            remote_probe: Arc::new(NoRemoteProbe),
+            remote_limits: RemoteChildLimits::new(),
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
         }
@@ -410,6 +420,21 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(
             "/v1/topics/{topic}/children/{child}",
             delete(children::detach),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/pause",
+            post(remote_children::pause)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/resume",
+            post(remote_children::resume)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/skip",
+            post(remote_children::skip)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
         )
         .route("/v1/users", post(users::create).get(users::list))
         .route(
