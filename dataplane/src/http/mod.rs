@@ -699,6 +699,8 @@ mod openapi_tests;
 #[cfg(test)]
 mod placement_tests;
 #[cfg(test)]
+mod remote_children_tests;
+#[cfg(test)]
 mod shared_rules_tests;
 #[cfg(test)]
 mod tests;
