@@ -518,6 +518,9 @@ fn info(api: &Api, name: &str, json: bool) -> Outcome {
     )?;
     say!("owner:           {}", field(&topic, "owner"))?;
     say!("schema version:  {}", field(&topic, "schema_version"))?;
+    if let Some(link) = topic.get("remote") {
+        say!("{}", topic_remote::link_line(link))?;
+    }
     if topic.get("partial").and_then(Value::as_bool) == Some(true) {
         say!("partial:         some partition owners did not answer; figures are incomplete")?;
     }

@@ -259,6 +259,23 @@ fn partition_table(child: &Value) -> String {
     rows.to_string()
 }
 
+/// A stub's link in `narad topic info`: where it ships and whether it is
+/// paused.
+pub(crate) fn link_line(link: &Value) -> String {
+    let paused = if link.get("paused").and_then(Value::as_bool) == Some(true) {
+        format!(", paused ({})", field(link, "paused_reason"))
+    } else {
+        String::new()
+    };
+    format!(
+        "remote:          {} on remote {}, {} lane(s), from {}{paused}",
+        field(link, "topic"),
+        field(link, "name"),
+        field(link, "lanes"),
+        field(link, "from")
+    )
+}
+
 /// The refusal of a detach or delete that would lose unshipped records,
 /// in the CLI's terms; `None` for any other answer.
 pub(crate) fn unshipped_refusal(answer: &Answer, what: &str) -> Option<Failure> {
@@ -319,6 +336,16 @@ mod tests {
         assert_eq!(
             attach_body("orders-dr", &given),
             json!({"child": "orders-dr", "remote": "dr", "lanes": 4, "dry_run": true})
+        );
+    }
+
+    #[test]
+    fn topic_info_names_the_remote_topic_and_a_pause() {
+        let link = json!({"name": "dr", "topic": "orders", "lanes": 2, "from": "earliest",
+                          "paused": true, "paused_reason": "maintenance"});
+        assert_eq!(
+            link_line(&link),
+            "remote:          orders on remote dr, 2 lane(s), from earliest, paused (maintenance)"
         );
     }
 

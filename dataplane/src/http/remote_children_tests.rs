@@ -581,12 +581,12 @@ async fn pause_resume_and_skip_are_refused_with_their_status() {
             StatusCode::BAD_REQUEST,
         ),
         (
-            format!("/v1/topics/legacy/children/orders-dr/pause"),
+            "/v1/topics/legacy/children/orders-dr/pause".to_owned(),
             json!({}),
             StatusCode::NOT_FOUND,
         ),
         (
-            format!("/v1/topics/legacy/children/delayed/pause"),
+            "/v1/topics/legacy/children/delayed/pause".to_owned(),
             json!({}),
             StatusCode::CONFLICT,
         ),
