@@ -204,6 +204,17 @@ pub const FANOUT_LAG_MESSAGES: &str = "narad_fanout_lag_messages";
 /// child, partition); the signal for delay children, whose offset lag is
 /// about rate × delay by design.
 pub const FANOUT_DUE_LAG_SECONDS: &str = "narad_fanout_due_lag_seconds";
+/// A remote child's link state per parent partition (parent, child,
+/// partition, state): 1 for the state its cursor is in, 0 for the others.
+pub const FANOUT_REMOTE_STATE: &str = "narad_fanout_remote_state";
+/// How long the oldest record a remote child's cursor has not shipped yet
+/// has waited since its parent commit (parent, child, partition).
+pub const FANOUT_REMOTE_LAG_SECONDS: &str = "narad_fanout_remote_lag_seconds";
+/// When a remote child's lane was last stored in full (parent, child).
+pub const FANOUT_REMOTE_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "narad_fanout_remote_last_success_timestamp_seconds";
+/// Parent records an operator's skip passed over (parent, child).
+pub const FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL: &str = "narad_fanout_remote_skipped_records_total";
 /// Records committed to children (parent, child).
 pub const FANOUT_COMMITTED_TOTAL: &str = "narad_fanout_committed_total";
 /// Parent records a cursor skipped (parent, child): aged out by retention
