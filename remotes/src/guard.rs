@@ -110,13 +110,13 @@ impl AddressGuard {
     ///
     /// # Errors
     /// The first [`DestinationRefused`].
-    pub fn check_all<'a>(
+    pub fn check_all(
         &self,
-        addresses: impl IntoIterator<Item = &'a IpAddr>,
+        addresses: impl IntoIterator<Item = IpAddr>,
     ) -> Result<(), DestinationRefused> {
         addresses
             .into_iter()
-            .try_for_each(|address| self.check(*address))
+            .try_for_each(|address| self.check(address))
     }
 }
 
@@ -290,8 +290,8 @@ mod tests {
     fn one_refused_address_refuses_the_whole_host() {
         let guard = AddressGuard::default();
         let addresses = [ip("8.8.8.8"), ip("127.0.0.1")];
-        let refused = guard.check_all(&addresses).unwrap_err();
+        let refused = guard.check_all(addresses).unwrap_err();
         assert_eq!(refused.reason, Refused::Loopback);
-        assert!(guard.check_all(&[ip("8.8.8.8"), ip("1.1.1.1")]).is_ok());
+        assert!(guard.check_all([ip("8.8.8.8"), ip("1.1.1.1")]).is_ok());
     }
 }

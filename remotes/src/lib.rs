@@ -13,3 +13,6 @@ pub mod encode;
 pub mod gate;
 pub mod guard;
 pub mod state;
+pub mod client;
+pub mod check;
+pub mod ship;
