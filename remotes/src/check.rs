@@ -24,7 +24,9 @@ use crate::chunk::{MESSAGES_MAX, MESSAGES_MAX_OLDER};
 use crate::client::RemoteClient;
 use crate::encode::{BODY_CLOSE, BODY_OPEN};
 use crate::ship::Capabilities;
-use crate::state::{Answer, LinkState, NoAnswer, classify_answer, classify_no_answer, record_index};
+use crate::state::{
+    Answer, LinkState, NoAnswer, classify_answer, classify_no_answer, record_index,
+};
 
 /// Messages in the probe that tells an older target (cap 100) apart.
 pub const PROBE_MESSAGES: usize = MESSAGES_MAX_OLDER + 1;
@@ -94,7 +96,12 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
             return report;
         }
         Ok(answer) if (300..400).contains(&answer.status) => {
-            failed(&mut report, "reach", LinkState::RedirectRefused, describe(&answer));
+            failed(
+                &mut report,
+                "reach",
+                LinkState::RedirectRefused,
+                describe(&answer),
+            );
             return report;
         }
         Ok(answer) => passed(&mut report, "reach", describe(&answer)),
@@ -111,7 +118,12 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
             passed(&mut report, "topic", format!("topic {topic} exists"));
         }
         401 => {
-            failed(&mut report, "auth", LinkState::AuthFailed, describe(&topic_answer));
+            failed(
+                &mut report,
+                "auth",
+                LinkState::AuthFailed,
+                describe(&topic_answer),
+            );
             return report;
         }
         403 | 404 => {
@@ -134,7 +146,9 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
     }
 
     // 4. batch_produce and the older-target probe
-    let probe = client.post_batch(topic, empty_messages(PROBE_MESSAGES), false).await;
+    let probe = client
+        .post_batch(topic, empty_messages(PROBE_MESSAGES), false)
+        .await;
     let answer = match probe {
         Ok(answer) => answer,
         Err(cause) => return end_without_answer(report, "batch_produce", &cause),
@@ -142,14 +156,27 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
     match (answer.status, record_index(&answer.message)) {
         (400, _) if answer.message.starts_with("too many messages") => {
             report.capabilities.max_messages = MESSAGES_MAX_OLDER;
-            passed(&mut report, "batch_produce", format!("older target: at most {MESSAGES_MAX_OLDER} messages per request"));
+            passed(
+                &mut report,
+                "batch_produce",
+                format!("older target: at most {MESSAGES_MAX_OLDER} messages per request"),
+            );
         }
         (400, Some(_)) => {
             report.capabilities.max_messages = MESSAGES_MAX;
-            passed(&mut report, "batch_produce", format!("at most {MESSAGES_MAX} messages per request"));
+            passed(
+                &mut report,
+                "batch_produce",
+                format!("at most {MESSAGES_MAX} messages per request"),
+            );
         }
         (202, _) => {
-            failed(&mut report, "batch_produce", LinkState::Unknown, "the target accepted empty messages".to_owned());
+            failed(
+                &mut report,
+                "batch_produce",
+                LinkState::Unknown,
+                "the target accepted empty messages".to_owned(),
+            );
             return report;
         }
         _ => {
@@ -169,13 +196,25 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
             report.capabilities.zstd = true;
             passed(&mut report, "zstd", "zstd bodies are taken".to_owned());
         }
-        Ok(answer) => passed(&mut report, "zstd", format!("no zstd: {}", describe(&answer))),
-        Err(cause) => passed(&mut report, "zstd", format!("no zstd: {}", classify_no_answer(&cause).detail)),
+        Ok(answer) => passed(
+            &mut report,
+            "zstd",
+            format!("no zstd: {}", describe(&answer)),
+        ),
+        Err(cause) => passed(
+            &mut report,
+            "zstd",
+            format!("no zstd: {}", classify_no_answer(&cause).detail),
+        ),
     }
     report
 }
 
-fn end_without_answer(mut report: CheckReport, name: &'static str, cause: &NoAnswer) -> CheckReport {
+fn end_without_answer(
+    mut report: CheckReport,
+    name: &'static str,
+    cause: &NoAnswer,
+) -> CheckReport {
     let failure = classify_no_answer(cause);
     report.checks.push(Check {
         name,
@@ -218,6 +257,10 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let messages = value["messages"].as_array().unwrap();
         assert_eq!(messages.len(), 101);
-        assert!(messages.iter().all(|m| m["payload"] == "" && m["payload_encoding"] == "base64"));
+        assert!(
+            messages
+                .iter()
+                .all(|m| m["payload"] == "" && m["payload_encoding"] == "base64")
+        );
     }
 }

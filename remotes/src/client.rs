@@ -174,9 +174,15 @@ impl RemoteClient {
     ///
     /// # Errors
     /// [`NoAnswer`] when no answer came back in time.
-    pub async fn post_batch(&self, topic: &str, body: Vec<u8>, zstd: bool) -> Result<Answer, NoAnswer> {
+    pub async fn post_batch(
+        &self,
+        topic: &str,
+        body: Vec<u8>,
+        zstd: bool,
+    ) -> Result<Answer, NoAnswer> {
         let url = self.url(&["v1", "topics", topic, "produce", "batch"]);
-        self.send(Method::Post, url, Some(Body { bytes: body, zstd })).await
+        self.send(Method::Post, url, Some(Body { bytes: body, zstd }))
+            .await
     }
 
     /// `GET` of the path made of `segments` (each percent-encoded).
@@ -302,8 +308,9 @@ fn no_answer(error: &reqwest::Error) -> NoAnswer {
         if let Some(tls) = current.downcast_ref::<rustls::Error>() {
             return NoAnswer::Tls(tls.to_string());
         }
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        if let Some(tls) = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(tls_error_in)
         {
             return NoAnswer::Tls(tls.to_string());
         }
@@ -317,6 +324,18 @@ fn no_answer(error: &reqwest::Error) -> NoAnswer {
     } else {
         NoAnswer::Other(detail)
     }
+}
+
+/// The rustls error an I/O error carries, through any I/O errors wrapped
+/// around it (the TLS connector wraps tokio-rustls's I/O error in one more).
+fn tls_error_in(io: &std::io::Error) -> Option<&rustls::Error> {
+    let inner = io.get_ref()?;
+    if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    inner
+        .downcast_ref::<std::io::Error>()
+        .and_then(tls_error_in)
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -354,7 +373,9 @@ fn parse_base(text: &str) -> Result<reqwest::Url, ClientError> {
         return Err(ClientError::Url("userinfo is not allowed".to_owned()));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(ClientError::Url("query and fragment are not allowed".to_owned()));
+        return Err(ClientError::Url(
+            "query and fragment are not allowed".to_owned(),
+        ));
     }
     Ok(url)
 }
@@ -482,7 +503,9 @@ mod tests {
     fn a_pinned_ca_must_hold_one_to_sixteen_certificates() {
         assert!(matches!(tls_config(Some("")), Err(ClientError::Ca(_))));
         assert!(matches!(
-            tls_config(Some("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")),
+            tls_config(Some(
+                "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
+            )),
             Err(ClientError::Ca(_))
         ));
         let key = rcgen::KeyPair::generate().unwrap();
@@ -493,13 +516,25 @@ mod tests {
             .pem();
         assert!(tls_config(Some(&cert)).is_ok());
         assert!(tls_config(Some(&cert.repeat(16))).is_ok());
-        assert!(matches!(tls_config(Some(&cert.repeat(17))), Err(ClientError::Ca(_))));
+        assert!(matches!(
+            tls_config(Some(&cert.repeat(17))),
+            Err(ClientError::Ca(_))
+        ));
     }
 
     #[test]
     fn a_json_error_body_gives_its_error_text() {
-        assert_eq!(answer_message(br#"{"error":"topic not found"}"#, true), "topic not found");
-        assert_eq!(answer_message(b"404 page not found\n", false), "404 page not found");
-        assert_eq!(answer_message(b"{\"accepted\":3}", true), "{\"accepted\":3}");
+        assert_eq!(
+            answer_message(br#"{"error":"topic not found"}"#, true),
+            "topic not found"
+        );
+        assert_eq!(
+            answer_message(b"404 page not found\n", false),
+            "404 page not found"
+        );
+        assert_eq!(
+            answer_message(b"{\"accepted\":3}", true),
+            "{\"accepted\":3}"
+        );
     }
 }

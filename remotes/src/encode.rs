@@ -87,12 +87,16 @@ pub fn is_raw_json(payload: &[u8]) -> bool {
             return false;
         }
     }
-    !payload.is_empty()
-        && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
+    !payload.is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
 }
 
 /// Appends one message of a batch body for a record to `out`.
-pub fn encode_message(out: &mut Vec<u8>, key: Option<&[u8]>, payload: &[u8], idempotency_key: &str) {
+pub fn encode_message(
+    out: &mut Vec<u8>,
+    key: Option<&[u8]>,
+    payload: &[u8],
+    idempotency_key: &str,
+) {
     out.extend_from_slice(br#"{"payload":"#);
     if is_raw_json(payload) {
         out.extend_from_slice(payload);
@@ -118,7 +122,10 @@ pub fn encode_message(out: &mut Vec<u8>, key: Option<&[u8]>, payload: &[u8], ide
 fn push_base64_string(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
     let start = out.len();
-    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    out.resize(
+        start + base64::encoded_len(bytes.len(), true).unwrap_or(0),
+        0,
+    );
     let written = BASE64
         .encode_slice(bytes, &mut out[start..])
         .unwrap_or_default();
@@ -184,7 +191,11 @@ mod tests {
             &[0xff, 0xfe],
             br#""unterminated"#,
         ] {
-            assert!(!is_raw_json(payload), "{}", String::from_utf8_lossy(payload));
+            assert!(
+                !is_raw_json(payload),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
         }
     }
 
@@ -223,7 +234,10 @@ mod tests {
             identity.idempotency_key(3, 42),
             "nr1.link-7.0123456789abcdef.3.42"
         );
-        assert_ne!(identity.idempotency_key(3, 42), identity.idempotency_key(4, 42));
+        assert_ne!(
+            identity.idempotency_key(3, 42),
+            identity.idempotency_key(4, 42)
+        );
         let long = "x".repeat(IDENTITY_PART_MAX);
         let widest = LinkIdentity::new(&long, &long)
             .unwrap()
@@ -244,7 +258,10 @@ mod tests {
     fn zstd_is_used_only_when_it_saves_ten_percent() {
         let repetitive = br#"{"payload":{"a":1},"idempotency_key":"k"},"#.repeat(100);
         let packed = compress(&repetitive).unwrap();
-        assert_eq!(zstd::bulk::decompress(&packed, repetitive.len()).unwrap(), repetitive);
+        assert_eq!(
+            zstd::bulk::decompress(&packed, repetitive.len()).unwrap(),
+            repetitive
+        );
         // xorshift64: bytes zstd cannot shrink.
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let random: Vec<u8> = (0..4096)

@@ -251,10 +251,7 @@ mod tests {
         assert_eq!(reason(&guard, "::1"), None);
         assert_eq!(reason(&guard, "169.254.1.1"), Some(Refused::LinkLocal));
         assert_eq!(reason(&guard, "0.0.0.0"), Some(Refused::Unspecified));
-        assert_eq!(
-            reason(&guard, "169.254.169.254"),
-            Some(Refused::Metadata)
-        );
+        assert_eq!(reason(&guard, "169.254.169.254"), Some(Refused::Metadata));
     }
 
     #[test]
@@ -277,10 +274,7 @@ mod tests {
     #[test]
     fn a_broad_allow_entry_does_not_open_a_metadata_address() {
         let guard = AddressGuard::new(vec![net("169.254.0.0/16"), net("0.0.0.0/0")]);
-        assert_eq!(
-            reason(&guard, "169.254.169.254"),
-            Some(Refused::Metadata)
-        );
+        assert_eq!(reason(&guard, "169.254.169.254"), Some(Refused::Metadata));
         assert_eq!(reason(&guard, "169.254.1.1"), None);
         let exact = AddressGuard::new(vec![net("169.254.169.254/32")]);
         assert_eq!(reason(&exact, "169.254.169.254"), None);

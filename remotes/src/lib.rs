@@ -8,11 +8,11 @@
 //! of remotes and links live in `narad_meta`; the routes and the cursors
 //! that use this crate live in `narad_dataplane`.
 
+pub mod check;
 pub mod chunk;
+pub mod client;
 pub mod encode;
 pub mod gate;
 pub mod guard;
-pub mod state;
-pub mod client;
-pub mod check;
 pub mod ship;
+pub mod state;

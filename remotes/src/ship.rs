@@ -260,7 +260,11 @@ async fn send_lane(mut lane: Lane) -> LaneResult {
             break;
         }
         let body_bytes = chunk.body.len() as u64;
-        let packed = if lane.zstd { compress(&chunk.body) } else { None };
+        let packed = if lane.zstd {
+            compress(&chunk.body)
+        } else {
+            None
+        };
         let zstd = packed.is_some();
         let wire = packed.unwrap_or(chunk.body);
         stats.requests += 1;
@@ -332,8 +336,14 @@ mod tests {
     #[test]
     fn the_refused_record_is_the_named_message_of_the_chunk() {
         let records = [
-            RecordRef { partition: 1, offset: 10 },
-            RecordRef { partition: 1, offset: 12 },
+            RecordRef {
+                partition: 1,
+                offset: 10,
+            },
+            RecordRef {
+                partition: 1,
+                offset: 12,
+            },
         ];
         assert_eq!(
             refused_record(&failure(LinkState::RejectedRecord, Some(1)), &records),
@@ -347,8 +357,14 @@ mod tests {
             refused_record(&failure(LinkState::RecordTooLarge, None), &records[..1]),
             Some(records[0])
         );
-        assert_eq!(refused_record(&failure(LinkState::RecordTooLarge, None), &records), None);
-        assert_eq!(refused_record(&failure(LinkState::Unavailable, Some(0)), &records), None);
+        assert_eq!(
+            refused_record(&failure(LinkState::RecordTooLarge, None), &records),
+            None
+        );
+        assert_eq!(
+            refused_record(&failure(LinkState::Unavailable, Some(0)), &records),
+            None
+        );
     }
 
     #[test]

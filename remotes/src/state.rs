@@ -252,9 +252,7 @@ pub fn classify_no_answer(cause: &NoAnswer) -> Failure {
             timed_out: true,
             ..Failure::new(LinkState::Unavailable, None, "request timed out".to_owned())
         },
-        NoAnswer::Connection(detail) => {
-            Failure::new(LinkState::Unavailable, None, detail.clone())
-        }
+        NoAnswer::Connection(detail) => Failure::new(LinkState::Unavailable, None, detail.clone()),
         NoAnswer::Tls(detail) => Failure::new(LinkState::TlsFailed, None, detail.clone()),
         NoAnswer::Refused(detail) => {
             Failure::new(LinkState::DestinationRefused, None, detail.clone())
@@ -312,24 +310,51 @@ mod tests {
             (404, true, "topic not found", LinkState::TargetMissing),
             (404, false, "404 page not found", LinkState::NoBatchProduce),
             (405, false, "", LinkState::NoBatchProduce),
-            (409, true, "direct produce to a delayed child topic is not allowed", LinkState::Unknown),
-            (413, true, "request body too large", LinkState::RecordTooLarge),
-            (415, true, "unsupported content encoding", LinkState::Unknown),
+            (
+                409,
+                true,
+                "direct produce to a delayed child topic is not allowed",
+                LinkState::Unknown,
+            ),
+            (
+                413,
+                true,
+                "request body too large",
+                LinkState::RecordTooLarge,
+            ),
+            (
+                415,
+                true,
+                "unsupported content encoding",
+                LinkState::Unknown,
+            ),
             (429, true, "", LinkState::Throttled),
             (500, true, "produce failed", LinkState::Unavailable),
             (502, false, "", LinkState::Unavailable),
-            (503, false, "partition owner is down; retry later", LinkState::Unavailable),
+            (
+                503,
+                false,
+                "partition owner is down; retry later",
+                LinkState::Unavailable,
+            ),
         ];
         for (status, json, message, expected) in cases {
-            assert_eq!(state_of(status, json, message), expected, "{status} {message}");
+            assert_eq!(
+                state_of(status, json, message),
+                expected,
+                "{status} {message}"
+            );
         }
     }
 
     #[test]
     fn a_400_naming_a_record_is_rejected_record_with_its_index() {
-        let failure =
-            classify_answer(&answer(400, true, "message 7: schema: /amount: expected integer"))
-                .unwrap_err();
+        let failure = classify_answer(&answer(
+            400,
+            true,
+            "message 7: schema: /amount: expected integer",
+        ))
+        .unwrap_err();
         assert_eq!(failure.state, LinkState::RejectedRecord);
         assert_eq!(failure.record, Some(7));
         let other = classify_answer(&answer(400, true, "invalid json: eof")).unwrap_err();
@@ -356,7 +381,10 @@ mod tests {
         assert_eq!(failure.retry_after, Some(Duration::from_secs(5)));
         let mut unauthorized = answer(401, true, "");
         unauthorized.retry_after = Some(Duration::from_secs(5));
-        assert_eq!(classify_answer(&unauthorized).unwrap_err().retry_after, None);
+        assert_eq!(
+            classify_answer(&unauthorized).unwrap_err().retry_after,
+            None
+        );
     }
 
     #[test]
