@@ -160,6 +160,17 @@ impl Gate {
         }
     }
 
+    /// A shipment let through with `permit` ended without an outcome (its
+    /// future was dropped): a probe's slot frees, so the next caller
+    /// probes; nothing else changes.
+    pub fn abandon(&mut self, permit: Permit) {
+        if let Phase::Closed { probing, .. } = &mut self.phase
+            && permit.probe
+        {
+            *probing = false;
+        }
+    }
+
     fn open(&mut self) {
         self.phase = Phase::Open {
             transient_in_row: 0,
@@ -308,6 +319,19 @@ mod tests {
         assert!(gate.is_open());
         assert_eq!(gate.backoff(), Duration::ZERO);
         assert!(!send(&mut gate, &clock).probe);
+    }
+
+    #[test]
+    fn an_abandoned_probe_lets_the_next_caller_probe() {
+        let clock = ManualClock::new(0);
+        let mut gate = Gate::new();
+        fail(&mut gate, &clock, LinkState::AuthFailed);
+        clock.advance(250);
+        let probe = send(&mut gate, &clock);
+        assert!(matches!(gate.admit(clock.now_ms()), Admit::Wait { .. }));
+        gate.abandon(probe);
+        assert!(send(&mut gate, &clock).probe);
+        assert_eq!(gate.backoff(), BACKOFF_MIN);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::chunk::{
 };
 use crate::client::RemoteClient;
 use crate::encode::{LinkIdentity, compress};
-use crate::gate::{Admit, Gate};
+use crate::gate::{Admit, Gate, Permit};
 use crate::state::{Failure, LinkState, Scope, classify_answer, classify_no_answer};
 
 /// What the target takes, found by [`crate::check::check`].
@@ -157,6 +157,10 @@ impl Shipper {
             Admit::Send(permit) => permit,
             Admit::Wait { until_ms, state } => return ShipOutcome::Held { state, until_ms },
         };
+        let mut unreported = Unreported {
+            gate: &self.gate,
+            permit: Some(permit),
+        };
         let capabilities = self.capabilities();
         let caps = ChunkCaps {
             messages: capabilities.max_messages,
@@ -205,6 +209,7 @@ impl Shipper {
             }
         }
         let now = self.clock.now_ms();
+        unreported.permit = None;
         match worst {
             None => {
                 lock(&self.gate).report(now, permit, Ok(()));
@@ -231,6 +236,22 @@ fn rank(failure: &Failure) -> u8 {
         Scope::Link => 1,
         Scope::Throttled => 2,
         Scope::Transient => 3,
+    }
+}
+
+/// Hands a permit back to the gate when a shipment's future is dropped
+/// before its outcome was reported, so a cancelled probe does not hold the
+/// gate's probe slot for ever.
+struct Unreported<'a> {
+    gate: &'a Mutex<Gate>,
+    permit: Option<Permit>,
+}
+
+impl Drop for Unreported<'_> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            lock(self.gate).abandon(permit);
+        }
     }
 }
 
