@@ -51,6 +51,10 @@ pub struct CheckReport {
     pub checks: Vec<Check>,
     /// What the target takes (defaults where a check did not get there).
     pub capabilities: Capabilities,
+    /// The target topic's incarnation id (`id` of `GET /v1/topics/{t}`),
+    /// when it reports one: a different one later means the topic was
+    /// replaced.
+    pub target_id: Option<String>,
 }
 
 impl CheckReport {
@@ -70,6 +74,7 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
     let mut report = CheckReport {
         checks: Vec::new(),
         capabilities: Capabilities::default(),
+        target_id: None,
     };
     let passed = |report: &mut CheckReport, name, detail: String| {
         report.checks.push(Check {
@@ -114,6 +119,9 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
     };
     match topic_answer.status {
         200 => {
+            report.target_id = serde_json::from_str::<serde_json::Value>(&topic_answer.message)
+                .ok()
+                .and_then(|topic| topic.get("id")?.as_str().map(str::to_owned));
             passed(&mut report, "auth", "authenticated".to_owned());
             passed(&mut report, "topic", format!("topic {topic} exists"));
         }

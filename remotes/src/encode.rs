@@ -33,8 +33,9 @@ pub struct LinkIdentity {
 }
 
 impl LinkIdentity {
-    /// A link's identity: `link` is the link's id, `incarnation` the
-    /// parent topic's incarnation id.
+    /// A link's identity: `link` is the link's id (the remote child's
+    /// attach epoch, so a re-attach starts a new key space), `incarnation`
+    /// the parent topic's incarnation id.
     ///
     /// # Errors
     /// [`InvalidIdentity`] for an empty or over-long part, or a character

@@ -385,6 +385,7 @@ async fn a_check_finds_a_current_target_with_zstd() {
             zstd: true
         }
     );
+    assert_eq!(report.target_id.as_deref(), Some("00112233aabbccdd"));
     assert!(
         setup.running.target.stored.lock().unwrap().is_empty(),
         "a check stores nothing"

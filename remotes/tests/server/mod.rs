@@ -222,7 +222,8 @@ async fn describe(Path(topic): Path<String>, headers: HeaderMap) -> Response {
     if topic != TOPIC {
         return error(404, "topic not found");
     }
-    let body = serde_json::json!({ "name": topic, "partitions": 3 }).to_string();
+    let body =
+        serde_json::json!({ "name": topic, "id": "00112233aabbccdd", "partitions": 3 }).to_string();
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
