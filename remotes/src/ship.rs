@@ -46,11 +46,26 @@ impl Default for Capabilities {
     }
 }
 
+/// One request of a shipment, for `narad_remote_requests_total{code}`,
+/// `narad_remote_request_seconds` and `narad_remote_errors_total{class}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    /// The answer's status; `None` without an answer.
+    pub status: Option<u16>,
+    /// The failure's state; `None` for a `202`.
+    pub failure: Option<LinkState>,
+    /// From sending to the end of the answer (or the failure), in µs of
+    /// the node's clock.
+    pub elapsed_us: u64,
+}
+
 /// Counts of one shipment, for the remote's metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShipStats {
     /// Requests sent.
     pub requests: u32,
+    /// Each request, in the order the lanes finished them.
+    pub exchanges: Vec<Exchange>,
     /// Records in requests answered `202`.
     pub records: usize,
     /// Uncompressed body bytes sent.
@@ -62,6 +77,7 @@ pub struct ShipStats {
 impl ShipStats {
     fn add(&mut self, other: Self) {
         self.requests += other.requests;
+        self.exchanges.extend(other.exchanges);
         self.records += other.records;
         self.body_bytes += other.body_bytes;
         self.wire_bytes += other.wire_bytes;
@@ -177,6 +193,7 @@ impl Shipper {
             }
             running.spawn(send_lane(Lane {
                 client: Arc::clone(&self.client),
+                clock: Arc::clone(&self.clock),
                 limit: Arc::clone(&self.limit),
                 capabilities: Arc::clone(&self.capabilities),
                 topic: Arc::clone(&topic),
@@ -262,6 +279,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One lane's work, owned so that it runs as its own task.
 struct Lane {
     client: Arc<RemoteClient>,
+    clock: Arc<dyn Clock>,
     limit: Arc<Mutex<ByteLimit>>,
     capabilities: Arc<Mutex<Capabilities>>,
     topic: Arc<str>,
@@ -291,11 +309,17 @@ async fn send_lane(mut lane: Lane) -> LaneResult {
         stats.requests += 1;
         stats.body_bytes += body_bytes;
         stats.wire_bytes += wire.len() as u64;
+        let started_us = lane.clock.now_us();
         let answer = lane.client.post_batch(&lane.topic, wire, zstd).await;
         let result = match &answer {
             Ok(answer) => classify_answer(answer),
             Err(cause) => Err(classify_no_answer(cause)),
         };
+        stats.exchanges.push(Exchange {
+            status: answer.as_ref().ok().map(|answer| answer.status),
+            failure: result.as_ref().err().map(|failure| failure.state),
+            elapsed_us: lane.clock.now_us().saturating_sub(started_us),
+        });
         match result {
             Ok(()) => {
                 lock(&lane.limit).on_success();

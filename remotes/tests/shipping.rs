@@ -136,6 +136,13 @@ async fn two_lanes_ship_every_record_once_keeping_each_keys_order() {
     let received = setup.running.target.received.lock().unwrap().len();
     assert!(received >= 4, "{received}");
     assert_eq!(stats.requests as usize, received);
+    assert_eq!(stats.exchanges.len(), received);
+    assert!(
+        stats
+            .exchanges
+            .iter()
+            .all(|exchange| exchange.status == Some(202) && exchange.failure.is_none())
+    );
     assert!(setup.running.target.max_in_flight.load(Ordering::SeqCst) <= 2);
 }
 
@@ -273,6 +280,11 @@ async fn a_429_holds_the_remote_for_its_retry_after() {
     };
     assert_eq!(failure.state, LinkState::Throttled);
     assert_eq!(failure.retry_after, Some(Duration::from_secs(7)));
+    let ShipOutcome::Failed { stats, .. } = &outcome else {
+        unreachable!()
+    };
+    assert_eq!(stats.exchanges[0].status, Some(429));
+    assert_eq!(stats.exchanges[0].failure, Some(LinkState::Throttled));
     let held = setup.shipper.ship(&identity(), TOPIC, &slab(5), 1).await;
     assert_eq!(
         held,
