@@ -16,9 +16,13 @@
 //!    message required`. No route (`404` in plain text, `405`) is
 //!    `no_batch_produce`. A `202` would mean the target stored empty
 //!    messages: the check fails as `unknown`;
-//! 5. `zstd`: an empty batch, zstd-compressed: `400 messages required`
+//! 5. `idempotency_keys`: one empty message with an `idempotency_key`.
+//!    `400 message 0: ...` means the field was taken; `400 invalid json`
+//!    (an unknown field to an older target) means not, and the shipper
+//!    leaves keys out. A capability, so it never fails the test;
+//! 6. `zstd`: an empty batch, zstd-compressed: `400 messages required`
 //!    means the body was decoded (zstd taken), `415` means not. A
-//!    capability, so it never fails the test.
+//!    capability too.
 
 use crate::chunk::{MESSAGES_MAX, MESSAGES_MAX_OLDER};
 use crate::client::RemoteClient;
@@ -34,7 +38,8 @@ pub const PROBE_MESSAGES: usize = MESSAGES_MAX_OLDER + 1;
 /// One check's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
-    /// `reach`, `auth`, `topic`, `batch_produce` or `zstd`.
+    /// `reach`, `auth`, `topic`, `batch_produce`, `idempotency_keys` or
+    /// `zstd`.
     pub name: &'static str,
     /// Whether it passed.
     pub pass: bool,
@@ -196,7 +201,36 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
         }
     }
 
-    // 5. zstd
+    // 5. idempotency_keys
+    let keyed = [
+        BODY_OPEN,
+        br#"{"payload":"","payload_encoding":"base64","idempotency_key":"nr1.probe"}"#,
+        BODY_CLOSE,
+    ]
+    .concat();
+    match client.post_batch(topic, keyed, false).await {
+        Ok(answer) if answer.status == 400 && record_index(&answer.message).is_some() => {
+            passed(
+                &mut report,
+                "idempotency_keys",
+                "idempotency keys are taken".to_owned(),
+            );
+        }
+        Ok(answer) => {
+            report.capabilities.idempotency_keys = false;
+            passed(
+                &mut report,
+                "idempotency_keys",
+                format!(
+                    "no idempotency keys (a resend may be stored twice): {}",
+                    describe(&answer)
+                ),
+            );
+        }
+        Err(cause) => return end_without_answer(report, "idempotency_keys", &cause),
+    }
+
+    // 6. zstd
     let empty = [BODY_OPEN, BODY_CLOSE].concat();
     let packed = zstd::bulk::compress(&empty, 1).unwrap_or_default();
     match client.post_batch(topic, packed, true).await {

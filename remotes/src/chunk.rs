@@ -94,6 +94,8 @@ pub struct ChunkCaps {
     pub messages: usize,
     /// Uncompressed body bytes per chunk (one record over it goes alone).
     pub bytes: usize,
+    /// Whether each message carries its idempotency key.
+    pub idempotency_keys: bool,
 }
 
 /// Encodes the records `lane` picks from `slab` into chunks, in order.
@@ -113,8 +115,15 @@ pub fn chunk_lane(
     for &index in lane {
         let record = &slab[index];
         element.clear();
-        let key = identity.idempotency_key(record.partition, record.offset);
-        encode_message(&mut element, record.key.as_deref(), &record.payload, &key);
+        let key = caps
+            .idempotency_keys
+            .then(|| identity.idempotency_key(record.partition, record.offset));
+        encode_message(
+            &mut element,
+            record.key.as_deref(),
+            &record.payload,
+            key.as_deref(),
+        );
         let separator = usize::from(!current.records.is_empty());
         let grown = current.body.len() + separator + element.len() + BODY_CLOSE.len();
         let full = current.records.len() >= messages || grown > caps.bytes;
@@ -264,7 +273,7 @@ mod tests {
             bytes in 200usize..4_000,
         ) {
             let slab = slab_of(records);
-            let caps = ChunkCaps { messages, bytes };
+            let caps = ChunkCaps { messages, bytes, idempotency_keys: true };
             let mut seen = BTreeSet::new();
             let mut lane_of_key: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
             for (lane_index, lane) in split_lanes(&slab, lanes).iter().enumerate() {
@@ -320,6 +329,7 @@ mod tests {
         let caps = ChunkCaps {
             messages: MESSAGES_MAX,
             bytes: 1_000,
+            idempotency_keys: true,
         };
         let chunks = chunk_lane(&slab, &[0, 1, 2], &identity(), caps);
         let sizes: Vec<usize> = chunks.iter().map(|c| c.records.len()).collect();
@@ -334,6 +344,7 @@ mod tests {
         let caps = ChunkCaps {
             messages: MESSAGES_MAX_OLDER,
             bytes: CHUNK_BYTES_START,
+            idempotency_keys: false,
         };
         let sizes: Vec<usize> = chunk_lane(&slab, &lane, &identity(), caps)
             .iter()

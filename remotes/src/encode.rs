@@ -91,12 +91,14 @@ pub fn is_raw_json(payload: &[u8]) -> bool {
     !payload.is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
 }
 
-/// Appends one message of a batch body for a record to `out`.
+/// Appends one message of a batch body for a record to `out`; without
+/// an idempotency key (a target that does not take them) the field is
+/// left out.
 pub fn encode_message(
     out: &mut Vec<u8>,
     key: Option<&[u8]>,
     payload: &[u8],
-    idempotency_key: &str,
+    idempotency_key: Option<&str>,
 ) {
     out.extend_from_slice(br#"{"payload":"#);
     if is_raw_json(payload) {
@@ -115,8 +117,10 @@ pub fn encode_message(
             }
         }
     }
-    out.extend_from_slice(br#","idempotency_key":"#);
-    push_json_string(out, idempotency_key);
+    if let Some(idempotency_key) = idempotency_key {
+        out.extend_from_slice(br#","idempotency_key":"#);
+        push_json_string(out, idempotency_key);
+    }
     out.push(b'}');
 }
 
@@ -160,7 +164,7 @@ mod tests {
 
     fn message(key: Option<&[u8]>, payload: &[u8]) -> serde_json::Value {
         let mut out = Vec::new();
-        encode_message(&mut out, key, payload, "nr1.l.i.0.1");
+        encode_message(&mut out, key, payload, Some("nr1.l.i.0.1"));
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -203,11 +207,14 @@ mod tests {
     #[test]
     fn a_raw_payload_is_written_verbatim() {
         let mut out = Vec::new();
-        encode_message(&mut out, None, br#"{"x":"a b"}"#, "nr1.l.i.0.1");
+        encode_message(&mut out, None, br#"{"x":"a b"}"#, Some("nr1.l.i.0.1"));
         assert_eq!(
             out,
             br#"{"payload":{"x":"a b"},"idempotency_key":"nr1.l.i.0.1"}"#.to_vec()
         );
+        out.clear();
+        encode_message(&mut out, Some(b"k"), b"1", None);
+        assert_eq!(out, br#"{"payload":1,"key":"k"}"#.to_vec());
     }
 
     #[test]

@@ -34,14 +34,20 @@ pub struct Capabilities {
     pub max_messages: usize,
     /// Whether the batch route takes `Content-Encoding: zstd`.
     pub zstd: bool,
+    /// Whether the batch route takes a per-message `idempotency_key`
+    /// (without, a resend after an unanswered request may be stored
+    /// twice).
+    pub idempotency_keys: bool,
 }
 
 impl Default for Capabilities {
-    /// A current target without zstd: what is safe before any check.
+    /// A current target (this broker) without zstd: what is safe before
+    /// any check.
     fn default() -> Self {
         Self {
             max_messages: MESSAGES_MAX,
             zstd: false,
+            idempotency_keys: true,
         }
     }
 }
@@ -181,6 +187,7 @@ impl Shipper {
         let caps = ChunkCaps {
             messages: capabilities.max_messages,
             bytes: self.chunk_bytes_limit(),
+            idempotency_keys: capabilities.idempotency_keys,
         };
         let zstd = self.compression && capabilities.zstd;
         let topic: Arc<str> = Arc::from(remote_topic);
@@ -339,15 +346,22 @@ async fn send_lane(mut lane: Lane) -> LaneResult {
 /// What a failure teaches about the next chunks: a timeout halves the
 /// byte limit; a body the target found too large with more than one
 /// record in it halves it too (else the same chunk would fail for ever);
-/// a target that says "too many messages" takes at most 100.
+/// a target that says "too many messages" takes at most 100; one that
+/// refuses the `idempotency_key` field as unknown gets none.
 fn learn(lane: &Lane, failure: &Failure, records: usize) {
     let body_too_large =
         failure.state == LinkState::RecordTooLarge && failure.record.is_none() && records > 1;
     if failure.timed_out || body_too_large {
         lock(&lane.limit).on_timeout();
     }
-    if failure.status == Some(400) && failure.detail.starts_with("too many messages") {
-        lock(&lane.capabilities).max_messages = MESSAGES_MAX_OLDER;
+    if failure.status == Some(400) && failure.record.is_none() {
+        if failure.detail.starts_with("too many messages") {
+            lock(&lane.capabilities).max_messages = MESSAGES_MAX_OLDER;
+        } else if failure.detail.contains("unknown field")
+            && failure.detail.contains("idempotency_key")
+        {
+            lock(&lane.capabilities).idempotency_keys = false;
+        }
     }
 }
 

@@ -175,6 +175,7 @@ async fn zstd_goes_only_to_a_target_that_takes_it() {
     shipper.set_capabilities(Capabilities {
         max_messages: 1_000,
         zstd: true,
+        idempotency_keys: true,
     });
     let again: Vec<Record> = records
         .iter()
@@ -389,12 +390,23 @@ async fn a_check_finds_a_current_target_with_zstd() {
     let report = check(&client, TOPIC).await;
     assert!(report.pass(), "{report:?}");
     let names: Vec<&str> = report.checks.iter().map(|check| check.name).collect();
-    assert_eq!(names, ["reach", "auth", "topic", "batch_produce", "zstd"]);
+    assert_eq!(
+        names,
+        [
+            "reach",
+            "auth",
+            "topic",
+            "batch_produce",
+            "idempotency_keys",
+            "zstd"
+        ]
+    );
     assert_eq!(
         report.capabilities,
         Capabilities {
             max_messages: 1_000,
-            zstd: true
+            zstd: true,
+            idempotency_keys: true,
         }
     );
     assert_eq!(report.target_id.as_deref(), Some("00112233aabbccdd"));
@@ -420,7 +432,8 @@ async fn a_check_finds_an_older_target_without_zstd() {
         report.capabilities,
         Capabilities {
             max_messages: 100,
-            zstd: false
+            zstd: false,
+            idempotency_keys: false,
         }
     );
     assert!(running.target.stored.lock().unwrap().is_empty());
@@ -451,7 +464,7 @@ async fn a_check_classifies_a_wrong_password_and_a_missing_topic() {
 }
 
 #[tokio::test]
-async fn an_older_target_found_while_shipping_gets_chunks_of_one_hundred() {
+async fn an_older_target_found_while_shipping_gets_chunks_of_one_hundred_without_keys() {
     let running = server::start(100, false).await;
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
     let client = RemoteClient::new(
@@ -466,6 +479,14 @@ async fn an_older_target_found_while_shipping_gets_chunks_of_one_hundred() {
     assert_eq!(failed(&first).0, LinkState::Unknown);
     assert_eq!(shipper.capabilities().max_messages, 100);
     let second = shipper.ship(&identity(), TOPIC, &records, 1).await;
-    assert!(matches!(second, ShipOutcome::Shipped(_)), "{second:?}");
-    assert_eq!(running.target.stored.lock().unwrap().len(), 250);
+    assert_eq!(failed(&second).0, LinkState::Unknown);
+    assert!(!shipper.capabilities().idempotency_keys);
+    let third = shipper.ship(&identity(), TOPIC, &records, 1).await;
+    assert!(matches!(third, ShipOutcome::Shipped(_)), "{third:?}");
+    let received = running.target.received.lock().unwrap().clone();
+    assert!(received.iter().all(|request| request.messages.len() <= 100));
+    assert_eq!(
+        received.iter().map(|r| r.messages.len()).sum::<usize>(),
+        250
+    );
 }

@@ -89,6 +89,9 @@ pub struct Target {
     pub messages_max: usize,
     /// Whether zstd bodies are taken.
     pub zstd: bool,
+    /// Whether a message may carry `idempotency_key` (an older target
+    /// refuses the unknown field).
+    pub idempotency_keys: bool,
 }
 
 impl Target {
@@ -109,7 +112,8 @@ pub struct Running {
 }
 
 /// Starts a target on 127.0.0.1 with a certificate for `localhost` and
-/// `127.0.0.1`.
+/// `127.0.0.1`; a cap of 100 makes it an older target, which also refuses
+/// idempotency keys.
 pub async fn start(messages_max: usize, zstd: bool) -> Running {
     let (ca_pem, cert_pem, key_pem) = pki();
     let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
@@ -129,6 +133,7 @@ pub async fn start(messages_max: usize, zstd: bool) -> Running {
     let target = Arc::new(Target {
         messages_max,
         zstd,
+        idempotency_keys: messages_max > 100,
         ..Target::default()
     });
     let listener = TlsListener {
@@ -291,6 +296,9 @@ async fn batch(
             400,
             &format!("too many messages: more than {}", target.messages_max),
         );
+    }
+    if !target.idempotency_keys && wire.messages.iter().any(|m| m.idempotency_key.is_some()) {
+        return error(400, "invalid json: unknown field `idempotency_key`");
     }
     let mut messages = Vec::new();
     for (index, message) in wire.messages.iter().enumerate() {
