@@ -14,8 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
-use narad_meta::RemoteLink;
-use narad_plog::ORIGIN_ID_BYTES;
+use narad_meta::{AttachEpoch, RemoteLink};
 use parking_lot::Mutex;
 
 use super::machine::ParentRecord;
@@ -35,22 +34,19 @@ pub struct Shipment {
     pub lane: u32,
     /// The records, in parent offset order.
     pub records: Vec<ParentRecord>,
-    /// Names the cursor's copies: a record's idempotency key is this and
-    /// its parent offset, so a resend is stored once by the target.
-    pub origin: [u8; ORIGIN_ID_BYTES],
+    /// The link's attach epoch: with the parent's incarnation, a record's
+    /// partition and offset, it names the record for good, so a resend
+    /// carries the same idempotency key and the target stores it once.
+    pub attach_epoch: AttachEpoch,
+    /// The parent's incarnation id (`None` for a topic from before ids).
+    pub parent_incarnation: Option<Arc<str>>,
 }
 
 impl Shipment {
-    /// The idempotency key of the record at `offset`: the origin in hex,
-    /// a dash, the offset. The same record always gets the same key.
-    pub fn idempotency_key(&self, offset: u64) -> String {
-        let mut key = String::with_capacity(ORIGIN_ID_BYTES * 2 + 21);
-        for byte in self.origin {
-            key.push_str(&format!("{byte:02x}"));
-        }
-        key.push('-');
-        key.push_str(&offset.to_string());
-        key
+    /// The link's id as the target's idempotency keys name it: the attach
+    /// epoch, so a re-attach starts a new key space.
+    pub fn link_id(&self) -> &str {
+        self.attach_epoch.as_str()
     }
 }
 

@@ -274,7 +274,8 @@ fn ship(
         link: link.clone(),
         lane: bucket.child_partition,
         records: bucket.records,
-        origin: fanout_origin_id(plan),
+        attach_epoch: plan.link.epoch.clone(),
+        parent_incarnation: plan.parent_incarnation.clone(),
     };
     let records = shipment.records.clone();
     let shipping = parts.remote_plane.ship(shipment);
