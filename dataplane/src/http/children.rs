@@ -135,6 +135,7 @@ pub(crate) async fn list(
     let parent = readable_topic(&state, &method, &headers, &parent_name).await?;
     let with_partitions = partitions_param(query.as_deref().unwrap_or(""))?;
     let positions = positions(&state, &parent).await;
+    let now_unix_ms = state.clock().unix_ms();
     let children: Vec<Value> = parent
         .children
         .iter()
@@ -156,6 +157,7 @@ pub(crate) async fn list(
                     &positions,
                     &reports,
                     with_partitions,
+                    now_unix_ms,
                 );
             }
             entry

@@ -146,10 +146,11 @@ pub struct ApiState {
     /// What the node status is read from (this node's, and other nodes'
     /// over node RPC); the produce handlers count in-flight produces there.
     pub status: Arc<StatusSources>,
-    /// Checks a remote child's target on attach and resume;
-    /// [`NoRemoteProbe`] (every check skipped) until the node plugs in its
-    /// outbound client.
-    pub remote_probe: Arc<dyn RemoteProbe>,
+    /// Checks a remote child's target on attach and resume, once the
+    /// process plugs in its outbound client; until then
+    /// [`ApiState::remote_probe`] is [`NoRemoteProbe`] (every check
+    /// skipped).
+    pub remote_probe: OnceLock<Arc<dyn RemoteProbe>>,
     /// The node's rate limits of remote-child changes and checks.
     pub remote_limits: RemoteChildLimits,
 }
@@ -194,7 +195,7 @@ impl ApiState {
             metrics,
             health,
             status,
-            remote_probe: Arc::new(NoRemoteProbe),
+            remote_probe: OnceLock::new(),
             remote_limits: RemoteChildLimits::new(),
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
@@ -203,6 +204,15 @@ impl ApiState {
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
+    }
+
+    /// The probe of remote children's targets: the plugged-in one, else
+    /// [`NoRemoteProbe`].
+    pub fn remote_probe(&self) -> &dyn RemoteProbe {
+        match self.remote_probe.get() {
+            Some(probe) => &**probe,
+            None => &NoRemoteProbe,
+        }
     }
 
     /// The consume service.

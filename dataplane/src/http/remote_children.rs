@@ -34,7 +34,7 @@ use super::topics::{
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::metadata::{TopicMeta, User};
-use crate::remote_children::{CheckReport, link_state, skip_allowed};
+use crate::remote_children::{CheckReport, cursor_times, link_state, skip_allowed};
 
 /// A remote-children request body (pause, resume, skip) is at most this
 /// large; over it answers `413` (spec §1.1).
@@ -210,7 +210,7 @@ async fn attach_answer(
         take_write(state)?;
     }
     let attach_offsets = start_offsets(state, &parent, start_figure(from)).await?;
-    let report = state.remote_probe.check(&remote, &remote_topic).await;
+    let report = state.remote_probe().check(&remote, &remote_topic).await;
     if report
         .checks
         .iter()
@@ -503,7 +503,7 @@ pub(crate) async fn resume(
     let target_id = match remote {
         Some(remote) => {
             state
-                .remote_probe
+                .remote_probe()
                 .check(&remote, &link.remote_topic)
                 .await
                 .target_id
@@ -582,13 +582,14 @@ pub(super) fn list_fields(
     positions: &[Option<Positions>],
     reports: &[(u32, Option<crate::fanout::CursorReport>)],
     with_partitions: bool,
+    now_unix_ms: u64,
 ) {
     let Some(link) = &stub.remote else {
         return;
     };
     let (lag, complete) = unshipped(positions, stub);
     let state = link_state(link, reports);
-    let times = crate::remote_children::state::cursor_times(reports);
+    let times = cursor_times(reports, now_unix_ms, stub.retention_ms);
     entry["lag_messages"] = json!(lag);
     entry["lag_complete"] = json!(complete);
     entry["remote"] = json!({

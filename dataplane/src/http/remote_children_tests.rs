@@ -24,6 +24,7 @@ use super::tests::{
 };
 use super::{ApiConfig, ApiState};
 use crate::admin::LocalAdmin;
+use crate::fanout::{CursorKey, CursorReport, RemoteReport};
 use crate::remote_children::{
     Capabilities, Check, CheckOutcome, CheckReport, ProbeFuture, RemoteProbe, WRITES_PER_MINUTE,
 };
@@ -723,7 +724,10 @@ fn probed_api(probe: Arc<TargetProbe>) -> Api {
         super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX,
         2,
         |replica| Arc::new(LocalAdmin::new(replica)),
-        move |state: &mut ApiState| state.remote_probe = probe,
+        move |state: &mut ApiState| {
+            let probe: Arc<dyn RemoteProbe> = probe;
+            assert!(state.remote_probe.set(probe).is_ok());
+        },
     );
     with_remote(&api);
     api
@@ -814,4 +818,54 @@ async fn the_metastores_refusal_of_a_second_link_to_one_remote_topic_is_mapped()
         child: "orders-dr".into(),
     };
     assert_eq!(answer.error(), expected.to_string());
+}
+
+// ---- What the cursors report ----
+
+/// Partition `partition`'s cursor of `orders-dr` reports `state`, holding
+/// on `blocked_at`, with its next offset at 0.
+fn cursor_reports(api: &Api, partition: u32, state: &str, blocked_at: Option<u64>) {
+    let key = CursorKey {
+        parent: "orders".into(),
+        partition,
+        child: "orders-dr".into(),
+    };
+    let now_ms = api.state.clock().unix_ms();
+    let report = CursorReport {
+        next_offset: 0,
+        high_watermark: 0,
+        due_lag_ms: None,
+        remote: Some(RemoteReport {
+            state: state.into(),
+            blocked_at,
+            last_success_at_ms: Some(now_ms - 5_000),
+            oldest_pending_ms: Some(now_ms - 60_000),
+        }),
+    };
+    api.state.fanout.report(key, report);
+}
+
+#[tokio::test]
+async fn the_listing_shows_the_record_a_cursor_holds_on_and_only_that_record_is_skipped() {
+    let api = remote_api();
+    attach_stub(&api).await;
+    cursor_reports(&api, 0, "running", None);
+    cursor_reports(&api, 2, "rejected_record", Some(4));
+    let entry = children(&api, "").await["children"][0].clone();
+    assert_eq!(entry["state"], "rejected_record");
+    assert_eq!(
+        entry["blocked_at"],
+        json!({"partition": 2, "offset": 4, "state": "rejected_record"})
+    );
+    let lag = entry["lag_seconds"].as_f64().expect("lag seconds");
+    assert!((59.0..=70.0).contains(&lag), "{lag}");
+    assert!(entry["last_success_at"].as_u64().is_some(), "{entry}");
+    let skip = "/v1/topics/orders/children/orders-dr/skip";
+    let wrong = call(&api, "POST", skip, json!({"partition": 2, "offset": 5})).await;
+    assert_eq!(wrong.status, StatusCode::CONFLICT, "{}", wrong.body);
+    let running = call(&api, "POST", skip, json!({"partition": 0, "offset": 4})).await;
+    assert_eq!(running.status, StatusCode::CONFLICT, "{}", running.body);
+    let held = call(&api, "POST", skip, json!({"partition": 2, "offset": 4})).await;
+    assert_eq!(held.status, StatusCode::OK, "{}", held.body);
+    assert_eq!(json_of(&held)["remote"]["skip"], json!({"2": [4]}));
 }

@@ -12,4 +12,4 @@ pub use limits::{RemoteChildLimits, UNSHIPPED_CHECK_EVERY, WRITES_PER_MINUTE};
 pub use probe::{
     Capabilities, Check, CheckOutcome, CheckReport, NoRemoteProbe, ProbeFuture, RemoteProbe,
 };
-pub use state::{LinkState, link_state, skip_allowed};
+pub use state::{CursorTimes, LinkState, cursor_times, link_state, skip_allowed};
