@@ -7,3 +7,5 @@
 //! shipping a cursor's records to a remote topic. The metastore's records
 //! of remotes and links live in `narad_meta`; the routes and the cursors
 //! that use this crate live in `narad_dataplane`.
+
+pub mod seal;
