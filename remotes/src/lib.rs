@@ -9,3 +9,4 @@
 //! that use this crate live in `narad_dataplane`.
 
 pub mod seal;
+pub mod url;

@@ -39,7 +39,11 @@ fn a_sealed_password_opens_to_the_same_bytes() {
 #[test]
 fn the_ciphertext_does_not_contain_the_password() {
     let sealed = sealed(&keyring(SECRET, None)).encode();
-    assert!(!sealed.windows(PASSWORD.len()).any(|window| window == PASSWORD));
+    assert!(
+        !sealed
+            .windows(PASSWORD.len())
+            .any(|window| window == PASSWORD)
+    );
 }
 
 #[test]
@@ -192,7 +196,10 @@ fn fingerprints_tell_passwords_apart_and_are_short_hex() {
     let keys = keyring(SECRET, None);
     let fingerprint = keys.fingerprint(PASSWORD);
     assert_eq!(fingerprint, keys.fingerprint(PASSWORD));
-    assert_ne!(fingerprint, keys.fingerprint(b"another-password-0123456789"));
+    assert_ne!(
+        fingerprint,
+        keys.fingerprint(b"another-password-0123456789")
+    );
     assert_ne!(fingerprint, keyring(NEW_SECRET, None).fingerprint(PASSWORD));
     assert_eq!(fingerprint.len(), 2 * FINGERPRINT_BYTES);
     assert!(fingerprint.bytes().all(|byte| byte.is_ascii_hexdigit()));
@@ -210,7 +217,10 @@ fn the_encoded_form_round_trips_and_refuses_garbage() {
     ));
     assert!(matches!(Sealed::decode(&[]), Err(OpenError::Malformed(_))));
     let short = &sealed.encode()[..1 + KEY_ID_BYTES + NONCE_LEN + TAG_BYTES - 1];
-    assert!(matches!(Sealed::decode(short), Err(OpenError::Malformed(_))));
+    assert!(matches!(
+        Sealed::decode(short),
+        Err(OpenError::Malformed(_))
+    ));
 }
 
 #[test]
@@ -241,7 +251,11 @@ fn the_cache_opens_once_per_credential_version() {
     }
     assert_eq!(opens, 1);
     let second = keys
-        .seal(binding("r-1", 2), b"a-new-password-0123456789", &SystemRandom::new())
+        .seal(
+            binding("r-1", 2),
+            b"a-new-password-0123456789",
+            &SystemRandom::new(),
+        )
         .expect("seal");
     let password = cache
         .get_or_open(binding("r-1", 2), || {
