@@ -31,8 +31,9 @@ use std::sync::Arc;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::hkdf::{HKDF_SHA512, KeyType, Salt};
 use ring::hmac;
-use ring::rand::SecureRandom;
 use zeroize::Zeroizing;
+
+pub use ring::rand::{SecureRandom, SystemRandom};
 
 /// Bytes of the per-cluster HKDF salt.
 pub const SALT_BYTES: usize = 32;
@@ -62,7 +63,7 @@ const _: () = assert!(NONCE_LEN == 12, "AES-GCM nonces are 96 bits");
 const _: () = assert!(FINGERPRINT_BYTES <= 64 && KEY_ID_BYTES <= 64);
 
 /// Why a key could not be made.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyError {
     /// The cluster secret is empty.
@@ -74,7 +75,7 @@ pub enum KeyError {
 }
 
 /// Why a password could not be sealed.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SealError {
     /// The system's random source failed.
@@ -89,7 +90,7 @@ pub enum SealError {
 }
 
 /// Why a sealed password did not open.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OpenError {
     /// Sealed under a key this node has neither as current nor previous
@@ -514,8 +515,7 @@ impl Keyring {
 }
 
 /// Why a reseal failed.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ResealError {
     /// The old seal did not open.
     #[error(transparent)]

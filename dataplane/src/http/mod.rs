@@ -20,6 +20,7 @@ pub mod openapi;
 mod produce;
 pub mod produce_cap;
 mod query;
+pub mod remotes;
 pub mod topics;
 pub mod users;
 
@@ -42,6 +43,7 @@ use narad_wal::Wal;
 use crate::admin::Admin;
 use crate::consume::service::ConsumeService;
 use crate::consume_front::ConsumeFront;
+use crate::credentials::RemoteCredentials;
 use crate::fanout::FanoutStatus;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
@@ -75,6 +77,8 @@ pub struct ApiConfig {
     /// One `info` line a request on the [`ACCESS_LOG_TARGET`] target
     /// (`http.access_log`); off by default.
     pub access_log: bool,
+    /// The `remotes.*` settings.
+    pub remotes: remotes::RemotesConfig,
 }
 
 /// bcrypt cost of new password hashes: the common default, tens of
@@ -91,6 +95,7 @@ impl Default for ApiConfig {
             max_consume_wait: consume::CONSUME_WAIT_MAX_DEFAULT,
             consume_in_flight_per_identity: consume::CONSUME_IN_FLIGHT_PER_IDENTITY_DEFAULT,
             access_log: false,
+            remotes: remotes::RemotesConfig::default(),
         }
     }
 }
@@ -144,6 +149,11 @@ pub struct ApiState {
     /// What the node status is read from (this node's, and other nodes'
     /// over node RPC); the produce handlers count in-flight produces there.
     pub status: Arc<StatusSources>,
+    /// Sealing and opening remote credentials; without a secret it seals
+    /// nothing.
+    pub credentials: Arc<RemoteCredentials>,
+    /// The remote write rate of this node.
+    pub remote_writes: parking_lot::Mutex<remotes::write_rate::WriteRate>,
 }
 
 impl ApiState {
@@ -188,6 +198,8 @@ impl ApiState {
             status,
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
+            credentials: Arc::new(RemoteCredentials::default()),
+            remote_writes: Default::default(),
         }
     }
 
@@ -429,6 +441,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
             "/v1/cluster/moves/{topic}/{partition}/abort",
             post(cluster::abort_move),
         )
+        .merge(remotes::routes())
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
