@@ -441,7 +441,27 @@ pub fn router(state: Arc<ApiState>) -> Router {
             "/v1/cluster/moves/{topic}/{partition}/abort",
             post(cluster::abort_move),
         )
-        .merge(remotes::routes())
+        .route(
+            "/v1/remotes",
+            post(remotes::create)
+                .get(remotes::list)
+                .layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/remotes/{name}",
+            get(remotes::describe)
+                .patch(remotes::update)
+                .delete(remotes::delete)
+                .layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/remotes/{name}/test",
+            post(remotes::test).layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/cluster/reencrypt-remotes",
+            post(remotes::reencrypt).layer(middleware::map_response(remotes::no_store)),
+        )
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

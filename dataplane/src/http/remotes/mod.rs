@@ -18,12 +18,10 @@ pub mod write_rate;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
@@ -49,20 +47,10 @@ use write_rate::Decision;
 /// Remote request bodies are at most this large; over it answers `413`.
 pub const REMOTE_BODY_BYTES_MAX: usize = 128 * 1024;
 
-/// The remote routes, each answer marked `Cache-Control: no-store`.
-pub(crate) fn routes() -> Router<Arc<ApiState>> {
-    Router::new()
-        .route("/v1/remotes", post(create).get(list))
-        .route(
-            "/v1/remotes/{name}",
-            get(describe).patch(update).delete(delete),
-        )
-        .route("/v1/remotes/{name}/test", post(test))
-        .route("/v1/cluster/reencrypt-remotes", post(reencrypt))
-        .layer(axum::middleware::map_response(no_store))
-}
-
-async fn no_store(mut response: Response) -> Response {
+/// Marks an answer of a remote route `Cache-Control: no-store` (spec
+/// §1.1), errors included; the router maps every remote route's answers
+/// through it.
+pub(crate) async fn no_store(mut response: Response) -> Response {
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
