@@ -21,7 +21,7 @@ pub(crate) mod config;
 pub(crate) mod front;
 pub(crate) mod http;
 mod peers;
-mod remotes_config;
+pub(crate) mod remotes_config;
 mod tls_health;
 
 use std::net::SocketAddr;
