@@ -87,6 +87,7 @@ fn report(api: &Api, parent: &str, partition: u32, child: &str, next_offset: u64
         next_offset,
         high_watermark: next_offset,
         due_lag_ms: None,
+        remote: None,
     };
     api.state.fanout.report(key, report);
 }
