@@ -17,12 +17,15 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use narad_meta::{Metastore, Remote, RemoteKey, ResealedPassword, SealedPassword};
+use narad_remotes::client::{ClientLimits, Target};
 use narad_remotes::seal::{
     Binding, KeyError, KeySalt, Keyring, OpenCache, OpenError, Password, Reseal, ResealError,
     SALT_BYTES, SealError, Sealed, SystemRandom,
 };
+use narad_remotes::state::LinkState;
 use parking_lot::Mutex;
 use zeroize::Zeroizing;
 
@@ -362,6 +365,35 @@ impl RemoteCredentials {
                 ..remote.password.clone()
             },
         })
+    }
+}
+
+impl CredentialError {
+    /// The link state a remote child is in when its credential fails
+    /// this way: `node_insecure` without a secret, else
+    /// `credential_unreadable`.
+    pub fn link_state(&self) -> LinkState {
+        match self {
+            Self::NoSecret => LinkState::NodeInsecure,
+            _ => LinkState::CredentialUnreadable,
+        }
+    }
+}
+
+/// The outbound client's target of `remote`, with its opened `password`.
+pub fn target_of(remote: &Remote, password: &Password) -> Target {
+    let limits = &remote.limits;
+    Target {
+        url: remote.url.clone(),
+        username: remote.username.clone(),
+        password: String::from_utf8_lossy(password.as_bytes()).into_owned(),
+        ca_pem: remote.ca_pem.clone(),
+        limits: ClientLimits {
+            request_timeout: Duration::from_millis(limits.request_timeout_ms),
+            idle_conn_timeout: Duration::from_millis(limits.idle_conn_timeout_ms),
+            conn_max_age: Duration::from_millis(limits.conn_max_age_ms),
+            max_in_flight: limits.max_in_flight as usize,
+        },
     }
 }
 

@@ -2,23 +2,22 @@
 //! opens the credential, whether its secret derives the cluster's key, and
 //! the `/test` route's checks.
 //!
-//! The `/test` route runs the checks this node can make without talking to
-//! the remote: the URL against the node's current settings, the credential
-//! opening here, and the host resolving. The checks that need the outbound
-//! client (TLS, the address guard, authentication and the target topic)
-//! are reported as `skipped` until that client is wired in.
+//! The `/test` route checks, in order, what this node decides alone (the
+//! URL under its current settings, the credential opening here, the
+//! outbound client being built with its address guard and pinned CA), then
+//! the target itself through `narad_remotes::check`.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use narad_meta::{Metastore, Remote};
+use narad_remotes::check;
+use narad_remotes::client::{ClientError, RemoteClient};
+use narad_remotes::state::LinkState;
 use narad_remotes::url as rules;
 use serde_json::{Value, json};
 
 use super::super::ApiState;
-use crate::credentials::CredentialError;
-
-/// The longest a `/test` waits for the host to resolve.
-pub const RESOLVE_BUDGET: Duration = Duration::from_secs(5);
+use crate::credentials::{CredentialError, target_of};
 
 /// This node's view of `remote`'s credential: an entry of `nodes[]`.
 pub(crate) fn local_node_view(state: &ApiState, metastore: &Metastore, remote: &Remote) -> Value {
@@ -75,34 +74,86 @@ pub(crate) fn key_json(state: &ApiState, metastore: &Metastore) -> Value {
     })
 }
 
-fn outcome(
-    name: &str,
-    result: Result<String, (&'static str, String)>,
-) -> (Value, Option<&'static str>) {
-    match result {
-        Ok(detail) => (
-            json!({ "name": name, "result": "pass", "detail": detail }),
-            None,
-        ),
-        Err((class, detail)) => (
-            json!({ "name": name, "result": "fail", "class": class, "detail": detail }),
-            Some(class),
-        ),
+/// One check as the report shows it.
+fn check_json(name: &str, pass: bool, class: Option<LinkState>, detail: &str) -> Value {
+    let mut value = json!({
+        "name": name,
+        "result": if pass { "pass" } else { "fail" },
+        "detail": detail,
+    });
+    if let Some(class) = class {
+        value["class"] = json!(class.as_str());
     }
+    value
 }
 
-fn skipped(name: &str) -> Value {
-    json!({
-        "name": name,
-        "result": "skipped",
-        "detail": "needs the outbound client to the remote, not wired into this node yet",
+/// The checks made on this node before anything is sent: the URL under
+/// this node's settings, the credential opening here, the client being
+/// built. The client when all pass, else the failure's class.
+fn local_checks(
+    state: &ApiState,
+    metastore: &Metastore,
+    remote: &Remote,
+    checks: &mut Vec<Value>,
+) -> Result<RemoteClient, LinkState> {
+    if let Err(error) = rules::parse_url(&remote.url, &state.config.remotes.url_policy) {
+        let class = LinkState::DestinationRefused;
+        checks.push(check_json("url", false, Some(class), &error.to_string()));
+        return Err(class);
+    }
+    checks.push(check_json(
+        "url",
+        true,
+        None,
+        "meets remotes.allowed_hosts and remotes.allowed_ports",
+    ));
+    let opened = metastore
+        .remote_key()
+        .ok_or(CredentialError::BadSalt)
+        .and_then(|key| state.credentials.open(key, remote));
+    let password = match opened {
+        Ok(password) => password,
+        Err(error) => {
+            let class = error.link_state();
+            checks.push(check_json(
+                "credential",
+                false,
+                Some(class),
+                &error.to_string(),
+            ));
+            return Err(class);
+        }
+    };
+    let node = state.replica.local_node();
+    checks.push(check_json(
+        "credential",
+        true,
+        None,
+        &format!("opens on node {node}"),
+    ));
+    let target = target_of(remote, &password);
+    RemoteClient::new(
+        &target,
+        state.config.remotes.guard(),
+        Arc::clone(state.clock()),
+    )
+    .map_err(|error| {
+        let class = match error {
+            ClientError::Ca(_) => LinkState::TlsFailed,
+            ClientError::Credential(_) => LinkState::CredentialUnreadable,
+            _ => LinkState::DestinationRefused,
+        };
+        checks.push(check_json("client", false, Some(class), &error.to_string()));
+        class
     })
 }
 
-/// The `/test` report: `{remote,result,class,checks[]}`. `result` is
-/// `pass` when no check failed; `class` is the first failure's link state
-/// (`destination_refused`, `credential_unreadable`, `unavailable`), `null`
-/// on a pass.
+/// The `/test` report: `{remote,result,class,checks[]}`, plus what the
+/// target takes (`capabilities`) and its topic's id. `result` is `pass`
+/// when every check passed; `class` is the first failure's link state,
+/// `null` on a pass. The checks on the target are `narad_remotes::check`'s
+/// (reach, auth, topic, batch produce, idempotency keys, zstd); none can
+/// store anything there.
 pub(crate) async fn run(
     state: &ApiState,
     metastore: &Metastore,
@@ -111,65 +162,38 @@ pub(crate) async fn run(
     source: Option<&str>,
 ) -> Value {
     let mut checks = Vec::new();
-    let mut class = None;
-    let url = rules::parse_url(&remote.url, &state.config.remotes.url_policy);
-    let (check, failed) = outcome(
-        "url",
-        url.as_ref()
-            .map(|url| {
-                format!(
-                    "{} meets remotes.allowed_hosts and remotes.allowed_ports",
-                    url.text
-                )
-            })
-            .map_err(|error| ("destination_refused", error.to_string())),
-    );
-    checks.push(check);
-    class = class.or(failed);
-    let (check, failed) = outcome(
-        "credential",
-        credential_state(state, metastore, remote)
-            .map(|()| format!("opens on node {}", state.replica.local_node()))
-            .map_err(|error| ("credential_unreadable", error.to_string())),
-    );
-    checks.push(check);
-    class = class.or(failed);
-    if let Ok(url) = &url {
-        let host = url
-            .host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let resolved = tokio::time::timeout(
-            RESOLVE_BUDGET,
-            tokio::net::lookup_host((host.as_str(), url.port)),
-        )
-        .await;
-        let result = match resolved {
-            Ok(Ok(addresses)) => {
-                let addresses: Vec<String> =
-                    addresses.map(|address| address.ip().to_string()).collect();
-                Ok(format!("{host} resolves to {}", addresses.join(", ")))
-            }
-            Ok(Err(error)) => Err(("unavailable", format!("{host} does not resolve: {error}"))),
-            Err(_) => Err((
-                "unavailable",
-                format!("{host} did not resolve within {RESOLVE_BUDGET:?}"),
-            )),
-        };
-        let (check, failed) = outcome("dns", result);
-        checks.push(check);
-        class = class.or(failed);
-    }
-    for name in ["address_guard", "tls", "auth", "target_topic"] {
-        checks.push(skipped(name));
-    }
-    json!({
+    let mut body = json!({
         "remote": remote.name,
         "topic": topic,
         "source": source,
-        "result": if class.is_none() { "pass" } else { "fail" },
-        "class": class,
-        "checks": checks,
-    })
+    });
+    let client = match local_checks(state, metastore, remote, &mut checks) {
+        Ok(client) => client,
+        Err(class) => {
+            body["result"] = json!("fail");
+            body["class"] = json!(class.as_str());
+            body["checks"] = Value::Array(checks);
+            return body;
+        }
+    };
+    let report = check::check(&client, topic).await;
+    for check in &report.checks {
+        checks.push(check_json(
+            check.name,
+            check.pass,
+            check.class,
+            &check.detail,
+        ));
+    }
+    let capabilities = &report.capabilities;
+    body["result"] = json!(if report.pass() { "pass" } else { "fail" });
+    body["class"] = json!(report.class().map(LinkState::as_str));
+    body["checks"] = Value::Array(checks);
+    body["capabilities"] = json!({
+        "max_messages": capabilities.max_messages,
+        "idempotency_keys": capabilities.idempotency_keys,
+        "zstd": capabilities.zstd,
+    });
+    body["target_id"] = json!(report.target_id);
+    body
 }

@@ -3,6 +3,7 @@
 //! configuration; the defaults here are the spec's.
 
 use ipnet::IpNet;
+use narad_remotes::guard::AddressGuard;
 use narad_remotes::url::{HostPattern, UrlPolicy};
 use serde_json::{Value, json};
 
@@ -46,6 +47,14 @@ impl RemotesConfig {
     /// Any setting differs from its default (they all need security on).
     pub fn any_set(&self) -> bool {
         *self != Self::default()
+    }
+
+    /// The outbound address guard of these settings.
+    pub fn guard(&self) -> AddressGuard {
+        AddressGuard {
+            allow: self.allow_addresses.clone(),
+            allow_loopback: self.allow_loopback,
+        }
     }
 
     /// The `allowlist` block of `GET /v1/remotes`.

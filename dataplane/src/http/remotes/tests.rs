@@ -577,32 +577,70 @@ async fn reencrypt_without_the_previous_secret_moves_nothing() {
     );
 }
 
-#[tokio::test]
-async fn test_reports_the_checks_it_can_make() {
-    let api = api();
-    create(&api, "dr").await;
+/// A node whose remotes may point at `port` on loopback, if `loopback`.
+fn lab_node(port: u16, loopback: bool) -> Api {
+    let mut config = secured();
+    config.remotes.url_policy =
+        narad_remotes::url::UrlPolicy::new(&[], &[443, port]).expect("policy");
+    config.remotes.allow_loopback = loopback;
+    node(replica(), config, secrets(SECRET, None))
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    port
+}
+
+async fn test_report(api: &Api, url: &str) -> Value {
+    let body = format!(
+        r#"{{"name":"lab","url":"{url}","username":"replicator","password":"{PASSWORD}"}}"#
+    );
+    let created = send(api, request("POST", "/v1/remotes", ROOT, &body)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let answer = send(
-        &api,
-        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
+        api,
+        request(
+            "POST",
+            "/v1/remotes/lab/test",
+            ROOT,
+            r#"{"topic":"orders"}"#,
+        ),
     )
     .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    let report = json(&answer);
-    assert_eq!(report["remote"], "dr");
-    let checks = report["checks"].as_array().expect("checks");
-    let by_name = |name: &str| {
-        checks
-            .iter()
-            .find(|check| check["name"] == name)
-            .unwrap_or_else(|| panic!("check {name}"))
-            .clone()
-    };
-    assert_eq!(by_name("url")["result"], "pass");
-    assert_eq!(by_name("credential")["result"], "pass");
-    assert_eq!(by_name("target_topic")["result"], "skipped");
-    // dr.example.com may or may not resolve here; the verdict follows it.
-    let dns_passed = by_name("dns")["result"] == "pass";
-    assert_eq!(report["result"] == "pass", dns_passed);
+    assert_eq!(answer.headers[header::CACHE_CONTROL], "no-store");
+    json(&answer)
+}
+
+fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|check| check["name"] == name))
+        .unwrap_or_else(|| panic!("check {name} in {report}"))
+}
+
+#[tokio::test]
+async fn test_of_a_target_nobody_answers_fails_as_unavailable_after_the_local_checks() {
+    let port = closed_port();
+    let api = lab_node(port, true);
+    let report = test_report(&api, &format!("https://127.0.0.1:{port}")).await;
+    assert_eq!(check(&report, "url")["result"], "pass");
+    assert_eq!(check(&report, "credential")["result"], "pass");
+    assert_eq!(check(&report, "reach")["result"], "fail");
+    assert_eq!(report["result"], "fail");
+    assert_eq!(report["class"], "unavailable", "{report}");
+}
+
+#[tokio::test]
+async fn test_of_a_loopback_target_without_the_lab_switch_is_destination_refused() {
+    let port = closed_port();
+    let api = lab_node(port, false);
+    let report = test_report(&api, &format!("https://127.0.0.1:{port}")).await;
+    assert_eq!(report["result"], "fail");
+    assert_eq!(report["class"], "destination_refused", "{report}");
 }
 
 #[tokio::test]
