@@ -30,7 +30,7 @@ use crate::dispatch::{
     NoRemoteTarget, ReplicaLeader,
 };
 use crate::fanout::machine::CursorConfig;
-use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus};
+use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus, RemotePlane, RemoteShipper};
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
@@ -240,6 +240,8 @@ pub struct DataNode {
     retention: Option<Retention>,
     poller: Option<Poller>,
     fanout: Option<FanoutRuntime>,
+    /// Where remote children's cursors ship through.
+    remote_plane: Arc<RemotePlane>,
     /// Serves the transfer calls of moves away from this node.
     move_source: Arc<MoveSource>,
     /// Confirms with the control plane's leader before a move's runner
@@ -303,6 +305,7 @@ impl DataNode {
             "narad-fanout-commit",
         )?);
         let fanout_status = Arc::new(FanoutStatus::new());
+        let remote_plane = Arc::new(RemotePlane::new());
         let fanout = FanoutRuntime::start(FanoutParts {
             disk: Arc::clone(&services.disk),
             logs: Arc::clone(&logs),
@@ -311,6 +314,7 @@ impl DataNode {
             local: fanout_local,
             remote: Arc::clone(&services.remote),
             status: Arc::clone(&fanout_status),
+            remote_plane: Arc::clone(&remote_plane),
             metrics: Arc::clone(&metrics),
             clock: Arc::clone(&services.clock),
             config: config.fanout,
@@ -438,6 +442,7 @@ impl DataNode {
             retention: Some(retention),
             poller: Some(poller),
             fanout: Some(fanout),
+            remote_plane,
             move_source,
             leader: Arc::clone(&services.leader),
             force_promote_after: config.force_promote_after,
@@ -578,6 +583,20 @@ impl DataNode {
     /// reads it, and the forward service answers other nodes from it.
     pub fn fanout(&self) -> &Arc<FanoutStatus> {
         &self.api.fanout
+    }
+
+    /// Plugs in the shipper remote children's cursors ship through (the
+    /// process that runs the node builds it: outbound client, sealed
+    /// credentials). Returns false if one was plugged in before.
+    pub fn attach_remote_shipper(&self, shipper: Arc<dyn RemoteShipper>) -> bool {
+        self.remote_plane.attach(shipper)
+    }
+
+    /// Plugs in the probe that checks a remote child's target on attach
+    /// and resume (the process builds it on its outbound client). Returns
+    /// false if one was plugged in before.
+    pub fn attach_remote_probe(&self, probe: Arc<dyn crate::remote_children::RemoteProbe>) -> bool {
+        self.api.remote_probe.set(probe).is_ok()
     }
 
     /// The per-partition commit combiners: a remote commit service

@@ -17,6 +17,7 @@ mod message;
 mod output;
 mod pubsub;
 mod topic;
+mod topic_remote;
 mod user;
 
 use std::process::ExitCode;

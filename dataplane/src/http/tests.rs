@@ -48,6 +48,17 @@ pub(super) fn api_with_admin(
     validation_slots: usize,
     admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
 ) -> Api {
+    api_with_state(config, budget_bytes, validation_slots, admin, |_| {})
+}
+
+/// An API whose state `tune` changed before it was shared.
+pub(super) fn api_with_state(
+    config: ApiConfig,
+    budget_bytes: usize,
+    validation_slots: usize,
+    admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
+    tune: impl FnOnce(&mut ApiState),
+) -> Api {
     let (sim, wal) = sim_wal(11);
     let replica = replica();
     let metrics = Arc::new(NodeMetrics::new());
@@ -81,6 +92,7 @@ pub(super) fn api_with_admin(
         narad_plog::LogConfig::default(),
         crate::testing::system_clock(),
     )));
+    tune(&mut state);
     let state = Arc::new(state);
     Api {
         router: router(Arc::clone(&state)),
@@ -492,7 +504,7 @@ async fn schema_refusal_is_400_with_the_schema_text() {
 }
 
 /// The value of series `name{labels}` in a Prometheus text exposition.
-fn series_value(text: &str, series: &str) -> Option<f64> {
+pub(super) fn series_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series))
         .and_then(|rest| rest.trim().parse().ok())
