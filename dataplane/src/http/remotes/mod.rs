@@ -12,6 +12,7 @@
 //! with `Retry-After`).
 
 pub mod check;
+pub mod gauges;
 pub mod settings;
 mod wire;
 pub mod write_rate;
