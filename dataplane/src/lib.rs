@@ -54,6 +54,7 @@ pub mod moves;
 pub mod node;
 pub mod partitions;
 pub mod remote;
+pub mod remote_children;
 pub mod status;
 pub mod topology;
 

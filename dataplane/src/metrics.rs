@@ -367,7 +367,7 @@ pub struct TopicHandles {
 }
 
 /// The reasons of [`PRODUCE_REJECTIONS_TOTAL`].
-pub const PRODUCE_REJECTION_REASONS: [&str; 2] = ["schema", "delayed_child"];
+pub const PRODUCE_REJECTION_REASONS: [&str; 3] = ["schema", "delayed_child", "remote_child"];
 
 impl TopicHandles {
     fn lazily<'a>(
@@ -515,7 +515,7 @@ impl NodeMetrics {
             consume_wait: CONSUME_WAIT_OUTCOMES.map(wait),
             extends: OnceLock::new(),
             nacks: OnceLock::new(),
-            refusals: [OnceLock::new(), OnceLock::new()],
+            refusals: std::array::from_fn(|_| OnceLock::new()),
         });
         let mut cached = self.topics.write();
         if cached.len() >= HANDLES_CACHED_MAX {

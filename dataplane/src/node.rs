@@ -598,6 +598,13 @@ impl DataNode {
         self.remote_plane.attach(shipper)
     }
 
+    /// Plugs in the probe that checks a remote child's target on attach
+    /// and resume (the process builds it on its outbound client). Returns
+    /// false if one was plugged in before.
+    pub fn attach_remote_probe(&self, probe: Arc<dyn crate::remote_children::RemoteProbe>) -> bool {
+        self.api.remote_probe.set(probe).is_ok()
+    }
+
     /// The per-partition commit combiners: a remote commit service
     /// (`remote::CommitService::attach`) commits into the same ones as the
     /// local dispatcher, under the same produce locks.

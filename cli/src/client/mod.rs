@@ -18,6 +18,7 @@ mod output;
 mod pubsub;
 mod remote;
 mod topic;
+mod topic_remote;
 mod user;
 
 use std::process::ExitCode;

@@ -20,6 +20,7 @@ pub mod openapi;
 mod produce;
 pub mod produce_cap;
 mod query;
+mod remote_children;
 pub mod remotes;
 pub mod topics;
 pub mod users;
@@ -54,6 +55,7 @@ use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
 use crate::partitions::LocalLogs;
+use crate::remote_children::{NoRemoteProbe, RemoteChildLimits, RemoteProbe};
 use crate::status::StatusSources;
 
 /// How the API behaves.
@@ -149,6 +151,13 @@ pub struct ApiState {
     /// What the node status is read from (this node's, and other nodes'
     /// over node RPC); the produce handlers count in-flight produces there.
     pub status: Arc<StatusSources>,
+    /// Checks a remote child's target on attach and resume, once the
+    /// process plugs in its outbound client; until then
+    /// [`ApiState::remote_probe`] is [`NoRemoteProbe`] (every check
+    /// skipped).
+    pub remote_probe: OnceLock<Arc<dyn RemoteProbe>>,
+    /// The node's rate limits of remote-child changes and checks.
+    pub remote_limits: RemoteChildLimits,
     /// Sealing and opening remote credentials; without a secret it seals
     /// nothing.
     pub credentials: Arc<RemoteCredentials>,
@@ -196,6 +205,8 @@ impl ApiState {
             metrics,
             health,
             status,
+            remote_probe: OnceLock::new(),
+            remote_limits: RemoteChildLimits::new(),
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
             credentials: Arc::new(RemoteCredentials::default()),
@@ -205,6 +216,15 @@ impl ApiState {
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
+    }
+
+    /// The probe of remote children's targets: the plugged-in one, else
+    /// [`NoRemoteProbe`].
+    pub fn remote_probe(&self) -> &dyn RemoteProbe {
+        match self.remote_probe.get() {
+            Some(probe) => &**probe,
+            None => &NoRemoteProbe,
+        }
     }
 
     /// The consume service.
@@ -423,6 +443,21 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(
             "/v1/topics/{topic}/children/{child}",
             delete(children::detach),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/pause",
+            post(remote_children::pause)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/resume",
+            post(remote_children::resume)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/skip",
+            post(remote_children::skip)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
         )
         .route("/v1/users", post(users::create).get(users::list))
         .route(
@@ -707,6 +742,8 @@ mod consume_tests;
 mod openapi_tests;
 #[cfg(test)]
 mod placement_tests;
+#[cfg(test)]
+mod remote_children_tests;
 #[cfg(test)]
 mod shared_rules_tests;
 #[cfg(test)]

@@ -51,6 +51,17 @@ pub(super) fn api_with_admin(
     api_over(replica(), config, budget_bytes, validation_slots, admin)
 }
 
+/// An API whose state `tune` changed before it was shared.
+pub(super) fn api_with_state(
+    config: ApiConfig,
+    budget_bytes: usize,
+    validation_slots: usize,
+    admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
+    tune: impl FnOnce(&mut ApiState),
+) -> Api {
+    api_over(replica(), config, budget_bytes, validation_slots, admin).rebuilt(tune)
+}
+
 /// An API over `replica` (another API's, to see what a second node of
 /// the same cluster answers), changing `state` before it serves.
 pub(super) fn api_over_replica(
@@ -544,7 +555,7 @@ async fn schema_refusal_is_400_with_the_schema_text() {
 }
 
 /// The value of series `name{labels}` in a Prometheus text exposition.
-fn series_value(text: &str, series: &str) -> Option<f64> {
+pub(super) fn series_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series))
         .and_then(|rest| rest.trim().parse().ok())
