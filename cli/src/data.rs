@@ -22,6 +22,8 @@ pub(crate) mod front;
 pub(crate) mod http;
 mod peers;
 pub(crate) mod remotes_config;
+
+use narad_dataplane::http::remotes::gauges::PLAINTEXT_RAFT;
 mod tls_health;
 
 use std::net::SocketAddr;
@@ -253,6 +255,14 @@ async fn serve_node(
         .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;
     peers.attach(&node, replica, bridge.addresses());
     bridge.serve_heartbeat_metrics(&node.api().metrics);
+    // Without mutual TLS the cluster plane carries the sealed remote
+    // credentials under its own TLS only (spec §9).
+    let plaintext_raft = if config.cluster_tls.is_none() {
+        1.0
+    } else {
+        0.0
+    };
+    node.api().metrics.set(PLAINTEXT_RAFT, &[], plaintext_raft);
     info!(http = %config.http_addr, "narad data serving");
     let mut gate = ReadyGate::new(vec![leader_check(bridge)]);
     if let Some(tls) = &config.cluster_tls {

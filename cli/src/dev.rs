@@ -328,6 +328,12 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     let node = tokio::task::block_in_place(|| DataNode::start(services, config))
         .map_err(|e| format!("data node did not start: {e}"))?;
     bridge.serve_heartbeat_metrics(&node.api().metrics);
+    // `narad dev` has no cluster TLS: its two nodes talk over loopback.
+    node.api().metrics.set(
+        narad_dataplane::http::remotes::gauges::PLAINTEXT_RAFT,
+        &[],
+        1.0,
+    );
     transport.observe_calls(Arc::new(ClusterCallMetrics::new(
         Arc::clone(&node.api().metrics),
         Arc::clone(node.logs().clock()),

@@ -14,6 +14,7 @@
 //! Its `key_version` counts the cluster's keys: 1 for the first, one more
 //! per re-encryption under a new secret.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,9 +118,9 @@ pub struct ReencryptPlan {
 pub struct CredentialCounters {
     /// Passwords sealed (`narad_remote_seals_total`).
     pub seals: AtomicU64,
-    /// Passwords opened, cache misses only
-    /// (`narad_remote_credential_decrypts_total`, summed).
-    pub decrypts: AtomicU64,
+    /// Passwords opened, cache misses only, by remote name
+    /// (`narad_remote_credential_decrypts_total`).
+    decrypts: Mutex<BTreeMap<String, u64>>,
     /// Opens by the previous secret's key (`narad_remote_reseal_opens_total`).
     pub previous_opens: AtomicU64,
 }
@@ -280,12 +281,26 @@ impl RemoteCredentials {
             let keyring = self.cluster_keyring(cluster_key)?;
             let sealed = Sealed::decode(&remote.password.sealed)?;
             let opened = keyring.open(binding, &sealed)?;
-            self.counters.decrypts.fetch_add(1, Ordering::Relaxed);
+            *self
+                .counters
+                .decrypts
+                .lock()
+                .entry(remote.name.clone())
+                .or_default() += 1;
             if opened.by_previous {
                 self.counters.previous_opens.fetch_add(1, Ordering::Relaxed);
             }
             Ok(opened.password)
         })
+    }
+
+    /// Opens by remote name since the node started.
+    pub fn decrypts_by_remote(&self) -> Vec<(String, u64)> {
+        let decrypts = self.counters.decrypts.lock();
+        decrypts
+            .iter()
+            .map(|(name, count)| (name.clone(), *count))
+            .collect()
     }
 
     /// Drops opened passwords of remotes the metastore no longer has.

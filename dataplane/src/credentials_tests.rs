@@ -90,7 +90,7 @@ fn a_credential_version_is_opened_once() {
         let password = node.open(&key, &remote).expect("opens");
         assert_eq!(password.as_bytes(), PASSWORD);
     }
-    assert_eq!(node.counters.decrypts.load(Ordering::Relaxed), 1);
+    assert_eq!(node.decrypts_by_remote(), vec![("dr".to_owned(), 1)]);
 }
 
 #[test]

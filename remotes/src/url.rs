@@ -361,160 +361,34 @@ fn sha512_hex(bytes: &[u8]) -> String {
         })
 }
 
-/// How remote bodies are compressed on the wire.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Compression {
-    /// Never compressed.
-    #[default]
-    None,
-    /// zstd when it saves at least 10 %.
-    Zstd,
-}
-
-impl Compression {
-    /// The wire name: `none` or `zstd`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Zstd => "zstd",
-        }
-    }
-
-    /// The compression of a wire name.
-    ///
-    /// # Errors
-    /// [`RuleError`] on field `limits.compression` for any other name.
-    pub fn parse(name: &str) -> Result<Self, RuleError> {
-        match name {
-            "none" => Ok(Self::None),
-            "zstd" => Ok(Self::Zstd),
-            _ => refuse(
-                "limits.compression",
-                format!("{name:?} is not none or zstd"),
-            ),
-        }
-    }
-}
-
-/// A remote's `limits` object, every field set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Requests in flight to the remote from one node.
-    pub max_in_flight: u32,
-    /// One request's budget.
-    pub request_timeout_ms: u64,
-    /// An idle connection is closed after this.
-    pub idle_conn_timeout_ms: u64,
-    /// A connection is not reused after this age.
-    pub conn_max_age_ms: u64,
-    /// Between reachability checks (jittered ±20 % by the checker).
-    pub check_interval_ms: u64,
-    /// Body compression.
-    pub compression: Compression,
-}
-
-/// A `limits` object as sent: any field may be missing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LimitsInput {
-    /// See [`Limits::max_in_flight`].
-    pub max_in_flight: Option<u32>,
-    /// See [`Limits::request_timeout_ms`].
-    pub request_timeout_ms: Option<u64>,
-    /// See [`Limits::idle_conn_timeout_ms`].
-    pub idle_conn_timeout_ms: Option<u64>,
-    /// See [`Limits::conn_max_age_ms`].
-    pub conn_max_age_ms: Option<u64>,
-    /// See [`Limits::check_interval_ms`].
-    pub check_interval_ms: Option<u64>,
-    /// See [`Limits::compression`].
-    pub compression: Option<Compression>,
-}
-
-/// Each limit's default and its allowed range, inclusive. The spec gives
-/// ranges for `max_in_flight` and `request_timeout_ms`; the other three are
-/// ours: wide enough for any sane use, narrow enough that a typo in units
-/// (seconds for ms) is refused.
+/// The allowed range of each of a remote's `limits`, inclusive (their
+/// defaults are the metastore's `RemoteLimits::default`). The spec gives
+/// the ranges of `max_in_flight` and `request_timeout_ms`; the other three
+/// are ours: wide enough for any sane use, narrow enough that a typo in
+/// units (seconds for milliseconds) is refused.
 pub mod limit_ranges {
     use std::ops::RangeInclusive;
 
-    /// `max_in_flight`: 16, 1–256.
-    pub const MAX_IN_FLIGHT: (u32, RangeInclusive<u32>) = (16, 1..=256);
-    /// `request_timeout_ms`: 30 s, 5 s–2 min.
-    pub const REQUEST_TIMEOUT_MS: (u64, RangeInclusive<u64>) = (30_000, 5_000..=120_000);
-    /// `idle_conn_timeout_ms`: 30 s, 1 s–10 min.
-    pub const IDLE_CONN_TIMEOUT_MS: (u64, RangeInclusive<u64>) = (30_000, 1_000..=600_000);
-    /// `conn_max_age_ms`: 5 min, 10 s–1 h.
-    pub const CONN_MAX_AGE_MS: (u64, RangeInclusive<u64>) = (300_000, 10_000..=3_600_000);
-    /// `check_interval_ms`: 1 min, 5 s–1 h.
-    pub const CHECK_INTERVAL_MS: (u64, RangeInclusive<u64>) = (60_000, 5_000..=3_600_000);
+    /// `max_in_flight`: 1–256.
+    pub const MAX_IN_FLIGHT: RangeInclusive<u64> = 1..=256;
+    /// `request_timeout_ms`: 5 s–2 min.
+    pub const REQUEST_TIMEOUT_MS: RangeInclusive<u64> = 5_000..=120_000;
+    /// `idle_conn_timeout_ms`: 1 s–10 min.
+    pub const IDLE_CONN_TIMEOUT_MS: RangeInclusive<u64> = 1_000..=600_000;
+    /// `conn_max_age_ms`: 10 s–1 h.
+    pub const CONN_MAX_AGE_MS: RangeInclusive<u64> = 10_000..=3_600_000;
+    /// `check_interval_ms`: 5 s–1 h.
+    pub const CHECK_INTERVAL_MS: RangeInclusive<u64> = 5_000..=3_600_000;
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        use limit_ranges::*;
-        Self {
-            max_in_flight: MAX_IN_FLIGHT.0,
-            request_timeout_ms: REQUEST_TIMEOUT_MS.0,
-            idle_conn_timeout_ms: IDLE_CONN_TIMEOUT_MS.0,
-            conn_max_age_ms: CONN_MAX_AGE_MS.0,
-            check_interval_ms: CHECK_INTERVAL_MS.0,
-            compression: Compression::None,
-        }
-    }
-}
-
-impl Limits {
-    /// `input` over `self`: each field sent replaces this one, then every
-    /// field is checked against its range. `Limits::default().apply(..)`
-    /// makes a new remote's limits; a PATCH applies to the stored ones.
-    ///
-    /// # Errors
-    /// [`RuleError`] on the first field out of its range.
-    pub fn apply(self, input: LimitsInput) -> Result<Self, RuleError> {
-        use limit_ranges::*;
-        let limits = Self {
-            max_in_flight: input.max_in_flight.unwrap_or(self.max_in_flight),
-            request_timeout_ms: input.request_timeout_ms.unwrap_or(self.request_timeout_ms),
-            idle_conn_timeout_ms: input
-                .idle_conn_timeout_ms
-                .unwrap_or(self.idle_conn_timeout_ms),
-            conn_max_age_ms: input.conn_max_age_ms.unwrap_or(self.conn_max_age_ms),
-            check_interval_ms: input.check_interval_ms.unwrap_or(self.check_interval_ms),
-            compression: input.compression.unwrap_or(self.compression),
-        };
-        in_range(
-            "limits.max_in_flight",
-            limits.max_in_flight,
-            &MAX_IN_FLIGHT.1,
-        )?;
-        in_range(
-            "limits.request_timeout_ms",
-            limits.request_timeout_ms,
-            &REQUEST_TIMEOUT_MS.1,
-        )?;
-        in_range(
-            "limits.idle_conn_timeout_ms",
-            limits.idle_conn_timeout_ms,
-            &IDLE_CONN_TIMEOUT_MS.1,
-        )?;
-        in_range(
-            "limits.conn_max_age_ms",
-            limits.conn_max_age_ms,
-            &CONN_MAX_AGE_MS.1,
-        )?;
-        in_range(
-            "limits.check_interval_ms",
-            limits.check_interval_ms,
-            &CHECK_INTERVAL_MS.1,
-        )?;
-        Ok(limits)
-    }
-}
-
-fn in_range<T: PartialOrd + std::fmt::Display>(
+/// Checks one limit against its range.
+///
+/// # Errors
+/// [`RuleError`] on `field` when `value` is outside `range`.
+pub fn check_limit(
     field: &'static str,
-    value: T,
-    range: &std::ops::RangeInclusive<T>,
+    value: u64,
+    range: &std::ops::RangeInclusive<u64>,
 ) -> Result<(), RuleError> {
     if range.contains(&value) {
         return Ok(());
@@ -523,6 +397,22 @@ fn in_range<T: PartialOrd + std::fmt::Display>(
         field,
         format!("{value} is outside {}-{}", range.start(), range.end()),
     )
+}
+
+/// Checks a compression name: `none` or `zstd`; answers whether it is
+/// `zstd`.
+///
+/// # Errors
+/// [`RuleError`] on `limits.compression` for any other name.
+pub fn parse_compression(name: &str) -> Result<bool, RuleError> {
+    match name {
+        "none" => Ok(false),
+        "zstd" => Ok(true),
+        _ => refuse(
+            "limits.compression",
+            format!("{name:?} is not none or zstd"),
+        ),
+    }
 }
 
 #[cfg(test)]

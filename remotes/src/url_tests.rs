@@ -239,129 +239,54 @@ fn the_ca_pem_digest_is_of_the_text_as_given() {
 }
 
 #[test]
-fn limits_default_to_the_spec() {
-    let limits = Limits::default()
-        .apply(LimitsInput::default())
-        .expect("defaults");
-    assert_eq!(
-        limits,
-        Limits {
-            max_in_flight: 16,
-            request_timeout_ms: 30_000,
-            idle_conn_timeout_ms: 30_000,
-            conn_max_age_ms: 300_000,
-            check_interval_ms: 60_000,
-            compression: Compression::None,
-        }
-    );
-}
-
-#[test]
-fn limits_outside_their_ranges_are_refused() {
-    let cases: [(LimitsInput, Option<&str>); 10] = [
+fn limits_at_and_past_their_bounds() {
+    use limit_ranges::*;
+    let cases = [
+        ("limits.max_in_flight", &MAX_IN_FLIGHT, 1, 256),
         (
-            LimitsInput {
-                max_in_flight: Some(1),
-                ..Default::default()
-            },
-            None,
+            "limits.request_timeout_ms",
+            &REQUEST_TIMEOUT_MS,
+            5_000,
+            120_000,
         ),
         (
-            LimitsInput {
-                max_in_flight: Some(256),
-                ..Default::default()
-            },
-            None,
+            "limits.idle_conn_timeout_ms",
+            &IDLE_CONN_TIMEOUT_MS,
+            1_000,
+            600_000,
         ),
         (
-            LimitsInput {
-                max_in_flight: Some(0),
-                ..Default::default()
-            },
-            Some("limits.max_in_flight"),
+            "limits.conn_max_age_ms",
+            &CONN_MAX_AGE_MS,
+            10_000,
+            3_600_000,
         ),
         (
-            LimitsInput {
-                max_in_flight: Some(257),
-                ..Default::default()
-            },
-            Some("limits.max_in_flight"),
-        ),
-        (
-            LimitsInput {
-                request_timeout_ms: Some(5_000),
-                ..Default::default()
-            },
-            None,
-        ),
-        (
-            LimitsInput {
-                request_timeout_ms: Some(4_999),
-                ..Default::default()
-            },
-            Some("limits.request_timeout_ms"),
-        ),
-        (
-            LimitsInput {
-                request_timeout_ms: Some(120_001),
-                ..Default::default()
-            },
-            Some("limits.request_timeout_ms"),
-        ),
-        (
-            LimitsInput {
-                idle_conn_timeout_ms: Some(0),
-                ..Default::default()
-            },
-            Some("limits.idle_conn_timeout_ms"),
-        ),
-        (
-            LimitsInput {
-                conn_max_age_ms: Some(60),
-                ..Default::default()
-            },
-            Some("limits.conn_max_age_ms"),
-        ),
-        (
-            LimitsInput {
-                check_interval_ms: Some(60),
-                ..Default::default()
-            },
-            Some("limits.check_interval_ms"),
+            "limits.check_interval_ms",
+            &CHECK_INTERVAL_MS,
+            5_000,
+            3_600_000,
         ),
     ];
-    for (input, refused) in cases {
-        let got = Limits::default().apply(input);
-        assert_eq!(got.err().map(|error| error.field), refused, "{input:?}");
+    for (field, range, low, high) in cases {
+        assert!(check_limit(field, low, range).is_ok(), "{field} {low}");
+        assert!(check_limit(field, high, range).is_ok(), "{field} {high}");
+        for outside in [low - 1, high + 1] {
+            let error = check_limit(field, outside, range).expect_err(field);
+            assert_eq!(error.field, field);
+            assert!(
+                error.reason.contains(&outside.to_string()),
+                "{}",
+                error.reason
+            );
+        }
     }
 }
 
 #[test]
-fn a_patch_changes_only_the_limits_it_names() {
-    let stored = Limits::default()
-        .apply(LimitsInput {
-            max_in_flight: Some(4),
-            ..Default::default()
-        })
-        .expect("stored");
-    let patched = stored
-        .apply(LimitsInput {
-            compression: Some(Compression::Zstd),
-            ..Default::default()
-        })
-        .expect("patched");
-    assert_eq!(
-        (patched.max_in_flight, patched.compression),
-        (4, Compression::Zstd)
-    );
-}
-
-#[test]
 fn compression_names() {
-    assert_eq!(Compression::parse("zstd"), Ok(Compression::Zstd));
-    assert_eq!(
-        Compression::parse("none").map(Compression::name),
-        Ok("none")
-    );
-    assert!(Compression::parse("gzip").is_err());
+    assert_eq!(parse_compression("zstd"), Ok(true));
+    assert_eq!(parse_compression("none"), Ok(false));
+    let error = parse_compression("gzip").expect_err("gzip");
+    assert_eq!(error.field, "limits.compression");
 }

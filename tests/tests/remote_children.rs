@@ -157,7 +157,9 @@ fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart(
     let mut source = DevProcess::secured(&dir.path().join("source"), ADMIN_PASSWORD)
         .with_env("NARAD_CLUSTER_SECRET", SECRET)
         .with_env("NARAD_REMOTES_ALLOW_LOOPBACK", "true")
-        .with_env("NARAD_REMOTES_ALLOWED_PORTS", &front.port.to_string());
+        .with_env("NARAD_REMOTES_ALLOWED_PORTS", &front.port.to_string())
+        // The password reaches the source over loopback.
+        .with_env("NARAD_REMOTES_API_HOP_ENCRYPTED", "true");
     source.start();
     let target_admin = Api::new(target.port, "admin", TARGET_PASSWORD);
     let source_admin = Api::new(source.port, "admin", ADMIN_PASSWORD);

@@ -293,6 +293,7 @@ impl ApiState {
         );
         self.refresh_topology_gauges();
         self.refresh_consume_gauges();
+        remotes::gauges::refresh(self);
         self.refresh_disk_gauges();
     }
 

@@ -12,6 +12,7 @@
 //! with `Retry-After`).
 
 pub mod check;
+pub mod gauges;
 pub mod settings;
 mod wire;
 pub mod write_rate;
@@ -39,7 +40,7 @@ use super::error::ApiError;
 use super::topics::{json_response, propose, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
-use crate::credentials::CredentialError;
+use crate::credentials::{CredentialError, SealedFor};
 pub use settings::RemotesConfig;
 use wire::{CreateBody, PatchBody, TestBody, limits_over, remote_json};
 use write_rate::Decision;
@@ -158,6 +159,32 @@ fn checked_ca(ca_pem: Option<String>) -> Result<Option<String>, ApiError> {
     Ok(ca_pem)
 }
 
+/// `password` sealed now by `actor` for remote `id` at
+/// `credential_version`, under the cluster's key (or a first one).
+fn seal(
+    state: &ApiState,
+    metastore: &Metastore,
+    id: &RemoteId,
+    credential_version: u64,
+    password: &str,
+    actor: &Actor,
+) -> Result<SealedFor, ApiError> {
+    let binding = Binding {
+        remote_id: id.as_str(),
+        credential_version,
+    };
+    let set = (state.clock().unix_ms(), username_of(actor));
+    state
+        .credentials
+        .seal(
+            metastore.remote_key(),
+            binding,
+            password.as_bytes(),
+            (set.0, &set.1),
+        )
+        .map_err(credential_error)
+}
+
 /// `POST /v1/remotes` → `201` Remote.
 pub(crate) async fn create(
     State(state): State<Arc<ApiState>>,
@@ -183,20 +210,8 @@ pub(crate) async fn create(
     }
     admit_write(&state)?;
     let id = RemoteId::mint(&mut rand::rng());
-    let at_ms = state.clock().unix_ms();
-    let set_by = username_of(&actor);
-    let sealed = state
-        .credentials
-        .seal(
-            metastore.remote_key(),
-            Binding {
-                remote_id: id.as_str(),
-                credential_version: 1,
-            },
-            password.as_bytes(),
-            (at_ms, &set_by),
-        )
-        .map_err(credential_error)?;
+    let sealed = seal(&state, &metastore, &id, 1, &password, &actor)?;
+    let (created_at_ms, created_by) = (sealed.password.set_at_ms, sealed.password.set_by.clone());
     let remote = Remote {
         name: request.name.clone(),
         id,
@@ -207,8 +222,8 @@ pub(crate) async fn create(
         ca_pem,
         limits,
         revision: 1,
-        created_at_ms: at_ms,
-        created_by: set_by,
+        created_at_ms,
+        created_by,
     };
     let create = CreateRemote {
         actor,
@@ -342,19 +357,8 @@ pub(crate) async fn update(
     let mut expected_revision = request.revision;
     let (sealed, key) = match &password {
         Some(password) => {
-            let at_ms = state.clock().unix_ms();
-            let sealed = state
-                .credentials
-                .seal(
-                    metastore.remote_key(),
-                    Binding {
-                        remote_id: remote.id.as_str(),
-                        credential_version: remote.credential_version + 1,
-                    },
-                    password.as_bytes(),
-                    (at_ms, &username_of(&actor)),
-                )
-                .map_err(credential_error)?;
+            let version = remote.credential_version + 1;
+            let sealed = seal(&state, &metastore, &remote.id, version, password, &actor)?;
             expected_revision = expected_revision.or(Some(remote.revision));
             (Some(sealed.password), Some(sealed.key))
         }

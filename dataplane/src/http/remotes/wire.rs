@@ -3,7 +3,10 @@
 //! its sealed bytes.
 
 use narad_meta::{Compression, Remote, RemoteLimits};
-use narad_remotes::url::{self as rules, LimitsInput, RuleError};
+use narad_remotes::url::limit_ranges::{
+    CHECK_INTERVAL_MS, CONN_MAX_AGE_MS, IDLE_CONN_TIMEOUT_MS, MAX_IN_FLIGHT, REQUEST_TIMEOUT_MS,
+};
+use narad_remotes::url::{self as rules, RuleError};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
@@ -67,52 +70,59 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<S
     Option::<String>::deserialize(deserializer).map(Some)
 }
 
-/// The metastore's limits as the rules' type.
-fn rules_limits(limits: RemoteLimits) -> rules::Limits {
-    rules::Limits {
-        max_in_flight: limits.max_in_flight,
-        request_timeout_ms: limits.request_timeout_ms,
-        idle_conn_timeout_ms: limits.idle_conn_timeout_ms,
-        conn_max_age_ms: limits.conn_max_age_ms,
-        check_interval_ms: limits.check_interval_ms,
-        compression: match limits.compression {
-            Compression::None => rules::Compression::None,
-            Compression::Zstd => rules::Compression::Zstd,
-        },
-    }
-}
-
 /// `body` over `base` (a new remote's defaults, or its stored limits),
-/// checked against the ranges.
+/// each limit checked against its range.
 ///
 /// # Errors
-/// [`RuleError`] for a field out of range or an unknown compression.
+/// [`RuleError`] for a limit out of range or an unknown compression.
 pub(crate) fn limits_over(base: RemoteLimits, body: LimitsBody) -> Result<RemoteLimits, RuleError> {
-    let compression = body
-        .compression
-        .as_deref()
-        .map(rules::Compression::parse)
-        .transpose()?;
-    let input = LimitsInput {
-        max_in_flight: body.max_in_flight,
-        request_timeout_ms: body.request_timeout_ms,
-        idle_conn_timeout_ms: body.idle_conn_timeout_ms,
-        conn_max_age_ms: body.conn_max_age_ms,
-        check_interval_ms: body.check_interval_ms,
+    let compression = match body.compression.as_deref().map(rules::parse_compression) {
+        None => base.compression,
+        Some(Ok(true)) => Compression::Zstd,
+        Some(Ok(false)) => Compression::None,
+        Some(Err(error)) => return Err(error),
+    };
+    let limits = RemoteLimits {
+        max_in_flight: body.max_in_flight.unwrap_or(base.max_in_flight),
+        request_timeout_ms: body.request_timeout_ms.unwrap_or(base.request_timeout_ms),
+        idle_conn_timeout_ms: body
+            .idle_conn_timeout_ms
+            .unwrap_or(base.idle_conn_timeout_ms),
+        conn_max_age_ms: body.conn_max_age_ms.unwrap_or(base.conn_max_age_ms),
+        check_interval_ms: body.check_interval_ms.unwrap_or(base.check_interval_ms),
         compression,
     };
-    let limits = rules_limits(base).apply(input)?;
-    Ok(RemoteLimits {
-        max_in_flight: limits.max_in_flight,
-        request_timeout_ms: limits.request_timeout_ms,
-        idle_conn_timeout_ms: limits.idle_conn_timeout_ms,
-        conn_max_age_ms: limits.conn_max_age_ms,
-        check_interval_ms: limits.check_interval_ms,
-        compression: match limits.compression {
-            rules::Compression::None => Compression::None,
-            rules::Compression::Zstd => Compression::Zstd,
-        },
-    })
+    let checks = [
+        (
+            "limits.max_in_flight",
+            u64::from(limits.max_in_flight),
+            &MAX_IN_FLIGHT,
+        ),
+        (
+            "limits.request_timeout_ms",
+            limits.request_timeout_ms,
+            &REQUEST_TIMEOUT_MS,
+        ),
+        (
+            "limits.idle_conn_timeout_ms",
+            limits.idle_conn_timeout_ms,
+            &IDLE_CONN_TIMEOUT_MS,
+        ),
+        (
+            "limits.conn_max_age_ms",
+            limits.conn_max_age_ms,
+            &CONN_MAX_AGE_MS,
+        ),
+        (
+            "limits.check_interval_ms",
+            limits.check_interval_ms,
+            &CHECK_INTERVAL_MS,
+        ),
+    ];
+    for (field, value, range) in checks {
+        rules::check_limit(field, value, range)?;
+    }
+    Ok(limits)
 }
 
 /// The `limits` object.
