@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use narad_meta::{Metastore, Remote, RemoteKey, ResealedPassword, SealedPassword};
 use narad_disk::clock::Clock;
+use narad_meta::{Metastore, Remote, RemoteKey, ResealedPassword, SealedPassword};
 use narad_remotes::client::{ClientError, ClientLimits, RemoteClient, Target};
 use narad_remotes::guard::AddressGuard;
 use narad_remotes::seal::{

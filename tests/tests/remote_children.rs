@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use narad_tests::cluster::basic_authorization;
 use narad_tests::dev::{Answer, DevProcess, Request};
+use narad_tests::metrics_list::assert_served_when;
 use narad_tests::tls_front::TlsFront;
 use serde_json::{Value, json};
 
@@ -33,7 +34,7 @@ impl Api {
     fn new(port: u16, user: &str, password: &str) -> Self {
         Self {
             port,
-            authorization: format!("Authorization: {}", basic_authorization((user, password))),
+            authorization: basic_authorization((user, password)),
         }
     }
 
@@ -43,7 +44,7 @@ impl Api {
         } else {
             body.to_string().into_bytes()
         };
-        let headers = [self.authorization.as_str()];
+        let headers = [self.authorization.as_str(), "X-Narad-Client: narad-tests"];
         let request = Request {
             method,
             path,
@@ -73,7 +74,9 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Record `i`: keyed by one of 50 keys for even `i`, keyless for odd.
 fn message(i: usize) -> Value {
-    let key = (i % 2 == 0).then(|| format!("key-{}", (i / 2) % KEYS));
+    let key = i
+        .is_multiple_of(2)
+        .then(|| format!("key-{}", (i / 2) % KEYS));
     let payload = json!({"id": i, "key": key});
     match key {
         Some(key) => json!({"key": key, "payload": payload}),
@@ -163,19 +166,29 @@ fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart(
     source.start();
     let target_admin = Api::new(target.port, "admin", TARGET_PASSWORD);
     let source_admin = Api::new(source.port, "admin", ADMIN_PASSWORD);
+    // The root admin is seeded once each control plane first leads; until
+    // then a login fails, and failed logins are throttled, so wait for the
+    // log line rather than trying.
+    for node in [&target, &source] {
+        wait_until("the root admin", || {
+            node.log().contains("root admin created")
+        });
+    }
 
     // The target: a topic and a replicator allowed to produce to it.
     target_admin.ok(
         "POST",
         "/v1/topics",
-        &json!({"name": "orders-copy", "partitions": 4}),
+        // Every record is leased once, none acked, while the test reads them.
+        &json!({"name": "orders-copy", "partitions": 4,
+                "max_in_flight_per_partition": RECORDS}),
         201,
     );
     target_admin.ok(
         "POST",
         "/v1/users",
         &json!({"username": "replicator", "password": REPLICATOR_PASSWORD,
-                "grants": [{"action": "produce", "topics": ["orders-copy"]}]}),
+                "grants": [{"action": "produce", "patterns": ["orders-copy"]}]}),
         201,
     );
 
@@ -254,4 +267,13 @@ fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart(
         let in_order = copies.windows(2).all(|pair| pair[0].2 < pair[1].2);
         assert!(in_order, "{key}'s records out of order");
     }
+
+    // The source serves the remote children's series.
+    let metrics = source_admin.call("GET", "/metrics", &Value::Null);
+    assert_eq!(metrics.status, 200);
+    assert_served_when(
+        &metrics.body,
+        "remote-children",
+        "a node shipping to a remote",
+    );
 }

@@ -26,11 +26,11 @@ use parking_lot::Mutex;
 
 use super::remote::{RemoteShipper, ShipOutcome, Shipment, Shipping};
 use crate::credentials::{RemoteCredentials, client_of};
+use crate::metadata::MetadataReplica;
+use crate::metrics::{self, NodeMetrics};
 use crate::remote_children::{
     Capabilities, Check, CheckOutcome, CheckReport, ProbeFuture, RemoteProbe,
 };
-use crate::metadata::MetadataReplica;
-use crate::metrics::{self, NodeMetrics};
 
 /// Worker threads of the shipping runtime.
 const SHIPPING_THREADS: usize = 2;
@@ -125,9 +125,17 @@ impl NodeShipper {
         })?;
         let client = Arc::new(client);
         let zstd = remote.limits.compression == Compression::Zstd;
-        let shipper = Arc::new(Shipper::new(Arc::clone(&client), Arc::clone(&self.clock), zstd));
+        let shipper = Arc::new(Shipper::new(
+            Arc::clone(&client),
+            Arc::clone(&self.clock),
+            zstd,
+        ));
         if zstd {
-            self.learn_capabilities(client, Arc::clone(&shipper), shipment.link.remote_topic.clone());
+            self.learn_capabilities(
+                client,
+                Arc::clone(&shipper),
+                shipment.link.remote_topic.clone(),
+            );
         }
         shippers.insert(
             remote.name.clone(),

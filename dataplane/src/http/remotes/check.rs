@@ -127,7 +127,12 @@ fn local_checks(
                 checks.push(check_json("credential", true, None, &detail));
             }
             let class = failure.state;
-            checks.push(check_json(failure.step, false, Some(class), &failure.detail));
+            checks.push(check_json(
+                failure.step,
+                false,
+                Some(class),
+                &failure.detail,
+            ));
             Err(class)
         }
     }
