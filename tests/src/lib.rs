@@ -13,4 +13,6 @@ pub mod placement;
 pub mod relay;
 pub mod stored;
 pub mod tls;
-pub mod tls_front;
+/// The HTTPS front a remote cluster sits behind, shared with the remote
+/// children bench.
+pub use narad_bench::tls_front;

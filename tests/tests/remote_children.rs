@@ -150,7 +150,7 @@ fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart(
     let mut target = DevProcess::secured(&dir.path().join("target"), TARGET_PASSWORD)
         .with_env("NARAD_CLUSTER_SECRET", SECRET);
     target.start();
-    let front = TlsFront::start(target.port);
+    let front = TlsFront::start(target.port).expect("the HTTPS front starts");
     let mut source = DevProcess::secured(&dir.path().join("source"), ADMIN_PASSWORD)
         .with_env("NARAD_CLUSTER_SECRET", SECRET)
         .with_env("NARAD_REMOTES_ALLOW_LOOPBACK", "true")
