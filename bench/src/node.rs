@@ -21,6 +21,19 @@ pub struct DevNode {
     child: Child,
 }
 
+/// How a [`DevNode`] starts: security, more environment, a fixed port.
+#[derive(Clone, Debug, Default)]
+pub struct DevOptions {
+    /// With a password, `--secure`: Basic auth on the API and the root
+    /// admin `admin` seeded with it (`NARAD_ADMIN_PASSWORD`).
+    pub admin_password: Option<String>,
+    /// More environment (settings `narad dev` reads there).
+    pub env: Vec<(String, String)>,
+    /// The port to serve on; a free one when `None` (a restart passes the
+    /// port it had).
+    pub port: Option<u16>,
+}
+
 impl DevNode {
     /// Starts `binary dev` on a free port with its data in `data_dir` (its
     /// log beside it) and waits until `/readyz` answers 200.
@@ -28,15 +41,42 @@ impl DevNode {
     /// # Errors
     /// When it cannot start, exits, or is not ready in time.
     pub async fn start(binary: &Path, data_dir: &Path) -> io::Result<Self> {
+        Self::start_with(binary, data_dir, &DevOptions::default()).await
+    }
+
+    /// As [`Self::start`], with `options`. The log is appended to, so a
+    /// restarted node keeps the earlier lines.
+    ///
+    /// # Errors
+    /// When it cannot start, exits, or is not ready in time.
+    pub async fn start_with(
+        binary: &Path,
+        data_dir: &Path,
+        options: &DevOptions,
+    ) -> io::Result<Self> {
         fs::create_dir_all(data_dir)?;
-        let port = free_tcp_port()?;
-        let log = File::create(data_dir.with_extension("log"))?;
-        let child = Command::new(binary)
+        let port = match options.port {
+            Some(port) => port,
+            None => free_tcp_port()?,
+        };
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(data_dir.with_extension("log"))?;
+        let mut command = Command::new(binary);
+        command
             .arg("dev")
             .arg("--port")
             .arg(port.to_string())
             .arg("--data-dir")
             .arg(data_dir)
+            .envs(options.env.iter().map(|(key, value)| (key, value)));
+        if let Some(password) = &options.admin_password {
+            command
+                .arg("--secure")
+                .env("NARAD_ADMIN_PASSWORD", password);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

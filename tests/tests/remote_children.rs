@@ -73,7 +73,9 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Record `i`: keyed by one of 50 keys for even `i`, keyless for odd.
 fn message(i: usize) -> Value {
-    let key = (i % 2 == 0).then(|| format!("key-{}", (i / 2) % KEYS));
+    let key = i
+        .is_multiple_of(2)
+        .then(|| format!("key-{}", (i / 2) % KEYS));
     let payload = json!({"id": i, "key": key});
     match key {
         Some(key) => json!({"key": key, "payload": payload}),
