@@ -172,7 +172,7 @@ fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart(
         "POST",
         "/v1/users",
         &json!({"username": "replicator", "password": REPLICATOR_PASSWORD,
-                "grants": [{"action": "produce", "topics": ["orders-copy"]}]}),
+                "grants": [{"action": "produce", "patterns": ["orders-copy"]}]}),
         201,
     );
 

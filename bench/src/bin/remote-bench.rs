@@ -16,8 +16,8 @@
 //!   `--local-delay-secs`, the source is killed once every record is
 //!   committed, and restarted after the last record is due. The restarted
 //!   cursors then find the whole backlog due and copy it as fast as they
-//!   can. The drain runs from the restart's `/readyz` and the child's
-//!   partitions assigned to the last record in the child;
+//!   can. The drain runs from the restart's `/readyz` to the last record in
+//!   the child;
 //! - **remote child, 1, 2 and 8 lanes** (`--lanes`): a remote child
 //!   attached with `from: earliest` to a target topic of its own (8
 //!   partitions), after the pre-fill. The drain runs from the attach's
@@ -27,7 +27,7 @@
 //! child or target topic). Per phase: `drain_per_s` (records over the whole
 //! drain), `steady_per_s` (the middle 80 %: from 10 % to 90 % of the
 //! records, interpolated between samples, so the cursors' start and the
-//! last slab's tail count in neither phase), `first_record_ms`, and the CPU
+//! last slab's tail count in neither phase), `first_seen_ms`, and the CPU
 //! over the drain of the source and target processes (`/proc`, every
 //! thread) and of the front's threads in this process, each and summed,
 //! per shipped record. The source's busiest thread and its share of a core
@@ -111,7 +111,7 @@ impl Default for Options {
     }
 }
 
-const USAGE: &str = "remote-bench [--records 200000] [--lanes 1,2,8] [--ingest 1,2,8] \
+const USAGE: &str = "remote-bench [--records 200000] [--lanes 1,2,8|none] [--ingest 1,2,8] \
 [--local-delay-secs 15] [--drain-max-secs 300]";
 
 impl Options {
@@ -135,6 +135,7 @@ impl Options {
             };
             match flag.as_str() {
                 "--records" => options.records = number()?.max(PREFILL_BATCH),
+                "--lanes" if value == "none" => options.lanes = Vec::new(),
                 "--lanes" => {
                     options.lanes = list()?
                         .into_iter()
@@ -234,22 +235,26 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
             "POST",
             "/v1/users",
             &json!({"username": "replicator", "password": REPLICATOR_PASSWORD,
-                    "grants": [{"action": "produce", "topics": copies}]}),
+                    "grants": [{"action": "produce",
+                                "patterns": [format!("{PARENT}-copy-*")]}]}),
             201,
         )
         .await?;
     ingest_baselines(&target, &target_api, options, report).await?;
 
-    // The source: the remote, the parent, its delayed local child.
-    source_api
-        .expect(
-            "POST",
-            "/v1/remotes",
-            &json!({"name": REMOTE, "url": front.url(), "username": "replicator",
+    // The source: the remote (when a lane count is asked for), the
+    // parent, its delayed local child.
+    if !options.lanes.is_empty() {
+        source_api
+            .expect(
+                "POST",
+                "/v1/remotes",
+                &json!({"name": REMOTE, "url": front.url(), "username": "replicator",
                     "password": REPLICATOR_PASSWORD, "ca_pem": front.ca_pem}),
-            201,
-        )
-        .await?;
+                201,
+            )
+            .await?;
+    }
     source_api
         .create_topic(&json!({"name": PARENT, "partitions": PARTITIONS}))
         .await?;
@@ -281,10 +286,10 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
     let due_at = prefill_started + Duration::from_secs_f64(prefill_s) + options.local_delay;
     tokio::time::sleep_until((due_at + Duration::from_secs(1)).into()).await;
     source = DevNode::start_with(&binary, &source_dir, &source_options).await?;
-    source_api.wait_assigned(LOCAL_CHILD).await?;
     let local = drain(
         &source_api,
         LOCAL_CHILD,
+        Some(copied_early),
         options,
         &Processes::new(&source, &target),
     )
@@ -299,7 +304,7 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
         source_api
             .expect_retrying("POST", &format!("/v1/topics/{PARENT}/children"), &body, 201)
             .await?;
-        let shipped = drain(&target_api, &copy_topic(lanes), options, &processes).await?;
+        let shipped = drain(&target_api, &copy_topic(lanes), None, options, &processes).await?;
         let prefix = format!("remote_l{lanes}");
         shipped.record(report, &prefix, options.records);
         let listing = source_api
@@ -498,22 +503,34 @@ struct Drain {
 }
 
 /// Samples `topic`'s records through `api` from now until it holds
-/// `options.records`, or `options.drain_max`.
+/// `options.records`, or `options.drain_max`. `already` is what it held
+/// at the start when known (a node just restarted may not report every
+/// partition yet); otherwise it is read now.
 async fn drain(
     api: &Api,
     topic: &str,
+    already: Option<u64>,
     options: &Options,
     processes: &Processes,
 ) -> io::Result<Drain> {
     let before = CpuMark::take(processes);
     let started = Instant::now();
-    let already = api.records(topic).await?;
+    let already = match already {
+        Some(count) => count,
+        None => api.records(topic).await?,
+    };
     let wanted = options.records.saturating_sub(already);
     let mut samples = vec![(0.0, 0.0)];
     let mut complete = wanted == 0;
+    let mut arrived = 0;
     while !complete && started.elapsed() < options.drain_max {
         tokio::time::sleep(SAMPLE).await;
-        let arrived = api.records(topic).await?.saturating_sub(already);
+        // A partition that does not report yet (a node just restarted, a
+        // topic still loading) leaves the sample out rather than count 0.
+        let Ok(count) = api.records(topic).await else {
+            continue;
+        };
+        arrived = arrived.max(count.saturating_sub(already));
         samples.push((started.elapsed().as_secs_f64(), arrived as f64));
         complete = arrived >= wanted;
     }
@@ -545,6 +562,15 @@ impl Drain {
         })
     }
 
+    /// The first sample that saw a record (the first record came at most
+    /// [`SAMPLE`] before it); the drain's length when none did.
+    fn first_seen_s(&self) -> f64 {
+        self.samples
+            .iter()
+            .find(|(_, count)| *count > 0.0)
+            .map_or(self.seconds, |(at, _)| *at)
+    }
+
     fn arrived(&self) -> f64 {
         self.samples.last().map_or(0.0, |(_, count)| *count)
     }
@@ -569,11 +595,7 @@ impl Drain {
         set(report, "steady_per_s", self.steady_per_s());
         set(report, "drain_per_s", ratio(arrived, last));
         set(report, "drain_s", last);
-        set(
-            report,
-            "first_record_ms",
-            self.time_of(1.0).unwrap_or(0.0) * 1_000.0,
-        );
+        set(report, "first_seen_ms", self.first_seen_s() * 1_000.0);
         set(report, "records", arrived);
         set(report, "records_before_start", self.already as f64);
         set(report, "complete", f64::from(u8::from(self.complete)));
@@ -830,6 +852,8 @@ mod tests {
         assert_eq!(options.records, 5_000);
         assert_eq!(options.lanes, [1, 8], "lanes are 1 to 8");
         assert_eq!(options.ingest_connections, [2]);
+        let local_only = Options::parse(args("--lanes none")).unwrap().unwrap();
+        assert!(local_only.lanes.is_empty());
         assert!(Options::parse(args("--help")).unwrap().is_none());
         assert!(Options::parse(args("--lanes x")).is_err());
         assert!(Options::parse(args("--records")).is_err());
@@ -865,6 +889,7 @@ mod tests {
             drain.steady_per_s()
         );
         assert_eq!(drain.time_of(1.0), Some(1.001));
+        assert_eq!(drain.first_seen_s(), 2.0);
         assert_eq!(drain.time_of(10_010.0), Some(12.0));
         assert_eq!(drain_of(&[(0.0, 0.0)]).steady_per_s(), 0.0);
     }
