@@ -21,6 +21,7 @@ pub(crate) mod config;
 pub(crate) mod front;
 pub(crate) mod http;
 mod peers;
+pub(crate) mod remotes_config;
 mod tls_health;
 
 use std::net::SocketAddr;
@@ -223,6 +224,7 @@ async fn serve_node(
     let mut node_config = DataNodeConfig::new(&config.data_dir);
     node_config.wal_dir = config.wal_dir.clone();
     node_config.api = config.api.clone();
+    node_config.remote_secrets = config.remote_secrets.clone();
     if let Some(interval) = config.consumer_offset_commit_interval {
         node_config.consumer_state.durable_interval = interval;
     }

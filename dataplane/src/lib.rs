@@ -42,6 +42,7 @@ pub mod admin;
 pub mod commit;
 pub mod consume;
 pub mod consume_front;
+pub mod credentials;
 pub mod dispatch;
 pub mod fanout;
 pub mod forward;

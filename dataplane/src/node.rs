@@ -25,6 +25,7 @@ use crate::admin::{Admin, LocalAdmin};
 use crate::commit::{Combiners, LocalCommitTarget};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
 use crate::consume::service::{ConsumeConfig, ConsumeService};
+use crate::credentials::{RemoteCredentials, RemoteSecrets};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
     NoRemoteTarget, ReplicaLeader,
@@ -72,6 +73,9 @@ pub struct DataNodeConfig {
     pub wal_dir: Option<PathBuf>,
     /// HTTP API behaviour.
     pub api: ApiConfig,
+    /// The secrets remote credentials are sealed under; none by default
+    /// (the node then seals and opens no remote password).
+    pub remote_secrets: RemoteSecrets,
     /// Ingress WAL options.
     pub wal: WalOptions,
     /// Checkpoint flush timing.
@@ -122,6 +126,7 @@ impl DataNodeConfig {
             data_dir: data_dir.into(),
             wal_dir: None,
             api: ApiConfig::default(),
+            remote_secrets: RemoteSecrets::default(),
             wal: WalOptions::default(),
             checkpoint: CheckpointConfig::default(),
             log: LogConfig::default(),
@@ -407,6 +412,7 @@ impl DataNode {
             Arc::clone(&dispatch_status.reroutes),
             Arc::clone(&dispatch_status.rerouted_records),
         );
+        api.credentials = Arc::new(RemoteCredentials::new(config.remote_secrets.clone()));
         api.logs = Some(Arc::clone(&logs));
         api.status.plug_logs(Arc::clone(&logs));
         api.status.plug_checkpoint(Arc::clone(&checkpoint));

@@ -22,7 +22,14 @@
 //!   [`ship::ShipOutcome::Shipped`];
 //! - [`state::LinkState`]: what a failure puts the link in.
 //!
-//! `docs/internals/remotes.md` describes the wire and the link states.
+//!
+//! Credentials and definitions, on the node that receives them:
+//! - [`seal::Keyring`]: seals a remote's password under the cluster
+//!   secret, opens it again (with the previous secret too);
+//! - [`url`]: the rules of a remote's name, URL, password, CA and limits.
+//!
+//! `docs/internals/remotes.md` describes the wire, the link states and the
+//! sealing.
 
 pub mod check;
 pub mod chunk;
@@ -30,5 +37,7 @@ pub mod client;
 pub mod encode;
 pub mod gate;
 pub mod guard;
+pub mod seal;
 pub mod ship;
 pub mod state;
+pub mod url;

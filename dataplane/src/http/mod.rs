@@ -21,6 +21,7 @@ mod produce;
 pub mod produce_cap;
 mod query;
 mod remote_children;
+pub mod remotes;
 pub mod topics;
 pub mod users;
 
@@ -43,6 +44,7 @@ use narad_wal::Wal;
 use crate::admin::Admin;
 use crate::consume::service::ConsumeService;
 use crate::consume_front::ConsumeFront;
+use crate::credentials::RemoteCredentials;
 use crate::fanout::FanoutStatus;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
@@ -77,6 +79,8 @@ pub struct ApiConfig {
     /// One `info` line a request on the [`ACCESS_LOG_TARGET`] target
     /// (`http.access_log`); off by default.
     pub access_log: bool,
+    /// The `remotes.*` settings.
+    pub remotes: remotes::RemotesConfig,
 }
 
 /// bcrypt cost of new password hashes: the common default, tens of
@@ -93,6 +97,7 @@ impl Default for ApiConfig {
             max_consume_wait: consume::CONSUME_WAIT_MAX_DEFAULT,
             consume_in_flight_per_identity: consume::CONSUME_IN_FLIGHT_PER_IDENTITY_DEFAULT,
             access_log: false,
+            remotes: remotes::RemotesConfig::default(),
         }
     }
 }
@@ -153,6 +158,11 @@ pub struct ApiState {
     pub remote_probe: OnceLock<Arc<dyn RemoteProbe>>,
     /// The node's rate limits of remote-child changes and checks.
     pub remote_limits: RemoteChildLimits,
+    /// Sealing and opening remote credentials; without a secret it seals
+    /// nothing.
+    pub credentials: Arc<RemoteCredentials>,
+    /// The remote write rate of this node.
+    pub remote_writes: parking_lot::Mutex<remotes::write_rate::WriteRate>,
 }
 
 impl ApiState {
@@ -199,6 +209,8 @@ impl ApiState {
             remote_limits: RemoteChildLimits::new(),
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
+            credentials: Arc::new(RemoteCredentials::default()),
+            remote_writes: Default::default(),
         }
     }
 
@@ -463,6 +475,27 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(
             "/v1/cluster/moves/{topic}/{partition}/abort",
             post(cluster::abort_move),
+        )
+        .route(
+            "/v1/remotes",
+            post(remotes::create)
+                .get(remotes::list)
+                .layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/remotes/{name}",
+            get(remotes::describe)
+                .patch(remotes::update)
+                .delete(remotes::delete)
+                .layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/remotes/{name}/test",
+            post(remotes::test).layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/cluster/reencrypt-remotes",
+            post(remotes::reencrypt).layer(middleware::map_response(remotes::no_store)),
         )
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
