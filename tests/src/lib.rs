@@ -13,6 +13,4 @@ pub mod placement;
 pub mod relay;
 pub mod stored;
 pub mod tls;
-/// The HTTPS front a remote cluster sits behind, shared with the remote
-/// children bench.
-pub use narad_bench::tls_front;
+pub mod tls_front;

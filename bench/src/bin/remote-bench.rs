@@ -209,6 +209,12 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
         env: vec![
             secret,
             ("NARAD_REMOTES_ALLOW_LOOPBACK".to_owned(), "true".to_owned()),
+            // The bench sends the replicator's password to the source over
+            // loopback, on this machine alone.
+            (
+                "NARAD_REMOTES_API_HOP_ENCRYPTED".to_owned(),
+                "true".to_owned(),
+            ),
             (
                 "NARAD_REMOTES_ALLOWED_PORTS".to_owned(),
                 front.port.to_string(),
