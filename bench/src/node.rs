@@ -32,6 +32,9 @@ pub struct DevOptions {
     /// The port to serve on; a free one when `None` (a restart passes the
     /// port it had).
     pub port: Option<u16>,
+    /// The ingress WAL's directory (`--wal-dir`), when not under the data
+    /// directory.
+    pub wal_dir: Option<PathBuf>,
 }
 
 impl DevNode {
@@ -42,6 +45,23 @@ impl DevNode {
     /// When it cannot start, exits, or is not ready in time.
     pub async fn start(binary: &Path, data_dir: &Path) -> io::Result<Self> {
         Self::start_with(binary, data_dir, &DevOptions::default()).await
+    }
+
+    /// [`Self::start`] with the ingress WAL under `wal_dir` when given
+    /// (`--wal-dir`, `storage.wal_dir`) instead of under `data_dir`.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn start_with_wal_dir(
+        binary: &Path,
+        data_dir: &Path,
+        wal_dir: Option<&Path>,
+    ) -> io::Result<Self> {
+        let options = DevOptions {
+            wal_dir: wal_dir.map(Path::to_path_buf),
+            ..DevOptions::default()
+        };
+        Self::start_with(binary, data_dir, &options).await
     }
 
     /// As [`Self::start`], with `options`. The log is appended to, so a
@@ -75,6 +95,10 @@ impl DevNode {
             command
                 .arg("--secure")
                 .env("NARAD_ADMIN_PASSWORD", password);
+        }
+        if let Some(wal_dir) = &options.wal_dir {
+            fs::create_dir_all(wal_dir)?;
+            command.arg("--wal-dir").arg(wal_dir);
         }
         let child = command
             .stdin(Stdio::null())

@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use narad_meta::{Metastore, Remote, RemoteKey, ResealedPassword, SealedPassword};
-use narad_remotes::client::{ClientLimits, Target};
+use narad_disk::clock::Clock;
+use narad_remotes::client::{ClientError, ClientLimits, RemoteClient, Target};
+use narad_remotes::guard::AddressGuard;
 use narad_remotes::seal::{
     Binding, KeyError, KeySalt, Keyring, OpenCache, OpenError, Password, Reseal, ResealError,
     SALT_BYTES, SealError, Sealed, SystemRandom,
@@ -395,6 +397,56 @@ pub fn target_of(remote: &Remote, password: &Password) -> Target {
             max_in_flight: limits.max_in_flight as usize,
         },
     }
+}
+
+/// Why this node cannot make a remote's client: the step that failed
+/// (`credential` or `client`), the link state it means, and what went
+/// wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientFailure {
+    /// `credential` (the password does not open here) or `client` (the
+    /// client refused the URL, CA or credential).
+    pub step: &'static str,
+    /// The link state a remote child is in for this failure.
+    pub state: LinkState,
+    /// What went wrong, for logs and the `/test` report.
+    pub detail: String,
+}
+
+/// The outbound client of `remote` on this node: its password opened with
+/// the node's keys (once per credential version), its limits, the node's
+/// address `guard`.
+///
+/// # Errors
+/// [`ClientFailure`] naming the step that failed.
+pub fn client_of(
+    metastore: &Metastore,
+    credentials: &RemoteCredentials,
+    remote: &Remote,
+    guard: AddressGuard,
+    clock: Arc<dyn Clock>,
+) -> Result<RemoteClient, ClientFailure> {
+    let password = metastore
+        .remote_key()
+        .ok_or(CredentialError::BadSalt)
+        .and_then(|key| credentials.open(key, remote))
+        .map_err(|error| ClientFailure {
+            step: "credential",
+            state: error.link_state(),
+            detail: error.to_string(),
+        })?;
+    RemoteClient::new(&target_of(remote, &password), guard, clock).map_err(|error| {
+        let state = match error {
+            ClientError::Ca(_) => LinkState::TlsFailed,
+            ClientError::Credential(_) => LinkState::CredentialUnreadable,
+            _ => LinkState::DestinationRefused,
+        };
+        ClientFailure {
+            step: "client",
+            state,
+            detail: error.to_string(),
+        }
+    })
 }
 
 /// What a remote's sealed password is bound to.

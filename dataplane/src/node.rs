@@ -31,6 +31,7 @@ use crate::dispatch::{
     NoRemoteTarget, ReplicaLeader,
 };
 use crate::fanout::machine::CursorConfig;
+use crate::fanout::shipping::{NodeShipper, SharedShipper};
 use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus, RemotePlane, RemoteShipper};
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
@@ -425,6 +426,17 @@ impl DataNode {
                 .as_secs_f64(),
         );
         let api = Arc::new(api);
+        // Remote children ship, and their targets are checked, through one
+        // outbound client per remote on this node.
+        let shipper = SharedShipper(Arc::new(NodeShipper::new(
+            Arc::clone(&api.replica),
+            Arc::clone(&api.credentials),
+            api.config.remotes.guard(),
+            Arc::clone(logs.clock()),
+            Arc::clone(&api.metrics),
+        )?));
+        remote_plane.attach(Arc::new(shipper.clone()));
+        let _ = api.remote_probe.set(Arc::new(shipper));
         let move_source = Arc::new(MoveSource::new(
             Arc::clone(&api.replica),
             Arc::clone(&logs),

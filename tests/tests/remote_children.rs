@@ -147,6 +147,9 @@ fn consume_all(target: &Api) -> Vec<(u64, u64, Value)> {
 #[test]
 fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart() {
     let dir = tempfile::tempdir().expect("temporary directory");
+    for side in ["target", "source"] {
+        std::fs::create_dir_all(dir.path().join(side)).expect("directory");
+    }
     let mut target = DevProcess::secured(&dir.path().join("target"), TARGET_PASSWORD)
         .with_env("NARAD_CLUSTER_SECRET", SECRET);
     target.start();

@@ -201,6 +201,7 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
         admin_password: Some(TARGET_PASSWORD.to_owned()),
         env: vec![secret.clone()],
         port: None,
+        wal_dir: None,
     };
     let target = DevNode::start_with(&binary, &scratch.join("target"), &target_options).await?;
     let front = TlsFront::start(target.addr.port())?;
@@ -221,6 +222,7 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
             ),
         ],
         port: None,
+        wal_dir: None,
     };
     let source_dir = scratch.join("source");
     let mut source = DevNode::start_with(&binary, &source_dir, &source_options).await?;

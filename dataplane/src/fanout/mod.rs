@@ -17,6 +17,7 @@ pub mod machine;
 pub mod reconcile;
 pub mod remote;
 pub mod runtime;
+pub mod shipping;
 mod status;
 
 pub use reconcile::FanoutRuntime;

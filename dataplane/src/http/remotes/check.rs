@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use narad_meta::{Metastore, Remote};
 use narad_remotes::check;
-use narad_remotes::client::{ClientError, RemoteClient};
+use narad_remotes::client::RemoteClient;
 use narad_remotes::state::LinkState;
 use narad_remotes::url as rules;
 use serde_json::{Value, json};
 
 use super::super::ApiState;
-use crate::credentials::{CredentialError, target_of};
+use crate::credentials::{CredentialError, client_of};
 
 /// This node's view of `remote`'s credential: an entry of `nodes[]`.
 pub(crate) fn local_node_view(state: &ApiState, metastore: &Metastore, remote: &Remote) -> Value {
@@ -107,45 +107,30 @@ fn local_checks(
         None,
         "meets remotes.allowed_hosts and remotes.allowed_ports",
     ));
-    let opened = metastore
-        .remote_key()
-        .ok_or(CredentialError::BadSalt)
-        .and_then(|key| state.credentials.open(key, remote));
-    let password = match opened {
-        Ok(password) => password,
-        Err(error) => {
-            let class = error.link_state();
-            checks.push(check_json(
-                "credential",
-                false,
-                Some(class),
-                &error.to_string(),
-            ));
-            return Err(class);
-        }
-    };
     let node = state.replica.local_node();
-    checks.push(check_json(
-        "credential",
-        true,
-        None,
-        &format!("opens on node {node}"),
-    ));
-    let target = target_of(remote, &password);
-    RemoteClient::new(
-        &target,
+    let client = client_of(
+        metastore,
+        &state.credentials,
+        remote,
         state.config.remotes.guard(),
         Arc::clone(state.clock()),
-    )
-    .map_err(|error| {
-        let class = match error {
-            ClientError::Ca(_) => LinkState::TlsFailed,
-            ClientError::Credential(_) => LinkState::CredentialUnreadable,
-            _ => LinkState::DestinationRefused,
-        };
-        checks.push(check_json("client", false, Some(class), &error.to_string()));
-        class
-    })
+    );
+    match client {
+        Ok(client) => {
+            let detail = format!("opens on node {node}");
+            checks.push(check_json("credential", true, None, &detail));
+            Ok(client)
+        }
+        Err(failure) => {
+            if failure.step != "credential" {
+                let detail = format!("opens on node {node}");
+                checks.push(check_json("credential", true, None, &detail));
+            }
+            let class = failure.state;
+            checks.push(check_json(failure.step, false, Some(class), &failure.detail));
+            Err(class)
+        }
+    }
 }
 
 /// The `/test` report: `{remote,result,class,checks[]}`, plus what the
