@@ -679,7 +679,7 @@ fn summarize(report: &mut Report, options: &Options) -> Vec<Verdict> {
     let verdicts = vec![Verdict::at_least(
         "remote_l8_to_local",
         "remote_l8_steady_per_s / local_steady_per_s vs 0.5",
-        figure("ratio_remote_l8_to_local"),
+        ratio(figure("remote_l8_steady_per_s"), local),
         TARGET_L8_TO_LOCAL,
     )];
     verdict::record_all(report, &verdicts);
