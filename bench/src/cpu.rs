@@ -8,6 +8,7 @@
 //! own threads (jbd2, writeback kworkers) are never counted; io_uring's
 //! io-wq workers are threads of the process that owns the ring and are.
 
+use std::collections::BTreeMap;
 use std::fs;
 
 use rustix::time::{ClockId, clock_gettime};
@@ -33,6 +34,55 @@ pub fn cpu_seconds(pid: &str) -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / TICKS_PER_SECOND
+}
+
+/// CPU time (user + system) of every live thread of process `pid` (or
+/// `self`), summed by thread name (`comm`, as the thread builder named it),
+/// in seconds; empty when unknown. A thread that ended is no longer
+/// counted, so take it over phases whose threads outlive them.
+pub fn thread_cpu_by_name(pid: &str) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.filter_map(Result::ok) {
+        let Ok(stat) = fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        if let Some((name, seconds)) = name_and_cpu_in_stat(&stat) {
+            *by_name.entry(name).or_insert(0.0) += seconds;
+        }
+    }
+    by_name
+}
+
+/// What each thread name gained from `before` to `after` (both from
+/// [`thread_cpu_by_name`]), in seconds; names not in `before` count whole.
+pub fn thread_cpu_growth(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(name, seconds)| {
+            let growth = seconds - before.get(name).copied().unwrap_or(0.0);
+            (name.clone(), growth.max(0.0))
+        })
+        .collect()
+}
+
+/// The command name and CPU seconds (user + system) of one
+/// `/proc/.../stat` text.
+fn name_and_cpu_in_stat(stat: &str) -> Option<(String, f64)> {
+    const TICKS_PER_SECOND: f64 = 100.0;
+    let open = stat.find('(')?;
+    let (inside, rest) = stat[open + 1..].rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |index: usize| -> Option<f64> { fields.get(index)?.parse::<f64>().ok() };
+    Some((
+        inside.to_owned(),
+        (ticks(11)? + ticks(12)?) / TICKS_PER_SECOND,
+    ))
 }
 
 /// Context switches (voluntary and not) of every live thread of process
@@ -139,6 +189,49 @@ mod tests {
         assert!(after > before, "a sleep is a voluntary switch");
         assert!(context_switches("self") >= after);
         assert_eq!(context_switches("no-such-process"), 0);
+    }
+
+    #[test]
+    fn thread_names_and_cpu_are_read_from_a_stat_text() {
+        let stat = "42 (tls front) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
+        let (name, seconds) = name_and_cpu_in_stat(stat).unwrap();
+        assert_eq!(name, "tls front");
+        assert!((seconds - 3.0).abs() < 1e-9);
+        assert_eq!(name_and_cpu_in_stat("42 no name"), None);
+    }
+
+    #[test]
+    fn a_named_live_thread_is_found_with_its_cpu() {
+        let (spun, spun_wait) = std::sync::mpsc::channel::<()>();
+        let (release, release_wait) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::Builder::new()
+            .name("cpu-test-spin".into())
+            .spawn(move || {
+                let before = thread_cpu_seconds();
+                let mut sum = 0u64;
+                while thread_cpu_seconds() - before < 0.05 {
+                    sum = std::hint::black_box(sum.wrapping_add(1));
+                }
+                spun.send(()).unwrap();
+                release_wait.recv().unwrap();
+            })
+            .unwrap();
+        spun_wait.recv().unwrap();
+        let threads = thread_cpu_by_name("self");
+        release.send(()).unwrap();
+        worker.join().unwrap();
+        assert!(threads["cpu-test-spin"] > 0.0, "{threads:?}");
+        assert!(thread_cpu_by_name("no-such-process").is_empty());
+    }
+
+    #[test]
+    fn growth_is_taken_per_name() {
+        let before = BTreeMap::from([("a".to_owned(), 1.0), ("gone".to_owned(), 2.0)]);
+        let after = BTreeMap::from([("a".to_owned(), 1.5), ("b".to_owned(), 0.25)]);
+        let growth = thread_cpu_growth(&before, &after);
+        assert_eq!(growth["a"], 0.5);
+        assert_eq!(growth["b"], 0.25);
+        assert!(!growth.contains_key("gone"));
     }
 
     #[test]

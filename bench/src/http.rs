@@ -110,14 +110,34 @@ pub fn take_response(buffer: &mut Vec<u8>) -> io::Result<Option<Response>> {
 
 /// The bytes of one HTTP/1.1 request with a `Content-Length` body.
 pub fn http_request(method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n\
-         Content-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
+    http_request_with_headers(method, path, content_type, &[], body)
+}
+
+/// As [`http_request`], with extra header lines (each `Name: value`).
+pub fn http_request_with_headers(
+    method: &str,
+    path: &str,
+    content_type: &str,
+    headers: &[&str],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n");
+    for header in headers {
+        head.push_str(header);
+        head.push_str("\r\n");
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut request = head.into_bytes();
     request.extend_from_slice(body);
     request
+}
+
+/// The `Authorization` header line of HTTP Basic auth for `user`.
+pub fn basic_authorization(user: &str, password: &str) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Authorization: Basic {encoded}")
 }
 
 /// The no-op baseline: an axum server in this process that reads the body of
@@ -276,6 +296,19 @@ fn find(haystack: &[u8], needle: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_headers_come_before_the_length_and_auth_is_base64() {
+        let auth = basic_authorization("admin", "pw");
+        assert_eq!(auth, "Authorization: Basic YWRtaW46cHc=");
+        let request = http_request_with_headers("GET", "/x", "text/plain", &[&auth], b"ab");
+        let text = String::from_utf8(request).unwrap();
+        assert_eq!(
+            text,
+            "GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n\
+             Authorization: Basic YWRtaW46cHc=\r\nContent-Length: 2\r\n\r\nab"
+        );
+    }
 
     #[test]
     fn keyed_requests_fill_every_slot_with_its_own_number() {

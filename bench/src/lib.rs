@@ -11,7 +11,8 @@
 //! ([`stats`]), CPU time ([`cpu`]), the raw-disk baselines ([`baseline`]),
 //! the report writer ([`report`]) and its target verdicts ([`verdict`]), and
 //! the brokers a benchmark drives, one `narad dev` ([`node`]) or a cluster
-//! of control and data nodes ([`cluster`]). Each benchmark is a binary in
+//! of control and data nodes ([`cluster`]), and the HTTPS front a remote
+//! cluster sits behind ([`tls_front`]). Each benchmark is a binary in
 //! `src/bin/`.
 
 pub mod baseline;
@@ -21,6 +22,7 @@ pub mod http;
 pub mod node;
 pub mod report;
 pub mod stats;
+pub mod tls_front;
 pub mod verdict;
 
 use std::path::PathBuf;

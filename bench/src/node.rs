@@ -21,6 +21,22 @@ pub struct DevNode {
     child: Child,
 }
 
+/// How a [`DevNode`] starts: security, more environment, a fixed port.
+#[derive(Clone, Debug, Default)]
+pub struct DevOptions {
+    /// With a password, `--secure`: Basic auth on the API and the root
+    /// admin `admin` seeded with it (`NARAD_ADMIN_PASSWORD`).
+    pub admin_password: Option<String>,
+    /// More environment (settings `narad dev` reads there).
+    pub env: Vec<(String, String)>,
+    /// The port to serve on; a free one when `None` (a restart passes the
+    /// port it had).
+    pub port: Option<u16>,
+    /// The ingress WAL's directory (`--wal-dir`), when not under the data
+    /// directory.
+    pub wal_dir: Option<PathBuf>,
+}
+
 impl DevNode {
     /// Starts `binary dev` on a free port with its data in `data_dir` (its
     /// log beside it) and waits until `/readyz` answers 200.
@@ -28,7 +44,7 @@ impl DevNode {
     /// # Errors
     /// When it cannot start, exits, or is not ready in time.
     pub async fn start(binary: &Path, data_dir: &Path) -> io::Result<Self> {
-        Self::start_with_wal_dir(binary, data_dir, None).await
+        Self::start_with(binary, data_dir, &DevOptions::default()).await
     }
 
     /// [`Self::start`] with the ingress WAL under `wal_dir` when given
@@ -41,17 +57,46 @@ impl DevNode {
         data_dir: &Path,
         wal_dir: Option<&Path>,
     ) -> io::Result<Self> {
+        let options = DevOptions {
+            wal_dir: wal_dir.map(Path::to_path_buf),
+            ..DevOptions::default()
+        };
+        Self::start_with(binary, data_dir, &options).await
+    }
+
+    /// As [`Self::start`], with `options`. The log is appended to, so a
+    /// restarted node keeps the earlier lines.
+    ///
+    /// # Errors
+    /// When it cannot start, exits, or is not ready in time.
+    pub async fn start_with(
+        binary: &Path,
+        data_dir: &Path,
+        options: &DevOptions,
+    ) -> io::Result<Self> {
         fs::create_dir_all(data_dir)?;
-        let port = free_tcp_port()?;
-        let log = File::create(data_dir.with_extension("log"))?;
+        let port = match options.port {
+            Some(port) => port,
+            None => free_tcp_port()?,
+        };
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(data_dir.with_extension("log"))?;
         let mut command = Command::new(binary);
         command
             .arg("dev")
             .arg("--port")
             .arg(port.to_string())
             .arg("--data-dir")
-            .arg(data_dir);
-        if let Some(wal_dir) = wal_dir {
+            .arg(data_dir)
+            .envs(options.env.iter().map(|(key, value)| (key, value)));
+        if let Some(password) = &options.admin_password {
+            command
+                .arg("--secure")
+                .env("NARAD_ADMIN_PASSWORD", password);
+        }
+        if let Some(wal_dir) = &options.wal_dir {
             fs::create_dir_all(wal_dir)?;
             command.arg("--wal-dir").arg(wal_dir);
         }

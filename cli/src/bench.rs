@@ -6,7 +6,7 @@
 //! already set) and passes the remaining arguments through.
 //!
 //! Any other first word is a topic: `narad bench <topic> --count ...` load-tests
-//! that topic on a running server ([`crate::client::bench`]). The eight
+//! that topic on a running server ([`crate::client::bench`]). The nine
 //! benchmark names are reserved; a topic with one of those names is
 //! benchmarked with `narad bench --topic NAME`.
 
@@ -20,12 +20,13 @@ use clap::Args;
 const EXIT_NOT_BUILT: u8 = 2;
 
 /// The benchmarks, by the name `narad bench` takes, and their binaries.
-const BENCHMARKS: [(&str, &str); 8] = [
+const BENCHMARKS: [(&str, &str); 9] = [
     ("produce", "produce-bench"),
     ("flow", "flow-bench"),
     ("fanout", "fanout-bench"),
     ("soak", "soak-bench"),
     ("move", "move-bench"),
+    ("remote", "remote-bench"),
     ("wal", "wal-bench"),
     ("plog", "plog-bench"),
     ("disk-baseline", "disk-baseline"),
@@ -41,6 +42,8 @@ fanout (fan-out children: parent rate, child delivery, lag, delay), soak (the pr
 soak: seven topics for --duration, default 10m; no delivery after an ack, none lost, RSS over time), \
 move (a 1 GiB partition moves to a joining fourth data node under produce load: copy rate next to \
 the raw disk, produce p99 during the move next to before; --bytes, --rate, --before), \
+remote (remote children: a pre-filled parent drained over HTTPS to a second local cluster with 1, 2 \
+and 8 lanes, next to a local child's drain; CPU per shipped record; --records, --lanes), \
 wal, plog or disk-baseline. \
 The benchmark binary must be built beside narad (cargo build --release -p narad -p narad-bench); \
 ARGS pass through (e.g. --cluster 3); each writes its JSON to target/bench/, and with --json \
@@ -56,7 +59,7 @@ produced, every other status is reported by code. --consume then consumes and ac
 /// Flags of `narad bench`.
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
-    /// A benchmark (produce, flow, fanout, soak, move, wal, plog, disk-baseline), or a topic
+    /// A benchmark (produce, flow, fanout, soak, move, remote, wal, plog, disk-baseline), or a topic
     /// to load-test on a running server.
     #[arg(value_name = "NAME|TOPIC", allow_hyphen_values = true)]
     name: OsString,

@@ -202,6 +202,7 @@ fn bench_help_names_both_forms() {
     for text in [
         "disk-baseline",
         "move (",
+        "remote (",
         "narad bench TOPIC",
         "--topic NAME",
         "p50/p95/p99",
