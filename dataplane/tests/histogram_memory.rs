@@ -1,41 +1,17 @@
 //! Histogram samples a node records are freed by folding them into their
 //! buckets (`NodeMetrics::fold_histogram_samples`), so an unscraped node's
 //! heap does not grow with its traffic. This binary counts the bytes live
-//! on the heap with its own global allocator; it holds one test so that no
-//! other test allocates beside it.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+//! on the heap with dhat as its global allocator; it holds one test so
+//! that no other test allocates beside it.
 
 use narad_dataplane::metrics::NodeMetrics;
 
-/// The system allocator, counting the bytes it has handed out and not
-/// taken back.
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call goes to `System` with the caller's layout; the
-// counter only adds and subtracts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// dhat counts the bytes live on the heap (its testing mode).
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
 fn live_bytes() -> isize {
-    LIVE_BYTES.load(Ordering::Relaxed)
+    isize::try_from(dhat::HeapStats::get().curr_bytes).expect("under isize::MAX")
 }
 
 /// Records `count` samples into the topic's consume-wait histogram.
@@ -49,6 +25,7 @@ fn record(metrics: &NodeMetrics, count: usize) {
 #[test]
 fn folded_histogram_samples_are_freed_and_unfolded_ones_are_not() {
     const SAMPLES: usize = 200_000;
+    let _profiler = dhat::Profiler::builder().testing().build();
     let metrics = NodeMetrics::new();
     record(&metrics, 1_000);
     metrics.fold_histogram_samples();
