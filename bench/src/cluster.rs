@@ -249,6 +249,29 @@ impl Broker {
         }
     }
 
+    /// [`Self::start`] with the ingress WAL of `narad dev` under `wal_dir`
+    /// when given (a cluster keeps each node's WAL under its data
+    /// directory).
+    ///
+    /// # Errors
+    /// As [`Self::start`]; a `wal_dir` with `cluster` is refused.
+    pub async fn start_with_wal_dir(
+        binary: &Path,
+        dir: &Path,
+        cluster: Option<usize>,
+        wal_dir: Option<&Path>,
+    ) -> io::Result<Self> {
+        match (cluster, wal_dir) {
+            (None, Some(wal_dir)) => Ok(Self::Dev(
+                DevNode::start_with_wal_dir(binary, dir, Some(wal_dir)).await?,
+            )),
+            (Some(_), Some(_)) => Err(io::Error::other(
+                "--wal-dir applies to narad dev only, not to --cluster",
+            )),
+            (_, None) => Self::start(binary, dir, cluster).await,
+        }
+    }
+
     /// The HTTP API addresses clients spread over (one for `narad dev`).
     pub fn addrs(&self) -> Vec<SocketAddr> {
         match self {

@@ -28,15 +28,34 @@ impl DevNode {
     /// # Errors
     /// When it cannot start, exits, or is not ready in time.
     pub async fn start(binary: &Path, data_dir: &Path) -> io::Result<Self> {
+        Self::start_with_wal_dir(binary, data_dir, None).await
+    }
+
+    /// [`Self::start`] with the ingress WAL under `wal_dir` when given
+    /// (`--wal-dir`, `storage.wal_dir`) instead of under `data_dir`.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn start_with_wal_dir(
+        binary: &Path,
+        data_dir: &Path,
+        wal_dir: Option<&Path>,
+    ) -> io::Result<Self> {
         fs::create_dir_all(data_dir)?;
         let port = free_tcp_port()?;
         let log = File::create(data_dir.with_extension("log"))?;
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("dev")
             .arg("--port")
             .arg(port.to_string())
             .arg("--data-dir")
-            .arg(data_dir)
+            .arg(data_dir);
+        if let Some(wal_dir) = wal_dir {
+            fs::create_dir_all(wal_dir)?;
+            command.arg("--wal-dir").arg(wal_dir);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

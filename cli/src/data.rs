@@ -21,6 +21,9 @@ pub(crate) mod config;
 pub(crate) mod front;
 pub(crate) mod http;
 mod peers;
+pub(crate) mod remotes_config;
+
+use narad_dataplane::http::remotes::gauges::PLAINTEXT_RAFT;
 mod tls_health;
 
 use std::net::SocketAddr;
@@ -223,6 +226,7 @@ async fn serve_node(
     let mut node_config = DataNodeConfig::new(&config.data_dir);
     node_config.wal_dir = config.wal_dir.clone();
     node_config.api = config.api.clone();
+    node_config.remote_secrets = config.remote_secrets.clone();
     if let Some(interval) = config.consumer_offset_commit_interval {
         node_config.consumer_state.durable_interval = interval;
     }
@@ -252,6 +256,14 @@ async fn serve_node(
         .map_err(|e| Failure::Start(format!("data node did not start: {e}")))?;
     peers.attach(&node, replica, bridge.addresses());
     bridge.serve_heartbeat_metrics(&node.api().metrics);
+    // Without mutual TLS the cluster plane carries the sealed remote
+    // credentials under its own TLS only (spec §9).
+    let plaintext_raft = if config.cluster_tls.is_none() {
+        1.0
+    } else {
+        0.0
+    };
+    node.api().metrics.set(PLAINTEXT_RAFT, &[], plaintext_raft);
     info!(http = %config.http_addr, "narad data serving");
     let mut gate = ReadyGate::new(vec![leader_check(bridge)]);
     if let Some(tls) = &config.cluster_tls {

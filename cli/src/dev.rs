@@ -17,11 +17,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{ArgMatches, Args, FromArgMatches};
-use narad_controlplane::node::config::layered::Layer;
+use narad_controlplane::node::config::layered::{ConfigError, Layer};
 use narad_controlplane::node::config::{
     ClusterSecurity, ControlConfig, ENV_ADMIN_PASSWORD, Peer, defaults,
 };
 use narad_controlplane::node::{ControlClient, ControlNode};
+use narad_dataplane::credentials::RemoteSecrets;
 use narad_dataplane::dispatch::NoRemoteTarget;
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::metrics::ClusterCallMetrics;
@@ -37,6 +38,7 @@ use self::settings::{DevConfig, DevSettings};
 use crate::bridge::{Bridge, ControlAdmin, ControlConfirm};
 use crate::control::wait_for_signal;
 use crate::data::http::{self, ReadyCheck, ReadyGate};
+use crate::data::remotes_config;
 use crate::data::{SHUTDOWN_GRACE, leader_check};
 use crate::process::{EXIT_CONFIG, EXIT_START};
 
@@ -99,7 +101,28 @@ struct Dev {
     data_dir: PathBuf,
     secure: bool,
     settings: DevConfig,
+    /// What remote passwords are sealed under.
+    remote_secrets: RemoteSecrets,
 }
+
+/// With `--secure` and no `NARAD_CLUSTER_SECRET`, a random secret for this
+/// process alone (as the spec's secured single node makes): remotes added
+/// in this run open until it stops, and need their passwords set again
+/// after a restart.
+fn dev_remote_secrets(secrets: RemoteSecrets, secure: bool) -> RemoteSecrets {
+    if !secure || secrets.current.is_some() {
+        return secrets;
+    }
+    let mut bytes = zeroize::Zeroizing::new(vec![0u8; DEV_SECRET_BYTES]);
+    rand::fill(bytes.as_mut_slice());
+    RemoteSecrets {
+        current: Some(bytes),
+        ..secrets
+    }
+}
+
+/// Bytes of the per-process secret of [`dev_remote_secrets`].
+const DEV_SECRET_BYTES: usize = 32;
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
@@ -170,12 +193,25 @@ fn control_config(dev: &Dev, cluster_addr: SocketAddr) -> ControlConfig {
 
 /// Runs `narad dev` until SIGINT or SIGTERM.
 pub(crate) fn run(args: &DevArgs) -> ExitCode {
-    let dev = match settings::resolve(&args.layers) {
-        Ok(settings) => Dev {
+    let env = |name: &str| std::env::var(name).ok();
+    let resolved = settings::resolve(&args.layers).and_then(|settings| {
+        if settings.remotes.any_set() && !args.flags.secure {
+            return Err(ConfigError::new(
+                "remotes",
+                String::new(),
+                "remotes settings need --secure: remotes exist only with security on",
+            ));
+        }
+        let secrets = remotes_config::secrets(&env, args.flags.secure)?;
+        Ok((settings, secrets))
+    });
+    let dev = match resolved {
+        Ok((settings, remote_secrets)) => Dev {
             port: args.flags.port,
             data_dir: args.flags.data_dir.clone(),
             secure: args.flags.secure,
             settings,
+            remote_secrets: dev_remote_secrets(remote_secrets, args.flags.secure),
         },
         Err(e) => {
             eprintln!("narad dev: {e}");
@@ -269,6 +305,8 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     let mut config = DataNodeConfig::new(&dev.data_dir);
     config.wal_dir = dev.settings.wal_dir.clone();
     config.api.security = dev.secure;
+    config.api.remotes = dev.settings.remotes.clone();
+    config.remote_secrets = dev.remote_secrets.clone();
     config.api.access_log = dev.settings.access_log;
     config.wal.prealloc = dev.settings.ingress_wal_prealloc;
     config.set_partition_log_prealloc(dev.settings.partition_log_prealloc);
@@ -290,6 +328,12 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     let node = tokio::task::block_in_place(|| DataNode::start(services, config))
         .map_err(|e| format!("data node did not start: {e}"))?;
     bridge.serve_heartbeat_metrics(&node.api().metrics);
+    // `narad dev` has no cluster TLS: its two nodes talk over loopback.
+    node.api().metrics.set(
+        narad_dataplane::http::remotes::gauges::PLAINTEXT_RAFT,
+        &[],
+        1.0,
+    );
     transport.observe_calls(Arc::new(ClusterCallMetrics::new(
         Arc::clone(&node.api().metrics),
         Arc::clone(node.logs().clock()),

@@ -94,3 +94,82 @@ fn delay_without_parent_is_a_usage_error() {
         2,
     );
 }
+
+#[test]
+fn a_remote_attach_to_an_unknown_remote_is_refused_and_creates_nothing() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "ch-remote-parent"]));
+    let error = fails(
+        &server.run(&[
+            "topic",
+            "attach",
+            "ch-remote-parent",
+            "ch-remote-stub",
+            "--remote",
+            "nowhere",
+            "--lanes",
+            "2",
+        ]),
+        1,
+    );
+    assert!(
+        error.contains(
+            "attach ch-remote-stub to ch-remote-parent on remote nowhere: server answered 404"
+        ),
+        "{error}"
+    );
+    fails(&server.run(&["topic", "info", "ch-remote-stub"]), 1);
+    let children = ok(&server.run(&["topic", "children", "ch-remote-parent"]));
+    assert!(
+        children.contains("REMOTE") && children.contains("STATE"),
+        "{children}"
+    );
+}
+
+#[test]
+fn remote_flags_need_remote_and_lanes_stay_in_range() {
+    let server = shared();
+    for flags in [
+        &["--lanes", "2"][..],
+        &["--dry-run"][..],
+        &["--remote", "dr", "--lanes", "9"][..],
+        &["--remote", "dr", "--from", "tail"][..],
+        &["--remote", "dr", "--delay", "1m"][..],
+    ] {
+        let mut args = vec!["topic", "attach", "ch-p", "ch-c"];
+        args.extend_from_slice(flags);
+        fails(&server.run(&args), 2);
+    }
+}
+
+#[test]
+fn pause_resume_and_skip_name_a_local_child_as_no_remote_child() {
+    let server = shared();
+    ok(&server.run(&["topic", "add", "ch-plain-parent"]));
+    ok(&server.run(&[
+        "topic",
+        "add",
+        "ch-plain-child",
+        "--parent",
+        "ch-plain-parent",
+    ]));
+    for args in [
+        &["topic", "pause", "ch-plain-child", "--reason", "x"][..],
+        &["topic", "resume", "ch-plain-child"][..],
+        &[
+            "topic",
+            "skip",
+            "ch-plain-child",
+            "--partition",
+            "0",
+            "--offset",
+            "1",
+        ][..],
+    ] {
+        let error = fails(&server.run(args), 2);
+        assert!(
+            error.contains("topic ch-plain-child is not a remote child"),
+            "{error}"
+        );
+    }
+}

@@ -42,6 +42,7 @@ pub mod admin;
 pub mod commit;
 pub mod consume;
 pub mod consume_front;
+pub mod credentials;
 pub mod dispatch;
 pub mod fanout;
 pub mod forward;
@@ -53,6 +54,7 @@ pub mod moves;
 pub mod node;
 pub mod partitions;
 pub mod remote;
+pub mod remote_children;
 pub mod status;
 pub mod topology;
 

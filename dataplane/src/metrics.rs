@@ -204,6 +204,34 @@ pub const FANOUT_LAG_MESSAGES: &str = "narad_fanout_lag_messages";
 /// child, partition); the signal for delay children, whose offset lag is
 /// about rate × delay by design.
 pub const FANOUT_DUE_LAG_SECONDS: &str = "narad_fanout_due_lag_seconds";
+/// A remote child's link state per parent partition (parent, child,
+/// partition, state): 1 for the state its cursor is in, 0 for the others.
+pub const FANOUT_REMOTE_STATE: &str = "narad_fanout_remote_state";
+/// How long the oldest record a remote child's cursor has not shipped yet
+/// has waited since its parent commit (parent, child, partition).
+pub const FANOUT_REMOTE_LAG_SECONDS: &str = "narad_fanout_remote_lag_seconds";
+/// When a remote child's lane was last stored in full (parent, child).
+pub const FANOUT_REMOTE_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "narad_fanout_remote_last_success_timestamp_seconds";
+/// Parent records an operator's skip passed over (parent, child).
+pub const FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL: &str = "narad_fanout_remote_skipped_records_total";
+/// Requests to a remote by answer status (remote, code; `none` without an
+/// answer).
+pub const REMOTE_REQUESTS_TOTAL: &str = "narad_remote_requests_total";
+/// How long a request to a remote took (remote).
+pub const REMOTE_REQUEST_SECONDS: &str = "narad_remote_request_seconds";
+/// Failed requests to a remote by link state (remote, class).
+pub const REMOTE_ERRORS_TOTAL: &str = "narad_remote_errors_total";
+/// Uncompressed request body bytes sent to a remote (remote).
+pub const REMOTE_BODY_BYTES_TOTAL: &str = "narad_remote_body_bytes_total";
+/// Request bytes on the wire to a remote, compressed where compressed
+/// (remote).
+pub const REMOTE_WIRE_BYTES_TOTAL: &str = "narad_remote_wire_bytes_total";
+/// A remote's chunk byte limit now (remote): 960 KiB, halved after
+/// timeouts down to 64 KiB.
+pub const REMOTE_CHUNK_BYTES_LIMIT: &str = "narad_remote_chunk_bytes_limit";
+/// A remote's gate backoff now (remote): 0 while open.
+pub const REMOTE_GATE_BACKOFF_SECONDS: &str = "narad_remote_gate_backoff_seconds";
 /// Records committed to children (parent, child).
 pub const FANOUT_COMMITTED_TOTAL: &str = "narad_fanout_committed_total";
 /// Parent records a cursor skipped (parent, child): aged out by retention
@@ -262,7 +290,7 @@ pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
 
 /// The bucket bounds of every histogram this registry serves. A histogram
 /// missing here would be rendered as a summary.
-const BUCKETS: [(&str, &[f64]); 9] = [
+const BUCKETS: [(&str, &[f64]); 10] = [
     (CONSUME_WAIT_SECONDS, &CONSUME_WAIT_BUCKETS_SECONDS),
     (FANOUT_BATCH_RECORDS, &FANOUT_BATCH_RECORDS_BUCKETS),
     (FANOUT_BATCH_BYTES, &FANOUT_BATCH_BYTES_BUCKETS),
@@ -284,6 +312,7 @@ const BUCKETS: [(&str, &[f64]); 9] = [
         &SCHEMA_VALIDATION_BUCKETS_SECONDS,
     ),
     (CLUSTER_RPC_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
+    (REMOTE_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
 ];
 
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);
@@ -338,7 +367,7 @@ pub struct TopicHandles {
 }
 
 /// The reasons of [`PRODUCE_REJECTIONS_TOTAL`].
-pub const PRODUCE_REJECTION_REASONS: [&str; 2] = ["schema", "delayed_child"];
+pub const PRODUCE_REJECTION_REASONS: [&str; 3] = ["schema", "delayed_child", "remote_child"];
 
 impl TopicHandles {
     fn lazily<'a>(
@@ -486,7 +515,7 @@ impl NodeMetrics {
             consume_wait: CONSUME_WAIT_OUTCOMES.map(wait),
             extends: OnceLock::new(),
             nacks: OnceLock::new(),
-            refusals: [OnceLock::new(), OnceLock::new()],
+            refusals: std::array::from_fn(|_| OnceLock::new()),
         });
         let mut cached = self.topics.write();
         if cached.len() >= HANDLES_CACHED_MAX {

@@ -25,12 +25,14 @@ use crate::admin::{Admin, LocalAdmin};
 use crate::commit::{Combiners, LocalCommitTarget};
 use crate::consume::ahead::{ConsumerStateConfig, ConsumerStateStore, StateWorker};
 use crate::consume::service::{ConsumeConfig, ConsumeService};
+use crate::credentials::{RemoteCredentials, RemoteSecrets};
 use crate::dispatch::{
     CommitTarget, DispatchConfig, DispatchParts, DispatchRuntime, DispatchStatus, LeaderConfirm,
     NoRemoteTarget, ReplicaLeader,
 };
 use crate::fanout::machine::CursorConfig;
-use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus};
+use crate::fanout::shipping::{NodeShipper, SharedShipper};
+use crate::fanout::{FanoutParts, FanoutRuntime, FanoutStatus, RemotePlane, RemoteShipper};
 use crate::http::consume::effective_wait_max;
 use crate::http::{ApiConfig, ApiState, Health, router};
 use crate::ingress::Acceptor;
@@ -72,6 +74,9 @@ pub struct DataNodeConfig {
     pub wal_dir: Option<PathBuf>,
     /// HTTP API behaviour.
     pub api: ApiConfig,
+    /// The secrets remote credentials are sealed under; none by default
+    /// (the node then seals and opens no remote password).
+    pub remote_secrets: RemoteSecrets,
     /// Ingress WAL options.
     pub wal: WalOptions,
     /// Checkpoint flush timing.
@@ -122,6 +127,7 @@ impl DataNodeConfig {
             data_dir: data_dir.into(),
             wal_dir: None,
             api: ApiConfig::default(),
+            remote_secrets: RemoteSecrets::default(),
             wal: WalOptions::default(),
             checkpoint: CheckpointConfig::default(),
             log: LogConfig::default(),
@@ -240,6 +246,8 @@ pub struct DataNode {
     retention: Option<Retention>,
     poller: Option<Poller>,
     fanout: Option<FanoutRuntime>,
+    /// Where remote children's cursors ship through.
+    remote_plane: Arc<RemotePlane>,
     /// Serves the transfer calls of moves away from this node.
     move_source: Arc<MoveSource>,
     /// Confirms with the control plane's leader before a move's runner
@@ -303,6 +311,7 @@ impl DataNode {
             "narad-fanout-commit",
         )?);
         let fanout_status = Arc::new(FanoutStatus::new());
+        let remote_plane = Arc::new(RemotePlane::new());
         let fanout = FanoutRuntime::start(FanoutParts {
             disk: Arc::clone(&services.disk),
             logs: Arc::clone(&logs),
@@ -311,6 +320,7 @@ impl DataNode {
             local: fanout_local,
             remote: Arc::clone(&services.remote),
             status: Arc::clone(&fanout_status),
+            remote_plane: Arc::clone(&remote_plane),
             metrics: Arc::clone(&metrics),
             clock: Arc::clone(&services.clock),
             config: config.fanout,
@@ -403,6 +413,7 @@ impl DataNode {
             Arc::clone(&dispatch_status.reroutes),
             Arc::clone(&dispatch_status.rerouted_records),
         );
+        api.credentials = Arc::new(RemoteCredentials::new(config.remote_secrets.clone()));
         api.logs = Some(Arc::clone(&logs));
         api.status.plug_logs(Arc::clone(&logs));
         api.status.plug_checkpoint(Arc::clone(&checkpoint));
@@ -415,6 +426,17 @@ impl DataNode {
                 .as_secs_f64(),
         );
         let api = Arc::new(api);
+        // Remote children ship, and their targets are checked, through one
+        // outbound client per remote on this node.
+        let shipper = SharedShipper(Arc::new(NodeShipper::new(
+            Arc::clone(&api.replica),
+            Arc::clone(&api.credentials),
+            api.config.remotes.guard(),
+            Arc::clone(logs.clock()),
+            Arc::clone(&api.metrics),
+        )?));
+        remote_plane.attach(Arc::new(shipper.clone()));
+        let _ = api.remote_probe.set(Arc::new(shipper));
         let move_source = Arc::new(MoveSource::new(
             Arc::clone(&api.replica),
             Arc::clone(&logs),
@@ -438,6 +460,7 @@ impl DataNode {
             retention: Some(retention),
             poller: Some(poller),
             fanout: Some(fanout),
+            remote_plane,
             move_source,
             leader: Arc::clone(&services.leader),
             force_promote_after: config.force_promote_after,
@@ -578,6 +601,20 @@ impl DataNode {
     /// reads it, and the forward service answers other nodes from it.
     pub fn fanout(&self) -> &Arc<FanoutStatus> {
         &self.api.fanout
+    }
+
+    /// Plugs in the shipper remote children's cursors ship through (the
+    /// process that runs the node builds it: outbound client, sealed
+    /// credentials). Returns false if one was plugged in before.
+    pub fn attach_remote_shipper(&self, shipper: Arc<dyn RemoteShipper>) -> bool {
+        self.remote_plane.attach(shipper)
+    }
+
+    /// Plugs in the probe that checks a remote child's target on attach
+    /// and resume (the process builds it on its outbound client). Returns
+    /// false if one was plugged in before.
+    pub fn attach_remote_probe(&self, probe: Arc<dyn crate::remote_children::RemoteProbe>) -> bool {
+        self.api.remote_probe.set(probe).is_ok()
     }
 
     /// The per-partition commit combiners: a remote commit service

@@ -248,6 +248,25 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
         self.write_and_sync(offset, buf).wait()
     }
 
+    /// [`Self::write_and_sync_now`] for a caller of which several may be
+    /// syncing different files of this disk at the same moment (a node's
+    /// partition logs, each committing on its own thread): the same
+    /// contract, and the same result for every caller as if it ran alone.
+    ///
+    /// A backend with a ring may submit the write-and-syncs that overlap
+    /// together: the io_uring backend runs a lone one on the calling thread
+    /// as [`Self::write_and_sync_now`] does, and sends those that start
+    /// while another is running to its storage thread, which submits every
+    /// request queued by then in one `io_uring_enter`, each file's write
+    /// linked to its own fdatasync. A failed write or fdatasync fails only
+    /// its own call. The default is [`Self::write_and_sync_now`].
+    ///
+    /// # Errors
+    /// As [`Self::write_and_sync_now`].
+    fn write_and_sync_gathered(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        self.write_and_sync_now(offset, buf)
+    }
+
     /// Allocates `[offset, offset + len)` without writing it
     /// (`fallocate`, mode 0).
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()>;

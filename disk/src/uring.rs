@@ -122,6 +122,23 @@ struct Shared {
     cached_reads_supported: AtomicBool,
     /// How write-and-syncs to `O_DIRECT` files are made durable.
     direct_sync: DirectSync,
+    /// Gathered write-and-syncs running on their callers' threads now
+    /// (`DiskFile::write_and_sync_gathered`); one that starts while this is
+    /// not 0 goes to the ring instead.
+    gathering_now: AtomicUsize,
+    /// Gathered write-and-syncs sent to the ring because another was
+    /// running.
+    gathered_syncs: AtomicU64,
+}
+
+/// Counts a gathered write-and-sync running on its caller's thread for as
+/// long as it lives.
+struct GatheringNow<'a>(&'a AtomicUsize);
+
+impl Drop for GatheringNow<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The submitting side of one storage thread.
@@ -442,8 +459,17 @@ impl UringDisk {
                 cached_reads: AtomicU64::new(0),
                 cached_reads_supported: AtomicBool::new(true),
                 direct_sync: options.direct_sync,
+                gathering_now: AtomicUsize::new(0),
+                gathered_syncs: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// Gathered write-and-syncs (`DiskFile::write_and_sync_gathered`) that
+    /// went to the ring so far because another one was running: how often
+    /// syncs of different files were submitted together.
+    pub fn gathered_syncs(&self) -> u64 {
+        self.shared.gathered_syncs.load(Ordering::Relaxed)
     }
 
     /// Write entries submitted from registered buffers (`WriteFixed`) so far,
@@ -1442,6 +1468,20 @@ impl DiskFile for UringFile {
         Ok(buf)
     }
 
+    /// Alone, on the calling thread; while another gathered write-and-sync
+    /// runs, through the ring, where the storage thread submits it with
+    /// every request queued beside it in one `io_uring_enter`.
+    fn write_and_sync_gathered(&self, offset: u64, buf: IoBuf) -> io::Result<IoBuf> {
+        let shared = &self.disk.shared;
+        if shared.gathering_now.fetch_add(1, Ordering::AcqRel) > 0 {
+            shared.gathering_now.fetch_sub(1, Ordering::AcqRel);
+            shared.gathered_syncs.fetch_add(1, Ordering::Relaxed);
+            return self.write_and_sync(offset, buf).wait();
+        }
+        let _running = GatheringNow(&shared.gathering_now);
+        self.write_and_sync_now(offset, buf)
+    }
+
     fn fallocate(&self, offset: u64, len: u64) -> Completion<()> {
         let (done, completion) = Completion::channel();
         self.submit(OpKind::Fallocate { offset, len, done }, completion)
@@ -1887,6 +1927,58 @@ mod tests {
         drive(&mut worker);
         assert_eq!(&completion.wait().unwrap()[..], b"linked");
         assert_eq!(file.metadata().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn write_and_syncs_of_two_files_go_in_one_submission_and_fail_apart() {
+        let Some((mut worker, requests)) = lone_worker(|features| features) else {
+            return;
+        };
+        let (dir, file) = temp_file();
+        let (other_dir, writable) = temp_file();
+        // Opened read-only: its write fails (EBADF), as a torn or failed
+        // device write would fail one partition's commit.
+        let read_only = Arc::new(fs::File::open(other_dir.path().join("f")).unwrap());
+        let (good, good_done) = write_sync_op(&file, b"first log");
+        let (bad, bad_done) = write_sync_op(&read_only, b"second log");
+        assert!(requests.send(Request::Op(good)).is_ok());
+        assert!(requests.send(Request::Op(bad)).is_ok());
+        worker.take_requests();
+        assert_eq!(worker.in_flight, 4, "two writes, each linked to its sync");
+        assert_eq!(worker.unsubmitted, [0, SYNC_PART_BIT, 1, 1 | SYNC_PART_BIT]);
+        worker.submit_and_wait();
+        assert!(
+            worker.unsubmitted.is_empty(),
+            "one io_uring_enter took both pairs"
+        );
+        worker.reap();
+        drive(&mut worker);
+        assert_eq!(&good_done.wait().unwrap()[..], b"first log");
+        assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"first log");
+        let error = bad_done.wait().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF));
+        assert!(
+            crate::sync_failure(&error).is_none(),
+            "the write failed, so its sync never ran"
+        );
+        assert_eq!(writable.metadata().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_gathered_write_and_sync_goes_to_the_ring_only_beside_another() {
+        let Some(disk) = uring_disk(1) else { return };
+        let (_dir, file) = opened_temp_file(&disk);
+        file.write_and_sync_gathered(0, IoBuf::from_slice(b"alone"))
+            .unwrap();
+        assert_eq!(disk.gathered_syncs(), 0, "a lone one runs on its thread");
+        // As if another log's commit were syncing on its own thread now.
+        disk.shared.gathering_now.fetch_add(1, Ordering::AcqRel);
+        file.write_and_sync_gathered(5, IoBuf::from_slice(b"beside"))
+            .unwrap();
+        disk.shared.gathering_now.fetch_sub(1, Ordering::AcqRel);
+        assert_eq!(disk.gathered_syncs(), 1);
+        assert_eq!(file.read_at(0, 11).wait().unwrap(), b"alonebeside");
+        assert_eq!(disk.shared.gathering_now.load(Ordering::Acquire), 0);
     }
 
     #[test]

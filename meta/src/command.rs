@@ -10,6 +10,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::ids::{AttachEpoch, IncarnationId, PasswordHash};
+use super::remote_command::{
+    AttachRemoteChild, CreateRemote, DeleteRemote, PauseRemoteChild, ResealRemotes,
+    ResumeRemoteChild, SkipRemoteRecord, UpdateRemote,
+};
 use super::state::Grant;
 
 /// Who asked for a change, for the authorization re-check under apply.
@@ -482,6 +486,22 @@ pub enum Command {
     ForcePromote(CompleteMove),
     /// See [`RemoveMember`].
     RemoveMember(RemoveMember),
+    /// See [`CreateRemote`].
+    CreateRemote(CreateRemote),
+    /// See [`UpdateRemote`].
+    UpdateRemote(UpdateRemote),
+    /// See [`DeleteRemote`].
+    DeleteRemote(DeleteRemote),
+    /// See [`ResealRemotes`].
+    ResealRemotes(ResealRemotes),
+    /// See [`AttachRemoteChild`].
+    AttachRemoteChild(AttachRemoteChild),
+    /// See [`PauseRemoteChild`].
+    PauseRemoteChild(PauseRemoteChild),
+    /// See [`ResumeRemoteChild`].
+    ResumeRemoteChild(ResumeRemoteChild),
+    /// See [`SkipRemoteRecord`].
+    SkipRemoteRecord(SkipRemoteRecord),
 }
 
 /// Where a command sits in the log.

@@ -5,8 +5,10 @@
 
 use super::limits::{
     CHILDREN_MAX, FANOUT_DELAY_MS_MAX, IDEMPOTENCY_WINDOW_MS_MAX, IDEMPOTENCY_WINDOW_MS_MIN,
-    PASSWORD_BYTES_MAX, SCHEMA_CLUSTER_BYTES_MAX, SCHEMA_DOCUMENT_BYTES_MAX,
-    SCHEMA_TOPIC_BYTES_MAX, SCHEMA_VERSIONS_MAX, TOPIC_NAME_BYTES_MAX,
+    PASSWORD_BYTES_MAX, REMOTE_CHILDREN_MAX, REMOTE_LANES_MAX, REMOTE_PARENT_RETENTION_MS_MIN,
+    REMOTE_PAUSE_REASON_BYTES_MAX, REMOTE_SKIPS_PER_PARTITION_MAX, REMOTES_MAX,
+    SCHEMA_CLUSTER_BYTES_MAX, SCHEMA_DOCUMENT_BYTES_MAX, SCHEMA_TOPIC_BYTES_MAX,
+    SCHEMA_VERSIONS_MAX, TOPIC_NAME_BYTES_MAX,
 };
 
 /// Why a command was refused. A refused command changes nothing, except an
@@ -347,6 +349,93 @@ pub enum MetastoreError {
     /// password and this command.
     #[error("password changed since it was checked; try again")]
     PasswordChanged,
+    // ---- Remotes and remote children (v3.2) ----
+    /// Remotes exist only on a cluster with security on.
+    #[error("remotes require security")]
+    RemotesRequireSecurity,
+    /// A remote name outside `^[a-z][a-z0-9-]{0,62}$`.
+    #[error("invalid remote name {name:?}: use a lowercase letter, then up to 62 of a-z 0-9 -")]
+    RemoteNameInvalid {
+        /// The refused name.
+        name: String,
+    },
+    /// A remote of that name exists.
+    #[error("remote already exists")]
+    RemoteExists,
+    /// No remote of that name.
+    #[error("remote not found")]
+    RemoteNotFound,
+    /// The cluster has as many remotes as it may.
+    #[error("a cluster has at most {REMOTES_MAX} remotes")]
+    RemoteLimit,
+    /// The remote changed since the proposer read it.
+    #[error("remote changed since it was read (revision {current}, expected {expected})")]
+    RemoteRevisionConflict {
+        /// The stored revision.
+        current: u64,
+        /// The revision the request named.
+        expected: u64,
+    },
+    /// A new url, username or CA without the password.
+    #[error("changing url, username or ca_pem needs the password again")]
+    RemotePasswordRequired,
+    /// The cluster's remote key moved between the proposer's seal and this
+    /// command (a concurrent first remote or re-encryption).
+    #[error("the cluster's remote key changed while the request was made; try again")]
+    RemoteKeyChanged,
+    /// A delete without `force` of a remote that links still use.
+    #[error("remote is used by {count} remote child link(s); detach them or delete with force=true", count = links.len())]
+    RemoteInUse {
+        /// The stubs of the links that use it.
+        links: Vec<String>,
+    },
+    /// The parent has as many remote children as it may.
+    #[error("a parent has at most {REMOTE_CHILDREN_MAX} remote children")]
+    RemoteChildLimit,
+    /// A parent with remote children keeps its records at least a day.
+    #[error(
+        "a parent with remote children needs retention_ms of 0 (forever) or at least {REMOTE_PARENT_RETENTION_MS_MIN} (24 h), got {retention_ms}"
+    )]
+    RemoteParentRetention {
+        /// The refused (or current) retention.
+        retention_ms: u64,
+    },
+    /// Another link already ships to that remote topic.
+    #[error("remote topic {remote_topic:?} on remote {remote:?} is already linked (by {child:?})")]
+    RemoteTopicLinked {
+        /// The remote.
+        remote: String,
+        /// The topic there.
+        remote_topic: String,
+        /// The stub of the link that has it.
+        child: String,
+    },
+    /// Lanes outside 1–8.
+    #[error("lanes must be between 1 and {REMOTE_LANES_MAX}")]
+    RemoteLanesInvalid,
+    /// A produce, consume or change that a stub topic cannot take.
+    #[error("remote child {name:?} lives on remote {remote}; consume it there")]
+    RemoteStub {
+        /// The stub.
+        name: String,
+        /// Its remote.
+        remote: String,
+    },
+    /// A pause, resume or skip of a topic that is no remote child.
+    #[error("topic {name:?} is not a remote child")]
+    NotRemoteChild {
+        /// The topic.
+        name: String,
+    },
+    /// A pause reason that is too long or not printable.
+    #[error("reason must be printable text of at most {REMOTE_PAUSE_REASON_BYTES_MAX} bytes")]
+    PauseReasonInvalid,
+    /// A partition already has as many skipped offsets as it may keep.
+    #[error("partition {partition} already skips {REMOTE_SKIPS_PER_PARTITION_MAX} records")]
+    SkipLimit {
+        /// The parent partition.
+        partition: u32,
+    },
     /// The actor may not do this.
     #[error("{reason}")]
     Forbidden {
@@ -360,8 +449,9 @@ impl MetastoreError {
     pub fn status(&self) -> u16 {
         use MetastoreError::*;
         match self {
-            TopicNotFound | ParentNotFound | NotLinked | MemberNotFound | UserNotFound => 404,
-            Forbidden { .. } => 403,
+            TopicNotFound | ParentNotFound | NotLinked | MemberNotFound | UserNotFound
+            | RemoteNotFound => 404,
+            Forbidden { .. } | RemotesRequireSecurity => 403,
             AllNodesDraining => 503,
             TopicExists
             | TopicNameCaseClash { .. }
@@ -390,7 +480,18 @@ impl MetastoreError {
             | MemberNotEmpty { .. }
             | MemberRemoved { .. }
             | UserExists
-            | PasswordChanged => 409,
+            | PasswordChanged
+            | RemoteExists
+            | RemoteLimit
+            | RemoteRevisionConflict { .. }
+            | RemoteKeyChanged
+            | RemoteInUse { .. }
+            | RemoteChildLimit
+            | RemoteParentRetention { .. }
+            | RemoteTopicLinked { .. }
+            | RemoteStub { .. }
+            | NotRemoteChild { .. }
+            | SkipLimit { .. } => 409,
             TopicNameEmpty
             | TopicNameTooLong { .. }
             | TopicNameInvalid { .. }
@@ -414,7 +515,11 @@ impl MetastoreError {
             | PartitionOutOfRange { .. }
             | UsernameInvalid { .. }
             | PasswordLength
-            | GrantInvalid { .. } => 400,
+            | GrantInvalid { .. }
+            | RemoteNameInvalid { .. }
+            | RemotePasswordRequired
+            | RemoteLanesInvalid
+            | PauseReasonInvalid => 400,
         }
     }
 }

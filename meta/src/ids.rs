@@ -88,6 +88,15 @@ hex_id!(
     "attach epoch"
 );
 
+hex_id!(
+    /// A remote's id: 8 random bytes minted by the proposer of its create,
+    /// so a remote deleted and added again under the same name is told
+    /// apart (its links and sealed credential name the remote they were
+    /// made for).
+    RemoteId,
+    "remote id"
+);
+
 /// A bcrypt hash as stored (`$2b$<cost>$<salt and hash>`, 60 characters).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]

@@ -37,6 +37,8 @@ pub mod follow;
 mod ids;
 pub mod limits;
 mod password;
+mod remote_command;
+mod remotes;
 pub mod rules;
 mod state;
 
@@ -48,10 +50,18 @@ pub use command::{
 };
 pub use decommission::DecommissionBlock;
 pub use error::MetastoreError;
-pub use ids::{AttachEpoch, BadId, IncarnationId, PasswordHash};
+pub use ids::{AttachEpoch, BadId, IncarnationId, PasswordHash, RemoteId};
 pub use password::{
     AdminPassword, BCRYPT_COST, GENERATED_PASSWORD_CHARS, admin_password, hash_password,
     verify_password,
+};
+pub use remote_command::{
+    AttachRemoteChild, CreateRemote, DeleteRemote, PauseRemoteChild, ResealRemotes,
+    ResealedPassword, ResumeRemoteChild, SkipRemoteRecord, UpdateRemote,
+};
+pub use remotes::{
+    Compression, Remote, RemoteFrom, RemoteKey, RemoteLimits, RemoteLink, RemotePause,
+    SealedPassword,
 };
 pub use rules::check_password;
 pub use state::{

@@ -98,3 +98,27 @@ const _: () = assert!(IDEMPOTENCY_WINDOW_MS_MAX == 24 * 3_600_000);
 /// flows; eight keep a rebalance going on every node of a small cluster
 /// without letting copies crowd out produce and consume on the disks.
 pub const MOVES_IN_FLIGHT_MAX: usize = 8;
+
+/// A cluster has at most this many remotes (spec §1.10): each one is a set
+/// of outbound connections on every data node and a credential every node
+/// keeps open.
+pub const REMOTES_MAX: usize = 64;
+
+/// A parent has at most this many remote children (spec §1.4): each costs
+/// one cursor per parent partition and outbound requests to another cluster.
+pub const REMOTE_CHILDREN_MAX: usize = 16;
+
+/// A remote child ships in at most this many lanes (spec §1.4).
+pub const REMOTE_LANES_MAX: u8 = 8;
+
+/// A parent with remote children keeps its records at least this long (or
+/// forever): a remote cluster that is down for a day must find what it
+/// missed still in the parent's log.
+pub const REMOTE_PARENT_RETENTION_MS_MIN: u64 = 86_400_000;
+
+/// A remote child remembers at most this many skipped offsets per parent
+/// partition (spec §1.4).
+pub const REMOTE_SKIPS_PER_PARTITION_MAX: usize = 4_000;
+
+/// A pause reason is at most this many bytes of printable text.
+pub const REMOTE_PAUSE_REASON_BYTES_MAX: usize = 256;

@@ -298,3 +298,30 @@ pub fn new_topic(create: &CreateTopic, inherited: Option<u32>) -> Result<Topic, 
         children: Vec::new(),
     })
 }
+
+/// A remote's name: a lowercase letter, then up to 62 lowercase letters,
+/// digits and dashes (spec §1.10).
+pub fn check_remote_name(name: &str) -> Result<(), MetastoreError> {
+    let mut bytes = name.bytes();
+    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_lowercase());
+    let rest_ok = bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if first_ok && rest_ok && name.len() <= 63 {
+        Ok(())
+    } else {
+        Err(MetastoreError::RemoteNameInvalid {
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// A pause reason: printable text (no control characters) of at most 256
+/// bytes.
+pub fn check_pause_reason(reason: &str) -> Result<(), MetastoreError> {
+    if reason.len() <= crate::limits::REMOTE_PAUSE_REASON_BYTES_MAX
+        && !reason.chars().any(char::is_control)
+    {
+        Ok(())
+    } else {
+        Err(MetastoreError::PauseReasonInvalid)
+    }
+}

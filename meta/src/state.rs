@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ids::{AttachEpoch, IncarnationId, PasswordHash};
 use super::limits::IDEMPOTENCY_WINDOW_MS_DEFAULT;
+use super::remotes::{Remote, RemoteKey, RemoteLink};
 
 /// A topic's place in fan-out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -305,6 +306,10 @@ pub struct DomainVersions {
     pub members: u64,
     /// Users, passwords and grants.
     pub users: u64,
+    /// Remotes, their credentials and the cluster remote key. Remote-child
+    /// links count as topics. Absent from the JSON of older builds.
+    #[serde(default)]
+    pub remotes: u64,
 }
 
 /// The replicated cluster metadata. Changed only by [`Metastore::apply`].
@@ -321,6 +326,15 @@ pub struct Metastore {
     #[serde(default)]
     pub(super) removed: BTreeSet<String>,
     pub(super) users: BTreeMap<String, User>,
+    /// Remotes by name. Absent from the JSON of older builds.
+    #[serde(default)]
+    pub(super) remotes: BTreeMap<String, Remote>,
+    /// The cluster remote key, set with the first remote.
+    #[serde(default)]
+    pub(super) remote_key: Option<RemoteKey>,
+    /// Remote-child links by stub topic name.
+    #[serde(default)]
+    pub(super) remote_links: BTreeMap<String, RemoteLink>,
     pub(super) versions: DomainVersions,
     pub(super) applied_index: u64,
 }
@@ -329,6 +343,42 @@ impl Metastore {
     /// An empty metastore (a cluster's first state).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The remote called `name`.
+    pub fn remote(&self, name: &str) -> Option<&Remote> {
+        self.remotes.get(name)
+    }
+
+    /// Every remote, in name order.
+    pub fn remotes(&self) -> impl Iterator<Item = &Remote> {
+        self.remotes.values()
+    }
+
+    /// The cluster remote key, once a remote was added.
+    pub fn remote_key(&self) -> Option<&RemoteKey> {
+        self.remote_key.as_ref()
+    }
+
+    /// The remote link of stub topic `child`.
+    pub fn remote_link(&self, child: &str) -> Option<&RemoteLink> {
+        self.remote_links.get(child)
+    }
+
+    /// Every remote link with its stub's name, in name order.
+    pub fn remote_links(&self) -> impl Iterator<Item = (&str, &RemoteLink)> {
+        self.remote_links
+            .iter()
+            .map(|(child, link)| (child.as_str(), link))
+    }
+
+    /// The stubs whose links use remote `name`, in name order.
+    pub fn links_of_remote(&self, name: &str) -> Vec<String> {
+        self.remote_links
+            .iter()
+            .filter(|(_, link)| link.remote == name)
+            .map(|(child, _)| child.clone())
+            .collect()
     }
 
     /// The topic called exactly `name`.

@@ -523,10 +523,12 @@ impl PartitionLog {
         for planned in &plan.frames {
             buf.extend_from_slice(&planned.bytes);
         }
-        // The committing thread only waits for the write and its fdatasync,
-        // so it runs both itself: no hand-off to a storage thread and back.
+        // The committing thread only waits for the write and its fdatasync:
+        // alone it runs both itself (no hand-off to a storage thread and
+        // back); beside other logs' commits the disk may submit them all
+        // together (`write_and_sync_gathered`).
         let syncing_us = self.clock.now_us();
-        if let Err(error) = file.write_and_sync_now(position, buf) {
+        if let Err(error) = file.write_and_sync_gathered(position, buf) {
             if narad_disk::sync_failure(&error).is_none() {
                 return Err(LogError::io("write a commit")(error));
             }

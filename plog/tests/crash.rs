@@ -220,6 +220,85 @@ fn every_acknowledged_commit_survives_crashes_at_seeded_points() {
     }
 }
 
+/// Two partition logs of one disk committing at the same moments (their
+/// write-and-syncs may be submitted together, `write_and_sync_gathered`),
+/// cut at a seeded point and torn: each log keeps every commit it
+/// acknowledged, and a commit the cut failed fails only its own caller.
+fn run_two_logs_seed(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let sim = SimDisk::new(seed);
+    let config = crash_config(&mut rng);
+    let dirs = [
+        Path::new("/data/topics/parent/p00000"),
+        Path::new("/data/topics/child/p00000"),
+    ];
+    let open_at = |dir: &Path| {
+        PartitionLog::open(
+            Arc::new(sim.clone()),
+            dir,
+            config.clone(),
+            Arc::new(narad_disk::clock::SystemClock::new()),
+        )
+        .unwrap()
+    };
+    let batches: Vec<Vec<Vec<Owned>>> = (0..2)
+        .map(|_| {
+            (0..rng.random_range(5..20))
+                .map(|n| random_batch(&mut rng, 1_000 + n))
+                .collect()
+        })
+        .collect();
+    let logs: Vec<PartitionLog> = dirs.iter().map(|dir| open_at(dir)).collect();
+    sim.inject(Fault {
+        op: FaultOp::Any,
+        nth: rng.random_range(0..120),
+        error: FaultError::Eio,
+        sticky: true,
+    });
+    let outcomes: Vec<(Vec<Owned>, Vec<Owned>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = logs
+            .into_iter()
+            .zip(&batches)
+            .map(|(log, batches)| {
+                scope.spawn(move || {
+                    let mut acked = Vec::new();
+                    for batch in batches {
+                        match commit(&log, batch) {
+                            Ok(offsets) => {
+                                assert_eq!(offsets.start, acked.len() as u64, "seed {seed}");
+                                acked.extend(batch.iter().cloned());
+                            }
+                            Err(_) => {
+                                assert_eq!(log.high_watermark(), acked.len() as u64);
+                                return (acked, batch.clone());
+                            }
+                        }
+                    }
+                    (acked, Vec::new())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    sim.clear_faults();
+    sim.crash(if rng.random_bool(0.5) {
+        Tear::LastWrite
+    } else {
+        Tear::None
+    });
+    for (dir, (mut acked, in_flight)) in dirs.iter().zip(outcomes) {
+        let log = open_at(dir);
+        check_recovered(&log, &mut acked, &in_flight, seed);
+    }
+}
+
+#[test]
+fn two_logs_committing_at_once_keep_every_acknowledged_commit_across_a_cut() {
+    for seed in 0..CRASH_SEEDS {
+        run_two_logs_seed(seed);
+    }
+}
+
 /// A log with `count` records committed and synced, on a fresh disk.
 fn log_with(sim: &SimDisk, count: u64) -> PartitionLog {
     let log = open(sim, &LogConfig::default());

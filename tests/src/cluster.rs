@@ -108,6 +108,11 @@ pub struct ControlProcess {
 }
 
 impl ControlProcess {
+    /// Its data directory (the Raft log, the snapshot and the metastore).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// Whether the process runs.
     pub fn is_running(&self) -> bool {
         self.child.is_some()

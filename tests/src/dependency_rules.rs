@@ -7,8 +7,10 @@
 //! - `narad-meta` (the metastore both planes share) depends on
 //!   `narad-protocol` only;
 //! - `narad-controlplane` depends on `narad-protocol` and `narad-meta` only;
+//! - `narad-remotes` (sealing, the outbound client, shipping to another
+//!   cluster) depends on `narad-disk` only;
 //! - `narad-dataplane` depends on `narad-protocol`, `narad-meta`,
-//!   `narad-wal`, `narad-plog` and `narad-disk` only;
+//!   `narad-wal`, `narad-plog`, `narad-disk` and `narad-remotes` only;
 //! - no crate but `narad` (the binary) links both planes, directly or
 //!   through other crates.
 //!
@@ -25,6 +27,7 @@ pub const PROTOCOL: &str = "narad-protocol";
 pub const META: &str = "narad-meta";
 pub const CONTROLPLANE: &str = "narad-controlplane";
 pub const DATAPLANE: &str = "narad-dataplane";
+pub const REMOTES: &str = "narad-remotes";
 /// The one crate allowed to link both planes.
 pub const BINARY: &str = "narad";
 
@@ -37,7 +40,11 @@ pub fn allowed_direct_dependencies() -> BTreeMap<&'static str, BTreeSet<&'static
         (WAL, BTreeSet::from([DISK])),
         (PLOG, BTreeSet::from([DISK])),
         (CONTROLPLANE, BTreeSet::from([PROTOCOL, META])),
-        (DATAPLANE, BTreeSet::from([PROTOCOL, META, WAL, PLOG, DISK])),
+        (REMOTES, BTreeSet::from([DISK])),
+        (
+            DATAPLANE,
+            BTreeSet::from([PROTOCOL, META, WAL, PLOG, DISK, REMOTES]),
+        ),
     ])
 }
 

@@ -13,3 +13,4 @@ pub mod placement;
 pub mod relay;
 pub mod stored;
 pub mod tls;
+pub mod tls_front;

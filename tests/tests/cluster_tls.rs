@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use narad_tests::cluster::{
     ADMIN, DataCluster, DataProcess, SECRET, WAIT_MAX, http_get, narad_binary,
 };
-use narad_tests::metrics_list::{Status, exposed_families, load_list};
+use narad_tests::metrics_list::assert_served_when;
 use narad_tests::tls::{NodeCertificate, TestPki, YEAR_2001_S, YEAR_2100_S};
 
 const TOPIC: &str = "sealed";
@@ -31,28 +31,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 /// Every series `ops/metrics.tsv` lists as served by nodes with cluster
 /// TLS files is in `text` with its listed type and label keys.
 fn assert_served_with_cluster_tls(text: &str, what: &str) {
-    let scraped = exposed_families(text);
-    let listed: Vec<_> = load_list()
-        .into_iter()
-        .filter(|(_, listed)| {
-            listed.status
-                == Status::ServedWhen {
-                    condition: "cluster-tls".into(),
-                }
-        })
-        .collect();
-    assert!(!listed.is_empty(), "the list has cluster-tls series");
-    for (name, listed) in listed {
-        let family = scraped
-            .get(&name)
-            .unwrap_or_else(|| panic!("{what}: {name} is not on /metrics\n{text}"));
-        assert_eq!(family.kind, listed.kind, "{what}: {name}");
-        assert_eq!(
-            family.label_sets,
-            BTreeSet::from([listed.labels.clone()]),
-            "{what}: {name}"
-        );
-    }
+    assert_served_when(text, "cluster-tls", what);
 }
 
 /// Consumes and acks through `node`, one message a request, until `count`

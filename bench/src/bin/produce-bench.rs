@@ -30,12 +30,17 @@
 //! is produced to once every data node sees its partitions assigned, and
 //! `<phase>_narad_cores` sums every process. It writes
 //! `produce-cluster.json` and `.png`, with the same keys.
+//!
+//! With `--wal-dir DIR` the ingress WAL of `narad dev` lives in a directory
+//! of its own under DIR (`storage.wal_dir`), the partition logs under the
+//! scratch directory as before; on a machine with a second device, DIR is
+//! on it. The report says which (`wal_dir_separate`).
 
 use std::borrow::Cow;
 use std::fs;
 use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -124,11 +129,14 @@ impl Load {
 }
 
 fn main() -> io::Result<()> {
-    let cluster = cluster_arg(std::env::args().skip(1))?;
+    let (wal_root, rest) = wal_dir_arg(std::env::args().skip(1))?;
+    let cluster = cluster_arg(rest)?;
     // Per process, so two runs at once cannot delete each other's node.
-    let scratch = narad_bench::bench_dir()?.join(format!("produce-{}", std::process::id()));
+    let run = format!("produce-{}", std::process::id());
+    let scratch = narad_bench::bench_dir()?.join(&run);
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch)?;
+    let wal_dir = wal_root.map(|root| root.join(&run));
     let mut report = Report::new(if cluster.is_some() {
         "produce-cluster"
     } else {
@@ -181,7 +189,15 @@ fn main() -> io::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(measure(&scratch, &mut report, cluster))?;
+    report.set("wal_dir_separate", f64::from(u8::from(wal_dir.is_some())));
+    report.note(
+        "wal_dir",
+        &wal_dir.as_ref().map_or_else(
+            || "under the node's data directory".to_owned(),
+            |dir| format!("separate: {}", dir.display()),
+        ),
+    );
+    runtime.block_on(measure(&scratch, &mut report, cluster, wal_dir.as_deref()))?;
     fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
     fdatasync.record(&mut report);
     report.note("load_average_at_end", &load_average());
@@ -194,10 +210,37 @@ fn main() -> io::Result<()> {
     println!("wrote {}", path.display());
     verdict::print_summary(&verdicts);
     let _ = fs::remove_dir_all(&scratch);
+    if let Some(wal_dir) = &wal_dir {
+        let _ = fs::remove_dir_all(wal_dir);
+    }
     Ok(())
 }
 
-async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) -> io::Result<()> {
+/// Takes `--wal-dir DIR` out of the arguments: DIR and the rest.
+fn wal_dir_arg(
+    args: impl IntoIterator<Item = String>,
+) -> io::Result<(Option<PathBuf>, Vec<String>)> {
+    let mut args = args.into_iter();
+    let (mut wal_dir, mut rest) = (None, Vec::new());
+    while let Some(arg) = args.next() {
+        if arg != "--wal-dir" {
+            rest.push(arg);
+            continue;
+        }
+        let dir = args
+            .next()
+            .ok_or_else(|| io::Error::other("--wal-dir takes a directory"))?;
+        wal_dir = Some(PathBuf::from(dir));
+    }
+    Ok((wal_dir, rest))
+}
+
+async fn measure(
+    scratch: &Path,
+    report: &mut Report,
+    cluster: Option<usize>,
+    wal_dir: Option<&Path>,
+) -> io::Result<()> {
     let single_request = Load::Fixed(Arc::new(http_request(
         "POST",
         &format!("/v1/topics/{TOPIC}/produce"),
@@ -213,7 +256,8 @@ async fn measure(scratch: &Path, report: &mut Report, cluster: Option<usize>) ->
     record(report, "baseline_http_noop_c64", &mut noop_c64);
     report.set("baseline_http_noop_c64_per_s", noop_c64.msgs_per_s());
 
-    let node = Broker::start(&narad_binary(), &scratch.join("node"), cluster).await?;
+    let node = Broker::start_with_wal_dir(&narad_binary(), &scratch.join("node"), cluster, wal_dir)
+        .await?;
     let addrs = node.addrs();
     create_topic(addrs[0]).await?;
     if cluster.is_some() {
@@ -602,5 +646,23 @@ async fn create_topic(addr: SocketAddr) -> io::Result<()> {
             response.status,
             String::from_utf8_lossy(&response.body)
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn wal_dir_is_taken_out_and_the_rest_kept() {
+        let (wal_dir, rest) = wal_dir_arg(args("--wal-dir /nvme1 --cluster 3")).unwrap();
+        assert_eq!(wal_dir, Some(PathBuf::from("/nvme1")));
+        assert_eq!(rest, args("--cluster 3"));
+        assert_eq!(wal_dir_arg(args("")).unwrap(), (None, Vec::new()));
+        assert!(wal_dir_arg(args("--wal-dir")).is_err());
     }
 }

@@ -40,6 +40,7 @@ pub(crate) enum Subject {
     Topic,
     User,
     Node,
+    Remote,
 }
 
 impl Answer {
@@ -283,6 +284,7 @@ fn hint(answer: &Answer, text: &str, subject: Subject, user: Option<&str>) -> St
         Subject::Topic => "`narad topic ls` lists topics",
         Subject::User => "`narad user ls` lists users",
         Subject::Node => "`narad cluster members` lists the nodes",
+        Subject::Remote => "`narad remote ls` lists remotes",
     };
     match (answer.status, user) {
         (401, Some(user)) => format!(
@@ -299,6 +301,14 @@ fn hint(answer: &Answer, text: &str, subject: Subject, user: Option<&str>) -> St
         (404, _) if subject == Subject::Node => format!("; check the node id ({listing})"),
         (404, _) => format!("; check the name ({listing})"),
         (409, _) if subject == Subject::User => format!("; that user exists ({listing})"),
+        (409, _) if subject == Subject::Remote => {
+            "; read the current state (`narad remote info`) and decide".to_owned()
+        }
+        (412, _) if subject == Subject::Remote => {
+            "; a remote's password needs TLS in front of the node and \
+             remotes.api_hop_encrypted=true there"
+                .to_owned()
+        }
         (409, _) if subject == Subject::Node => {
             "; read the current state (`narad cluster members`) and decide".to_owned()
         }

@@ -1,4 +1,4 @@
-//! The client verbs of `narad`: topic, pub, sub, replay, user, cluster,
+//! The client verbs of `narad`: topic, pub, sub, replay, user, remote, cluster,
 //! server report, ctx, completion and the topic benchmark. Each is an
 //! HTTP client of the API (spec §1) and nothing more: no module here links
 //! the data plane.
@@ -16,7 +16,9 @@ mod http;
 mod message;
 mod output;
 mod pubsub;
+mod remote;
 mod topic;
+mod topic_remote;
 mod user;
 
 use std::process::ExitCode;
@@ -98,6 +100,13 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connection: Connection,
     },
+    /// Other Narad clusters remote children ship to (admin, security on).
+    Remote {
+        #[command(subcommand)]
+        command: remote::RemoteCommand,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Cluster membership and partition moves (admin).
     Cluster {
         #[command(subcommand)]
@@ -155,6 +164,10 @@ pub(crate) fn run(command: ClientCommand, cli: &mut clap::Command) -> ExitCode {
             command,
             connection,
         } => user::run(command, &connection.with_environment(env)),
+        ClientCommand::Remote {
+            command,
+            connection,
+        } => remote::run(command, &connection.with_environment(env)),
         ClientCommand::Cluster {
             command,
             connection,

@@ -1,5 +1,5 @@
-//! `narad topic add|ls|info|edit|rm|schema|attach|detach|children`
-//! (spec §1.3, §1.4).
+//! `narad topic add|ls|info|edit|rm|schema|attach|detach|children|pause|resume|skip`
+//! (spec §1.3, §1.4; the remote-child verbs in [`super::topic_remote`]).
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, IsTerminal, Read, Write};
@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use super::duration::{format_bytes, format_ms, parse_ms, parse_retention_ms};
 use super::http::{Answer, Body, encode};
 use super::output::{field, print_json, say, table};
-use super::{Api, Connection, Failure, Outcome};
+use super::{Api, Connection, Failure, Outcome, topic_remote};
 
 /// `narad topic` verbs.
 #[derive(Debug, Subcommand)]
@@ -33,6 +33,10 @@ pub(crate) enum TopicCommand {
         /// Do not ask for confirmation (required without a terminal).
         #[arg(short, long)]
         force: bool,
+        /// Delete a remote child's stub, or a parent with remote children,
+        /// even though records are not shipped yet (they are lost).
+        #[arg(long)]
+        drop_unshipped: bool,
     },
     /// Print a topic's schema history, oldest first.
     Schema {
@@ -40,29 +44,91 @@ pub(crate) enum TopicCommand {
         name: String,
     },
     /// Attach CHILD under PARENT: from now on every record committed to
-    /// the parent is copied into the child.
+    /// the parent is copied into the child. With --remote, CHILD is a new
+    /// stub and the records are shipped to a topic of another cluster.
     Attach {
         /// The parent topic.
         parent: String,
-        /// The child topic (it must exist).
+        /// The child topic (it must exist; with --remote it must not).
         child: String,
         /// Deliver each record this long after its parent commit (a delay
         /// child), e.g. 15m.
-        #[arg(long, value_parser = parse_ms)]
+        #[arg(long, value_parser = parse_ms, conflicts_with = "remote")]
         delay: Option<u64>,
+        #[command(flatten)]
+        remote: RemoteAttachArgs,
     },
-    /// Detach CHILD from PARENT; the child keeps its messages.
+    /// Detach CHILD from PARENT; the child keeps its messages (a remote
+    /// child's stub is deleted).
     Detach {
         /// The parent topic.
         parent: String,
         /// The child topic.
         child: String,
+        /// Detach a remote child even though records are not shipped yet
+        /// (they are lost).
+        #[arg(long)]
+        drop_unshipped: bool,
     },
-    /// List a parent's children with their lag.
+    /// List a parent's children with their lag (and a remote child's
+    /// link and state).
     Children {
         /// The parent topic.
         parent: String,
+        /// One row per parent partition for remote children.
+        #[arg(long)]
+        partitions: bool,
     },
+    /// Pause a remote child: nothing is shipped until it is resumed.
+    Pause {
+        /// The remote child (its stub).
+        child: String,
+        /// Why, shown in the listing (up to 256 printable bytes).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Resume a paused remote child; its target is checked again.
+    Resume {
+        /// The remote child (its stub).
+        child: String,
+        /// Ship to the target even though its topic was replaced since the
+        /// attach.
+        #[arg(long)]
+        accept_target: bool,
+    },
+    /// Let a remote child's cursor pass one record the target refused.
+    Skip {
+        /// The remote child (its stub).
+        child: String,
+        /// The parent partition the cursor holds on.
+        #[arg(long)]
+        partition: u32,
+        /// The offset of the refused record.
+        #[arg(long)]
+        offset: u64,
+    },
+}
+
+/// The remote flags of `narad topic attach`.
+#[derive(Debug, Args)]
+pub(crate) struct RemoteAttachArgs {
+    /// Ship to this remote (see `narad remote ls`): CHILD is created as a
+    /// stub.
+    #[arg(long)]
+    pub(crate) remote: Option<String>,
+    /// The topic on the remote [default: the parent's name].
+    #[arg(long, requires = "remote")]
+    pub(crate) remote_topic: Option<String>,
+    /// Where shipping starts: attach (records from now on), unconsumed
+    /// (records not acknowledged yet) or earliest (every retained record).
+    #[arg(long, requires = "remote", value_parser = ["attach", "unconsumed", "earliest"])]
+    pub(crate) from: Option<String>,
+    /// Ordered lanes to the remote, 1 to 8 [default: 1].
+    #[arg(long, requires = "remote", value_parser = clap::value_parser!(u8).range(1..=8))]
+    pub(crate) lanes: Option<u8>,
+    /// Check the target and show the attach point; link nothing.
+    #[arg(long, requires = "remote")]
+    pub(crate) dry_run: bool,
 }
 
 /// Flags of `narad topic add`.
@@ -215,7 +281,11 @@ pub(crate) fn run(command: TopicCommand, connection: &Connection) -> Outcome {
         TopicCommand::Ls => list(&api, json),
         TopicCommand::Info { name } => info(&api, &name, json),
         TopicCommand::Edit(args) => edit(&api, args, json),
-        TopicCommand::Rm { name, force } => remove(&api, &name, force, json),
+        TopicCommand::Rm {
+            name,
+            force,
+            drop_unshipped,
+        } => remove(&api, &name, force, drop_unshipped, json),
         TopicCommand::Schema { name } => {
             let history = api.get_json(
                 &format!("/v1/topics/{}/schema", encode(&name)),
@@ -226,12 +296,51 @@ pub(crate) fn run(command: TopicCommand, connection: &Connection) -> Outcome {
         TopicCommand::Attach {
             parent,
             child,
+            remote:
+                RemoteAttachArgs {
+                    remote: Some(remote),
+                    remote_topic,
+                    from,
+                    lanes,
+                    dry_run,
+                },
+            ..
+        } => topic_remote::attach(
+            &api,
+            &parent,
+            &child,
+            &topic_remote::RemoteAttach {
+                remote,
+                remote_topic,
+                from,
+                lanes,
+                dry_run,
+            },
+            json,
+        ),
+        TopicCommand::Attach {
+            parent,
+            child,
             delay,
+            ..
         } => attach(&api, &parent, &child, delay, json),
-        TopicCommand::Detach { parent, child } => {
-            let path = format!("/v1/topics/{}/children/{}", encode(&parent), encode(&child));
+        TopicCommand::Detach {
+            parent,
+            child,
+            drop_unshipped,
+        } => {
+            let path = format!(
+                "/v1/topics/{}/children/{}{}",
+                encode(&parent),
+                encode(&child),
+                topic_remote::force_query(drop_unshipped)
+            );
             let answer = api.send("DELETE", &path, None)?;
-            api.expect(answer, &[204], &format!("detach {child} from {parent}"))?;
+            let what = format!("detach {child} from {parent}");
+            if let Some(refusal) = topic_remote::unshipped_refusal(&answer, &what) {
+                return Err(refusal);
+            }
+            api.expect(answer, &[204], &what)?;
             if json {
                 return say!(
                     "{}",
@@ -240,7 +349,19 @@ pub(crate) fn run(command: TopicCommand, connection: &Connection) -> Outcome {
             }
             say!("topic {child} detached from {parent}")
         }
-        TopicCommand::Children { parent } => children(&api, &parent, json),
+        TopicCommand::Children { parent, partitions } => {
+            topic_remote::children(&api, &parent, partitions, json)
+        }
+        TopicCommand::Pause { child, reason } => topic_remote::pause(&api, &child, &reason, json),
+        TopicCommand::Resume {
+            child,
+            accept_target,
+        } => topic_remote::resume(&api, &child, accept_target, json),
+        TopicCommand::Skip {
+            child,
+            partition,
+            offset,
+        } => topic_remote::skip(&api, &child, partition, offset, json),
     }
 }
 
@@ -397,6 +518,9 @@ fn info(api: &Api, name: &str, json: bool) -> Outcome {
     )?;
     say!("owner:           {}", field(&topic, "owner"))?;
     say!("schema version:  {}", field(&topic, "schema_version"))?;
+    if let Some(link) = topic.get("remote") {
+        say!("{}", topic_remote::link_line(link))?;
+    }
     if topic.get("partial").and_then(Value::as_bool) == Some(true) {
         say!("partial:         some partition owners did not answer; figures are incomplete")?;
     }
@@ -536,7 +660,7 @@ fn changed_text(topic: &Value, field_name: &str) -> String {
     }
 }
 
-fn remove(api: &Api, name: &str, force: bool, json: bool) -> Outcome {
+fn remove(api: &Api, name: &str, force: bool, drop_unshipped: bool, json: bool) -> Outcome {
     if !force {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::Usage(format!(
@@ -552,8 +676,17 @@ fn remove(api: &Api, name: &str, force: bool, json: bool) -> Outcome {
             )));
         }
     }
-    let answer = api.send("DELETE", &format!("/v1/topics/{}", encode(name)), None)?;
-    api.expect(answer, &[204], &format!("delete topic {name}"))?;
+    let path = format!(
+        "/v1/topics/{}{}",
+        encode(name),
+        topic_remote::force_query(drop_unshipped)
+    );
+    let answer = api.send("DELETE", &path, None)?;
+    let what = format!("delete topic {name}");
+    if let Some(refusal) = topic_remote::unshipped_refusal(&answer, &what) {
+        return Err(refusal);
+    }
+    api.expect(answer, &[204], &what)?;
     if json {
         return say!("{}", json!({ "topic": name, "deleted": true }));
     }
@@ -597,38 +730,6 @@ fn attach(api: &Api, parent: &str, child: &str, delay: Option<u64>, json: bool) 
         ),
         None => say!("topic {child} attached to {parent}"),
     }
-}
-
-fn children(api: &Api, parent: &str, json: bool) -> Outcome {
-    let answer = api.get_json(
-        &format!("/v1/topics/{}/children", encode(parent)),
-        &format!("list the children of {parent}"),
-    )?;
-    let list = answer
-        .get("children")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if json {
-        for child in &list {
-            say!("{child}")?;
-        }
-        return Ok(());
-    }
-    let mut rows = table(&["CHILD", "DELAY", "LAG"]);
-    for child in &list {
-        let complete = child.get("lag_complete").and_then(Value::as_bool) != Some(false);
-        rows.add_row(vec![
-            field(child, "name"),
-            ms_text(child, "delay_ms"),
-            format!(
-                "{}{}",
-                field(child, "lag_messages"),
-                if complete { "" } else { "+" }
-            ),
-        ]);
-    }
-    say!("{rows}")
 }
 
 /// A `--schema` value: inline JSON, `@FILE`, or `-` for standard input.
@@ -699,7 +800,7 @@ pub(crate) fn number(value: &Value, name: &str) -> u64 {
     value.get(name).and_then(Value::as_u64).unwrap_or(0)
 }
 
-fn ms_text(value: &Value, name: &str) -> String {
+pub(super) fn ms_text(value: &Value, name: &str) -> String {
     value
         .get(name)
         .and_then(Value::as_u64)

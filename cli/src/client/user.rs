@@ -86,7 +86,7 @@ pub(crate) fn run(command: UserCommand, connection: &Connection) -> Outcome {
         } => {
             let password = match user_password {
                 Some(password) if !user_password_stdin => password,
-                _ => password_line()?,
+                _ => password_line("--user-password-stdin")?,
             };
             let body = json!({ "username": name, "password": password, "grants": grants });
             let answer = api.send("POST", "/v1/users", Some(Body::Json(&body)))?;
@@ -176,7 +176,9 @@ fn grants_text(user: &Value) -> String {
         .join(" ")
 }
 
-fn password_line() -> Result<String, Failure> {
+/// The first line of stdin as a password; `flag` names the flag that
+/// asked for it in the error.
+pub(super) fn password_line(flag: &str) -> Result<String, Failure> {
     let mut line = String::new();
     std::io::stdin()
         .lock()
@@ -184,9 +186,9 @@ fn password_line() -> Result<String, Failure> {
         .map_err(|e| Failure::Usage(format!("cannot read the new password from stdin: {e}")))?;
     let password = line.trim_end_matches(['\r', '\n']).to_owned();
     if password.is_empty() {
-        return Err(Failure::Usage(
-            "--user-password-stdin: standard input held no password".into(),
-        ));
+        return Err(Failure::Usage(format!(
+            "{flag}: standard input held no password"
+        )));
     }
     Ok(password)
 }

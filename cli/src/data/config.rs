@@ -28,6 +28,8 @@ use narad_protocol::{ClusterSecret, ClusterTls};
 use serde_json::Value;
 
 use super::front;
+use super::remotes_config;
+use narad_dataplane::credentials::RemoteSecrets;
 
 /// The settings of a data node, in the order `--help` lists them.
 pub(crate) mod keys {
@@ -84,6 +86,18 @@ pub(crate) mod keys {
             "Bytes in one fan-out slab at most: fanout.max_batch_bytes";
         FANOUT_LINGER = "fanout.linger_ms", "NARAD_FANOUT_LINGER_MS", "fanout-linger-ms",
             "How long a fan-out slab waits to fill: fanout.linger_ms";
+        REMOTES_ALLOWED_HOSTS = "remotes.allowed_hosts", "NARAD_REMOTES_ALLOWED_HOSTS", "remotes-allowed-hosts",
+            "Hosts remotes may point at, exact or *.suffix, comma-separated (empty: any): remotes.allowed_hosts";
+        REMOTES_ALLOWED_PORTS = "remotes.allowed_ports", "NARAD_REMOTES_ALLOWED_PORTS", "remotes-allowed-ports",
+            "Ports remote URLs may use, comma-separated (default 443): remotes.allowed_ports";
+        REMOTES_ALLOW_ADDRESSES = "remotes.allow_addresses", "NARAD_REMOTES_ALLOW_ADDRESSES", "remotes-allow-addresses",
+            "CIDRs exempt from the remotes' address guard, comma-separated: remotes.allow_addresses";
+        REMOTES_ALLOW_LOOPBACK = "remotes.allow_loopback", "NARAD_REMOTES_ALLOW_LOOPBACK", "remotes-allow-loopback",
+            "true or false, for tests and labs only: remotes may reach loopback addresses, remotes.allow_loopback";
+        REMOTES_MAX_HELD_BYTES = "remotes.max_held_bytes", "NARAD_REMOTES_MAX_HELD_BYTES", "remotes-max-held-bytes",
+            "Bytes of records held in memory for remotes: remotes.max_held_bytes";
+        REMOTES_API_HOP_ENCRYPTED = "remotes.api_hop_encrypted", "NARAD_REMOTES_API_HOP_ENCRYPTED", "remotes-api-hop-encrypted",
+            "true once TLS protects the hop to this node's API (remote passwords are sent to it): remotes.api_hop_encrypted";
         SECURITY = shared::SECURITY;
         BCRYPT_COST = "security.bcrypt_cost", "NARAD_SECURITY_BCRYPT_COST", "bcrypt-cost",
             "bcrypt cost of password hashes this node makes: security.bcrypt_cost";
@@ -232,6 +246,9 @@ pub(crate) struct DataConfig {
     pub(crate) api: ApiConfig,
     /// Cluster plane authentication.
     pub(crate) cluster_security: ClusterSecurity,
+    /// The secrets remote credentials are sealed under
+    /// (`NARAD_CLUSTER_SECRET`, `NARAD_CLUSTER_SECRET_PREVIOUS`).
+    pub(crate) remote_secrets: RemoteSecrets,
     /// Mutual TLS between nodes (`security.cluster_tls_*`), read at start;
     /// `None` without the files.
     pub(crate) cluster_tls: Option<ClusterTls>,
@@ -269,13 +286,26 @@ pub(crate) struct DataSettings;
 impl Settings for DataSettings {
     const ALL: &'static [Setting] = keys::ALL;
 
-    /// Control nodes in a file: `["host:port", ...]`.
+    /// Control nodes in a file: `["host:port", ...]`; the remotes' lists
+    /// likewise (`allowed_ports` as numbers).
     fn file_list(setting: &Setting, items: &[Value]) -> Option<String> {
-        if *setting != keys::CONTROL_NODES {
+        if *setting == keys::REMOTES_ALLOWED_PORTS {
+            let ports: Option<Vec<String>> = items
+                .iter()
+                .map(|item| item.as_u64().map(|port| port.to_string()))
+                .collect();
+            return ports.map(|ports| ports.join(","));
+        }
+        let lists = [
+            keys::CONTROL_NODES,
+            keys::REMOTES_ALLOWED_HOSTS,
+            keys::REMOTES_ALLOW_ADDRESSES,
+        ];
+        if !lists.contains(setting) {
             return None;
         }
-        let addrs: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
-        addrs.map(|addrs| addrs.join(","))
+        let items: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+        items.map(|items| items.join(","))
     }
 }
 
@@ -400,6 +430,8 @@ pub(crate) fn resolve(
     let (log_level, log_format) = merged.logging(keys::LOG_LEVEL, keys::LOG_FORMAT)?;
     let cluster_security =
         cluster_security(env(ENV_CLUSTER_SECRET), security, allow_insecure, &merged)?;
+    let remotes = remotes_config::resolve(&merged, security)?;
+    let remote_secrets = remotes_config::secrets(&env, security)?;
     let cluster_tls = resolve_cluster_tls(&merged)?;
     // A data node always shares its plane: with the control nodes, and
     // with the other data nodes.
@@ -421,6 +453,7 @@ pub(crate) fn resolve(
         max_consume_wait,
         consume_in_flight_per_identity: consume_in_flight,
         access_log,
+        remotes,
         ..api_defaults
     };
     Ok(DataConfig {
@@ -445,6 +478,7 @@ pub(crate) fn resolve(
         fanout,
         api,
         cluster_security,
+        remote_secrets,
         cluster_tls,
         log_level,
         log_format,

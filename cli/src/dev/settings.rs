@@ -19,6 +19,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use narad_controlplane::node::config::layered::{
     ConfigError, Layer, Merged, Setting, Settings, Source, parse_bool, parse_log_format,
 };
+use narad_dataplane::http::remotes::RemotesConfig;
 use narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT;
 
 use crate::data::config::{
@@ -48,6 +49,12 @@ impl Settings for DevSettings {
         keys::FRONT_THREADS,
         keys::RETENTION_CHECK_INTERVAL,
         keys::WAL_DIR,
+        keys::REMOTES_ALLOWED_HOSTS,
+        keys::REMOTES_ALLOWED_PORTS,
+        keys::REMOTES_ALLOW_ADDRESSES,
+        keys::REMOTES_ALLOW_LOOPBACK,
+        keys::REMOTES_MAX_HELD_BYTES,
+        keys::REMOTES_API_HOP_ENCRYPTED,
     ];
 }
 
@@ -64,7 +71,7 @@ fn switch(setting: Setting, default: bool, help: &'static str) -> Arg {
 }
 
 /// `narad dev`'s flags of [`DevSettings`], as `--help` shows them.
-pub(crate) fn args() -> [Arg; 8] {
+pub(crate) fn args() -> [Arg; 14] {
     [
         Arg::new(keys::LOG_FORMAT.flag)
             .long(keys::LOG_FORMAT.flag)
@@ -124,7 +131,32 @@ pub(crate) fn args() -> [Arg; 8] {
                 "Root of the ingress WAL, which lives in DIR/ingress/produce, e.g. on a device \
                  of its own; under --data-dir by default (storage.wal_dir)",
             ),
+        setting_arg(keys::REMOTES_ALLOWED_HOSTS, "HOSTS"),
+        setting_arg(keys::REMOTES_ALLOWED_PORTS, "PORTS"),
+        setting_arg(keys::REMOTES_ALLOW_ADDRESSES, "CIDRS"),
+        switch(
+            keys::REMOTES_ALLOW_LOOPBACK,
+            false,
+            "For tests and labs only: remotes may reach loopback addresses \
+             (remotes.allow_loopback)",
+        ),
+        setting_arg(keys::REMOTES_MAX_HELD_BYTES, "BYTES"),
+        switch(
+            keys::REMOTES_API_HOP_ENCRYPTED,
+            false,
+            "The hop to the API is encrypted, so remote passwords may be sent to it \
+             (remotes.api_hop_encrypted)",
+        ),
     ]
+}
+
+/// A setting's flag and variable with the help of `narad data`'s table.
+fn setting_arg(setting: Setting, value_name: &'static str) -> Arg {
+    Arg::new(setting.flag)
+        .long(setting.flag)
+        .env(setting.env)
+        .value_name(value_name)
+        .help(setting.help)
 }
 
 /// Adds [`args`] to `command`.
@@ -178,6 +210,9 @@ pub(crate) struct DevConfig {
     pub(crate) retention_check_interval: Duration,
     /// `storage.wal_dir`; `None` keeps the WAL under `--data-dir`.
     pub(crate) wal_dir: Option<PathBuf>,
+    /// `remotes.*`, checked as with security on (`--secure` is checked
+    /// apart, as it is a flag of `narad dev` alone).
+    pub(crate) remotes: RemotesConfig,
 }
 
 /// Validates `layers` (in increasing precedence) with `narad data`'s
@@ -213,6 +248,7 @@ pub(crate) fn resolve(layers: &[Layer<DevSettings>]) -> Result<DevConfig, Config
             parse_retention_check_interval,
         )?,
         wal_dir: merged.parse(keys::WAL_DIR, Some(None), parse_wal_dir)?,
+        remotes: crate::data::remotes_config::resolve(&merged, true)?,
     })
 }
 

@@ -9,5 +9,6 @@ mod admin;
 mod json;
 mod local;
 mod pubsub;
+mod remote;
 mod terminal;
 mod topic;

@@ -74,6 +74,8 @@ impl Server {
             .env("PORT", port.to_string())
             .env("DIR", &dir)
             .env("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            // The remote tests send passwords over loopback.
+            .env("NARAD_REMOTES_API_HOP_ENCRYPTED", "true")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()

@@ -83,8 +83,21 @@ pub struct LinkSpec {
     pub parent_partition: u32,
     /// The parent's partition count.
     pub parent_partitions: u32,
-    /// The child's partition count.
+    /// The child's partition count (0 for a remote child's stub).
     pub child_partitions: u32,
+    /// Set for a remote child: its records go to another cluster in lanes.
+    pub remote: Option<RemoteSpec>,
+}
+
+/// What a cursor knows of a remote child's link (spec §4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteSpec {
+    /// 1 to 8 lanes; a keyed record's lane is the FNV-32a hash of its key,
+    /// a keyless one's its parent offset, modulo the lanes. Each lane is
+    /// one bucket of a slab and is shipped in order.
+    pub lanes: u8,
+    /// Offsets of this parent partition an operator chose to skip.
+    pub skip: std::collections::BTreeSet<u64>,
 }
 
 /// A committed parent record.
@@ -160,6 +173,14 @@ pub enum Event {
         id: BucketId,
         /// Whether the child partition's owner committed it durably.
         committed: bool,
+    },
+    /// A remote child's bucket failed after its first `shipped` records
+    /// were stored by the target; a retry sends only the rest.
+    BucketShippedPart {
+        /// The bucket.
+        id: BucketId,
+        /// Records at the bucket's head the target acknowledged.
+        shipped: usize,
     },
     /// A cursor file write ended.
     Written(Result<(), String>),
@@ -251,6 +272,8 @@ pub struct CursorCounts {
     pub dropped: u64,
     /// Slabs delivered.
     pub slabs: u64,
+    /// Parent records an operator skipped (remote children).
+    pub skipped: u64,
 }
 
 /// One cursor's state.
@@ -354,6 +377,14 @@ impl Cursor {
             (Phase::Reading, Event::Read(outcome)) => self.slab_read(outcome, now_ms),
             (Phase::Committing(commits), Event::BucketDone { id, committed }) => {
                 self.bucket_done(commits, id, committed, now_ms)
+            }
+            (Phase::Committing(mut commits), Event::BucketShippedPart { id, shipped }) => {
+                if let Some(bucket) = commits.in_flight.get_mut(&id) {
+                    let shipped = shipped.min(bucket.records.len());
+                    bucket.records.drain(..shipped);
+                    self.counts.committed += shipped as u64;
+                }
+                self.bucket_done(commits, id, false, now_ms)
             }
             (Phase::Advancing { to }, Event::Written(result)) => match result {
                 Ok(()) => {
@@ -511,6 +542,10 @@ impl Cursor {
                     self.counts.dropped += offsets.end.saturating_sub(offsets.start);
                     end = offsets.end;
                 }
+                SlabEntry::Record(record) if self.skips(record.offset) => {
+                    self.counts.skipped += 1;
+                    end = record.offset + 1;
+                }
                 SlabEntry::Record(record) => {
                     let due = record.committed_at_ms.saturating_add(self.link.delay_ms);
                     if self.link.delay_ms > 0 && due > now_ms {
@@ -563,7 +598,10 @@ impl Cursor {
     fn bucket(&mut self, records: Vec<ParentRecord>) -> Vec<Bucket> {
         let mut by_partition: BTreeMap<u32, Vec<ParentRecord>> = BTreeMap::new();
         for record in records {
-            let partition = self.child_partition(&record.key);
+            let partition = match &self.link.remote {
+                Some(remote) => lane_of(&record, remote.lanes),
+                None => self.child_partition(&record.key),
+            };
             by_partition.entry(partition).or_default().push(record);
         }
         by_partition
@@ -574,6 +612,30 @@ impl Cursor {
                 records,
             })
             .collect()
+    }
+
+    /// Whether an operator skipped the parent record at `offset`.
+    fn skips(&self, offset: u64) -> bool {
+        self.link
+            .remote
+            .as_ref()
+            .is_some_and(|remote| remote.skip.contains(&offset))
+    }
+
+    /// When the oldest record not yet delivered was committed to the
+    /// parent, while a slab is being delivered (Unix ms).
+    pub fn oldest_pending_ms(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::Committing(commits) => commits
+                .queued
+                .iter()
+                .chain(commits.in_flight.values())
+                .chain(&commits.failed)
+                .filter_map(|bucket| bucket.records.first())
+                .map(|record| record.committed_at_ms)
+                .min(),
+            _ => None,
+        }
     }
 
     fn bucket_id(&mut self) -> BucketId {
@@ -651,5 +713,17 @@ impl Cursor {
         commits.retry_at = Some(until);
         self.phase = Phase::Committing(commits);
         vec![Action::WakeAt(until)]
+    }
+}
+
+/// A remote child's lane for `record`: a keyed record by the FNV-32a hash
+/// of its key, so one key's records keep their order; a keyless one by its
+/// parent offset, which spreads them evenly.
+pub fn lane_of(record: &ParentRecord, lanes: u8) -> u32 {
+    let lanes = u32::from(lanes.max(1));
+    if record.key.is_empty() {
+        u32::try_from(record.offset % u64::from(lanes)).unwrap_or(0)
+    } else {
+        key_partition(&record.key, lanes)
     }
 }

@@ -32,6 +32,7 @@ fn link(delay_ms: u64, start_offset: u64) -> LinkSpec {
         parent_partition: 1,
         parent_partitions: 3,
         child_partitions: 3,
+        remote: None,
     }
 }
 
@@ -208,6 +209,7 @@ fn keyless_records_keep_the_parent_partition_when_counts_match_and_rotate_otherw
     let mut wider = reading_at(
         LinkSpec {
             child_partitions: 4,
+            remote: None,
             ..link(0, 0)
         },
         0,
@@ -467,6 +469,7 @@ fn at_most_sixteen_buckets_are_in_flight() {
     let mut cursor = reading_at(
         LinkSpec {
             child_partitions: 40,
+            remote: None,
             ..link(0, 0)
         },
         0,

@@ -15,10 +15,13 @@
 pub mod cursor_file;
 pub mod machine;
 pub mod reconcile;
+pub mod remote;
 pub mod runtime;
+pub mod shipping;
 mod status;
 
 pub use reconcile::FanoutRuntime;
+pub use remote::{RemotePlane, RemoteReport, RemoteShipper, ShipOutcome, Shipment};
 pub use runtime::FanoutParts;
 pub use status::{CursorKey, CursorReport, FanoutStatus};
 
@@ -26,3 +29,5 @@ pub use status::{CursorKey, CursorReport, FanoutStatus};
 mod machine_tests;
 #[cfg(test)]
 mod node_tests;
+#[cfg(test)]
+mod remote_machine_tests;

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::cursor_file::{self, Loaded};
-use super::machine::LinkSpec;
+use super::machine::{LinkSpec, RemoteSpec};
 use super::runtime::{CursorPlan, FanoutParts, run_cursor};
 use super::status::CursorKey;
 use crate::metadata::MetadataView;
@@ -57,6 +57,12 @@ pub fn desired(view: &MetadataView, topology: &dyn Topology) -> BTreeMap<CursorK
                 else {
                     continue;
                 };
+                let remote_link = view.metastore.remote_link(child_name);
+                if remote_link.is_some_and(|link| link.paused.is_some()) {
+                    // A paused remote child runs no cursor; its position
+                    // stays in its file.
+                    continue;
+                }
                 let key = CursorKey {
                     parent: Arc::clone(&parent.name),
                     partition,
@@ -73,12 +79,17 @@ pub fn desired(view: &MetadataView, topology: &dyn Topology) -> BTreeMap<CursorK
                     parent_partition: partition,
                     parent_partitions: parent.partitions,
                     child_partitions: child.partitions,
+                    remote: remote_link.map(|link| RemoteSpec {
+                        lanes: link.lanes,
+                        skip: link.skip.get(&partition).cloned().unwrap_or_default(),
+                    }),
                 };
                 let plan = CursorPlan {
                     key: key.clone(),
                     link: spec,
                     parent_incarnation: parent.incarnation_id.clone(),
                     child_incarnation: child.incarnation_id.clone(),
+                    remote_link: remote_link.cloned(),
                 };
                 plans.insert(key, plan);
             }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::clock::Clock;
+use narad_meta::RemoteLink;
 use narad_plog::{LogError, ORIGIN_ID_BYTES, Origin, PartitionLog, ReadEntry, ReadLimits};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
@@ -20,6 +21,7 @@ use super::machine::{
     Action, Bucket, BucketId, Cursor, CursorConfig, Event, LinkSpec, ParentRecord, ReadOutcome,
     SlabEntry,
 };
+use super::remote::{RemotePlane, RemoteReport, ShipOutcome, ShipTrack, Shipment};
 use super::status::{CursorKey, CursorReport, FanoutStatus};
 use crate::dispatch::{
     CommitDone, CommitId, CommitOrder, CommitOutcome, CommitTarget, Held, LeaderConfirm,
@@ -50,6 +52,8 @@ pub struct FanoutParts {
     pub remote: Arc<dyn CommitTarget>,
     /// Where cursors report positions.
     pub status: Arc<FanoutStatus>,
+    /// Ships remote children's lanes to other clusters.
+    pub remote_plane: Arc<RemotePlane>,
     /// The node's metrics.
     pub metrics: Arc<NodeMetrics>,
     /// The node's clock: due times are on its wall clock, sleeps on its
@@ -72,6 +76,9 @@ pub struct CursorPlan {
     /// The child's incarnation: bucket records carry it, so a child
     /// deleted and created again refuses them.
     pub child_incarnation: Option<Arc<str>>,
+    /// A remote child's link (remote, remote topic, lanes, skips): its
+    /// buckets are lanes shipped to the remote, not child partitions.
+    pub remote_link: Option<RemoteLink>,
 }
 
 /// Runs one cursor until `stop` turns true. Returns once nothing it
@@ -85,6 +92,10 @@ pub async fn run_cursor(
     let (events, mut received) = mpsc::unbounded_channel::<Event>();
     let path = cursor_file::cursor_path(log.dir(), &plan.key.child);
     let mut cursor = Cursor::new(plan.link.clone(), parts.config);
+    let track = plan
+        .remote_link
+        .is_some()
+        .then(|| Arc::new(ShipTrack::new()));
     let mut actions = cursor.start();
     let mut wake_at: Option<u64> = None;
     let mut writing: Option<tokio::task::JoinHandle<()>> = None;
@@ -99,14 +110,17 @@ pub async fn run_cursor(
                 Action::Read { from, linger } => {
                     reading = Some(read(&parts, &log, from, linger, &events));
                 }
-                Action::Commit(bucket) => commit(&parts, &plan, bucket, &events),
+                Action::Commit(bucket) => match (&plan.remote_link, &track) {
+                    (Some(link), Some(track)) => ship(&parts, &plan, link, track, bucket, &events),
+                    _ => commit(&parts, &plan, bucket, &events),
+                },
                 Action::Write { position, replace } => {
                     writing = Some(write(&parts, &path, position, replace, &events));
                 }
                 Action::WakeAt(at) => wake_at = Some(wake_at.map_or(at, |old| old.min(at))),
             }
         }
-        publish(&parts, &plan, &mut cursor, &log);
+        publish(&parts, &plan, &mut cursor, &log, track.as_deref());
         let sleep = wake_at.map(|at| {
             let wait = at.saturating_sub(parts.clock.unix_ms());
             parts.clock.sleep_until(parts.clock.now_ms() + wait)
@@ -238,6 +252,46 @@ fn slab_entry(entry: ReadEntry) -> SlabEntry {
         }),
         ReadEntry::Unreadable { offsets } => SlabEntry::Lost(offsets),
     }
+}
+
+/// Ships `bucket` (one lane of a slab) to a remote child's target. The
+/// cursor hears [`Event::BucketDone`] when every record was stored, else
+/// [`Event::BucketShippedPart`] with how many at the head were, so the
+/// retry sends only the rest.
+fn ship(
+    parts: &Arc<FanoutParts>,
+    plan: &CursorPlan,
+    link: &RemoteLink,
+    track: &Arc<ShipTrack>,
+    bucket: Bucket,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    let id = bucket.id;
+    let shipment = Shipment {
+        child: Arc::clone(&plan.key.child),
+        parent: Arc::clone(&plan.key.parent),
+        parent_partition: plan.key.partition,
+        link: link.clone(),
+        lane: bucket.child_partition,
+        records: bucket.records,
+        attach_epoch: plan.link.epoch.clone(),
+        parent_incarnation: plan.parent_incarnation.clone(),
+    };
+    let records = shipment.records.clone();
+    let shipping = parts.remote_plane.ship(shipment);
+    let (parts, track, events) = (Arc::clone(parts), Arc::clone(track), events.clone());
+    tokio::spawn(async move {
+        let outcome = shipping.await;
+        track.ended(&records, &outcome, parts.clock.unix_ms());
+        let event = match outcome {
+            ShipOutcome::Shipped => Event::BucketDone {
+                id,
+                committed: true,
+            },
+            ShipOutcome::Failed { shipped, .. } => Event::BucketShippedPart { id, shipped },
+        };
+        let _ = events.send(event);
+    });
 }
 
 /// Sends `bucket` to the child partition's owner: this node's combiner or
@@ -391,12 +445,19 @@ fn partition_labels(key: &CursorKey) -> [(&'static str, String); 3] {
 }
 
 /// Reports the cursor's position and publishes its counters and gauges.
-fn publish(parts: &FanoutParts, plan: &CursorPlan, cursor: &mut Cursor, log: &PartitionLog) {
+fn publish(
+    parts: &FanoutParts,
+    plan: &CursorPlan,
+    cursor: &mut Cursor,
+    log: &PartitionLog,
+    track: Option<&ShipTrack>,
+) {
     let delayed = plan.link.delay_ms > 0;
     let report = CursorReport {
         next_offset: cursor.next_offset(),
         high_watermark: log.high_watermark(),
         due_lag_ms: delayed.then(|| cursor.due_lag_ms()),
+        remote: track.map(|track| track.report(cursor.oldest_pending_ms())),
     };
     let counts = cursor.take_counts();
     let key = &plan.key;
@@ -428,7 +489,67 @@ fn publish(parts: &FanoutParts, plan: &CursorPlan, cursor: &mut Cursor, log: &Pa
             due_lag_ms as f64 / 1_000.0,
         );
     }
+    if let Some(remote) = &report.remote {
+        publish_remote(parts, key, remote, counts.skipped);
+    }
     parts.status.report(key.clone(), report);
+}
+
+/// The link states a remote child's cursor can be in, for its state gauge:
+/// the one it is in reads 1, the others 0.
+const REMOTE_STATES: &[&str] = &[
+    "running",
+    "remote_missing",
+    "credential_unreadable",
+    "node_insecure",
+    "destination_refused",
+    "target_has_remote_children",
+    "target_replaced",
+    "auth_failed",
+    "forbidden",
+    "target_missing",
+    "no_batch_produce",
+    "redirect_refused",
+    "tls_failed",
+    "rejected_record",
+    "record_too_large",
+    "unavailable",
+    "throttled",
+    "unknown",
+];
+
+fn publish_remote(parts: &FanoutParts, key: &CursorKey, remote: &RemoteReport, skipped: u64) {
+    let now_ms = parts.clock.unix_ms();
+    for state in REMOTE_STATES {
+        let mut labels = partition_labels(key).to_vec();
+        labels.push(("state", (*state).to_owned()));
+        let on = remote.state == *state;
+        parts.metrics.set(
+            metrics::FANOUT_REMOTE_STATE,
+            &labels,
+            f64::from(u8::from(on)),
+        );
+    }
+    let lag_ms = remote
+        .oldest_pending_ms
+        .map_or(0, |oldest| now_ms.saturating_sub(oldest));
+    parts.metrics.set(
+        metrics::FANOUT_REMOTE_LAG_SECONDS,
+        &partition_labels(key),
+        lag_ms as f64 / 1_000.0,
+    );
+    if let Some(at_ms) = remote.last_success_at_ms {
+        parts.metrics.set(
+            metrics::FANOUT_REMOTE_LAST_SUCCESS_TIMESTAMP_SECONDS,
+            &labels(key),
+            at_ms as f64 / 1_000.0,
+        );
+    }
+    parts.metrics.count(
+        metrics::FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL,
+        &labels(key),
+        skipped,
+    );
 }
 
 fn observe_slab(parts: &FanoutParts, entries: &[SlabEntry]) {

@@ -29,6 +29,8 @@ pub struct CursorReport {
     /// For a delay child, how late the oldest due, undelivered record is
     /// (0 when none is due); `None` for a child without delay.
     pub due_lag_ms: Option<u64>,
+    /// For a remote child, its link state and shipping times.
+    pub remote: Option<super::remote::RemoteReport>,
 }
 
 impl CursorReport {
@@ -107,6 +109,7 @@ mod tests {
             next_offset,
             high_watermark,
             due_lag_ms: None,
+            remote: None,
         }
     }
 

@@ -581,6 +581,7 @@ fn report_cursor(node: &DataNode, partition: u32, next_offset: u64) {
         next_offset,
         high_watermark: next_offset,
         due_lag_ms: None,
+        remote: None,
     };
     node.fanout().report(key, report);
 }

@@ -227,6 +227,7 @@ pub(crate) async fn ack(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Consume, &topic)?;
+    super::remote_children::refuse_stub(&state, &topic)?;
     let params = ack_params(query.as_deref().unwrap_or(""))?;
     let front = state.consume_front()?;
     if let Some(text) = params.receipt_handle {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -22,6 +22,8 @@ use narad_meta::{AttachChild, AttachEpoch, Command, DetachChild, MetastoreError,
 
 use super::body::read_json_refusing_400;
 use super::error::ApiError;
+use super::query::params;
+use super::remote_children::{self, RemoteAttach};
 use super::topics::{
     attach_offsets, json_response, known_topic, local_stats, propose, readable_topic, record,
     refused, remote_stats,
@@ -42,10 +44,21 @@ struct AttachBody {
     child: Option<String>,
     #[serde(default)]
     delay_ms: Option<i64>,
+    #[serde(default)]
+    remote: Option<String>,
+    #[serde(default)]
+    remote_topic: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    lanes: Option<i64>,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 /// `POST /v1/topics/{parent}/children` → `200` parent record; managing
-/// both topics.
+/// both topics. With `remote`, the remote variant
+/// ([`remote_children::attach`]).
 pub(crate) async fn attach(
     State(state): State<Arc<ApiState>>,
     Path(parent_name): Path<String>,
@@ -62,6 +75,29 @@ pub(crate) async fn attach(
     if child_name == parent_name {
         return Err(refused(MetastoreError::ChildIsParent));
     }
+    let remote = RemoteAttach {
+        remote: request.remote.clone().unwrap_or_default(),
+        remote_topic: request.remote_topic,
+        from: request.from,
+        lanes: request.lanes,
+        dry_run: request.dry_run,
+    };
+    if request.remote.is_some() {
+        if request.delay_ms.is_some_and(|delay| delay != 0) {
+            return Err(ApiError::bad_request(
+                "delay_ms does not go with remote: a remote child has no delay",
+            ));
+        }
+        return Ok(remote_children::attach(
+            &state,
+            user.as_deref(),
+            &parent_name,
+            child_name,
+            remote,
+        )
+        .await);
+    }
+    remote_children::refuse_without_remote(&remote)?;
     rules::fanout_delay_ms(request.delay_ms).map_err(refused)?;
     let actor = actor_of(user.as_deref());
     let parent = known_topic(&state, &parent_name)?;
@@ -92,27 +128,39 @@ pub(crate) async fn attach(
 pub(crate) async fn list(
     State(state): State<Arc<ApiState>>,
     Path(parent_name): Path<String>,
+    RawQuery(query): RawQuery,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let parent = readable_topic(&state, &method, &headers, &parent_name).await?;
+    let with_partitions = partitions_param(query.as_deref().unwrap_or(""))?;
     let positions = positions(&state, &parent).await;
-    let view = state.replica.view();
+    let now_unix_ms = state.clock().unix_ms();
     let children: Vec<Value> = parent
         .children
         .iter()
         .map(|child| {
-            let delay_ms = view
-                .metastore
-                .topic(child)
-                .map_or(0, |topic| topic.fanout_delay_ms());
+            let stub = state.replica.topic_meta(child);
+            let delay_ms = stub.as_ref().map_or(0, |topic| topic.fanout_delay_ms());
             let lag = lag_of(&positions, child);
-            json!({
+            let mut entry = json!({
                 "name": child,
                 "delay_ms": delay_ms,
                 "lag_messages": lag.messages,
                 "lag_complete": lag.complete,
-            })
+            });
+            if let Some(stub) = stub.filter(|stub| stub.is_stub()) {
+                let reports = local_reports(&state, &parent, child);
+                remote_children::list_fields(
+                    &mut entry,
+                    &stub,
+                    &positions,
+                    &reports,
+                    with_partitions,
+                    now_unix_ms,
+                );
+            }
+            entry
         })
         .collect();
     let body = json!({
@@ -123,17 +171,59 @@ pub(crate) async fn list(
     Ok(json_response(StatusCode::OK, &body))
 }
 
+/// The `partitions` query parameter of a children listing: `true`,
+/// `false` or absent (`false`).
+///
+/// # Errors
+/// `400` for any other value.
+fn partitions_param(query: &str) -> Result<bool, ApiError> {
+    let mut with_partitions = false;
+    for param in params(query) {
+        if param.name.as_slice() == b"partitions" {
+            with_partitions = match param.value.as_slice() {
+                b"true" => true,
+                b"false" => false,
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "invalid partitions: want true or false",
+                    ));
+                }
+            };
+        }
+    }
+    Ok(with_partitions)
+}
+
+/// The reports of `child`'s cursors this node runs, per parent partition
+/// (`None` where the cursor runs elsewhere or not at all).
+fn local_reports(
+    state: &ApiState,
+    parent: &TopicMeta,
+    child: &str,
+) -> Vec<(u32, Option<crate::fanout::CursorReport>)> {
+    (0..parent.partitions)
+        .map(|partition| {
+            (
+                partition,
+                state.fanout.cursor(&parent.name, partition, child),
+            )
+        })
+        .collect()
+}
+
 /// What one parent partition's owner reported: its committed high
 /// watermark, and the next offset of each fan-out cursor running there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Positions {
-    high_watermark: u64,
-    cursors: HashMap<String, u64>,
+pub(super) struct Positions {
+    /// The partition's committed high watermark.
+    pub(super) high_watermark: u64,
+    /// Each cursor's next offset, by child.
+    pub(super) cursors: HashMap<String, u64>,
 }
 
 /// Each parent partition's positions, `None` where the owner did not
 /// report (no owner, marked dead, no answer, its log unreadable).
-async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Option<Positions>> {
+pub(super) async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Option<Positions>> {
     let mut remote = remote_stats(state, parent, true).await;
     (0..parent.partitions)
         .map(|partition| {
@@ -211,10 +301,12 @@ fn lag_of(positions: &[Option<Positions>], child: &str) -> Lag {
 pub(crate) async fn detach(
     State(state): State<Arc<ApiState>>,
     Path((parent_name, child_name)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
+    let force = remote_children::force_param(query.as_deref().unwrap_or(""))?;
     let actor = actor_of(user.as_deref());
     let parent = known_topic(&state, &parent_name)?;
     let child = known_topic(&state, &child_name)?;
@@ -230,6 +322,15 @@ pub(crate) async fn detach(
         .require_manage(&actor, parent.record())
         .or_else(|_| metastore.require_manage(&actor, child.record()))
         .map_err(refused)?;
+    if child.is_stub() {
+        remote_children::take_write(&state)?;
+        let stubs = [Arc::clone(&child)];
+        if let Some(refusal) =
+            remote_children::check_unshipped(&state, &parent, &stubs, force).await?
+        {
+            return Ok(refusal);
+        }
+    }
     let detach = DetachChild {
         actor,
         parent: parent_name,

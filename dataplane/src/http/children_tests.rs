@@ -56,12 +56,12 @@ async fn describe(api: &Api, name: &str) -> Value {
     json_of(&send(api, request("GET", &uri, ROOT, "")).await)
 }
 
-fn json_of(answer: &Answer) -> Value {
+pub(super) fn json_of(answer: &Answer) -> Value {
     serde_json::from_str(&answer.body).expect("JSON body")
 }
 
 /// Commits `count` records to `topic`'s `partition` on this node's log.
-fn commit(api: &Api, topic: &str, partition: u32, count: usize) {
+pub(super) fn commit(api: &Api, topic: &str, partition: u32, count: usize) {
     let meta = api.state.replica.topic_meta(topic).expect("topic");
     let logs = api.state.logs.as_ref().expect("logs");
     let log = logs
@@ -87,6 +87,7 @@ fn report(api: &Api, parent: &str, partition: u32, child: &str, next_offset: u64
         next_offset,
         high_watermark: next_offset,
         due_lag_ms: None,
+        remote: None,
     };
     api.state.fanout.report(key, report);
 }

@@ -77,7 +77,7 @@ async fn admin(state: &ApiState, method: &Method, headers: &HeaderMap) -> Result
 ///
 /// # Errors
 /// `400` when it is given twice.
-fn query_value(query: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, ApiError> {
+pub(crate) fn query_value(query: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, ApiError> {
     let mut values = params(query.unwrap_or(""))
         .into_iter()
         .filter(|param| param.name == name.as_bytes());
@@ -95,7 +95,7 @@ fn query_value(query: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, ApiEr
 ///
 /// # Errors
 /// `400` for another value or a repeat.
-fn query_flag(query: Option<&str>, name: &str) -> Result<bool, ApiError> {
+pub(crate) fn query_flag(query: Option<&str>, name: &str) -> Result<bool, ApiError> {
     match query_value(query, name)?.as_deref() {
         None | Some(b"false" | b"0") => Ok(false),
         Some(b"true" | b"1") => Ok(true),

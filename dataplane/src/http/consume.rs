@@ -269,6 +269,7 @@ pub(crate) async fn consume(
 ) -> Result<Response, ApiError> {
     let user = authenticate(&state, &method, &headers).await?;
     authorize(user.as_deref(), GrantAction::Consume, &topic)?;
+    super::remote_children::refuse_stub(&state, &topic)?;
     let params = consume_params(
         query.as_deref().unwrap_or(""),
         headers.contains_key("x-narad-client"),

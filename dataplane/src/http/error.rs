@@ -82,7 +82,7 @@ impl From<AuthError> for ApiError {
 pub fn accept_status(error: &AcceptError) -> StatusCode {
     match error {
         AcceptError::TopicNotFound => StatusCode::NOT_FOUND,
-        AcceptError::DelayedChild => StatusCode::CONFLICT,
+        AcceptError::DelayedChild | AcceptError::RemoteChild { .. } => StatusCode::CONFLICT,
         AcceptError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         AcceptError::Wal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         AcceptError::SchemaBusy => StatusCode::SERVICE_UNAVAILABLE,

@@ -20,6 +20,8 @@ pub mod openapi;
 mod produce;
 pub mod produce_cap;
 mod query;
+mod remote_children;
+pub mod remotes;
 pub mod topics;
 pub mod users;
 
@@ -42,6 +44,7 @@ use narad_wal::Wal;
 use crate::admin::Admin;
 use crate::consume::service::ConsumeService;
 use crate::consume_front::ConsumeFront;
+use crate::credentials::RemoteCredentials;
 use crate::fanout::FanoutStatus;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
@@ -52,6 +55,7 @@ use crate::ingress::Acceptor;
 use crate::metadata::{GrantAction, MetadataReplica, User};
 use crate::metrics::{self, NodeMetrics};
 use crate::partitions::LocalLogs;
+use crate::remote_children::{NoRemoteProbe, RemoteChildLimits, RemoteProbe};
 use crate::status::StatusSources;
 
 /// How the API behaves.
@@ -75,6 +79,8 @@ pub struct ApiConfig {
     /// One `info` line a request on the [`ACCESS_LOG_TARGET`] target
     /// (`http.access_log`); off by default.
     pub access_log: bool,
+    /// The `remotes.*` settings.
+    pub remotes: remotes::RemotesConfig,
 }
 
 /// bcrypt cost of new password hashes: the common default, tens of
@@ -91,6 +97,7 @@ impl Default for ApiConfig {
             max_consume_wait: consume::CONSUME_WAIT_MAX_DEFAULT,
             consume_in_flight_per_identity: consume::CONSUME_IN_FLIGHT_PER_IDENTITY_DEFAULT,
             access_log: false,
+            remotes: remotes::RemotesConfig::default(),
         }
     }
 }
@@ -144,6 +151,18 @@ pub struct ApiState {
     /// What the node status is read from (this node's, and other nodes'
     /// over node RPC); the produce handlers count in-flight produces there.
     pub status: Arc<StatusSources>,
+    /// Checks a remote child's target on attach and resume, once the
+    /// process plugs in its outbound client; until then
+    /// [`ApiState::remote_probe`] is [`NoRemoteProbe`] (every check
+    /// skipped).
+    pub remote_probe: OnceLock<Arc<dyn RemoteProbe>>,
+    /// The node's rate limits of remote-child changes and checks.
+    pub remote_limits: RemoteChildLimits,
+    /// Sealing and opening remote credentials; without a secret it seals
+    /// nothing.
+    pub credentials: Arc<RemoteCredentials>,
+    /// The remote write rate of this node.
+    pub remote_writes: parking_lot::Mutex<remotes::write_rate::WriteRate>,
 }
 
 impl ApiState {
@@ -186,13 +205,26 @@ impl ApiState {
             metrics,
             health,
             status,
+            remote_probe: OnceLock::new(),
+            remote_limits: RemoteChildLimits::new(),
             reroutes: Default::default(),
             body_budget: BodyBudget::default(),
+            credentials: Arc::new(RemoteCredentials::default()),
+            remote_writes: Default::default(),
         }
     }
 
     fn wal(&self) -> &Wal {
         self.acceptor.wal()
+    }
+
+    /// The probe of remote children's targets: the plugged-in one, else
+    /// [`NoRemoteProbe`].
+    pub fn remote_probe(&self) -> &dyn RemoteProbe {
+        match self.remote_probe.get() {
+            Some(probe) => &**probe,
+            None => &NoRemoteProbe,
+        }
     }
 
     /// The consume service.
@@ -261,6 +293,7 @@ impl ApiState {
         );
         self.refresh_topology_gauges();
         self.refresh_consume_gauges();
+        remotes::gauges::refresh(self);
         self.refresh_disk_gauges();
     }
 
@@ -411,6 +444,21 @@ pub fn router(state: Arc<ApiState>) -> Router {
             "/v1/topics/{topic}/children/{child}",
             delete(children::detach),
         )
+        .route(
+            "/v1/topics/{topic}/children/{child}/pause",
+            post(remote_children::pause)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/resume",
+            post(remote_children::resume)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
+        .route(
+            "/v1/topics/{topic}/children/{child}/skip",
+            post(remote_children::skip)
+                .layer(middleware::map_response(remote_children::no_store_layer)),
+        )
         .route("/v1/users", post(users::create).get(users::list))
         .route(
             "/v1/users/{user}",
@@ -428,6 +476,27 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(
             "/v1/cluster/moves/{topic}/{partition}/abort",
             post(cluster::abort_move),
+        )
+        .route(
+            "/v1/remotes",
+            post(remotes::create)
+                .get(remotes::list)
+                .layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/remotes/{name}",
+            get(remotes::describe)
+                .patch(remotes::update)
+                .delete(remotes::delete)
+                .layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/remotes/{name}/test",
+            post(remotes::test).layer(middleware::map_response(remotes::no_store)),
+        )
+        .route(
+            "/v1/cluster/reencrypt-remotes",
+            post(remotes::reencrypt).layer(middleware::map_response(remotes::no_store)),
         )
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
@@ -673,6 +742,8 @@ mod consume_tests;
 mod openapi_tests;
 #[cfg(test)]
 mod placement_tests;
+#[cfg(test)]
+mod remote_children_tests;
 #[cfg(test)]
 mod shared_rules_tests;
 #[cfg(test)]

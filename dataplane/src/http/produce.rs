@@ -260,6 +260,7 @@ fn note_rejection(state: &ApiState, topic: &str, error: &AcceptError) {
     let reason = match error {
         AcceptError::Schema(_) => 0,
         AcceptError::DelayedChild => 1,
+        AcceptError::RemoteChild { .. } => 2,
         _ => return,
     };
     state

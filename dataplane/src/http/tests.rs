@@ -48,8 +48,71 @@ pub(super) fn api_with_admin(
     validation_slots: usize,
     admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
 ) -> Api {
+    api_over(replica(), config, budget_bytes, validation_slots, admin)
+}
+
+/// An API whose state `tune` changed before it was shared.
+pub(super) fn api_with_state(
+    config: ApiConfig,
+    budget_bytes: usize,
+    validation_slots: usize,
+    admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
+    tune: impl FnOnce(&mut ApiState),
+) -> Api {
+    api_over(replica(), config, budget_bytes, validation_slots, admin).rebuilt(tune)
+}
+
+/// An API over `replica` (another API's, to see what a second node of
+/// the same cluster answers), changing `state` before it serves.
+pub(super) fn api_over_replica(
+    replica: Arc<MetadataReplica>,
+    config: ApiConfig,
+    change: impl FnOnce(&mut ApiState),
+) -> Api {
+    api_over(
+        replica,
+        config,
+        super::body::BATCH_BODY_BYTES_IN_FLIGHT_MAX,
+        2,
+        |replica| {
+            let admin: Arc<dyn Admin> = Arc::new(LocalAdmin::new(replica));
+            admin
+        },
+    )
+    .rebuilt(change)
+}
+
+impl Api {
+    /// The same API with `change` made to its state (nothing may hold
+    /// the state yet).
+    fn rebuilt(self, change: impl FnOnce(&mut ApiState)) -> Self {
+        let Api {
+            router: served,
+            state,
+            wal,
+            sim,
+        } = self;
+        drop(served);
+        let mut state = Arc::into_inner(state).expect("the state is not shared yet");
+        change(&mut state);
+        let state = Arc::new(state);
+        Api {
+            router: router(Arc::clone(&state)),
+            state,
+            wal,
+            sim,
+        }
+    }
+}
+
+fn api_over(
+    replica: Arc<MetadataReplica>,
+    config: ApiConfig,
+    budget_bytes: usize,
+    validation_slots: usize,
+    admin: impl FnOnce(Arc<MetadataReplica>) -> Arc<dyn Admin>,
+) -> Api {
     let (sim, wal) = sim_wal(11);
-    let replica = replica();
     let metrics = Arc::new(NodeMetrics::new());
     let acceptor = Arc::new(
         Acceptor::new(
@@ -492,7 +555,7 @@ async fn schema_refusal_is_400_with_the_schema_text() {
 }
 
 /// The value of series `name{labels}` in a Prometheus text exposition.
-fn series_value(text: &str, series: &str) -> Option<f64> {
+pub(super) fn series_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series))
         .and_then(|rest| rest.trim().parse().ok())

@@ -26,9 +26,11 @@ use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
 use crate::admin::{AdminError, actor_of};
+use crate::consume::ahead::stored_frontier;
 use crate::forward::STATS_BUDGET;
 use crate::ingress::MESSAGE_BYTES_MAX;
 use crate::metadata::{MetadataReplica, TopicMeta};
+use crate::partitions::partition_dir;
 use crate::topology::{Destination, NodeId, Route, Topology};
 
 /// Longest a create waits for the controller to place the new topic's
@@ -218,30 +220,101 @@ pub(super) async fn attach_offsets(
     state: &ApiState,
     parent: &TopicMeta,
 ) -> Result<Vec<u64>, ApiError> {
+    start_offsets(state, parent, StartFigure::HighWatermark).await
+}
+
+/// What each parent partition's owner is asked for a link's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StartFigure {
+    /// The committed high watermark: records committed after the attach.
+    HighWatermark,
+    /// The oldest retained offset: every record the parent still holds.
+    OldestOffset,
+    /// The consume frontier (every offset below it acknowledged), raised
+    /// to the oldest retained offset: the records not consumed yet. Only
+    /// this node's partitions report it.
+    ConsumeFrontier,
+}
+
+impl StartFigure {
+    fn name(self) -> &'static str {
+        match self {
+            Self::HighWatermark => "high watermark",
+            Self::OldestOffset => "oldest offset",
+            Self::ConsumeFrontier => "consume frontier",
+        }
+    }
+}
+
+/// Each parent partition's `figure`, asked of its owner (see
+/// [`attach_offsets`]).
+///
+/// # Errors
+/// `503` when some partition's owner cannot be asked, and for
+/// [`StartFigure::ConsumeFrontier`] when another node owns a partition.
+pub(crate) async fn start_offsets(
+    state: &ApiState,
+    parent: &TopicMeta,
+    figure: StartFigure,
+) -> Result<Vec<u64>, ApiError> {
     let remote = remote_stats(state, parent, false).await;
     (0..parent.partitions)
         .map(|partition| {
             let destination = Destination::new(&parent.name, partition);
-            let high_watermark = match state.replica.route(&destination) {
+            let value = match state.replica.route(&destination) {
                 Route::Owner { local: true, .. } => {
-                    local_stats(state, parent, partition).map(|stats| stats.high_watermark)
+                    local_start(state, parent, partition, figure)
                 }
                 Route::Owner { alive: true, .. } => {
-                    remote.get(&partition).map(|entry| entry.high_watermark)
+                    remote.get(&partition).and_then(|entry| match figure {
+                        StartFigure::HighWatermark => Some(entry.high_watermark),
+                        StartFigure::OldestOffset => Some(entry.oldest_offset),
+                        StartFigure::ConsumeFrontier => None,
+                    })
                 }
                 Route::Owner { .. } | Route::Unassigned => None,
             };
-            high_watermark.ok_or_else(|| {
+            value.ok_or_else(|| {
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!(
-                        "cannot record the attach point: the owner of partition {partition} of {:?} cannot be asked for its high watermark; retry later",
-                        parent.name
+                        "cannot record the attach point: the owner of partition {partition} of {:?} cannot be asked for its {}; retry later",
+                        parent.name,
+                        figure.name()
                     ),
                 )
             })
         })
         .collect()
+}
+
+/// `figure` of `parent`'s `partition`, which this node owns.
+fn local_start(
+    state: &ApiState,
+    parent: &TopicMeta,
+    partition: u32,
+    figure: StartFigure,
+) -> Option<u64> {
+    let stats = local_stats(state, parent, partition)?;
+    match figure {
+        StartFigure::HighWatermark => Some(stats.high_watermark),
+        StartFigure::OldestOffset => Some(stats.oldest_offset),
+        StartFigure::ConsumeFrontier => {
+            let destination = Destination::new(&parent.name, partition);
+            let live = state.consume.as_ref().and_then(|consume| {
+                consume.live_frontier(&destination, parent.incarnation_id.as_ref())
+            });
+            let frontier = match live {
+                Some(frontier) => Some(frontier),
+                None => {
+                    let logs = state.logs.as_ref()?;
+                    let dir = partition_dir(logs.data_dir(), &parent.name, partition);
+                    stored_frontier(&**logs.disk(), &dir).ok()?
+                }
+            };
+            Some(frontier.unwrap_or(0).max(stats.oldest_offset))
+        }
+    }
 }
 
 /// Proposes `command` through the node's admin; a refusal or an outage
@@ -722,14 +795,41 @@ pub(crate) async fn schema_history(
     Ok(json_response(StatusCode::OK, &body))
 }
 
-/// `DELETE /v1/topics/{topic}` → `204`; ownership or admin.
+/// `DELETE /v1/topics/{topic}[?force=true|false]` → `204`; ownership or
+/// admin. A stub, or a parent with remote children, is refused `409`
+/// while records are unshipped unless `force=true` (spec §1.3, v3.2).
 pub(crate) async fn delete(
     State(state): State<Arc<ApiState>>,
     Path(name): Path<String>,
+    RawQuery(query): RawQuery,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (actor, topic) = managed_topic(&state, &method, &headers, &name).await?;
+    let force = super::remote_children::force_param(query.as_deref().unwrap_or(""))?;
+    let (parent, stubs) = match topic.parent.as_ref().filter(|_| topic.is_stub()) {
+        Some(link) => (
+            state.replica.topic_meta(&link.parent),
+            vec![Arc::clone(&topic)],
+        ),
+        None => {
+            let stubs = topic
+                .children
+                .iter()
+                .filter_map(|child| state.replica.topic_meta(child))
+                .filter(|child| child.is_stub())
+                .collect();
+            (Some(Arc::clone(&topic)), stubs)
+        }
+    };
+    if let Some(parent) = parent.filter(|_| !stubs.is_empty()) {
+        super::remote_children::take_write(&state)?;
+        if let Some(refusal) =
+            super::remote_children::check_unshipped(&state, &parent, &stubs, force).await?
+        {
+            return Ok(refusal);
+        }
+    }
     let delete = DeleteTopic {
         actor,
         name,
@@ -768,6 +868,9 @@ pub(super) fn record(topic: &TopicMeta) -> Value {
         value["attach_epoch"] = json!(link.attach_epoch.as_str());
         value["fanout_delay_ms"] = json!(link.fanout_delay_ms);
         value["attach_offsets"] = json!(link.attach_offsets);
+    }
+    if let Some(link) = &topic.remote {
+        value["remote"] = super::remote_children::remote_json(link);
     }
     value
 }

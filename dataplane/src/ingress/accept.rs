@@ -71,6 +71,14 @@ pub enum AcceptError {
     /// The topic is a delay child, fed only by its parent.
     #[error("direct produce to a delayed child topic is not allowed")]
     DelayedChild,
+    /// The topic is a remote child's stub: its records live on the remote.
+    #[error("{}", narad_meta::MetastoreError::RemoteStub { name: name.clone(), remote: remote.clone() })]
+    RemoteChild {
+        /// The stub.
+        name: String,
+        /// The remote it lives on.
+        remote: String,
+    },
     /// The payload is empty.
     #[error("message required")]
     Empty,
@@ -217,7 +225,8 @@ impl Acceptor {
     /// The topic under `name`, for checks that come before the body.
     ///
     /// # Errors
-    /// [`AcceptError::TopicNotFound`], [`AcceptError::DelayedChild`].
+    /// [`AcceptError::TopicNotFound`], [`AcceptError::DelayedChild`],
+    /// [`AcceptError::RemoteChild`].
     pub fn producible_topic(&self, name: &str) -> Result<Arc<TopicMeta>, AcceptError> {
         let topic = self
             .replica
@@ -225,6 +234,12 @@ impl Acceptor {
             .ok_or(AcceptError::TopicNotFound)?;
         if topic.fanout_delay_ms() > 0 {
             return Err(AcceptError::DelayedChild);
+        }
+        if let Some(link) = &topic.remote {
+            return Err(AcceptError::RemoteChild {
+                name: name.to_owned(),
+                remote: link.remote.clone(),
+            });
         }
         Ok(topic)
     }

@@ -5,7 +5,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use narad_meta::{Assignment, Topic};
+use narad_meta::{Assignment, RemoteLink, Topic};
 
 use crate::topology::{NodeId, node_of};
 
@@ -35,6 +35,9 @@ pub struct TopicMeta {
     pub owners: Vec<Option<NodeId>>,
     /// Every schema version, oldest first, parsed.
     pub schema_history: Vec<Arc<TopicSchema>>,
+    /// The remote link of a remote child's stub (spec §4, v3.2): a stub has
+    /// no partitions, takes no produce and serves no consume.
+    pub remote: Option<Arc<RemoteLink>>,
 }
 
 impl Deref for TopicMeta {
@@ -47,20 +50,22 @@ impl Deref for TopicMeta {
 
 impl TopicMeta {
     /// Derives the data plane's view of `record` owned by `owners` (see
-    /// [`owners_of`]). `previous`, the view of an earlier state, lends its
-    /// parsed schemas when they did not change.
+    /// [`owners_of`]), with `remote`, its link when it is a remote child's
+    /// stub. `previous`, the view of an earlier state, lends its parsed
+    /// schemas when they did not change.
     ///
     /// # Panics
-    /// If the record has no partition, or `owners` does not have one entry
-    /// per partition: the metastore never holds such a topic, and serving
-    /// it would route records nowhere.
+    /// If the record has no partition and is no stub, or `owners` does not
+    /// have one entry per partition: the metastore never holds such a
+    /// topic, and serving it would route records nowhere.
     pub(super) fn derive(
         record: &Topic,
         owners: Vec<Option<NodeId>>,
+        remote: Option<&RemoteLink>,
         previous: Option<&TopicMeta>,
     ) -> Self {
         assert!(
-            record.partitions > 0,
+            record.partitions > 0 || remote.is_some(),
             "topic {} has no partition",
             record.name
         );
@@ -84,6 +89,7 @@ impl TopicMeta {
             incarnation_id: Some(Arc::from(record.id.as_str())),
             owners,
             schema_history,
+            remote: remote.map(|link| Arc::new(link.clone())),
         }
     }
 
@@ -97,9 +103,20 @@ impl TopicMeta {
         self.schema_history.last()
     }
 
-    /// Whether this view still describes `record` placed as `owners`.
-    pub(super) fn describes(&self, record: &Topic, owners: &[Option<NodeId>]) -> bool {
-        self.record == *record && self.owners == owners
+    /// Whether this view still describes `record` placed as `owners`, with
+    /// remote link `remote`.
+    pub(super) fn describes(
+        &self,
+        record: &Topic,
+        owners: &[Option<NodeId>],
+        remote: Option<&RemoteLink>,
+    ) -> bool {
+        self.record == *record && self.owners == owners && self.remote.as_deref() == remote
+    }
+
+    /// Whether this is a remote child's stub.
+    pub fn is_stub(&self) -> bool {
+        self.remote.is_some()
     }
 }
 

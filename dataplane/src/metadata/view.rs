@@ -92,10 +92,16 @@ fn derive_topics(
         .map(|record| {
             let slots = metastore.assignments(&record.name).unwrap_or_default();
             let owners = owners_of(record, slots);
+            let remote = metastore.remote_link(&record.name);
             let earlier = previous.get(record.name.as_str());
             let meta = match earlier {
-                Some(earlier) if earlier.describes(record, &owners) => Arc::clone(earlier),
-                _ => Arc::new(TopicMeta::derive(record, owners, earlier.map(|arc| &**arc))),
+                Some(earlier) if earlier.describes(record, &owners, remote) => Arc::clone(earlier),
+                _ => Arc::new(TopicMeta::derive(
+                    record,
+                    owners,
+                    remote,
+                    earlier.map(|arc| &**arc),
+                )),
             };
             (Arc::clone(&meta.name), meta)
         })

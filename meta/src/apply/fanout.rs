@@ -121,11 +121,18 @@ impl Metastore {
         // Managing either side is enough.
         self.require_manage(&detach.actor, parent)
             .or_else(|_| self.require_manage(&detach.actor, child))?;
-        if let Some(child) = self.topics.get_mut(&detach.child) {
-            child.parent = None;
-        }
-        if let Some(parent) = self.topics.get_mut(&detach.parent) {
-            parent.children.retain(|name| *name != detach.child);
+        if self.is_stub(&detach.child) {
+            // A remote child's stub is nothing but its link: detaching it
+            // deletes it.
+            self.remove_stub(&detach.child);
+            self.changed(Domain::Assignments);
+        } else {
+            if let Some(child) = self.topics.get_mut(&detach.child) {
+                child.parent = None;
+            }
+            if let Some(parent) = self.topics.get_mut(&detach.parent) {
+                parent.children.retain(|name| *name != detach.child);
+            }
         }
         self.changed(Domain::Topics);
         Ok(Outcome::Applied)

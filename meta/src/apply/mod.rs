@@ -3,6 +3,7 @@
 mod fanout;
 mod members;
 mod moves;
+mod remotes;
 mod topics;
 mod users;
 
@@ -18,6 +19,7 @@ enum Domain {
     Assignments,
     Members,
     Users,
+    Remotes,
 }
 
 impl Metastore {
@@ -62,6 +64,14 @@ impl Metastore {
             Command::CompleteMove(complete) => self.complete_move(complete),
             Command::ForcePromote(complete) => self.force_promote(complete),
             Command::RemoveMember(remove) => self.remove_member(remove),
+            Command::CreateRemote(create) => self.create_remote(create),
+            Command::UpdateRemote(update) => self.update_remote(update),
+            Command::DeleteRemote(delete) => self.delete_remote(delete),
+            Command::ResealRemotes(reseal) => self.reseal_remotes(reseal),
+            Command::AttachRemoteChild(attach) => self.attach_remote_child(attach),
+            Command::PauseRemoteChild(pause) => self.pause_remote_child(pause),
+            Command::ResumeRemoteChild(resume) => self.resume_remote_child(resume),
+            Command::SkipRemoteRecord(skip) => self.skip_remote_record(skip),
         };
         if cfg!(debug_assertions) {
             self.assert_invariants();
@@ -92,6 +102,7 @@ impl Metastore {
             Domain::Assignments => &mut self.versions.assignments,
             Domain::Members => &mut self.versions.members,
             Domain::Users => &mut self.versions.users,
+            Domain::Remotes => &mut self.versions.remotes,
         };
         *counter += 1;
     }
@@ -111,7 +122,8 @@ impl Metastore {
     }
 
     /// Checks the relations every state must keep: links agree from both
-    /// sides, roles stay flat, each topic has one placement slot per
+    /// sides, roles stay flat, exactly the stubs of remote children have no
+    /// partitions and each has a parent, each topic has one placement slot per
     /// partition, every owner and move target is a known member, a target is
     /// never its owner, and no removed id is a member.
     ///
@@ -175,6 +187,14 @@ impl Metastore {
         }
         for id in &self.removed {
             assert!(!self.members.contains_key(id), "removed member {id} listed");
+        }
+        for topic in self.topics.values() {
+            let stub = self.remote_links.contains_key(&topic.name);
+            assert_eq!(topic.partitions == 0, stub, "partitions of {}", topic.name);
+        }
+        for child in self.remote_links.keys() {
+            let stub = &self.topics[child];
+            assert!(stub.parent.is_some(), "stub {child} without a parent");
         }
     }
 }

@@ -70,7 +70,7 @@ impl Metastore {
     }
 
     /// Stores a new topic, its empty placement slots and its parent's link.
-    fn insert_topic(&mut self, topic: Topic) {
+    pub(super) fn insert_topic(&mut self, topic: Topic) {
         let slots = vec![None; topic.partitions as usize];
         self.assignments.insert(topic.name.clone(), slots);
         if let Some(link) = &topic.parent
@@ -86,6 +86,9 @@ impl Metastore {
     pub(super) fn alter_topic(&mut self, alter: &AlterTopic) -> Result<Outcome, MetastoreError> {
         let topic = self.current_topic(&alter.name, alter.expected_id.as_ref())?;
         self.require_manage(&alter.actor, topic)?;
+        if let Some(refusal) = self.stub_refusal(&alter.name) {
+            return Err(refusal);
+        }
         let nothing = alter.retention_ms.is_none()
             && alter.idempotency_window_ms.is_none()
             && alter.max_in_flight_per_partition.is_none()
@@ -124,6 +127,7 @@ impl Metastore {
         }
         let retention_ms = rules::retention_ms(alter.retention_ms, &alter.defaults)?;
         let topic = &self.topics[&alter.name];
+        self.check_retention_for_remote_children(topic, retention_ms)?;
         for child in &topic.children {
             let delay_ms = self.topics[child]
                 .parent
@@ -206,6 +210,12 @@ impl Metastore {
     pub(super) fn delete_topic(&mut self, delete: &DeleteTopic) -> Result<Outcome, MetastoreError> {
         let topic = self.current_topic(&delete.name, delete.expected_id.as_ref())?;
         self.require_manage(&delete.actor, topic)?;
+        if self.is_stub(&delete.name) {
+            self.remove_stub(&delete.name);
+            self.changed(Domain::Topics);
+            self.changed(Domain::Assignments);
+            return Ok(Outcome::Applied);
+        }
         let Some(topic) = self.topics.remove(&delete.name) else {
             return Err(MetastoreError::TopicNotFound);
         };
@@ -215,8 +225,13 @@ impl Metastore {
                 .retain(|child| *child != topic.name);
         }
         // Its children become standalone; they keep their schema history.
+        // A remote child's stub means nothing without its parent and goes.
         for child in &topic.children {
-            self.topic_mut(child).parent = None;
+            if self.is_stub(child) {
+                self.remove_stub(child);
+            } else {
+                self.topic_mut(child).parent = None;
+            }
         }
         self.assignments.remove(&topic.name);
         self.changed(Domain::Topics);

@@ -18,6 +18,10 @@ use crate::{
     MarkDead, MoveTarget, NewLink, PartitionOwner, RegisterMember, RemoveMember, SeedAdmin,
     SetDraining, SetGrants, SetMoveTargets, SetPassword, TopicDefaults,
 };
+use crate::{
+    AttachRemoteChild, CreateRemote, DeleteRemote, PauseRemoteChild, ResealRemotes,
+    ResumeRemoteChild, SkipRemoteRecord, UpdateRemote,
+};
 use narad_protocol::fields::{get_bool, get_option, invalid, put_bool, put_option};
 
 /// The version of the binary command encoding. Version 1 was the serde
@@ -87,6 +91,14 @@ mod kind {
     pub(super) const COMPLETE_MOVE: u8 = 19;
     pub(super) const REMOVE_MEMBER: u8 = 20;
     pub(super) const FORCE_PROMOTE: u8 = 21;
+    pub(super) const CREATE_REMOTE: u8 = 22;
+    pub(super) const UPDATE_REMOTE: u8 = 23;
+    pub(super) const DELETE_REMOTE: u8 = 24;
+    pub(super) const RESEAL_REMOTES: u8 = 25;
+    pub(super) const ATTACH_REMOTE_CHILD: u8 = 26;
+    pub(super) const PAUSE_REMOTE_CHILD: u8 = 27;
+    pub(super) const RESUME_REMOTE_CHILD: u8 = 28;
+    pub(super) const SKIP_REMOTE_RECORD: u8 = 29;
 }
 
 impl Encode for Command {
@@ -126,6 +138,14 @@ pub(super) fn encode_command(command: &Command, writer: &mut Writer, layout: Lay
         Command::CompleteMove(body) => (kind::COMPLETE_MOVE, body),
         Command::RemoveMember(body) => (kind::REMOVE_MEMBER, body),
         Command::ForcePromote(body) => (kind::FORCE_PROMOTE, body),
+        Command::CreateRemote(body) => (kind::CREATE_REMOTE, body),
+        Command::UpdateRemote(body) => (kind::UPDATE_REMOTE, body),
+        Command::DeleteRemote(body) => (kind::DELETE_REMOTE, body),
+        Command::ResealRemotes(body) => (kind::RESEAL_REMOTES, body),
+        Command::AttachRemoteChild(body) => (kind::ATTACH_REMOTE_CHILD, body),
+        Command::PauseRemoteChild(body) => (kind::PAUSE_REMOTE_CHILD, body),
+        Command::ResumeRemoteChild(body) => (kind::RESUME_REMOTE_CHILD, body),
+        Command::SkipRemoteRecord(body) => (kind::SKIP_REMOTE_RECORD, body),
     };
     writer.u8(tag);
     body.encode(writer);
@@ -162,6 +182,14 @@ pub(super) fn decode_command(reader: &mut Reader, layout: Layout) -> Result<Comm
         kind::COMPLETE_MOVE => Command::CompleteMove(CompleteMove::decode(reader)?),
         kind::REMOVE_MEMBER => Command::RemoveMember(RemoveMember::decode(reader)?),
         kind::FORCE_PROMOTE => Command::ForcePromote(CompleteMove::decode(reader)?),
+        kind::CREATE_REMOTE => Command::CreateRemote(CreateRemote::decode(reader)?),
+        kind::UPDATE_REMOTE => Command::UpdateRemote(UpdateRemote::decode(reader)?),
+        kind::DELETE_REMOTE => Command::DeleteRemote(DeleteRemote::decode(reader)?),
+        kind::RESEAL_REMOTES => Command::ResealRemotes(ResealRemotes::decode(reader)?),
+        kind::ATTACH_REMOTE_CHILD => Command::AttachRemoteChild(AttachRemoteChild::decode(reader)?),
+        kind::PAUSE_REMOTE_CHILD => Command::PauseRemoteChild(PauseRemoteChild::decode(reader)?),
+        kind::RESUME_REMOTE_CHILD => Command::ResumeRemoteChild(ResumeRemoteChild::decode(reader)?),
+        kind::SKIP_REMOTE_RECORD => Command::SkipRemoteRecord(SkipRemoteRecord::decode(reader)?),
         other => return Err(invalid("metastore command kind", other)),
     })
 }

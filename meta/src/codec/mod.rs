@@ -38,6 +38,7 @@
 //! requires them, and they read the JSON of older builds.
 
 mod command;
+mod remotes;
 mod state;
 mod values;
 
@@ -50,7 +51,10 @@ use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::de::DeserializeOwned;
 
 pub use command::{COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW};
-pub use state::{STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_WINDOW};
+pub use state::{
+    STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES,
+    STATE_VERSION_BEFORE_WINDOW,
+};
 pub use values::{
     PARTITION_SLOTS_MAX, get_epoch, get_incarnation, get_topic, put_epoch, put_incarnation,
     put_topic,

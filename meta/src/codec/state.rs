@@ -15,18 +15,25 @@ use std::collections::{BTreeMap, BTreeSet};
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
 use super::Layout;
+use super::remotes::{LINK_BYTES_MIN, REMOTE_BYTES_MIN};
 use super::values::{
     MEMBER_BYTES_MIN, PARTITION_SLOTS_MAX, STR_BYTES_MIN, TOPIC_BYTES_MIN,
     TOPIC_BYTES_MIN_BEFORE_WINDOW, USER_BYTES_MIN, decode_topic, get_list, put_list,
 };
-use crate::{Assignment, DomainVersions, Member, Metastore, User};
+use crate::{Assignment, DomainVersions, Member, Metastore, Remote, RemoteKey, RemoteLink, User};
 use narad_protocol::fields::{get_count, get_option, put_count, put_option};
 
 /// The version of the state encoding. The serde JSON that snapshots held
 /// before has no version byte; it starts with `{`, which no version is.
-/// Versions 2 ([`STATE_VERSION_BEFORE_MOVES`]) and 1
-/// ([`STATE_VERSION_BEFORE_WINDOW`]) are still read.
-pub const STATE_VERSION: u8 = 3;
+/// Versions 3 ([`STATE_VERSION_BEFORE_REMOTES`]), 2
+/// ([`STATE_VERSION_BEFORE_MOVES`]) and 1 ([`STATE_VERSION_BEFORE_WINDOW`])
+/// are still read.
+pub const STATE_VERSION: u8 = 4;
+
+/// The state encoding before remotes: as [`STATE_VERSION`] without the
+/// trailing remotes section (remotes, the cluster remote key, remote-child
+/// links and the remotes change counter). Read, never written.
+pub const STATE_VERSION_BEFORE_REMOTES: u8 = 3;
 
 /// The state encoding before moves: as [`STATE_VERSION`], except that a
 /// placement slot has no move target and the state lists no removed
@@ -89,6 +96,8 @@ pub(super) struct StateForm {
     /// Whether placement slots carry move targets and the state lists
     /// removed members.
     moves: bool,
+    /// Whether the remotes section follows the applied index.
+    remotes: bool,
 }
 
 impl StateForm {
@@ -96,19 +105,26 @@ impl StateForm {
     const CURRENT: Self = Self {
         topics: Layout::Current,
         moves: true,
+        remotes: true,
     };
 
     /// The form of version `version`, if this build reads it.
     pub(super) fn of_version(version: u8) -> Option<Self> {
         match version {
             STATE_VERSION => Some(Self::CURRENT),
+            STATE_VERSION_BEFORE_REMOTES => Some(Self {
+                remotes: false,
+                ..Self::CURRENT
+            }),
             STATE_VERSION_BEFORE_MOVES => Some(Self {
                 topics: Layout::Current,
                 moves: false,
+                remotes: false,
             }),
             STATE_VERSION_BEFORE_WINDOW => Some(Self {
                 topics: Layout::BeforeWindow,
                 moves: false,
+                remotes: false,
             }),
             _ => None,
         }
@@ -162,8 +178,32 @@ impl Encode for Metastore {
         }
         self.versions.encode(writer);
         writer.u64(self.applied_index);
+        put_records(writer, &REMOTES, &self.remotes, |writer, name, remote| {
+            assert_eq!(name, remote.name, "a remote filed under another name");
+            remote.encode(writer);
+        });
+        put_option(writer, self.remote_key.as_ref(), |writer, key| {
+            key.encode(writer);
+        });
+        put_records(writer, &LINKS, &self.remote_links, |writer, child, link| {
+            writer.str(child);
+            link.encode(writer);
+        });
+        writer.u64(self.versions.remotes);
     }
 }
+
+const REMOTES: MapField = MapField {
+    count: "metastore remotes",
+    order: "position of a metastore remote out of name order",
+    record_bytes_min: REMOTE_BYTES_MIN,
+};
+
+const LINKS: MapField = MapField {
+    count: "metastore remote links",
+    order: "position of a remote link out of stub name order",
+    record_bytes_min: LINK_BYTES_MIN,
+};
 
 impl Decode for Metastore {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
@@ -177,7 +217,7 @@ pub(super) fn decode_state(reader: &mut Reader, form: StateForm) -> Result<Metas
         Layout::Current => &TOPICS,
         Layout::BeforeWindow => &TOPICS_BEFORE_WINDOW,
     };
-    Ok(Metastore {
+    let mut state = Metastore {
         topics: get_records(reader, topics, |reader| {
             let topic = decode_topic(reader, form.topics)?;
             Ok((topic.name.clone(), topic))
@@ -204,7 +244,23 @@ pub(super) fn decode_state(reader: &mut Reader, form: StateForm) -> Result<Metas
         },
         versions: DomainVersions::decode(reader)?,
         applied_index: reader.u64("metastore applied_index")?,
-    })
+        remotes: BTreeMap::new(),
+        remote_key: None,
+        remote_links: BTreeMap::new(),
+    };
+    if form.remotes {
+        state.remotes = get_records(reader, &REMOTES, |reader| {
+            let remote = Remote::decode(reader)?;
+            Ok((remote.name.clone(), remote))
+        })?;
+        state.remote_key = get_option(reader, "metastore remote key", RemoteKey::decode)?;
+        state.remote_links = get_records(reader, &LINKS, |reader| {
+            let child = reader.str("remote link stub")?;
+            Ok((child, RemoteLink::decode(reader)?))
+        })?;
+        state.versions.remotes = reader.u64("remotes version")?;
+    }
+    Ok(state)
 }
 
 /// Appends a map's entries in key order (the map's own order).
@@ -311,6 +367,8 @@ impl Decode for DomainVersions {
             assignments: reader.u64("assignments version")?,
             members: reader.u64("members version")?,
             users: reader.u64("users version")?,
+            // The remotes counter travels in the remotes section.
+            remotes: 0,
         })
     }
 }

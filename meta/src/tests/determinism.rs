@@ -258,6 +258,14 @@ fn kind(command: &Command) -> &'static str {
         Command::CompleteMove(_) => "complete_move",
         Command::ForcePromote(_) => "force_promote",
         Command::RemoveMember(_) => "remove_member",
+        Command::CreateRemote(_) => "create_remote",
+        Command::UpdateRemote(_) => "update_remote",
+        Command::DeleteRemote(_) => "delete_remote",
+        Command::ResealRemotes(_) => "reseal_remotes",
+        Command::AttachRemoteChild(_) => "attach_remote_child",
+        Command::PauseRemoteChild(_) => "pause_remote_child",
+        Command::ResumeRemoteChild(_) => "resume_remote_child",
+        Command::SkipRemoteRecord(_) => "skip_remote_record",
     }
 }
 

@@ -4,6 +4,7 @@ mod determinism;
 mod fanout;
 mod members;
 mod moves;
+mod remotes;
 mod schemas;
 mod topics;
 mod users;

@@ -71,7 +71,8 @@ impl Scan {
         let order: Vec<u32> = match pinned {
             Some(partition) => vec![partition],
             None => {
-                let start = service.rotation.fetch_add(1, Ordering::Relaxed) % meta.partitions;
+                let start =
+                    service.rotation.fetch_add(1, Ordering::Relaxed) % meta.partitions.max(1);
                 (start..meta.partitions).chain(0..start).collect()
             }
         };

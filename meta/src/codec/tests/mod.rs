@@ -6,4 +6,5 @@
 mod measure;
 mod named;
 mod properties;
+mod remote_strategies;
 mod strategies;

@@ -7,8 +7,8 @@ use narad_protocol::{DecodeError, Reader, Writer};
 use super::super::values::put_list;
 use super::super::{
     COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW, STATE_VERSION,
-    STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state,
-    encode_command, encode_state, get_command,
+    STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES, STATE_VERSION_BEFORE_WINDOW,
+    decode_command, decode_state, encode_command, encode_state, get_command,
 };
 use crate::tests::{Store, assign, attach, create_user, grant, link, register};
 use crate::{
@@ -105,6 +105,16 @@ fn a_state_encodes_to_its_golden_bytes() {
     let bytes = encode_state(&state);
     assert_eq!(hex(&bytes), golden(GOLDEN_STATE));
     assert_eq!(decode_state(bytes).expect("decodes"), state);
+}
+
+#[test]
+fn a_version_3_state_decodes_with_no_remotes() {
+    let bytes = Bytes::from(hex_bytes(&golden_state_before_remotes()));
+    assert_eq!(bytes[0], STATE_VERSION_BEFORE_REMOTES);
+    let decoded = decode_state(bytes).expect("decodes");
+    assert_eq!(decoded, sample_store().meta);
+    assert_eq!(decoded.remotes().count(), 0);
+    assert_eq!(decoded.remote_key(), None);
 }
 
 #[test]
@@ -240,7 +250,7 @@ fn golden_state_before_window() -> String {
 /// The state of [`sample_store`], field by field (spaces are for reading
 /// only). Password hashes are the test helper's: `$2b$04$` and 53 letters.
 const GOLDEN_STATE: &[&str] = &[
-    "03",                                                        // state version
+    "04",                                                        // state version
     "00000002",                                                  // topics, in name order
     "00000001 63 af63de4c8601eff2 00000003",                     // "c", id, partitions
     "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
@@ -288,7 +298,21 @@ const GOLDEN_STATE: &[&str] = &[
     "0000000000000002 0000000000000003",     // versions: topics, placements
     "0000000000000003 0000000000000002",     // versions: members, users
     "0000000000000008",                      // applied index
+    "00000000",                              // no remotes
+    "00",                                    // no remote key
+    "00000000",                              // no remote links
+    "0000000000000000",                      // versions: remotes
 ];
+
+/// The chunks of [`GOLDEN_STATE`]'s remotes section, at its end.
+const REMOTES_SECTION_CHUNKS: usize = 4;
+
+/// [`GOLDEN_STATE`] as a build before remotes wrote it (version 3): no
+/// remotes section.
+fn golden_state_before_remotes() -> String {
+    let body = &GOLDEN_STATE[1..GOLDEN_STATE.len() - REMOTES_SECTION_CHUNKS];
+    format!("{STATE_VERSION_BEFORE_REMOTES:02x}{}", golden(body))
+}
 
 /// [`GOLDEN_STATE`] as a build before moves wrote it (version 2): no move
 /// target in a slot, no removed members.
@@ -546,6 +570,11 @@ fn state_with_topics(names: &[&str]) -> Bytes {
     for _ in 0..5 {
         writer.u64(0);
     }
+    // No remotes, no remote key, no remote links, remotes version 0.
+    writer.u32(0);
+    writer.u8(0);
+    writer.u32(0);
+    writer.u64(0);
     writer.finish()
 }
 

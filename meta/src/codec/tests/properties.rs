@@ -10,10 +10,10 @@ use proptest::prelude::*;
 
 use super::super::{
     BARE_JSON_FIRST_BYTE, COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW,
-    STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_WINDOW, decode_command,
-    decode_state, encode_command, encode_state,
+    STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES,
+    STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state, encode_command, encode_state,
 };
-use super::strategies;
+use super::{remote_strategies, strategies};
 use crate::Command;
 
 /// Cases per property: enough to meet every kind and option many times,
@@ -74,6 +74,17 @@ round_trips! {
     delete_user_round_trips: strategies::delete_user();
     set_password_round_trips: strategies::set_password();
     set_grants_round_trips: strategies::set_grants();
+    remote_round_trips: remote_strategies::remote();
+    remote_link_round_trips: remote_strategies::link();
+    remote_key_round_trips: remote_strategies::key();
+    create_remote_round_trips: remote_strategies::create_remote();
+    update_remote_round_trips: remote_strategies::update_remote();
+    delete_remote_round_trips: remote_strategies::delete_remote();
+    reseal_remotes_round_trips: remote_strategies::reseal_remotes();
+    attach_remote_child_round_trips: remote_strategies::attach_remote_child();
+    pause_remote_child_round_trips: remote_strategies::pause_remote_child();
+    resume_remote_child_round_trips: remote_strategies::resume_remote_child();
+    skip_remote_record_round_trips: remote_strategies::skip_remote_record();
     command_round_trips: strategies::command();
     metastore_round_trips: strategies::metastore();
 }
@@ -261,6 +272,7 @@ proptest! {
     ) {
         let read = [
             STATE_VERSION,
+            STATE_VERSION_BEFORE_REMOTES,
             STATE_VERSION_BEFORE_MOVES,
             STATE_VERSION_BEFORE_WINDOW,
             BARE_JSON_FIRST_BYTE,

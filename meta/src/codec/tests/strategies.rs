@@ -8,6 +8,7 @@ use proptest::collection::{btree_map, btree_set, vec};
 use proptest::option::of;
 use proptest::prelude::*;
 
+use super::remote_strategies;
 use crate::{
     AbortMove, Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, AttachEpoch,
     Command, CompleteMove, CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild,
@@ -441,6 +442,14 @@ pub(super) fn command() -> impl Strategy<Value = Command> {
         complete_move().prop_map(Command::CompleteMove),
         complete_move().prop_map(Command::ForcePromote),
         text().prop_map(|id| Command::RemoveMember(RemoveMember { id })),
+        remote_strategies::create_remote().prop_map(Command::CreateRemote),
+        remote_strategies::update_remote().prop_map(Command::UpdateRemote),
+        remote_strategies::delete_remote().prop_map(Command::DeleteRemote),
+        remote_strategies::reseal_remotes().prop_map(Command::ResealRemotes),
+        remote_strategies::attach_remote_child().prop_map(Command::AttachRemoteChild),
+        remote_strategies::pause_remote_child().prop_map(Command::PauseRemoteChild),
+        remote_strategies::resume_remote_child().prop_map(Command::ResumeRemoteChild),
+        remote_strategies::skip_remote_record().prop_map(Command::SkipRemoteRecord),
     ]
 }
 
@@ -477,22 +486,40 @@ pub(super) fn metastore() -> impl Strategy<Value = Metastore> {
         keyed(user(), |user, name| user.username = name),
         (
             btree_set(text(), 0..3),
-            vec(any::<u64>(), 4..=4),
+            vec(any::<u64>(), 5..=5),
             any::<u64>(),
+        ),
+        (
+            keyed(remote_strategies::remote(), |remote, name| {
+                remote.name = name
+            }),
+            of(remote_strategies::key()),
+            btree_map(text(), remote_strategies::link(), 0..3),
         ),
     )
         .prop_map(
-            |(topics, assignments, members, users, (removed, counters, applied_index))| Metastore {
+            |(
+                topics,
+                assignments,
+                members,
+                users,
+                (removed, counters, applied_index),
+                (remotes, remote_key, remote_links),
+            )| Metastore {
                 topics,
                 assignments,
                 members,
                 removed,
                 users,
+                remotes,
+                remote_key,
+                remote_links,
                 versions: DomainVersions {
                     topics: counters[0],
                     assignments: counters[1],
                     members: counters[2],
                     users: counters[3],
+                    remotes: counters[4],
                 },
                 applied_index,
             },

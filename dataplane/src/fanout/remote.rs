@@ -1,0 +1,178 @@
+//! Remote children (spec §4, v3.2): a cursor whose child is a topic on
+//! another cluster ships each lane of a slab through a [`RemoteShipper`]
+//! instead of committing buckets to child partitions. The cursor's rules
+//! stay: it advances only once every lane of the slab is stored by the
+//! target, and a failure holds it where it is.
+//!
+//! The shipper (the outbound client, sealed credentials, the gate) is
+//! built by the process that runs the node and plugged in after the node
+//! starts ([`RemotePlane::attach`]); until then, and on a node built
+//! without one, every shipment fails as `unavailable`.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use narad_meta::{AttachEpoch, RemoteLink};
+use parking_lot::Mutex;
+
+use super::machine::ParentRecord;
+
+/// One lane's records of one slab, for the target.
+#[derive(Clone, Debug)]
+pub struct Shipment {
+    /// The stub topic (the remote child's local name).
+    pub child: Arc<str>,
+    /// The parent topic.
+    pub parent: Arc<str>,
+    /// The parent partition the records come from.
+    pub parent_partition: u32,
+    /// The link as the metastore holds it: remote, remote topic, lanes.
+    pub link: RemoteLink,
+    /// The lane (0-based).
+    pub lane: u32,
+    /// The records, in parent offset order.
+    pub records: Vec<ParentRecord>,
+    /// The link's attach epoch: with the parent's incarnation, a record's
+    /// partition and offset, it names the record for good, so a resend
+    /// carries the same idempotency key and the target stores it once.
+    pub attach_epoch: AttachEpoch,
+    /// The parent's incarnation id (`None` for a topic from before ids).
+    pub parent_incarnation: Option<Arc<str>>,
+}
+
+impl Shipment {
+    /// The link's id as the target's idempotency keys name it: the attach
+    /// epoch, so a re-attach starts a new key space.
+    pub fn link_id(&self) -> &str {
+        self.attach_epoch.as_str()
+    }
+}
+
+/// How a shipment ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShipOutcome {
+    /// The target answered `202` for every record.
+    Shipped,
+    /// It did not. `shipped` records at the head were stored; `state` is
+    /// the link state of the failure (`unavailable`, `auth_failed`,
+    /// `rejected_record`, …).
+    Failed {
+        /// Records at the head that the target acknowledged.
+        shipped: usize,
+        /// The link state the failure puts the cursor in.
+        state: String,
+    },
+}
+
+/// The future of a shipment.
+pub type Shipping = Pin<Box<dyn Future<Output = ShipOutcome> + Send>>;
+
+/// Ships lanes to remote clusters.
+pub trait RemoteShipper: Send + Sync + fmt::Debug {
+    /// Ships `shipment`; the future ends once the target acknowledged every
+    /// record or the shipment failed. Never panics on the target's answers.
+    fn ship(&self, shipment: Shipment) -> Shipping;
+}
+
+/// The link state of a shipment on a node without a remote plane.
+pub const NO_REMOTE_PLANE_STATE: &str = "unavailable";
+
+/// Where the node's shipper is plugged in.
+#[derive(Debug, Default)]
+pub struct RemotePlane {
+    shipper: OnceLock<Arc<dyn RemoteShipper>>,
+}
+
+impl RemotePlane {
+    /// A plane with no shipper yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Plugs in the shipper; a second call is ignored (returns false).
+    pub fn attach(&self, shipper: Arc<dyn RemoteShipper>) -> bool {
+        self.shipper.set(shipper).is_ok()
+    }
+
+    /// Ships through the plugged-in shipper, or fails as `unavailable`.
+    pub fn ship(&self, shipment: Shipment) -> Shipping {
+        match self.shipper.get() {
+            Some(shipper) => shipper.ship(shipment),
+            None => Box::pin(async {
+                ShipOutcome::Failed {
+                    shipped: 0,
+                    state: NO_REMOTE_PLANE_STATE.to_owned(),
+                }
+            }),
+        }
+    }
+}
+
+/// What a remote child's cursor reports beside its position.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemoteReport {
+    /// `running` while nothing fails, else the last failure's state.
+    pub state: String,
+    /// The offset of the first record the target would not take, while the
+    /// state is `rejected_record` or `record_too_large` (what `skip` names).
+    pub blocked_at: Option<u64>,
+    /// When a lane was last stored in full (Unix ms).
+    pub last_success_at_ms: Option<u64>,
+    /// When the oldest record not yet shipped was committed to the parent
+    /// (Unix ms), while a slab is being shipped.
+    pub oldest_pending_ms: Option<u64>,
+}
+
+/// The state of a link whose lanes all ship.
+pub const RUNNING_STATE: &str = "running";
+
+/// Whether `state` names one record the target refuses (which `skip` can
+/// move past) rather than something about the target or the way there.
+pub fn names_a_record(state: &str) -> bool {
+    matches!(state, "rejected_record" | "record_too_large")
+}
+
+/// A cursor's running account of its shipments, updated as they end.
+#[derive(Debug)]
+pub(super) struct ShipTrack {
+    report: Mutex<RemoteReport>,
+}
+
+impl ShipTrack {
+    pub(super) fn new() -> Self {
+        Self {
+            report: Mutex::new(RemoteReport {
+                state: RUNNING_STATE.to_owned(),
+                ..RemoteReport::default()
+            }),
+        }
+    }
+
+    /// Records how a shipment of `records` ended at `now_ms`.
+    pub(super) fn ended(&self, records: &[ParentRecord], outcome: &ShipOutcome, now_ms: u64) {
+        let mut report = self.report.lock();
+        match outcome {
+            ShipOutcome::Shipped => {
+                report.state = RUNNING_STATE.to_owned();
+                report.blocked_at = None;
+                report.last_success_at_ms = Some(now_ms);
+            }
+            ShipOutcome::Failed { shipped, state } => {
+                report.state.clone_from(state);
+                report.blocked_at = names_a_record(state)
+                    .then(|| records.get(*shipped).map(|record| record.offset))
+                    .flatten();
+            }
+        }
+    }
+
+    /// The report, with the cursor's oldest pending record.
+    pub(super) fn report(&self, oldest_pending_ms: Option<u64>) -> RemoteReport {
+        RemoteReport {
+            oldest_pending_ms,
+            ..self.report.lock().clone()
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The node's [`RemoteShipper`]: what a remote child's lane goes through
+//! on its way to another cluster. It finds the link's remote in the
+//! metastore, opens its sealed password (once per credential version),
+//! keeps one `narad_remotes` client and shipper per remote (built again
+//! when the remote changes), and ships each lane on a small runtime of its
+//! own so TLS and encoding do not run on the fan-out thread.
+//!
+//! Failures before anything is sent are link states too: a remote deleted
+//! under its links is `remote_missing`, a node without the cluster secret
+//! `node_insecure`, a password that does not open `credential_unreadable`,
+//! a URL or CA the client refuses `destination_refused` or `tls_failed`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_disk::clock::Clock;
+use narad_meta::{Compression, Remote, RemoteId};
+use narad_remotes::check;
+use narad_remotes::chunk::Record;
+use narad_remotes::client::RemoteClient;
+use narad_remotes::encode::LinkIdentity;
+use narad_remotes::guard::AddressGuard;
+use narad_remotes::ship::{self, Shipper};
+use parking_lot::Mutex;
+
+use super::remote::{RemoteShipper, ShipOutcome, Shipment, Shipping};
+use crate::credentials::{RemoteCredentials, client_of};
+use crate::remote_children::{
+    Capabilities, Check, CheckOutcome, CheckReport, ProbeFuture, RemoteProbe,
+};
+use crate::metadata::MetadataReplica;
+use crate::metrics::{self, NodeMetrics};
+
+/// Worker threads of the shipping runtime.
+const SHIPPING_THREADS: usize = 2;
+
+/// Which version of a remote a shipper was built for: a new id, revision
+/// or credential means a new client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    id: RemoteId,
+    revision: u64,
+    credential_version: u64,
+}
+
+#[derive(Debug)]
+struct Built {
+    stamp: Stamp,
+    shipper: Arc<Shipper>,
+}
+
+/// Ships remote children's lanes for one data node.
+#[derive(Debug)]
+pub struct NodeShipper {
+    replica: Arc<MetadataReplica>,
+    credentials: Arc<RemoteCredentials>,
+    guard: AddressGuard,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<NodeMetrics>,
+    runtime: Option<tokio::runtime::Runtime>,
+    shippers: Mutex<HashMap<String, Built>>,
+}
+
+impl NodeShipper {
+    /// A shipper for the node with these parts; `guard` is the node's
+    /// outbound address guard (`remotes.allow_addresses`,
+    /// `remotes.allow_loopback`).
+    ///
+    /// # Errors
+    /// If the shipping runtime's threads cannot start.
+    pub fn new(
+        replica: Arc<MetadataReplica>,
+        credentials: Arc<RemoteCredentials>,
+        guard: AddressGuard,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<NodeMetrics>,
+    ) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(SHIPPING_THREADS)
+            .thread_name("narad-remote")
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            replica,
+            credentials,
+            guard,
+            clock,
+            metrics,
+            runtime: Some(runtime),
+            shippers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The shipper of the link's remote, built anew when the remote
+    /// changed; or the link state that stops it.
+    fn shipper_for(&self, shipment: &Shipment) -> Result<Arc<Shipper>, &'static str> {
+        let view = self.replica.view();
+        let remote = view
+            .metastore
+            .remote(&shipment.link.remote)
+            .filter(|remote| remote.id == shipment.link.remote_id)
+            .ok_or("remote_missing")?;
+        let stamp = Stamp {
+            id: remote.id.clone(),
+            revision: remote.revision,
+            credential_version: remote.credential_version,
+        };
+        let mut shippers = self.shippers.lock();
+        if let Some(built) = shippers.get(&remote.name)
+            && built.stamp == stamp
+        {
+            return Ok(Arc::clone(&built.shipper));
+        }
+        let client = client_of(
+            &view.metastore,
+            &self.credentials,
+            remote,
+            self.guard.clone(),
+            Arc::clone(&self.clock),
+        )
+        .map_err(|failure| {
+            tracing::warn!(remote = %remote.name, step = failure.step, detail = %failure.detail, "a remote's client cannot be made on this node");
+            failure.state.as_str()
+        })?;
+        let client = Arc::new(client);
+        let zstd = remote.limits.compression == Compression::Zstd;
+        let shipper = Arc::new(Shipper::new(Arc::clone(&client), Arc::clone(&self.clock), zstd));
+        if zstd {
+            self.learn_capabilities(client, Arc::clone(&shipper), shipment.link.remote_topic.clone());
+        }
+        shippers.insert(
+            remote.name.clone(),
+            Built {
+                stamp,
+                shipper: Arc::clone(&shipper),
+            },
+        );
+        Ok(shipper)
+    }
+
+    /// Asks the target once what it takes (zstd, chunk size, keys), in
+    /// the background; until it answers the shipper assumes a current
+    /// target without zstd.
+    fn learn_capabilities(&self, client: Arc<RemoteClient>, shipper: Arc<Shipper>, topic: String) {
+        let Some(runtime) = &self.runtime else { return };
+        runtime.spawn(async move {
+            let report = check::check(&client, &topic).await;
+            if report.pass() {
+                shipper.set_capabilities(report.capabilities);
+            }
+        });
+    }
+
+    fn record_exchanges(&self, remote: &str, stats: &ship::ShipStats) {
+        let remote_label = || ("remote", remote.to_owned());
+        for exchange in &stats.exchanges {
+            let code = exchange
+                .status
+                .map_or_else(|| "none".to_owned(), |status| status.to_string());
+            self.metrics.count(
+                metrics::REMOTE_REQUESTS_TOTAL,
+                &[remote_label(), ("code", code)],
+                1,
+            );
+            self.metrics.observe(
+                metrics::REMOTE_REQUEST_SECONDS,
+                &[remote_label()],
+                Duration::from_micros(exchange.elapsed_us),
+            );
+            if let Some(failure) = exchange.failure {
+                self.metrics.count(
+                    metrics::REMOTE_ERRORS_TOTAL,
+                    &[remote_label(), ("class", failure.as_str().to_owned())],
+                    1,
+                );
+            }
+        }
+        self.metrics.count(
+            metrics::REMOTE_BODY_BYTES_TOTAL,
+            &[remote_label()],
+            stats.body_bytes,
+        );
+        self.metrics.count(
+            metrics::REMOTE_WIRE_BYTES_TOTAL,
+            &[remote_label()],
+            stats.wire_bytes,
+        );
+    }
+
+    fn record_shipper(&self, remote: &str, shipper: &Shipper) {
+        let labels = [("remote", remote.to_owned())];
+        self.metrics.set(
+            metrics::REMOTE_CHUNK_BYTES_LIMIT,
+            &labels,
+            shipper.chunk_bytes_limit() as f64,
+        );
+        self.metrics.set(
+            metrics::REMOTE_GATE_BACKOFF_SECONDS,
+            &labels,
+            shipper.gate_backoff().as_secs_f64(),
+        );
+    }
+}
+
+impl Drop for NodeShipper {
+    fn drop(&mut self) {
+        // Dropped from wherever the node is: possibly inside a runtime,
+        // where a blocking shutdown would panic.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn failed(state: &str) -> Shipping {
+    let state = state.to_owned();
+    Box::pin(async move { ShipOutcome::Failed { shipped: 0, state } })
+}
+
+impl RemoteShipper for SharedShipper {
+    fn ship(&self, shipment: Shipment) -> Shipping {
+        let node = &self.0;
+        let shipper = match node.shipper_for(&shipment) {
+            Ok(shipper) => shipper,
+            Err(state) => return failed(state),
+        };
+        let incarnation = shipment.parent_incarnation.as_deref().unwrap_or("none");
+        let identity = match LinkIdentity::new(shipment.link_id(), incarnation) {
+            Ok(identity) => identity,
+            Err(error) => {
+                tracing::error!(%error, "a remote child's link identity is malformed");
+                return failed("unknown");
+            }
+        };
+        let Some(runtime) = &node.runtime else {
+            return failed("unavailable");
+        };
+        let records: Vec<Record> = shipment
+            .records
+            .iter()
+            .map(|record| Record {
+                partition: shipment.parent_partition,
+                offset: record.offset,
+                key: (!record.key.is_empty()).then(|| record.key.clone()),
+                payload: record.payload.clone(),
+                committed_at_unix_ms: record.committed_at_ms,
+            })
+            .collect();
+        let node = Arc::clone(node);
+        let task = runtime.spawn(async move {
+            let remote = shipment.link.remote.clone();
+            let outcome = shipper
+                .ship(&identity, &shipment.link.remote_topic, &records, 1)
+                .await;
+            node.record_shipper(&remote, &shipper);
+            match outcome {
+                ship::ShipOutcome::Shipped(stats) => {
+                    node.record_exchanges(&remote, &stats);
+                    ShipOutcome::Shipped
+                }
+                ship::ShipOutcome::Failed { failure, stats, .. } => {
+                    node.record_exchanges(&remote, &stats);
+                    ShipOutcome::Failed {
+                        shipped: stats.records,
+                        state: failure.state.as_str().to_owned(),
+                    }
+                }
+                ship::ShipOutcome::Held { state, .. } => ShipOutcome::Failed {
+                    shipped: 0,
+                    state: state.as_str().to_owned(),
+                },
+                _ => ShipOutcome::Failed {
+                    shipped: 0,
+                    state: "unknown".to_owned(),
+                },
+            }
+        });
+        Box::pin(async move {
+            task.await.unwrap_or_else(|_| ShipOutcome::Failed {
+                shipped: 0,
+                state: "unknown".to_owned(),
+            })
+        })
+    }
+}
+
+impl RemoteProbe for NodeShipper {
+    /// The target's checks (reach, auth, topic, batch produce, keys,
+    /// zstd) through the same client shipping would use.
+    fn check<'a>(&'a self, remote: &'a Remote, topic: &'a str) -> ProbeFuture<'a> {
+        Box::pin(async move {
+            let view = self.replica.view();
+            let client = client_of(
+                &view.metastore,
+                &self.credentials,
+                remote,
+                self.guard.clone(),
+                Arc::clone(&self.clock),
+            );
+            let client = match client {
+                Ok(client) => client,
+                Err(failure) => {
+                    return CheckReport {
+                        checks: vec![Check {
+                            name: failure.step.to_owned(),
+                            outcome: CheckOutcome::Failed,
+                            state: Some(failure.state.as_str().to_owned()),
+                            detail: failure.detail,
+                        }],
+                        target_id: None,
+                        capabilities: Capabilities {
+                            max_messages: 0,
+                            zstd: false,
+                        },
+                    };
+                }
+            };
+            let report = check::check(&client, topic).await;
+            CheckReport {
+                checks: report
+                    .checks
+                    .iter()
+                    .map(|check| Check {
+                        name: check.name.to_owned(),
+                        outcome: if check.pass {
+                            CheckOutcome::Passed
+                        } else {
+                            CheckOutcome::Failed
+                        },
+                        state: check.class.map(|state| state.as_str().to_owned()),
+                        detail: check.detail.clone(),
+                    })
+                    .collect(),
+                target_id: report.target_id.clone(),
+                capabilities: Capabilities {
+                    max_messages: u32::try_from(report.capabilities.max_messages)
+                        .unwrap_or(u32::MAX),
+                    zstd: report.capabilities.zstd,
+                },
+            }
+        })
+    }
+}
+
+/// The node's shipper as the fan-out plane's [`RemoteShipper`] and the API's
+/// [`RemoteProbe`], one object behind both.
+#[derive(Debug, Clone)]
+pub struct SharedShipper(pub Arc<NodeShipper>);
+
+impl RemoteProbe for SharedShipper {
+    fn check<'a>(&'a self, remote: &'a Remote, topic: &'a str) -> ProbeFuture<'a> {
+        self.0.check(remote, topic)
+    }
+}

@@ -1,0 +1,308 @@
+//! The checks of a remote and a target topic: `POST
+//! /v1/remotes/{name}/test` and an attach's dry run. None of them can
+//! store anything on the target.
+//!
+//! In order, each needing the one before:
+//! 1. `reach`: `GET /readyz` gets an answer over TLS (any status but a
+//!    redirect; `503` only means "not ready yet");
+//! 2. `auth`: `GET /v1/topics/{topic}` is not `401`;
+//! 3. `topic`: that answer is `200` (else `target_missing` or
+//!    `forbidden`);
+//! 4. `batch_produce`: a batch of 101 messages with empty payloads. A
+//!    target refuses an empty payload, and a batch is all or nothing, so
+//!    nothing is stored whatever the target's version. A target whose
+//!    batch cap is 100 answers `400 too many messages` (an older target:
+//!    chunks of at most 100); a current one answers `400 message 0:
+//!    message required`. No route (`404` in plain text, `405`) is
+//!    `no_batch_produce`. A `202` would mean the target stored empty
+//!    messages: the check fails as `unknown`;
+//! 5. `idempotency_keys`: one empty message with an `idempotency_key`.
+//!    `400 message 0: ...` means the field was taken; `400 invalid json`
+//!    (an unknown field to an older target) means not, and the shipper
+//!    leaves keys out. A capability, so it never fails the test;
+//! 6. `zstd`: an empty batch, zstd-compressed: `400 messages required`
+//!    means the body was decoded (zstd taken), `415` means not. A
+//!    capability too.
+
+use crate::chunk::{MESSAGES_MAX, MESSAGES_MAX_OLDER};
+use crate::client::RemoteClient;
+use crate::encode::{BODY_CLOSE, BODY_OPEN};
+use crate::ship::Capabilities;
+use crate::state::{
+    Answer, LinkState, NoAnswer, classify_answer, classify_no_answer, record_index,
+};
+
+/// Messages in the probe that tells an older target (cap 100) apart.
+pub const PROBE_MESSAGES: usize = MESSAGES_MAX_OLDER + 1;
+
+/// One check's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// `reach`, `auth`, `topic`, `batch_produce`, `idempotency_keys` or
+    /// `zstd`.
+    pub name: &'static str,
+    /// Whether it passed.
+    pub pass: bool,
+    /// The link state a failure means.
+    pub class: Option<LinkState>,
+    /// What the target answered.
+    pub detail: String,
+}
+
+/// All checks of a remote and a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Every check run, in order; a failure ends the list.
+    pub checks: Vec<Check>,
+    /// What the target takes (defaults where a check did not get there).
+    pub capabilities: Capabilities,
+    /// The target topic's incarnation id (`id` of `GET /v1/topics/{t}`),
+    /// when it reports one: a different one later means the topic was
+    /// replaced.
+    pub target_id: Option<String>,
+}
+
+impl CheckReport {
+    /// Whether every check passed.
+    pub fn pass(&self) -> bool {
+        self.checks.iter().all(|check| check.pass)
+    }
+
+    /// The class of the first failed check.
+    pub fn class(&self) -> Option<LinkState> {
+        self.checks.iter().find_map(|check| check.class)
+    }
+}
+
+/// Runs the checks of `topic` on the remote `client` reaches.
+pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
+    let mut report = CheckReport {
+        checks: Vec::new(),
+        capabilities: Capabilities::default(),
+        target_id: None,
+    };
+    let passed = |report: &mut CheckReport, name, detail: String| {
+        report.checks.push(Check {
+            name,
+            pass: true,
+            class: None,
+            detail,
+        });
+    };
+    let failed = |report: &mut CheckReport, name, class, detail: String| {
+        report.checks.push(Check {
+            name,
+            pass: false,
+            class: Some(class),
+            detail,
+        });
+    };
+
+    // 1. reach
+    match client.get(&["readyz"]).await {
+        Err(cause) => {
+            let failure = classify_no_answer(&cause);
+            failed(&mut report, "reach", failure.state, failure.detail);
+            return report;
+        }
+        Ok(answer) if (300..400).contains(&answer.status) => {
+            failed(
+                &mut report,
+                "reach",
+                LinkState::RedirectRefused,
+                describe(&answer),
+            );
+            return report;
+        }
+        Ok(answer) => passed(&mut report, "reach", describe(&answer)),
+    }
+
+    // 2. auth and 3. topic
+    let topic_answer = match client.get(&["v1", "topics", topic]).await {
+        Ok(answer) => answer,
+        Err(cause) => return end_without_answer(report, "auth", &cause),
+    };
+    match topic_answer.status {
+        200 => {
+            report.target_id = serde_json::from_str::<serde_json::Value>(&topic_answer.message)
+                .ok()
+                .and_then(|topic| topic.get("id")?.as_str().map(str::to_owned));
+            passed(&mut report, "auth", "authenticated".to_owned());
+            passed(&mut report, "topic", format!("topic {topic} exists"));
+        }
+        401 => {
+            failed(
+                &mut report,
+                "auth",
+                LinkState::AuthFailed,
+                describe(&topic_answer),
+            );
+            return report;
+        }
+        403 | 404 => {
+            passed(&mut report, "auth", "authenticated".to_owned());
+            let class = if topic_answer.status == 403 {
+                LinkState::Forbidden
+            } else {
+                LinkState::TargetMissing
+            };
+            failed(&mut report, "topic", class, describe(&topic_answer));
+            return report;
+        }
+        _ => {
+            let class = classify_answer(&topic_answer)
+                .err()
+                .map_or(LinkState::Unknown, |failure| failure.state);
+            failed(&mut report, "topic", class, describe(&topic_answer));
+            return report;
+        }
+    }
+
+    // 4. batch_produce and the older-target probe
+    let probe = client
+        .post_batch(topic, empty_messages(PROBE_MESSAGES), false)
+        .await;
+    let answer = match probe {
+        Ok(answer) => answer,
+        Err(cause) => return end_without_answer(report, "batch_produce", &cause),
+    };
+    match (answer.status, record_index(&answer.message)) {
+        (400, _) if answer.message.starts_with("too many messages") => {
+            report.capabilities.max_messages = MESSAGES_MAX_OLDER;
+            passed(
+                &mut report,
+                "batch_produce",
+                format!("older target: at most {MESSAGES_MAX_OLDER} messages per request"),
+            );
+        }
+        (400, Some(_)) => {
+            report.capabilities.max_messages = MESSAGES_MAX;
+            passed(
+                &mut report,
+                "batch_produce",
+                format!("at most {MESSAGES_MAX} messages per request"),
+            );
+        }
+        (202, _) => {
+            failed(
+                &mut report,
+                "batch_produce",
+                LinkState::Unknown,
+                "the target accepted empty messages".to_owned(),
+            );
+            return report;
+        }
+        _ => {
+            let class = classify_answer(&answer)
+                .err()
+                .map_or(LinkState::Unknown, |failure| failure.state);
+            failed(&mut report, "batch_produce", class, describe(&answer));
+            return report;
+        }
+    }
+
+    // 5. idempotency_keys
+    let keyed = [
+        BODY_OPEN,
+        br#"{"payload":"","payload_encoding":"base64","idempotency_key":"nr1.probe"}"#,
+        BODY_CLOSE,
+    ]
+    .concat();
+    match client.post_batch(topic, keyed, false).await {
+        Ok(answer) if answer.status == 400 && record_index(&answer.message).is_some() => {
+            passed(
+                &mut report,
+                "idempotency_keys",
+                "idempotency keys are taken".to_owned(),
+            );
+        }
+        Ok(answer) => {
+            report.capabilities.idempotency_keys = false;
+            passed(
+                &mut report,
+                "idempotency_keys",
+                format!(
+                    "no idempotency keys (a resend may be stored twice): {}",
+                    describe(&answer)
+                ),
+            );
+        }
+        Err(cause) => return end_without_answer(report, "idempotency_keys", &cause),
+    }
+
+    // 6. zstd
+    let empty = [BODY_OPEN, BODY_CLOSE].concat();
+    let packed = zstd::bulk::compress(&empty, 1).unwrap_or_default();
+    match client.post_batch(topic, packed, true).await {
+        Ok(answer) if answer.status == 400 && answer.message == "messages required" => {
+            report.capabilities.zstd = true;
+            passed(&mut report, "zstd", "zstd bodies are taken".to_owned());
+        }
+        Ok(answer) => passed(
+            &mut report,
+            "zstd",
+            format!("no zstd: {}", describe(&answer)),
+        ),
+        Err(cause) => passed(
+            &mut report,
+            "zstd",
+            format!("no zstd: {}", classify_no_answer(&cause).detail),
+        ),
+    }
+    report
+}
+
+fn end_without_answer(
+    mut report: CheckReport,
+    name: &'static str,
+    cause: &NoAnswer,
+) -> CheckReport {
+    let failure = classify_no_answer(cause);
+    report.checks.push(Check {
+        name,
+        pass: false,
+        class: Some(failure.state),
+        detail: failure.detail,
+    });
+    report
+}
+
+/// A batch body of `count` messages with empty payloads.
+fn empty_messages(count: usize) -> Vec<u8> {
+    let message: &[u8] = br#"{"payload":"","payload_encoding":"base64"}"#;
+    let mut body = BODY_OPEN.to_vec();
+    for index in 0..count {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(message);
+    }
+    body.extend_from_slice(BODY_CLOSE);
+    body
+}
+
+fn describe(answer: &Answer) -> String {
+    if answer.message.is_empty() {
+        format!("{}", answer.status)
+    } else {
+        format!("{} {}", answer.status, answer.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_is_101_empty_messages() {
+        let body = empty_messages(PROBE_MESSAGES);
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 101);
+        assert!(
+            messages
+                .iter()
+                .all(|m| m["payload"] == "" && m["payload_encoding"] == "base64")
+        );
+    }
+}
