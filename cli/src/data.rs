@@ -236,6 +236,7 @@ async fn serve_node(
         idle_eviction: config.idle_log_eviction,
     };
     node_config.consume.idle_shard_release = config.idle_shard_release;
+    node_config.log.tail_cache_bytes = config.tail_cache_bytes;
     node_config.wal.prealloc = config.ingress_wal_prealloc;
     node_config.set_partition_log_prealloc(config.partition_log_prealloc);
     node_config.wal.inline_flush = config.ingress_wal_inline_flush;

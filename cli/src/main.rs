@@ -12,6 +12,8 @@ mod client;
 mod control;
 mod data;
 mod dev;
+#[cfg(feature = "dhat-heap")]
+mod heap_profile;
 mod process;
 mod settings;
 
@@ -22,8 +24,15 @@ use clap::{CommandFactory, Parser, Subcommand};
 /// mimalloc instead of glibc malloc: the request paths allocate small
 /// buffers on many threads, where glibc's arenas cost a quarter of the
 /// user-space CPU of a loaded produce path (see docs/benchmarks.md).
+#[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The heap-profiling build (`--features dhat-heap`): dhat counts every
+/// allocation instead (see `heap_profile`).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
 /// The end of `narad --help`: connection settings and exit statuses.
 const AFTER_LONG_HELP: &str = "\
@@ -70,6 +79,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(hoist_connection_flags(std::env::args_os().collect()));
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = matches!(cli.command, Command::Control(_) | Command::Data(_) | Command::Dev(_))
+        .then(heap_profile::start)
+        .flatten();
     match cli.command {
         Command::Control(args) => control::run(&args),
         Command::Dev(args) => dev::run(&args),

@@ -544,6 +544,19 @@ impl NodeMetrics {
             .register_histogram(&key(name, labels), &METADATA)
     }
 
+    /// Folds the histogram samples recorded since the last fold into the
+    /// histograms' buckets, and frees them.
+    ///
+    /// The recorder keeps every observation of a histogram (16 bytes each)
+    /// until a render or a fold empties it; a node nobody scrapes would
+    /// keep them all, a few samples per message, for as long as it runs.
+    /// The partition poller folds at every pass (5 s), so they are bounded
+    /// by what one pass interval records. A render folds too; a fold
+    /// changes nothing a scrape sees.
+    pub fn fold_histogram_samples(&self) {
+        self.recorder.handle().run_upkeep();
+    }
+
     /// Replaces gauge family `name` with exactly `series`: a series not in
     /// it is no longer served. An empty list serves no series (and no
     /// `# TYPE` line).
@@ -830,6 +843,30 @@ mod tests {
             metrics
                 .render()
                 .contains(r#"narad_messages_produced_total{topic="orders",partition="2"} 4"#)
+        );
+    }
+
+    #[test]
+    fn a_fold_keeps_every_sample_in_the_buckets() {
+        let metrics = NodeMetrics::new();
+        let handles = metrics.topic("orders");
+        for _ in 0..3 {
+            handles.consume_wait[0].record(0.02);
+        }
+        metrics.fold_histogram_samples();
+        handles.consume_wait[0].record(0.02);
+        handles.consume_wait[0].record(20.0);
+        metrics.fold_histogram_samples();
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"narad_consume_wait_seconds_count{topic="orders",outcome="hit"} 5"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"narad_consume_wait_seconds_bucket{topic="orders",outcome="hit",le="0.05"} 4"#
+            ),
+            "{text}"
         );
     }
 

@@ -72,6 +72,8 @@ pub(crate) mod keys {
             "0 (off), or 60000 and up: storage.idle_log_eviction_ms";
         IDLE_SHARD_RELEASE = "consume.idle_shard_release_ms", "NARAD_CONSUME_IDLE_SHARD_RELEASE_MS", "idle-shard-release-ms",
             "0 (off), or 60000 and up: consume.idle_shard_release_ms";
+        TAIL_CACHE_BYTES = "storage.tail_cache_bytes", "NARAD_STORAGE_TAIL_CACHE_BYTES", "tail-cache-bytes",
+            "0 to 1073741824 bytes of newest records each open partition log keeps decoded: storage.tail_cache_bytes";
         WAL_PREALLOC = "storage.ingress_wal_prealloc", "NARAD_STORAGE_INGRESS_WAL_PREALLOC", "ingress-wal-prealloc",
             "true or false: storage.ingress_wal_prealloc";
         LOG_PREALLOC = "storage.partition_log_prealloc", "NARAD_STORAGE_PARTITION_LOG_PREALLOC", "partition-log-prealloc",
@@ -149,6 +151,10 @@ const OFFSET_COMMIT_INTERVAL_MS_MAX: u64 = 60_000;
 pub(crate) const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 1_000;
 pub(crate) const RETENTION_CHECK_INTERVAL_MS_MAX: u64 = 3_600_000;
 
+/// The ceiling on `storage.tail_cache_bytes`: a gigabyte per partition is
+/// far past any read-back a consumer that keeps up needs.
+const TAIL_CACHE_BYTES_MAX: usize = 1 << 30;
+
 /// The spec's floor on `storage.cold_retention_walk_ms` (0 turns it off).
 const COLD_RETENTION_WALK_MS_MIN: u64 = 60_000;
 
@@ -220,6 +226,10 @@ pub(crate) struct DataConfig {
     /// shard may go unused, with no live lease and no consume parked on its
     /// topic, before it is released; `None` keeps it.
     pub(crate) idle_shard_release: Option<Duration>,
+    /// `storage.tail_cache_bytes` (not a key of the original): bytes of the
+    /// newest records each open partition log keeps decoded in memory
+    /// (`LogConfig::tail_cache_bytes`); 0 keeps none.
+    pub(crate) tail_cache_bytes: usize,
     /// `storage.ingress_wal_prealloc`: prepare each next ingress WAL segment
     /// (zero-filled) off the append path and write it with `O_DIRECT`.
     pub(crate) ingress_wal_prealloc: bool,
@@ -390,6 +400,12 @@ pub(crate) fn resolve(
         Some(Some(IDLE_SHARD_RELEASE_DEFAULT)),
         |v| parse_off_or_millis_from(v, IDLE_SHARD_RELEASE_MS_MIN),
     )?;
+    // Not a key of the original, whose partitions keep no decoded records.
+    let tail_cache_bytes = merged.parse(
+        keys::TAIL_CACHE_BYTES,
+        Some(narad_plog::TAIL_CACHE_BYTES_DEFAULT),
+        |v| parse_within(v, 0..=TAIL_CACHE_BYTES_MAX, "a number of bytes"),
+    )?;
     let ingress_wal_prealloc = merged.parse(
         keys::WAL_PREALLOC,
         Some(defaults::INGRESS_WAL_PREALLOC),
@@ -455,6 +471,7 @@ pub(crate) fn resolve(
         cold_retention_walk,
         idle_log_eviction,
         idle_shard_release,
+        tail_cache_bytes,
         ingress_wal_prealloc,
         partition_log_prealloc,
         ingress_wal_inline_flush,

@@ -426,6 +426,23 @@ fn idle_log_eviction_is_thirty_minutes_off_at_zero_and_at_least_a_minute() {
 }
 
 #[test]
+fn tail_cache_bytes_is_a_mebibyte_zero_keeps_none_and_at_most_a_gibibyte() {
+    let config = resolve(&[required()], env_with_secret).expect("valid");
+    assert_eq!(config.tail_cache_bytes, 1 << 20);
+    let layer = flags(&[(keys::TAIL_CACHE_BYTES, "0")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.tail_cache_bytes, 0);
+    let layer = flags(&[(keys::TAIL_CACHE_BYTES, "1073741824")]);
+    let config = resolve(&[required(), layer], env_with_secret).expect("valid");
+    assert_eq!(config.tail_cache_bytes, 1 << 30);
+    for refused in ["1073741825", "-1", "1MiB"] {
+        let layer = flags(&[(keys::TAIL_CACHE_BYTES, refused)]);
+        let error = error(&[required(), layer], env_with_secret);
+        assert_eq!(error.setting, "storage.tail_cache_bytes", "{refused}");
+    }
+}
+
+#[test]
 fn idle_shard_release_is_ten_minutes_off_at_zero_and_at_least_a_minute() {
     let config = resolve(&[required()], env_with_secret).expect("valid");
     assert_eq!(config.idle_shard_release, Some(Duration::from_secs(600)));

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -80,6 +80,24 @@ impl ControlMetrics {
     /// count of 0) before the first build.
     pub(super) fn snapshot_durations(&self) -> Histogram {
         metrics::with_local_recorder(&*self.recorder, || histogram!(SNAPSHOT_DURATION_SECONDS))
+    }
+}
+
+/// How often [`fold_histogram_samples`] folds: the recorder holds at
+/// most this long's histogram samples (16 bytes each).
+const HISTOGRAM_FOLD_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Folds the histogram samples recorded since the last fold into their
+/// buckets and frees them, every [`HISTOGRAM_FOLD_INTERVAL`], until the
+/// task is aborted. The recorder keeps each observation until a render or
+/// a fold; without this a node nobody scrapes would keep one sample per
+/// call to a peer (Raft heartbeats included) for as long as it runs.
+pub(super) async fn fold_histogram_samples(shared: Arc<Shared>) {
+    let mut ticks = tokio::time::interval(HISTOGRAM_FOLD_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        shared.metrics.recorder.handle().run_upkeep();
     }
 }
 

@@ -197,6 +197,7 @@ impl ControlNode {
         let mut tasks = vec![
             tokio::spawn(http::serve(shared.clone(), http_listener)),
             tokio::spawn(controller_loop::run(shared.clone())),
+            tokio::spawn(http::fold_histogram_samples(shared.clone())),
         ];
         if !shared.config.is_initial_member() {
             tasks.push(tokio::spawn(join::run(shared.clone())));

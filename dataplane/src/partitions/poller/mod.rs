@@ -17,6 +17,10 @@
 //! them ([`Frontiers`]); a partition nobody consumed has the frontier at
 //! its log's oldest offset.
 //!
+//! Each pass also folds the histogram samples recorded since the last
+//! one into their buckets (`NodeMetrics::fold_histogram_samples`), so a
+//! node nobody scrapes holds at most one interval's samples.
+//!
 //! Deciding is apart from reading: `decide` turns figures into series and
 //! chooses the closed partitions to read; `read` reads one partition's
 //! figures; this module runs the passes.
@@ -359,6 +363,7 @@ impl Poller {
                 let clock = Arc::clone(parts.logs.clock());
                 let mut state = PollerState::default();
                 loop {
+                    parts.metrics.fold_histogram_samples();
                     let now_unix_ms = clock.unix_ms();
                     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
                         pass(&parts, &config, &mut state, clock.now_ms(), now_unix_ms)
