@@ -29,7 +29,9 @@ const FILE_VAR: &str = "NARAD_DHAT_FILE";
 pub(crate) fn start() -> Option<dhat::Profiler> {
     let file = std::env::var_os(FILE_VAR).unwrap_or_else(|| "dhat-heap.json".into());
     let profiler = dhat::Profiler::builder().file_name(file).build();
-    let after = std::env::var(AFTER_SECS_VAR).ok().map(|secs| secs.parse::<u64>());
+    let after = std::env::var(AFTER_SECS_VAR)
+        .ok()
+        .map(|secs| secs.parse::<u64>());
     match after {
         Some(Ok(secs)) => {
             let spawned = std::thread::Builder::new()
@@ -44,7 +46,9 @@ pub(crate) fn start() -> Option<dhat::Profiler> {
             None
         }
         Some(Err(error)) => {
-            eprintln!("narad: {AFTER_SECS_VAR} is not a whole number of seconds ({error}); the profile is written at exit");
+            eprintln!(
+                "narad: {AFTER_SECS_VAR} is not a whole number of seconds ({error}); the profile is written at exit"
+            );
             Some(profiler)
         }
         None => Some(profiler),

@@ -80,9 +80,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse_from(hoist_connection_flags(std::env::args_os().collect()));
     #[cfg(feature = "dhat-heap")]
-    let _profiler = matches!(cli.command, Command::Control(_) | Command::Data(_) | Command::Dev(_))
-        .then(heap_profile::start)
-        .flatten();
+    let _profiler = matches!(
+        cli.command,
+        Command::Control(_) | Command::Data(_) | Command::Dev(_)
+    )
+    .then(heap_profile::start)
+    .flatten();
     match cli.command {
         Command::Control(args) => control::run(&args),
         Command::Dev(args) => dev::run(&args),

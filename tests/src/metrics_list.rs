@@ -251,6 +251,37 @@ pub fn promql_series(expr: &str, list: &BTreeMap<String, Listed>) -> BTreeSet<St
     names
 }
 
+/// Every series the list marks `served-when` `condition` is in the
+/// Prometheus `text`, with its listed type and label keys; `what` names
+/// the scrape in a failure.
+///
+/// # Panics
+/// When one is missing or differs, or the list has none for `condition`.
+pub fn assert_served_when(text: &str, condition: &str, what: &str) {
+    let scraped = exposed_families(text);
+    let listed: Vec<_> = load_list()
+        .into_iter()
+        .filter(|(_, listed)| {
+            listed.status
+                == Status::ServedWhen {
+                    condition: condition.into(),
+                }
+        })
+        .collect();
+    assert!(!listed.is_empty(), "the list has {condition} series");
+    for (name, listed) in listed {
+        let family = scraped
+            .get(&name)
+            .unwrap_or_else(|| panic!("{what}: {name} is not on /metrics\n{text}"));
+        assert_eq!(family.kind, listed.kind, "{what}: {name}");
+        assert_eq!(
+            family.label_sets,
+            BTreeSet::from([listed.labels.clone()]),
+            "{what}: {name}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,36 +317,5 @@ mod tests {
         let expected: BTreeSet<String> =
             ["narad_h_seconds".to_owned(), "narad_c_total".to_owned()].into();
         assert_eq!(names, expected);
-    }
-}
-
-/// Every series the list marks `served-when` `condition` is in the
-/// Prometheus `text`, with its listed type and label keys; `what` names
-/// the scrape in a failure.
-///
-/// # Panics
-/// When one is missing or differs, or the list has none for `condition`.
-pub fn assert_served_when(text: &str, condition: &str, what: &str) {
-    let scraped = exposed_families(text);
-    let listed: Vec<_> = load_list()
-        .into_iter()
-        .filter(|(_, listed)| {
-            listed.status
-                == Status::ServedWhen {
-                    condition: condition.into(),
-                }
-        })
-        .collect();
-    assert!(!listed.is_empty(), "the list has {condition} series");
-    for (name, listed) in listed {
-        let family = scraped
-            .get(&name)
-            .unwrap_or_else(|| panic!("{what}: {name} is not on /metrics\n{text}"));
-        assert_eq!(family.kind, listed.kind, "{what}: {name}");
-        assert_eq!(
-            family.label_sets,
-            BTreeSet::from([listed.labels.clone()]),
-            "{what}: {name}"
-        );
     }
 }
