@@ -126,7 +126,8 @@ mod tests {
             (WAL, &[DISK]),
             (PLOG, &[DISK]),
             (CONTROLPLANE, &[PROTOCOL, META]),
-            (DATAPLANE, &[PROTOCOL, META, WAL, PLOG, DISK]),
+            (REMOTES, &[DISK]),
+            (DATAPLANE, &[PROTOCOL, META, WAL, PLOG, DISK, REMOTES]),
             (BINARY, &[CONTROLPLANE, DATAPLANE]),
             ("narad-bench", &[DISK, WAL]),
         ];
