@@ -459,7 +459,6 @@ fn link(api: &Api, remote: &str, child: &str) {
 }
 
 #[tokio::test]
-#[ignore = "the data plane's view cannot hold a stub topic (partitions: 0) yet; remote children bring it"]
 async fn delete_with_links_is_409_naming_them_unless_forced() {
     let api = api();
     create(&api, "dr").await;
