@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use narad_meta::{AttachEpoch, RemoteLink};
+use narad_remotes::state::LinkState;
 use parking_lot::Mutex;
 
 use super::machine::ParentRecord;
@@ -62,7 +63,7 @@ pub enum ShipOutcome {
         /// Records at the head that the target acknowledged.
         shipped: usize,
         /// The link state the failure puts the cursor in.
-        state: String,
+        state: LinkState,
     },
 }
 
@@ -75,9 +76,6 @@ pub trait RemoteShipper: Send + Sync + fmt::Debug {
     /// record or the shipment failed. Never panics on the target's answers.
     fn ship(&self, shipment: Shipment) -> Shipping;
 }
-
-/// The link state of a shipment on a node without a remote plane.
-pub const NO_REMOTE_PLANE_STATE: &str = "unavailable";
 
 /// Where the node's shipper is plugged in.
 #[derive(Debug, Default)]
@@ -103,7 +101,7 @@ impl RemotePlane {
             None => Box::pin(async {
                 ShipOutcome::Failed {
                     shipped: 0,
-                    state: NO_REMOTE_PLANE_STATE.to_owned(),
+                    state: LinkState::Unavailable,
                 }
             }),
         }
@@ -125,13 +123,12 @@ pub struct RemoteReport {
     pub oldest_pending_ms: Option<u64>,
 }
 
-/// The state of a link whose lanes all ship.
-pub const RUNNING_STATE: &str = "running";
-
 /// Whether `state` names one record the target refuses (which `skip` can
 /// move past) rather than something about the target or the way there.
 pub fn names_a_record(state: &str) -> bool {
-    matches!(state, "rejected_record" | "record_too_large")
+    [LinkState::RejectedRecord, LinkState::RecordTooLarge]
+        .iter()
+        .any(|named| named.as_str() == state)
 }
 
 /// A cursor's running account of its shipments, updated as they end.
@@ -144,7 +141,7 @@ impl ShipTrack {
     pub(super) fn new() -> Self {
         Self {
             report: Mutex::new(RemoteReport {
-                state: RUNNING_STATE.to_owned(),
+                state: LinkState::Running.as_str().to_owned(),
                 ..RemoteReport::default()
             }),
         }
@@ -155,13 +152,13 @@ impl ShipTrack {
         let mut report = self.report.lock();
         match outcome {
             ShipOutcome::Shipped => {
-                report.state = RUNNING_STATE.to_owned();
+                report.state = LinkState::Running.as_str().to_owned();
                 report.blocked_at = None;
                 report.last_success_at_ms = Some(now_ms);
             }
             ShipOutcome::Failed { shipped, state } => {
-                report.state.clone_from(state);
-                report.blocked_at = names_a_record(state)
+                report.state = state.as_str().to_owned();
+                report.blocked_at = names_a_record(state.as_str())
                     .then(|| records.get(*shipped).map(|record| record.offset))
                     .flatten();
             }

@@ -13,6 +13,7 @@ use narad_disk::Disk;
 use narad_disk::clock::Clock;
 use narad_meta::RemoteLink;
 use narad_plog::{LogError, ORIGIN_ID_BYTES, Origin, PartitionLog, ReadEntry, ReadLimits};
+use narad_remotes::state::LinkState;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
@@ -495,35 +496,21 @@ fn publish(
     parts.status.report(key.clone(), report);
 }
 
-/// The link states a remote child's cursor can be in, for its state gauge:
-/// the one it is in reads 1, the others 0.
-const REMOTE_STATES: &[&str] = &[
-    "running",
-    "remote_missing",
-    "credential_unreadable",
-    "node_insecure",
-    "destination_refused",
-    "target_has_remote_children",
-    "target_replaced",
-    "auth_failed",
-    "forbidden",
-    "target_missing",
-    "no_batch_produce",
-    "redirect_refused",
-    "tls_failed",
-    "rejected_record",
-    "record_too_large",
-    "unavailable",
-    "throttled",
-    "unknown",
-];
+/// The link states a remote child's cursor can be in, for its state gauge
+/// (the one it is in reads 1, the others 0): all but `paused`, since a
+/// paused link runs no cursor.
+fn cursor_states() -> impl Iterator<Item = LinkState> {
+    LinkState::ALL
+        .into_iter()
+        .filter(|state| *state != LinkState::Paused)
+}
 
 fn publish_remote(parts: &FanoutParts, key: &CursorKey, remote: &RemoteReport, skipped: u64) {
     let now_ms = parts.clock.unix_ms();
-    for state in REMOTE_STATES {
+    for state in cursor_states() {
         let mut labels = partition_labels(key).to_vec();
-        labels.push(("state", (*state).to_owned()));
-        let on = remote.state == *state;
+        labels.push(("state", state.as_str().to_owned()));
+        let on = remote.state == state.as_str();
         parts.metrics.set(
             metrics::FANOUT_REMOTE_STATE,
             &labels,

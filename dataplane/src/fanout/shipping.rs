@@ -22,6 +22,7 @@ use narad_remotes::client::RemoteClient;
 use narad_remotes::encode::LinkIdentity;
 use narad_remotes::guard::AddressGuard;
 use narad_remotes::ship::{self, Shipper};
+use narad_remotes::state::LinkState;
 use parking_lot::Mutex;
 
 use super::remote::{RemoteShipper, ShipOutcome, Shipment, Shipping};
@@ -94,13 +95,13 @@ impl NodeShipper {
 
     /// The shipper of the link's remote, built anew when the remote
     /// changed; or the link state that stops it.
-    fn shipper_for(&self, shipment: &Shipment) -> Result<Arc<Shipper>, &'static str> {
+    fn shipper_for(&self, shipment: &Shipment) -> Result<Arc<Shipper>, LinkState> {
         let view = self.replica.view();
         let remote = view
             .metastore
             .remote(&shipment.link.remote)
             .filter(|remote| remote.id == shipment.link.remote_id)
-            .ok_or("remote_missing")?;
+            .ok_or(LinkState::RemoteMissing)?;
         let stamp = Stamp {
             id: remote.id.clone(),
             revision: remote.revision,
@@ -121,7 +122,7 @@ impl NodeShipper {
         )
         .map_err(|failure| {
             tracing::warn!(remote = %remote.name, step = failure.step, detail = %failure.detail, "a remote's client cannot be made on this node");
-            failure.state.as_str()
+            failure.state
         })?;
         let client = Arc::new(client);
         let zstd = remote.limits.compression == Compression::Zstd;
@@ -221,8 +222,7 @@ impl Drop for NodeShipper {
     }
 }
 
-fn failed(state: &str) -> Shipping {
-    let state = state.to_owned();
+fn failed(state: LinkState) -> Shipping {
     Box::pin(async move { ShipOutcome::Failed { shipped: 0, state } })
 }
 
@@ -238,11 +238,11 @@ impl RemoteShipper for SharedShipper {
             Ok(identity) => identity,
             Err(error) => {
                 tracing::error!(%error, "a remote child's link identity is malformed");
-                return failed("unknown");
+                return failed(LinkState::Unknown);
             }
         };
         let Some(runtime) = &node.runtime else {
-            return failed("unavailable");
+            return failed(LinkState::Unavailable);
         };
         let records: Vec<Record> = shipment
             .records
@@ -271,23 +271,20 @@ impl RemoteShipper for SharedShipper {
                     node.record_exchanges(&remote, &stats);
                     ShipOutcome::Failed {
                         shipped: stats.records,
-                        state: failure.state.as_str().to_owned(),
+                        state: failure.state,
                     }
                 }
-                ship::ShipOutcome::Held { state, .. } => ShipOutcome::Failed {
-                    shipped: 0,
-                    state: state.as_str().to_owned(),
-                },
+                ship::ShipOutcome::Held { state, .. } => ShipOutcome::Failed { shipped: 0, state },
                 _ => ShipOutcome::Failed {
                     shipped: 0,
-                    state: "unknown".to_owned(),
+                    state: LinkState::Unknown,
                 },
             }
         });
         Box::pin(async move {
-            task.await.unwrap_or_else(|_| ShipOutcome::Failed {
+            task.await.unwrap_or(ShipOutcome::Failed {
                 shipped: 0,
-                state: "unknown".to_owned(),
+                state: LinkState::Unknown,
             })
         })
     }

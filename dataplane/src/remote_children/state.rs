@@ -7,8 +7,9 @@
 
 use narad_meta::RemoteLink;
 
-use crate::fanout::remote::{RUNNING_STATE, names_a_record};
+use crate::fanout::remote::names_a_record;
 use crate::fanout::{CursorReport, RemoteReport};
+use narad_remotes::state::LinkState as ShipState;
 
 /// A remote child's state over its cursors.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +52,7 @@ pub fn link_state(link: &RemoteLink, cursors: &[(u32, Option<CursorReport>)]) ->
         let Some(remote) = report.as_ref().and_then(remote_report) else {
             continue;
         };
-        if remote.state == RUNNING_STATE {
+        if remote.state == ShipState::Running.as_str() {
             continue;
         }
         let blocked_at = remote.blocked_at.map(|offset| BlockedAt {
@@ -65,7 +66,7 @@ pub fn link_state(link: &RemoteLink, cursors: &[(u32, Option<CursorReport>)]) ->
         };
     }
     LinkState {
-        state: RUNNING_STATE.to_owned(),
+        state: ShipState::Running.as_str().to_owned(),
         blocked_at: None,
     }
 }
