@@ -67,15 +67,28 @@ pub fn fnv1a_32(bytes: &[u8]) -> u32 {
     })
 }
 
-/// The lane (0-based) of `record` among `lanes` (clamped to 1..=8).
-pub fn lane_of(record: &Record, lanes: u8) -> usize {
+/// The lane (0-based) of a record among `lanes` (clamped to 1..=8): a
+/// keyed record's by the FNV-32a hash of its key, so one key's records
+/// share a lane and keep their order; a keyless one's by its parent
+/// offset, which spreads them evenly.
+pub fn lane(key: &[u8], offset: u64, lanes: u8) -> usize {
     let lanes = u64::from(lanes.clamp(1, LANES_MAX));
-    let spread = match record.key.as_deref() {
-        Some(key) if !key.is_empty() => u64::from(fnv1a_32(key)),
-        _ => record.offset,
+    let spread = if key.is_empty() {
+        offset
+    } else {
+        u64::from(fnv1a_32(key))
     };
     // Below `LANES_MAX`, so the cast keeps the value.
     (spread % lanes) as usize
+}
+
+/// The lane (0-based) of `record` among `lanes` (see [`lane`]).
+pub fn lane_of(record: &Record, lanes: u8) -> usize {
+    lane(
+        record.key.as_deref().unwrap_or_default(),
+        record.offset,
+        lanes,
+    )
 }
 
 /// Splits `slab` into `lanes` lanes (indices into `slab`, in slab order).

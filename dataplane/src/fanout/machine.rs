@@ -716,14 +716,10 @@ impl Cursor {
     }
 }
 
-/// A remote child's lane for `record`: a keyed record by the FNV-32a hash
-/// of its key, so one key's records keep their order; a keyless one by its
-/// parent offset, which spreads them evenly.
+/// A remote child's lane for `record`: the remotes crate's lane rule
+/// (`narad_remotes::chunk::lane`), so the cursor's lanes are the ones the
+/// shipper would cut.
 pub fn lane_of(record: &ParentRecord, lanes: u8) -> u32 {
-    let lanes = u32::from(lanes.max(1));
-    if record.key.is_empty() {
-        u32::try_from(record.offset % u64::from(lanes)).unwrap_or(0)
-    } else {
-        key_partition(&record.key, lanes)
-    }
+    let lane = narad_remotes::chunk::lane(&record.key, record.offset, lanes);
+    u32::try_from(lane).unwrap_or(0)
 }
