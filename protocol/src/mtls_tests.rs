@@ -2,13 +2,12 @@
 //! chain to one CA talk; a certificate from another CA, an expired one, or
 //! none is refused, and each side logs what it refused or what refused it.
 
+use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
-
-use tracing::subscriber::DefaultGuard;
 
 use crate::test_pki::{CURRENT, EXPIRED, TestCa};
 use crate::transport_tests::counting_router;
@@ -33,18 +32,66 @@ fn node(tls: Option<ClusterTls>, router: Router) -> Node {
 
 /// The log lines of this thread's events (the tests run on a
 /// current-thread runtime, so every node's tasks log here).
+///
+/// One process-wide subscriber formats every event and hands the line to
+/// the emitting thread's capture, if it has one. A thread-local subscriber
+/// (`set_default`) is not enough: tracing caches each callsite's interest
+/// for the whole process, and a sibling test thread with no subscriber
+/// that reaches a `warn!` first caches it as "never", so the capturing
+/// test sees nothing.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
+thread_local! {
+    static THIS_THREAD: RefCell<Option<Captured>> = const { RefCell::new(None) };
+}
+
+/// Stops this thread's capture when dropped.
+struct Capturing;
+
+impl Drop for Capturing {
+    fn drop(&mut self) {
+        THIS_THREAD.with(|capture| capture.borrow_mut().take());
+    }
+}
+
+/// Writes a formatted line to the emitting thread's capture, or nowhere.
+struct ToThisThread;
+
+impl io::Write for ToThisThread {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        THIS_THREAD.with(|capture| {
+            if let Some(captured) = capture.borrow().as_ref() {
+                captured
+                    .0
+                    .lock()
+                    .expect("log buffer")
+                    .extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Captured {
-    fn start() -> (Self, DefaultGuard) {
+    fn start() -> (Self, Capturing) {
+        static GLOBAL: Once = Once::new();
+        GLOBAL.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| ToThisThread)
+                .with_ansi(false)
+                .with_max_level(tracing::Level::INFO)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test binary");
+        });
         let captured = Self::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        (captured, tracing::subscriber::set_default(subscriber))
+        THIS_THREAD.with(|capture| *capture.borrow_mut() = Some(captured.clone()));
+        (captured, Capturing)
     }
 
     fn text(&self) -> String {
@@ -69,25 +116,6 @@ impl Captured {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-    }
-}
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
     }
 }
 

@@ -2,9 +2,10 @@
 //! target with the route template, method, status, duration, identity and
 //! bytes, only while `access_log` is on.
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -15,12 +16,39 @@ use super::tests::{api_with, send};
 use super::{ACCESS_LOG_TARGET, ApiConfig};
 use crate::testing::basic;
 
+/// Logs of this thread (the test's current-thread runtime) as JSON lines.
+///
+/// One process-wide subscriber formats every event and hands the line to
+/// the emitting thread's capture, if any. A thread-local subscriber is not
+/// enough: tracing caches each callsite's interest for the whole process,
+/// and a sibling test with no subscriber that reaches the access log's
+/// callsite first would cache it as "never".
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
-impl Write for Captured {
+thread_local! {
+    static THIS_THREAD: RefCell<Option<Captured>> = const { RefCell::new(None) };
+}
+
+/// Stops this thread's capture when dropped.
+struct Capturing;
+
+impl Drop for Capturing {
+    fn drop(&mut self) {
+        THIS_THREAD.with(|capture| capture.borrow_mut().take());
+    }
+}
+
+/// Writes a formatted line to the emitting thread's capture, or nowhere.
+struct ToThisThread;
+
+impl Write for ToThisThread {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(bytes);
+        THIS_THREAD.with(|capture| {
+            if let Some(captured) = capture.borrow().as_ref() {
+                captured.0.lock().expect("lock").extend_from_slice(bytes);
+            }
+        });
         Ok(bytes.len())
     }
 
@@ -40,17 +68,21 @@ impl Captured {
     }
 }
 
-/// Logs of this thread (the test's current-thread runtime) as JSON lines.
-fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+fn capture() -> (Captured, Capturing) {
+    static GLOBAL: Once = Once::new();
+    GLOBAL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(|| ToThisThread)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test binary");
+    });
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+    THIS_THREAD.with(|capture| *capture.borrow_mut() = Some(captured.clone()));
+    (captured, Capturing)
 }
 
 fn config(security: bool, access_log: bool) -> ApiConfig {
