@@ -49,6 +49,8 @@ pub const PRODUCE_DUPLICATES_SKIPPED_TOTAL: &str = "narad_produce_duplicates_ski
 pub const DISPATCH_REROUTES_TOTAL: &str = "narad_dispatch_reroutes_total";
 /// Records those rerouted commits stored.
 pub const DISPATCH_REROUTED_RECORDS_TOTAL: &str = "narad_dispatch_rerouted_records_total";
+/// Times the dispatcher panicked and started again from its checkpoint.
+pub const DISPATCH_RESTARTS_TOTAL: &str = "narad_dispatch_restarts_total";
 /// Produces refused by a topic rule (topic, reason).
 pub const PRODUCE_REJECTIONS_TOTAL: &str = "narad_produce_rejections_total";
 /// 1 once the ingress WAL latched a write or fdatasync failure.

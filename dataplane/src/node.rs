@@ -409,10 +409,7 @@ impl DataNode {
             Arc::clone(&dispatch_status.checkpoint_stored),
             services.admin,
         );
-        api.reroutes = (
-            Arc::clone(&dispatch_status.reroutes),
-            Arc::clone(&dispatch_status.rerouted_records),
-        );
+        api.dispatch = Arc::clone(&dispatch_status);
         api.credentials = Arc::new(RemoteCredentials::new(config.remote_secrets.clone()));
         api.logs = Some(Arc::clone(&logs));
         api.status.plug_logs(Arc::clone(&logs));

@@ -1052,16 +1052,16 @@ fn record(report: &mut Report, soak: &Soak, run: &Run, verdict: &Verdict) -> boo
 /// start). `waits` holds one (ready, delivered)
 /// pair per accepted record: ready is when the record could first be
 /// delivered (its `202` was read, or its delivery came first, which can
-/// happen), delivered when its first delivery was read (`None`: never,
-/// which `never_delivered` reports; its wait is not a gap).
-fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)]) -> (u64, u64) {
+/// happen), delivered when its first delivery was read. A record never
+/// delivered waits until `end_us`, the end of the run, so a stall that
+/// never ends counts in full instead of not at all.
+fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)], end_us: u64) -> (u64, u64) {
     // Ready events (+1) sort before deliveries (-1) at the same instant.
     let mut events: Vec<(u64, i64)> = Vec::with_capacity(waits.len() * 2);
     for (ready, delivered) in waits {
-        if let Some(delivered) = delivered {
-            events.push(((*ready).min(*delivered), 1));
-            events.push((*delivered, -1));
-        }
+        let ended = delivered.unwrap_or(end_us.max(*ready));
+        events.push(((*ready).min(ended), 1));
+        events.push((ended, -1));
     }
     events.sort_unstable_by_key(|(at, step)| (*at, -step));
     let (mut waiting, mut since, mut longest) = (0_i64, 0_u64, (0_u64, 0_u64));
@@ -1090,10 +1090,11 @@ fn record_delivery_gaps(report: &mut Report, soak: &Soak) {
         let ready = entry.answered_us.unwrap_or(entry.sent_us);
         waits[entry.topic].push((ready, entry.first_delivery_us));
     }
+    let end_us = soak.now_us();
     let mut bars = Vec::new();
     let mut longest_ms = 0.0_f64;
     for (topic, waits) in soak.topics.iter().zip(&waits) {
-        let (gap_us, from_us) = longest_delivery_gap_us(waits);
+        let (gap_us, from_us) = longest_delivery_gap_us(waits, end_us);
         let gap_ms = gap_us as f64 / 1_000.0;
         report
             .set(&format!("delivery_gap_max_ms_{}", topic.name), gap_ms)
@@ -1251,6 +1252,13 @@ fn soak_main() -> io::Result<bool> {
         serde_json::to_string_pretty(&report.to_json()).map_err(io::Error::other)?
     );
     println!("wrote {}", path.display());
+    // The node's log outlives the scratch directory: a failed run is
+    // explained by it.
+    let log = path.with_file_name("soak-node.log");
+    match fs::copy(scratch.join("node.log"), &log) {
+        Ok(_) => println!("kept the node's log in {}", log.display()),
+        Err(error) => eprintln!("soak-bench: the node's log was not kept: {error}"),
+    }
     let _ = fs::remove_dir_all(&scratch);
     Ok(passed)
 }
@@ -1332,15 +1340,19 @@ mod tests {
     fn a_delivery_gap_counts_only_while_records_wait() {
         // Nothing waits between 30 and 100: an idle topic has no gap.
         let idle = [(0, Some(10)), (20, Some(30)), (100, Some(105))];
-        assert_eq!(longest_delivery_gap_us(&idle), (10, 0));
+        assert_eq!(longest_delivery_gap_us(&idle, 200), (10, 0));
         // Two records wait from 0; one is delivered at 5, the other only
         // at 40: the gap is 35, from the last delivery.
         let stall = [(0, Some(5)), (0, Some(40))];
-        assert_eq!(longest_delivery_gap_us(&stall), (35, 5));
+        assert_eq!(longest_delivery_gap_us(&stall, 200), (35, 5));
         // A delivery read before its 202 was: ready at the delivery.
-        assert_eq!(longest_delivery_gap_us(&[(50, Some(20))]), (0, 0));
-        // Never delivered: not a gap (never_delivered reports it).
-        assert_eq!(longest_delivery_gap_us(&[(0, None)]), (0, 0));
+        assert_eq!(longest_delivery_gap_us(&[(50, Some(20))], 200), (0, 0));
+        // Never delivered: it waits from its 202 to the end of the run.
+        assert_eq!(
+            longest_delivery_gap_us(&[(0, Some(5)), (10, None)], 200),
+            (190, 10)
+        );
+        assert_eq!(longest_delivery_gap_us(&[(0, None)], 200), (200, 0));
     }
 
     #[test]

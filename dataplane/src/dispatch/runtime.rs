@@ -9,8 +9,19 @@
 //! frontier moving, the topology changing (both through a waker that posts
 //! [`Event::Wake`]), and the deadlines of the machine, of a failure
 //! backoff and of WAL compaction behind a checkpoint not yet synced.
+//!
+//! The thread is supervised. A panic (a broken invariant the machine
+//! asserts, or a bug in a commit target's `start`) does not end dispatch:
+//! after [`FAILURE_BACKOFF`] the loop starts again from the stored
+//! checkpoint with a fresh machine and reader, as a restarted process
+//! would, counts the restart (`narad_dispatch_restarts_total`) and logs
+//! it. Commits the panicked generation ordered may still report; their
+//! reports are ignored, and their records, read again from the WAL, are
+//! stored once by their origin. Before this, a panic ended the thread and
+//! every record accepted after it waited for a process restart.
 
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,6 +100,8 @@ pub struct DispatchStatus {
     /// Local commits run on the dispatcher's own thread, each the only
     /// commit in flight ([`CommitTarget::run_here`]).
     pub local_commits_run_here: AtomicU64,
+    /// Times the loop panicked and started again from the checkpoint.
+    pub restarts: Arc<AtomicU64>,
 }
 
 /// A running dispatcher.
@@ -130,7 +143,9 @@ impl DispatchRuntime {
             &events,
         );
         let mut state = Loop {
-            machine: Dispatcher::new(config, start),
+            machine: Dispatcher::new(config.clone(), start),
+            config,
+            generation: 0,
             reader,
             parts,
             events: events.clone(),
@@ -144,7 +159,7 @@ impl DispatchRuntime {
         };
         let runner = std::thread::Builder::new()
             .name("narad-dispatch".into())
-            .spawn(move || state.run())?;
+            .spawn(move || state.run_supervised())?;
         Ok(Self {
             events,
             thread: Some(runner),
@@ -278,6 +293,11 @@ impl ReadFailure {
 
 struct Loop<T> {
     machine: Dispatcher<WalPayload>,
+    /// What a restarted machine is made with.
+    config: DispatchConfig,
+    /// Counts restarts: reports of commits and questions an earlier
+    /// generation started are ignored.
+    generation: u64,
     reader: WalReader,
     parts: DispatchParts<T>,
     events: Sender<Event>,
@@ -295,6 +315,58 @@ struct Loop<T> {
 }
 
 impl<T: Topology + Send + Sync + 'static> Loop<T> {
+    /// Runs the loop until it stops, starting it again after each panic.
+    fn run_supervised(&mut self) {
+        while panic::catch_unwind(AssertUnwindSafe(|| self.run())).is_err() {
+            let restarts = self.status.restarts.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::error!(
+                restarts,
+                checkpoint = self.parts.checkpoint.stored(),
+                "the dispatcher panicked; starting it again from the stored checkpoint"
+            );
+            if !self.restart() {
+                return;
+            }
+        }
+    }
+
+    /// Waits out [`FAILURE_BACKOFF`] (a panic that repeats must not spin),
+    /// then starts a new generation from the stored checkpoint. `false`
+    /// when told to stop meanwhile, or when the WAL cannot be read.
+    fn restart(&mut self) -> bool {
+        self.generation += 1;
+        let until = self.now() + FAILURE_BACKOFF;
+        loop {
+            let left = until.saturating_sub(self.now());
+            if left.is_zero() {
+                break;
+            }
+            // Reports of the panicked generation are dropped here; a stop
+            // is not.
+            match self.receiver.recv_timeout(left) {
+                Received::Item(Event::Stop) | Received::Disconnected => return false,
+                Received::Item(_) | Received::TimedOut => {}
+            }
+        }
+        let start = self
+            .parts
+            .wal
+            .dispatch_start(self.parts.checkpoint.stored());
+        match self.parts.wal.reader(start) {
+            Ok(reader) => self.reader = reader,
+            Err(error) => {
+                tracing::error!(%error, "ingress dispatch stopped: the WAL cannot be read after a restart");
+                self.status.failed.store(true, Ordering::Release);
+                return false;
+            }
+        }
+        self.machine = Dispatcher::new(self.config.clone(), start);
+        self.backoff_until = Duration::ZERO;
+        self.compaction_due = None;
+        self.reread_due = None;
+        true
+    }
+
     fn run(&mut self) {
         loop {
             let now = self.now();
@@ -367,7 +439,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     fn execute(&mut self, command: Command<WalPayload>, alone: bool, now: Duration) {
         match command {
             Command::Commit(order) => {
-                let done = CommitDone::new(self.events.clone());
+                let done = CommitDone::new(self.events.clone(), self.generation);
                 if !order.local {
                     self.parts.remote.start(order, done);
                 } else if !alone {
@@ -410,6 +482,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     fn ask_leader(&self, question: GoneQuestion) {
         let leader = Arc::clone(&self.parts.leader);
         let events = self.events.clone();
+        let generation = self.generation;
         let spawned = std::thread::Builder::new()
             .name("narad-dispatch-confirm".into())
             .spawn(move || {
@@ -420,7 +493,11 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                         false
                     }
                 };
-                let _ = events.send(Event::Gone { question, gone });
+                let _ = events.send(Event::Gone {
+                    generation,
+                    question,
+                    gone,
+                });
             });
         if let Err(error) = spawned {
             // Unanswered, the question is asked again after the negative
@@ -517,10 +594,14 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         match event {
             // The next pass reads the frontier and the topology anew.
             Event::Wake => {}
+            // Reports to a generation that panicked: its machine is gone.
+            Event::CommitDone { generation, .. } | Event::Gone { generation, .. }
+                if generation != self.generation => {}
             Event::CommitDone {
                 id,
                 outcome,
                 records,
+                ..
             } => {
                 self.machine.commit_done(id, outcome, records, now);
                 let tally = self.machine.reroutes();
@@ -529,7 +610,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                     .rerouted_records
                     .store(tally.records, Ordering::Relaxed);
             }
-            Event::Gone { question, gone } => self.machine.gone_answered(question, gone, now),
+            Event::Gone { question, gone, .. } => self.machine.gone_answered(question, gone, now),
             Event::Stop => return false,
         }
         true

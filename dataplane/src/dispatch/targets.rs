@@ -46,11 +46,14 @@ impl fmt::Debug for CommitDone {
 }
 
 impl CommitDone {
-    pub(crate) fn new(events: Sender<Event>) -> Self {
+    /// Reports to a dispatcher loop in its `generation` (it ignores the
+    /// reports of commits a panicked generation ordered).
+    pub(crate) fn new(events: Sender<Event>, generation: u64) -> Self {
         Self::with(move |order, outcome| {
             // A stopped dispatcher no longer listens; the records are in
             // the WAL and a restart commits them again.
             let _ = events.send(Event::CommitDone {
+                generation,
                 id: order.id,
                 outcome,
                 records: order.records,
@@ -229,14 +232,19 @@ impl LeaderConfirm for ReplicaLeader {
 pub(crate) enum Event {
     /// The durable frontier or the topology moved: look again.
     Wake,
-    /// A commit ended.
+    /// A commit ended; `generation` is the loop's that ordered it.
     CommitDone {
+        generation: u64,
         id: CommitId,
         outcome: CommitOutcome,
         records: Vec<Held<WalPayload>>,
     },
-    /// The leader answered.
-    Gone { question: GoneQuestion, gone: bool },
+    /// The leader answered a question of loop generation `generation`.
+    Gone {
+        generation: u64,
+        question: GoneQuestion,
+        gone: bool,
+    },
     /// Stop the loop.
     Stop,
 }

@@ -45,6 +45,7 @@ use crate::admin::Admin;
 use crate::consume::service::ConsumeService;
 use crate::consume_front::ConsumeFront;
 use crate::credentials::RemoteCredentials;
+use crate::dispatch::DispatchStatus;
 use crate::fanout::FanoutStatus;
 use crate::forward::Forwarder;
 use crate::http::auth::Authenticator;
@@ -126,8 +127,9 @@ pub struct ApiState {
     pub metrics: Arc<NodeMetrics>,
     /// Liveness and readiness.
     pub health: Arc<Health>,
-    /// The dispatcher's rerouted commits and records, for their counters.
-    pub reroutes: (Arc<AtomicU64>, Arc<AtomicU64>),
+    /// What the dispatcher reports: reroutes and restarts, for their
+    /// counters.
+    pub dispatch: Arc<DispatchStatus>,
     /// Budget of large batch bodies being read.
     pub body_budget: BodyBudget,
     /// Topic changes, forwarded to the control plane.
@@ -207,7 +209,7 @@ impl ApiState {
             status,
             remote_probe: OnceLock::new(),
             remote_limits: RemoteChildLimits::new(),
-            reroutes: Default::default(),
+            dispatch: Default::default(),
             body_budget: BodyBudget::default(),
             credentials: Arc::new(RemoteCredentials::default()),
             remote_writes: Default::default(),
@@ -270,12 +272,17 @@ impl ApiState {
         self.metrics.count_absolute(
             metrics::DISPATCH_REROUTES_TOTAL,
             &[],
-            self.reroutes.0.load(Ordering::Relaxed),
+            self.dispatch.reroutes.load(Ordering::Relaxed),
         );
         self.metrics.count_absolute(
             metrics::DISPATCH_REROUTED_RECORDS_TOTAL,
             &[],
-            self.reroutes.1.load(Ordering::Relaxed),
+            self.dispatch.rerouted_records.load(Ordering::Relaxed),
+        );
+        self.metrics.count_absolute(
+            metrics::DISPATCH_RESTARTS_TOTAL,
+            &[],
+            self.dispatch.restarts.load(Ordering::Relaxed),
         );
         for (worker, panics) in self.status.wal_worker_panics() {
             self.metrics.count_absolute(

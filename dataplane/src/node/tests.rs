@@ -21,7 +21,10 @@ use tower::ServiceExt;
 
 use super::{DataNode, DataNodeConfig, HousekeepingConfig, NodeServices};
 use crate::consume::ahead::{ConsumerStateConfig, DURABLE_INTERVAL_MIN};
-use crate::dispatch::{GoneQuestion, LeaderConfirm, ReplicaLeader};
+use crate::dispatch::{
+    CommitDone, CommitOrder, CommitOutcome, CommitTarget, GoneQuestion, LeaderConfirm,
+    ReplicaLeader, WalPayload,
+};
 use crate::metadata::MetadataReplica;
 use crate::partitions::{LocalLogs, partition_dir};
 use crate::testing::{apply, create_command, id_text, place};
@@ -386,5 +389,78 @@ fn a_deleted_topics_partition_logs_close_when_the_replica_applies_the_delete() {
     let partition = partition_dir(dir.path(), "orders", 0);
     assert!(!node.consume().consumer_state().is_attached(&partition));
     assert_eq!(node.consume().consumer_state().disk_failures(), 0);
+    node.shutdown();
+}
+
+/// Another node's commit target whose first `start` panics, on the
+/// dispatcher's thread (a bug in a target); every order after it is
+/// recorded and reported committed.
+#[derive(Debug, Default)]
+struct PanicsOnce {
+    started: AtomicUsize,
+    committed: std::sync::Mutex<Vec<u64>>,
+}
+
+impl CommitTarget for PanicsOnce {
+    fn start(&self, order: CommitOrder<WalPayload>, done: CommitDone) {
+        if self.started.fetch_add(1, Ordering::AcqRel) == 0 {
+            panic!("a bug in a commit target, injected by the test");
+        }
+        self.committed
+            .lock()
+            .expect("committed")
+            .extend(order.records.iter().map(|held| held.seq));
+        done.finish(order, CommitOutcome::Committed);
+    }
+}
+
+#[test]
+fn a_dispatcher_that_panics_starts_again_from_its_checkpoint_and_commits_every_record() {
+    const RECORDS: u64 = 20;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut services = NodeServices::standalone(portable(), NODE);
+    // Every partition is another node's: each commit goes through the
+    // target that panics once.
+    place(
+        &services.replica,
+        create_command("orders", ORDERS_ID, 3),
+        NODE + 1,
+    );
+    let target = Arc::new(PanicsOnce::default());
+    services.remote = Arc::clone(&target) as Arc<dyn CommitTarget>;
+    let mut config = DataNodeConfig::new(dir.path());
+    config.api.security = false;
+    config.housekeeping = quick_housekeeping();
+    let node = DataNode::start(services, config).expect("node starts");
+    let runtime = runtime();
+    let router = node.router();
+    for n in 0..RECORDS {
+        let request = Request::post(format!("/v1/topics/orders/produce?partition={}", n % 3))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(format!("{{\"n\":{n}}}")))
+            .expect("request");
+        let (status, body) = runtime.block_on(call(&router, request));
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    wait_until("every record committed", || node.drained());
+
+    assert_eq!(node.dispatch_status().restarts.load(Ordering::Relaxed), 1);
+    let mut committed = target.committed.lock().expect("committed").clone();
+    committed.sort_unstable();
+    committed.dedup();
+    assert_eq!(
+        committed.len() as u64,
+        RECORDS,
+        "every accepted record is committed after the restart: {committed:?}"
+    );
+    let scrape = Request::get("/metrics")
+        .body(Body::empty())
+        .expect("request");
+    let (status, metrics) = runtime.block_on(call(&router, scrape));
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        metrics.contains("narad_dispatch_restarts_total 1"),
+        "{metrics}"
+    );
     node.shutdown();
 }

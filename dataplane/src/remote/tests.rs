@@ -169,7 +169,7 @@ async fn run(
 ) -> (CommitOutcome, usize) {
     assert!(!order.local, "the order goes to another node");
     let (events, receiver) = narad_disk::queue::unbounded();
-    target.start(order, CommitDone::new(events));
+    target.start(order, CommitDone::new(events, 0));
     let event = tokio::task::spawn_blocking(move || {
         receiver.recv_until(Some(Instant::now() + SIGNAL_WAIT))
     })
