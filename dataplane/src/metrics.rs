@@ -217,6 +217,12 @@ pub const FANOUT_REMOTE_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
     "narad_fanout_remote_last_success_timestamp_seconds";
 /// Parent records an operator's skip passed over (parent, child).
 pub const FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL: &str = "narad_fanout_remote_skipped_records_total";
+/// Seconds until the parent's retention deletes the oldest record this
+/// node's cursors of a remote child have not shipped (parent, child); the
+/// whole retention while nothing waits. Not served for a parent kept
+/// forever.
+pub const FANOUT_REMOTE_RETENTION_HEADROOM_SECONDS: &str =
+    "narad_fanout_remote_retention_headroom_seconds";
 /// Requests to a remote by answer status (remote, code; `none` without an
 /// answer).
 pub const REMOTE_REQUESTS_TOTAL: &str = "narad_remote_requests_total";
@@ -234,6 +240,12 @@ pub const REMOTE_WIRE_BYTES_TOTAL: &str = "narad_remote_wire_bytes_total";
 pub const REMOTE_CHUNK_BYTES_LIMIT: &str = "narad_remote_chunk_bytes_limit";
 /// A remote's gate backoff now (remote): 0 while open.
 pub const REMOTE_GATE_BACKOFF_SECONDS: &str = "narad_remote_gate_backoff_seconds";
+/// Records sent to a remote again (remote): a lane's records at or below
+/// the highest offset that lane already sent, after a failure.
+pub const REMOTE_RESENT_RECORDS_TOTAL: &str = "narad_remote_resent_records_total";
+/// Key and payload bytes of the records this node's shipments to a remote
+/// hold in memory now (remote).
+pub const REMOTE_HELD_BYTES: &str = "narad_remote_held_bytes";
 /// Records committed to children (parent, child).
 pub const FANOUT_COMMITTED_TOTAL: &str = "narad_fanout_committed_total";
 /// Parent records a cursor skipped (parent, child): aged out by retention

@@ -123,6 +123,23 @@ pub struct RemoteReport {
     pub oldest_pending_ms: Option<u64>,
 }
 
+/// Milliseconds until a parent kept `retention_ms` deletes the oldest
+/// record not yet shipped, committed at `oldest_pending_ms`, at `now_ms`:
+/// the whole retention when nothing waits, `None` for a parent kept
+/// forever (`retention_ms` 0).
+pub fn retention_headroom_ms(
+    oldest_pending_ms: Option<u64>,
+    retention_ms: u64,
+    now_ms: u64,
+) -> Option<u64> {
+    if retention_ms == 0 {
+        return None;
+    }
+    Some(oldest_pending_ms.map_or(retention_ms, |at| {
+        (at + retention_ms).saturating_sub(now_ms)
+    }))
+}
+
 /// Whether `state` names one record the target refuses (which `skip` can
 /// move past) rather than something about the target or the way there.
 pub fn names_a_record(state: &str) -> bool {
@@ -171,5 +188,31 @@ impl ShipTrack {
             oldest_pending_ms,
             ..self.report.lock().clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retention_headroom_ms;
+
+    const DAY_MS: u64 = 86_400_000;
+
+    #[test]
+    fn headroom_is_what_retention_leaves_of_the_oldest_unshipped_record() {
+        // Committed 1 h ago, kept a day: 23 h left.
+        let now = 10 * DAY_MS;
+        assert_eq!(
+            retention_headroom_ms(Some(now - 3_600_000), DAY_MS, now),
+            Some(DAY_MS - 3_600_000)
+        );
+        // Past its retention: none left, never negative.
+        assert_eq!(
+            retention_headroom_ms(Some(now - 2 * DAY_MS), DAY_MS, now),
+            Some(0)
+        );
+        // Nothing waits: the whole retention.
+        assert_eq!(retention_headroom_ms(None, DAY_MS, now), Some(DAY_MS));
+        // Kept forever: no figure.
+        assert_eq!(retention_headroom_ms(Some(now), 0, now), None);
     }
 }

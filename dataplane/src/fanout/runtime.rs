@@ -22,7 +22,9 @@ use super::machine::{
     Action, Bucket, BucketId, Cursor, CursorConfig, Event, LinkSpec, ParentRecord, ReadOutcome,
     SlabEntry,
 };
-use super::remote::{RemotePlane, RemoteReport, ShipOutcome, ShipTrack, Shipment};
+use super::remote::{
+    RemotePlane, RemoteReport, ShipOutcome, ShipTrack, Shipment, retention_headroom_ms,
+};
 use super::status::{CursorKey, CursorReport, FanoutStatus};
 use crate::dispatch::{
     CommitDone, CommitId, CommitOrder, CommitOutcome, CommitTarget, Held, LeaderConfirm,
@@ -490,10 +492,11 @@ fn publish(
             due_lag_ms as f64 / 1_000.0,
         );
     }
-    if let Some(remote) = &report.remote {
+    let remote = report.remote.clone();
+    parts.status.report(key.clone(), report);
+    if let Some(remote) = &remote {
         publish_remote(parts, key, remote, counts.skipped);
     }
-    parts.status.report(key.clone(), report);
 }
 
 /// The link states a remote child's cursor can be in, for its state gauge
@@ -537,6 +540,34 @@ fn publish_remote(parts: &FanoutParts, key: &CursorKey, remote: &RemoteReport, s
         &labels(key),
         skipped,
     );
+    publish_headroom(parts, key, now_ms);
+}
+
+/// The link's retention headroom over every cursor of it on this node
+/// (the gauge is the link's, so each report sets it from all of them);
+/// nothing for a parent kept forever. This cursor's report is in the
+/// status already.
+fn publish_headroom(parts: &FanoutParts, key: &CursorKey, now_ms: u64) {
+    let Some(retention_ms) = parts
+        .replica
+        .topic_meta(&key.parent)
+        .map(|parent| parent.retention_ms)
+    else {
+        return;
+    };
+    let oldest_pending_ms = parts
+        .status
+        .link_reports(&key.parent, &key.child)
+        .iter()
+        .filter_map(|(_, report)| report.remote.as_ref()?.oldest_pending_ms)
+        .min();
+    if let Some(headroom_ms) = retention_headroom_ms(oldest_pending_ms, retention_ms, now_ms) {
+        parts.metrics.set(
+            metrics::FANOUT_REMOTE_RETENTION_HEADROOM_SECONDS,
+            &labels(key),
+            headroom_ms as f64 / 1_000.0,
+        );
+    }
 }
 
 fn observe_slab(parts: &FanoutParts, entries: &[SlabEntry]) {

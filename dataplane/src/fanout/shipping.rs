@@ -51,6 +51,52 @@ struct Built {
     shipper: Arc<Shipper>,
 }
 
+/// Which lane of which link a shipment is: a link's attach epoch, the
+/// stub's name, the parent partition and the lane.
+type LaneKey = (String, Arc<str>, u32, u32);
+
+/// The highest parent offset each lane has sent, to tell a resend (after a
+/// failure, the cursor sends a lane again from its first unstored record)
+/// from records sent for the first time. One entry per lane of a link
+/// this node shipped.
+#[derive(Debug, Default)]
+struct SentThrough(Mutex<HashMap<LaneKey, u64>>);
+
+impl SentThrough {
+    /// Notes that `offsets` (ascending) of `lane` are being sent; how many
+    /// of them that lane sent before.
+    fn note(&self, lane: LaneKey, offsets: impl DoubleEndedIterator<Item = u64> + Clone) -> u64 {
+        let mut sent = self.0.lock();
+        let before = sent.get(&lane).copied();
+        let resent = before.map_or(0, |through| {
+            offsets.clone().filter(|offset| *offset <= through).count() as u64
+        });
+        if let Some(last) = offsets.max() {
+            let through = sent.entry(lane).or_insert(last);
+            *through = (*through).max(last);
+        }
+        resent
+    }
+}
+
+/// Bytes each remote's shipments hold now (`narad_remote_held_bytes`).
+#[derive(Debug, Default)]
+struct Held(Mutex<HashMap<String, u64>>);
+
+impl Held {
+    /// Adds `bytes` (subtracts, when `release`) for `remote`; the total.
+    fn change(&self, remote: &str, bytes: u64, release: bool) -> u64 {
+        let mut held = self.0.lock();
+        let total = held.entry(remote.to_owned()).or_insert(0);
+        *total = if release {
+            total.saturating_sub(bytes)
+        } else {
+            *total + bytes
+        };
+        *total
+    }
+}
+
 /// Ships remote children's lanes for one data node.
 #[derive(Debug)]
 pub struct NodeShipper {
@@ -61,6 +107,8 @@ pub struct NodeShipper {
     metrics: Arc<NodeMetrics>,
     runtime: Option<tokio::runtime::Runtime>,
     shippers: Mutex<HashMap<String, Built>>,
+    sent_through: SentThrough,
+    held: Held,
 }
 
 impl NodeShipper {
@@ -90,6 +138,8 @@ impl NodeShipper {
             metrics,
             runtime: Some(runtime),
             shippers: Mutex::new(HashMap::new()),
+            sent_through: SentThrough::default(),
+            held: Held::default(),
         })
     }
 
@@ -197,6 +247,47 @@ impl NodeShipper {
         );
     }
 
+    /// Counts the shipment's resent records and holds its bytes; what
+    /// [`Self::release`] gives back once it ends.
+    fn hold(&self, shipment: &Shipment) -> u64 {
+        let remote = &shipment.link.remote;
+        let lane = (
+            shipment.link_id().to_owned(),
+            Arc::clone(&shipment.child),
+            shipment.parent_partition,
+            shipment.lane,
+        );
+        let resent = self
+            .sent_through
+            .note(lane, shipment.records.iter().map(|record| record.offset));
+        self.metrics.count(
+            metrics::REMOTE_RESENT_RECORDS_TOTAL,
+            &[("remote", remote.clone())],
+            resent,
+        );
+        let bytes: u64 = shipment
+            .records
+            .iter()
+            .map(|record| (record.key.len() + record.payload.len()) as u64)
+            .sum();
+        let held = self.held.change(remote, bytes, false);
+        self.metrics.set(
+            metrics::REMOTE_HELD_BYTES,
+            &[("remote", remote.clone())],
+            held as f64,
+        );
+        bytes
+    }
+
+    fn release(&self, remote: &str, bytes: u64) {
+        let held = self.held.change(remote, bytes, true);
+        self.metrics.set(
+            metrics::REMOTE_HELD_BYTES,
+            &[("remote", remote.to_owned())],
+            held as f64,
+        );
+    }
+
     fn record_shipper(&self, remote: &str, shipper: &Shipper) {
         let labels = [("remote", remote.to_owned())];
         self.metrics.set(
@@ -255,12 +346,14 @@ impl RemoteShipper for SharedShipper {
                 committed_at_unix_ms: record.committed_at_ms,
             })
             .collect();
+        let held = node.hold(&shipment);
         let node = Arc::clone(node);
         let task = runtime.spawn(async move {
             let remote = shipment.link.remote.clone();
             let outcome = shipper
                 .ship(&identity, &shipment.link.remote_topic, &records, 1)
                 .await;
+            node.release(&remote, held);
             node.record_shipper(&remote, &shipper);
             match outcome {
                 ship::ShipOutcome::Shipped(stats) => {
@@ -356,5 +449,38 @@ pub struct SharedShipper(pub Arc<NodeShipper>);
 impl RemoteProbe for SharedShipper {
     fn check<'a>(&'a self, remote: &'a Remote, topic: &'a str) -> ProbeFuture<'a> {
         self.0.check(remote, topic)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane(lane: u32) -> LaneKey {
+        ("epoch-1".to_owned(), Arc::from("dr-orders"), 0, lane)
+    }
+
+    #[test]
+    fn a_lane_sent_again_from_its_first_unstored_record_counts_those_records_as_resent() {
+        let sent = SentThrough::default();
+        assert_eq!(sent.note(lane(0), [1, 3, 5].into_iter()), 0);
+        // The target stored 1 and failed on 3: the cursor sends 3 and 5
+        // again, with 7 that is new.
+        assert_eq!(sent.note(lane(0), [3, 5, 7].into_iter()), 2);
+        assert_eq!(sent.note(lane(0), [9].into_iter()), 0);
+        // Another lane, or the same lane of another link, is its own.
+        assert_eq!(sent.note(lane(1), [2, 4].into_iter()), 0);
+        let relinked = ("epoch-2".to_owned(), Arc::from("dr-orders"), 0, 0);
+        assert_eq!(sent.note(relinked, [1, 3].into_iter()), 0);
+    }
+
+    #[test]
+    fn held_bytes_go_up_while_shipments_run_and_back_down_when_they_end() {
+        let held = Held::default();
+        assert_eq!(held.change("dr", 100, false), 100);
+        assert_eq!(held.change("dr", 50, false), 150);
+        assert_eq!(held.change("other", 7, false), 7);
+        assert_eq!(held.change("dr", 100, true), 50);
+        assert_eq!(held.change("dr", 50, true), 0);
     }
 }

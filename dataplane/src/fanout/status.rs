@@ -82,6 +82,17 @@ impl FanoutStatus {
             .collect()
     }
 
+    /// The reports of every cursor of `child` over `parent` that runs
+    /// here, by parent partition.
+    pub fn link_reports(&self, parent: &str, child: &str) -> Vec<(u32, CursorReport)> {
+        self.cursors
+            .read()
+            .iter()
+            .filter(|(key, _)| &*key.parent == parent && &*key.child == child)
+            .map(|(key, report)| (key.partition, report.clone()))
+            .collect()
+    }
+
     /// Every cursor this node runs, in key order.
     pub fn all(&self) -> Vec<(CursorKey, CursorReport)> {
         self.cursors
@@ -136,5 +147,18 @@ mod tests {
         assert_eq!(status.cursor("orders", 0, "audit"), None);
         assert_eq!(status.cursor("orders", 1, "audit"), Some(report(5, 6)));
         assert_eq!(status.all().len(), 2);
+    }
+
+    #[test]
+    fn a_links_reports_are_its_cursors_over_every_partition_and_no_others() {
+        let status = FanoutStatus::new();
+        status.report(key("orders", 0, "dr"), report(1, 2));
+        status.report(key("orders", 2, "dr"), report(3, 4));
+        status.report(key("orders", 1, "audit"), report(5, 6));
+        status.report(key("refunds", 0, "dr"), report(7, 8));
+        assert_eq!(
+            status.link_reports("orders", "dr"),
+            [(0, report(1, 2)), (2, report(3, 4))]
+        );
     }
 }

@@ -153,7 +153,7 @@ pub(crate) async fn list(
                 let reports = local_reports(&state, &parent, child);
                 remote_children::list_fields(
                     &mut entry,
-                    &stub,
+                    (&parent, &stub),
                     &positions,
                     &reports,
                     with_partitions,

@@ -578,7 +578,7 @@ pub(crate) async fn skip(
 /// with `partitions`, one row per parent partition.
 pub(super) fn list_fields(
     entry: &mut Value,
-    stub: &TopicMeta,
+    (parent, stub): (&TopicMeta, &TopicMeta),
     positions: &[Option<Positions>],
     reports: &[(u32, Option<crate::fanout::CursorReport>)],
     with_partitions: bool,
@@ -589,7 +589,8 @@ pub(super) fn list_fields(
     };
     let (lag, complete) = unshipped(positions, stub);
     let state = link_state(link, reports);
-    let times = cursor_times(reports, now_unix_ms, stub.retention_ms);
+    // The parent's retention now: the stub's copy is the one at attach.
+    let times = cursor_times(reports, now_unix_ms, parent.retention_ms);
     entry["lag_messages"] = json!(lag);
     entry["lag_complete"] = json!(complete);
     entry["remote"] = json!({

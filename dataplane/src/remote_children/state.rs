@@ -7,7 +7,7 @@
 
 use narad_meta::RemoteLink;
 
-use crate::fanout::remote::names_a_record;
+use crate::fanout::remote::{names_a_record, retention_headroom_ms};
 use crate::fanout::{CursorReport, RemoteReport};
 use narad_remotes::state::LinkState as ShipState;
 
@@ -133,10 +133,9 @@ pub fn cursor_times(
     let seconds = |ms: u64| ms as f64 / 1000.0;
     let lag_seconds =
         Some(oldest_pending.map_or(0.0, |at| seconds(now_unix_ms.saturating_sub(at))));
-    let retention_headroom_seconds = match (oldest_pending, retention_ms) {
-        (_, 0) | (None, _) => None,
-        (Some(at), retention) => Some(seconds((at + retention).saturating_sub(now_unix_ms))),
-    };
+    let retention_headroom_seconds = oldest_pending
+        .and_then(|at| retention_headroom_ms(Some(at), retention_ms, now_unix_ms))
+        .map(seconds);
     CursorTimes {
         lag_seconds,
         retention_headroom_seconds,
