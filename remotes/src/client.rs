@@ -232,8 +232,9 @@ impl RemoteClient {
             .clock
             .now_ms()
             .saturating_add(millis(self.limits.request_timeout));
+        let now_unix_ms = self.clock.unix_ms();
         tokio::select! {
-            answer = exchange(request) => answer,
+            answer = exchange(request, now_unix_ms) => answer,
             () = self.clock.sleep_until(deadline) => Err(NoAnswer::Timeout),
         }
     }
@@ -251,18 +252,16 @@ impl RemoteClient {
     }
 }
 
-/// Sends `request` and reads the answer (at most [`ANSWER_BODY_MAX`] of
-/// its body).
-async fn exchange(request: reqwest::RequestBuilder) -> Result<Answer, NoAnswer> {
+/// Sends `request` at `now_unix_ms` and reads the answer (at most
+/// [`ANSWER_BODY_MAX`] of its body).
+async fn exchange(request: reqwest::RequestBuilder, now_unix_ms: u64) -> Result<Answer, NoAnswer> {
     let mut response = request.send().await.map_err(|error| no_answer(&error))?;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()
         .get(header::RETRY_AFTER)
         .and_then(|value| value.to_str().ok())
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .filter(|seconds| *seconds > 0)
-        .map(Duration::from_secs);
+        .and_then(|text| retry_after(text, now_unix_ms));
     let json = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -284,6 +283,23 @@ async fn exchange(request: reqwest::RequestBuilder) -> Result<Answer, NoAnswer> 
         json,
         message: answer_message(&body, json),
     })
+}
+
+/// How long a `Retry-After` value asks to wait, at `now_unix_ms`: delay
+/// seconds, or an HTTP-date (RFC 9110 §10.2.3). `None` for a wait of 0, a
+/// date already past, or a value that is neither.
+fn retry_after(value: &str, now_unix_ms: u64) -> Option<Duration> {
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => {
+            let at = httpdate::parse_http_date(value).ok()?;
+            let at_ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+            let at_ms = u64::try_from(at_ms).unwrap_or(u64::MAX);
+            Duration::from_millis(at_ms.checked_sub(now_unix_ms)?)
+        }
+    };
+    (!wait.is_zero()).then_some(wait)
 }
 
 /// The `error` text of a JSON error body, else the trimmed body.
@@ -466,6 +482,26 @@ impl reqwest::dns::Resolve for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_delay_seconds_or_an_http_date() {
+        // Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example).
+        let date_ms = 784_111_777_000;
+        assert_eq!(retry_after(" 7 ", 0), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after("0", 0), None);
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:49:37 GMT", date_ms - 12_500),
+            Some(Duration::from_millis(12_500))
+        );
+        // A date already past, or neither form: no wait asked.
+        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 GMT", date_ms), None);
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:49:37 GMT", date_ms + 1),
+            None
+        );
+        assert_eq!(retry_after("soon", 0), None);
+        assert_eq!(retry_after("-5", 0), None);
+    }
 
     #[test]
     fn only_a_plain_https_url_is_a_base() {
