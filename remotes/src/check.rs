@@ -8,7 +8,13 @@
 //! 2. `auth`: `GET /v1/topics/{topic}` is not `401`;
 //! 3. `topic`: that answer is `200` (else `target_missing` or
 //!    `forbidden`);
-//! 4. `batch_produce`: a batch of 101 messages with empty payloads. A
+//! 4. `remote_children`: none of the topic's children (at most
+//!    [`CHILDREN_LOOKED_AT`], each by `GET /v1/topics/{child}`) is a
+//!    remote child itself (else `target_has_remote_children`: remote
+//!    children do not chain, so a record never crosses two clusters on
+//!    one link's promise). A child the credential cannot read is not
+//!    known and does not fail the check; its detail says so;
+//! 5. `batch_produce`: a batch of 101 messages with empty payloads. A
 //!    target refuses an empty payload, and a batch is all or nothing, so
 //!    nothing is stored whatever the target's version. A target whose
 //!    batch cap is 100 answers `400 too many messages` (an older target:
@@ -16,11 +22,11 @@
 //!    message required`. No route (`404` in plain text, `405`) is
 //!    `no_batch_produce`. A `202` would mean the target stored empty
 //!    messages: the check fails as `unknown`;
-//! 5. `idempotency_keys`: one empty message with an `idempotency_key`.
+//! 6. `idempotency_keys`: one empty message with an `idempotency_key`.
 //!    `400 message 0: ...` means the field was taken; `400 invalid json`
 //!    (an unknown field to an older target) means not, and the shipper
 //!    leaves keys out. A capability, so it never fails the test;
-//! 6. `zstd`: an empty batch, zstd-compressed: `400 messages required`
+//! 7. `zstd`: an empty batch, zstd-compressed: `400 messages required`
 //!    means the body was decoded (zstd taken), `415` means not. A
 //!    capability too.
 
@@ -32,14 +38,17 @@ use crate::state::{
     Answer, LinkState, NoAnswer, classify_answer, classify_no_answer, record_index,
 };
 
+/// Children of the target topic looked up by the `remote_children` check.
+pub const CHILDREN_LOOKED_AT: usize = 64;
+
 /// Messages in the probe that tells an older target (cap 100) apart.
 pub const PROBE_MESSAGES: usize = MESSAGES_MAX_OLDER + 1;
 
 /// One check's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
-    /// `reach`, `auth`, `topic`, `batch_produce`, `idempotency_keys` or
-    /// `zstd`.
+    /// `reach`, `auth`, `topic`, `remote_children`, `batch_produce`,
+    /// `idempotency_keys` or `zstd`.
     pub name: &'static str,
     /// Whether it passed.
     pub pass: bool,
@@ -72,6 +81,52 @@ impl CheckReport {
     pub fn class(&self) -> Option<LinkState> {
         self.checks.iter().find_map(|check| check.class)
     }
+}
+
+/// The `children` a topic's description names (the first
+/// [`CHILDREN_LOOKED_AT`]).
+fn children_of(described: Option<&serde_json::Value>) -> Vec<String> {
+    described
+        .and_then(|topic| topic.get("children")?.as_array())
+        .map(|children| {
+            children
+                .iter()
+                .filter_map(|child| child.as_str().map(str::to_owned))
+                .take(CHILDREN_LOOKED_AT)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What looking at a topic's children found.
+enum Lookup {
+    /// This child is a remote child.
+    Remote(String),
+    /// None that could be read; `unreadable` could not be.
+    None { unreadable: usize },
+}
+
+/// Looks each of `children` up; the first that carries a `remote` link.
+async fn remote_child_among(
+    client: &RemoteClient,
+    children: &[String],
+) -> Result<Lookup, NoAnswer> {
+    let mut unreadable = 0;
+    for child in children {
+        let answer = client.get(&["v1", "topics", child]).await?;
+        if answer.status != 200 {
+            unreadable += 1;
+            continue;
+        }
+        let remote = serde_json::from_str::<serde_json::Value>(&answer.message)
+            .ok()
+            .and_then(|topic| topic.get("remote").cloned())
+            .is_some_and(|remote| remote.is_object());
+        if remote {
+            return Ok(Lookup::Remote(child.clone()));
+        }
+    }
+    Ok(Lookup::None { unreadable })
 }
 
 /// Runs the checks of `topic` on the remote `client` reaches.
@@ -122,13 +177,15 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
         Ok(answer) => answer,
         Err(cause) => return end_without_answer(report, "auth", &cause),
     };
-    match topic_answer.status {
+    let children = match topic_answer.status {
         200 => {
-            report.target_id = serde_json::from_str::<serde_json::Value>(&topic_answer.message)
-                .ok()
+            let described = serde_json::from_str::<serde_json::Value>(&topic_answer.message).ok();
+            report.target_id = described
+                .as_ref()
                 .and_then(|topic| topic.get("id")?.as_str().map(str::to_owned));
             passed(&mut report, "auth", "authenticated".to_owned());
             passed(&mut report, "topic", format!("topic {topic} exists"));
+            children_of(described.as_ref())
         }
         401 => {
             failed(
@@ -156,9 +213,33 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
             failed(&mut report, "topic", class, describe(&topic_answer));
             return report;
         }
+    };
+
+    // 4. remote_children
+    match remote_child_among(client, &children).await {
+        Ok(Lookup::Remote(child)) => {
+            failed(
+                &mut report,
+                "remote_children",
+                LinkState::TargetHasRemoteChildren,
+                format!("topic {topic} has the remote child {child}: remote children do not chain"),
+            );
+            return report;
+        }
+        Ok(Lookup::None { unreadable }) => {
+            let detail = match (children.len(), unreadable) {
+                (0, _) => "no children".to_owned(),
+                (n, 0) => format!("none of its {n} children is remote"),
+                (n, unreadable) => format!(
+                    "none of its {n} children this credential can read is remote ({unreadable} not readable, not known)"
+                ),
+            };
+            passed(&mut report, "remote_children", detail);
+        }
+        Err(cause) => return end_without_answer(report, "remote_children", &cause),
     }
 
-    // 4. batch_produce and the older-target probe
+    // 5. batch_produce and the older-target probe
     let probe = client
         .post_batch(topic, empty_messages(PROBE_MESSAGES), false)
         .await;
@@ -201,7 +282,7 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
         }
     }
 
-    // 5. idempotency_keys
+    // 6. idempotency_keys
     let keyed = [
         BODY_OPEN,
         br#"{"payload":"","payload_encoding":"base64","idempotency_key":"nr1.probe"}"#,
@@ -230,7 +311,7 @@ pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
         Err(cause) => return end_without_answer(report, "idempotency_keys", &cause),
     }
 
-    // 6. zstd
+    // 7. zstd
     let empty = [BODY_OPEN, BODY_CLOSE].concat();
     let packed = zstd::bulk::compress(&empty, 1).unwrap_or_default();
     match client.post_batch(topic, packed, true).await {

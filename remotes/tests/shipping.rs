@@ -396,6 +396,7 @@ async fn a_check_finds_a_current_target_with_zstd() {
             "reach",
             "auth",
             "topic",
+            "remote_children",
             "batch_produce",
             "idempotency_keys",
             "zstd"
@@ -414,6 +415,35 @@ async fn a_check_finds_a_current_target_with_zstd() {
         setup.running.target.stored.lock().unwrap().is_empty(),
         "a check stores nothing"
     );
+}
+
+#[tokio::test]
+async fn a_target_topic_with_a_remote_child_fails_the_check_and_unreadable_children_do_not() {
+    let setup = setup().await;
+    let client = RemoteClient::new(
+        &target(&setup.running, "localhost", PASSWORD),
+        loopback_guard(),
+        setup.clock.clone(),
+    )
+    .unwrap();
+    let children = &setup.running.target.children;
+    *children.lock().unwrap() = vec![("audit".into(), Some(false)), ("hidden".into(), None)];
+    let report = check(&client, TOPIC).await;
+    assert!(report.pass(), "{report:?}");
+    let remote_children = &report.checks[3];
+    assert_eq!(remote_children.name, "remote_children");
+    assert!(
+        remote_children.detail.contains("1 not readable"),
+        "{remote_children:?}"
+    );
+
+    children.lock().unwrap().push(("onward".into(), Some(true)));
+    let report = check(&client, TOPIC).await;
+    assert!(!report.pass());
+    assert_eq!(report.class(), Some(LinkState::TargetHasRemoteChildren));
+    let last = report.checks.last().unwrap();
+    assert_eq!(last.name, "remote_children");
+    assert!(last.detail.contains("onward"), "{last:?}");
 }
 
 #[tokio::test]

@@ -92,6 +92,9 @@ pub struct Target {
     /// Whether a message may carry `idempotency_key` (an older target
     /// refuses the unknown field).
     pub idempotency_keys: bool,
+    /// Children of [`TOPIC`]: each name, and whether it is a remote child
+    /// (`None`: the replicator may not read it, `403`).
+    pub children: Mutex<Vec<(String, Option<bool>)>>,
 }
 
 impl Target {
@@ -220,16 +223,37 @@ fn authorized(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.as_bytes() == expected.as_bytes())
 }
 
-async fn describe(Path(topic): Path<String>, headers: HeaderMap) -> Response {
+async fn describe(
+    State(target): State<Arc<Target>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     if !authorized(&headers) {
         return error(401, "unauthorized");
     }
-    if topic != TOPIC {
-        return error(404, "topic not found");
-    }
-    let body =
-        serde_json::json!({ "name": topic, "id": "00112233aabbccdd", "partitions": 3 }).to_string();
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let children = target.children.lock().unwrap().clone();
+    let body = if topic == TOPIC {
+        let names: Vec<&str> = children.iter().map(|(name, _)| name.as_str()).collect();
+        serde_json::json!({ "name": topic, "id": "00112233aabbccdd", "partitions": 3,
+                            "children": names })
+    } else {
+        match children.iter().find(|(name, _)| *name == topic) {
+            None => return error(404, "topic not found"),
+            Some((_, None)) => return error(403, "forbidden"),
+            Some((_, Some(false))) => {
+                serde_json::json!({ "name": topic, "partitions": 3, "parent": TOPIC })
+            }
+            Some((_, Some(true))) => serde_json::json!({
+                "name": topic, "partitions": 0, "parent": TOPIC,
+                "remote": { "name": "further", "topic": "elsewhere", "lanes": 1 }
+            }),
+        }
+    };
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 struct InFlight<'a>(&'a Target);
