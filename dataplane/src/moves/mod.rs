@@ -18,7 +18,9 @@
 //!   force-promote), with no I/O, on the node's clock;
 //! - [`settle`]: when an installed copy may be rolled back;
 //! - [`files`]: what travels and what the target writes;
-//! - [`status`]: what a worker reports.
+//! - [`status`]: what a worker reports;
+//! - [`window`]: which chunks a copy fetches and writes next, and how far
+//!   a file is whole, with no I/O.
 //!
 //! What it guarantees: a message committed on the source before the flip is
 //! in the copy the flip installs (the source commits nothing from the
@@ -53,6 +55,7 @@ pub mod service;
 pub mod settle;
 pub mod source;
 pub mod status;
+pub mod window;
 pub mod worker;
 
 pub use runner::MoveRunner;

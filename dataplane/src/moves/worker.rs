@@ -36,6 +36,7 @@ use super::decide::{
 use super::files::{self, MoveMarker};
 use super::settle::FlipClock;
 use super::status::{MovePhase, MoveWorkerStatus};
+use super::window::{Arrival, Chunk, CopyWindow};
 use crate::admin::{Admin, AdminError};
 use crate::consume::ahead::ConsumerPosition;
 use crate::dispatch::{LeaderConfirm, PartitionHolder};
@@ -886,10 +887,11 @@ impl Worker {
         Ok(())
     }
 
-    /// Copies `[from, file.bytes)` of one file, keeping up to
-    /// [`FETCHES_IN_FLIGHT`] chunk fetches outstanding so the source reads
-    /// and sends the next chunks while this node writes one. Chunks are
-    /// written in order; a short chunk (the source's file ends sooner)
+    /// Copies `[from, file.bytes)` of one file through a [`CopyWindow`]:
+    /// up to [`FETCHES_IN_FLIGHT`] chunk fetches outstanding, and the
+    /// chunks written in file order, one at a time, while the next fetches
+    /// are out (the source reads and sends chunk n + 1 while this node
+    /// writes chunk n). A short chunk (the source's file ends sooner)
     /// drops the fetches past it and asks again from where it ended.
     async fn copy_range(
         &self,
@@ -898,25 +900,19 @@ impl Worker {
         from: u64,
         token: u64,
     ) -> Copied {
-        let mut at = from;
-        let mut next = from;
-        let mut pending: VecDeque<(u64, JoinHandle<Result<bytes::Bytes, LinkError>>)> =
-            VecDeque::new();
+        let mut window = CopyWindow::new(
+            from,
+            file.bytes,
+            u64::from(CHUNK_BYTES_MAX),
+            FETCHES_IN_FLIGHT,
+        );
+        let mut fetches: VecDeque<JoinHandle<Result<bytes::Bytes, LinkError>>> = VecDeque::new();
+        let mut write: Option<JoinHandle<std::io::Result<()>>> = None;
         let outcome = loop {
-            while pending.len() < FETCHES_IN_FLIGHT && next < file.bytes {
-                let want = (file.bytes - next).min(u64::from(CHUNK_BYTES_MAX));
-                let request = FetchSegmentChunk {
-                    partition: self.partition_ref(),
-                    file: file.name.clone(),
-                    offset: next,
-                    max_bytes: u32::try_from(want).unwrap_or(CHUNK_BYTES_MAX),
-                    token,
-                };
-                let link = Arc::clone(&self.link);
-                pending.push_back((next, tokio::spawn(async move { link.fetch(request).await })));
-                next += want;
+            while let Some(chunk) = window.next_fetch() {
+                fetches.push_back(self.spawn_fetch(file, chunk, token));
             }
-            let Some((offset, fetch)) = pending.pop_front() else {
+            let Some(fetch) = fetches.pop_front() else {
                 break Ok(());
             };
             let data = match fetch.await {
@@ -926,36 +922,79 @@ impl Worker {
                     break Err(MoveError::Link(LinkError::Unreachable(error.to_string())));
                 }
             };
-            if data.is_empty() {
-                break Err(MoveError::Link(LinkError::Refused {
-                    status: 409,
-                    message: format!("{} ends before byte {}", file.name, file.bytes),
-                }));
+            let chunk = match window.arrived(data.len() as u64) {
+                Arrival::Write { chunk, dropped } => {
+                    for fetch in fetches.drain(fetches.len() - dropped.len()..) {
+                        fetch.abort();
+                    }
+                    chunk
+                }
+                Arrival::EndsEarly { .. } => {
+                    break Err(MoveError::Link(LinkError::Refused {
+                        status: 409,
+                        message: format!("{} ends before byte {}", file.name, file.bytes),
+                    }));
+                }
+            };
+            if let Err(error) = self.write_finished(write.take(), &mut window).await {
+                break Err(error);
             }
-            let len = data.len() as u64;
+            window.write_started(chunk);
+            let data = data.slice(..usize::try_from(chunk.len).unwrap_or(usize::MAX));
             let logs = Arc::clone(&self.context.logs);
             let (path_dir, name) = (dir.to_path_buf(), file.name.clone());
-            let written = blocking(move || {
-                files::write_chunk(&**logs.disk(), &path_dir, &name, offset, &data)
-            })
-            .await;
-            if let Err(error) = written {
-                break Err(disk("write a copied chunk")(error));
-            }
-            at = offset + len;
-            self.status.lock().copied_bytes += len;
-            let asked = pending.front().map_or(next, |(offset, _)| *offset);
-            if at < asked {
-                for (_, fetch) in pending.drain(..) {
-                    fetch.abort();
-                }
-                next = at;
-            }
+            write = Some(tokio::task::spawn_blocking(move || {
+                files::write_chunk(&**logs.disk(), &path_dir, &name, chunk.offset, &data)
+            }));
         };
-        for (_, fetch) in pending {
+        for fetch in fetches {
             fetch.abort();
         }
-        Copied { at, outcome }
+        // A write under way is waited for either way: the file is whole
+        // to its end only once it completed.
+        let written = self.write_finished(write, &mut window).await;
+        Copied {
+            at: window.whole_to(),
+            outcome: outcome.and(written),
+        }
+    }
+
+    /// Starts fetching `chunk` of `file`.
+    fn spawn_fetch(
+        &self,
+        file: &FileExtent,
+        chunk: Chunk,
+        token: u64,
+    ) -> JoinHandle<Result<bytes::Bytes, LinkError>> {
+        let request = FetchSegmentChunk {
+            partition: self.partition_ref(),
+            file: file.name.clone(),
+            offset: chunk.offset,
+            max_bytes: u32::try_from(chunk.len).unwrap_or(CHUNK_BYTES_MAX),
+            token,
+        };
+        let link = Arc::clone(&self.link);
+        tokio::spawn(async move { link.fetch(request).await })
+    }
+
+    /// Waits for the write under way, if any, and counts its bytes as
+    /// whole and copied once it completed.
+    async fn write_finished(
+        &self,
+        write: Option<JoinHandle<std::io::Result<()>>>,
+        window: &mut CopyWindow,
+    ) -> Result<(), MoveError> {
+        let Some(write) = write else {
+            return Ok(());
+        };
+        write
+            .await
+            .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())))
+            .map_err(disk("write a copied chunk"))?;
+        let before = window.whole_to();
+        window.write_done();
+        self.status.lock().copied_bytes += window.whole_to() - before;
+        Ok(())
     }
 
     /// Proposes the flip until the leader answers. A refusal means the
