@@ -20,17 +20,24 @@
 //! Same-run baselines: sequential write and read of a file as large as the
 //! partition (at most 1 GiB), its cached pages dropped before the read
 //! (see [`narad_bench::baseline::drop_cached_pages`]), and 4 KiB write +
-//! fdatasync, each half before and half after the cluster phases.
+//! fdatasync, each half before and half after the cluster phases; the
+//! cluster transport alone (see [`transport`]), before the cluster starts;
+//! and the copy itself read back cold from node 4's disk after the cluster
+//! stopped.
 //!
 //! Targets: the copy rate (the partition's bytes over the move's duration)
 //! at least half the raw disk rate (the slower of sequential write and
-//! read), and produce p99 during the move at most twice its p99 before.
+//! read) and half the cold read of the copy's own files; narad CPU of the
+//! source and target data nodes during the move at most 1.5 core-seconds
+//! per GB copied (`copy_core_s_per_gb`); and produce p99 during the move
+//! at most twice its p99 before.
 //!
 //! Writes `target/bench/move.json` and `move.png`, then prints one line per
 //! target.
 
 mod load;
 mod partition;
+mod transport;
 
 use std::fs;
 use std::io;
@@ -40,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, FdatasyncBaseline, SequentialRates};
 use narad_bench::cluster::Cluster;
+use narad_bench::cpu::cpu_seconds;
 use narad_bench::node::{load_average, narad_binary};
 use narad_bench::report::Report;
 use narad_bench::verdict::{self, Verdict};
@@ -82,6 +90,11 @@ const FDATASYNC_SAMPLES: usize = 500;
 /// during the move at most this multiple of its p99 before.
 const TARGET_COPY_SHARE: f64 = 0.5;
 const TARGET_P99_GROWTH: f64 = 2.0;
+/// Target: narad CPU (source and target data nodes) per GB copied.
+const TARGET_COPY_CORE_S_PER_GB: f64 = 1.5;
+/// Fetches outstanding in the transport baseline's passes: one at a time,
+/// and as many as a move keeps.
+const TRANSPORT_IN_FLIGHT: [usize; 2] = [1, 4];
 
 const USAGE: &str = "move-bench [--bytes 1073741824] [--rate 5000] [--before 10s] [--after 5s] \
 [--move-max 10m]";
@@ -155,6 +168,7 @@ fn main() -> io::Result<()> {
     let mut fdatasync = FdatasyncBaseline::default();
     fdatasync.sample(&scratch, FDATASYNC_SAMPLES)?;
     let rates_before = baseline::seq_write_and_read(&scratch, sequential_bytes)?;
+    let transport = transport::measure(sequential_bytes, &TRANSPORT_IN_FLIGHT)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -166,6 +180,7 @@ fn main() -> io::Result<()> {
     report.note("load_average_at_end", &load_average());
 
     let disk = record_sequential(&mut report, sequential_bytes, rates_before, rates_after);
+    record_transport(&mut report, &transport);
     let verdicts = judge(&mut report, &moved, disk);
     let path = report.write()?;
     println!(
@@ -235,7 +250,12 @@ fn note_method(report: &mut Report, options: &Options) {
              partition's size_bytes as node 4 describes it after the flip; copy_mb_per_s = \
              moved_bytes / move_seconds (10^6 bytes); move_worker_*: node 4's own \
              narad_moves_duration_seconds (worker start to flip) and narad_moves_bytes_total; the \
-             partition's cached pages on node 1 were dropped (fadvise) before the load started",
+             partition's cached pages on node 1 were dropped (fadvise) before the load started; \
+             copy_core_s_per_gb: CPU seconds of data nodes 1 and 4 from node 4 ready to the flip \
+             seen, over moved_bytes / 10^9 (node 1 also serves its share of the load: \
+             source_node_cores_before is its rate before the move); \
+             baseline_partition_read_mb_per_s: node 4's copy of the partition read back in 1 MiB \
+             reads after the cluster stopped, each file's cached pages dropped first",
             POLL.as_millis()
         ),
     );
@@ -302,14 +322,18 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
     let before_from = load.started() + WARMUP;
     tokio::time::sleep_until(before_from.into()).await;
     let cpu_before_from = cluster.cpu_seconds();
+    let source_before_from = data_node_cpu(&cluster, SOURCE_NODE);
     tokio::time::sleep_until((before_from + options.before).into()).await;
     let before_to = Instant::now();
     let cpu_before_to = cluster.cpu_seconds();
+    let source_before_to = data_node_cpu(&cluster, SOURCE_NODE);
 
     let joining = Instant::now();
     let target = cluster.add_data_node().await?;
     let ready = Instant::now();
     let cpu_ready = cluster.cpu_seconds();
+    let copy_cpu_ready =
+        data_node_cpu(&cluster, SOURCE_NODE) + data_node_cpu(&cluster, TARGET_NODE);
     report.set("node4_start_seconds", (ready - joining).as_secs_f64());
     let copy_dir = cluster
         .data_dir(4)
@@ -323,6 +347,8 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
     };
     let watched = watch_move(watch, options.move_max).await?;
     let cpu_flipped = cluster.cpu_seconds();
+    let source_flipped = data_node_cpu(&cluster, SOURCE_NODE);
+    let target_flipped = data_node_cpu(&cluster, TARGET_NODE);
     let settled = settle(target).await?;
     tokio::time::sleep(options.after).await;
     let stopped = Instant::now();
@@ -375,7 +401,26 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
         "during_narad_cores",
         (cpu_flipped - cpu_ready) / seconds(ready, watched.flipped),
     );
+    let copy_cpu = source_flipped + target_flipped - copy_cpu_ready;
+    let gb = moved.bytes as f64 / 1e9;
+    report
+        .set(
+            "source_node_cores_before",
+            (source_before_to - source_before_from) / seconds(before_from, before_to),
+        )
+        .set("copy_core_seconds", copy_cpu)
+        .set(
+            "copy_core_s_per_gb",
+            if gb > 0.0 { copy_cpu / gb } else { 0.0 },
+        );
     drop(cluster);
+    let read_back = tokio::task::spawn_blocking({
+        let copy_dir = copy_dir.clone();
+        move || partition::read_back_cold(&copy_dir)
+    })
+    .await
+    .map_err(io::Error::other)??;
+    report.set("baseline_partition_read_mb_per_s", read_back);
     let moved = record_load(report, &samples, &timeline, moved);
     report.lines(
         "the copy on node 4's disk, each poll",
@@ -383,6 +428,16 @@ async fn measure(scratch: &Path, options: &Options, report: &mut Report) -> io::
         &[("partition 3 on node 4", progress)],
     );
     Ok(moved)
+}
+
+/// CPU seconds data node `node` (`"1"` to `"4"`) used so far.
+fn data_node_cpu(cluster: &Cluster, node: &str) -> f64 {
+    let pids = cluster.pids();
+    node.parse::<usize>()
+        .ok()
+        .and_then(|index| index.checked_sub(1))
+        .and_then(|index| pids.get(NODES + index))
+        .map_or(0.0, |pid| cpu_seconds(&pid.to_string()))
 }
 
 /// Fills the partition that will move and waits until it is committed;
@@ -623,6 +678,33 @@ fn record_load(report: &mut Report, samples: &[Sample], at: &Timeline, mut moved
     moved
 }
 
+/// Records the transport baseline's passes.
+fn record_transport(report: &mut Report, rates: &[transport::TransportRate]) {
+    for rate in rates {
+        report
+            .set(
+                &format!("baseline_transport_{}_in_flight_mb_per_s", rate.in_flight),
+                rate.mb_per_s,
+            )
+            .set(
+                &format!(
+                    "baseline_transport_{}_in_flight_core_s_per_gb",
+                    rate.in_flight
+                ),
+                rate.core_s_per_gb,
+            );
+    }
+    report.note(
+        "baseline_transport",
+        "two narad_protocol cluster endpoints in the bench's process on loopback (cluster \
+         secret, the data node's transport settings), one serving FetchSegmentChunk from a 4 MiB \
+         chunk in memory, the other fetching as many bytes as the sequential baselines write, \
+         with 1 and with 4 fetches outstanding, on a runtime of 2 worker threads; \
+         core_s_per_gb is the process's CPU (both endpoints) per 10^9 bytes; run after the \
+         sequential baselines and before the cluster starts",
+    );
+}
+
 /// Records the sequential baselines (each the mean of the run before and
 /// after the cluster phases); the raw disk rate a copy is held against,
 /// the slower of the two directions.
@@ -668,7 +750,28 @@ fn judge(report: &mut Report, moved: &Moved, disk_mb_per_s: f64) -> Vec<Verdict>
         figure(report, "during_produce_p50_ms"),
     );
     let ratio = |value: f64, over: f64| if over > 0.0 { value / over } else { 0.0 };
+    let partition_read = figure(report, "baseline_partition_read_mb_per_s");
+    let core_s_per_gb = figure(report, "copy_core_s_per_gb");
+    let transport_1 = figure(report, "baseline_transport_1_in_flight_mb_per_s");
+    let transport_4 = figure(report, "baseline_transport_4_in_flight_mb_per_s");
     report
+        .set("ratio_copy_to_partition_read", ratio(copy, partition_read))
+        .set(
+            "ratio_copy_to_transport_1_in_flight",
+            ratio(copy, transport_1),
+        )
+        .set(
+            "ratio_copy_to_transport_4_in_flight",
+            ratio(copy, transport_4),
+        )
+        .set(
+            "ratio_transport_1_in_flight_to_partition_read",
+            ratio(transport_1, partition_read),
+        )
+        .set(
+            "ratio_transport_4_in_flight_to_partition_read",
+            ratio(transport_4, partition_read),
+        )
         .set("ratio_copy_to_disk", ratio(copy, disk_mb_per_s))
         .set("ratio_copy_to_seq_write", ratio(copy, write))
         .set("ratio_copy_to_seq_read", ratio(copy, read))
@@ -682,6 +785,18 @@ fn judge(report: &mut Report, moved: &Moved, disk_mb_per_s: f64) -> Vec<Verdict>
             "copy_mb_per_s vs 0.5 x baseline_disk_mb_per_s",
             copy,
             TARGET_COPY_SHARE * disk_mb_per_s,
+        ),
+        Verdict::at_least(
+            "copy_rate_partition_read",
+            "copy_mb_per_s vs 0.5 x baseline_partition_read_mb_per_s",
+            copy,
+            TARGET_COPY_SHARE * partition_read,
+        ),
+        Verdict::at_most(
+            "copy_cpu",
+            "copy_core_s_per_gb vs 1.5",
+            core_s_per_gb,
+            TARGET_COPY_CORE_S_PER_GB,
         ),
         Verdict::at_most(
             "p99",
@@ -698,6 +813,9 @@ fn judge(report: &mut Report, moved: &Moved, disk_mb_per_s: f64) -> Vec<Verdict>
             ("move copy (bytes / move)", copy),
             ("raw sequential write", write),
             ("raw sequential read", read),
+            ("the copy read back cold", partition_read),
+            ("transport alone, 1 fetch in flight", transport_1),
+            ("transport alone, 4 fetches in flight", transport_4),
         ],
     );
     report.bars(

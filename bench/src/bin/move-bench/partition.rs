@@ -248,6 +248,32 @@ pub(crate) fn drop_partition_cache(dir: &Path) -> io::Result<u64> {
     Ok(bytes)
 }
 
+/// Reads every file in `dir` back in 1 MiB reads, each file's cached
+/// pages dropped first: the sequential read rate of the partition's own
+/// files, in MB/s.
+///
+/// # Errors
+/// Any I/O error.
+pub(crate) fn read_back_cold(dir: &Path) -> io::Result<f64> {
+    let (mut bytes, mut seconds) = (0.0, 0.0);
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            let size = entry.metadata()?.len() as f64;
+            let mb_per_s = narad_bench::baseline::seq_read_mb_per_s(&entry.path())?;
+            if mb_per_s > 0.0 {
+                bytes += size;
+                seconds += size / 1e6 / mb_per_s;
+            }
+        }
+    }
+    Ok(if seconds > 0.0 {
+        bytes / 1e6 / seconds
+    } else {
+        0.0
+    })
+}
+
 /// Bytes of the files in `dir` now; 0 when it does not exist yet.
 pub(crate) fn dir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
