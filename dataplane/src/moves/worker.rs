@@ -119,13 +119,15 @@ pub enum MoveError {
     FlipUnsettled(Duration),
 }
 
-/// Chunk fetches one file's copy keeps outstanding. Two: the source reads
-/// and sends the next chunk while one travels and this node writes the one
-/// before it (see `window.rs`). More bought little: the cluster transport,
-/// not the disks, bounds the copy (`narad bench move` measures it alone),
-/// and four in flight put produce p99 during a move at 2.8-4.3x its p99
-/// before at 5,000 msg/s (2026-12-05).
-const FETCHES_IN_FLIGHT: usize = 2;
+/// Chunk fetches one file's copy keeps outstanding. One, beside the write
+/// of the chunk before it (see `window.rs`): the source reads and sends
+/// chunk n + 1 while this node writes chunk n. Measured on the 2-core VM
+/// (`narad bench move --rate 100`, 2026-12-07, alternating builds), that
+/// overlap copied at 277-402 MB/s against 255-318 with each chunk written
+/// before the next fetch, and two in flight at 324-415 with more CPU per
+/// GB and a higher produce p99 during the move; the cluster transport, not
+/// the disks, bounds the copy (the bench measures it alone).
+const FETCHES_IN_FLIGHT: usize = 1;
 
 /// How far [`Worker::copy_range`] got, and how it ended.
 struct Copied {
