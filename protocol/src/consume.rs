@@ -487,6 +487,12 @@ pub struct TopicPartitionStats {
     /// older owner reads (and an older requester never gets the cursors it
     /// could not decode).
     pub with_cursors: bool,
+    /// Whether each entry should carry the partition's consume frontier
+    /// (a remote child attached `from: unconsumed`). Sent only when set,
+    /// after the cursor flag; an owner too old to know it refuses the
+    /// request (trailing bytes), which the requester reports as the owner
+    /// not answering.
+    pub with_frontier: bool,
 }
 
 impl Encode for TopicPartitionStats {
@@ -501,7 +507,10 @@ impl Encode for TopicPartitionStats {
         for partition in &self.partitions {
             writer.u32(*partition);
         }
-        if self.with_cursors {
+        if self.with_cursors || self.with_frontier {
+            writer.u8(u8::from(self.with_cursors));
+        }
+        if self.with_frontier {
             writer.u8(1);
         }
     }
@@ -516,10 +525,12 @@ impl Decode for TopicPartitionStats {
             partitions.push(reader.u32("partition")?);
         }
         let with_cursors = reader.remaining() > 0 && flag(reader, "with_cursors")?;
+        let with_frontier = reader.remaining() > 0 && flag(reader, "with_frontier")?;
         Ok(Self {
             topic,
             partitions,
             with_cursors,
+            with_frontier,
         })
     }
 }
@@ -553,6 +564,9 @@ pub struct PartitionStatsEntry {
     /// [`STATS_CURSORS_PER_PARTITION_MAX`]; empty unless asked for, and in
     /// an answer from an owner that does not list them.
     pub cursors: Vec<CursorPosition>,
+    /// The partition's consume frontier (every offset below it acked),
+    /// when asked for and the owner could read it; `None` otherwise.
+    pub consume_frontier: Option<u64>,
 }
 
 /// Where one fan-out cursor of a parent partition stands on its owner.
@@ -587,7 +601,14 @@ impl Encode for TopicPartitionStatsAnswer {
             writer.u8(u8::from(entry.oldest_segment_time_ms.is_some()));
             writer.u64(entry.oldest_segment_time_ms.unwrap_or(0));
         }
-        if self.entries.iter().all(|entry| entry.cursors.is_empty()) {
+        let frontiers = self
+            .entries
+            .iter()
+            .any(|entry| entry.consume_frontier.is_some());
+        // The sections come in order, each only when it or a later one
+        // has something: an older requester, which asks for neither, gets
+        // the first part alone.
+        if !frontiers && self.entries.iter().all(|entry| entry.cursors.is_empty()) {
             return;
         }
         for entry in &self.entries {
@@ -601,6 +622,13 @@ impl Encode for TopicPartitionStatsAnswer {
                 writer.str(&cursor.child);
                 writer.u64(cursor.next_offset);
             }
+        }
+        if !frontiers {
+            return;
+        }
+        for entry in &self.entries {
+            writer.u8(u8::from(entry.consume_frontier.is_some()));
+            writer.u64(entry.consume_frontier.unwrap_or(0));
         }
     }
 }
@@ -640,11 +668,19 @@ impl Decode for TopicPartitionStatsAnswer {
                 size_bytes,
                 oldest_segment_time_ms: has_time.then_some(time),
                 cursors: Vec::new(),
+                consume_frontier: None,
             });
         }
         if reader.remaining() > 0 {
             for entry in &mut entries {
                 entry.cursors = decode_cursors(reader)?;
+            }
+        }
+        if reader.remaining() > 0 {
+            for entry in &mut entries {
+                let known = flag(reader, "has_consume_frontier")?;
+                let frontier = reader.u64("consume_frontier")?;
+                entry.consume_frontier = known.then_some(frontier);
             }
         }
         Ok(Self { entries })
@@ -852,9 +888,10 @@ mod tests {
             any::<[u64; 5]>(),
             proptest::option::of(any::<u64>()),
             proptest::collection::vec(cursor_strategy(), 0..3),
+            proptest::option::of(any::<u64>()),
         )
-            .prop_map(
-                |(partition, owned, figures, time, cursors)| PartitionStatsEntry {
+            .prop_map(|(partition, owned, figures, time, cursors, frontier)| {
+                PartitionStatsEntry {
                     partition,
                     owned,
                     segments: figures[0],
@@ -864,8 +901,9 @@ mod tests {
                     size_bytes: figures[4],
                     oldest_segment_time_ms: time,
                     cursors,
-                },
-            )
+                    consume_frontier: frontier,
+                }
+            })
     }
 
     fn round_trip<M: Message + PartialEq + std::fmt::Debug>(message: &M) -> M {
@@ -952,9 +990,10 @@ mod tests {
             topic in ".{0,16}",
             partitions in proptest::collection::vec(any::<u32>(), 1..8),
             with_cursors in any::<bool>(),
+            with_frontier in any::<bool>(),
             entries in proptest::collection::vec(stats_entry_strategy(), 0..8),
         ) {
-            let request = TopicPartitionStats { topic, partitions, with_cursors };
+            let request = TopicPartitionStats { topic, partitions, with_cursors, with_frontier };
             prop_assert_eq!(round_trip(&request), request);
             let answer = TopicPartitionStatsAnswer { entries };
             prop_assert_eq!(round_trip(&answer), answer);
@@ -996,7 +1035,12 @@ mod tests {
             never_panics_damaged(&AckBatchAnswer { statuses: vec![200, 404, 409] }, &damage);
             let partitions = entries.iter().map(|entry| entry.partition).collect();
             never_panics_damaged(
-                &TopicPartitionStats { topic: "t".into(), partitions, with_cursors: true },
+                &TopicPartitionStats {
+                    topic: "t".into(),
+                    partitions,
+                    with_cursors: true,
+                    with_frontier: true,
+                },
                 &damage,
             );
             never_panics_damaged(&TopicPartitionStatsAnswer { entries }, &damage);
@@ -1065,6 +1109,7 @@ mod tests {
             size_bytes: 100,
             oldest_segment_time_ms: None,
             cursors,
+            consume_frontier: None,
         }
     }
 
@@ -1134,6 +1179,7 @@ mod tests {
             topic: "orders".into(),
             partitions: vec![0, 1],
             with_cursors: false,
+            with_frontier: false,
         };
         let mut writer = Writer::new();
         writer.u8(1);
@@ -1150,6 +1196,36 @@ mod tests {
             encode_message(&asking).len(),
             encode_message(&request).len() + 1
         );
+    }
+
+    #[test]
+    fn frontiers_follow_a_cursor_section_even_an_empty_one() {
+        let mut entries = vec![stats_entry(0, Vec::new()), stats_entry(1, Vec::new())];
+        entries[1].consume_frontier = Some(7);
+        let answer = TopicPartitionStatsAnswer {
+            entries: entries.clone(),
+        };
+        let bytes = encode_message(&answer);
+        let without = answer_without_cursor_section(&entries);
+        // Two empty cursor counts, then a flag and a value per entry.
+        assert_eq!(bytes.len(), without.len() + 2 * 4 + 2 * 9);
+        assert_eq!(round_trip(&answer), answer);
+        // A request asking for frontiers only: the cursor flag, then its own.
+        let request = TopicPartitionStats {
+            topic: "orders".into(),
+            partitions: vec![0],
+            with_cursors: false,
+            with_frontier: true,
+        };
+        let plain = TopicPartitionStats {
+            with_frontier: false,
+            ..request.clone()
+        };
+        assert_eq!(
+            encode_message(&request).len(),
+            encode_message(&plain).len() + 2
+        );
+        assert_eq!(round_trip(&request), request);
     }
 
     #[test]

@@ -372,6 +372,27 @@ impl ConsumeService {
         gauges
     }
 
+    /// The consume frontier of owned partition `destination` now, without
+    /// making a shard: the live shard's, else the one its consumer-state
+    /// files hold (0 when none was written yet). `None` when those files
+    /// cannot be read.
+    pub fn frontier_now(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+    ) -> Option<u64> {
+        if let Some(frontier) = self.live_frontier(destination, incarnation) {
+            return Some(frontier);
+        }
+        let dir = crate::partitions::partition_dir(
+            self.logs.data_dir(),
+            &destination.topic,
+            destination.partition,
+        );
+        let stored = stored_frontier(&**self.logs.disk(), &dir).ok()?;
+        Some(stored.unwrap_or(0))
+    }
+
     /// The frontier of `destination`'s shard for incarnation
     /// `incarnation`, if it has one: the exact, in-memory figure. Never
     /// makes a shard, and holds the one it reads only while reading it.

@@ -574,6 +574,13 @@ impl Serving {
                         } else {
                             Vec::new()
                         },
+                        consume_frontier: request
+                            .with_frontier
+                            .then(|| {
+                                let incarnation = meta.as_ref()?.incarnation_id.as_ref();
+                                self.consume.frontier_now(&destination, incarnation)
+                            })
+                            .flatten(),
                     },
                     None => PartitionStatsEntry {
                         partition: *partition,
@@ -585,6 +592,7 @@ impl Serving {
                         size_bytes: 0,
                         oldest_segment_time_ms: None,
                         cursors: Vec::new(),
+                        consume_frontier: None,
                     },
                 }
             })

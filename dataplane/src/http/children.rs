@@ -30,6 +30,7 @@ use super::topics::{
 };
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
+use crate::forward::StatsAsk;
 use crate::metadata::TopicMeta;
 use crate::topology::{Destination, Route, Topology};
 
@@ -224,7 +225,11 @@ pub(super) struct Positions {
 /// Each parent partition's positions, `None` where the owner did not
 /// report (no owner, marked dead, no answer, its log unreadable).
 pub(super) async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Option<Positions>> {
-    let mut remote = remote_stats(state, parent, true).await;
+    let ask = StatsAsk {
+        cursors: true,
+        frontier: false,
+    };
+    let mut remote = remote_stats(state, parent, ask).await;
     (0..parent.partitions)
         .map(|partition| {
             let destination = Destination::new(&parent.name, partition);
