@@ -54,7 +54,7 @@ use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
-use super::ahead::{ConsumerPosition, ConsumerStateStore, stored_frontier};
+use super::ahead::{ConsumerPosition, ConsumerStateStore, stored_frontier, stored_frontier_of};
 use super::shard::{Settle, ShardLimits};
 use super::waiters::Waiters;
 use crate::metadata::{MetadataReplica, TopicMeta};
@@ -381,16 +381,8 @@ impl ConsumeService {
         destination: &Destination,
         incarnation: Option<&Arc<str>>,
     ) -> Option<u64> {
-        if let Some(frontier) = self.live_frontier(destination, incarnation) {
-            return Some(frontier);
-        }
-        let dir = crate::partitions::partition_dir(
-            self.logs.data_dir(),
-            &destination.topic,
-            destination.partition,
-        );
-        let stored = stored_frontier(&**self.logs.disk(), &dir).ok()?;
-        Some(stored.unwrap_or(0))
+        self.live_frontier(destination, incarnation)
+            .or_else(|| stored_frontier_of(&self.logs, destination))
     }
 
     /// The frontier of `destination`'s shard for incarnation

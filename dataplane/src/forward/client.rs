@@ -36,6 +36,8 @@ pub struct StatsAsk {
     pub cursors: bool,
     /// Each partition's consume frontier.
     pub frontier: bool,
+    /// Each remote child cursor's shipping report (with `cursors`).
+    pub remote_reports: bool,
 }
 
 /// Why a forwarded operation has no answer from the owner.
@@ -698,6 +700,7 @@ impl Forwarder {
             partitions,
             with_cursors: ask.cursors,
             with_frontier: ask.frontier,
+            with_remote_reports: ask.remote_reports,
         };
         let answer = self
             .call::<_, TopicPartitionStatsAnswer>(

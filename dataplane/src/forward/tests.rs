@@ -856,6 +856,7 @@ async fn a_forward_service_not_attached_yet_answers_503() {
         partitions: vec![0],
         with_cursors: false,
         with_frontier: false,
+        with_remote_reports: false,
     };
 
     let answer = caller
