@@ -30,7 +30,7 @@ use tower::ServiceExt;
 
 use super::coalesce::ACK_BATCH_REFUSAL_MEMORY;
 use super::tokens::CLAIM_HOLD;
-use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
+use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET, StatsAsk};
 use crate::admin::LocalAdmin;
 use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::fanout::{CursorKey, CursorReport};
@@ -635,6 +635,55 @@ async fn the_children_listing_on_a_counts_the_lag_of_cursors_running_on_b() {
     let child = &one_missing.json()["children"][0];
     assert_eq!(child["lag_messages"], 1, "{}", one_missing.body);
     assert_eq!(child["lag_complete"], false);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    let shipping = crate::fanout::RemoteReport {
+        state: "rejected_record".into(),
+        blocked_at: Some(0),
+        last_success_at_ms: Some(5_000),
+        oldest_pending_ms: Some(4_000),
+    };
+    let key = CursorKey {
+        parent: "split".into(),
+        partition: 1,
+        child: "split-dr".into(),
+    };
+    let report = CursorReport {
+        next_offset: 0,
+        high_watermark: 1,
+        due_lag_ms: None,
+        remote: Some(shipping.clone()),
+    };
+    cluster.b.fanout().report(key, report);
+    let forwarder = cluster.a.api().forwarder.get().expect("forwarder");
+    let ask = |remote_reports| StatsAsk {
+        cursors: true,
+        remote_reports,
+        ..StatsAsk::default()
+    };
+
+    let with = forwarder
+        .stats(B, "split", vec![1], ask(true), SETTLE_BUDGET)
+        .await
+        .expect("B answers");
+    let without = forwarder
+        .stats(B, "split", vec![1], ask(false), SETTLE_BUDGET)
+        .await
+        .expect("B answers");
+
+    let cursor = &with[0].cursors[0];
+    assert_eq!((cursor.child.as_str(), cursor.next_offset), ("split-dr", 0));
+    let remote = cursor.remote.as_ref().expect("the report");
+    assert_eq!(remote.state, shipping.state);
+    assert_eq!(remote.blocked_at, Some(0));
+    assert_eq!(remote.last_success_at_ms, Some(5_000));
+    assert_eq!(remote.oldest_pending_ms, Some(4_000));
+    assert_eq!(without[0].cursors[0].remote, None);
     cluster.stop();
 }
 
