@@ -79,24 +79,6 @@ impl SentThrough {
     }
 }
 
-/// Bytes each remote's shipments hold now (`narad_remote_held_bytes`).
-#[derive(Debug, Default)]
-struct Held(Mutex<HashMap<String, u64>>);
-
-impl Held {
-    /// Adds `bytes` (subtracts, when `release`) for `remote`; the total.
-    fn change(&self, remote: &str, bytes: u64, release: bool) -> u64 {
-        let mut held = self.0.lock();
-        let total = held.entry(remote.to_owned()).or_insert(0);
-        *total = if release {
-            total.saturating_sub(bytes)
-        } else {
-            *total + bytes
-        };
-        *total
-    }
-}
-
 /// Ships remote children's lanes for one data node.
 #[derive(Debug)]
 pub struct NodeShipper {
@@ -108,7 +90,6 @@ pub struct NodeShipper {
     runtime: Option<tokio::runtime::Runtime>,
     shippers: Mutex<HashMap<String, Built>>,
     sent_through: SentThrough,
-    held: Held,
 }
 
 impl NodeShipper {
@@ -139,7 +120,6 @@ impl NodeShipper {
             runtime: Some(runtime),
             shippers: Mutex::new(HashMap::new()),
             sent_through: SentThrough::default(),
-            held: Held::default(),
         })
     }
 
@@ -247,10 +227,8 @@ impl NodeShipper {
         );
     }
 
-    /// Counts the shipment's resent records and holds its bytes; what
-    /// [`Self::release`] gives back once it ends.
-    fn hold(&self, shipment: &Shipment) -> u64 {
-        let remote = &shipment.link.remote;
+    /// Counts the shipment's records that its lane sent before.
+    fn count_resent(&self, shipment: &Shipment) {
         let lane = (
             shipment.link_id().to_owned(),
             Arc::clone(&shipment.child),
@@ -262,29 +240,8 @@ impl NodeShipper {
             .note(lane, shipment.records.iter().map(|record| record.offset));
         self.metrics.count(
             metrics::REMOTE_RESENT_RECORDS_TOTAL,
-            &[("remote", remote.clone())],
+            &[("remote", shipment.link.remote.clone())],
             resent,
-        );
-        let bytes: u64 = shipment
-            .records
-            .iter()
-            .map(|record| (record.key.len() + record.payload.len()) as u64)
-            .sum();
-        let held = self.held.change(remote, bytes, false);
-        self.metrics.set(
-            metrics::REMOTE_HELD_BYTES,
-            &[("remote", remote.clone())],
-            held as f64,
-        );
-        bytes
-    }
-
-    fn release(&self, remote: &str, bytes: u64) {
-        let held = self.held.change(remote, bytes, true);
-        self.metrics.set(
-            metrics::REMOTE_HELD_BYTES,
-            &[("remote", remote.to_owned())],
-            held as f64,
         );
     }
 
@@ -346,14 +303,13 @@ impl RemoteShipper for SharedShipper {
                 committed_at_unix_ms: record.committed_at_ms,
             })
             .collect();
-        let held = node.hold(&shipment);
+        node.count_resent(&shipment);
         let node = Arc::clone(node);
         let task = runtime.spawn(async move {
             let remote = shipment.link.remote.clone();
             let outcome = shipper
                 .ship(&identity, &shipment.link.remote_topic, &records, 1)
                 .await;
-            node.release(&remote, held);
             node.record_shipper(&remote, &shipper);
             match outcome {
                 ship::ShipOutcome::Shipped(stats) => {
@@ -472,15 +428,5 @@ mod tests {
         assert_eq!(sent.note(lane(1), [2, 4].into_iter()), 0);
         let relinked = ("epoch-2".to_owned(), Arc::from("dr-orders"), 0, 0);
         assert_eq!(sent.note(relinked, [1, 3].into_iter()), 0);
-    }
-
-    #[test]
-    fn held_bytes_go_up_while_shipments_run_and_back_down_when_they_end() {
-        let held = Held::default();
-        assert_eq!(held.change("dr", 100, false), 100);
-        assert_eq!(held.change("dr", 50, false), 150);
-        assert_eq!(held.change("other", 7, false), 7);
-        assert_eq!(held.change("dr", 100, true), 50);
-        assert_eq!(held.change("dr", 50, true), 0);
     }
 }
