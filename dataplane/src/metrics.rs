@@ -219,6 +219,9 @@ pub const FANOUT_REMOTE_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
 /// them again, and reads again from the parent's log, because the node
 /// held more than `remotes.max_held_bytes` (parent, child).
 pub const FANOUT_REMOTE_REREADS_TOTAL: &str = "narad_fanout_remote_rereads_total";
+/// Periodic looks at a remote child's target that failed (parent, child):
+/// no answer, a refusal, the topic gone, or another incarnation of it.
+pub const FANOUT_REMOTE_CHECK_FAILURES_TOTAL: &str = "narad_fanout_remote_check_failures_total";
 /// Parent records an operator's skip passed over (parent, child).
 pub const FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL: &str = "narad_fanout_remote_skipped_records_total";
 /// Seconds until the parent's retention deletes the oldest record this

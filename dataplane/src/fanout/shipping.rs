@@ -49,6 +49,104 @@ struct Stamp {
 struct Built {
     stamp: Stamp,
     shipper: Arc<Shipper>,
+    client: Arc<RemoteClient>,
+    check_interval_ms: u64,
+}
+
+/// What a shipment goes through: the remote's shipper, its client (for the
+/// periodic look at the target) and how often that look is due.
+struct Route {
+    shipper: Arc<Shipper>,
+    client: Arc<RemoteClient>,
+    check_interval_ms: u64,
+}
+
+/// A link as the periodic look knows it: its stub, attach epoch and the
+/// target incarnation it was attached to (a resume that accepts a new
+/// target changes it, and the look starts over).
+type LinkKey = (Arc<str>, String, Option<String>);
+
+/// The last look at a link's target: when, and the link state it found
+/// that stops shipping until the next look.
+#[derive(Clone, Debug)]
+struct Look {
+    at_ms: u64,
+    stops: Option<LinkState>,
+}
+
+/// What the periodic look decides for a shipment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LookVerdict {
+    /// Look at the target first.
+    Look,
+    /// The last look found the target unfit: fail with this state.
+    Stop(LinkState),
+    /// Ship.
+    Ship,
+}
+
+/// When each link's target was last looked at (`check_interval_ms`, with
+/// ±20% jitter so links do not look in step).
+#[derive(Debug, Default)]
+struct Looks(Mutex<HashMap<LinkKey, Look>>);
+
+impl Looks {
+    /// The verdict for a shipment of `link` at `now_ms`. A due look is
+    /// noted at once, so the lanes of one slab look once.
+    fn verdict(&self, link: LinkKey, interval_ms: u64, now_ms: u64) -> LookVerdict {
+        let mut looks = self.0.lock();
+        let due = match looks.get(&link) {
+            None => true,
+            Some(look) => {
+                now_ms.saturating_sub(look.at_ms) >= jittered(interval_ms, &link, look.at_ms)
+            }
+        };
+        if due {
+            looks.insert(
+                link,
+                Look {
+                    at_ms: now_ms,
+                    stops: None,
+                },
+            );
+            return LookVerdict::Look;
+        }
+        match looks.get(&link).and_then(|look| look.stops) {
+            Some(state) => LookVerdict::Stop(state),
+            None => LookVerdict::Ship,
+        }
+    }
+
+    /// Notes what the look of `link` found.
+    fn found(&self, link: &LinkKey, stops: Option<LinkState>) {
+        if let Some(look) = self.0.lock().get_mut(link) {
+            look.stops = stops;
+        }
+    }
+}
+
+/// `interval_ms` moved by up to 20% either way, the same for one link and
+/// one look time.
+fn jittered(interval_ms: u64, link: &LinkKey, at_ms: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (link, at_ms).hash(&mut hasher);
+    let spread = interval_ms / 5;
+    let offset = hasher.finish() % (2 * spread + 1);
+    interval_ms - spread + offset
+}
+
+/// Whether a look's finding stops shipping: the target is not the one
+/// attached, is gone, or refuses the credential. A look that got no
+/// answer leaves shipping to find out for itself.
+fn stops_shipping(state: LinkState) -> bool {
+    matches!(
+        state,
+        LinkState::TargetReplaced
+            | LinkState::TargetMissing
+            | LinkState::AuthFailed
+            | LinkState::Forbidden
+    )
 }
 
 /// Which lane of which link a shipment is: a link's attach epoch, the
@@ -90,6 +188,7 @@ pub struct NodeShipper {
     runtime: Option<tokio::runtime::Runtime>,
     shippers: Mutex<HashMap<String, Built>>,
     sent_through: SentThrough,
+    looks: Looks,
 }
 
 impl NodeShipper {
@@ -120,12 +219,13 @@ impl NodeShipper {
             runtime: Some(runtime),
             shippers: Mutex::new(HashMap::new()),
             sent_through: SentThrough::default(),
+            looks: Looks::default(),
         })
     }
 
     /// The shipper of the link's remote, built anew when the remote
     /// changed; or the link state that stops it.
-    fn shipper_for(&self, shipment: &Shipment) -> Result<Arc<Shipper>, LinkState> {
+    fn shipper_for(&self, shipment: &Shipment) -> Result<Route, LinkState> {
         let view = self.replica.view();
         let remote = view
             .metastore
@@ -138,10 +238,15 @@ impl NodeShipper {
             credential_version: remote.credential_version,
         };
         let mut shippers = self.shippers.lock();
+        let check_interval_ms = remote.limits.check_interval_ms;
         if let Some(built) = shippers.get(&remote.name)
             && built.stamp == stamp
         {
-            return Ok(Arc::clone(&built.shipper));
+            return Ok(Route {
+                shipper: Arc::clone(&built.shipper),
+                client: Arc::clone(&built.client),
+                check_interval_ms: built.check_interval_ms,
+            });
         }
         let client = client_of(
             &view.metastore,
@@ -163,7 +268,7 @@ impl NodeShipper {
         ));
         if zstd {
             self.learn_capabilities(
-                client,
+                Arc::clone(&client),
                 Arc::clone(&shipper),
                 shipment.link.remote_topic.clone(),
             );
@@ -173,9 +278,15 @@ impl NodeShipper {
             Built {
                 stamp,
                 shipper: Arc::clone(&shipper),
+                client: Arc::clone(&client),
+                check_interval_ms,
             },
         );
-        Ok(shipper)
+        Ok(Route {
+            shipper,
+            client,
+            check_interval_ms,
+        })
     }
 
     /// Asks the target once what it takes (zstd, chunk size, keys), in
@@ -277,10 +388,32 @@ fn failed(state: LinkState) -> Shipping {
 impl RemoteShipper for SharedShipper {
     fn ship(&self, shipment: Shipment) -> Shipping {
         let node = &self.0;
-        let shipper = match node.shipper_for(&shipment) {
-            Ok(shipper) => shipper,
+        let Route {
+            shipper,
+            client,
+            check_interval_ms,
+        } = match node.shipper_for(&shipment) {
+            Ok(route) => route,
             Err(state) => return failed(state),
         };
+        let link_key: LinkKey = (
+            Arc::clone(&shipment.child),
+            shipment.link_id().to_owned(),
+            shipment.link.target_id.clone(),
+        );
+        let labels = [
+            ("parent", shipment.parent.to_string()),
+            ("child", shipment.child.to_string()),
+        ];
+        // Counted at 0 too, so the series exists from the first shipment.
+        node.metrics
+            .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 0);
+        let verdict = node
+            .looks
+            .verdict(link_key.clone(), check_interval_ms, node.clock.now_ms());
+        if let LookVerdict::Stop(state) = verdict {
+            return failed(state);
+        }
         let incarnation = shipment.parent_incarnation.as_deref().unwrap_or("none");
         let identity = match LinkIdentity::new(shipment.link_id(), incarnation) {
             Ok(identity) => identity,
@@ -307,6 +440,24 @@ impl RemoteShipper for SharedShipper {
         let node = Arc::clone(node);
         let task = runtime.spawn(async move {
             let remote = shipment.link.remote.clone();
+            if verdict == LookVerdict::Look {
+                let expected = shipment.link.target_id.as_deref();
+                let looked =
+                    check::verify_target(&client, &shipment.link.remote_topic, expected).await;
+                let stops = match looked {
+                    Ok(()) => None,
+                    Err(fault) => {
+                        node.metrics
+                            .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 1);
+                        tracing::warn!(parent = %shipment.parent, child = %shipment.child, remote = %remote, state = fault.state.as_str(), detail = %fault.detail, "the periodic look at a remote child's target failed");
+                        stops_shipping(fault.state).then_some(fault.state)
+                    }
+                };
+                node.looks.found(&link_key, stops);
+                if let Some(state) = stops {
+                    return ShipOutcome::Failed { shipped: 0, state };
+                }
+            }
             let outcome = shipper
                 .ship(&identity, &shipment.link.remote_topic, &records, 1)
                 .await;
@@ -410,10 +561,58 @@ impl RemoteProbe for SharedShipper {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn lane(lane: u32) -> LaneKey {
         ("epoch-1".to_owned(), Arc::from("dr-orders"), 0, lane)
+    }
+
+    fn link(target: &str) -> LinkKey {
+        (
+            Arc::from("orders-dr"),
+            "epoch-1".to_owned(),
+            Some(target.to_owned()),
+        )
+    }
+
+    #[test]
+    fn a_target_is_looked_at_once_per_interval_and_a_replaced_one_stops_shipping_until_then() {
+        let looks = Looks::default();
+        let interval = 60_000;
+        assert_eq!(looks.verdict(link("a"), interval, 0), LookVerdict::Look);
+        // The other lanes of the slab ship without looking again.
+        assert_eq!(looks.verdict(link("a"), interval, 10), LookVerdict::Ship);
+        looks.found(&link("a"), Some(LinkState::TargetReplaced));
+        assert_eq!(
+            looks.verdict(link("a"), interval, 1_000),
+            LookVerdict::Stop(LinkState::TargetReplaced)
+        );
+        // Past the interval and its jitter the target is looked at again.
+        assert_eq!(
+            looks.verdict(link("a"), interval, 72_000),
+            LookVerdict::Look
+        );
+        looks.found(&link("a"), None);
+        assert_eq!(
+            looks.verdict(link("a"), interval, 72_001),
+            LookVerdict::Ship
+        );
+        // A resume that accepts another target is a new link to look at.
+        assert_eq!(
+            looks.verdict(link("b"), interval, 72_002),
+            LookVerdict::Look
+        );
+    }
+
+    #[test]
+    fn the_jitter_keeps_a_look_within_a_fifth_of_its_interval() {
+        let spread: BTreeSet<u64> = (0..200)
+            .map(|at| jittered(60_000, &link("a"), at))
+            .collect();
+        assert!(spread.iter().all(|ms| (48_000..=72_000).contains(ms)));
+        assert!(spread.len() > 100, "looks of one link do not fall in step");
     }
 
     #[test]
