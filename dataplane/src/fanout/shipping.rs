@@ -304,6 +304,18 @@ impl NodeShipper {
 
     fn record_exchanges(&self, remote: &str, stats: &ship::ShipStats) {
         let remote_label = || ("remote", remote.to_owned());
+        // Only the address guard refuses while shipping; a URL's port or
+        // host is refused when the remote is added or changed.
+        let refused = stats
+            .exchanges
+            .iter()
+            .filter(|exchange| exchange.failure == Some(LinkState::DestinationRefused))
+            .count();
+        self.metrics.count(
+            metrics::REMOTE_DESTINATION_REFUSED_TOTAL,
+            &[remote_label(), ("reason", "address".to_owned())],
+            refused as u64,
+        );
         for exchange in &stats.exchanges {
             let code = exchange
                 .status
