@@ -247,6 +247,9 @@ pub const REMOTE_WIRE_BYTES_TOTAL: &str = "narad_remote_wire_bytes_total";
 pub const REMOTE_CHUNK_BYTES_LIMIT: &str = "narad_remote_chunk_bytes_limit";
 /// A remote's gate backoff now (remote): 0 while open.
 pub const REMOTE_GATE_BACKOFF_SECONDS: &str = "narad_remote_gate_backoff_seconds";
+/// The last periodic look's round trip to a remote (remote): one small
+/// `GET` of the target topic, answered.
+pub const REMOTE_RTT_SECONDS: &str = "narad_remote_rtt_seconds";
 /// Requests to a remote the outbound address guard refused after name
 /// resolution (remote, reason `address`).
 pub const REMOTE_DESTINATION_REFUSED_TOTAL: &str = "narad_remote_destination_refused_total";

@@ -138,6 +138,8 @@ pub struct TargetFault {
     pub state: LinkState,
     /// What the target answered, or why nothing came.
     pub detail: String,
+    /// The answer's status; `None` when nothing came.
+    pub status: Option<u16>,
 }
 
 /// The periodic look at a link's target (every `check_interval_ms`):
@@ -163,11 +165,13 @@ pub async fn verify_target(
             TargetFault {
                 state: failure.state,
                 detail: failure.detail,
+                status: None,
             }
         })?;
     let fault = |state| TargetFault {
         state,
         detail: describe(&answer),
+        status: Some(answer.status),
     };
     match answer.status {
         200 => {}
@@ -190,6 +194,7 @@ pub async fn verify_target(
     match found {
         Some(found) if found == expected => Ok(()),
         found => Err(TargetFault {
+            status: Some(answer.status),
             state: LinkState::TargetReplaced,
             detail: format!(
                 "topic {topic} is incarnation {} on the target; the link was attached to {expected}",

@@ -454,8 +454,23 @@ impl RemoteShipper for SharedShipper {
             let remote = shipment.link.remote.clone();
             if verdict == LookVerdict::Look {
                 let expected = shipment.link.target_id.as_deref();
+                let started_us = node.clock.now_us();
                 let looked =
                     check::verify_target(&client, &shipment.link.remote_topic, expected).await;
+                // The look is one small GET: its time, answered, stands
+                // for the round trip to the remote.
+                let answered = looked
+                    .as_ref()
+                    .err()
+                    .is_none_or(|fault| fault.status.is_some());
+                if answered {
+                    let rtt_us = node.clock.now_us().saturating_sub(started_us);
+                    node.metrics.set(
+                        metrics::REMOTE_RTT_SECONDS,
+                        &[("remote", remote.clone())],
+                        rtt_us as f64 / 1_000_000.0,
+                    );
+                }
                 let stops = match looked {
                     Ok(()) => None,
                     Err(fault) => {
