@@ -5,10 +5,10 @@
 //! steps itself: opening 2,000 partitions under dhat takes longer than any
 //! idle time short enough for a test, so the retention thread, which runs
 //! them on its own cadence, is kept from running. The open shard count
-//! falls to 0, and so does most of the heap they took. This binary counts the bytes live on the
-//! heap with dhat as its global allocator (resident memory would also
-//! measure what the allocator keeps), and holds one test so that no other
-//! test allocates beside it.
+//! falls to 0, and so does most of the heap they took. This binary counts
+//! the bytes live on the heap with dhat as its global allocator (resident
+//! memory would also measure what the allocator keeps), and holds one test
+//! so that no other test allocates beside it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
