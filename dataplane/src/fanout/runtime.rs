@@ -606,12 +606,7 @@ fn publish_headroom(parts: &FanoutParts, key: &CursorKey, now_ms: u64) {
     else {
         return;
     };
-    let oldest_pending_ms = parts
-        .status
-        .link_reports(&key.parent, &key.child)
-        .iter()
-        .filter_map(|(_, report)| report.remote.as_ref()?.oldest_pending_ms)
-        .min();
+    let oldest_pending_ms = parts.status.oldest_pending_ms(&key.parent, &key.child);
     if let Some(headroom_ms) = retention_headroom_ms(oldest_pending_ms, retention_ms, now_ms) {
         parts.metrics.set(
             metrics::FANOUT_REMOTE_RETENTION_HEADROOM_SECONDS,
