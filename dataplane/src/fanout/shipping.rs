@@ -86,15 +86,25 @@ enum LookVerdict {
 }
 
 /// When each link's target was last looked at (`check_interval_ms`, with
-/// ±20% jitter so links do not look in step).
+/// ±20% jitter so links do not look in step), and a gate per link that a
+/// look holds, so the link's other lanes wait for what it finds.
 #[derive(Debug, Default)]
-struct Looks(Mutex<HashMap<LinkKey, Look>>);
+struct Looks {
+    last: Mutex<HashMap<LinkKey, Look>>,
+    gates: Mutex<HashMap<LinkKey, Arc<tokio::sync::Mutex<()>>>>,
+}
 
 impl Looks {
-    /// The verdict for a shipment of `link` at `now_ms`. A due look is
-    /// noted at once, so the lanes of one slab look once.
+    /// The gate of `link`.
+    fn gate(&self, link: &LinkKey) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(self.gates.lock().entry(link.clone()).or_default())
+    }
+
+    /// The verdict for a shipment of `link` at `now_ms`, asked under the
+    /// link's gate. A due look is noted at once, so the lanes of one slab
+    /// look once.
     fn verdict(&self, link: LinkKey, interval_ms: u64, now_ms: u64) -> LookVerdict {
-        let mut looks = self.0.lock();
+        let mut looks = self.last.lock();
         let due = match looks.get(&link) {
             None => true,
             Some(look) => {
@@ -119,7 +129,7 @@ impl Looks {
 
     /// Notes what the look of `link` found.
     fn found(&self, link: &LinkKey, stops: Option<LinkState>) {
-        if let Some(look) = self.0.lock().get_mut(link) {
+        if let Some(look) = self.last.lock().get_mut(link) {
             look.stops = stops;
         }
     }
@@ -302,6 +312,65 @@ impl NodeShipper {
         });
     }
 
+    /// The periodic look at a link's target before one of its shipments:
+    /// waits while another lane of the link looks, looks when one is due,
+    /// and returns the link state that stops shipping if the last look
+    /// found one.
+    async fn look_before_shipping(
+        &self,
+        link: &LinkKey,
+        interval_ms: u64,
+        client: &RemoteClient,
+        shipment: &Shipment,
+    ) -> Option<LinkState> {
+        let labels = [
+            ("parent", shipment.parent.to_string()),
+            ("child", shipment.child.to_string()),
+        ];
+        // Counted at 0 too, so the series exists from the first shipment.
+        self.metrics
+            .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 0);
+        let gate = self.looks.gate(link);
+        let _looking = gate.lock().await;
+        match self
+            .looks
+            .verdict(link.clone(), interval_ms, self.clock.now_ms())
+        {
+            LookVerdict::Stop(state) => return Some(state),
+            LookVerdict::Ship => return None,
+            LookVerdict::Look => {}
+        }
+        let remote = &shipment.link.remote;
+        let expected = shipment.link.target_id.as_deref();
+        let started_us = self.clock.now_us();
+        let looked = check::verify_target(client, &shipment.link.remote_topic, expected).await;
+        // The look is one small GET: its time, answered, stands for the
+        // round trip to the remote.
+        let answered = looked
+            .as_ref()
+            .err()
+            .is_none_or(|fault| fault.status.is_some());
+        if answered {
+            let rtt_us = self.clock.now_us().saturating_sub(started_us);
+            self.metrics.set(
+                metrics::REMOTE_RTT_SECONDS,
+                &[("remote", remote.clone())],
+                rtt_us as f64 / 1_000_000.0,
+            );
+        }
+        let stops = match looked {
+            Ok(()) => None,
+            Err(fault) => {
+                self.metrics
+                    .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 1);
+                tracing::warn!(parent = %shipment.parent, child = %shipment.child, remote = %remote, state = fault.state.as_str(), detail = %fault.detail, "the periodic look at a remote child's target failed");
+                stops_shipping(fault.state).then_some(fault.state)
+            }
+        };
+        self.looks.found(link, stops);
+        stops
+    }
+
     fn record_exchanges(&self, remote: &str, stats: &ship::ShipStats) {
         let remote_label = || ("remote", remote.to_owned());
         // Only the address guard refuses while shipping; a URL's port or
@@ -413,19 +482,6 @@ impl RemoteShipper for SharedShipper {
             shipment.link_id().to_owned(),
             shipment.link.target_id.clone(),
         );
-        let labels = [
-            ("parent", shipment.parent.to_string()),
-            ("child", shipment.child.to_string()),
-        ];
-        // Counted at 0 too, so the series exists from the first shipment.
-        node.metrics
-            .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 0);
-        let verdict = node
-            .looks
-            .verdict(link_key.clone(), check_interval_ms, node.clock.now_ms());
-        if let LookVerdict::Stop(state) = verdict {
-            return failed(state);
-        }
         let incarnation = shipment.parent_incarnation.as_deref().unwrap_or("none");
         let identity = match LinkIdentity::new(shipment.link_id(), incarnation) {
             Ok(identity) => identity,
@@ -452,38 +508,11 @@ impl RemoteShipper for SharedShipper {
         let node = Arc::clone(node);
         let task = runtime.spawn(async move {
             let remote = shipment.link.remote.clone();
-            if verdict == LookVerdict::Look {
-                let expected = shipment.link.target_id.as_deref();
-                let started_us = node.clock.now_us();
-                let looked =
-                    check::verify_target(&client, &shipment.link.remote_topic, expected).await;
-                // The look is one small GET: its time, answered, stands
-                // for the round trip to the remote.
-                let answered = looked
-                    .as_ref()
-                    .err()
-                    .is_none_or(|fault| fault.status.is_some());
-                if answered {
-                    let rtt_us = node.clock.now_us().saturating_sub(started_us);
-                    node.metrics.set(
-                        metrics::REMOTE_RTT_SECONDS,
-                        &[("remote", remote.clone())],
-                        rtt_us as f64 / 1_000_000.0,
-                    );
-                }
-                let stops = match looked {
-                    Ok(()) => None,
-                    Err(fault) => {
-                        node.metrics
-                            .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 1);
-                        tracing::warn!(parent = %shipment.parent, child = %shipment.child, remote = %remote, state = fault.state.as_str(), detail = %fault.detail, "the periodic look at a remote child's target failed");
-                        stops_shipping(fault.state).then_some(fault.state)
-                    }
-                };
-                node.looks.found(&link_key, stops);
-                if let Some(state) = stops {
-                    return ShipOutcome::Failed { shipped: 0, state };
-                }
+            let stops = node
+                .look_before_shipping(&link_key, check_interval_ms, &client, &shipment)
+                .await;
+            if let Some(state) = stops {
+                return ShipOutcome::Failed { shipped: 0, state };
             }
             let outcome = shipper
                 .ship(&identity, &shipment.link.remote_topic, &records, 1)
