@@ -215,6 +215,13 @@ pub const FANOUT_REMOTE_LAG_SECONDS: &str = "narad_fanout_remote_lag_seconds";
 /// When a remote child's lane was last stored in full (parent, child).
 pub const FANOUT_REMOTE_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
     "narad_fanout_remote_last_success_timestamp_seconds";
+/// Parent records a remote child's cursor let go while waiting to send
+/// them again, and reads again from the parent's log, because the node
+/// held more than `remotes.max_held_bytes` (parent, child).
+pub const FANOUT_REMOTE_REREADS_TOTAL: &str = "narad_fanout_remote_rereads_total";
+/// Periodic looks at a remote child's target that failed (parent, child):
+/// no answer, a refusal, the topic gone, or another incarnation of it.
+pub const FANOUT_REMOTE_CHECK_FAILURES_TOTAL: &str = "narad_fanout_remote_check_failures_total";
 /// Parent records an operator's skip passed over (parent, child).
 pub const FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL: &str = "narad_fanout_remote_skipped_records_total";
 /// Seconds until the parent's retention deletes the oldest record this
@@ -240,11 +247,18 @@ pub const REMOTE_WIRE_BYTES_TOTAL: &str = "narad_remote_wire_bytes_total";
 pub const REMOTE_CHUNK_BYTES_LIMIT: &str = "narad_remote_chunk_bytes_limit";
 /// A remote's gate backoff now (remote): 0 while open.
 pub const REMOTE_GATE_BACKOFF_SECONDS: &str = "narad_remote_gate_backoff_seconds";
+/// The last periodic look's round trip to a remote (remote): one small
+/// `GET` of the target topic, answered.
+pub const REMOTE_RTT_SECONDS: &str = "narad_remote_rtt_seconds";
+/// Requests to a remote the outbound address guard refused after name
+/// resolution (remote, reason `address`).
+pub const REMOTE_DESTINATION_REFUSED_TOTAL: &str = "narad_remote_destination_refused_total";
 /// Records sent to a remote again (remote): a lane's records at or below
 /// the highest offset that lane already sent, after a failure.
 pub const REMOTE_RESENT_RECORDS_TOTAL: &str = "narad_remote_resent_records_total";
-/// Key and payload bytes of the records this node's shipments to a remote
-/// hold in memory now (remote).
+/// Key and payload bytes of the parent records this node holds in memory
+/// for a remote now (remote): lanes being shipped and lanes waiting to be
+/// sent again, against `remotes.max_held_bytes`.
 pub const REMOTE_HELD_BYTES: &str = "narad_remote_held_bytes";
 /// Records committed to children (parent, child).
 pub const FANOUT_COMMITTED_TOTAL: &str = "narad_fanout_committed_total";

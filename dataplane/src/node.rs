@@ -433,6 +433,7 @@ impl DataNode {
             Arc::clone(&api.metrics),
         )?));
         remote_plane.attach(Arc::new(shipper.clone()));
+        remote_plane.set_max_held_bytes(api.config.remotes.max_held_bytes);
         let _ = api.remote_probe.set(Arc::new(shipper));
         let move_source = Arc::new(MoveSource::new(
             Arc::clone(&api.replica),

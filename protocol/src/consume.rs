@@ -487,6 +487,16 @@ pub struct TopicPartitionStats {
     /// older owner reads (and an older requester never gets the cursors it
     /// could not decode).
     pub with_cursors: bool,
+    /// Whether each entry should carry the partition's consume frontier
+    /// (a remote child attached `from: unconsumed`). Sent only when set
+    /// (or when a later flag is), after the cursor flag; an owner too old
+    /// to know it refuses the request (trailing bytes), which the
+    /// requester reports as the owner not answering.
+    pub with_frontier: bool,
+    /// Whether each listed cursor of a remote child should carry its
+    /// shipping report (a children listing). Sent only when set, after the
+    /// frontier flag; an older owner refuses it as the others.
+    pub with_remote_reports: bool,
 }
 
 impl Encode for TopicPartitionStats {
@@ -501,7 +511,14 @@ impl Encode for TopicPartitionStats {
         for partition in &self.partitions {
             writer.u32(*partition);
         }
-        if self.with_cursors {
+        // Each flag is written when it or a later one is set.
+        if self.with_cursors || self.with_frontier || self.with_remote_reports {
+            writer.u8(u8::from(self.with_cursors));
+        }
+        if self.with_frontier || self.with_remote_reports {
+            writer.u8(u8::from(self.with_frontier));
+        }
+        if self.with_remote_reports {
             writer.u8(1);
         }
     }
@@ -516,10 +533,14 @@ impl Decode for TopicPartitionStats {
             partitions.push(reader.u32("partition")?);
         }
         let with_cursors = reader.remaining() > 0 && flag(reader, "with_cursors")?;
+        let with_frontier = reader.remaining() > 0 && flag(reader, "with_frontier")?;
+        let with_remote_reports = reader.remaining() > 0 && flag(reader, "with_remote_reports")?;
         Ok(Self {
             topic,
             partitions,
             with_cursors,
+            with_frontier,
+            with_remote_reports,
         })
     }
 }
@@ -553,6 +574,9 @@ pub struct PartitionStatsEntry {
     /// [`STATS_CURSORS_PER_PARTITION_MAX`]; empty unless asked for, and in
     /// an answer from an owner that does not list them.
     pub cursors: Vec<CursorPosition>,
+    /// The partition's consume frontier (every offset below it acked),
+    /// when asked for and the owner could read it; `None` otherwise.
+    pub consume_frontier: Option<u64>,
 }
 
 /// Where one fan-out cursor of a parent partition stands on its owner.
@@ -562,6 +586,38 @@ pub struct CursorPosition {
     pub child: String,
     /// The first parent offset not yet delivered to the child.
     pub next_offset: u64,
+    /// A remote child's shipping report, when asked for.
+    pub remote: Option<RemoteCursor>,
+}
+
+/// Longest link state name a [`RemoteCursor`] carries.
+pub const REMOTE_STATE_BYTES_MAX: usize = 64;
+
+/// What a remote child's cursor reports beside its position: how its
+/// shipping to the other cluster goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteCursor {
+    /// The link state (`running`, `unavailable`, `rejected_record`, ...),
+    /// at most [`REMOTE_STATE_BYTES_MAX`] bytes.
+    pub state: String,
+    /// The offset of the record the target refuses, while the state names
+    /// one.
+    pub blocked_at: Option<u64>,
+    /// When a lane was last stored in full, Unix ms.
+    pub last_success_at_ms: Option<u64>,
+    /// When the oldest record not yet shipped was committed, Unix ms.
+    pub oldest_pending_ms: Option<u64>,
+}
+
+fn write_optional(writer: &mut Writer, value: Option<u64>) {
+    writer.u8(u8::from(value.is_some()));
+    writer.u64(value.unwrap_or(0));
+}
+
+fn read_optional(reader: &mut Reader, field: &'static str) -> Result<Option<u64>, DecodeError> {
+    let known = flag(reader, field)?;
+    let value = reader.u64(field)?;
+    Ok(known.then_some(value))
 }
 
 /// The owner's answer to opcode 8, one entry per partition asked, in order.
@@ -587,7 +643,20 @@ impl Encode for TopicPartitionStatsAnswer {
             writer.u8(u8::from(entry.oldest_segment_time_ms.is_some()));
             writer.u64(entry.oldest_segment_time_ms.unwrap_or(0));
         }
-        if self.entries.iter().all(|entry| entry.cursors.is_empty()) {
+        let reports = self
+            .entries
+            .iter()
+            .flat_map(|entry| &entry.cursors)
+            .any(|cursor| cursor.remote.is_some());
+        let frontiers = reports
+            || self
+                .entries
+                .iter()
+                .any(|entry| entry.consume_frontier.is_some());
+        // The sections come in order, each only when it or a later one
+        // has something: an older requester, which asks for none of them,
+        // gets the first part alone.
+        if !frontiers && self.entries.iter().all(|entry| entry.cursors.is_empty()) {
             return;
         }
         for entry in &self.entries {
@@ -600,6 +669,29 @@ impl Encode for TopicPartitionStatsAnswer {
             for cursor in &entry.cursors {
                 writer.str(&cursor.child);
                 writer.u64(cursor.next_offset);
+            }
+        }
+        if !frontiers {
+            return;
+        }
+        for entry in &self.entries {
+            write_optional(writer, entry.consume_frontier);
+        }
+        if !reports {
+            return;
+        }
+        for cursor in self.entries.iter().flat_map(|entry| &entry.cursors) {
+            writer.u8(u8::from(cursor.remote.is_some()));
+            if let Some(remote) = &cursor.remote {
+                assert!(
+                    remote.state.len() <= REMOTE_STATE_BYTES_MAX,
+                    "link state {:?} too long",
+                    remote.state
+                );
+                writer.str(&remote.state);
+                write_optional(writer, remote.blocked_at);
+                write_optional(writer, remote.last_success_at_ms);
+                write_optional(writer, remote.oldest_pending_ms);
             }
         }
     }
@@ -640,6 +732,7 @@ impl Decode for TopicPartitionStatsAnswer {
                 size_bytes,
                 oldest_segment_time_ms: has_time.then_some(time),
                 cursors: Vec::new(),
+                consume_frontier: None,
             });
         }
         if reader.remaining() > 0 {
@@ -647,8 +740,38 @@ impl Decode for TopicPartitionStatsAnswer {
                 entry.cursors = decode_cursors(reader)?;
             }
         }
+        if reader.remaining() > 0 {
+            for entry in &mut entries {
+                entry.consume_frontier = read_optional(reader, "consume_frontier")?;
+            }
+        }
+        if reader.remaining() > 0 {
+            for cursor in entries.iter_mut().flat_map(|entry| &mut entry.cursors) {
+                cursor.remote = decode_remote_cursor(reader)?;
+            }
+        }
         Ok(Self { entries })
     }
+}
+
+/// One cursor's part of the answer's remote report section.
+fn decode_remote_cursor(reader: &mut Reader) -> Result<Option<RemoteCursor>, DecodeError> {
+    if !flag(reader, "has_remote_report")? {
+        return Ok(None);
+    }
+    let state = reader.str("remote state")?;
+    if state.len() > REMOTE_STATE_BYTES_MAX {
+        return Err(DecodeError::InvalidValue {
+            field: "remote state length",
+            value: state.len() as u64,
+        });
+    }
+    Ok(Some(RemoteCursor {
+        state,
+        blocked_at: read_optional(reader, "blocked_at")?,
+        last_success_at_ms: read_optional(reader, "last_success_at_ms")?,
+        oldest_pending_ms: read_optional(reader, "oldest_pending_ms")?,
+    }))
 }
 
 /// One entry's part of the answer's cursor section.
@@ -665,6 +788,7 @@ fn decode_cursors(reader: &mut Reader) -> Result<Vec<CursorPosition>, DecodeErro
         cursors.push(CursorPosition {
             child: reader.str("cursor child")?,
             next_offset: reader.u64("cursor next_offset")?,
+            remote: None,
         });
     }
     Ok(cursors)
@@ -840,9 +964,34 @@ mod tests {
             .prop_map(|(topic, how, leases)| AckBatch { topic, how, leases })
     }
 
+    fn remote_cursor_strategy() -> impl Strategy<Value = RemoteCursor> {
+        (
+            "[a-z_]{0,64}",
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(
+                |(state, blocked_at, last_success_at_ms, oldest_pending_ms)| RemoteCursor {
+                    state,
+                    blocked_at,
+                    last_success_at_ms,
+                    oldest_pending_ms,
+                },
+            )
+    }
+
     fn cursor_strategy() -> impl Strategy<Value = CursorPosition> {
-        ("[a-z.]{0,12}", any::<u64>())
-            .prop_map(|(child, next_offset)| CursorPosition { child, next_offset })
+        (
+            "[a-z.]{0,12}",
+            any::<u64>(),
+            proptest::option::of(remote_cursor_strategy()),
+        )
+            .prop_map(|(child, next_offset, remote)| CursorPosition {
+                child,
+                next_offset,
+                remote,
+            })
     }
 
     fn stats_entry_strategy() -> impl Strategy<Value = PartitionStatsEntry> {
@@ -852,9 +1001,10 @@ mod tests {
             any::<[u64; 5]>(),
             proptest::option::of(any::<u64>()),
             proptest::collection::vec(cursor_strategy(), 0..3),
+            proptest::option::of(any::<u64>()),
         )
-            .prop_map(
-                |(partition, owned, figures, time, cursors)| PartitionStatsEntry {
+            .prop_map(|(partition, owned, figures, time, cursors, frontier)| {
+                PartitionStatsEntry {
                     partition,
                     owned,
                     segments: figures[0],
@@ -864,8 +1014,9 @@ mod tests {
                     size_bytes: figures[4],
                     oldest_segment_time_ms: time,
                     cursors,
-                },
-            )
+                    consume_frontier: frontier,
+                }
+            })
     }
 
     fn round_trip<M: Message + PartialEq + std::fmt::Debug>(message: &M) -> M {
@@ -952,9 +1103,17 @@ mod tests {
             topic in ".{0,16}",
             partitions in proptest::collection::vec(any::<u32>(), 1..8),
             with_cursors in any::<bool>(),
+            with_frontier in any::<bool>(),
+            with_remote_reports in any::<bool>(),
             entries in proptest::collection::vec(stats_entry_strategy(), 0..8),
         ) {
-            let request = TopicPartitionStats { topic, partitions, with_cursors };
+            let request = TopicPartitionStats {
+                topic,
+                partitions,
+                with_cursors,
+                with_frontier,
+                with_remote_reports,
+            };
             prop_assert_eq!(round_trip(&request), request);
             let answer = TopicPartitionStatsAnswer { entries };
             prop_assert_eq!(round_trip(&answer), answer);
@@ -996,7 +1155,13 @@ mod tests {
             never_panics_damaged(&AckBatchAnswer { statuses: vec![200, 404, 409] }, &damage);
             let partitions = entries.iter().map(|entry| entry.partition).collect();
             never_panics_damaged(
-                &TopicPartitionStats { topic: "t".into(), partitions, with_cursors: true },
+                &TopicPartitionStats {
+                    topic: "t".into(),
+                    partitions,
+                    with_cursors: true,
+                    with_frontier: true,
+                    with_remote_reports: true,
+                },
                 &damage,
             );
             never_panics_damaged(&TopicPartitionStatsAnswer { entries }, &damage);
@@ -1065,6 +1230,7 @@ mod tests {
             size_bytes: 100,
             oldest_segment_time_ms: None,
             cursors,
+            consume_frontier: None,
         }
     }
 
@@ -1109,6 +1275,7 @@ mod tests {
         let audit = |next_offset| CursorPosition {
             child: "audit".into(),
             next_offset,
+            remote: None,
         };
         let entries = vec![
             stats_entry(0, vec![audit(4)]),
@@ -1120,6 +1287,7 @@ mod tests {
                     CursorPosition {
                         child: "billing".into(),
                         next_offset: 2,
+                        remote: None,
                     },
                 ],
             ),
@@ -1129,11 +1297,74 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_childs_report_rides_after_the_frontiers_for_its_cursor_alone() {
+        let plain = |child: &str| CursorPosition {
+            child: child.into(),
+            next_offset: 3,
+            remote: None,
+        };
+        let shipping = CursorPosition {
+            remote: Some(RemoteCursor {
+                state: "rejected_record".into(),
+                blocked_at: Some(41),
+                last_success_at_ms: Some(1_700_000_000_000),
+                oldest_pending_ms: None,
+            }),
+            ..plain("orders-dr")
+        };
+        let entries = vec![
+            stats_entry(0, vec![plain("audit"), shipping]),
+            stats_entry(1, vec![plain("audit")]),
+        ];
+        let with_reports = TopicPartitionStatsAnswer {
+            entries: entries.clone(),
+        };
+        assert_eq!(round_trip(&with_reports), with_reports);
+        // Without reports, neither the frontier nor the report section.
+        let mut bare = entries;
+        bare[0].cursors[1].remote = None;
+        let without = TopicPartitionStatsAnswer { entries: bare };
+        let report_bytes = 3 + (4 + "rejected_record".len()) + 3 * 9;
+        let frontier_bytes = 2 * 9;
+        assert_eq!(
+            encode_message(&with_reports).len(),
+            encode_message(&without).len() + frontier_bytes + report_bytes
+        );
+    }
+
+    #[test]
+    fn a_link_state_name_over_sixty_four_bytes_is_refused() {
+        let mut bytes = encode_message(&TopicPartitionStatsAnswer {
+            entries: vec![stats_entry(
+                0,
+                vec![CursorPosition {
+                    child: "dr".into(),
+                    next_offset: 0,
+                    remote: None,
+                }],
+            )],
+        })
+        .to_vec();
+        // An empty frontier section, then one report with a long state.
+        bytes.extend([0; 9]);
+        bytes.push(1);
+        let state = "x".repeat(REMOTE_STATE_BYTES_MAX + 1);
+        bytes.extend((state.len() as u32).to_be_bytes());
+        bytes.extend(state.as_bytes());
+        bytes.extend([0; 27]);
+        let error = decode_forward_request::<TopicPartitionStatsAnswer>(Bytes::from(bytes))
+            .expect_err("refused");
+        assert!(error.message.contains("remote state"), "{error}");
+    }
+
+    #[test]
     fn a_stats_request_without_cursors_is_the_old_layout() {
         let request = TopicPartitionStats {
             topic: "orders".into(),
             partitions: vec![0, 1],
             with_cursors: false,
+            with_frontier: false,
+            with_remote_reports: false,
         };
         let mut writer = Writer::new();
         writer.u8(1);
@@ -1150,6 +1381,37 @@ mod tests {
             encode_message(&asking).len(),
             encode_message(&request).len() + 1
         );
+    }
+
+    #[test]
+    fn frontiers_follow_a_cursor_section_even_an_empty_one() {
+        let mut entries = vec![stats_entry(0, Vec::new()), stats_entry(1, Vec::new())];
+        entries[1].consume_frontier = Some(7);
+        let answer = TopicPartitionStatsAnswer {
+            entries: entries.clone(),
+        };
+        let bytes = encode_message(&answer);
+        let without = answer_without_cursor_section(&entries);
+        // Two empty cursor counts, then a flag and a value per entry.
+        assert_eq!(bytes.len(), without.len() + 2 * 4 + 2 * 9);
+        assert_eq!(round_trip(&answer), answer);
+        // A request asking for frontiers only: the cursor flag, then its own.
+        let request = TopicPartitionStats {
+            topic: "orders".into(),
+            partitions: vec![0],
+            with_cursors: false,
+            with_frontier: true,
+            with_remote_reports: false,
+        };
+        let plain = TopicPartitionStats {
+            with_frontier: false,
+            ..request.clone()
+        };
+        assert_eq!(
+            encode_message(&request).len(),
+            encode_message(&plain).len() + 2
+        );
+        assert_eq!(round_trip(&request), request);
     }
 
     #[test]

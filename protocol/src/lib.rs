@@ -68,8 +68,8 @@ pub use commit::{
 };
 pub use consume::{
     AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, CursorPosition, ForwardConsume,
-    ForwardSettle, ForwardedRecord, LeaseRef, PartitionStatsEntry, SettleKind, TokenNotify,
-    TokenRegister, TopicPartitionStats, TopicPartitionStatsAnswer,
+    ForwardSettle, ForwardedRecord, LeaseRef, PartitionStatsEntry, RemoteCursor, SettleKind,
+    TokenNotify, TokenRegister, TopicPartitionStats, TopicPartitionStatsAnswer,
 };
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;

@@ -129,6 +129,81 @@ async fn remote_child_among(
     Ok(Lookup::None { unreadable })
 }
 
+/// Why a periodic look at a link's target failed: the link state it
+/// means, and what the target answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetFault {
+    /// `target_replaced`, `target_missing`, `forbidden`, `auth_failed`, or
+    /// the class of an answer or its absence.
+    pub state: LinkState,
+    /// What the target answered, or why nothing came.
+    pub detail: String,
+    /// The answer's status; `None` when nothing came.
+    pub status: Option<u16>,
+}
+
+/// The periodic look at a link's target (every `check_interval_ms`):
+/// `GET /v1/topics/{topic}` answers `200` and, when the link knows the
+/// topic's incarnation id, names the same one. Another id means the topic
+/// was deleted and made again since the attach: `target_replaced`, and
+/// nothing more is shipped to it until an operator resumes the link
+/// accepting the new topic. Sends nothing that could be stored.
+///
+/// # Errors
+/// [`TargetFault`] naming the link state the answer (or its absence)
+/// means.
+pub async fn verify_target(
+    client: &RemoteClient,
+    topic: &str,
+    expected_id: Option<&str>,
+) -> Result<(), TargetFault> {
+    let answer = client
+        .get(&["v1", "topics", topic])
+        .await
+        .map_err(|cause| {
+            let failure = classify_no_answer(&cause);
+            TargetFault {
+                state: failure.state,
+                detail: failure.detail,
+                status: None,
+            }
+        })?;
+    let fault = |state| TargetFault {
+        state,
+        detail: describe(&answer),
+        status: Some(answer.status),
+    };
+    match answer.status {
+        200 => {}
+        401 => return Err(fault(LinkState::AuthFailed)),
+        403 => return Err(fault(LinkState::Forbidden)),
+        404 => return Err(fault(LinkState::TargetMissing)),
+        _ => {
+            let state = classify_answer(&answer)
+                .err()
+                .map_or(LinkState::Unknown, |failure| failure.state);
+            return Err(fault(state));
+        }
+    }
+    let Some(expected) = expected_id else {
+        return Ok(());
+    };
+    let found = serde_json::from_str::<serde_json::Value>(&answer.message)
+        .ok()
+        .and_then(|topic| topic.get("id")?.as_str().map(str::to_owned));
+    match found {
+        Some(found) if found == expected => Ok(()),
+        found => Err(TargetFault {
+            status: Some(answer.status),
+            state: LinkState::TargetReplaced,
+            detail: format!(
+                "topic {topic} is incarnation {} on the target; the link was attached to {expected}",
+                found.as_deref().unwrap_or("(none)")
+            ),
+        }),
+    }
+}
+
 /// Runs the checks of `topic` on the remote `client` reaches.
 pub async fn check(client: &RemoteClient, topic: &str) -> CheckReport {
     let mut report = CheckReport {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use narad_disk::clock::{Clock, ManualClock};
-use narad_remotes::check::check;
+use narad_remotes::check::{check, verify_target};
 use narad_remotes::chunk::{CHUNK_BYTES_START, Record, RecordRef};
 use narad_remotes::client::{ClientLimits, RemoteClient, Target};
 use narad_remotes::encode::LinkIdentity;
@@ -518,5 +518,40 @@ async fn an_older_target_found_while_shipping_gets_chunks_of_one_hundred_without
     assert_eq!(
         received.iter().map(|r| r.messages.len()).sum::<usize>(),
         250
+    );
+}
+
+#[tokio::test]
+async fn the_periodic_look_finds_a_replaced_missing_or_refusing_target() {
+    let setup = setup().await;
+    let client = RemoteClient::new(
+        &target(&setup.running, "localhost", PASSWORD),
+        loopback_guard(),
+        setup.clock.clone(),
+    )
+    .unwrap();
+    let attached = "00112233aabbccdd";
+    assert_eq!(verify_target(&client, TOPIC, Some(attached)).await, Ok(()));
+    // A link attached without reading the target's id only checks it is
+    // there.
+    assert_eq!(verify_target(&client, TOPIC, None).await, Ok(()));
+    let replaced = verify_target(&client, TOPIC, Some("ffeeddccbbaa9988"))
+        .await
+        .unwrap_err();
+    assert_eq!(replaced.state, LinkState::TargetReplaced);
+    assert!(replaced.detail.contains(attached), "{replaced:?}");
+    let missing = verify_target(&client, "nowhere", None).await.unwrap_err();
+    assert_eq!(missing.state, LinkState::TargetMissing);
+    let wrong = RemoteClient::new(
+        &target(&setup.running, "localhost", "not-the-password-at-all!"),
+        loopback_guard(),
+        setup.clock.clone(),
+    )
+    .unwrap();
+    let refused = verify_target(&wrong, TOPIC, None).await.unwrap_err();
+    assert_eq!(refused.state, LinkState::AuthFailed);
+    assert!(
+        setup.running.target.received.lock().unwrap().is_empty(),
+        "the look sends no batch"
     );
 }

@@ -54,7 +54,7 @@ use narad_plog::{LogError, ReadEntry, ReadLimits, Record};
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 
-use super::ahead::{ConsumerPosition, ConsumerStateStore, stored_frontier};
+use super::ahead::{ConsumerPosition, ConsumerStateStore, stored_frontier, stored_frontier_of};
 use super::shard::{Settle, ShardLimits};
 use super::waiters::Waiters;
 use crate::metadata::{MetadataReplica, TopicMeta};
@@ -370,6 +370,19 @@ impl ConsumeService {
             self.pump(topic);
         }
         gauges
+    }
+
+    /// The consume frontier of owned partition `destination` now, without
+    /// making a shard: the live shard's, else the one its consumer-state
+    /// files hold (0 when none was written yet). `None` when those files
+    /// cannot be read.
+    pub fn frontier_now(
+        &self,
+        destination: &Destination,
+        incarnation: Option<&Arc<str>>,
+    ) -> Option<u64> {
+        self.live_frontier(destination, incarnation)
+            .or_else(|| stored_frontier_of(&self.logs, destination))
     }
 
     /// The frontier of `destination`'s shard for incarnation

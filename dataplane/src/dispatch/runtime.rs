@@ -11,11 +11,14 @@
 //! backoff and of WAL compaction behind a checkpoint not yet synced.
 //!
 //! The thread is supervised. A panic (a broken invariant the machine
-//! asserts, or a bug in a commit target's `start`) does not end dispatch:
-//! after [`FAILURE_BACKOFF`] the loop starts again from the stored
-//! checkpoint with a fresh machine and reader, as a restarted process
-//! would, counts the restart (`narad_dispatch_restarts_total`) and logs
-//! it. Commits the panicked generation ordered may still report; their
+//! asserts, or a bug in a commit target's `start`) or a WAL record that
+//! does not read back does not end dispatch: after [`FAILURE_BACKOFF`] the
+//! loop starts again from the stored checkpoint with a fresh machine and
+//! reader, as a restarted process would, counts the restart
+//! (`narad_dispatch_restarts_total`) and logs it. A record that is really
+//! damaged fails again at each start, once a second, loudly, and is never
+//! skipped; one that a reader misread (its window, a race with a segment
+//! roll) is read again from the disk. Commits the panicked generation ordered may still report; their
 //! reports are ignored, and their records, read again from the WAL, are
 //! stored once by their origin. Before this, a panic ended the thread and
 //! every record accepted after it waited for a process restart.
@@ -91,7 +94,8 @@ pub struct DispatchStatus {
     pub checkpoint_stored: Arc<AtomicU64>,
     /// Records discarded after leader confirmation.
     pub discarded: AtomicU64,
-    /// Set when the runtime stopped on an error it cannot get past.
+    /// Set while the last pass ended on a WAL record that did not read
+    /// back (the loop starts again from the checkpoint each second).
     pub failed: AtomicBool,
     /// Commits that stored records outside their home partition.
     pub reroutes: Arc<AtomicU64>,
@@ -100,7 +104,8 @@ pub struct DispatchStatus {
     /// Local commits run on the dispatcher's own thread, each the only
     /// commit in flight ([`CommitTarget::run_here`]).
     pub local_commits_run_here: AtomicU64,
-    /// Times the loop panicked and started again from the checkpoint.
+    /// Times the loop panicked, or met a record that did not read back,
+    /// and started again from the checkpoint.
     pub restarts: Arc<AtomicU64>,
 }
 
@@ -280,9 +285,19 @@ enum ReadFailure {
     Decode { seq: u64, error: RecordError },
 }
 
+/// How a run of the loop ended.
+enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// A WAL record did not read back.
+    Unreadable,
+}
+
 impl ReadFailure {
-    /// Corruption stops dispatch for good: skipping a record would lose
-    /// it, and retrying cannot heal it. The node must be looked at.
+    /// A record that does not read back ends the loop's run: skipping it
+    /// would lose it. The supervisor starts dispatch again from the
+    /// checkpoint with a fresh reader, which heals a misread and fails
+    /// again, loudly, on real damage.
     fn is_fatal(&self) -> bool {
         matches!(
             self,
@@ -315,14 +330,20 @@ struct Loop<T> {
 }
 
 impl<T: Topology + Send + Sync + 'static> Loop<T> {
-    /// Runs the loop until it stops, starting it again after each panic.
+    /// Runs the loop until it stops, starting it again after each panic
+    /// or unreadable record.
     fn run_supervised(&mut self) {
-        while panic::catch_unwind(AssertUnwindSafe(|| self.run())).is_err() {
+        loop {
+            let why = match panic::catch_unwind(AssertUnwindSafe(|| self.run())) {
+                Ok(Ended::Stopped) => return,
+                Ok(Ended::Unreadable) => "a WAL record did not read back",
+                Err(_) => "the dispatcher panicked",
+            };
             let restarts = self.status.restarts.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::error!(
                 restarts,
                 checkpoint = self.parts.checkpoint.stored(),
-                "the dispatcher panicked; starting it again from the stored checkpoint"
+                "{why}; starting dispatch again from the stored checkpoint"
             );
             if !self.restart() {
                 return;
@@ -367,22 +388,26 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         true
     }
 
-    fn run(&mut self) {
+    fn run(&mut self) -> Ended {
         loop {
             let now = self.now();
             self.watches.durable_seen = self.parts.wal.next_durable_seq();
             self.machine.durable_advanced(self.watches.durable_seen);
-            if now >= self.backoff_until
-                && let Err(error) = self.read(now)
-            {
-                if error.is_fatal() {
-                    tracing::error!(%error, "ingress dispatch stopped: a WAL record cannot be read");
-                    self.status.failed.store(true, Ordering::Release);
-                    return;
+            if now >= self.backoff_until {
+                match self.read(now) {
+                    Ok(read) if read > 0 => self.status.failed.store(false, Ordering::Release),
+                    Ok(_) => {}
+                    Err(error) if error.is_fatal() => {
+                        tracing::error!(%error, "ingress dispatch cannot read a WAL record");
+                        self.status.failed.store(true, Ordering::Release);
+                        return Ended::Unreadable;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "ingress dispatch cannot read the WAL; backing off");
+                        self.backoff_until = now + FAILURE_BACKOFF;
+                        self.reopen_reader();
+                    }
                 }
-                tracing::warn!(%error, "ingress dispatch cannot read the WAL; backing off");
-                self.backoff_until = now + FAILURE_BACKOFF;
-                self.reopen_reader();
             }
             let commands = self.machine.poll(&*self.parts.topology, now);
             // The one commit in flight, started by this poll: nothing else
@@ -398,15 +423,16 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
             }
             self.compact(now);
             if !self.wait(now) {
-                return;
+                return Ended::Stopped;
             }
         }
     }
 
-    /// Reads what the machine asks for and places it.
-    fn read(&mut self, now: Duration) -> Result<(), ReadFailure> {
+    /// Reads what the machine asks for and places it; how many records.
+    fn read(&mut self, now: Duration) -> Result<usize, ReadFailure> {
         self.reread_due = None;
         let topology = &*self.parts.topology;
+        let mut read = 0;
         while let Some(seq) = self.machine.next_read(topology, now) {
             if self.reader.next_seq() != seq {
                 self.reader.seek(seq)?;
@@ -415,15 +441,16 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 // Durable per the frontier but not visible to the reader
                 // yet: read again shortly.
                 self.reread_due = Some(now + UNSEEN_DURABLE_RETRY);
-                return Ok(());
+                return Ok(read);
             };
             assert_eq!(frame.seq, seq, "WAL reader yielded another seq than asked");
             let (meta, payload) =
                 held_of(seq, frame.payload, &self.parts.wal, &self.parts.checkpoint)
                     .map_err(|error| ReadFailure::Decode { seq, error })?;
             self.machine.place(seq, meta, payload, topology, now);
+            read += 1;
         }
-        Ok(())
+        Ok(read)
     }
 
     fn reopen_reader(&mut self) {

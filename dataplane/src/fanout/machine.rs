@@ -182,6 +182,11 @@ pub enum Event {
         /// Records at the bucket's head the target acknowledged.
         shipped: usize,
     },
+    /// A remote child's cursor waiting to send failed lanes again lets
+    /// them go: the wait ends in a read of the same slab from the parent's
+    /// log instead (the node holds more than `remotes.max_held_bytes`).
+    /// Ignored in any other state.
+    Release,
     /// A cursor file write ended.
     Written(Result<(), String>),
     /// Time passed (the runtime's wake-up).
@@ -274,6 +279,9 @@ pub struct CursorCounts {
     pub slabs: u64,
     /// Parent records an operator skipped (remote children).
     pub skipped: u64,
+    /// Records a remote child's cursor let go while waiting to send them
+    /// again, to read them again from the parent's log.
+    pub released: u64,
 }
 
 /// One cursor's state.
@@ -354,6 +362,19 @@ impl Cursor {
         std::mem::take(&mut self.counts)
     }
 
+    /// Key and payload bytes of the records the cursor keeps in memory to
+    /// send again after a failure: 0 unless it waits to retry.
+    pub fn held_for_retry_bytes(&self) -> u64 {
+        match &self.phase {
+            Phase::Committing(commits) if commits.retry_at.is_some() => commits
+                .queued
+                .iter()
+                .map(|bucket| super::remote::record_bytes(&bucket.records))
+                .sum(),
+            _ => 0,
+        }
+    }
+
     /// The link the cursor serves.
     pub fn link(&self) -> &LinkSpec {
         &self.link
@@ -375,6 +396,19 @@ impl Cursor {
                 Err(_) => self.wait(now_ms + self.config.retry_ms, Resume::Anchor),
             },
             (Phase::Reading, Event::Read(outcome)) => self.slab_read(outcome, now_ms),
+            (Phase::Committing(commits), Event::Release)
+                if commits.in_flight.is_empty() && commits.retry_at.is_some() =>
+            {
+                // The slab is read again from `next`, which has not moved.
+                let released: usize = commits
+                    .queued
+                    .iter()
+                    .map(|bucket| bucket.records.len())
+                    .sum();
+                self.counts.released += released as u64;
+                let until = commits.retry_at.unwrap_or(now_ms);
+                self.wait(until, Resume::Read)
+            }
             (Phase::Committing(commits), Event::BucketDone { id, committed }) => {
                 self.bucket_done(commits, id, committed, now_ms)
             }

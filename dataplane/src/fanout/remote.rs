@@ -9,9 +9,11 @@
 //! starts ([`RemotePlane::attach`]); until then, and on a node built
 //! without one, every shipment fails as `unavailable`.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use narad_meta::{AttachEpoch, RemoteLink};
@@ -77,14 +79,69 @@ pub trait RemoteShipper: Send + Sync + fmt::Debug {
     fn ship(&self, shipment: Shipment) -> Shipping;
 }
 
-/// Where the node's shipper is plugged in.
+/// Key and payload bytes of parent records held in memory for each remote
+/// on this node: lanes being shipped, and lanes that failed and wait to be
+/// sent again.
 #[derive(Debug, Default)]
+struct HeldBytes(Mutex<HashMap<String, u64>>);
+
+impl HeldBytes {
+    /// Replaces `before` of `remote`'s bytes with `after`; the node's
+    /// total.
+    fn change(&self, remote: &str, before: u64, after: u64) -> u64 {
+        let mut held = self.0.lock();
+        let bytes = held.entry(remote.to_owned()).or_insert(0);
+        *bytes = bytes.saturating_sub(before) + after;
+        held.values().sum()
+    }
+
+    fn of(&self, remote: &str) -> u64 {
+        self.0.lock().get(remote).copied().unwrap_or(0)
+    }
+}
+
+/// Gives a shipment's bytes back when it ends, or is dropped unfinished.
+struct Holding {
+    held: Arc<HeldBytes>,
+    remote: String,
+    bytes: u64,
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.held.change(&self.remote, self.bytes, 0);
+    }
+}
+
+/// The key and payload bytes of `records`.
+pub fn record_bytes(records: &[ParentRecord]) -> u64 {
+    records
+        .iter()
+        .map(|record| (record.key.len() + record.payload.len()) as u64)
+        .sum()
+}
+
+/// Where the node's shipper is plugged in, and what the node's remote
+/// children hold in memory against `remotes.max_held_bytes`.
+#[derive(Debug)]
 pub struct RemotePlane {
     shipper: OnceLock<Arc<dyn RemoteShipper>>,
+    held: Arc<HeldBytes>,
+    max_held_bytes: AtomicU64,
+}
+
+impl Default for RemotePlane {
+    fn default() -> Self {
+        Self {
+            shipper: OnceLock::new(),
+            held: Arc::default(),
+            max_held_bytes: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl RemotePlane {
-    /// A plane with no shipper yet.
+    /// A plane with no shipper yet, and no limit on held bytes.
     pub fn new() -> Self {
         Self::default()
     }
@@ -94,9 +151,23 @@ impl RemotePlane {
         self.shipper.set(shipper).is_ok()
     }
 
+    /// Sets `remotes.max_held_bytes`: past it, a lane that failed is not
+    /// kept for its retry but read again from the parent's log.
+    pub fn set_max_held_bytes(&self, bytes: u64) {
+        self.max_held_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     /// Ships through the plugged-in shipper, or fails as `unavailable`.
+    /// The lane's bytes count as held until the shipment ends.
     pub fn ship(&self, shipment: Shipment) -> Shipping {
-        match self.shipper.get() {
+        let bytes = record_bytes(&shipment.records);
+        self.held.change(&shipment.link.remote, 0, bytes);
+        let holding = Holding {
+            held: Arc::clone(&self.held),
+            remote: shipment.link.remote.clone(),
+            bytes,
+        };
+        let shipping = match self.shipper.get() {
             Some(shipper) => shipper.ship(shipment),
             None => Box::pin(async {
                 ShipOutcome::Failed {
@@ -104,7 +175,25 @@ impl RemotePlane {
                     state: LinkState::Unavailable,
                 }
             }),
-        }
+        };
+        Box::pin(async move {
+            let outcome = shipping.await;
+            drop(holding);
+            outcome
+        })
+    }
+
+    /// Records that a cursor of a link to `remote` now holds `after`
+    /// bytes for a retry where it held `before`; whether it must let them
+    /// go (the node holds more than `remotes.max_held_bytes`).
+    pub fn hold_for_retry(&self, remote: &str, before: u64, after: u64) -> bool {
+        let total = self.held.change(remote, before, after);
+        after > 0 && total > self.max_held_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes held for `remote` now (`narad_remote_held_bytes`).
+    pub fn held_bytes(&self, remote: &str) -> u64 {
+        self.held.of(remote)
     }
 }
 
@@ -214,5 +303,69 @@ mod tests {
         assert_eq!(retention_headroom_ms(None, DAY_MS, now), Some(DAY_MS));
         // Kept forever: no figure.
         assert_eq!(retention_headroom_ms(Some(now), 0, now), None);
+    }
+}
+
+#[cfg(test)]
+mod plane_tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_lets_its_lanes_go_only_while_the_node_holds_more_than_the_limit() {
+        let plane = RemotePlane::new();
+        plane.set_max_held_bytes(100);
+        assert!(!plane.hold_for_retry("dr", 0, 60));
+        assert_eq!(plane.held_bytes("dr"), 60);
+        // Another cursor, to another remote: the limit is the node's.
+        assert!(plane.hold_for_retry("backup", 0, 50));
+        // The first cursor's retry is sent: it holds nothing now.
+        assert!(!plane.hold_for_retry("dr", 60, 0));
+        assert!(!plane.hold_for_retry("backup", 50, 50));
+        assert_eq!(plane.held_bytes("dr"), 0);
+        assert_eq!(plane.held_bytes("backup"), 50);
+    }
+
+    #[test]
+    fn a_shipment_holds_its_bytes_until_it_ends() {
+        let plane = RemotePlane::new();
+        let shipment = Shipment {
+            child: Arc::from("orders-dr"),
+            parent: Arc::from("orders"),
+            parent_partition: 0,
+            link: narad_meta::RemoteLink {
+                remote: "dr".into(),
+                remote_id: narad_meta::RemoteId::from_bits(1),
+                remote_topic: "orders".into(),
+                target_id: None,
+                lanes: 1,
+                from: narad_meta::RemoteFrom::Attach,
+                paused: None,
+                skip: Default::default(),
+                created_at_ms: 0,
+            },
+            lane: 0,
+            records: vec![ParentRecord {
+                offset: 0,
+                key: bytes::Bytes::from_static(b"k"),
+                payload: bytes::Bytes::from_static(b"payload"),
+                committed_at_ms: 0,
+            }],
+            attach_epoch: AttachEpoch::from_bits(1),
+            parent_incarnation: None,
+        };
+        let shipping = plane.ship(shipment);
+        assert_eq!(plane.held_bytes("dr"), 8);
+        // No shipper plugged in: it fails as unavailable, and lets go.
+        let outcome = run_to_end(shipping);
+        assert!(matches!(outcome, ShipOutcome::Failed { .. }));
+        assert_eq!(plane.held_bytes("dr"), 0);
+    }
+
+    /// Runs a future that never waits.
+    fn run_to_end(future: Shipping) -> ShipOutcome {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(future)
     }
 }

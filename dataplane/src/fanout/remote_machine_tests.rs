@@ -175,3 +175,63 @@ fn the_position_holds_while_any_lane_is_not_stored() {
     assert_eq!(failed, [Action::WakeAt(T0 + 1_000)]);
     assert_eq!(cursor.next_offset(), 0);
 }
+
+#[test]
+fn a_released_lane_is_read_again_from_the_log_when_its_retry_is_due() {
+    let records: Vec<_> = (0..6).map(|i| record(i, "")).collect();
+    let mut cursor = reading(remote_link(2, &[]));
+    let buckets = commits(&cursor.handle(slab(&records), T0));
+    assert_eq!(buckets.len(), 2);
+    // Lane 0 stored; lane 1 stored its first record, then failed.
+    assert_eq!(cursor.held_for_retry_bytes(), 0);
+    cursor.handle(
+        Event::BucketDone {
+            id: buckets[0].id,
+            committed: true,
+        },
+        T0,
+    );
+    let retry = cursor.handle(
+        Event::BucketShippedPart {
+            id: buckets[1].id,
+            shipped: 1,
+        },
+        T0,
+    );
+    let [Action::WakeAt(due)] = retry[..] else {
+        panic!("a retry is scheduled: {retry:?}");
+    };
+    // Two records of lane 1 wait in memory: "m3" and "m5".
+    assert_eq!(cursor.held_for_retry_bytes(), 4);
+
+    let released = cursor.handle(Event::Release, T0);
+    assert_eq!(released, [Action::WakeAt(due)]);
+    assert_eq!(cursor.held_for_retry_bytes(), 0);
+    assert_eq!(cursor.take_counts().released, 2);
+    // When the retry is due, the slab is read again from where the
+    // position still stands.
+    let again = cursor.handle(Event::Tick, due);
+    assert!(
+        matches!(&again[..], [Action::Read { from: 0, .. }]),
+        "{again:?}"
+    );
+    assert_eq!(cursor.next_offset(), 0);
+}
+
+#[test]
+fn release_is_ignored_while_nothing_waits_for_a_retry() {
+    let records: Vec<_> = (0..4).map(|i| record(i, "")).collect();
+    let mut cursor = reading(remote_link(1, &[]));
+    let buckets = commits(&cursor.handle(slab(&records), T0));
+    // The lane is still being shipped: nothing to let go.
+    assert!(cursor.handle(Event::Release, T0).is_empty());
+    let done = cursor.handle(
+        Event::BucketDone {
+            id: buckets[0].id,
+            committed: true,
+        },
+        T0,
+    );
+    assert!(matches!(&done[..], [Action::Write { position, .. }] if position.next_offset == 4));
+    assert_eq!(cursor.take_counts().released, 0);
+}

@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::cursor_file::{self, CursorPosition};
 use super::machine::{
-    Action, Bucket, BucketId, Cursor, CursorConfig, Event, LinkSpec, ParentRecord, ReadOutcome,
-    SlabEntry,
+    Action, Bucket, BucketId, Cursor, CursorConfig, CursorCounts, Event, LinkSpec, ParentRecord,
+    ReadOutcome, SlabEntry,
 };
 use super::remote::{
     RemotePlane, RemoteReport, ShipOutcome, ShipTrack, Shipment, retention_headroom_ms,
@@ -105,7 +105,11 @@ pub async fn run_cursor(
     // A read waits for the parent's next commit without a timeout: the
     // cursor aborts it when it stops.
     let mut reading: Option<tokio::task::AbortHandle> = None;
+    // What this cursor holds for a retry, as the node's count has it.
+    let mut held = 0;
     loop {
+        let released = hold_or_release(&parts, &plan, &mut cursor, &mut held);
+        actions.extend(released);
         for action in actions.drain(..) {
             match action {
                 Action::Load => load(&parts, &path, &events),
@@ -148,6 +152,9 @@ pub async fn run_cursor(
         }
     }
     cursor.stop();
+    if let Some(link) = &plan.remote_link {
+        parts.remote_plane.hold_for_retry(&link.remote, held, 0);
+    }
     if let Some(read) = reading {
         read.abort();
     }
@@ -158,6 +165,34 @@ pub async fn run_cursor(
     }
     parts.status.forget(&plan.key);
     clear_gauges(&parts, &plan.key);
+}
+
+/// Keeps the node's count of what remote cursors hold for a retry, and
+/// lets this cursor's lanes go when the node holds more than
+/// `remotes.max_held_bytes`: the cursor then reads them again from the
+/// parent's log when the retry is due. `held` is this cursor's part of the
+/// count.
+fn hold_or_release(
+    parts: &FanoutParts,
+    plan: &CursorPlan,
+    cursor: &mut Cursor,
+    held: &mut u64,
+) -> Vec<Action> {
+    let Some(link) = &plan.remote_link else {
+        return Vec::new();
+    };
+    let plane = &parts.remote_plane;
+    let holding = cursor.held_for_retry_bytes();
+    let release = plane.hold_for_retry(&link.remote, *held, holding);
+    *held = holding;
+    if !release {
+        return Vec::new();
+    }
+    let actions = cursor.handle(Event::Release, parts.clock.unix_ms());
+    let after = cursor.held_for_retry_bytes();
+    plane.hold_for_retry(&link.remote, *held, after);
+    *held = after;
+    actions
 }
 
 fn load(parts: &Arc<FanoutParts>, path: &std::path::Path, events: &mpsc::UnboundedSender<Event>) {
@@ -494,8 +529,8 @@ fn publish(
     }
     let remote = report.remote.clone();
     parts.status.report(key.clone(), report);
-    if let Some(remote) = &remote {
-        publish_remote(parts, key, remote, counts.skipped);
+    if let (Some(remote), Some(link)) = (&remote, &plan.remote_link) {
+        publish_remote(parts, key, link, remote, counts);
     }
 }
 
@@ -508,7 +543,13 @@ fn cursor_states() -> impl Iterator<Item = LinkState> {
         .filter(|state| *state != LinkState::Paused)
 }
 
-fn publish_remote(parts: &FanoutParts, key: &CursorKey, remote: &RemoteReport, skipped: u64) {
+fn publish_remote(
+    parts: &FanoutParts,
+    key: &CursorKey,
+    link: &RemoteLink,
+    remote: &RemoteReport,
+    counts: CursorCounts,
+) {
     let now_ms = parts.clock.unix_ms();
     for state in cursor_states() {
         let mut labels = partition_labels(key).to_vec();
@@ -538,7 +579,17 @@ fn publish_remote(parts: &FanoutParts, key: &CursorKey, remote: &RemoteReport, s
     parts.metrics.count(
         metrics::FANOUT_REMOTE_SKIPPED_RECORDS_TOTAL,
         &labels(key),
-        skipped,
+        counts.skipped,
+    );
+    parts.metrics.count(
+        metrics::FANOUT_REMOTE_REREADS_TOTAL,
+        &labels(key),
+        counts.released,
+    );
+    parts.metrics.set(
+        metrics::REMOTE_HELD_BYTES,
+        &[("remote", link.remote.clone())],
+        parts.remote_plane.held_bytes(&link.remote) as f64,
     );
     publish_headroom(parts, key, now_ms);
 }
@@ -555,12 +606,7 @@ fn publish_headroom(parts: &FanoutParts, key: &CursorKey, now_ms: u64) {
     else {
         return;
     };
-    let oldest_pending_ms = parts
-        .status
-        .link_reports(&key.parent, &key.child)
-        .iter()
-        .filter_map(|(_, report)| report.remote.as_ref()?.oldest_pending_ms)
-        .min();
+    let oldest_pending_ms = parts.status.oldest_pending_ms(&key.parent, &key.child);
     if let Some(headroom_ms) = retention_headroom_ms(oldest_pending_ms, retention_ms, now_ms) {
         parts.metrics.set(
             metrics::FANOUT_REMOTE_RETENTION_HEADROOM_SECONDS,

@@ -49,6 +49,114 @@ struct Stamp {
 struct Built {
     stamp: Stamp,
     shipper: Arc<Shipper>,
+    client: Arc<RemoteClient>,
+    check_interval_ms: u64,
+}
+
+/// What a shipment goes through: the remote's shipper, its client (for the
+/// periodic look at the target) and how often that look is due.
+struct Route {
+    shipper: Arc<Shipper>,
+    client: Arc<RemoteClient>,
+    check_interval_ms: u64,
+}
+
+/// A link as the periodic look knows it: its stub, attach epoch and the
+/// target incarnation it was attached to (a resume that accepts a new
+/// target changes it, and the look starts over).
+type LinkKey = (Arc<str>, String, Option<String>);
+
+/// The last look at a link's target: when, and the link state it found
+/// that stops shipping until the next look.
+#[derive(Clone, Debug)]
+struct Look {
+    at_ms: u64,
+    stops: Option<LinkState>,
+}
+
+/// What the periodic look decides for a shipment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LookVerdict {
+    /// Look at the target first.
+    Look,
+    /// The last look found the target unfit: fail with this state.
+    Stop(LinkState),
+    /// Ship.
+    Ship,
+}
+
+/// When each link's target was last looked at (`check_interval_ms`, with
+/// ±20% jitter so links do not look in step), and a gate per link that a
+/// look holds, so the link's other lanes wait for what it finds.
+#[derive(Debug, Default)]
+struct Looks {
+    last: Mutex<HashMap<LinkKey, Look>>,
+    gates: Mutex<HashMap<LinkKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Looks {
+    /// The gate of `link`.
+    fn gate(&self, link: &LinkKey) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(self.gates.lock().entry(link.clone()).or_default())
+    }
+
+    /// The verdict for a shipment of `link` at `now_ms`, asked under the
+    /// link's gate. A due look is noted at once, so the lanes of one slab
+    /// look once.
+    fn verdict(&self, link: LinkKey, interval_ms: u64, now_ms: u64) -> LookVerdict {
+        let mut looks = self.last.lock();
+        let due = match looks.get(&link) {
+            None => true,
+            Some(look) => {
+                now_ms.saturating_sub(look.at_ms) >= jittered(interval_ms, &link, look.at_ms)
+            }
+        };
+        if due {
+            looks.insert(
+                link,
+                Look {
+                    at_ms: now_ms,
+                    stops: None,
+                },
+            );
+            return LookVerdict::Look;
+        }
+        match looks.get(&link).and_then(|look| look.stops) {
+            Some(state) => LookVerdict::Stop(state),
+            None => LookVerdict::Ship,
+        }
+    }
+
+    /// Notes what the look of `link` found.
+    fn found(&self, link: &LinkKey, stops: Option<LinkState>) {
+        if let Some(look) = self.last.lock().get_mut(link) {
+            look.stops = stops;
+        }
+    }
+}
+
+/// `interval_ms` moved by up to 20% either way, the same for one link and
+/// one look time.
+fn jittered(interval_ms: u64, link: &LinkKey, at_ms: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (link, at_ms).hash(&mut hasher);
+    let spread = interval_ms / 5;
+    let offset = hasher.finish() % (2 * spread + 1);
+    interval_ms - spread + offset
+}
+
+/// Whether a look's finding stops shipping: the target is not the one
+/// attached, is gone, or refuses the credential. A look that got no
+/// answer leaves shipping to find out for itself.
+fn stops_shipping(state: LinkState) -> bool {
+    matches!(
+        state,
+        LinkState::TargetReplaced
+            | LinkState::TargetMissing
+            | LinkState::AuthFailed
+            | LinkState::Forbidden
+    )
 }
 
 /// Which lane of which link a shipment is: a link's attach epoch, the
@@ -79,24 +187,6 @@ impl SentThrough {
     }
 }
 
-/// Bytes each remote's shipments hold now (`narad_remote_held_bytes`).
-#[derive(Debug, Default)]
-struct Held(Mutex<HashMap<String, u64>>);
-
-impl Held {
-    /// Adds `bytes` (subtracts, when `release`) for `remote`; the total.
-    fn change(&self, remote: &str, bytes: u64, release: bool) -> u64 {
-        let mut held = self.0.lock();
-        let total = held.entry(remote.to_owned()).or_insert(0);
-        *total = if release {
-            total.saturating_sub(bytes)
-        } else {
-            *total + bytes
-        };
-        *total
-    }
-}
-
 /// Ships remote children's lanes for one data node.
 #[derive(Debug)]
 pub struct NodeShipper {
@@ -108,7 +198,7 @@ pub struct NodeShipper {
     runtime: Option<tokio::runtime::Runtime>,
     shippers: Mutex<HashMap<String, Built>>,
     sent_through: SentThrough,
-    held: Held,
+    looks: Looks,
 }
 
 impl NodeShipper {
@@ -139,13 +229,13 @@ impl NodeShipper {
             runtime: Some(runtime),
             shippers: Mutex::new(HashMap::new()),
             sent_through: SentThrough::default(),
-            held: Held::default(),
+            looks: Looks::default(),
         })
     }
 
     /// The shipper of the link's remote, built anew when the remote
     /// changed; or the link state that stops it.
-    fn shipper_for(&self, shipment: &Shipment) -> Result<Arc<Shipper>, LinkState> {
+    fn shipper_for(&self, shipment: &Shipment) -> Result<Route, LinkState> {
         let view = self.replica.view();
         let remote = view
             .metastore
@@ -158,10 +248,15 @@ impl NodeShipper {
             credential_version: remote.credential_version,
         };
         let mut shippers = self.shippers.lock();
+        let check_interval_ms = remote.limits.check_interval_ms;
         if let Some(built) = shippers.get(&remote.name)
             && built.stamp == stamp
         {
-            return Ok(Arc::clone(&built.shipper));
+            return Ok(Route {
+                shipper: Arc::clone(&built.shipper),
+                client: Arc::clone(&built.client),
+                check_interval_ms: built.check_interval_ms,
+            });
         }
         let client = client_of(
             &view.metastore,
@@ -183,7 +278,7 @@ impl NodeShipper {
         ));
         if zstd {
             self.learn_capabilities(
-                client,
+                Arc::clone(&client),
                 Arc::clone(&shipper),
                 shipment.link.remote_topic.clone(),
             );
@@ -193,9 +288,15 @@ impl NodeShipper {
             Built {
                 stamp,
                 shipper: Arc::clone(&shipper),
+                client: Arc::clone(&client),
+                check_interval_ms,
             },
         );
-        Ok(shipper)
+        Ok(Route {
+            shipper,
+            client,
+            check_interval_ms,
+        })
     }
 
     /// Asks the target once what it takes (zstd, chunk size, keys), in
@@ -211,8 +312,79 @@ impl NodeShipper {
         });
     }
 
+    /// The periodic look at a link's target before one of its shipments:
+    /// waits while another lane of the link looks, looks when one is due,
+    /// and returns the link state that stops shipping if the last look
+    /// found one.
+    async fn look_before_shipping(
+        &self,
+        link: &LinkKey,
+        interval_ms: u64,
+        client: &RemoteClient,
+        shipment: &Shipment,
+    ) -> Option<LinkState> {
+        let labels = [
+            ("parent", shipment.parent.to_string()),
+            ("child", shipment.child.to_string()),
+        ];
+        // Counted at 0 too, so the series exists from the first shipment.
+        self.metrics
+            .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 0);
+        let gate = self.looks.gate(link);
+        let _looking = gate.lock().await;
+        match self
+            .looks
+            .verdict(link.clone(), interval_ms, self.clock.now_ms())
+        {
+            LookVerdict::Stop(state) => return Some(state),
+            LookVerdict::Ship => return None,
+            LookVerdict::Look => {}
+        }
+        let remote = &shipment.link.remote;
+        let expected = shipment.link.target_id.as_deref();
+        let started_us = self.clock.now_us();
+        let looked = check::verify_target(client, &shipment.link.remote_topic, expected).await;
+        // The look is one small GET: its time, answered, stands for the
+        // round trip to the remote.
+        let answered = looked
+            .as_ref()
+            .err()
+            .is_none_or(|fault| fault.status.is_some());
+        if answered {
+            let rtt_us = self.clock.now_us().saturating_sub(started_us);
+            self.metrics.set(
+                metrics::REMOTE_RTT_SECONDS,
+                &[("remote", remote.clone())],
+                rtt_us as f64 / 1_000_000.0,
+            );
+        }
+        let stops = match looked {
+            Ok(()) => None,
+            Err(fault) => {
+                self.metrics
+                    .count(metrics::FANOUT_REMOTE_CHECK_FAILURES_TOTAL, &labels, 1);
+                tracing::warn!(parent = %shipment.parent, child = %shipment.child, remote = %remote, state = fault.state.as_str(), detail = %fault.detail, "the periodic look at a remote child's target failed");
+                stops_shipping(fault.state).then_some(fault.state)
+            }
+        };
+        self.looks.found(link, stops);
+        stops
+    }
+
     fn record_exchanges(&self, remote: &str, stats: &ship::ShipStats) {
         let remote_label = || ("remote", remote.to_owned());
+        // Only the address guard refuses while shipping; a URL's port or
+        // host is refused when the remote is added or changed.
+        let refused = stats
+            .exchanges
+            .iter()
+            .filter(|exchange| exchange.failure == Some(LinkState::DestinationRefused))
+            .count();
+        self.metrics.count(
+            metrics::REMOTE_DESTINATION_REFUSED_TOTAL,
+            &[remote_label(), ("reason", "address".to_owned())],
+            refused as u64,
+        );
         for exchange in &stats.exchanges {
             let code = exchange
                 .status
@@ -247,10 +419,8 @@ impl NodeShipper {
         );
     }
 
-    /// Counts the shipment's resent records and holds its bytes; what
-    /// [`Self::release`] gives back once it ends.
-    fn hold(&self, shipment: &Shipment) -> u64 {
-        let remote = &shipment.link.remote;
+    /// Counts the shipment's records that its lane sent before.
+    fn count_resent(&self, shipment: &Shipment) {
         let lane = (
             shipment.link_id().to_owned(),
             Arc::clone(&shipment.child),
@@ -262,29 +432,8 @@ impl NodeShipper {
             .note(lane, shipment.records.iter().map(|record| record.offset));
         self.metrics.count(
             metrics::REMOTE_RESENT_RECORDS_TOTAL,
-            &[("remote", remote.clone())],
+            &[("remote", shipment.link.remote.clone())],
             resent,
-        );
-        let bytes: u64 = shipment
-            .records
-            .iter()
-            .map(|record| (record.key.len() + record.payload.len()) as u64)
-            .sum();
-        let held = self.held.change(remote, bytes, false);
-        self.metrics.set(
-            metrics::REMOTE_HELD_BYTES,
-            &[("remote", remote.clone())],
-            held as f64,
-        );
-        bytes
-    }
-
-    fn release(&self, remote: &str, bytes: u64) {
-        let held = self.held.change(remote, bytes, true);
-        self.metrics.set(
-            metrics::REMOTE_HELD_BYTES,
-            &[("remote", remote.to_owned())],
-            held as f64,
         );
     }
 
@@ -320,10 +469,19 @@ fn failed(state: LinkState) -> Shipping {
 impl RemoteShipper for SharedShipper {
     fn ship(&self, shipment: Shipment) -> Shipping {
         let node = &self.0;
-        let shipper = match node.shipper_for(&shipment) {
-            Ok(shipper) => shipper,
+        let Route {
+            shipper,
+            client,
+            check_interval_ms,
+        } = match node.shipper_for(&shipment) {
+            Ok(route) => route,
             Err(state) => return failed(state),
         };
+        let link_key: LinkKey = (
+            Arc::clone(&shipment.child),
+            shipment.link_id().to_owned(),
+            shipment.link.target_id.clone(),
+        );
         let incarnation = shipment.parent_incarnation.as_deref().unwrap_or("none");
         let identity = match LinkIdentity::new(shipment.link_id(), incarnation) {
             Ok(identity) => identity,
@@ -346,14 +504,19 @@ impl RemoteShipper for SharedShipper {
                 committed_at_unix_ms: record.committed_at_ms,
             })
             .collect();
-        let held = node.hold(&shipment);
+        node.count_resent(&shipment);
         let node = Arc::clone(node);
         let task = runtime.spawn(async move {
             let remote = shipment.link.remote.clone();
+            let stops = node
+                .look_before_shipping(&link_key, check_interval_ms, &client, &shipment)
+                .await;
+            if let Some(state) = stops {
+                return ShipOutcome::Failed { shipped: 0, state };
+            }
             let outcome = shipper
                 .ship(&identity, &shipment.link.remote_topic, &records, 1)
                 .await;
-            node.release(&remote, held);
             node.record_shipper(&remote, &shipper);
             match outcome {
                 ship::ShipOutcome::Shipped(stats) => {
@@ -454,10 +617,58 @@ impl RemoteProbe for SharedShipper {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn lane(lane: u32) -> LaneKey {
         ("epoch-1".to_owned(), Arc::from("dr-orders"), 0, lane)
+    }
+
+    fn link(target: &str) -> LinkKey {
+        (
+            Arc::from("orders-dr"),
+            "epoch-1".to_owned(),
+            Some(target.to_owned()),
+        )
+    }
+
+    #[test]
+    fn a_target_is_looked_at_once_per_interval_and_a_replaced_one_stops_shipping_until_then() {
+        let looks = Looks::default();
+        let interval = 60_000;
+        assert_eq!(looks.verdict(link("a"), interval, 0), LookVerdict::Look);
+        // The other lanes of the slab ship without looking again.
+        assert_eq!(looks.verdict(link("a"), interval, 10), LookVerdict::Ship);
+        looks.found(&link("a"), Some(LinkState::TargetReplaced));
+        assert_eq!(
+            looks.verdict(link("a"), interval, 1_000),
+            LookVerdict::Stop(LinkState::TargetReplaced)
+        );
+        // Past the interval and its jitter the target is looked at again.
+        assert_eq!(
+            looks.verdict(link("a"), interval, 72_000),
+            LookVerdict::Look
+        );
+        looks.found(&link("a"), None);
+        assert_eq!(
+            looks.verdict(link("a"), interval, 72_001),
+            LookVerdict::Ship
+        );
+        // A resume that accepts another target is a new link to look at.
+        assert_eq!(
+            looks.verdict(link("b"), interval, 72_002),
+            LookVerdict::Look
+        );
+    }
+
+    #[test]
+    fn the_jitter_keeps_a_look_within_a_fifth_of_its_interval() {
+        let spread: BTreeSet<u64> = (0..200)
+            .map(|at| jittered(60_000, &link("a"), at))
+            .collect();
+        assert!(spread.iter().all(|ms| (48_000..=72_000).contains(ms)));
+        assert!(spread.len() > 100, "looks of one link do not fall in step");
     }
 
     #[test]
@@ -472,15 +683,5 @@ mod tests {
         assert_eq!(sent.note(lane(1), [2, 4].into_iter()), 0);
         let relinked = ("epoch-2".to_owned(), Arc::from("dr-orders"), 0, 0);
         assert_eq!(sent.note(relinked, [1, 3].into_iter()), 0);
-    }
-
-    #[test]
-    fn held_bytes_go_up_while_shipments_run_and_back_down_when_they_end() {
-        let held = Held::default();
-        assert_eq!(held.change("dr", 100, false), 100);
-        assert_eq!(held.change("dr", 50, false), 150);
-        assert_eq!(held.change("other", 7, false), 7);
-        assert_eq!(held.change("dr", 100, true), 50);
-        assert_eq!(held.change("dr", 50, true), 0);
     }
 }

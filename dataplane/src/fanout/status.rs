@@ -82,15 +82,22 @@ impl FanoutStatus {
             .collect()
     }
 
-    /// The reports of every cursor of `child` over `parent` that runs
-    /// here, by parent partition.
-    pub fn link_reports(&self, parent: &str, child: &str) -> Vec<(u32, CursorReport)> {
+    /// The commit time of the oldest record not yet shipped by any cursor
+    /// of remote child `child` over `parent` that runs here (Unix ms).
+    /// Reads only `parent`'s cursors.
+    pub fn oldest_pending_ms(&self, parent: &str, child: &str) -> Option<u64> {
+        let first = CursorKey {
+            parent: parent.into(),
+            partition: 0,
+            child: "".into(),
+        };
         self.cursors
             .read()
-            .iter()
-            .filter(|(key, _)| &*key.parent == parent && &*key.child == child)
-            .map(|(key, report)| (key.partition, report.clone()))
-            .collect()
+            .range(first..)
+            .take_while(|(key, _)| &*key.parent == parent)
+            .filter(|(key, _)| &*key.child == child)
+            .filter_map(|(_, report)| report.remote.as_ref()?.oldest_pending_ms)
+            .min()
     }
 
     /// Every cursor this node runs, in key order.
@@ -149,16 +156,30 @@ mod tests {
         assert_eq!(status.all().len(), 2);
     }
 
+    fn shipping(oldest_pending_ms: Option<u64>) -> CursorReport {
+        CursorReport {
+            remote: Some(super::super::remote::RemoteReport {
+                state: "running".into(),
+                oldest_pending_ms,
+                ..Default::default()
+            }),
+            ..report(0, 0)
+        }
+    }
+
     #[test]
-    fn a_links_reports_are_its_cursors_over_every_partition_and_no_others() {
+    fn a_links_oldest_pending_record_is_the_oldest_over_its_cursors_and_no_others() {
         let status = FanoutStatus::new();
-        status.report(key("orders", 0, "dr"), report(1, 2));
-        status.report(key("orders", 2, "dr"), report(3, 4));
-        status.report(key("orders", 1, "audit"), report(5, 6));
+        status.report(key("orders", 0, "dr"), shipping(Some(50)));
+        status.report(key("orders", 2, "dr"), shipping(Some(30)));
+        status.report(key("orders", 3, "dr"), shipping(None));
+        status.report(key("orders", 1, "audit"), shipping(Some(10)));
+        status.report(key("orders-x", 0, "dr"), shipping(Some(5)));
+        status.report(key("order", 0, "dr"), shipping(Some(1)));
+        assert_eq!(status.oldest_pending_ms("orders", "dr"), Some(30));
+        assert_eq!(status.oldest_pending_ms("orders", "audit"), Some(10));
+        assert_eq!(status.oldest_pending_ms("orders", "nobody"), None);
         status.report(key("refunds", 0, "dr"), report(7, 8));
-        assert_eq!(
-            status.link_reports("orders", "dr"),
-            [(0, report(1, 2)), (2, report(3, 4))]
-        );
+        assert_eq!(status.oldest_pending_ms("refunds", "dr"), None);
     }
 }

@@ -28,6 +28,18 @@ use crate::metadata::MetadataReplica;
 use crate::remote::OwnerAddresses;
 use crate::topology::{Destination, NodeId, Route, Topology};
 
+/// What a statistics request asks of an owner beyond each partition's
+/// figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsAsk {
+    /// The owner's fan-out cursors of each partition.
+    pub cursors: bool,
+    /// Each partition's consume frontier.
+    pub frontier: bool,
+    /// Each remote child cursor's shipping report (with `cursors`).
+    pub remote_reports: bool,
+}
+
 /// Why a forwarded operation has no answer from the owner.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -671,22 +683,24 @@ impl Forwarder {
             .collect()
     }
 
-    /// The statistics of `partitions` of `topic` from `node`, with the
-    /// owner's fan-out cursors of each when `with_cursors`, or `None` when
-    /// it did not answer within `budget` (or is down).
+    /// The statistics of `partitions` of `topic` from `node`, with what
+    /// `ask` adds, or `None` when it did not answer within `budget` (or is
+    /// down, or is too old for what was asked).
     pub async fn stats(
         &self,
         node: NodeId,
         topic: &str,
         partitions: Vec<u32>,
-        with_cursors: bool,
+        ask: StatsAsk,
         budget: Duration,
     ) -> Option<Vec<PartitionStatsEntry>> {
         let peer = self.addresses.rpc_addr(node)?;
         let request = TopicPartitionStats {
             topic: topic.to_owned(),
             partitions,
-            with_cursors,
+            with_cursors: ask.cursors,
+            with_frontier: ask.frontier,
+            with_remote_reports: ask.remote_reports,
         };
         let answer = self
             .call::<_, TopicPartitionStatsAnswer>(

@@ -48,7 +48,7 @@ use narad_plog::Record;
 use narad_protocol::ForwardedRecord;
 
 pub(crate) use client::Placement;
-pub use client::{ForwardError, Forwarder, SettleOutcome};
+pub use client::{ForwardError, Forwarder, SettleOutcome, StatsAsk};
 pub use service::{FORWARD_OPERATION_LIMIT_NAME, ForwardService};
 
 /// Budget of one non-blocking probe of a remote owner (spec §7).

@@ -15,9 +15,9 @@ use narad_protocol::consume::decode_forward_request;
 use narad_protocol::limits::messaging_permits;
 use narad_protocol::{
     AckBatch, AckBatchAnswer, ConsumeAnswer, ConsumeScope, CursorPosition, ForwardConsume,
-    ForwardSettle, ForwardedRecord, Inbound, Opcode, OperationLimit, PartitionStatsEntry, Response,
-    Router, RpcError, SettleKind, Status, TokenNotify, TokenRegister, TopicPartitionStats,
-    TopicPartitionStatsAnswer,
+    ForwardSettle, ForwardedRecord, Inbound, Opcode, OperationLimit, PartitionStatsEntry,
+    RemoteCursor, Response, Router, RpcError, SettleKind, Status, TokenNotify, TokenRegister,
+    TopicPartitionStats, TopicPartitionStatsAnswer,
 };
 use narad_protocol::{Lane, Node, Request};
 use parking_lot::Mutex;
@@ -570,10 +570,17 @@ impl Serving {
                         size_bytes: stats.size_bytes,
                         oldest_segment_time_ms: stats.oldest_segment_time_ms,
                         cursors: if request.with_cursors {
-                            self.cursors(&request.topic, *partition)
+                            self.cursors(&request.topic, *partition, request.with_remote_reports)
                         } else {
                             Vec::new()
                         },
+                        consume_frontier: request
+                            .with_frontier
+                            .then(|| {
+                                let incarnation = meta.as_ref()?.incarnation_id.as_ref();
+                                self.consume.frontier_now(&destination, incarnation)
+                            })
+                            .flatten(),
                     },
                     None => PartitionStatsEntry {
                         partition: *partition,
@@ -585,6 +592,7 @@ impl Serving {
                         size_bytes: 0,
                         oldest_segment_time_ms: None,
                         cursors: Vec::new(),
+                        consume_frontier: None,
                     },
                 }
             })
@@ -592,11 +600,12 @@ impl Serving {
         Response::message(&TopicPartitionStatsAnswer { entries })
     }
 
-    /// Where this node's cursors of `topic`'s `partition` stand. A parent
-    /// has at most as many children as an entry lists; cursors beyond that
-    /// (none in a consistent state) are left out, so the requester counts
-    /// their lag as unknown.
-    fn cursors(&self, topic: &str, partition: u32) -> Vec<CursorPosition> {
+    /// Where this node's cursors of `topic`'s `partition` stand, with each
+    /// remote child's shipping report when `with_remote`. A parent has at
+    /// most as many children as an entry lists; cursors beyond that (none
+    /// in a consistent state) are left out, so the requester counts their
+    /// lag as unknown.
+    fn cursors(&self, topic: &str, partition: u32, with_remote: bool) -> Vec<CursorPosition> {
         self.fanout
             .cursors_of(topic, partition)
             .into_iter()
@@ -604,6 +613,15 @@ impl Serving {
             .map(|(child, report)| CursorPosition {
                 child: child.to_string(),
                 next_offset: report.next_offset,
+                remote: report
+                    .remote
+                    .filter(|_| with_remote)
+                    .map(|remote| RemoteCursor {
+                        state: remote.state,
+                        blocked_at: remote.blocked_at,
+                        last_success_at_ms: remote.last_success_at_ms,
+                        oldest_pending_ms: remote.oldest_pending_ms,
+                    }),
             })
             .collect()
     }

@@ -30,11 +30,12 @@ use tower::ServiceExt;
 
 use super::coalesce::ACK_BATCH_REFUSAL_MEMORY;
 use super::tokens::CLAIM_HOLD;
-use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET};
+use super::{ForwardError, ForwardService, Forwarder, SETTLE_BUDGET, StatsAsk};
 use crate::admin::LocalAdmin;
 use crate::dispatch::{NoRemoteTarget, ReplicaLeader};
 use crate::fanout::{CursorKey, CursorReport};
 use crate::http::ApiConfig;
+use crate::http::topics::{StartFigure, start_offsets};
 use crate::ingress::ProduceMessage;
 use crate::metadata::MetadataReplica;
 use crate::node::{DataNode, DataNodeConfig, NodeServices};
@@ -638,6 +639,90 @@ async fn the_children_listing_on_a_counts_the_lag_of_cursors_running_on_b() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    let shipping = crate::fanout::RemoteReport {
+        state: "rejected_record".into(),
+        blocked_at: Some(0),
+        last_success_at_ms: Some(5_000),
+        oldest_pending_ms: Some(4_000),
+    };
+    let key = CursorKey {
+        parent: "split".into(),
+        partition: 1,
+        child: "split-dr".into(),
+    };
+    let report = CursorReport {
+        next_offset: 0,
+        high_watermark: 1,
+        due_lag_ms: None,
+        remote: Some(shipping.clone()),
+    };
+    cluster.b.fanout().report(key, report);
+    let forwarder = cluster.a.api().forwarder.get().expect("forwarder");
+    let ask = |remote_reports| StatsAsk {
+        cursors: true,
+        remote_reports,
+        ..StatsAsk::default()
+    };
+
+    let with = forwarder
+        .stats(B, "split", vec![1], ask(true), SETTLE_BUDGET)
+        .await
+        .expect("B answers");
+    let without = forwarder
+        .stats(B, "split", vec![1], ask(false), SETTLE_BUDGET)
+        .await
+        .expect("B answers");
+
+    let cursor = &with[0].cursors[0];
+    assert_eq!((cursor.child.as_str(), cursor.next_offset), ("split-dr", 0));
+    let remote = cursor.remote.as_ref().expect("the report");
+    assert_eq!(remote.state, shipping.state);
+    assert_eq!(remote.blocked_at, Some(0));
+    assert_eq!(remote.last_success_at_ms, Some(5_000));
+    assert_eq!(remote.oldest_pending_ms, Some(4_000));
+    assert_eq!(without[0].cursors[0].remote, None);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consume_frontier_of_a_partition_b_owns_is_asked_of_b() {
+    let cluster = Cluster::start();
+    for payload in ["one", "two", "three"] {
+        cluster.produce_on_b("split", 1, payload).await;
+    }
+    let first = cluster
+        .get("/v1/topics/split/consume?partition=1")
+        .await
+        .handle();
+    let second = cluster
+        .get("/v1/topics/split/consume?partition=1")
+        .await
+        .handle();
+    // Offset 1 acked ahead of 0, then 0: the frontier is 2, with offset 2
+    // never delivered.
+    assert_eq!(
+        cluster.ack("split", &second, "").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        cluster.ack("split", &first, "").await.status,
+        StatusCode::NO_CONTENT
+    );
+    let parent = cluster.a.api().replica.topic_meta("split").expect("split");
+
+    let offsets = start_offsets(cluster.a.api(), &parent, StartFigure::ConsumeFrontier)
+        .await
+        .expect("every owner answers its frontier");
+
+    // Partition 0 is A's own, 1 and 2 are B's; 2 was never consumed.
+    assert_eq!(offsets, vec![0, 2, 0]);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attach_on_a_under_a_parent_with_a_silent_owner_is_503() {
     let cluster = Cluster::start();
     let body = serde_json::json!({"name": "pair-copy"});
@@ -819,6 +904,8 @@ async fn a_forward_service_not_attached_yet_answers_503() {
         topic: "remote".into(),
         partitions: vec![0],
         with_cursors: false,
+        with_frontier: false,
+        with_remote_reports: false,
     };
 
     let answer = caller

@@ -30,6 +30,8 @@ use super::topics::{
 };
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
+use crate::fanout::{CursorReport, RemoteReport};
+use crate::forward::StatsAsk;
 use crate::metadata::TopicMeta;
 use crate::topology::{Destination, Route, Topology};
 
@@ -150,7 +152,7 @@ pub(crate) async fn list(
                 "lag_complete": lag.complete,
             });
             if let Some(stub) = stub.filter(|stub| stub.is_stub()) {
-                let reports = local_reports(&state, &parent, child);
+                let reports = cursor_reports(&state, &parent, child, &positions);
                 remote_children::list_fields(
                     &mut entry,
                     (&parent, &stub),
@@ -194,37 +196,63 @@ fn partitions_param(query: &str) -> Result<bool, ApiError> {
     Ok(with_partitions)
 }
 
-/// The reports of `child`'s cursors this node runs, per parent partition
-/// (`None` where the cursor runs elsewhere or not at all).
-fn local_reports(
+/// The reports of `child`'s cursors per parent partition: this node's
+/// own, and for partitions other nodes own, what their owners reported in
+/// `positions` (`None` where no cursor reported, or where the owner did
+/// not answer or is too old to send a remote child's report).
+fn cursor_reports(
     state: &ApiState,
     parent: &TopicMeta,
     child: &str,
-) -> Vec<(u32, Option<crate::fanout::CursorReport>)> {
+    positions: &[Option<Positions>],
+) -> Vec<(u32, Option<CursorReport>)> {
     (0..parent.partitions)
         .map(|partition| {
-            (
-                partition,
-                state.fanout.cursor(&parent.name, partition, child),
-            )
+            let local = state.fanout.cursor(&parent.name, partition, child);
+            let reported = || reported_by_owner(positions, partition, child);
+            (partition, local.or_else(reported))
         })
         .collect()
 }
 
+/// The report of `child`'s cursor of `partition` as its owner sent it in
+/// `positions`: only a remote child's, which carries its shipping report.
+fn reported_by_owner(
+    positions: &[Option<Positions>],
+    partition: u32,
+    child: &str,
+) -> Option<CursorReport> {
+    let positions = positions.get(usize::try_from(partition).ok()?)?.as_ref()?;
+    Some(CursorReport {
+        next_offset: *positions.cursors.get(child)?,
+        high_watermark: positions.high_watermark,
+        due_lag_ms: None,
+        remote: Some(positions.remote.get(child)?.clone()),
+    })
+}
+
 /// What one parent partition's owner reported: its committed high
-/// watermark, and the next offset of each fan-out cursor running there.
+/// watermark, and the next offset of each fan-out cursor running there
+/// (with a remote child's shipping report).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Positions {
     /// The partition's committed high watermark.
     pub(super) high_watermark: u64,
     /// Each cursor's next offset, by child.
     pub(super) cursors: HashMap<String, u64>,
+    /// Each remote child's shipping report, by child.
+    pub(super) remote: HashMap<String, RemoteReport>,
 }
 
 /// Each parent partition's positions, `None` where the owner did not
 /// report (no owner, marked dead, no answer, its log unreadable).
 pub(super) async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Option<Positions>> {
-    let mut remote = remote_stats(state, parent, true).await;
+    let ask = StatsAsk {
+        cursors: true,
+        remote_reports: true,
+        ..StatsAsk::default()
+    };
+    let mut remote = remote_stats(state, parent, ask).await;
     (0..parent.partitions)
         .map(|partition| {
             let destination = Destination::new(&parent.name, partition);
@@ -235,8 +263,24 @@ pub(super) async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Optio
                         high_watermark: entry.high_watermark,
                         cursors: entry
                             .cursors
+                            .iter()
+                            .map(|cursor| (cursor.child.clone(), cursor.next_offset))
+                            .collect(),
+                        remote: entry
+                            .cursors
                             .into_iter()
-                            .map(|cursor| (cursor.child, cursor.next_offset))
+                            .filter_map(|cursor| {
+                                let report = cursor.remote?;
+                                Some((
+                                    cursor.child,
+                                    RemoteReport {
+                                        state: report.state,
+                                        blocked_at: report.blocked_at,
+                                        last_success_at_ms: report.last_success_at_ms,
+                                        oldest_pending_ms: report.oldest_pending_ms,
+                                    },
+                                ))
+                            })
                             .collect(),
                     })
                 }
@@ -256,9 +300,11 @@ fn local_positions(state: &ApiState, parent: &TopicMeta, partition: u32) -> Opti
         .into_iter()
         .map(|(child, report)| (child.to_string(), report.next_offset))
         .collect();
+    // This node's remote reports are read from its own status directly.
     Some(Positions {
         high_watermark,
         cursors,
+        remote: HashMap::new(),
     })
 }
 
@@ -351,7 +397,40 @@ mod tests {
                 .iter()
                 .map(|(child, next)| ((*child).to_owned(), *next))
                 .collect(),
+            remote: HashMap::new(),
         })
+    }
+
+    #[test]
+    fn an_owners_report_of_a_remote_childs_cursor_becomes_that_partitions_report() {
+        let shipping = RemoteReport {
+            state: "unavailable".into(),
+            blocked_at: None,
+            last_success_at_ms: Some(1_000),
+            oldest_pending_ms: Some(2_000),
+        };
+        let mut with_report = reported(9, &[("orders-dr", 4), ("audit", 9)]);
+        if let Some(positions) = with_report.as_mut() {
+            positions
+                .remote
+                .insert("orders-dr".into(), shipping.clone());
+        }
+        let positions = vec![with_report, None, reported(3, &[("orders-dr", 3)])];
+        assert_eq!(
+            reported_by_owner(&positions, 0, "orders-dr"),
+            Some(CursorReport {
+                next_offset: 4,
+                high_watermark: 9,
+                due_lag_ms: None,
+                remote: Some(shipping),
+            })
+        );
+        // A local child's cursor, an owner that did not answer, a cursor
+        // without a report (an older owner), a partition out of range.
+        assert_eq!(reported_by_owner(&positions, 0, "audit"), None);
+        assert_eq!(reported_by_owner(&positions, 1, "orders-dr"), None);
+        assert_eq!(reported_by_owner(&positions, 2, "orders-dr"), None);
+        assert_eq!(reported_by_owner(&positions, 7, "orders-dr"), None);
     }
 
     #[test]

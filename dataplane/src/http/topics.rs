@@ -26,11 +26,10 @@ use super::error::ApiError;
 use super::query::params;
 use super::{ApiState, authenticate};
 use crate::admin::{AdminError, actor_of};
-use crate::consume::ahead::stored_frontier;
-use crate::forward::STATS_BUDGET;
+use crate::consume::ahead::stored_frontier_of;
+use crate::forward::{STATS_BUDGET, StatsAsk};
 use crate::ingress::MESSAGE_BYTES_MAX;
 use crate::metadata::{MetadataReplica, TopicMeta};
-use crate::partitions::partition_dir;
 use crate::topology::{Destination, NodeId, Route, Topology};
 
 /// Longest a create waits for the controller to place the new topic's
@@ -231,8 +230,7 @@ pub(crate) enum StartFigure {
     /// The oldest retained offset: every record the parent still holds.
     OldestOffset,
     /// The consume frontier (every offset below it acknowledged), raised
-    /// to the oldest retained offset: the records not consumed yet. Only
-    /// this node's partitions report it.
+    /// to the oldest retained offset: the records not consumed yet.
     ConsumeFrontier,
 }
 
@@ -251,13 +249,18 @@ impl StartFigure {
 ///
 /// # Errors
 /// `503` when some partition's owner cannot be asked, and for
-/// [`StartFigure::ConsumeFrontier`] when another node owns a partition.
+/// [`StartFigure::ConsumeFrontier`] when an owner cannot read its frontier
+/// (or is too old to be asked for it).
 pub(crate) async fn start_offsets(
     state: &ApiState,
     parent: &TopicMeta,
     figure: StartFigure,
 ) -> Result<Vec<u64>, ApiError> {
-    let remote = remote_stats(state, parent, false).await;
+    let ask = StatsAsk {
+        frontier: figure == StartFigure::ConsumeFrontier,
+        ..StatsAsk::default()
+    };
+    let remote = remote_stats(state, parent, ask).await;
     (0..parent.partitions)
         .map(|partition| {
             let destination = Destination::new(&parent.name, partition);
@@ -269,7 +272,9 @@ pub(crate) async fn start_offsets(
                     remote.get(&partition).and_then(|entry| match figure {
                         StartFigure::HighWatermark => Some(entry.high_watermark),
                         StartFigure::OldestOffset => Some(entry.oldest_offset),
-                        StartFigure::ConsumeFrontier => None,
+                        StartFigure::ConsumeFrontier => entry
+                            .consume_frontier
+                            .map(|frontier| frontier.max(entry.oldest_offset)),
                     })
                 }
                 Route::Owner { .. } | Route::Unassigned => None,
@@ -301,18 +306,14 @@ fn local_start(
         StartFigure::OldestOffset => Some(stats.oldest_offset),
         StartFigure::ConsumeFrontier => {
             let destination = Destination::new(&parent.name, partition);
-            let live = state.consume.as_ref().and_then(|consume| {
-                consume.live_frontier(&destination, parent.incarnation_id.as_ref())
-            });
-            let frontier = match live {
-                Some(frontier) => Some(frontier),
-                None => {
-                    let logs = state.logs.as_ref()?;
-                    let dir = partition_dir(logs.data_dir(), &parent.name, partition);
-                    stored_frontier(&**logs.disk(), &dir).ok()?
+            // A node without a consume service (tests) reads the files.
+            let frontier = match state.consume.as_ref() {
+                Some(consume) => {
+                    consume.frontier_now(&destination, parent.incarnation_id.as_ref())?
                 }
+                None => stored_frontier_of(state.logs.as_ref()?, &destination)?,
             };
-            Some(frontier.unwrap_or(0).max(stats.oldest_offset))
+            Some(frontier.max(stats.oldest_offset))
         }
     }
 }
@@ -467,7 +468,7 @@ pub(crate) async fn describe(
     let topic = readable_topic(&state, &method, &headers, &name).await?;
     let mut body = record(&topic);
     let mut partial = false;
-    let remote = remote_stats(&state, &topic, false).await;
+    let remote = remote_stats(&state, &topic, StatsAsk::default()).await;
     let stats: Vec<Value> = (0..topic.partitions)
         .map(|partition| {
             let (stats, available) = partition_stats(&state, &topic, partition, &remote);
@@ -485,13 +486,14 @@ pub(crate) async fn describe(
 }
 
 /// The statistics of the partitions other live nodes own, asked of each
-/// owner in parallel (`TopicPartitionStats`) within 2 s in all, with each
-/// owner's fan-out cursors when `with_cursors`. A partition whose owner did
-/// not answer is missing from the map.
+/// owner in parallel (`TopicPartitionStats`) within 2 s in all, with what
+/// `ask` adds (each owner's fan-out cursors, each partition's consume
+/// frontier). A partition whose owner did not answer is missing from the
+/// map.
 pub(super) async fn remote_stats(
     state: &ApiState,
     topic: &TopicMeta,
-    with_cursors: bool,
+    ask: StatsAsk,
 ) -> HashMap<u32, PartitionStatsEntry> {
     let Some(forwarder) = state.forwarder.get() else {
         return HashMap::new();
@@ -515,7 +517,7 @@ pub(super) async fn remote_stats(
         let name = topic.name.to_string();
         calls.spawn(async move {
             forwarder
-                .stats(node, &name, partitions, with_cursors, STATS_BUDGET)
+                .stats(node, &name, partitions, ask, STATS_BUDGET)
                 .await
         });
     }

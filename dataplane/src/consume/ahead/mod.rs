@@ -51,7 +51,7 @@ pub use format::{
     SLOT_BYTES, SLOT_COUNT, SLOT_CRC_BYTES, SLOT_FORMAT_VERSION, SLOT_HEADER_BYTES, SLOT_MAGIC,
     SLOT_SET_BYTES_MAX, SlotError, SlotRecord, decode_slot, encode_slot,
 };
-pub use peek::stored_frontier;
+pub use peek::{stored_frontier, stored_frontier_of};
 pub use position::{ConsumerPosition, OFFSET_LIMIT, PositionSource};
 pub use store::{ConsumerStateStore, StateTicket};
 pub use worker::StateWorker;

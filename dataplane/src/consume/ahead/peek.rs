@@ -11,6 +11,8 @@ use super::format::{
     AHEAD_FILE_BYTES, AHEAD_FILE_NAME, OFFSET_FILE_BYTES, OFFSET_FILE_NAME, SLOT_BYTES, decode_slot,
 };
 use super::recovery::recover;
+use crate::partitions::{LocalLogs, partition_dir};
+use crate::topology::Destination;
 
 /// The frontier an attach of `dir` would recover now (the newest valid
 /// slot of `consumer.ahead`, raised to `consumer.offset`), or `None` when
@@ -32,6 +34,15 @@ pub fn stored_frontier(disk: &dyn Disk, dir: &Path) -> io::Result<Option<u64>> {
     let offset = read_whole(disk, &dir.join(OFFSET_FILE_NAME), OFFSET_FILE_BYTES)?;
     let recovered = recover(&slots, offset.as_deref().and_then(offset_frontier));
     Ok(Some(recovered.position.frontier))
+}
+
+/// The frontier of `destination` under `logs`' data directory as its
+/// consumer-state files hold it ([`stored_frontier`]), 0 when none was
+/// written; `None` when they cannot be read.
+pub fn stored_frontier_of(logs: &LocalLogs, destination: &Destination) -> Option<u64> {
+    let dir = partition_dir(logs.data_dir(), &destination.topic, destination.partition);
+    let stored = stored_frontier(&**logs.disk(), &dir).ok()?;
+    Some(stored.unwrap_or(0))
 }
 
 /// The frontier `consumer.offset`'s bytes hold, if they are whole.
