@@ -16,10 +16,11 @@
 //!
 //! Every wait is bounded and fails with what it was waiting for.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use narad_controlplane::node::ControlClient;
@@ -81,16 +82,49 @@ pub fn narad_binary() -> &'static Path {
     })
 }
 
+/// Ports this test process has handed out, by protocol (UDP `false`, TCP
+/// `true`). A port is free when it is handed out, but the process it is
+/// for binds it only later: without this, a test running beside it could
+/// be handed the same port meanwhile, and one test's requests would reach
+/// the other test's node (a create once answered `404` with no body, most
+/// likely from another test's control node).
+static HANDED_OUT: Mutex<BTreeSet<(bool, u16)>> = Mutex::new(BTreeSet::new());
+
+/// A loopback port that was free a moment ago and that this test process
+/// never handed out before. `bind` takes an address and gives the socket
+/// and its port; the sockets of ports refused stay bound while looking, so
+/// the system offers others.
+fn unique_port<S>(tcp: bool, bind: impl Fn() -> (S, SocketAddr)) -> SocketAddr {
+    let mut refused = Vec::new();
+    loop {
+        let (socket, addr) = bind();
+        let fresh = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((tcp, addr.port()));
+        if fresh {
+            return addr;
+        }
+        refused.push(socket);
+    }
+}
+
 /// A loopback UDP port that was free a moment ago.
 fn free_udp_addr() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("udp bind");
-    socket.local_addr().expect("local addr")
+    unique_port(false, || {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("udp bind");
+        let addr = socket.local_addr().expect("local addr");
+        (socket, addr)
+    })
 }
 
 /// A loopback TCP port that was free a moment ago.
 fn free_tcp_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("tcp bind");
-    listener.local_addr().expect("local addr")
+    unique_port(true, || {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+        let addr = listener.local_addr().expect("local addr");
+        (listener, addr)
+    })
 }
 
 /// One `narad control` process (or its place while stopped).
