@@ -42,6 +42,17 @@ fn loopback_guard() -> AddressGuard {
     }
 }
 
+/// A client of `running` for `localhost`, with `password`, past the
+/// loopback guard.
+fn loopback_client(running: &Running, password: &str, clock: Arc<dyn Clock>) -> RemoteClient {
+    RemoteClient::new(
+        &target(running, "localhost", password),
+        loopback_guard(),
+        clock,
+    )
+    .unwrap()
+}
+
 struct Setup {
     running: Running,
     clock: Arc<ManualClock>,
@@ -150,12 +161,7 @@ async fn two_lanes_ship_every_record_once_keeping_each_keys_order() {
 async fn zstd_goes_only_to_a_target_that_takes_it() {
     let running = server::start(1_000, true).await;
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
-    let client = RemoteClient::new(
-        &target(&running, "localhost", PASSWORD),
-        loopback_guard(),
-        Arc::clone(&clock),
-    )
-    .unwrap();
+    let client = loopback_client(&running, PASSWORD, Arc::clone(&clock));
     let shipper = Shipper::new(Arc::new(client), clock, true);
     let records: Vec<Record> = (0..50)
         .map(|offset| Record {
@@ -381,12 +387,7 @@ async fn a_server_certificate_outside_the_trust_is_tls_failed() {
 #[tokio::test]
 async fn a_check_finds_a_current_target_with_zstd() {
     let setup = setup().await;
-    let client = RemoteClient::new(
-        &target(&setup.running, "localhost", PASSWORD),
-        loopback_guard(),
-        setup.clock.clone(),
-    )
-    .unwrap();
+    let client = loopback_client(&setup.running, PASSWORD, setup.clock.clone());
     let report = check(&client, TOPIC).await;
     assert!(report.pass(), "{report:?}");
     let names: Vec<&str> = report.checks.iter().map(|check| check.name).collect();
@@ -420,12 +421,7 @@ async fn a_check_finds_a_current_target_with_zstd() {
 #[tokio::test]
 async fn a_target_topic_with_a_remote_child_fails_the_check_and_unreadable_children_do_not() {
     let setup = setup().await;
-    let client = RemoteClient::new(
-        &target(&setup.running, "localhost", PASSWORD),
-        loopback_guard(),
-        setup.clock.clone(),
-    )
-    .unwrap();
+    let client = loopback_client(&setup.running, PASSWORD, setup.clock.clone());
     let children = &setup.running.target.children;
     *children.lock().unwrap() = vec![("audit".into(), Some(false)), ("hidden".into(), None)];
     let report = check(&client, TOPIC).await;
@@ -450,12 +446,7 @@ async fn a_target_topic_with_a_remote_child_fails_the_check_and_unreadable_child
 async fn a_check_finds_an_older_target_without_zstd() {
     let running = server::start(100, false).await;
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
-    let client = RemoteClient::new(
-        &target(&running, "localhost", PASSWORD),
-        loopback_guard(),
-        clock,
-    )
-    .unwrap();
+    let client = loopback_client(&running, PASSWORD, clock);
     let report = check(&client, TOPIC).await;
     assert!(report.pass(), "{report:?}");
     assert_eq!(
@@ -473,21 +464,11 @@ async fn a_check_finds_an_older_target_without_zstd() {
 async fn a_check_classifies_a_wrong_password_and_a_missing_topic() {
     let running = server::start(1_000, true).await;
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
-    let wrong = RemoteClient::new(
-        &target(&running, "localhost", "wrong-password-twenty-four"),
-        loopback_guard(),
-        Arc::clone(&clock),
-    )
-    .unwrap();
+    let wrong = loopback_client(&running, "wrong-password-twenty-four", Arc::clone(&clock));
     let report = check(&wrong, TOPIC).await;
     assert!(!report.pass());
     assert_eq!(report.class(), Some(LinkState::AuthFailed));
-    let right = RemoteClient::new(
-        &target(&running, "localhost", PASSWORD),
-        loopback_guard(),
-        clock,
-    )
-    .unwrap();
+    let right = loopback_client(&running, PASSWORD, clock);
     let report = check(&right, "nowhere").await;
     assert_eq!(report.class(), Some(LinkState::TargetMissing));
     assert_eq!(report.checks.last().map(|check| check.name), Some("topic"));
@@ -497,12 +478,7 @@ async fn a_check_classifies_a_wrong_password_and_a_missing_topic() {
 async fn an_older_target_found_while_shipping_gets_chunks_of_one_hundred_without_keys() {
     let running = server::start(100, false).await;
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
-    let client = RemoteClient::new(
-        &target(&running, "localhost", PASSWORD),
-        loopback_guard(),
-        Arc::clone(&clock),
-    )
-    .unwrap();
+    let client = loopback_client(&running, PASSWORD, Arc::clone(&clock));
     let shipper = Shipper::new(Arc::new(client), clock, false);
     let records = slab(250);
     let first = shipper.ship(&identity(), TOPIC, &records, 1).await;
@@ -524,12 +500,7 @@ async fn an_older_target_found_while_shipping_gets_chunks_of_one_hundred_without
 #[tokio::test]
 async fn the_periodic_look_finds_a_replaced_missing_or_refusing_target() {
     let setup = setup().await;
-    let client = RemoteClient::new(
-        &target(&setup.running, "localhost", PASSWORD),
-        loopback_guard(),
-        setup.clock.clone(),
-    )
-    .unwrap();
+    let client = loopback_client(&setup.running, PASSWORD, setup.clock.clone());
     let attached = "00112233aabbccdd";
     assert_eq!(verify_target(&client, TOPIC, Some(attached)).await, Ok(()));
     // A link attached without reading the target's id only checks it is
@@ -542,12 +513,11 @@ async fn the_periodic_look_finds_a_replaced_missing_or_refusing_target() {
     assert!(replaced.detail.contains(attached), "{replaced:?}");
     let missing = verify_target(&client, "nowhere", None).await.unwrap_err();
     assert_eq!(missing.state, LinkState::TargetMissing);
-    let wrong = RemoteClient::new(
-        &target(&setup.running, "localhost", "not-the-password-at-all!"),
-        loopback_guard(),
+    let wrong = loopback_client(
+        &setup.running,
+        "not-the-password-at-all!",
         setup.clock.clone(),
-    )
-    .unwrap();
+    );
     let refused = verify_target(&wrong, TOPIC, None).await.unwrap_err();
     assert_eq!(refused.state, LinkState::AuthFailed);
     assert!(
