@@ -1362,7 +1362,9 @@ mod tests {
         assert_eq!(options.scale, 0.5);
         assert_eq!(options.drain_max(), Duration::from_secs(40));
         assert_eq!(options.acked_ahead_cap(), 1_024);
-        let capped = Options::parse(args("--max-acked-ahead 4096")).unwrap().unwrap();
+        let capped = Options::parse(args("--max-acked-ahead 4096"))
+            .unwrap()
+            .unwrap();
         assert_eq!(capped.max_acked_ahead, Some(4_096));
         assert_eq!(capped.acked_ahead_cap(), 4_096);
         assert!(Options::parse(args("--max-acked-ahead 0")).is_err());
