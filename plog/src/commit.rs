@@ -27,6 +27,7 @@ use crate::read::{ReadEntry, ReadLimits};
 use crate::record::CommitRecord;
 use crate::retention;
 use crate::segment::{self, SparseIndex};
+use crate::tail::CachedFrame;
 
 /// A provenance rebuild at least this long is logged at `info`: the
 /// partition's commits waited for it.
@@ -610,7 +611,7 @@ impl PartitionLog {
                     .iter()
                     .map(|planned| {
                         frame::decode_frame(&planned.bytes, self.config.frame_bytes_max)
-                            .map(|(_, records)| records)
+                            .map(|(_, records)| CachedFrame::new(&records))
                     })
                     .collect::<Result<Vec<_>, _>>()
                     .ok()
@@ -632,7 +633,10 @@ impl PartitionLog {
                 at += planned.bytes.len() as u64;
             }
             match decoded {
-                Some(frames) => frames.into_iter().for_each(|f| table.tail.push(f)),
+                Some(frames) => frames
+                    .into_iter()
+                    .flatten()
+                    .for_each(|f| table.tail.push(f)),
                 None => table.tail.clear(),
             }
             table.active.committed_bytes = at;
