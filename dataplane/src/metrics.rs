@@ -235,6 +235,9 @@ pub const FANOUT_REMOTE_RETENTION_HEADROOM_SECONDS: &str =
 pub const REMOTE_REQUESTS_TOTAL: &str = "narad_remote_requests_total";
 /// How long a request to a remote took (remote).
 pub const REMOTE_REQUEST_SECONDS: &str = "narad_remote_request_seconds";
+/// How long a request to a remote waited for one of the remote's
+/// `limits.max_in_flight` slots on this node before it was sent (remote).
+pub const REMOTE_INFLIGHT_WAIT_SECONDS: &str = "narad_remote_inflight_wait_seconds";
 /// Failed requests to a remote by link state (remote, class).
 pub const REMOTE_ERRORS_TOTAL: &str = "narad_remote_errors_total";
 /// Uncompressed request body bytes sent to a remote (remote).
@@ -318,7 +321,7 @@ pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
 
 /// The bucket bounds of every histogram this registry serves. A histogram
 /// missing here would be rendered as a summary.
-const BUCKETS: [(&str, &[f64]); 10] = [
+const BUCKETS: [(&str, &[f64]); 11] = [
     (CONSUME_WAIT_SECONDS, &CONSUME_WAIT_BUCKETS_SECONDS),
     (FANOUT_BATCH_RECORDS, &FANOUT_BATCH_RECORDS_BUCKETS),
     (FANOUT_BATCH_BYTES, &FANOUT_BATCH_BYTES_BUCKETS),
@@ -341,6 +344,7 @@ const BUCKETS: [(&str, &[f64]); 10] = [
     ),
     (CLUSTER_RPC_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
     (REMOTE_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
+    (REMOTE_INFLIGHT_WAIT_SECONDS, &CALL_SECONDS_BUCKETS),
 ];
 
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);

@@ -399,6 +399,11 @@ impl NodeShipper {
                 &[remote_label()],
                 Duration::from_micros(exchange.elapsed_us),
             );
+            self.metrics.observe(
+                metrics::REMOTE_INFLIGHT_WAIT_SECONDS,
+                &[remote_label()],
+                Duration::from_micros(exchange.waited_us),
+            );
             if let Some(failure) = exchange.failure {
                 self.metrics.count(
                     metrics::REMOTE_ERRORS_TOTAL,
