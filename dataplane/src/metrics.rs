@@ -253,8 +253,11 @@ pub const REMOTE_GATE_BACKOFF_SECONDS: &str = "narad_remote_gate_backoff_seconds
 /// The last periodic look's round trip to a remote (remote): one small
 /// `GET` of the target topic, answered.
 pub const REMOTE_RTT_SECONDS: &str = "narad_remote_rtt_seconds";
-/// Requests to a remote the outbound address guard refused after name
-/// resolution (remote, reason `address`).
+/// Refused destinations of a remote (remote, reason): `address`, a
+/// request the outbound address guard refused after name resolution;
+/// `port` or `allowlist`, a URL this node's `remotes.allowed_ports` or
+/// `remotes.allowed_hosts` refused (at add, change, test, attach check or
+/// before shipping).
 pub const REMOTE_DESTINATION_REFUSED_TOTAL: &str = "narad_remote_destination_refused_total";
 /// Records sent to a remote again (remote): a lane's records at or below
 /// the highest offset that lane already sent, after a failure.
