@@ -428,6 +428,7 @@ impl DataNode {
         let shipper = SharedShipper(Arc::new(NodeShipper::new(
             Arc::clone(&api.replica),
             Arc::clone(&api.credentials),
+            api.config.remotes.url_policy.clone(),
             api.config.remotes.guard(),
             Arc::clone(logs.clock()),
             Arc::clone(&api.metrics),

@@ -688,6 +688,60 @@ async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_on_a_reads_whether_the_cursor_on_b_holds_on_the_record() {
+    use crate::http::children::{OwnerCursor, owner_cursor};
+    use crate::remote_children::skip_allowed;
+
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    let key = CursorKey {
+        parent: "split".into(),
+        partition: 1,
+        child: "split-dr".into(),
+    };
+    let report = CursorReport {
+        next_offset: 0,
+        high_watermark: 1,
+        due_lag_ms: None,
+        remote: Some(crate::fanout::RemoteReport {
+            state: "rejected_record".into(),
+            blocked_at: Some(0),
+            last_success_at_ms: None,
+            oldest_pending_ms: None,
+        }),
+    };
+    cluster.b.fanout().report(key, report.clone());
+    let a = cluster.a.api();
+    let split = a.replica.topic_meta("split").expect("split");
+
+    // Partition 1 runs on B: A asks B, and only the held record passes.
+    let heard = owner_cursor(a, &split, 1, "split-dr").await;
+    assert_eq!(heard, OwnerCursor::Heard(Some(report)));
+    let OwnerCursor::Heard(from_b) = heard else {
+        unreachable!()
+    };
+    assert!(skip_allowed(3, 1, 0, from_b.as_ref()));
+    assert!(!skip_allowed(3, 1, 1, from_b.as_ref()));
+    // B runs no cursor of another child there: nothing to hold on.
+    assert_eq!(
+        owner_cursor(a, &split, 1, "split-other").await,
+        OwnerCursor::Heard(None)
+    );
+    // Partition 0 is A's own, and no cursor reported on A.
+    assert_eq!(
+        owner_cursor(a, &split, 0, "split-dr").await,
+        OwnerCursor::Heard(None)
+    );
+    // A dead owner cannot be asked.
+    let ghost = a.replica.topic_meta("ghost").expect("ghost");
+    assert_eq!(
+        owner_cursor(a, &ghost, 0, "ghost-dr").await,
+        OwnerCursor::Unheard
+    );
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consume_frontier_of_a_partition_b_owns_is_asked_of_b() {
     let cluster = Cluster::start();
     for payload in ["one", "two", "three"] {

@@ -13,10 +13,10 @@ use narad_meta::{Metastore, Remote};
 use narad_remotes::check;
 use narad_remotes::client::RemoteClient;
 use narad_remotes::state::LinkState;
-use narad_remotes::url as rules;
 use serde_json::{Value, json};
 
 use super::super::ApiState;
+use super::settings::checked_url;
 use crate::credentials::{CredentialError, client_of};
 
 /// This node's view of `remote`'s credential: an entry of `nodes[]`.
@@ -96,7 +96,8 @@ fn local_checks(
     remote: &Remote,
     checks: &mut Vec<Value>,
 ) -> Result<RemoteClient, LinkState> {
-    if let Err(error) = rules::parse_url(&remote.url, &state.config.remotes.url_policy) {
+    let policy = &state.config.remotes.url_policy;
+    if let Err(error) = checked_url(policy, &state.metrics, &remote.name, &remote.url) {
         let class = LinkState::DestinationRefused;
         checks.push(check_json("url", false, Some(class), &error.to_string()));
         return Err(class);

@@ -196,8 +196,13 @@ pub(crate) async fn create(
     let request: CreateBody = read_json(&headers, body).await?;
     let password = Zeroizing::new(request.password);
     rules::check_name(&request.name).map_err(rule_error)?;
-    let url =
-        rules::parse_url(&request.url, &state.config.remotes.url_policy).map_err(rule_error)?;
+    let url = settings::checked_url(
+        &state.config.remotes.url_policy,
+        &state.metrics,
+        &request.name,
+        &request.url,
+    )
+    .map_err(rule_error)?;
     rules::check_username(&request.username).map_err(rule_error)?;
     rules::check_password(password.as_bytes()).map_err(rule_error)?;
     let ca_pem = checked_ca(request.ca_pem)?;
@@ -325,7 +330,9 @@ pub(crate) async fn update(
     let url = request
         .url
         .as_deref()
-        .map(|url| rules::parse_url(url, &state.config.remotes.url_policy))
+        .map(|url| {
+            settings::checked_url(&state.config.remotes.url_policy, &state.metrics, &name, url)
+        })
         .transpose()
         .map_err(rule_error)?
         .map(|url| url.text);

@@ -660,3 +660,157 @@ async fn test_of_a_credential_this_node_cannot_open_fails_as_credential_unreadab
     assert_eq!(report["result"], "fail");
     assert_eq!(report["class"], "credential_unreadable");
 }
+
+/// `narad_remote_destination_refused_total{remote,reason}` on `api`.
+fn refused_total(api: &Api, remote: &str, reason: &str) -> Option<f64> {
+    super::super::tests::series_value(
+        &api.state.metrics.render(),
+        &format!(
+            "narad_remote_destination_refused_total{{remote=\"{remote}\",reason=\"{reason}\"}}"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn urls_the_nodes_ports_or_allowlist_refuse_count_by_reason_at_add_change_and_test() {
+    let mut config = secured();
+    config.remotes.url_policy =
+        narad_remotes::url::UrlPolicy::new(&["*.example.com".to_owned()], &[443]).expect("policy");
+    let api = node(replica(), config, secrets(SECRET, None));
+    let add = |name: &str, url: &str| {
+        format!(r#"{{"name":"{name}","url":"{url}","username":"u","password":"{PASSWORD}"}}"#)
+    };
+    let answer = send(
+        &api,
+        request(
+            "POST",
+            "/v1/remotes",
+            ROOT,
+            &add("dr", "https://dr.example.com:8443"),
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
+    let answer = send(
+        &api,
+        request(
+            "POST",
+            "/v1/remotes",
+            ROOT,
+            &add("dr", "https://dr.example.org"),
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "allowlist"), Some(1.0));
+    // A malformed URL is no destination refusal.
+    let answer = send(
+        &api,
+        request(
+            "POST",
+            "/v1/remotes",
+            ROOT,
+            &add("dr", "http://dr.example.com"),
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
+    assert_eq!(refused_total(&api, "dr", "allowlist"), Some(1.0));
+
+    let answer = create(&api, "dr").await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let patch = format!(r#"{{"url":"https://dr.example.com:9443","password":"{PASSWORD}"}}"#);
+    let answer = send(&api, request("PATCH", "/v1/remotes/dr", ROOT, &patch)).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "port"), Some(2.0));
+
+    // Another node of the cluster whose allowlist does not hold the host
+    // the first accepted refuses it in /test.
+    let mut config = secured();
+    config.remotes.url_policy =
+        narad_remotes::url::UrlPolicy::new(&["dr.example.net".to_owned()], &[443]).expect("policy");
+    let other = node(
+        Arc::clone(&api.state.replica),
+        config,
+        secrets(SECRET, None),
+    );
+    let answer = send(
+        &other,
+        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
+    )
+    .await;
+    let report = json(&answer);
+    assert_eq!(report["class"], "destination_refused", "{report}");
+    assert_eq!(check(&report, "url")["result"], "fail");
+    assert_eq!(refused_total(&other, "dr", "allowlist"), Some(1.0));
+}
+
+#[tokio::test]
+async fn a_node_whose_settings_refuse_a_remotes_url_does_not_ship_or_check_through_it() {
+    use crate::fanout::remote::{RemoteShipper, ShipOutcome, Shipment};
+    use crate::fanout::shipping::{NodeShipper, SharedShipper};
+    use crate::remote_children::{CheckOutcome, RemoteProbe};
+    use narad_remotes::state::LinkState;
+
+    let api = api();
+    assert_eq!(create(&api, "dr").await.status, StatusCode::CREATED);
+    let remote = api
+        .state
+        .replica
+        .view()
+        .metastore
+        .remote("dr")
+        .cloned()
+        .expect("dr");
+    // This node allows only port 8443: the remote's 443 is refused here.
+    let policy = narad_remotes::url::UrlPolicy::new(&[], &[8443]).expect("policy");
+    let shipper = NodeShipper::new(
+        Arc::clone(&api.state.replica),
+        Arc::clone(&api.state.credentials),
+        policy,
+        narad_remotes::guard::AddressGuard::default(),
+        Arc::clone(api.state.clock()),
+        Arc::clone(&api.state.metrics),
+    )
+    .expect("shipper");
+    let report = shipper.check(&remote, "orders").await;
+    assert_eq!(report.checks.len(), 1, "{:?}", report.checks);
+    assert_eq!(report.checks[0].name, "url");
+    assert_eq!(report.checks[0].outcome, CheckOutcome::Failed);
+    assert_eq!(
+        report.checks[0].state.as_deref(),
+        Some("destination_refused")
+    );
+    assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
+
+    // A lane of a link to it fails before anything is sent.
+    link(&api, "dr", "orders-dr");
+    let shipment = Shipment {
+        child: Arc::from("orders-dr"),
+        parent: Arc::from("orders"),
+        parent_partition: 0,
+        link: api
+            .state
+            .replica
+            .view()
+            .metastore
+            .remote_link("orders-dr")
+            .cloned()
+            .expect("link"),
+        lane: 0,
+        records: Vec::new(),
+        attach_epoch: AttachEpoch::from_bits(9),
+        parent_incarnation: None,
+    };
+    let outcome = SharedShipper(Arc::new(shipper)).ship(shipment).await;
+    assert_eq!(
+        outcome,
+        ShipOutcome::Failed {
+            shipped: 0,
+            state: LinkState::DestinationRefused
+        }
+    );
+    assert_eq!(refused_total(&api, "dr", "port"), Some(2.0));
+}
