@@ -145,13 +145,7 @@ impl PartitionLog {
         self.publish(&mut writer, position, &plan);
         if let Some(seen) = writer.seen.as_mut() {
             seen.expire_keys(plan.newest_ms, window_ms);
-            for record in &plan.stamped {
-                seen.remember(
-                    record.origin,
-                    record.idempotency_key,
-                    record.committed_at_ms,
-                );
-            }
+            seen.remember_all(&plan.stamped);
         }
         let payload_bytes = plan.stamped.iter().map(|r| r.payload.len() as u64).sum();
         Ok(CommitOutcome {
