@@ -32,8 +32,8 @@ use crate::segment::{self, SparseIndex};
 /// partition's commits waited for it.
 const REBUILD_SLOW_MS: u64 = 100;
 
-/// A commit's write buffer at most this large is kept for the committing
-/// thread's next commit; a larger one is freed.
+/// A commit's write or read-back buffer at most this large is kept for the
+/// committing thread's next commit; a larger one is freed.
 const KEPT_WRITE_BUF_BYTES_MAX: usize = 8 << 20;
 
 thread_local! {
@@ -42,6 +42,9 @@ thread_local! {
     /// made, and making one per commit cost page faults and zeroing of
     /// fresh memory on every commit (perf, fan-out with 4 children).
     static WRITE_BUF: std::cell::Cell<Option<IoBuf>> = const { std::cell::Cell::new(None) };
+
+    /// The last commit's read-back buffer on this thread, kept likewise.
+    static READ_BACK_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// An empty write buffer of at least `bytes`: the thread's kept one when it
@@ -568,10 +571,13 @@ impl PartitionLog {
         }
         let sync_duration = Duration::from_micros(self.clock.now_us().saturating_sub(syncing_us));
         let read_back = file
-            .read_at(position, plan.total_bytes)
+            .read_at_into(position, plan.total_bytes, READ_BACK_BUF.take())
             .wait()
             .map_err(LogError::io("read back a commit"))?;
         self.verify(&read_back, position, plan)?;
+        if read_back.capacity() <= KEPT_WRITE_BUF_BYTES_MAX {
+            READ_BACK_BUF.set(read_back);
+        }
         Ok(sync_duration)
     }
 
