@@ -200,6 +200,15 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     /// the file ends first.
     fn read_at(&self, offset: u64, len: usize) -> Completion<Vec<u8>>;
 
+    /// [`Self::read_at`] into `buf`'s memory (its content is dropped), so a
+    /// caller that reads often reuses one allocation instead of faulting in
+    /// fresh pages each time (a partition log's read-back of each commit).
+    /// The default ignores `buf` and reads with [`Self::read_at`].
+    fn read_at_into(&self, offset: u64, len: usize, buf: Vec<u8>) -> Completion<Vec<u8>> {
+        drop(buf);
+        self.read_at(offset, len)
+    }
+
     /// Makes every completed write to this file durable (`fdatasync`).
     fn fdatasync(&self) -> Completion<()>;
 

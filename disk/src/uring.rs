@@ -1343,6 +1343,33 @@ impl UringFile {
         completion
     }
 
+    /// Reads `len` bytes at `offset` into `target`: from the page cache on
+    /// this thread when it holds them all, else through the ring.
+    fn read_into_target(
+        &self,
+        offset: u64,
+        len: usize,
+        mut target: ReadTarget,
+    ) -> Completion<Vec<u8>> {
+        let (filled, finished) = self.read_cached(offset, &mut target.as_mut_slice()[..len]);
+        if finished {
+            self.disk
+                .shared
+                .cached_reads
+                .fetch_add(1, Ordering::Relaxed);
+            return Completion::ready(Ok(target.into_vec(filled)));
+        }
+        let (done, completion) = Completion::channel();
+        let kind = OpKind::Read {
+            offset,
+            target,
+            len,
+            filled,
+            done,
+        };
+        self.submit(kind, completion)
+    }
+
     /// Reads into `target` what the page cache holds, on this thread.
     /// Returns the bytes read and whether the read is finished: every byte,
     /// or the end of the file. Like a read through the ring, it sees a write
@@ -1412,24 +1439,16 @@ impl DiskFile for UringFile {
 
     fn read_at(&self, offset: u64, len: usize) -> Completion<Vec<u8>> {
         // O_DIRECT needs an aligned destination address.
-        let mut target = ReadTarget::new(len, self.direct_io);
-        let (filled, finished) = self.read_cached(offset, &mut target.as_mut_slice()[..len]);
-        if finished {
-            self.disk
-                .shared
-                .cached_reads
-                .fetch_add(1, Ordering::Relaxed);
-            return Completion::ready(Ok(target.into_vec(filled)));
+        self.read_into_target(offset, len, ReadTarget::new(len, self.direct_io))
+    }
+
+    fn read_at_into(&self, offset: u64, len: usize, mut buf: Vec<u8>) -> Completion<Vec<u8>> {
+        if self.direct_io {
+            return self.read_at(offset, len);
         }
-        let (done, completion) = Completion::channel();
-        let kind = OpKind::Read {
-            offset,
-            target,
-            len,
-            filled,
-            done,
-        };
-        self.submit(kind, completion)
+        buf.clear();
+        buf.resize(len, 0);
+        self.read_into_target(offset, len, ReadTarget::Plain(buf))
     }
 
     fn fdatasync(&self) -> Completion<()> {
@@ -2016,6 +2035,22 @@ mod tests {
         // Past the end: the bytes there are, and the read is still finished.
         assert_eq!(file.read_at(9_000, 4_096).wait().unwrap(), &data[9_000..]);
         assert_eq!(disk.cached_reads(), 2);
+    }
+
+    #[test]
+    fn a_read_into_a_reused_buffer_returns_only_the_bytes_read_in_its_memory() {
+        let Some(disk) = uring_disk(1) else { return };
+        let (_dir, file) = opened_temp_file(&disk);
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        file.write_at(0, IoBuf::from_slice(&data)).wait().unwrap();
+        let old = vec![0xee; 20_000];
+        let memory = old.as_ptr();
+        let read = file.read_at_into(100, 5_000, old).wait().unwrap();
+        assert_eq!(read, &data[100..5_100]);
+        assert_eq!(read.as_ptr(), memory, "the buffer given was read into");
+        // Past the end: only the bytes there are, none of the old content.
+        let read = file.read_at_into(9_000, 4_096, read).wait().unwrap();
+        assert_eq!(read, &data[9_000..]);
     }
 
     /// Asks the kernel to drop `file`'s clean pages, a few times, and says

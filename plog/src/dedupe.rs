@@ -16,9 +16,12 @@
 //! again), and every table has a cap past which the oldest entries go.
 //! Forgetting can only let a duplicate through; it never drops a record.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use rustc_hash::FxHashMap;
 
 use crate::record::{CommitRecord, ORIGIN_ID_BYTES, Origin, Record};
+use crate::seq_ranges::SeqRanges;
 
 /// How many of a partition's newest records the memory is rebuilt from
 /// after an open. A record re-sent after more than this many newer records
@@ -50,14 +53,24 @@ pub const IDEMPOTENCY_WINDOW_MS_DEFAULT: u64 = 120_000;
 #[derive(Debug, Default)]
 struct OriginSeen {
     floor: u64,
-    seqs: BTreeSet<u64>,
+    /// Kept as runs: a fan-out bucket is one run of parent offsets, so an
+    /// origin's memory is an entry or two however many records it sent.
+    seqs: SeqRanges,
     last_used: u64,
 }
+
+/// Origins are hashed with FxHash rather than the standard SipHash: an
+/// origin id is a SHA-256 digest (fan-out) or a WAL's random id, made by
+/// the node, never chosen by a client, so flooding one hash bucket is not
+/// an attack anyone can mount, and SipHash cost several per cent of the
+/// fan-out path's CPU (a lookup per record, twice per commit).
+type OriginMap<V> = FxHashMap<[u8; ORIGIN_ID_BYTES], V>;
 
 /// The provenance a partition stores, under its writer lock.
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
-    origins: HashMap<[u8; ORIGIN_ID_BYTES], OriginSeen>,
+    origins: OriginMap<OriginSeen>,
+    // Idempotency keys are chosen by producers: SipHash stays.
     keys: HashMap<Box<[u8]>, u64>,
     key_order: VecDeque<(u64, Box<[u8]>)>,
     uses: u64,
@@ -67,7 +80,7 @@ pub(crate) struct Seen {
 /// given twice in the same run is stored once too.
 #[derive(Debug, Default)]
 pub(crate) struct RunClaims<'a> {
-    origins: HashSet<([u8; ORIGIN_ID_BYTES], u64)>,
+    origins: OriginMap<SeqRanges>,
     keys: HashSet<&'a [u8]>,
 }
 
@@ -87,8 +100,12 @@ impl Seen {
             let stored = self
                 .origins
                 .get(&origin.id)
-                .is_some_and(|seen| seen.seqs.contains(&origin.seq));
-            if stored || run.origins.contains(&(origin.id, origin.seq)) {
+                .is_some_and(|seen| seen.seqs.contains(origin.seq));
+            let claimed = run
+                .origins
+                .get(&origin.id)
+                .is_some_and(|claims| claims.contains(origin.seq));
+            if stored || claimed {
                 return true;
             }
         }
@@ -103,7 +120,7 @@ impl Seen {
             }
         }
         if let Some(origin) = record.origin {
-            run.origins.insert((origin.id, origin.seq));
+            run.origins.entry(origin.id).or_default().insert(origin.seq);
         }
         if !key.is_empty() {
             run.keys.insert(key);
@@ -123,6 +140,34 @@ impl Seen {
         }
         if !idempotency_key.is_empty() {
             self.remember_key(idempotency_key, committed_at_ms);
+        }
+    }
+
+    /// Remembers the provenance of stored records, as
+    /// [`Self::remember`] for each in turn would: the origin of a stretch
+    /// of records from one origin is looked up once for all of them.
+    pub(crate) fn remember_all(&mut self, records: &[CommitRecord<'_>]) {
+        let mut rest = records;
+        while let Some(first) = rest.first() {
+            let Some(origin) = first.origin else {
+                if !first.idempotency_key.is_empty() {
+                    self.remember_key(first.idempotency_key, first.committed_at_ms);
+                }
+                rest = &rest[1..];
+                continue;
+            };
+            let stretch = rest
+                .iter()
+                .take_while(|record| record.origin.is_some_and(|o| o.id == origin.id))
+                .count();
+            let (same, after) = rest.split_at(stretch);
+            self.remember_origins(origin.id, same.iter().filter_map(|record| record.origin));
+            for record in same {
+                if !record.idempotency_key.is_empty() {
+                    self.remember_key(record.idempotency_key, record.committed_at_ms);
+                }
+            }
+            rest = after;
         }
     }
 
@@ -151,23 +196,35 @@ impl Seen {
     }
 
     fn remember_origin(&mut self, origin: Origin) {
+        self.remember_origins(origin.id, std::iter::once(origin));
+    }
+
+    /// Remembers `origins`, all of origin `id`, in order. Raising the
+    /// floor, adding and capping commute with each other (what is kept is
+    /// the highest sequences at or above the highest floor), so they are
+    /// done once for the whole stretch.
+    fn remember_origins(
+        &mut self,
+        id: [u8; ORIGIN_ID_BYTES],
+        origins: impl Iterator<Item = Origin>,
+    ) {
         self.uses += 1;
         let uses = self.uses;
-        if !self.origins.contains_key(&origin.id) && self.origins.len() >= ORIGINS_MAX {
+        if !self.origins.contains_key(&id) && self.origins.len() >= ORIGINS_MAX {
             self.forget_least_used_origin();
         }
-        let seen = self.origins.entry(origin.id).or_default();
+        let seen = self.origins.entry(id).or_default();
         seen.last_used = uses;
-        if origin.floor > seen.floor {
-            seen.floor = origin.floor;
-            seen.seqs = seen.seqs.split_off(&origin.floor);
+        for origin in origins {
+            if origin.floor > seen.floor {
+                seen.floor = origin.floor;
+                seen.seqs.forget_below(origin.floor);
+            }
+            if origin.seq >= seen.floor {
+                seen.seqs.insert(origin.seq);
+            }
         }
-        if origin.seq >= seen.floor {
-            seen.seqs.insert(origin.seq);
-        }
-        while seen.seqs.len() > ORIGIN_SEQS_MAX {
-            seen.seqs.pop_first();
-        }
+        seen.seqs.keep_highest(ORIGIN_SEQS_MAX as u64);
     }
 
     fn forget_least_used_origin(&mut self) {
@@ -260,6 +317,7 @@ mod tests {
         assert!(!seen.already_stored(&with_origin(origin(1, 7, 8)), 0, 0, &mut run));
         assert!(seen.already_stored(&with_origin(origin(1, 9, 8)), 0, 0, &mut run));
         assert_eq!(seen.origins[&[1; ORIGIN_ID_BYTES]].seqs.len(), 3);
+        assert_eq!(seen.origins[&[1; ORIGIN_ID_BYTES]].seqs.runs(), 1);
     }
 
     #[test]
@@ -269,8 +327,8 @@ mod tests {
             seen.remember(Some(origin(1, seq, 0)), b"", 0);
         }
         let seqs = &seen.origins[&[1; ORIGIN_ID_BYTES]].seqs;
-        assert_eq!(seqs.len(), ORIGIN_SEQS_MAX);
-        assert_eq!(seqs.first(), Some(&10));
+        assert_eq!(seqs.len(), ORIGIN_SEQS_MAX as u64);
+        assert_eq!(seqs.first(), Some(10));
     }
 
     #[test]
@@ -297,6 +355,52 @@ mod tests {
         one[..8].copy_from_slice(&1u64.to_be_bytes());
         assert!(!seen.origins.contains_key(&one));
         assert!(seen.origins.contains_key(&[0; ORIGIN_ID_BYTES]));
+    }
+
+    /// What a `Seen` holds, leaving out the use counters.
+    fn held(seen: &Seen) -> Vec<([u8; ORIGIN_ID_BYTES], u64, SeqRanges)> {
+        let mut held: Vec<_> = seen
+            .origins
+            .iter()
+            .map(|(id, origin)| (*id, origin.floor, origin.seqs.clone()))
+            .collect();
+        held.sort_by_key(|(id, ..)| *id);
+        held
+    }
+
+    #[test]
+    fn remembering_records_together_keeps_what_remembering_each_keeps() {
+        // Two origins interleaved, floors rising inside a stretch, a
+        // sequence below a raised floor, a repeat, and idempotency keys.
+        let records = [
+            with_origin(origin(1, 5, 0)),
+            with_origin(origin(1, 6, 0)),
+            with_origin(origin(1, 9, 6)),
+            with_origin(origin(1, 4, 6)),
+            with_origin(origin(2, 100, 100)),
+            with_key(b"k1"),
+            CommitRecord {
+                idempotency_key: b"k2",
+                ..with_origin(origin(2, 101, 100))
+            },
+            with_origin(origin(1, 9, 9)),
+            with_origin(origin(1, 10, 9)),
+        ];
+        let mut each = Seen::default();
+        for record in &records {
+            each.remember(
+                record.origin,
+                record.idempotency_key,
+                record.committed_at_ms,
+            );
+        }
+        let mut together = Seen::default();
+        together.remember_all(&records);
+        assert_eq!(held(&together), held(&each));
+        assert_eq!(together.sizes(), each.sizes());
+        assert_eq!(together.sizes(), (2, 2));
+        let ones = &together.origins[&[1; ORIGIN_ID_BYTES]];
+        assert_eq!((ones.floor, ones.seqs.len(), ones.seqs.runs()), (9, 2, 1));
     }
 
     #[test]

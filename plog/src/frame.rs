@@ -349,36 +349,43 @@ pub fn encode_frame(
             limit,
         });
     }
-    let mut payload = Vec::with_capacity(payload_bytes as usize);
+    // The records are encoded in place after room for the header: a frame
+    // stored uncompressed (the default) is then built with one allocation
+    // and no copy of its payload.
+    let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + payload_bytes as usize);
+    frame.resize(FRAME_HEADER_BYTES, 0);
     for record in records {
         let envelope_bytes = record::envelope_bytes(record);
-        payload.extend_from_slice(&(envelope_bytes as u32).to_be_bytes());
-        record::encode_envelope(&mut payload, record);
+        frame.extend_from_slice(&(envelope_bytes as u32).to_be_bytes());
+        record::encode_envelope(&mut frame, record);
     }
+    let uncompressed_bytes = frame.len() - FRAME_HEADER_BYTES;
     assert_eq!(
-        payload.len() as u64,
-        payload_bytes,
+        uncompressed_bytes as u64, payload_bytes,
         "payload size as planned"
     );
-    let (codec, stored) = match codec {
-        Codec::Zstd => match zstd::bulk::compress(&payload, level.zstd_level()) {
-            Ok(compressed) if compressed.len() < payload.len() => (Codec::Zstd, compressed),
+    let codec = match codec {
+        Codec::Zstd => match zstd::bulk::compress(&frame[FRAME_HEADER_BYTES..], level.zstd_level())
+        {
+            Ok(compressed) if compressed.len() < uncompressed_bytes => {
+                frame.truncate(FRAME_HEADER_BYTES);
+                frame.extend_from_slice(&compressed);
+                Codec::Zstd
+            }
             // Incompressible, or the compressor failed: storing the payload
             // as it is is always valid.
-            _ => (Codec::None, payload.clone()),
+            _ => Codec::None,
         },
-        Codec::None => (Codec::None, payload.clone()),
+        Codec::None => Codec::None,
     };
     let mut header = FrameHeader {
         codec,
         record_count,
         base_offset,
-        uncompressed_bytes: payload.len() as u32,
-        stored_bytes: stored.len() as u32,
+        uncompressed_bytes: uncompressed_bytes as u32,
+        stored_bytes: (frame.len() - FRAME_HEADER_BYTES) as u32,
         crc: 0,
     };
-    let mut frame = vec![0u8; FRAME_HEADER_BYTES];
-    frame.extend_from_slice(&stored);
     header.write(&mut frame);
     header.crc = frame_crc(&frame);
     header.write(&mut frame);

@@ -37,6 +37,7 @@ mod recovery;
 pub mod retention;
 mod scan;
 pub mod segment;
+mod seq_ranges;
 mod tail;
 mod transfer;
 mod watch;
