@@ -414,6 +414,7 @@ impl DataNode {
         api.logs = Some(Arc::clone(&logs));
         api.status.plug_logs(Arc::clone(&logs));
         api.status.plug_checkpoint(Arc::clone(&checkpoint));
+        api.status.plug_credentials(Arc::clone(&api.credentials));
         api.consume = Some(Arc::clone(&consume));
         api.fanout = fanout_status;
         api.metrics.set(

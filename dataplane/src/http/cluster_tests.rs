@@ -422,7 +422,7 @@ async fn detail_asks_other_nodes_over_rpc_and_names_those_that_did_not_answer() 
 #[tokio::test]
 async fn a_node_status_request_with_trailing_bytes_is_an_unsupported_operation() {
     let rpc = with_rpc();
-    let request = narad_protocol::Request::new(Opcode::NODE_STATUS, Bytes::from_static(&[1, 0]));
+    let request = narad_protocol::Request::new(Opcode::NODE_STATUS, Bytes::from_static(&[1, 1, 0]));
     let refused = rpc
         .transport
         .call_with_timeout(rpc.other, Lane::Control, request, CEILING)
