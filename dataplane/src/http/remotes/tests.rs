@@ -814,3 +814,156 @@ async fn a_node_whose_settings_refuse_a_remotes_url_does_not_ship_or_check_throu
     );
     assert_eq!(refused_total(&api, "dr", "port"), Some(2.0));
 }
+
+/// Opcode 33's request as a release before `with_remotes` reads it: no
+/// fields, so the flag byte is trailing.
+struct OlderNodeStatus;
+
+impl narad_protocol::Encode for OlderNodeStatus {
+    fn encode(&self, _writer: &mut narad_protocol::Writer) {}
+}
+
+impl narad_protocol::Decode for OlderNodeStatus {
+    fn decode(_reader: &mut narad_protocol::Reader) -> Result<Self, narad_protocol::DecodeError> {
+        Ok(Self)
+    }
+}
+
+impl narad_protocol::Message for OlderNodeStatus {
+    const NAME: &'static str = "NodeStatus";
+    const VERSION: u8 = 1;
+}
+
+/// A node RPC router that answers opcode 33 as an older release does.
+fn older_release() -> narad_protocol::Router {
+    use narad_protocol::consume::decode_forward_request;
+    use narad_protocol::{Inbound, NodeStatusAnswer, Opcode, OperationLimit, Response};
+
+    narad_protocol::Router::new().route(
+        Opcode::NODE_STATUS,
+        OperationLimit::new("node-status", 1),
+        |inbound: Inbound| async move {
+            decode_forward_request::<OlderNodeStatus>(inbound.request.body)?;
+            Ok(Response::message(&NodeStatusAnswer::default()))
+        },
+    )
+}
+
+#[tokio::test]
+async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unknown() {
+    use narad_disk::clock::SystemClock;
+    use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
+
+    use crate::forward::Forwarder;
+    use crate::remote::AddressTable;
+    use crate::status::NodeStatusService;
+
+    // Node 1 (this one) seals dr and dr-two under SECRET.
+    let api = api();
+    assert_eq!(create(&api, "dr").await.status, StatusCode::CREATED);
+    assert_eq!(create(&api, "dr-two").await.status, StatusCode::CREATED);
+    let (remote, key) = {
+        let view = api.state.replica.view();
+        let remote = view.metastore.remote("dr").cloned().expect("dr");
+        (remote, view.metastore.remote_key().cloned().expect("key"))
+    };
+    // Node 2 holds dr only, and another secret: it cannot open it.
+    let other = node(replica(), secured(), secrets(NEW_SECRET, None));
+    other
+        .state
+        .replica
+        .apply_next(&Command::CreateRemote(CreateRemote {
+            actor: Actor::User("root".into()),
+            remote,
+            key,
+        }))
+        .expect("created on node 2");
+    assert!(
+        other
+            .state
+            .status
+            .plug_credentials(Arc::clone(&other.state.credentials))
+    );
+    let auth = || ClusterAuth::Secret(ClusterSecret::new(vec![5; 32]).expect("32 bytes"));
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let service = NodeStatusService::new();
+    service.attach(Arc::clone(&other.state.status));
+    let other_transport = Node::bind(
+        NodeConfig::new(loopback, auth()),
+        service.route(Router::new()),
+    )
+    .expect("bind node 2");
+    // Node 4 runs an older release, which refuses the with_remotes byte.
+    let older = Node::bind(NodeConfig::new(loopback, auth()), older_release()).expect("bind 4");
+    let transport =
+        Arc::new(Node::bind(NodeConfig::new(loopback, auth()), Router::new()).expect("bind"));
+    let addresses = Arc::new(AddressTable::new());
+    addresses.set(2, other_transport.local_addr());
+    addresses.set(4, older.local_addr());
+    // Node 3 is a member without a known address; node 5 is marked dead.
+    for member in [2, 3, 4, 5] {
+        crate::testing::register(&api.state.replica, member);
+    }
+    crate::testing::mark_dead(&api.state.replica, 5);
+    let forwarder = Forwarder::new(
+        transport,
+        addresses,
+        Arc::clone(&api.state.replica),
+        Arc::new(SystemClock::new()),
+    );
+    assert!(api.state.forwarder.set(forwarder).is_ok());
+
+    let answer = send(&api, request("GET", "/v1/remotes", ROOT, "")).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let body = json(&answer);
+    let nodes = &body["remotes"][0]["nodes"];
+    assert_eq!(body["remotes"][0]["name"], "dr");
+    assert_eq!(nodes.as_array().map(Vec::len), Some(5), "{body}");
+    assert_eq!(nodes[0]["node"], 1);
+    assert_eq!(nodes[0]["credential"], "readable");
+    assert_eq!(nodes[0]["key_current"], true);
+    assert_eq!(nodes[1]["node"], 2);
+    assert_eq!(nodes[1]["credential"], "unreadable", "{body}");
+    assert_eq!(nodes[1]["key_current"], false);
+    assert_eq!(nodes[1]["credential_version"], 1);
+    assert!(nodes[1]["error"].is_string(), "{body}");
+    for (entry, node) in [(2, 3), (3, 4), (4, 5)] {
+        assert_eq!(nodes[entry]["node"], node, "{body}");
+        assert_eq!(nodes[entry]["credential"], "unknown", "{body}");
+        assert_eq!(nodes[entry]["key_current"], Value::Null, "{body}");
+        assert_eq!(nodes[entry]["credential_version"], Value::Null, "{body}");
+    }
+    assert_eq!(nodes[2]["error"], "no node RPC address is known for it");
+    let older_error = nodes[3]["error"].as_str().expect("an error");
+    assert!(older_error.contains("an older node"), "{older_error}");
+    assert!(
+        older_error.contains("unsupported rpc operation"),
+        "{older_error}"
+    );
+    assert_eq!(nodes[4]["error"], "marked dead");
+    // Node 2 answered, but its replica does not hold dr-two.
+    let two = &body["remotes"][1]["nodes"];
+    assert_eq!(two[1]["credential"], "unknown", "{body}");
+    assert_eq!(
+        two[1]["error"],
+        "its replica does not hold this remote (yet)"
+    );
+    let not_answering: Vec<&str> = body["not_answering"]
+        .as_array()
+        .expect("not_answering")
+        .iter()
+        .filter_map(|entry| entry["node"].as_str())
+        .collect();
+    assert_eq!(not_answering, ["3", "4", "5"], "{body}");
+
+    let one = send(&api, request("GET", "/v1/remotes/dr", ROOT, "")).await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.body);
+    assert_eq!(json(&one)["nodes"], *nodes);
+    let local_only = send(&api, request("GET", "/v1/remotes/dr?nodes=false", ROOT, "")).await;
+    assert!(
+        json(&local_only).get("nodes").is_none(),
+        "{}",
+        local_only.body
+    );
+    drop((other_transport, older));
+}
