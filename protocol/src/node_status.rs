@@ -660,8 +660,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_move_count_over_the_limit_is_refused_before_allocating() {
+    /// An answer's fixed fields and an empty copy list, up to its move
+    /// count.
+    fn head() -> Writer {
         let mut writer = Writer::new();
         writer.u8(NodeStatusAnswer::VERSION);
         writer.u8(0);
@@ -669,6 +670,12 @@ mod tests {
             writer.u64(0);
         }
         writer.u32(0);
+        writer
+    }
+
+    #[test]
+    fn a_move_count_over_the_limit_is_refused_before_allocating() {
+        let mut writer = head();
         writer.u32(NODE_MOVES_MAX + 1);
         assert_eq!(
             decode_message::<NodeStatusAnswer>(writer.finish()),
@@ -681,13 +688,7 @@ mod tests {
 
     #[test]
     fn a_text_over_the_limit_is_refused_by_name() {
-        let mut writer = Writer::new();
-        writer.u8(NodeStatusAnswer::VERSION);
-        writer.u8(1);
-        for _ in 0..4 {
-            writer.u64(0);
-        }
-        writer.u32(0);
+        let mut writer = head();
         writer.u32(1);
         writer.bytes(&vec![b'a'; NODE_STATUS_TEXT_BYTES_MAX + 1]);
         assert_eq!(
@@ -701,14 +702,21 @@ mod tests {
 
     /// An answer's bytes up to its remote count: no copies, no moves.
     fn head_before_remotes() -> Writer {
-        let mut writer = Writer::new();
-        writer.u8(NodeStatusAnswer::VERSION);
+        let mut writer = head();
+        writer.u32(0);
+        writer
+    }
+
+    /// An answer's bytes with one remote view, "dr", whose credential
+    /// byte is `credential`, then `has_error`.
+    fn one_remote_view(credential: u8, has_error: u8) -> Writer {
+        let mut writer = head_before_remotes();
+        writer.u32(1);
+        writer.bytes(b"dr");
+        writer.u64(1);
+        writer.u8(credential);
         writer.u8(0);
-        for _ in 0..4 {
-            writer.u64(0);
-        }
-        writer.u32(0);
-        writer.u32(0);
+        writer.u8(has_error);
         writer
     }
 
@@ -742,13 +750,7 @@ mod tests {
 
     #[test]
     fn a_remote_error_over_the_limit_is_refused_by_name() {
-        let mut writer = head_before_remotes();
-        writer.u32(1);
-        writer.bytes(b"dr");
-        writer.u64(1);
-        writer.u8(2);
-        writer.u8(0);
-        writer.u8(1);
+        let mut writer = one_remote_view(2, 1);
         writer.bytes(&vec![b'e'; NODE_STATUS_TEXT_BYTES_MAX + 1]);
         assert_eq!(
             decode_message::<NodeStatusAnswer>(writer.finish()),
@@ -761,15 +763,8 @@ mod tests {
 
     #[test]
     fn an_unknown_credential_state_is_refused() {
-        let mut writer = head_before_remotes();
-        writer.u32(1);
-        writer.bytes(b"dr");
-        writer.u64(1);
-        writer.u8(4);
-        writer.u8(0);
-        writer.u8(0);
         assert_eq!(
-            decode_message::<NodeStatusAnswer>(writer.finish()),
+            decode_message::<NodeStatusAnswer>(one_remote_view(4, 0).finish()),
             Err(DecodeError::InvalidValue {
                 field: "remote credential",
                 value: 4

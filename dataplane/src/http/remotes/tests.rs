@@ -851,12 +851,7 @@ fn older_release() -> narad_protocol::Router {
 
 #[tokio::test]
 async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unknown() {
-    use narad_disk::clock::SystemClock;
-    use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig, Router};
-
-    use crate::forward::Forwarder;
-    use crate::remote::AddressTable;
-    use crate::status::NodeStatusService;
+    use crate::testing::{attach_forwarder, loopback_rpc, status_rpc};
 
     // Node 1 (this one) seals dr and dr-two under SECRET.
     let api = api();
@@ -884,34 +879,16 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
             .status
             .plug_credentials(Arc::clone(&other.state.credentials))
     );
-    let auth = || ClusterAuth::Secret(ClusterSecret::new(vec![5; 32]).expect("32 bytes"));
-    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let service = NodeStatusService::new();
-    service.attach(Arc::clone(&other.state.status));
-    let other_transport = Node::bind(
-        NodeConfig::new(loopback, auth()),
-        service.route(Router::new()),
-    )
-    .expect("bind node 2");
+    let other_transport = status_rpc(&other.state.status);
     // Node 4 runs an older release, which refuses the with_remotes byte.
-    let older = Node::bind(NodeConfig::new(loopback, auth()), older_release()).expect("bind 4");
-    let transport =
-        Arc::new(Node::bind(NodeConfig::new(loopback, auth()), Router::new()).expect("bind"));
-    let addresses = Arc::new(AddressTable::new());
-    addresses.set(2, other_transport.local_addr());
-    addresses.set(4, older.local_addr());
+    let older = loopback_rpc(older_release());
+    let peers = [(2, other_transport.local_addr()), (4, older.local_addr())];
+    let _transport = attach_forwarder(&api.state, &peers);
     // Node 3 is a member without a known address; node 5 is marked dead.
     for member in [2, 3, 4, 5] {
         crate::testing::register(&api.state.replica, member);
     }
     crate::testing::mark_dead(&api.state.replica, 5);
-    let forwarder = Forwarder::new(
-        transport,
-        addresses,
-        Arc::clone(&api.state.replica),
-        Arc::new(SystemClock::new()),
-    );
-    assert!(api.state.forwarder.set(forwarder).is_ok());
 
     let answer = send(&api, request("GET", "/v1/remotes", ROOT, "")).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
