@@ -882,10 +882,17 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
     let other_transport = status_rpc(&other.state.status);
     // Node 4 runs an older release, which refuses the with_remotes byte.
     let older = loopback_rpc(older_release());
-    let peers = [(2, other_transport.local_addr()), (4, older.local_addr())];
+    // Node 6 serves its status without credentials plugged in.
+    let bare = node(replica(), secured(), secrets(SECRET, None));
+    let bare_transport = status_rpc(&bare.state.status);
+    let peers = [
+        (2, other_transport.local_addr()),
+        (4, older.local_addr()),
+        (6, bare_transport.local_addr()),
+    ];
     let _transport = attach_forwarder(&api.state, &peers);
     // Node 3 is a member without a known address; node 5 is marked dead.
-    for member in [2, 3, 4, 5] {
+    for member in [2, 3, 4, 5, 6] {
         crate::testing::register(&api.state.replica, member);
     }
     crate::testing::mark_dead(&api.state.replica, 5);
@@ -895,7 +902,7 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
     let body = json(&answer);
     let nodes = &body["remotes"][0]["nodes"];
     assert_eq!(body["remotes"][0]["name"], "dr");
-    assert_eq!(nodes.as_array().map(Vec::len), Some(5), "{body}");
+    assert_eq!(nodes.as_array().map(Vec::len), Some(6), "{body}");
     assert_eq!(nodes[0]["node"], 1);
     assert_eq!(nodes[0]["credential"], "readable");
     assert_eq!(nodes[0]["key_current"], true);
@@ -904,7 +911,7 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
     assert_eq!(nodes[1]["key_current"], false);
     assert_eq!(nodes[1]["credential_version"], 1);
     assert!(nodes[1]["error"].is_string(), "{body}");
-    for (entry, node) in [(2, 3), (3, 4), (4, 5)] {
+    for (entry, node) in [(2, 3), (3, 4), (4, 5), (5, 6)] {
         assert_eq!(nodes[entry]["node"], node, "{body}");
         assert_eq!(nodes[entry]["credential"], "unknown", "{body}");
         assert_eq!(nodes[entry]["key_current"], Value::Null, "{body}");
@@ -918,6 +925,10 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
         "{older_error}"
     );
     assert_eq!(nodes[4]["error"], "marked dead");
+    assert_eq!(
+        nodes[5]["error"],
+        "it does not report its views of the remotes"
+    );
     // Node 2 answered, but its replica does not hold dr-two.
     let two = &body["remotes"][1]["nodes"];
     assert_eq!(two[1]["credential"], "unknown", "{body}");
@@ -931,7 +942,7 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
         .iter()
         .filter_map(|entry| entry["node"].as_str())
         .collect();
-    assert_eq!(not_answering, ["3", "4", "5"], "{body}");
+    assert_eq!(not_answering, ["3", "4", "5", "6"], "{body}");
 
     let one = send(&api, request("GET", "/v1/remotes/dr", ROOT, "")).await;
     assert_eq!(one.status, StatusCode::OK, "{}", one.body);
@@ -942,5 +953,5 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
         "{}",
         local_only.body
     );
-    drop((other_transport, older));
+    drop((other_transport, older, bare_transport));
 }
