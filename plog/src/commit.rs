@@ -34,8 +34,10 @@ use crate::tail::CachedFrame;
 const REBUILD_SLOW_MS: u64 = 100;
 
 /// A commit's write or read-back buffer at most this large is kept for the
-/// committing thread's next commit; a larger one is freed.
-const KEPT_WRITE_BUF_BYTES_MAX: usize = 8 << 20;
+/// committing thread's next commit; a larger one is freed. Small, because
+/// every committing thread (48 on a data node) may keep two: a commit
+/// larger than this pays for its allocation many times over in its write.
+const KEPT_COMMIT_BUF_BYTES_MAX: usize = 256 << 10;
 
 thread_local! {
     /// The last commit's write buffer on this thread, kept for its next
@@ -62,7 +64,7 @@ fn take_write_buf(bytes: usize) -> IoBuf {
 
 /// Keeps `buf` for the thread's next commit, unless it is large.
 fn keep_write_buf(buf: IoBuf) {
-    if buf.capacity() <= KEPT_WRITE_BUF_BYTES_MAX {
+    if buf.capacity() <= KEPT_COMMIT_BUF_BYTES_MAX {
         WRITE_BUF.set(Some(buf));
     }
 }
@@ -576,7 +578,7 @@ impl PartitionLog {
             .wait()
             .map_err(LogError::io("read back a commit"))?;
         self.verify(&read_back, position, plan)?;
-        if read_back.capacity() <= KEPT_WRITE_BUF_BYTES_MAX {
+        if read_back.capacity() <= KEPT_COMMIT_BUF_BYTES_MAX {
             READ_BACK_BUF.set(read_back);
         }
         Ok(sync_duration)
