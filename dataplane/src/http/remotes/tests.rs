@@ -677,45 +677,22 @@ async fn urls_the_nodes_ports_or_allowlist_refuse_count_by_reason_at_add_change_
     config.remotes.url_policy =
         narad_remotes::url::UrlPolicy::new(&["*.example.com".to_owned()], &[443]).expect("policy");
     let api = node(replica(), config, secrets(SECRET, None));
-    let add = |name: &str, url: &str| {
-        format!(r#"{{"name":"{name}","url":"{url}","username":"u","password":"{PASSWORD}"}}"#)
+    let add = async |url: &str| {
+        let body =
+            format!(r#"{{"name":"dr","url":"{url}","username":"u","password":"{PASSWORD}"}}"#);
+        send(&api, request("POST", "/v1/remotes", ROOT, &body))
+            .await
+            .status
     };
-    let answer = send(
-        &api,
-        request(
-            "POST",
-            "/v1/remotes",
-            ROOT,
-            &add("dr", "https://dr.example.com:8443"),
-        ),
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        add("https://dr.example.com:8443").await,
+        StatusCode::BAD_REQUEST
+    );
     assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
-    let answer = send(
-        &api,
-        request(
-            "POST",
-            "/v1/remotes",
-            ROOT,
-            &add("dr", "https://dr.example.org"),
-        ),
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(add("https://dr.example.org").await, StatusCode::BAD_REQUEST);
     assert_eq!(refused_total(&api, "dr", "allowlist"), Some(1.0));
     // A malformed URL is no destination refusal.
-    let answer = send(
-        &api,
-        request(
-            "POST",
-            "/v1/remotes",
-            ROOT,
-            &add("dr", "http://dr.example.com"),
-        ),
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(add("http://dr.example.com").await, StatusCode::BAD_REQUEST);
     assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
     assert_eq!(refused_total(&api, "dr", "allowlist"), Some(1.0));
 
