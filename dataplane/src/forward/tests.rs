@@ -638,6 +638,28 @@ async fn the_children_listing_on_a_counts_the_lag_of_cursors_running_on_b() {
     cluster.stop();
 }
 
+/// Reports on B the cursor of remote child `split-dr` on `split`'s
+/// partition 1, at offset 0 of 1, shipping as `shipping`; returns the
+/// report.
+fn report_split_dr_cursor_on_b(
+    cluster: &Cluster,
+    shipping: crate::fanout::RemoteReport,
+) -> CursorReport {
+    let key = CursorKey {
+        parent: "split".into(),
+        partition: 1,
+        child: "split-dr".into(),
+    };
+    let report = CursorReport {
+        next_offset: 0,
+        high_watermark: 1,
+        due_lag_ms: None,
+        remote: Some(shipping),
+    };
+    cluster.b.fanout().report(key, report.clone());
+    report
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
     let cluster = Cluster::start();
@@ -648,18 +670,7 @@ async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
         last_success_at_ms: Some(5_000),
         oldest_pending_ms: Some(4_000),
     };
-    let key = CursorKey {
-        parent: "split".into(),
-        partition: 1,
-        child: "split-dr".into(),
-    };
-    let report = CursorReport {
-        next_offset: 0,
-        high_watermark: 1,
-        due_lag_ms: None,
-        remote: Some(shipping.clone()),
-    };
-    cluster.b.fanout().report(key, report);
+    report_split_dr_cursor_on_b(&cluster, shipping.clone());
     let forwarder = cluster.a.api().forwarder.get().expect("forwarder");
     let ask = |remote_reports| StatsAsk {
         cursors: true,
@@ -694,23 +705,15 @@ async fn a_skip_on_a_reads_whether_the_cursor_on_b_holds_on_the_record() {
 
     let cluster = Cluster::start();
     cluster.produce_on_b("split", 1, "one").await;
-    let key = CursorKey {
-        parent: "split".into(),
-        partition: 1,
-        child: "split-dr".into(),
-    };
-    let report = CursorReport {
-        next_offset: 0,
-        high_watermark: 1,
-        due_lag_ms: None,
-        remote: Some(crate::fanout::RemoteReport {
+    let report = report_split_dr_cursor_on_b(
+        &cluster,
+        crate::fanout::RemoteReport {
             state: "rejected_record".into(),
             blocked_at: Some(0),
             last_success_at_ms: None,
             oldest_pending_ms: None,
-        }),
-    };
-    cluster.b.fanout().report(key, report.clone());
+        },
+    );
     let a = cluster.a.api();
     let split = a.replica.topic_meta("split").expect("split");
 
