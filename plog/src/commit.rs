@@ -69,6 +69,13 @@ fn keep_write_buf(buf: IoBuf) {
     }
 }
 
+/// Keeps `buf` for the thread's next commit's read-back, unless it is large.
+fn keep_read_back_buf(buf: Vec<u8>) {
+    if buf.capacity() <= KEPT_COMMIT_BUF_BYTES_MAX {
+        READ_BACK_BUF.set(buf);
+    }
+}
+
 /// What a successful commit did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitOutcome {
@@ -578,9 +585,7 @@ impl PartitionLog {
             .wait()
             .map_err(LogError::io("read back a commit"))?;
         self.verify(&read_back, position, plan)?;
-        if read_back.capacity() <= KEPT_COMMIT_BUF_BYTES_MAX {
-            READ_BACK_BUF.set(read_back);
-        }
+        keep_read_back_buf(read_back);
         Ok(sync_duration)
     }
 

@@ -614,6 +614,16 @@ async fn test_report(api: &Api, url: &str) -> Value {
     json(&answer)
 }
 
+/// The report of `POST /v1/remotes/dr/test` for topic `orders` on `api`.
+async fn test_dr_report(api: &Api) -> Value {
+    let answer = send(
+        api,
+        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
+    )
+    .await;
+    json(&answer)
+}
+
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["checks"]
         .as_array()
@@ -651,12 +661,7 @@ async fn test_of_a_credential_this_node_cannot_open_fails_as_credential_unreadab
         secured(),
         secrets(NEW_SECRET, None),
     );
-    let answer = send(
-        &other,
-        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
-    )
-    .await;
-    let report = json(&answer);
+    let report = test_dr_report(&other).await;
     assert_eq!(report["result"], "fail");
     assert_eq!(report["class"], "credential_unreadable");
 }
@@ -713,12 +718,7 @@ async fn urls_the_nodes_ports_or_allowlist_refuse_count_by_reason_at_add_change_
         config,
         secrets(SECRET, None),
     );
-    let answer = send(
-        &other,
-        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
-    )
-    .await;
-    let report = json(&answer);
+    let report = test_dr_report(&other).await;
     assert_eq!(report["class"], "destination_refused", "{report}");
     assert_eq!(check(&report, "url")["result"], "fail");
     assert_eq!(refused_total(&other, "dr", "allowlist"), Some(1.0));
