@@ -8,7 +8,7 @@
 //! JSON under `target/bench/` with a PNG chart beside them.
 //!
 //! This library holds what every benchmark binary shares: latency statistics
-//! ([`stats`]), CPU time ([`cpu`]), the raw-disk baselines ([`baseline`]),
+//! ([`stats`]), CPU time ([`cpu`]), a node's metrics ([`metrics`]), the raw-disk baselines ([`baseline`]),
 //! the report writer ([`report`]) and its target verdicts ([`verdict`]), and
 //! the brokers a benchmark drives, one `narad dev` ([`node`]) or a cluster
 //! of control and data nodes ([`cluster`]), and the HTTPS front a remote
@@ -19,6 +19,7 @@ pub mod baseline;
 pub mod cluster;
 pub mod cpu;
 pub mod http;
+pub mod metrics;
 pub mod node;
 pub mod report;
 pub mod stats;

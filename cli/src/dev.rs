@@ -312,6 +312,7 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     config.set_partition_log_prealloc(dev.settings.partition_log_prealloc);
     config.wal.inline_flush = dev.settings.ingress_wal_inline_flush;
     config.retention.check_interval = dev.settings.retention_check_interval;
+    config.log.tail_cache_bytes = dev.settings.tail_cache_bytes;
     let services = NodeServices {
         disk,
         leader: Arc::new(ControlConfirm::new(

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use narad_disk::clock::Clock;
 use narad_meta::{Metastore, Remote, RemoteKey, ResealedPassword, SealedPassword};
+use narad_protocol::{CredentialState, RemoteView};
 use narad_remotes::client::{ClientError, ClientLimits, RemoteClient, Target};
 use narad_remotes::guard::AddressGuard;
 use narad_remotes::seal::{
@@ -382,6 +383,36 @@ impl RemoteCredentials {
                 ..remote.password.clone()
             },
         })
+    }
+}
+
+impl RemoteCredentials {
+    /// This node's look at `remote`'s credential in `metastore`: whether
+    /// its secret opens it (opening it now, or from the cache), and
+    /// whether its current secret derives the key it is sealed under. An
+    /// entry of a remote's `nodes[]`, and what a node answers another
+    /// that asks its status `with_remotes`.
+    pub fn view(&self, metastore: &Metastore, remote: &Remote) -> RemoteView {
+        let opened = metastore
+            .remote_key()
+            .ok_or(CredentialError::BadSalt)
+            .and_then(|key| self.open(key, remote).map(drop));
+        let (credential, error) = match opened {
+            Ok(()) => (CredentialState::Readable, None),
+            Err(CredentialError::NoSecret) => (CredentialState::NoSecret, None),
+            Err(error) => (CredentialState::Unreadable, Some(error.to_string())),
+        };
+        let key_current = metastore
+            .remote_key()
+            .and_then(|key| self.current_key_id(key).ok())
+            .is_some_and(|id| id == remote.password.key_id);
+        RemoteView {
+            name: remote.name.clone(),
+            credential_version: remote.credential_version,
+            credential,
+            key_current,
+            error,
+        }
     }
 }
 

@@ -235,6 +235,9 @@ pub const FANOUT_REMOTE_RETENTION_HEADROOM_SECONDS: &str =
 pub const REMOTE_REQUESTS_TOTAL: &str = "narad_remote_requests_total";
 /// How long a request to a remote took (remote).
 pub const REMOTE_REQUEST_SECONDS: &str = "narad_remote_request_seconds";
+/// How long a request to a remote waited for one of the remote's
+/// `limits.max_in_flight` slots on this node before it was sent (remote).
+pub const REMOTE_INFLIGHT_WAIT_SECONDS: &str = "narad_remote_inflight_wait_seconds";
 /// Failed requests to a remote by link state (remote, class).
 pub const REMOTE_ERRORS_TOTAL: &str = "narad_remote_errors_total";
 /// Uncompressed request body bytes sent to a remote (remote).
@@ -250,8 +253,11 @@ pub const REMOTE_GATE_BACKOFF_SECONDS: &str = "narad_remote_gate_backoff_seconds
 /// The last periodic look's round trip to a remote (remote): one small
 /// `GET` of the target topic, answered.
 pub const REMOTE_RTT_SECONDS: &str = "narad_remote_rtt_seconds";
-/// Requests to a remote the outbound address guard refused after name
-/// resolution (remote, reason `address`).
+/// Refused destinations of a remote (remote, reason): `address`, a
+/// request the outbound address guard refused after name resolution;
+/// `port` or `allowlist`, a URL this node's `remotes.allowed_ports` or
+/// `remotes.allowed_hosts` refused (at add, change, test, attach check or
+/// before shipping).
 pub const REMOTE_DESTINATION_REFUSED_TOTAL: &str = "narad_remote_destination_refused_total";
 /// Records sent to a remote again (remote): a lane's records at or below
 /// the highest offset that lane already sent, after a failure.
@@ -318,7 +324,7 @@ pub const CONSUME_WAIT_BUCKETS_SECONDS: [f64; 12] = [
 
 /// The bucket bounds of every histogram this registry serves. A histogram
 /// missing here would be rendered as a summary.
-const BUCKETS: [(&str, &[f64]); 10] = [
+const BUCKETS: [(&str, &[f64]); 11] = [
     (CONSUME_WAIT_SECONDS, &CONSUME_WAIT_BUCKETS_SECONDS),
     (FANOUT_BATCH_RECORDS, &FANOUT_BATCH_RECORDS_BUCKETS),
     (FANOUT_BATCH_BYTES, &FANOUT_BATCH_BYTES_BUCKETS),
@@ -341,6 +347,7 @@ const BUCKETS: [(&str, &[f64]); 10] = [
     ),
     (CLUSTER_RPC_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
     (REMOTE_REQUEST_SECONDS, &CALL_SECONDS_BUCKETS),
+    (REMOTE_INFLIGHT_WAIT_SECONDS, &CALL_SECONDS_BUCKETS),
 ];
 
 static METADATA: Metadata<'static> = Metadata::new("narad_dataplane", Level::INFO, None);

@@ -414,6 +414,7 @@ impl DataNode {
         api.logs = Some(Arc::clone(&logs));
         api.status.plug_logs(Arc::clone(&logs));
         api.status.plug_checkpoint(Arc::clone(&checkpoint));
+        api.status.plug_credentials(Arc::clone(&api.credentials));
         api.consume = Some(Arc::clone(&consume));
         api.fanout = fanout_status;
         api.metrics.set(
@@ -428,6 +429,7 @@ impl DataNode {
         let shipper = SharedShipper(Arc::new(NodeShipper::new(
             Arc::clone(&api.replica),
             Arc::clone(&api.credentials),
+            api.config.remotes.url_policy.clone(),
             api.config.remotes.guard(),
             Arc::clone(logs.clock()),
             Arc::clone(&api.metrics),

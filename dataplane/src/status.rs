@@ -17,15 +17,16 @@ use std::sync::{Arc, OnceLock};
 
 use narad_protocol::consume::decode_forward_request;
 use narad_protocol::node_status::{
-    NODE_MOVES_MAX, NODE_STATUS_TEXT_BYTES_MAX, QUARANTINE_LIST_MAX,
+    NODE_MOVES_MAX, NODE_REMOTES_MAX, NODE_STATUS_TEXT_BYTES_MAX, QUARANTINE_LIST_MAX,
 };
 use narad_protocol::{
     Inbound, NodeStatus as NodeStatusRequest, NodeStatusAnswer, Opcode, OperationLimit,
-    QuarantinedCopy, Response, Router, RpcError,
+    QuarantinedCopy, RemoteView, Response, Router, RpcError,
 };
 
 use narad_wal::{CheckpointStore, Wal};
 
+use crate::credentials::RemoteCredentials;
 use crate::metadata::MetadataReplica;
 pub use crate::moves::status::{MoveReports, MoveWorkerStatus};
 use crate::partitions::LocalLogs;
@@ -70,6 +71,8 @@ pub struct StatusSources {
     move_reports: OnceLock<Arc<dyn MoveReports>>,
     /// The dispatcher's checkpoint store, for its flusher's panics.
     checkpoint: OnceLock<Arc<CheckpointStore>>,
+    /// The node's remote credentials, for its views of the remotes.
+    credentials: OnceLock<Arc<RemoteCredentials>>,
 }
 
 impl StatusSources {
@@ -88,7 +91,37 @@ impl StatusSources {
             logs: OnceLock::new(),
             move_reports: OnceLock::new(),
             checkpoint: OnceLock::new(),
+            credentials: OnceLock::new(),
         }
+    }
+
+    /// Reports this node's views of the remotes' credentials through
+    /// `credentials` from now on; false if some were plugged in already
+    /// (they stay).
+    pub fn plug_credentials(&self, credentials: Arc<RemoteCredentials>) -> bool {
+        self.credentials.set(credentials).is_ok()
+    }
+
+    /// This node's view of each remote's credential (the first
+    /// [`NODE_REMOTES_MAX`] by name, texts cut to the wire's limit);
+    /// `None` until credentials are plugged in.
+    pub fn remote_views(&self) -> Option<Vec<RemoteView>> {
+        let credentials = self.credentials.get()?;
+        let view = self.replica.view();
+        let views = view
+            .metastore
+            .remotes()
+            .take(NODE_REMOTES_MAX as usize)
+            .map(|remote| {
+                let mut view = credentials.view(&view.metastore, remote);
+                clip(&mut view.name);
+                if let Some(error) = &mut view.error {
+                    clip(error);
+                }
+                view
+            })
+            .collect();
+        Some(views)
     }
 
     /// Panics of the ingress WAL's background workers since the node
@@ -144,6 +177,8 @@ pub struct NodeStatus {
     pub quarantine: QuarantineReport,
     /// Its move workers.
     pub moves: Vec<MoveWorkerStatus>,
+    /// Its views of the remotes' credentials, when asked for.
+    pub remotes: Option<Vec<RemoteView>>,
 }
 
 impl NodeStatus {
@@ -162,6 +197,7 @@ impl NodeStatus {
             dispatch_backlog: sources.dispatch_backlog(),
             quarantine: quarantine(sources).await,
             moves,
+            remotes: None,
         }
     }
 
@@ -187,6 +223,7 @@ impl NodeStatus {
                 .take(NODE_MOVES_MAX as usize)
                 .map(report_of)
                 .collect(),
+            remotes: self.remotes.clone(),
         }
     }
 
@@ -202,6 +239,7 @@ impl NodeStatus {
                 list: answer.quarantine,
             },
             moves: answer.moves,
+            remotes: answer.remotes,
         }
     }
 }
@@ -314,8 +352,11 @@ impl NodeStatusService {
         let sources = self.sources.get().ok_or_else(|| {
             RpcError::unavailable("this data node does not report its status yet")
         })?;
-        let NodeStatusRequest = decode_forward_request::<NodeStatusRequest>(inbound.request.body)?;
-        let status = NodeStatus::read(sources).await;
+        let request = decode_forward_request::<NodeStatusRequest>(inbound.request.body)?;
+        let mut status = NodeStatus::read(sources).await;
+        if request.with_remotes {
+            status.remotes = sources.remote_views();
+        }
         Ok(Response::message(&status.to_wire()))
     }
 }
@@ -351,6 +392,13 @@ mod tests {
                 list: Vec::new(),
             },
             moves: vec![worker(Some("source refused".into()))],
+            remotes: Some(vec![RemoteView {
+                name: "dr".into(),
+                credential_version: 2,
+                credential: narad_protocol::CredentialState::Unreadable,
+                key_current: false,
+                error: Some("the seal does not open".into()),
+            }]),
         };
         assert_eq!(NodeStatus::from_wire(status.to_wire()), status);
     }

@@ -357,3 +357,44 @@ impl Served {
             .expect("shutdown");
     }
 }
+
+/// A node RPC endpoint on loopback serving `router`, under the one
+/// cluster secret every test endpoint shares.
+pub(crate) fn loopback_rpc(router: narad_protocol::Router) -> narad_protocol::Node {
+    use narad_protocol::{ClusterAuth, ClusterSecret, Node, NodeConfig};
+
+    let auth = ClusterAuth::Secret(ClusterSecret::new(vec![7; 32]).expect("32 bytes"));
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    Node::bind(NodeConfig::new(loopback, auth), router).expect("bind a loopback endpoint")
+}
+
+/// A loopback endpoint serving node status (opcode 33) from `status`.
+pub(crate) fn status_rpc(status: &Arc<crate::status::StatusSources>) -> narad_protocol::Node {
+    let service = crate::status::NodeStatusService::new();
+    service.attach(Arc::clone(status));
+    loopback_rpc(service.route(narad_protocol::Router::new()))
+}
+
+/// Gives `state` a forwarder over a loopback endpoint of its own that
+/// knows `peers`' addresses; returns that endpoint.
+pub(crate) fn attach_forwarder(
+    state: &crate::http::ApiState,
+    peers: &[(NodeId, std::net::SocketAddr)],
+) -> Arc<narad_protocol::Node> {
+    let transport = Arc::new(loopback_rpc(narad_protocol::Router::new()));
+    let addresses = Arc::new(crate::remote::AddressTable::new());
+    for &(node, address) in peers {
+        addresses.set(node, address);
+    }
+    let forwarder = crate::forward::Forwarder::new(
+        Arc::clone(&transport),
+        addresses,
+        Arc::clone(&state.replica),
+        Arc::new(narad_disk::clock::SystemClock::new()),
+    );
+    assert!(
+        state.forwarder.set(forwarder).is_ok(),
+        "a forwarder already"
+    );
+    transport
+}

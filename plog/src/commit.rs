@@ -27,14 +27,17 @@ use crate::read::{ReadEntry, ReadLimits};
 use crate::record::CommitRecord;
 use crate::retention;
 use crate::segment::{self, SparseIndex};
+use crate::tail::CachedFrame;
 
 /// A provenance rebuild at least this long is logged at `info`: the
 /// partition's commits waited for it.
 const REBUILD_SLOW_MS: u64 = 100;
 
 /// A commit's write or read-back buffer at most this large is kept for the
-/// committing thread's next commit; a larger one is freed.
-const KEPT_WRITE_BUF_BYTES_MAX: usize = 8 << 20;
+/// committing thread's next commit; a larger one is freed. Small, because
+/// every committing thread (48 on a data node) may keep two: a commit
+/// larger than this pays for its allocation many times over in its write.
+const KEPT_COMMIT_BUF_BYTES_MAX: usize = 256 << 10;
 
 thread_local! {
     /// The last commit's write buffer on this thread, kept for its next
@@ -61,8 +64,15 @@ fn take_write_buf(bytes: usize) -> IoBuf {
 
 /// Keeps `buf` for the thread's next commit, unless it is large.
 fn keep_write_buf(buf: IoBuf) {
-    if buf.capacity() <= KEPT_WRITE_BUF_BYTES_MAX {
+    if buf.capacity() <= KEPT_COMMIT_BUF_BYTES_MAX {
         WRITE_BUF.set(Some(buf));
+    }
+}
+
+/// Keeps `buf` for the thread's next commit's read-back, unless it is large.
+fn keep_read_back_buf(buf: Vec<u8>) {
+    if buf.capacity() <= KEPT_COMMIT_BUF_BYTES_MAX {
+        READ_BACK_BUF.set(buf);
     }
 }
 
@@ -575,9 +585,7 @@ impl PartitionLog {
             .wait()
             .map_err(LogError::io("read back a commit"))?;
         self.verify(&read_back, position, plan)?;
-        if read_back.capacity() <= KEPT_WRITE_BUF_BYTES_MAX {
-            READ_BACK_BUF.set(read_back);
-        }
+        keep_read_back_buf(read_back);
         Ok(sync_duration)
     }
 
@@ -645,7 +653,7 @@ impl PartitionLog {
                     .iter()
                     .map(|planned| {
                         frame::decode_frame(&planned.bytes, self.config.frame_bytes_max)
-                            .map(|(_, records)| records)
+                            .map(|(_, records)| CachedFrame::new(&records))
                     })
                     .collect::<Result<Vec<_>, _>>()
                     .ok()
@@ -667,7 +675,10 @@ impl PartitionLog {
                 at += planned.bytes.len() as u64;
             }
             match decoded {
-                Some(frames) => frames.into_iter().for_each(|f| table.tail.push(f)),
+                Some(frames) => frames
+                    .into_iter()
+                    .flatten()
+                    .for_each(|f| table.tail.push(f)),
                 None => table.tail.clear(),
             }
             table.active.committed_bytes = at;

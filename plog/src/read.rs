@@ -392,12 +392,12 @@ impl Reader {
     }
 
     /// Takes records from the tail cache, which start at `next_offset`.
-    fn take_cached<'r>(&mut self, records: impl Iterator<Item = &'r Record>, bound: u64) {
+    fn take_cached(&mut self, records: impl Iterator<Item = Record>, bound: u64) {
         for record in records {
             if !self.wants(record.offset, bound) {
                 break;
             }
-            self.take(record.clone());
+            self.take(record);
         }
     }
 

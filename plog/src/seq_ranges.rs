@@ -19,16 +19,19 @@ pub(crate) struct SeqRanges {
 
 impl SeqRanges {
     /// How many sequences the set holds.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> u64 {
         self.count
     }
 
     /// How many runs hold them.
+    #[cfg(test)]
     pub(crate) fn runs(&self) -> usize {
         self.runs.len()
     }
 
     /// The lowest sequence held.
+    #[cfg(test)]
     pub(crate) fn first(&self) -> Option<u64> {
         self.runs.first_key_value().map(|(&first, _)| first)
     }

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::mem::size_of;
 
-use crate::record::Record;
+use crate::record::{Origin, Record};
 
 /// Default bytes of records one partition keeps decoded in memory.
 ///
@@ -32,17 +32,79 @@ use crate::record::Record;
 pub const TAIL_CACHE_BYTES_DEFAULT: usize = 1 << 20;
 
 /// What one record costs the budget besides its key and payload bytes.
-const RECORD_OVERHEAD_BYTES: usize = size_of::<Record>();
+const RECORD_OVERHEAD_BYTES: usize = size_of::<CachedRecord>();
 
-/// One committed frame's records.
+/// One cached record: its fields, and where its bytes end in its frame's
+/// buffer (key, then payload, then idempotency key, back to back).
 #[derive(Debug)]
-struct CachedFrame {
-    records: Vec<Record>,
+struct CachedRecord {
+    offset: u64,
+    committed_at_ms: u64,
+    origin: Option<Origin>,
+    key_end: usize,
+    payload_end: usize,
+    idempotency_key_end: usize,
+}
+
+/// One committed frame's records, in two allocations: the records' fixed
+/// fields, and all their bytes in one buffer.
+///
+/// Why not the decoded [`Record`]s as they come: each holds its key and
+/// payload in allocations of their own, three per record, made on whichever
+/// commit worker committed the frame and freed when the frame leaves the
+/// cache, long after the short-lived allocations made around them on that
+/// thread. A heap profile of a 30-minute soak found 41 MiB of such records
+/// live in 45 partitions; two 10-minute soaks side by side ended 72 MiB
+/// apart in resident memory with the cache on and off, more than the cache
+/// ever held, so the allocator kept pages around the records resident. One
+/// buffer per frame is allocated and freed whole.
+#[derive(Debug)]
+pub(crate) struct CachedFrame {
+    records: Box<[CachedRecord]>,
+    bytes: Box<[u8]>,
     /// What the frame costs the budget.
-    bytes: usize,
+    charge: usize,
 }
 
 impl CachedFrame {
+    /// The frame of `records` (consecutive offsets), made before the
+    /// partition's table is locked to cache it; `None` for no records.
+    pub(crate) fn new(records: &[Record]) -> Option<Self> {
+        records.first()?;
+        let total = records
+            .iter()
+            .map(|r| r.key.len() + r.payload.len() + r.idempotency_key.len())
+            .sum();
+        let mut bytes = Vec::with_capacity(total);
+        let cached = records
+            .iter()
+            .map(|record| {
+                bytes.extend_from_slice(&record.key);
+                let key_end = bytes.len();
+                bytes.extend_from_slice(&record.payload);
+                let payload_end = bytes.len();
+                bytes.extend_from_slice(&record.idempotency_key);
+                CachedRecord {
+                    offset: record.offset,
+                    committed_at_ms: record.committed_at_ms,
+                    origin: record.origin,
+                    key_end,
+                    payload_end,
+                    idempotency_key_end: bytes.len(),
+                }
+            })
+            .collect();
+        let charge = records
+            .iter()
+            .map(|r| r.key.len() + r.payload.len() + RECORD_OVERHEAD_BYTES)
+            .sum();
+        Some(Self {
+            records: cached,
+            bytes: bytes.into_boxed_slice(),
+            charge,
+        })
+    }
+
     fn base_offset(&self) -> u64 {
         self.records.first().map_or(0, |r| r.offset)
     }
@@ -50,6 +112,22 @@ impl CachedFrame {
     /// First offset after the frame.
     fn end_offset(&self) -> u64 {
         self.base_offset() + self.records.len() as u64
+    }
+
+    /// Record `index` of the frame, as a read returns it.
+    fn record(&self, index: usize) -> Record {
+        let cached = &self.records[index];
+        let start = index
+            .checked_sub(1)
+            .map_or(0, |before| self.records[before].idempotency_key_end);
+        Record {
+            offset: cached.offset,
+            key: self.bytes[start..cached.key_end].to_vec(),
+            committed_at_ms: cached.committed_at_ms,
+            payload: self.bytes[cached.key_end..cached.payload_end].to_vec(),
+            origin: cached.origin,
+            idempotency_key: self.bytes[cached.payload_end..cached.idempotency_key_end].to_vec(),
+        }
     }
 }
 
@@ -82,35 +160,29 @@ impl TailCache {
         self.bytes
     }
 
-    /// Appends one committed frame's records (consecutive offsets). A frame
-    /// that does not follow the cached ones replaces them.
-    pub(crate) fn push(&mut self, records: Vec<Record>) {
-        let Some(first) = records.first() else {
-            return;
-        };
+    /// Appends one committed frame. A frame that does not follow the cached
+    /// ones replaces them.
+    pub(crate) fn push(&mut self, frame: CachedFrame) {
         if self
             .frames
             .back()
-            .is_some_and(|newest| newest.end_offset() != first.offset)
+            .is_some_and(|newest| newest.end_offset() != frame.base_offset())
         {
             self.clear();
         }
-        let bytes = records
-            .iter()
-            .map(|r| r.key.len() + r.payload.len() + RECORD_OVERHEAD_BYTES)
-            .sum::<usize>();
-        if bytes > self.budget {
+        let charge = frame.charge;
+        if charge > self.budget {
             self.clear();
             return;
         }
-        while self.bytes + bytes > self.budget {
+        while self.bytes + charge > self.budget {
             let Some(oldest) = self.frames.pop_front() else {
                 break;
             };
-            self.bytes -= oldest.bytes;
+            self.bytes -= oldest.charge;
         }
-        self.bytes += bytes;
-        self.frames.push_back(CachedFrame { records, bytes });
+        self.bytes += charge;
+        self.frames.push_back(frame);
     }
 
     /// Drops everything.
@@ -119,22 +191,22 @@ impl TailCache {
         self.bytes = 0;
     }
 
-    /// The cached records from `from` on, oldest first; `None` when `from`
-    /// is below the cache (or nothing is cached). Past the newest record the
-    /// iterator is empty.
-    pub(crate) fn records_from(&self, from: u64) -> Option<impl Iterator<Item = &Record>> {
+    /// The cached records from `from` on, oldest first, each copied out as
+    /// it is taken; `None` when `from` is below the cache (or nothing is
+    /// cached). Past the newest record the iterator is empty.
+    pub(crate) fn records_from(&self, from: u64) -> Option<impl Iterator<Item = Record> + '_> {
         let start = self.start()?;
         if from < start {
             return None;
         }
         // Frames are contiguous: the first one that ends past `from`.
         let first = self.frames.partition_point(|f| f.end_offset() <= from);
-        Some(
-            self.frames
-                .range(first..)
-                .flat_map(|f| f.records.iter())
-                .skip_while(move |r| r.offset < from),
-        )
+        Some(self.frames.range(first..).flat_map(move |frame| {
+            let skip = usize::try_from(from.saturating_sub(frame.base_offset()))
+                .unwrap_or(usize::MAX)
+                .min(frame.records.len());
+            (skip..frame.records.len()).map(move |index| frame.record(index))
+        }))
     }
 }
 
@@ -142,8 +214,8 @@ impl TailCache {
 mod tests {
     use super::*;
 
-    fn frame(offsets: std::ops::Range<u64>, payload_bytes: usize) -> Vec<Record> {
-        offsets
+    fn frame(offsets: std::ops::Range<u64>, payload_bytes: usize) -> CachedFrame {
+        let records: Vec<Record> = offsets
             .map(|offset| Record {
                 offset,
                 key: Vec::new(),
@@ -152,7 +224,8 @@ mod tests {
                 origin: None,
                 idempotency_key: Vec::new(),
             })
-            .collect()
+            .collect();
+        CachedFrame::new(&records).expect("not empty")
     }
 
     fn offsets(cache: &TailCache, from: u64) -> Option<Vec<u64>> {
@@ -171,6 +244,39 @@ mod tests {
         assert_eq!(offsets(&cache, 14), Some((14..20).collect()));
         assert_eq!(offsets(&cache, 20), Some(Vec::new()));
         assert_eq!(offsets(&cache, 9), None);
+    }
+
+    #[test]
+    fn records_come_back_exactly_as_cached_from_any_offset_of_a_frame() {
+        let records: Vec<Record> = (40..44_u64)
+            .map(|offset| Record {
+                offset,
+                key: if offset == 41 {
+                    Vec::new()
+                } else {
+                    format!("k{offset}").into_bytes()
+                },
+                committed_at_ms: 1_000 + offset,
+                payload: vec![offset as u8; offset as usize - 39],
+                origin: (offset % 2 == 0).then_some(Origin {
+                    id: [offset as u8; crate::record::ORIGIN_ID_BYTES],
+                    seq: offset * 10,
+                    floor: offset,
+                }),
+                idempotency_key: if offset == 43 {
+                    b"idem-43".to_vec()
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect();
+        let mut cache = TailCache::new(1 << 20);
+        cache.push(CachedFrame::new(&records).expect("not empty"));
+        assert!(CachedFrame::new(&[]).is_none());
+        let all: Vec<Record> = cache.records_from(40).expect("cached").collect();
+        assert_eq!(all, records);
+        let tail: Vec<Record> = cache.records_from(42).expect("cached").collect();
+        assert_eq!(tail, records[2..]);
     }
 
     #[test]

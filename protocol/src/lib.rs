@@ -74,7 +74,9 @@ pub use consume::{
 pub use frame::{ContentType, Request, RequestId, Response, RpcError, Status};
 pub use lane::Lane;
 pub use node::{Node, NodeConfig, NodeError};
-pub use node_status::{MoveReport, NodeStatus, NodeStatusAnswer, QuarantinedCopy};
+pub use node_status::{
+    CredentialState, MoveReport, NodeStatus, NodeStatusAnswer, QuarantinedCopy, RemoteView,
+};
 pub use observe::{CALL_SECONDS_BUCKETS, CallObserver, CallOutcome};
 pub use opcode::Opcode;
 pub use server::{Handler, HandlerFuture, Inbound, OperationLimit, Router};

@@ -5,7 +5,9 @@
 //! workers run.
 //!
 //! ```text
-//! NodeStatus (33), a Message, version 1: no fields
+//! NodeStatus (33), a Message, version 1
+//!   [u8 1]               with_remotes: present only when asked (an older
+//!                        node refuses the byte as trailing)
 //!
 //! NodeStatusAnswer, a Message, version 1
 //!   u8    draining           0/1
@@ -21,7 +23,16 @@
 //!             u64 started_at_ms · str phase · u32 attempts ·
 //!             u8 has_last_error · [str last_error] · u64 copied_bytes ·
 //!             u8 has_blocked · [str blocked]
+//!   only when the request asked with_remotes:
+//!   u32   remote count       0 ..= NODE_REMOTES_MAX
+//!   per remote: str name · u64 credential_version · u8 credential
+//!             (1 readable, 2 unreadable, 3 no_secret) · u8 key_current ·
+//!             u8 has_error · [str error]
 //! ```
+//!
+//! The remote views are the answering node's own look at each remote's
+//! credential (whether its secret opens it), for the `nodes[]` of
+//! `GET /v1/remotes`.
 //!
 //! Every text is at most [`NODE_STATUS_TEXT_BYTES_MAX`] bytes and every
 //! count within its limit, checked by the decoder before anything is
@@ -48,36 +59,61 @@ pub const NODE_MOVES_MAX: u32 = 256;
 /// answer fits a frame many times over.
 pub const NODE_STATUS_TEXT_BYTES_MAX: usize = 4_096;
 
+/// Remote views one answer lists at most: a cluster has at most 64
+/// remotes (spec §1.10).
+pub const NODE_REMOTES_MAX: u32 = 64;
+
 /// Texts of one move and of one quarantined copy.
 const MOVE_TEXTS: usize = 6;
 const COPY_TEXTS: usize = 3;
+/// Texts of one remote view (its name and error).
+const REMOTE_TEXTS: usize = 2;
 /// Fixed bytes of one move and one copy besides their texts' bytes: the
 /// length prefixes, integers and presence bytes.
 const MOVE_BYTES_MIN: usize = 4 + 4 + 4 + 4 + 8 + 4 + 4 + 1 + 8 + 1;
 const COPY_BYTES_MIN: usize = 4 + 4 + 1 + 4 + 8 + 8;
+const REMOTE_BYTES_MIN: usize = 4 + 8 + 1 + 1 + 1;
 /// The fixed part of an answer before its lists.
-const ANSWER_HEAD_BYTES: usize = 1 + 8 * 4 + 4 + 4;
+const ANSWER_HEAD_BYTES: usize = 1 + 8 * 4 + 4 + 4 + 4;
 
 const _: () = assert!(
     ANSWER_HEAD_BYTES
         + NODE_MOVES_MAX as usize * (MOVE_BYTES_MIN + 4 + MOVE_TEXTS * NODE_STATUS_TEXT_BYTES_MAX)
         + QUARANTINE_LIST_MAX as usize
             * (COPY_BYTES_MIN + 4 + COPY_TEXTS * NODE_STATUS_TEXT_BYTES_MAX)
+        + NODE_REMOTES_MAX as usize
+            * (REMOTE_BYTES_MIN + 4 + REMOTE_TEXTS * NODE_STATUS_TEXT_BYTES_MAX)
         <= crate::limits::FRAME_BYTES_MAX,
     "a full node status answer must fit one frame"
 );
 
-/// The request of opcode 33: this node's status, please. It has no fields.
+/// The request of opcode 33: this node's status, please, and its views of
+/// the remotes' credentials when `with_remotes`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeStatus;
+pub struct NodeStatus {
+    /// Ask for [`NodeStatusAnswer::remotes`]. Written only when set, so a
+    /// request without it is the bytes an older node takes.
+    pub with_remotes: bool,
+}
 
 impl Encode for NodeStatus {
-    fn encode(&self, _writer: &mut Writer) {}
+    fn encode(&self, writer: &mut Writer) {
+        if self.with_remotes {
+            writer.u8(1);
+        }
+    }
 }
 
 impl Decode for NodeStatus {
-    fn decode(_reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self)
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        if reader.remaining() == 0 {
+            return Ok(Self::default());
+        }
+        // Written only when set: any byte but 1 is not this request.
+        match reader.u8("with_remotes")? {
+            1 => Ok(Self { with_remotes: true }),
+            other => Err(invalid("with_remotes", other)),
+        }
     }
 }
 
@@ -132,6 +168,44 @@ pub struct MoveReport {
     pub blocked: Option<String>,
 }
 
+/// Whether a node's secret opens a remote's credential.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialState {
+    /// It opens.
+    Readable,
+    /// The node has a secret, and it does not open it.
+    Unreadable,
+    /// The node has no cluster secret.
+    NoSecret,
+}
+
+impl CredentialState {
+    /// The name the API shows: `readable`, `unreadable`, `no_secret`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Readable => "readable",
+            Self::Unreadable => "unreadable",
+            Self::NoSecret => "no_secret",
+        }
+    }
+}
+
+/// One node's look at one remote's credential.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteView {
+    /// The remote's name.
+    pub name: String,
+    /// The credential version the node's replica holds.
+    pub credential_version: u64,
+    /// Whether the node's secret opens it.
+    pub credential: CredentialState,
+    /// Whether the node's current secret derives the key it is sealed
+    /// under.
+    pub key_current: bool,
+    /// Why it does not open, when it does not.
+    pub error: Option<String>,
+}
+
 /// The answer to [`NodeStatus`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeStatusAnswer {
@@ -149,6 +223,9 @@ pub struct NodeStatusAnswer {
     pub quarantine: Vec<QuarantinedCopy>,
     /// Its move workers, at most [`NODE_MOVES_MAX`].
     pub moves: Vec<MoveReport>,
+    /// Its views of the remotes, at most [`NODE_REMOTES_MAX`]: present
+    /// when the request asked `with_remotes` (and only then written).
+    pub remotes: Option<Vec<RemoteView>>,
 }
 
 /// Appends a text field.
@@ -244,6 +321,41 @@ impl Decode for MoveReport {
     }
 }
 
+impl Encode for RemoteView {
+    fn encode(&self, writer: &mut Writer) {
+        put_text(writer, "remote name", &self.name);
+        writer.u64(self.credential_version);
+        writer.u8(match self.credential {
+            CredentialState::Readable => 1,
+            CredentialState::Unreadable => 2,
+            CredentialState::NoSecret => 3,
+        });
+        put_bool(writer, self.key_current);
+        put_option(writer, self.error.as_deref(), |writer, text| {
+            put_text(writer, "remote error", text);
+        });
+    }
+}
+
+impl Decode for RemoteView {
+    fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Self {
+            name: get_text(reader, "remote name")?,
+            credential_version: reader.u64("remote credential_version")?,
+            credential: match reader.u8("remote credential")? {
+                1 => CredentialState::Readable,
+                2 => CredentialState::Unreadable,
+                3 => CredentialState::NoSecret,
+                other => return Err(invalid("remote credential", other)),
+            },
+            key_current: get_bool(reader, "remote key_current")?,
+            error: get_option(reader, "remote has_error", |reader| {
+                get_text(reader, "remote error")
+            })?,
+        })
+    }
+}
+
 impl Encode for NodeStatusAnswer {
     fn encode(&self, writer: &mut Writer) {
         put_bool(writer, self.draining);
@@ -264,6 +376,12 @@ impl Encode for NodeStatusAnswer {
         for report in &self.moves {
             report.encode(writer);
         }
+        if let Some(remotes) = &self.remotes {
+            put_count(writer, "remote count", remotes.len(), NODE_REMOTES_MAX);
+            for view in remotes {
+                view.encode(writer);
+            }
+        }
     }
 }
 
@@ -276,6 +394,16 @@ impl Decode for NodeStatusAnswer {
         let quarantine_bytes = reader.u64("quarantine_bytes")?;
         let quarantine = decode_list(reader, "copy count", QUARANTINE_LIST_MAX, COPY_BYTES_MIN)?;
         let moves = decode_list(reader, "move count", NODE_MOVES_MAX, MOVE_BYTES_MIN)?;
+        let remotes = if reader.remaining() > 0 {
+            Some(decode_list(
+                reader,
+                "remote count",
+                NODE_REMOTES_MAX,
+                REMOTE_BYTES_MIN,
+            )?)
+        } else {
+            None
+        };
         Ok(Self {
             draining,
             produce_in_flight,
@@ -284,6 +412,7 @@ impl Decode for NodeStatusAnswer {
             quarantine_bytes,
             quarantine,
             moves,
+            remotes,
         })
     }
 }
@@ -374,22 +503,49 @@ mod tests {
             )
     }
 
+    fn remote_strategy() -> impl Strategy<Value = RemoteView> {
+        (
+            text(),
+            any::<u64>(),
+            prop_oneof![
+                Just(CredentialState::Readable),
+                Just(CredentialState::Unreadable),
+                Just(CredentialState::NoSecret),
+            ],
+            any::<bool>(),
+            proptest::option::of(text()),
+        )
+            .prop_map(
+                |(name, credential_version, credential, key_current, error)| RemoteView {
+                    name,
+                    credential_version,
+                    credential,
+                    key_current,
+                    error,
+                },
+            )
+    }
+
     fn answer_strategy() -> impl Strategy<Value = NodeStatusAnswer> {
         (
             any::<bool>(),
             any::<[u64; 4]>(),
             proptest::collection::vec(copy_strategy(), 0..4),
             proptest::collection::vec(move_strategy(), 0..4),
+            proptest::option::of(proptest::collection::vec(remote_strategy(), 0..4)),
         )
-            .prop_map(|(draining, figures, quarantine, moves)| NodeStatusAnswer {
-                draining,
-                produce_in_flight: figures[0],
-                dispatch_backlog: figures[1],
-                quarantine_copies: figures[2],
-                quarantine_bytes: figures[3],
-                quarantine,
-                moves,
-            })
+            .prop_map(
+                |(draining, figures, quarantine, moves, remotes)| NodeStatusAnswer {
+                    draining,
+                    produce_in_flight: figures[0],
+                    dispatch_backlog: figures[1],
+                    quarantine_copies: figures[2],
+                    quarantine_bytes: figures[3],
+                    quarantine,
+                    moves,
+                    remotes,
+                },
+            )
     }
 
     proptest! {
@@ -432,19 +588,62 @@ mod tests {
 
     #[test]
     fn the_request_is_its_version_byte_alone() {
-        assert_eq!(encode_message(&NodeStatus), Bytes::from_static(&[1]));
+        let plain = NodeStatus::default();
+        assert_eq!(encode_message(&plain), Bytes::from_static(&[1]));
+    }
+
+    #[test]
+    fn a_request_without_the_byte_does_not_ask_for_the_remotes() {
+        let decoded = decode_forward_request::<NodeStatus>(Bytes::from_static(&[1]));
         assert_eq!(
-            decode_forward_request::<NodeStatus>(Bytes::from_static(&[1])),
-            Ok(NodeStatus)
+            decoded,
+            Ok(NodeStatus {
+                with_remotes: false
+            })
+        );
+    }
+
+    #[test]
+    fn asking_for_the_remotes_adds_one_byte() {
+        let asking = NodeStatus { with_remotes: true };
+        assert_eq!(encode_message(&asking), Bytes::from_static(&[1, 1]));
+        assert_eq!(
+            decode_forward_request::<NodeStatus>(Bytes::from_static(&[1, 1])),
+            Ok(asking)
         );
     }
 
     #[test]
     fn trailing_bytes_on_the_request_are_an_unsupported_operation() {
-        let error =
-            decode_forward_request::<NodeStatus>(Bytes::from_static(&[1, 0])).expect_err("refused");
+        let error = decode_forward_request::<NodeStatus>(Bytes::from_static(&[1, 1, 0]))
+            .expect_err("refused");
         assert!(is_unsupported_operation(&error), "{error}");
         assert!(error.message.contains("NodeStatus"), "{error}");
+    }
+
+    #[test]
+    fn a_flag_byte_other_than_one_is_refused() {
+        for bytes in [&[1, 0][..], &[1, 2]] {
+            let error = decode_forward_request::<NodeStatus>(Bytes::copy_from_slice(bytes))
+                .expect_err("refused");
+            assert!(error.message.contains("with_remotes"), "{bytes:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_answer_without_remotes_is_the_bytes_an_older_node_reads() {
+        let answer = NodeStatusAnswer {
+            moves: vec![sample_move()],
+            ..NodeStatusAnswer::default()
+        };
+        let with_none = NodeStatusAnswer {
+            remotes: Some(Vec::new()),
+            ..answer.clone()
+        };
+        let plain = encode_message(&answer);
+        let asked = encode_message(&with_none);
+        assert_eq!(&asked[..plain.len()], &plain[..]);
+        assert_eq!(&asked[plain.len()..], &[0, 0, 0, 0]);
     }
 
     #[test]
@@ -454,15 +653,16 @@ mod tests {
             ..NodeStatusAnswer::default()
         };
         let mut bytes = encode_message(&answer).to_vec();
-        bytes.push(7);
+        bytes.extend([0, 0, 0, 0, 7]);
         assert_eq!(
             decode_message::<NodeStatusAnswer>(Bytes::from(bytes)),
             Err(DecodeError::TrailingBytes { count: 1 })
         );
     }
 
-    #[test]
-    fn a_move_count_over_the_limit_is_refused_before_allocating() {
+    /// An answer's fixed fields and an empty copy list, up to its move
+    /// count.
+    fn head() -> Writer {
         let mut writer = Writer::new();
         writer.u8(NodeStatusAnswer::VERSION);
         writer.u8(0);
@@ -470,6 +670,12 @@ mod tests {
             writer.u64(0);
         }
         writer.u32(0);
+        writer
+    }
+
+    #[test]
+    fn a_move_count_over_the_limit_is_refused_before_allocating() {
+        let mut writer = head();
         writer.u32(NODE_MOVES_MAX + 1);
         assert_eq!(
             decode_message::<NodeStatusAnswer>(writer.finish()),
@@ -482,13 +688,7 @@ mod tests {
 
     #[test]
     fn a_text_over_the_limit_is_refused_by_name() {
-        let mut writer = Writer::new();
-        writer.u8(NodeStatusAnswer::VERSION);
-        writer.u8(1);
-        for _ in 0..4 {
-            writer.u64(0);
-        }
-        writer.u32(0);
+        let mut writer = head();
         writer.u32(1);
         writer.bytes(&vec![b'a'; NODE_STATUS_TEXT_BYTES_MAX + 1]);
         assert_eq!(
@@ -498,6 +698,94 @@ mod tests {
                 value: NODE_STATUS_TEXT_BYTES_MAX as u64 + 1
             })
         );
+    }
+
+    /// An answer's bytes up to its remote count: no copies, no moves.
+    fn head_before_remotes() -> Writer {
+        let mut writer = head();
+        writer.u32(0);
+        writer
+    }
+
+    /// An answer's bytes with one remote view, "dr", whose credential
+    /// byte is `credential`, then `has_error`.
+    fn one_remote_view(credential: u8, has_error: u8) -> Writer {
+        let mut writer = head_before_remotes();
+        writer.u32(1);
+        writer.bytes(b"dr");
+        writer.u64(1);
+        writer.u8(credential);
+        writer.u8(0);
+        writer.u8(has_error);
+        writer
+    }
+
+    #[test]
+    fn a_remote_count_over_the_limit_is_refused_before_allocating() {
+        let mut writer = head_before_remotes();
+        writer.u32(NODE_REMOTES_MAX + 1);
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(writer.finish()),
+            Err(DecodeError::InvalidValue {
+                field: "remote count",
+                value: u64::from(NODE_REMOTES_MAX + 1)
+            })
+        );
+    }
+
+    #[test]
+    fn a_remote_count_beyond_the_bytes_left_is_refused() {
+        let mut writer = head_before_remotes();
+        writer.u32(2);
+        writer.bytes(b"dr");
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(writer.finish()),
+            Err(DecodeError::LengthExceedsInput {
+                field: "remote count",
+                claimed: 2 * REMOTE_BYTES_MIN as u64,
+                remaining: 6
+            })
+        );
+    }
+
+    #[test]
+    fn a_remote_error_over_the_limit_is_refused_by_name() {
+        let mut writer = one_remote_view(2, 1);
+        writer.bytes(&vec![b'e'; NODE_STATUS_TEXT_BYTES_MAX + 1]);
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(writer.finish()),
+            Err(DecodeError::InvalidValue {
+                field: "remote error",
+                value: NODE_STATUS_TEXT_BYTES_MAX as u64 + 1
+            })
+        );
+    }
+
+    #[test]
+    fn an_unknown_credential_state_is_refused() {
+        assert_eq!(
+            decode_message::<NodeStatusAnswer>(one_remote_view(4, 0).finish()),
+            Err(DecodeError::InvalidValue {
+                field: "remote credential",
+                value: 4
+            })
+        );
+    }
+
+    #[test]
+    fn an_asked_answer_round_trips_its_remote_views() {
+        let answer = NodeStatusAnswer {
+            remotes: Some(vec![RemoteView {
+                name: "dr".into(),
+                credential_version: 3,
+                credential: CredentialState::NoSecret,
+                key_current: false,
+                error: None,
+            }]),
+            ..NodeStatusAnswer::default()
+        };
+        let decoded = decode_message::<NodeStatusAnswer>(encode_message(&answer));
+        assert_eq!(decoded, Ok(answer));
     }
 
     #[test]

@@ -10,12 +10,16 @@
 //! idempotency keys, which a target that keeps keys stores once.
 //!
 //! One [`Shipper`] serves one remote on one node: its gate, chunk byte
-//! limit and the target's capabilities are shared by every link to it.
+//! limit, in-flight slots and the target's capabilities are shared by
+//! every link to it. A request leaves only once it holds one of the
+//! remote's `max_in_flight` slots; the time it waited for one is reported
+//! with the request ([`Exchange::waited_us`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use narad_disk::clock::Clock;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::chunk::{
@@ -63,6 +67,10 @@ pub struct Exchange {
     /// From sending to the end of the answer (or the failure), in µs of
     /// the node's clock.
     pub elapsed_us: u64,
+    /// How long the request waited for one of the remote's in-flight
+    /// slots before it was sent, in µs of the node's clock
+    /// (`narad_remote_inflight_wait_seconds`).
+    pub waited_us: u64,
 }
 
 /// Counts of one shipment, for the remote's metrics.
@@ -126,12 +134,16 @@ pub struct Shipper {
     gate: Mutex<Gate>,
     limit: Arc<Mutex<ByteLimit>>,
     capabilities: Arc<Mutex<Capabilities>>,
+    in_flight: Arc<Semaphore>,
 }
 
 impl Shipper {
     /// A shipper sending through `client`; `compression` is the remote's
     /// `limits.compression == zstd` (used only when the target takes it).
+    /// At most the client's `max_in_flight` batch requests (at least one)
+    /// are in flight at once, over every link and lane of the remote.
     pub fn new(client: Arc<RemoteClient>, clock: Arc<dyn Clock>, compression: bool) -> Self {
+        let slots = client.limits().max_in_flight.max(1);
         Self {
             client,
             clock,
@@ -139,6 +151,7 @@ impl Shipper {
             gate: Mutex::new(Gate::new()),
             limit: Arc::new(Mutex::new(ByteLimit::default())),
             capabilities: Arc::new(Mutex::new(Capabilities::default())),
+            in_flight: Arc::new(Semaphore::new(slots)),
         }
     }
 
@@ -203,6 +216,7 @@ impl Shipper {
                 clock: Arc::clone(&self.clock),
                 limit: Arc::clone(&self.limit),
                 capabilities: Arc::clone(&self.capabilities),
+                in_flight: Arc::clone(&self.in_flight),
                 topic: Arc::clone(&topic),
                 stop: Arc::clone(&stop),
                 zstd,
@@ -289,6 +303,7 @@ struct Lane {
     clock: Arc<dyn Clock>,
     limit: Arc<Mutex<ByteLimit>>,
     capabilities: Arc<Mutex<Capabilities>>,
+    in_flight: Arc<Semaphore>,
     topic: Arc<str>,
     stop: Arc<AtomicBool>,
     zstd: bool,
@@ -313,11 +328,21 @@ async fn send_lane(mut lane: Lane) -> LaneResult {
         };
         let zstd = packed.is_some();
         let wire = packed.unwrap_or(chunk.body);
+        let waiting_us = lane.clock.now_us();
+        // The semaphore is never closed; were it, the request would go
+        // without a slot rather than never.
+        let slot = lane.in_flight.acquire().await.ok();
+        if lane.stop.load(Ordering::Relaxed) {
+            // Another lane failed while this one waited: the chunk stays
+            // unsent.
+            break;
+        }
         stats.requests += 1;
         stats.body_bytes += body_bytes;
         stats.wire_bytes += wire.len() as u64;
         let started_us = lane.clock.now_us();
         let answer = lane.client.post_batch(&lane.topic, wire, zstd).await;
+        drop(slot);
         let result = match &answer {
             Ok(answer) => classify_answer(answer),
             Err(cause) => Err(classify_no_answer(cause)),
@@ -326,6 +351,7 @@ async fn send_lane(mut lane: Lane) -> LaneResult {
             status: answer.as_ref().ok().map(|answer| answer.status),
             failure: result.as_ref().err().map(|failure| failure.state),
             elapsed_us: lane.clock.now_us().saturating_sub(started_us),
+            waited_us: started_us.saturating_sub(waiting_us),
         });
         match result {
             Ok(()) => {

@@ -39,12 +39,44 @@ pub struct RuleError {
     pub field: &'static str,
     /// Why, in words for the operator.
     pub reason: String,
+    /// The node's destination settings refused the URL (not its form).
+    pub refusal: Option<DestinationRefusal>,
+}
+
+/// Which of the node's destination settings refused a well-formed URL:
+/// the `reason` of `narad_remote_destination_refused_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestinationRefusal {
+    /// Its port is not in `remotes.allowed_ports`.
+    Port,
+    /// Its host is not in `remotes.allowed_hosts`.
+    Allowlist,
+}
+
+impl DestinationRefusal {
+    /// The metric's `reason`: `port` or `allowlist`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Port => "port",
+            Self::Allowlist => "allowlist",
+        }
+    }
 }
 
 fn refuse<T>(field: &'static str, reason: impl Into<String>) -> Result<T, RuleError> {
     Err(RuleError {
         field,
         reason: reason.into(),
+        refusal: None,
+    })
+}
+
+/// A [`RuleError`] on `url` that the node's `refusal` setting made.
+fn refuse_destination<T>(refusal: DestinationRefusal, reason: String) -> Result<T, RuleError> {
+    Err(RuleError {
+        field: "url",
+        reason,
+        refusal: Some(refusal),
     })
 }
 
@@ -198,8 +230,8 @@ pub fn parse_url(text: &str, policy: &UrlPolicy) -> Result<RemoteUrl, RuleError>
         None => HTTPS_PORT,
     };
     if !policy.allowed_ports.contains(&port) {
-        return refuse(
-            FIELD,
+        return refuse_destination(
+            DestinationRefusal::Port,
             format!(
                 "port {port} is not in remotes.allowed_ports {:?}",
                 policy.allowed_ports
@@ -207,8 +239,8 @@ pub fn parse_url(text: &str, policy: &UrlPolicy) -> Result<RemoteUrl, RuleError>
         );
     }
     if policy.allowlist_configured() && !policy.allowed_hosts.iter().any(|p| p.matches(&host)) {
-        return refuse(
-            FIELD,
+        return refuse_destination(
+            DestinationRefusal::Allowlist,
             format!("host {host} is not in remotes.allowed_hosts"),
         );
     }

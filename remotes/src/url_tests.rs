@@ -99,6 +99,24 @@ fn hosts_against_the_allowlist() {
 }
 
 #[test]
+fn a_refusal_by_the_nodes_ports_or_allowlist_says_which_and_a_malformed_url_names_none() {
+    let allow = policy(&["dr.example.com"], &[443]);
+    let refusal = |url: &str| parse_url(url, &allow).expect_err(url).refusal;
+    assert_eq!(
+        refusal("https://dr.example.com:8443"),
+        Some(DestinationRefusal::Port)
+    );
+    assert_eq!(
+        refusal("https://other.example.com"),
+        Some(DestinationRefusal::Allowlist)
+    );
+    assert_eq!(refusal("http://dr.example.com"), None);
+    assert_eq!(refusal("https://dr.example.com/?a=1"), None);
+    assert_eq!(DestinationRefusal::Port.as_str(), "port");
+    assert_eq!(DestinationRefusal::Allowlist.as_str(), "allowlist");
+}
+
+#[test]
 fn allowlist_entries_are_checked() {
     let cases = [
         (

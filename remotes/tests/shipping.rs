@@ -158,6 +158,50 @@ async fn two_lanes_ship_every_record_once_keeping_each_keys_order() {
 }
 
 #[tokio::test]
+async fn a_lane_waits_for_the_remotes_in_flight_slot_and_reports_the_wait() {
+    let setup = setup_with(
+        |running| Target {
+            limits: ClientLimits {
+                max_in_flight: 1,
+                ..target(running, "localhost", PASSWORD).limits
+            },
+            ..target(running, "localhost", PASSWORD)
+        },
+        loopback_guard(),
+    )
+    .await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    setup
+        .running
+        .target
+        .reply(Reply::HoldUntil(Arc::clone(&release)));
+    // Two lanes of one chunk each; the remote allows one request at a
+    // time, so the second lane waits while the first is held.
+    let records = slab(20);
+    let shipping = {
+        let shipper = Arc::clone(&setup.shipper);
+        let records = records.clone();
+        tokio::spawn(async move { shipper.ship(&identity(), TOPIC, &records, 2).await })
+    };
+    setup.running.target.got_request.notified().await;
+    // Time for the other lane's request to reach the target, were it let
+    // go (this is no timing assertion: with the slot it never goes).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(setup.running.target.received.lock().unwrap().len(), 1);
+    setup.clock.advance(250);
+    release.notify_one();
+    let outcome = shipping.await.unwrap();
+    let ShipOutcome::Shipped(stats) = outcome else {
+        panic!("not shipped: {outcome:?}");
+    };
+    assert_eq!(stats.records, records.len());
+    assert_eq!(setup.running.target.max_in_flight.load(Ordering::SeqCst), 1);
+    let mut waits: Vec<u64> = stats.exchanges.iter().map(|e| e.waited_us).collect();
+    waits.sort_unstable();
+    assert_eq!(waits, [0, 250_000], "the held lane's wait, then none");
+}
+
+#[tokio::test]
 async fn zstd_goes_only_to_a_target_that_takes_it() {
     let running = server::start(1_000, true).await;
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));

@@ -30,11 +30,19 @@
 //!   first delivery while none was delivered (`max_delivery_gap_ms`, and
 //!   `delivery_gap_max_ms_<topic>`): a stall of delivery while produce goes
 //!   on shows here, not in a percentile.
+//! - Acked-ahead sets: each topic's largest `narad_acked_ahead_size`,
+//!   sampled every second ([`ahead`]), the seconds a partition spent at the
+//!   cap, and whether the topic's longest gap fell in such a time
+//!   (`delivery_gap_at_acked_ahead_cap_<topic>`): a partition at its cap
+//!   hands out only its oldest unacked record (spec §3), so the records
+//!   behind a dropped lease wait for its visibility timeout.
 //! - Latencies: produce (request written to `202` read), delivery (produce
 //!   request written to the message's first consume answer read: what a
 //!   consumer waits), ack; overall and per [`WINDOW`] for the chart; the
 //!   longest first delivery of each topic.
 //!
+//! `--max-acked-ahead N` creates the topics with that
+//! `max_acked_ahead_per_partition` instead of the server's default (1,024).
 //! `--scale F` multiplies every steady rate and the burst size (not the
 //! nine-minute config change), keeping the ratios between topics; the plan
 //! printed at start says what ran. Same-run baseline: 4 KiB write +
@@ -58,6 +66,9 @@ use narad_bench::cpu::cpu_seconds;
 use narad_bench::http::{Connection, Response};
 use narad_bench::node::{DevNode, load_average, narad_binary};
 use narad_bench::report::Report;
+
+#[path = "soak-bench/ahead.rs"]
+mod ahead;
 use narad_bench::stats::Latencies;
 use serde_json::Value;
 
@@ -184,7 +195,7 @@ const FDATASYNC_SAMPLES: usize = 500;
 const CLIENT_HEADER: &str = "X-Narad-Client: soak-bench";
 
 const USAGE: &str = "soak-bench [--duration 10m] [--scale 1.0] [--visibility-secs 30] \
-[--drain-max-secs V+30]\n  --duration: load phase (\"90s\", \"3m\", \"1h\" or seconds); \
+[--drain-max-secs V+30] [--max-acked-ahead N]\n  --duration: load phase (\"90s\", \"3m\", \"1h\" or seconds); \
 --scale: multiplies steady rates and the burst size";
 
 /// The flags.
@@ -194,6 +205,9 @@ struct Options {
     scale: f64,
     visibility: Duration,
     drain_max: Option<Duration>,
+    /// The topics' `max_acked_ahead_per_partition`; `None` leaves the
+    /// server's default.
+    max_acked_ahead: Option<u32>,
 }
 
 impl Default for Options {
@@ -203,6 +217,7 @@ impl Default for Options {
             scale: 1.0,
             visibility: VISIBILITY_DEFAULT,
             drain_max: None,
+            max_acked_ahead: None,
         }
     }
 }
@@ -234,6 +249,10 @@ impl Options {
                 }
                 "--visibility-secs" => options.visibility = seconds()?,
                 "--drain-max-secs" => options.drain_max = Some(seconds()?),
+                "--max-acked-ahead" => {
+                    let cap = value.parse::<u32>().ok().filter(|cap| *cap > 0);
+                    options.max_acked_ahead = Some(cap.ok_or_else(bad)?);
+                }
                 _ => return Err(io::Error::other(format!("unknown flag {flag:?}; {USAGE}"))),
             }
         }
@@ -247,6 +266,11 @@ impl Options {
 
     fn drain_max(&self) -> Duration {
         self.drain_max.unwrap_or(self.visibility + DRAIN_GRACE)
+    }
+
+    /// The acked-ahead cap the topics run with.
+    fn acked_ahead_cap(&self) -> u32 {
+        self.max_acked_ahead.unwrap_or(ahead::CAP_DEFAULT)
     }
 }
 
@@ -272,12 +296,18 @@ fn scaled_topics(scale: f64) -> Vec<TopicShape> {
 fn plan(topics: &[TopicShape], options: &Options) -> String {
     let mut text = format!(
         "soak for {} s at scale {} (steady rates and burst sizes x{}; the 9-minute config change \
-         is not scaled), visibility timeout {} s, drain at most {} s\n",
+         is not scaled), visibility timeout {} s, drain at most {} s, acked-ahead cap {}{}\n",
         options.duration.as_secs(),
         options.scale,
         options.scale,
         options.visibility.as_secs(),
-        options.drain_max().as_secs()
+        options.drain_max().as_secs(),
+        options.acked_ahead_cap(),
+        if options.max_acked_ahead.is_some() {
+            ""
+        } else {
+            " (the server's default)"
+        }
     );
     for shape in topics {
         let load = match shape.load {
@@ -815,10 +845,16 @@ async fn rss_sampler(soak: Arc<Soak>, pid: u32) -> Vec<(f64, f64)> {
 
 /// `VmRSS` of `/proc/<pid>/status`, in KiB.
 fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A field of `/proc/<pid>/status` counted in kB (`field` with its colon),
+/// in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
@@ -844,14 +880,18 @@ fn slope(points: &[(f64, f64)]) -> f64 {
 }
 
 /// Creates every topic and waits until its partitions are assigned.
-async fn create_topics(soak: &Soak, visibility: Duration) -> io::Result<()> {
+async fn create_topics(soak: &Soak, options: &Options) -> io::Result<()> {
     let mut connection = Connection::open(soak.addr).await?;
+    let cap = options
+        .max_acked_ahead
+        .map(|cap| format!(",\"max_acked_ahead_per_partition\":{cap}"))
+        .unwrap_or_default();
     for shape in &soak.topics {
         let body = format!(
-            "{{\"name\":\"{}\",\"partitions\":{},\"visibility_timeout_ms\":{}}}",
+            "{{\"name\":\"{}\",\"partitions\":{},\"visibility_timeout_ms\":{}{cap}}}",
             shape.name,
             shape.partitions,
-            visibility.as_millis()
+            options.visibility.as_millis()
         );
         let response = connection
             .send(&request("POST", "/v1/topics", body.as_bytes()))
@@ -938,6 +978,11 @@ async fn join(tasks: Vec<Task>) -> io::Result<()> {
 struct Run {
     rss: Vec<(f64, f64)>,
     drain: Duration,
+    /// The acked-ahead samples ([`ahead`]) and the cap the topics had.
+    ahead: Vec<ahead::Sample>,
+    acked_ahead_cap: u32,
+    /// `RssAnon` and `RssFile` of the node when the load ended, in MiB.
+    rss_parts_at_load_end: (f64, f64),
     narad_cores: f64,
     client_cores: f64,
 }
@@ -945,9 +990,12 @@ struct Run {
 async fn run(soak: Arc<Soak>, node: &DevNode, options: &Options) -> io::Result<Run> {
     let (narad_before, client_before) = (cpu_seconds(&node.pid().to_string()), cpu_seconds("self"));
     let sampler = tokio::spawn(rss_sampler(Arc::clone(&soak), node.pid()));
+    let ahead_sampler = tokio::spawn(ahead::sampler(Arc::clone(&soak)));
     let consumers = spawn_consumers(&soak);
     join(spawn_producers(&soak)).await?;
     let load_elapsed = soak.started.elapsed();
+    let mib = |field| status_kib(node.pid(), field).map_or(0.0, |kib| kib as f64 / 1_024.0);
+    let rss_parts_at_load_end = (mib("RssAnon:"), mib("RssFile:"));
     soak.draining.store(true, Ordering::Release);
     let drain_started = Instant::now();
     while soak.unacked() > 0 && drain_started.elapsed() < options.drain_max() {
@@ -957,10 +1005,14 @@ async fn run(soak: Arc<Soak>, node: &DevNode, options: &Options) -> io::Result<R
     soak.stop.store(true, Ordering::Release);
     join(consumers).await?;
     let rss = sampler.await.map_err(io::Error::other)?;
+    let ahead = ahead_sampler.await.map_err(io::Error::other)?;
     let cores = |before: f64, after: f64| (after - before) / (load_elapsed + drain).as_secs_f64();
     Ok(Run {
         rss,
         drain,
+        ahead,
+        acked_ahead_cap: options.acked_ahead_cap(),
+        rss_parts_at_load_end,
         narad_cores: cores(narad_before, cpu_seconds(&node.pid().to_string())),
         client_cores: cores(client_before, cpu_seconds("self")),
     })
@@ -1038,7 +1090,11 @@ fn record(report: &mut Report, soak: &Soak, run: &Run, verdict: &Verdict) -> boo
         report.set(&format!("deliver_max_ms_{}", shape.name), max_ms);
     }
     record_rss(report, soak, &run.rss);
-    record_delivery_gaps(report, soak);
+    report
+        .set("rss_anon_at_load_end_mib", run.rss_parts_at_load_end.0)
+        .set("rss_file_at_load_end_mib", run.rss_parts_at_load_end.1);
+    let gaps = record_delivery_gaps(report, soak);
+    record_acked_ahead(report, soak, run, &gaps);
     record_latencies(report, soak, &run.rss);
     counters.dup_after_ack.load(Ordering::Relaxed) == 0
         && counters.dup_after_ack_racing.load(Ordering::Relaxed) == 0
@@ -1080,8 +1136,9 @@ fn longest_delivery_gap_us(waits: &[(u64, Option<u64>)], end_us: u64) -> (u64, u
 }
 
 /// Each topic's longest delivery gap ([`longest_delivery_gap_us`]), in ms,
-/// and the longest of all.
-fn record_delivery_gaps(report: &mut Report, soak: &Soak) {
+/// and the longest of all; returns each topic's gap as (from, length) in
+/// seconds.
+fn record_delivery_gaps(report: &mut Report, soak: &Soak) -> Vec<(f64, f64)> {
     let mut waits: Vec<Vec<(u64, Option<u64>)>> = vec![Vec::new(); soak.topics.len()];
     for entry in lock(&soak.ledger).values() {
         if entry.produce_status != Some(202) {
@@ -1093,9 +1150,11 @@ fn record_delivery_gaps(report: &mut Report, soak: &Soak) {
     let end_us = soak.now_us();
     let mut bars = Vec::new();
     let mut longest_ms = 0.0_f64;
+    let mut gaps = Vec::new();
     for (topic, waits) in soak.topics.iter().zip(&waits) {
         let (gap_us, from_us) = longest_delivery_gap_us(waits, end_us);
         let gap_ms = gap_us as f64 / 1_000.0;
+        gaps.push((from_us as f64 / 1_000_000.0, gap_us as f64 / 1_000_000.0));
         report
             .set(&format!("delivery_gap_max_ms_{}", topic.name), gap_ms)
             .set(
@@ -1110,6 +1169,29 @@ fn record_delivery_gaps(report: &mut Report, soak: &Soak) {
         "ms",
         &bars,
     );
+    gaps
+}
+
+/// Each topic's acked-ahead figures ([`ahead::summarize`]) against its
+/// longest delivery gap, `gaps` as [`record_delivery_gaps`] gives them.
+fn record_acked_ahead(report: &mut Report, soak: &Soak, run: &Run, gaps: &[(f64, f64)]) {
+    let cap = f64::from(run.acked_ahead_cap);
+    report
+        .set("acked_ahead_cap", cap)
+        .set("acked_ahead_samples", run.ahead.len() as f64);
+    for (index, (topic, gap)) in soak.topics.iter().zip(gaps).enumerate() {
+        let figures = ahead::summarize(&run.ahead, index, cap, *gap);
+        report
+            .set(&format!("acked_ahead_max_{}", topic.name), figures.largest)
+            .set(
+                &format!("acked_ahead_at_cap_s_{}", topic.name),
+                figures.at_cap_s,
+            )
+            .set(
+                &format!("delivery_gap_at_acked_ahead_cap_{}", topic.name),
+                f64::from(u8::from(figures.cap_during_gap)),
+            );
+    }
 }
 
 fn record_rss(report: &mut Report, soak: &Soak, rss: &[(f64, f64)]) {
@@ -1236,7 +1318,7 @@ fn soak_main() -> io::Result<bool> {
     let passed = runtime.block_on(async {
         let node = DevNode::start(&narad_binary(), &scratch.join("node")).await?;
         let mut soak = Soak::new(node.addr, topics, options.duration);
-        create_topics(&soak, options.visibility).await?;
+        create_topics(&soak, &options).await?;
         // The load phase starts once every topic is assigned.
         soak.started = Instant::now();
         let soak = Arc::new(soak);
@@ -1279,6 +1361,13 @@ mod tests {
         assert_eq!(options.duration, Duration::from_secs(180));
         assert_eq!(options.scale, 0.5);
         assert_eq!(options.drain_max(), Duration::from_secs(40));
+        assert_eq!(options.acked_ahead_cap(), 1_024);
+        let capped = Options::parse(args("--max-acked-ahead 4096"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(capped.max_acked_ahead, Some(4_096));
+        assert_eq!(capped.acked_ahead_cap(), 4_096);
+        assert!(Options::parse(args("--max-acked-ahead 0")).is_err());
         assert!(Options::parse(args("--help")).unwrap().is_none());
         assert!(Options::parse(args("--scale 0")).is_err());
         assert!(Options::parse(args("--duration")).is_err());

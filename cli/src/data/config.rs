@@ -404,7 +404,7 @@ pub(crate) fn resolve(
     let tail_cache_bytes = merged.parse(
         keys::TAIL_CACHE_BYTES,
         Some(narad_plog::TAIL_CACHE_BYTES_DEFAULT),
-        |v| parse_within(v, 0..=TAIL_CACHE_BYTES_MAX, "a number of bytes"),
+        parse_tail_cache_bytes,
     )?;
     let ingress_wal_prealloc = merged.parse(
         keys::WAL_PREALLOC,
@@ -498,6 +498,11 @@ pub(crate) fn parse_wal_dir(value: &str) -> Result<Option<PathBuf>, String> {
 
 /// `storage.retention_check_interval_ms`: from
 /// [`RETENTION_CHECK_INTERVAL_MS_MIN`] to [`RETENTION_CHECK_INTERVAL_MS_MAX`].
+/// `storage.tail_cache_bytes`: 0 up to [`TAIL_CACHE_BYTES_MAX`].
+pub(crate) fn parse_tail_cache_bytes(value: &str) -> Result<usize, String> {
+    parse_within(value, 0..=TAIL_CACHE_BYTES_MAX, "a number of bytes")
+}
+
 pub(crate) fn parse_retention_check_interval(value: &str) -> Result<Duration, String> {
     parse_millis_within(
         value,

@@ -1,6 +1,7 @@
 //! The settings `narad dev` shares with `narad data`: the log format, the
 //! access log, the three storage switches, the HTTP front threads, the
-//! retention interval and the ingress WAL's root. Each takes the variable
+//! retention interval, the ingress WAL's root and the partition logs' tail
+//! cache. Each takes the variable
 //! and the flag that `narad data` gives it (no file: `narad dev` takes
 //! none), and each value is checked by `narad data`'s parser, with its
 //! bounds and its error text, through the shared layering
@@ -23,7 +24,8 @@ use narad_dataplane::http::remotes::RemotesConfig;
 use narad_dataplane::node::RETENTION_CHECK_INTERVAL_DEFAULT;
 
 use crate::data::config::{
-    defaults, keys, parse_front_threads, parse_retention_check_interval, parse_wal_dir,
+    defaults, keys, parse_front_threads, parse_retention_check_interval, parse_tail_cache_bytes,
+    parse_wal_dir,
 };
 use crate::data::front;
 use crate::process::LOG_FORMATS;
@@ -49,6 +51,7 @@ impl Settings for DevSettings {
         keys::FRONT_THREADS,
         keys::RETENTION_CHECK_INTERVAL,
         keys::WAL_DIR,
+        keys::TAIL_CACHE_BYTES,
         keys::REMOTES_ALLOWED_HOSTS,
         keys::REMOTES_ALLOWED_PORTS,
         keys::REMOTES_ALLOW_ADDRESSES,
@@ -71,7 +74,7 @@ fn switch(setting: Setting, default: bool, help: &'static str) -> Arg {
 }
 
 /// `narad dev`'s flags of [`DevSettings`], as `--help` shows them.
-pub(crate) fn args() -> [Arg; 14] {
+pub(crate) fn args() -> [Arg; 15] {
     [
         Arg::new(keys::LOG_FORMAT.flag)
             .long(keys::LOG_FORMAT.flag)
@@ -131,6 +134,7 @@ pub(crate) fn args() -> [Arg; 14] {
                 "Root of the ingress WAL, which lives in DIR/ingress/produce, e.g. on a device \
                  of its own; under --data-dir by default (storage.wal_dir)",
             ),
+        setting_arg(keys::TAIL_CACHE_BYTES, "BYTES"),
         setting_arg(keys::REMOTES_ALLOWED_HOSTS, "HOSTS"),
         setting_arg(keys::REMOTES_ALLOWED_PORTS, "PORTS"),
         setting_arg(keys::REMOTES_ALLOW_ADDRESSES, "CIDRS"),
@@ -210,6 +214,8 @@ pub(crate) struct DevConfig {
     pub(crate) retention_check_interval: Duration,
     /// `storage.wal_dir`; `None` keeps the WAL under `--data-dir`.
     pub(crate) wal_dir: Option<PathBuf>,
+    /// `storage.tail_cache_bytes`.
+    pub(crate) tail_cache_bytes: usize,
     /// `remotes.*`, checked as with security on (`--secure` is checked
     /// apart, as it is a flag of `narad dev` alone).
     pub(crate) remotes: RemotesConfig,
@@ -248,6 +254,11 @@ pub(crate) fn resolve(layers: &[Layer<DevSettings>]) -> Result<DevConfig, Config
             parse_retention_check_interval,
         )?,
         wal_dir: merged.parse(keys::WAL_DIR, Some(None), parse_wal_dir)?,
+        tail_cache_bytes: merged.parse(
+            keys::TAIL_CACHE_BYTES,
+            Some(narad_plog::TAIL_CACHE_BYTES_DEFAULT),
+            parse_tail_cache_bytes,
+        )?,
         remotes: crate::data::remotes_config::resolve(&merged, true)?,
     })
 }

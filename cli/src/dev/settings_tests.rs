@@ -27,6 +27,26 @@ fn unset_settings_take_the_defaults_of_narad_dev() {
         RETENTION_CHECK_INTERVAL_DEFAULT
     );
     assert_eq!(config.wal_dir, None);
+    assert_eq!(
+        config.tail_cache_bytes,
+        narad_plog::TAIL_CACHE_BYTES_DEFAULT
+    );
+}
+
+#[test]
+fn the_tail_cache_variable_sizes_the_partition_logs_cache_with_narad_datas_bounds() {
+    let mut env = Layer::new(Source::Env);
+    env.set(keys::TAIL_CACHE_BYTES, "0");
+    assert_eq!(resolve(&[env]).expect("valid").tail_cache_bytes, 0);
+    let config = resolve_words(&["--tail-cache-bytes", "65536"]).expect("valid");
+    assert_eq!(config.tail_cache_bytes, 65_536);
+    let error = resolve_words(&["--tail-cache-bytes", "2147483648"]).expect_err("too large");
+    assert!(
+        error
+            .to_string()
+            .contains("storage.tail_cache_bytes (from --tail-cache-bytes)"),
+        "{error}"
+    );
 }
 
 #[test]

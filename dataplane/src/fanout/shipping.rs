@@ -8,7 +8,9 @@
 //! Failures before anything is sent are link states too: a remote deleted
 //! under its links is `remote_missing`, a node without the cluster secret
 //! `node_insecure`, a password that does not open `credential_unreadable`,
-//! a URL or CA the client refuses `destination_refused` or `tls_failed`.
+//! a URL this node's `remotes.allowed_ports` or `remotes.allowed_hosts`
+//! refuses, or that the client refuses, `destination_refused`, a CA the
+//! client refuses `tls_failed`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,10 +25,12 @@ use narad_remotes::encode::LinkIdentity;
 use narad_remotes::guard::AddressGuard;
 use narad_remotes::ship::{self, Shipper};
 use narad_remotes::state::LinkState;
+use narad_remotes::url::UrlPolicy;
 use parking_lot::Mutex;
 
 use super::remote::{RemoteShipper, ShipOutcome, Shipment, Shipping};
-use crate::credentials::{RemoteCredentials, client_of};
+use crate::credentials::{ClientFailure, RemoteCredentials, client_of};
+use crate::http::remotes::settings::checked_url;
 use crate::metadata::MetadataReplica;
 use crate::metrics::{self, NodeMetrics};
 use crate::remote_children::{
@@ -192,6 +196,7 @@ impl SentThrough {
 pub struct NodeShipper {
     replica: Arc<MetadataReplica>,
     credentials: Arc<RemoteCredentials>,
+    url_policy: UrlPolicy,
     guard: AddressGuard,
     clock: Arc<dyn Clock>,
     metrics: Arc<NodeMetrics>,
@@ -202,8 +207,9 @@ pub struct NodeShipper {
 }
 
 impl NodeShipper {
-    /// A shipper for the node with these parts; `guard` is the node's
-    /// outbound address guard (`remotes.allow_addresses`,
+    /// A shipper for the node with these parts; `url_policy` is the
+    /// node's `remotes.allowed_ports` and `remotes.allowed_hosts`, `guard`
+    /// its outbound address guard (`remotes.allow_addresses`,
     /// `remotes.allow_loopback`).
     ///
     /// # Errors
@@ -211,6 +217,7 @@ impl NodeShipper {
     pub fn new(
         replica: Arc<MetadataReplica>,
         credentials: Arc<RemoteCredentials>,
+        url_policy: UrlPolicy,
         guard: AddressGuard,
         clock: Arc<dyn Clock>,
         metrics: Arc<NodeMetrics>,
@@ -223,6 +230,7 @@ impl NodeShipper {
         Ok(Self {
             replica,
             credentials,
+            url_policy,
             guard,
             clock,
             metrics,
@@ -258,6 +266,7 @@ impl NodeShipper {
                 check_interval_ms: built.check_interval_ms,
             });
         }
+        self.check_url(remote)?;
         let client = client_of(
             &view.metastore,
             &self.credentials,
@@ -297,6 +306,18 @@ impl NodeShipper {
             client,
             check_interval_ms,
         })
+    }
+
+    /// `destination_refused` when this node's `remotes.allowed_ports` or
+    /// `remotes.allowed_hosts` refuse the remote's URL (counted), which
+    /// another node with other settings may have accepted.
+    fn check_url(&self, remote: &Remote) -> Result<(), LinkState> {
+        checked_url(&self.url_policy, &self.metrics, &remote.name, &remote.url)
+            .map(|_| ())
+            .map_err(|error| {
+                tracing::warn!(remote = %remote.name, %error, "this node's remote settings refuse a remote's URL");
+                LinkState::DestinationRefused
+            })
     }
 
     /// Asks the target once what it takes (zstd, chunk size, keys), in
@@ -373,8 +394,8 @@ impl NodeShipper {
 
     fn record_exchanges(&self, remote: &str, stats: &ship::ShipStats) {
         let remote_label = || ("remote", remote.to_owned());
-        // Only the address guard refuses while shipping; a URL's port or
-        // host is refused when the remote is added or changed.
+        // The address guard's refusals; a URL's port or host refused by
+        // this node's settings counts in `check_url`.
         let refused = stats
             .exchanges
             .iter()
@@ -398,6 +419,11 @@ impl NodeShipper {
                 metrics::REMOTE_REQUEST_SECONDS,
                 &[remote_label()],
                 Duration::from_micros(exchange.elapsed_us),
+            );
+            self.metrics.observe(
+                metrics::REMOTE_INFLIGHT_WAIT_SECONDS,
+                &[remote_label()],
+                Duration::from_micros(exchange.waited_us),
             );
             if let Some(failure) = exchange.failure {
                 self.metrics.count(
@@ -552,13 +578,21 @@ impl RemoteProbe for NodeShipper {
     fn check<'a>(&'a self, remote: &'a Remote, topic: &'a str) -> ProbeFuture<'a> {
         Box::pin(async move {
             let view = self.replica.view();
-            let client = client_of(
-                &view.metastore,
-                &self.credentials,
-                remote,
-                self.guard.clone(),
-                Arc::clone(&self.clock),
-            );
+            let client = checked_url(&self.url_policy, &self.metrics, &remote.name, &remote.url)
+                .map_err(|error| ClientFailure {
+                    step: "url",
+                    state: LinkState::DestinationRefused,
+                    detail: error.to_string(),
+                })
+                .and_then(|_| {
+                    client_of(
+                        &view.metastore,
+                        &self.credentials,
+                        remote,
+                        self.guard.clone(),
+                        Arc::clone(&self.clock),
+                    )
+                });
             let client = match client {
                 Ok(client) => client,
                 Err(failure) => {

@@ -724,7 +724,8 @@ impl Forwarder {
 
 impl Forwarder {
     /// Node `node`'s own report of itself (opcode 33, control lane) within
-    /// `budget`, dial included.
+    /// `budget`, dial included; with its views of the remotes' credentials
+    /// when `with_remotes` (a node of an older release refuses that).
     ///
     /// # Errors
     /// [`ForwardError::OwnerDown`] when no address is known for `node`
@@ -735,6 +736,7 @@ impl Forwarder {
         &self,
         node: NodeId,
         budget: Duration,
+        with_remotes: bool,
     ) -> Result<NodeStatusAnswer, ForwardError> {
         let peer = self
             .addresses
@@ -744,7 +746,7 @@ impl Forwarder {
             peer,
             Lane::Control,
             Opcode::NODE_STATUS,
-            &NodeStatus,
+            &NodeStatus { with_remotes },
             budget,
         )
         .await?

@@ -638,6 +638,28 @@ async fn the_children_listing_on_a_counts_the_lag_of_cursors_running_on_b() {
     cluster.stop();
 }
 
+/// Reports on B the cursor of remote child `split-dr` on `split`'s
+/// partition 1, at offset 0 of 1, shipping as `shipping`; returns the
+/// report.
+fn report_split_dr_cursor_on_b(
+    cluster: &Cluster,
+    shipping: crate::fanout::RemoteReport,
+) -> CursorReport {
+    let key = CursorKey {
+        parent: "split".into(),
+        partition: 1,
+        child: "split-dr".into(),
+    };
+    let report = CursorReport {
+        next_offset: 0,
+        high_watermark: 1,
+        due_lag_ms: None,
+        remote: Some(shipping),
+    };
+    cluster.b.fanout().report(key, report.clone());
+    report
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
     let cluster = Cluster::start();
@@ -648,18 +670,7 @@ async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
         last_success_at_ms: Some(5_000),
         oldest_pending_ms: Some(4_000),
     };
-    let key = CursorKey {
-        parent: "split".into(),
-        partition: 1,
-        child: "split-dr".into(),
-    };
-    let report = CursorReport {
-        next_offset: 0,
-        high_watermark: 1,
-        due_lag_ms: None,
-        remote: Some(shipping.clone()),
-    };
-    cluster.b.fanout().report(key, report);
+    report_split_dr_cursor_on_b(&cluster, shipping.clone());
     let forwarder = cluster.a.api().forwarder.get().expect("forwarder");
     let ask = |remote_reports| StatsAsk {
         cursors: true,
@@ -684,6 +695,52 @@ async fn a_remote_childs_shipping_report_on_b_reaches_a_only_when_asked() {
     assert_eq!(remote.last_success_at_ms, Some(5_000));
     assert_eq!(remote.oldest_pending_ms, Some(4_000));
     assert_eq!(without[0].cursors[0].remote, None);
+    cluster.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_on_a_reads_whether_the_cursor_on_b_holds_on_the_record() {
+    use crate::http::children::{OwnerCursor, owner_cursor};
+    use crate::remote_children::skip_allowed;
+
+    let cluster = Cluster::start();
+    cluster.produce_on_b("split", 1, "one").await;
+    let report = report_split_dr_cursor_on_b(
+        &cluster,
+        crate::fanout::RemoteReport {
+            state: "rejected_record".into(),
+            blocked_at: Some(0),
+            last_success_at_ms: None,
+            oldest_pending_ms: None,
+        },
+    );
+    let a = cluster.a.api();
+    let split = a.replica.topic_meta("split").expect("split");
+
+    // Partition 1 runs on B: A asks B, and only the held record passes.
+    let heard = owner_cursor(a, &split, 1, "split-dr").await;
+    assert_eq!(heard, OwnerCursor::Heard(Some(report)));
+    let OwnerCursor::Heard(from_b) = heard else {
+        unreachable!()
+    };
+    assert!(skip_allowed(3, 1, 0, from_b.as_ref()));
+    assert!(!skip_allowed(3, 1, 1, from_b.as_ref()));
+    // B runs no cursor of another child there: nothing to hold on.
+    assert_eq!(
+        owner_cursor(a, &split, 1, "split-other").await,
+        OwnerCursor::Heard(None)
+    );
+    // Partition 0 is A's own, and no cursor reported on A.
+    assert_eq!(
+        owner_cursor(a, &split, 0, "split-dr").await,
+        OwnerCursor::Heard(None)
+    );
+    // A dead owner cannot be asked.
+    let ghost = a.replica.topic_meta("ghost").expect("ghost");
+    assert_eq!(
+        owner_cursor(a, &ghost, 0, "ghost-dr").await,
+        OwnerCursor::Unheard
+    );
     cluster.stop();
 }
 

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use narad_meta::{AttachChild, AttachEpoch, Command, DetachChild, MetastoreError, rules};
+use narad_protocol::PartitionStatsEntry;
 
 use super::body::read_json_refusing_400;
 use super::error::ApiError;
@@ -31,7 +32,7 @@ use super::topics::{
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::fanout::{CursorReport, RemoteReport};
-use crate::forward::StatsAsk;
+use crate::forward::{STATS_BUDGET, StatsAsk};
 use crate::metadata::TopicMeta;
 use crate::topology::{Destination, Route, Topology};
 
@@ -223,6 +224,12 @@ fn reported_by_owner(
     child: &str,
 ) -> Option<CursorReport> {
     let positions = positions.get(usize::try_from(partition).ok()?)?.as_ref()?;
+    report_in(positions, child)
+}
+
+/// `child`'s cursor report in an owner's `positions`: only a remote
+/// child's, which carries its shipping report.
+fn report_in(positions: &Positions, child: &str) -> Option<CursorReport> {
     Some(CursorReport {
         next_offset: *positions.cursors.get(child)?,
         high_watermark: positions.high_watermark,
@@ -258,36 +265,95 @@ pub(super) async fn positions(state: &ApiState, parent: &TopicMeta) -> Vec<Optio
             let destination = Destination::new(&parent.name, partition);
             match state.replica.route(&destination) {
                 Route::Owner { local: true, .. } => local_positions(state, parent, partition),
-                Route::Owner { alive: true, .. } => {
-                    remote.remove(&partition).map(|entry| Positions {
-                        high_watermark: entry.high_watermark,
-                        cursors: entry
-                            .cursors
-                            .iter()
-                            .map(|cursor| (cursor.child.clone(), cursor.next_offset))
-                            .collect(),
-                        remote: entry
-                            .cursors
-                            .into_iter()
-                            .filter_map(|cursor| {
-                                let report = cursor.remote?;
-                                Some((
-                                    cursor.child,
-                                    RemoteReport {
-                                        state: report.state,
-                                        blocked_at: report.blocked_at,
-                                        last_success_at_ms: report.last_success_at_ms,
-                                        oldest_pending_ms: report.oldest_pending_ms,
-                                    },
-                                ))
-                            })
-                            .collect(),
-                    })
-                }
+                Route::Owner { alive: true, .. } => remote.remove(&partition).map(positions_of),
                 Route::Owner { .. } | Route::Unassigned => None,
             }
         })
         .collect()
+}
+
+/// The positions an owner's statistics entry reports.
+fn positions_of(entry: PartitionStatsEntry) -> Positions {
+    Positions {
+        high_watermark: entry.high_watermark,
+        cursors: entry
+            .cursors
+            .iter()
+            .map(|cursor| (cursor.child.clone(), cursor.next_offset))
+            .collect(),
+        remote: entry
+            .cursors
+            .into_iter()
+            .filter_map(|cursor| {
+                let report = cursor.remote?;
+                Some((
+                    cursor.child,
+                    RemoteReport {
+                        state: report.state,
+                        blocked_at: report.blocked_at,
+                        last_success_at_ms: report.last_success_at_ms,
+                        oldest_pending_ms: report.oldest_pending_ms,
+                    },
+                ))
+            })
+            .collect(),
+    }
+}
+
+/// What the owner of one parent partition says of a child's cursor there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerCursor {
+    /// The owner (this node, or another that answered) reported this:
+    /// `None` when no cursor of the child reported there yet, or the
+    /// partition has no owner.
+    Heard(Option<CursorReport>),
+    /// The owner is another node that could not be asked: marked dead, no
+    /// answer, no longer the owner, or too old to send a remote child's
+    /// report.
+    Unheard,
+}
+
+/// `child`'s cursor of `partition` of `parent` as its owner reports it:
+/// this node's own report, or the owner's answer to `TopicPartitionStats`
+/// asked `with_remote_reports`, for that one partition.
+pub(crate) async fn owner_cursor(
+    state: &ApiState,
+    parent: &TopicMeta,
+    partition: u32,
+    child: &str,
+) -> OwnerCursor {
+    if let Some(local) = state.fanout.cursor(&parent.name, partition, child) {
+        return OwnerCursor::Heard(Some(local));
+    }
+    let node = match state
+        .replica
+        .route(&Destination::new(&parent.name, partition))
+    {
+        Route::Owner { local: true, .. } | Route::Unassigned => return OwnerCursor::Heard(None),
+        Route::Owner {
+            node, alive: true, ..
+        } => node,
+        Route::Owner { .. } => return OwnerCursor::Unheard,
+    };
+    let Some(forwarder) = state.forwarder.get() else {
+        return OwnerCursor::Unheard;
+    };
+    let ask = StatsAsk {
+        cursors: true,
+        remote_reports: true,
+        ..StatsAsk::default()
+    };
+    let entries = forwarder
+        .stats(node, &parent.name, vec![partition], ask, STATS_BUDGET)
+        .await
+        .unwrap_or_default();
+    match entries
+        .into_iter()
+        .find(|entry| entry.partition == partition && entry.owned)
+    {
+        Some(entry) => OwnerCursor::Heard(report_in(&positions_of(entry), child)),
+        None => OwnerCursor::Unheard,
+    }
 }
 
 /// This node's positions of a parent partition it owns: the log's high

@@ -34,6 +34,8 @@ use narad_meta::{
     AbortMove, Command, DecommissionBlock, Member, MemberStatus, Metastore, MetastoreError,
     SetDraining,
 };
+use narad_protocol::commit::is_unsupported_operation;
+use narad_protocol::{RpcError, Status};
 
 use super::error::ApiError;
 use super::produce::parse_partition;
@@ -57,7 +59,7 @@ const DISPATCH_BACKLOG: &str = "dispatch_backlog";
 const NODE_STATUS_UNAVAILABLE: &str = "node_status_unavailable";
 
 /// What each asked node answered, or why it did not, by member id.
-type Statuses = BTreeMap<String, Result<NodeStatus, String>>;
+pub(crate) type Statuses = BTreeMap<String, Result<NodeStatus, String>>;
 
 /// Authenticates the caller and checks, by the metastore's rule, that it
 /// may administer the cluster: an admin, or anyone with security off.
@@ -118,7 +120,7 @@ pub(crate) async fn members(
     let metastore = &*view.metastore;
     let statuses = if detail {
         let ids = metastore.members().map(|member| member.id.clone());
-        Some(node_statuses(&state, ids.collect()).await)
+        Some(node_statuses(&state, ids.collect(), false).await)
     } else {
         None
     };
@@ -311,8 +313,13 @@ fn worker_json(worker: &MoveWorkerStatus) -> Value {
 
 /// Asks every node in `ids` for its status at once, within
 /// [`NODE_STATUS_BUDGET`] in all: this node reads its own, the others are
-/// asked over node RPC. Every id gets an entry.
-async fn node_statuses(state: &Arc<ApiState>, ids: BTreeSet<String>) -> Statuses {
+/// asked over node RPC; with their views of the remotes' credentials when
+/// `with_remotes`. Every id gets an entry.
+pub(crate) async fn node_statuses(
+    state: &Arc<ApiState>,
+    ids: BTreeSet<String>,
+    with_remotes: bool,
+) -> Statuses {
     let deadline_ms = state
         .clock()
         .now_ms()
@@ -323,7 +330,7 @@ async fn node_statuses(state: &Arc<ApiState>, ids: BTreeSet<String>) -> Statuses
         calls.spawn(async move {
             let timeout = state.clock().sleep_until(deadline_ms);
             let answer = tokio::select! {
-                answer = node_status(&state, &id) => answer,
+                answer = node_status(&state, &id, with_remotes) => answer,
                 () = timeout => Err(format!(
                     "no answer within {} s",
                     NODE_STATUS_BUDGET.as_secs()
@@ -350,17 +357,21 @@ async fn node_statuses(state: &Arc<ApiState>, ids: BTreeSet<String>) -> Statuses
 }
 
 /// Member `id`'s status: this node's read here, another's asked of it.
-async fn node_status(state: &ApiState, id: &str) -> Result<NodeStatus, String> {
+async fn node_status(state: &ApiState, id: &str, with_remotes: bool) -> Result<NodeStatus, String> {
     let node = node_of(id).ok_or("its id names no data node this one can address")?;
     if node == state.replica.local_node() {
-        return Ok(NodeStatus::read(&state.status).await);
+        let mut status = NodeStatus::read(&state.status).await;
+        if with_remotes {
+            status.remotes = state.status.remote_views();
+        }
+        return Ok(status);
     }
     let forwarder = state
         .forwarder
         .get()
         .ok_or("node RPC is not running on this node")?;
     forwarder
-        .node_status(node, NODE_STATUS_BUDGET)
+        .node_status(node, NODE_STATUS_BUDGET, with_remotes)
         .await
         .map(NodeStatus::from_wire)
         .map_err(|error| status_error(&error))
@@ -370,6 +381,11 @@ async fn node_status(state: &ApiState, id: &str) -> Result<NodeStatus, String> {
 fn status_error(error: &ForwardError) -> String {
     match error {
         ForwardError::OwnerDown => "no node RPC address is known for it".to_owned(),
+        ForwardError::Refused { status, message }
+            if is_unsupported_operation(&RpcError::new(Status(*status), message.clone())) =>
+        {
+            format!("its release does not serve this request (an older node): {message}")
+        }
         ForwardError::NoAnswer(cause) => format!("no answer: {cause}"),
         ForwardError::Refused { status, message } => format!("refused ({status}): {message}"),
     }
@@ -411,7 +427,7 @@ pub(crate) async fn moves(
             .iter()
             .filter(|step| metastore.member(&step.to).is_some())
             .map(|step| step.to.clone());
-        Some(node_statuses(&state, targets.collect()).await)
+        Some(node_statuses(&state, targets.collect(), false).await)
     } else {
         None
     };

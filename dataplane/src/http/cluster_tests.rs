@@ -14,21 +14,16 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use bytes::Bytes;
-use narad_disk::clock::SystemClock;
 use narad_meta::{Command, CompleteMove, MoveTarget, RemoveMember, SetDraining, SetMoveTargets};
 use narad_protocol::commit::is_unsupported_operation;
-use narad_protocol::{
-    CallError, ClusterAuth, ClusterSecret, Lane, Node, NodeConfig, Opcode, Router,
-};
+use narad_protocol::{CallError, Lane, Node, Opcode};
 use serde_json::Value;
 
 use super::ApiConfig;
 use super::tests::{ALICE, Answer, Api, api_with, api_with_admin, produce_request, request, send};
 use crate::admin::{Admin, AdminError, AdminFuture};
-use crate::forward::Forwarder;
-use crate::remote::AddressTable;
-use crate::status::{MoveReports, MoveWorkerStatus, NodeStatusService};
-use crate::testing::{apply, mark_dead, register, wal_records};
+use crate::status::{MoveReports, MoveWorkerStatus};
+use crate::testing::{apply, attach_forwarder, mark_dead, register, status_rpc, wal_records};
 use crate::topology::{NodeId, member_id};
 
 const ROOT: (&str, &str) = ("root", "root-pw");
@@ -337,10 +332,6 @@ async fn detail_must_be_true_or_false() {
 
 // ---- Node status over node RPC ----
 
-fn auth() -> ClusterAuth {
-    ClusterAuth::Secret(ClusterSecret::new(vec![7; 32]).expect("32 bytes"))
-}
-
 /// This node's API with node RPC: member 2 is served by another node's
 /// status service (which reports 5 produces in flight), member 3 sits at a
 /// socket that never answers, and member 4 has no known address.
@@ -354,39 +345,21 @@ struct Rpc {
 }
 
 fn with_rpc() -> Rpc {
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let other_api = api();
     other_api
         .state
         .status
         .produces_in_flight
         .store(5, Ordering::Relaxed);
-    let service = NodeStatusService::new();
-    service.attach(Arc::clone(&other_api.state.status));
-    let other = Node::bind(
-        NodeConfig::new(loopback, auth()),
-        service.route(Router::new()),
-    )
-    .expect("bind the other node");
+    let other = status_rpc(&other_api.state.status);
     let other_addr = other.local_addr();
-    let transport = Arc::new(
-        Node::bind(NodeConfig::new(loopback, auth()), Router::new()).expect("bind this node"),
-    );
-    let silent = UdpSocket::bind(loopback).expect("a silent socket");
-    let addresses = Arc::new(AddressTable::new());
-    addresses.set(2, other_addr);
-    addresses.set(3, silent.local_addr().expect("address"));
+    let silent = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("a silent socket");
     let api = api();
     for node in [2, 3, 4] {
         register(&api.state.replica, node);
     }
-    let forwarder = Forwarder::new(
-        Arc::clone(&transport),
-        addresses,
-        Arc::clone(&api.state.replica),
-        Arc::new(SystemClock::new()),
-    );
-    assert!(api.state.forwarder.set(forwarder).is_ok());
+    let peers = [(2, other_addr), (3, silent.local_addr().expect("address"))];
+    let transport = attach_forwarder(&api.state, &peers);
     Rpc {
         api,
         transport,
@@ -422,7 +395,7 @@ async fn detail_asks_other_nodes_over_rpc_and_names_those_that_did_not_answer() 
 #[tokio::test]
 async fn a_node_status_request_with_trailing_bytes_is_an_unsupported_operation() {
     let rpc = with_rpc();
-    let request = narad_protocol::Request::new(Opcode::NODE_STATUS, Bytes::from_static(&[1, 0]));
+    let request = narad_protocol::Request::new(Opcode::NODE_STATUS, Bytes::from_static(&[1, 1, 0]));
     let refused = rpc
         .transport
         .call_with_timeout(rpc.other, Lane::Control, request, CEILING)

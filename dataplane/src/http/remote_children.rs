@@ -26,7 +26,7 @@ use narad_meta::{
 };
 
 use super::body::read_limited;
-use super::children::{Positions, positions};
+use super::children::{OwnerCursor, Positions, owner_cursor, positions};
 use super::error::ApiError;
 use super::topics::{
     StartFigure, json_response, known_topic, propose, record, refused, start_offsets,
@@ -532,7 +532,10 @@ pub(crate) async fn resume(
 /// `POST /v1/topics/{parent}/children/{child}/skip`
 /// `{"partition","offset"}` → `200` the stub: that partition's cursor
 /// passes the record without shipping it. Taken only while the cursor
-/// holds on exactly that record (see [`skip_allowed`]), else `409`.
+/// holds on exactly that record (see [`skip_allowed`]), else `409`. The
+/// cursor's report comes from the partition's owner: this node, or
+/// another asked over the cluster RPC; `503` with `Retry-After` when that
+/// owner cannot be asked.
 pub(crate) async fn skip(
     State(state): State<Arc<ApiState>>,
     Path((parent, child)): Path<(String, String)>,
@@ -547,7 +550,25 @@ pub(crate) async fn skip(
         .as_ref()
         .map_or(0, |link| link.attach_offsets.len());
     let partitions = u32::try_from(partitions).unwrap_or(u32::MAX);
-    let report = state.fanout.cursor(&parent, request.partition, &child);
+    let report = if request.partition < partitions {
+        let parent_meta = known_topic(&state, &parent)?;
+        match owner_cursor(&state, &parent_meta, request.partition, &child).await {
+            OwnerCursor::Heard(report) => report,
+            OwnerCursor::Unheard => {
+                let mut error = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "the owner of partition {} of {parent:?} cannot be asked whether its cursor holds on offset {}; retry later",
+                        request.partition, request.offset
+                    ),
+                );
+                error.retry_after_seconds = Some(1);
+                return Err(error);
+            }
+        }
+    } else {
+        None
+    };
     if !skip_allowed(
         partitions,
         request.partition,

@@ -640,6 +640,73 @@ async fn a_skip_is_stored_in_the_link() {
 }
 
 #[tokio::test]
+async fn a_skip_of_a_partition_whose_owner_cannot_be_asked_is_503_and_stores_nothing() {
+    use narad_meta::{AttachEpoch, AttachRemoteChild, IncarnationId, RemoteFrom, RemoteLink};
+
+    let api = remote_api();
+    attach_stub(&api).await;
+    // Parent `far` lives on node 2, which this node has no cluster RPC to
+    // ask; its remote child `far-dr` is linked in the metastore.
+    topic(&api.state.replica, "far", 0xf1, 3, 2);
+    apply(
+        &api.state.replica,
+        Command::AttachRemoteChild(AttachRemoteChild {
+            actor: Actor::User("root".into()),
+            parent: "far".into(),
+            parent_id: IncarnationId::from_bits(0xf1),
+            child: "far-dr".into(),
+            child_id: IncarnationId::from_bits(0xf2),
+            attach_epoch: AttachEpoch::from_bits(9),
+            attach_offsets: vec![0; 3],
+            link: RemoteLink {
+                remote: "dr".into(),
+                remote_id: RemoteId::from_bits(1),
+                remote_topic: "far".into(),
+                target_id: None,
+                lanes: 1,
+                from: RemoteFrom::Attach,
+                paused: None,
+                skip: Default::default(),
+                created_at_ms: 0,
+            },
+        }),
+    );
+    let answer = call(
+        &api,
+        "POST",
+        "/v1/topics/far/children/far-dr/skip",
+        json!({"partition": 2, "offset": 4}),
+    )
+    .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.headers[header::RETRY_AFTER], "1");
+    let link = api
+        .state
+        .replica
+        .view()
+        .metastore
+        .remote_link("far-dr")
+        .cloned()
+        .expect("link");
+    assert!(!link.skips(2, 4));
+    // This node's own partition, whose cursor has not reported, is taken
+    // on the operator's word as before.
+    let own = call(
+        &api,
+        "POST",
+        "/v1/topics/orders/children/orders-dr/skip",
+        json!({"partition": 1, "offset": 4}),
+    )
+    .await;
+    assert_eq!(own.status, StatusCode::OK, "{}", own.body);
+}
+
+#[tokio::test]
 async fn remote_child_writes_past_sixty_a_minute_wait() {
     let api = remote_api();
     attach_stub(&api).await;

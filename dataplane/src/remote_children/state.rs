@@ -71,11 +71,13 @@ pub fn link_state(link: &RemoteLink, cursors: &[(u32, Option<CursorReport>)]) ->
     }
 }
 
-/// Whether a skip of `offset` on `partition` may be stored: the cursor of
-/// that partition holds on exactly that record in a state that names a
-/// record (`rejected_record`, `record_too_large`). A partition whose
-/// cursor does not report here (it runs on another node, or has not
-/// reported yet) is taken on the operator's word when the link has it.
+/// Whether a skip of `offset` on `partition` may be stored, given the
+/// `report` of that partition's cursor from its owner (this node or
+/// another): the cursor holds on exactly that record in a state that
+/// names a record (`rejected_record`, `record_too_large`). A partition
+/// whose owner has no report of the cursor yet (it has not started, or
+/// the partition has no owner) is taken on the operator's word when the
+/// link has it.
 pub fn skip_allowed(
     link_partitions: u32,
     partition: u32,

@@ -45,6 +45,9 @@ pub enum Reply {
     Redirect,
     /// Store the batch, then never answer.
     StoreThenHang,
+    /// Answer only once the test notifies, then store and accept as
+    /// usual.
+    HoldUntil(Arc<Notify>),
 }
 
 /// One message as the target decoded it.
@@ -371,22 +374,29 @@ async fn batch(
             [(header::LOCATION, "/v1/topics/elsewhere/produce/batch")],
         )
             .into_response(),
+        Some(Reply::HoldUntil(release)) => {
+            release.notified().await;
+            store_and_accept(&target, messages)
+        }
         Some(Reply::StoreThenHang) => {
             store(&target, messages);
             std::future::pending::<()>().await;
             unreachable!("pending never resolves")
         }
-        None => {
-            let accepted = messages.len();
-            store(&target, messages);
-            (
-                StatusCode::ACCEPTED,
-                [(header::CONTENT_TYPE, "application/json")],
-                format!("{{\"accepted\":{accepted}}}\n"),
-            )
-                .into_response()
-        }
+        None => store_and_accept(&target, messages),
     }
+}
+
+/// Stores `messages` and answers `202 {"accepted":N}`.
+fn store_and_accept(target: &Target, messages: Vec<Message>) -> Response {
+    let accepted = messages.len();
+    store(target, messages);
+    (
+        StatusCode::ACCEPTED,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{{\"accepted\":{accepted}}}\n"),
+    )
+        .into_response()
 }
 
 /// Stores each message whose idempotency key the target has not seen.

@@ -211,21 +211,9 @@ pub(crate) async fn metric(addr: SocketAddr, name: &str) -> io::Result<Option<f6
 
 /// The sum of the series of metric `name` in Prometheus text.
 fn metric_sum(text: &str, name: &str) -> Option<f64> {
-    let mut sum = None;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        let value = match rest.as_bytes().first() {
-            Some(b' ') => rest,
-            Some(b'{') => rest.split_once('}').map_or("", |(_, value)| value),
-            _ => continue,
-        };
-        if let Ok(value) = value.trim().parse::<f64>() {
-            *sum.get_or_insert(0.0) += value;
-        }
-    }
-    sum
+    narad_bench::metrics::series(text, name)
+        .map(|(_, value)| value)
+        .reduce(|sum, value| sum + value)
 }
 
 /// Drops the cached pages of every file of a partition directory, so the

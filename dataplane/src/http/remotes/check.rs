@@ -10,46 +10,37 @@
 use std::sync::Arc;
 
 use narad_meta::{Metastore, Remote};
+use narad_protocol::RemoteView;
 use narad_remotes::check;
 use narad_remotes::client::RemoteClient;
 use narad_remotes::state::LinkState;
-use narad_remotes::url as rules;
 use serde_json::{Value, json};
 
 use super::super::ApiState;
-use crate::credentials::{CredentialError, client_of};
+use super::settings::checked_url;
+use crate::credentials::client_of;
+use crate::topology::NodeId;
 
 /// This node's view of `remote`'s credential: an entry of `nodes[]`.
 pub(crate) fn local_node_view(state: &ApiState, metastore: &Metastore, remote: &Remote) -> Value {
-    let node = state.replica.local_node();
-    let (credential, error) = match credential_state(state, metastore, remote) {
-        Ok(()) => ("readable", None),
-        Err(CredentialError::NoSecret) => ("no_secret", None),
-        Err(error) => ("unreadable", Some(error.to_string())),
-    };
-    let key_current = metastore
-        .remote_key()
-        .and_then(|key| state.credentials.current_key_id(key).ok())
-        .is_some_and(|id| id == remote.password.key_id);
+    let view = state.credentials.view(metastore, remote);
+    node_view_json(state.replica.local_node(), &view)
+}
+
+/// Node `node`'s `view` of a remote's credential as `nodes[]` shows it:
+/// `{"node","credential","credential_version","key_current"}` and the
+/// `error` when it does not open.
+pub(crate) fn node_view_json(node: NodeId, view: &RemoteView) -> Value {
     let mut value = json!({
         "node": node,
-        "credential": credential,
-        "credential_version": remote.credential_version,
-        "key_current": key_current,
+        "credential": view.credential.as_str(),
+        "credential_version": view.credential_version,
+        "key_current": view.key_current,
     });
-    if let Some(error) = error {
+    if let Some(error) = &view.error {
         value["error"] = json!(error);
     }
     value
-}
-
-fn credential_state(
-    state: &ApiState,
-    metastore: &Metastore,
-    remote: &Remote,
-) -> Result<(), CredentialError> {
-    let key = metastore.remote_key().ok_or(CredentialError::BadSalt)?;
-    state.credentials.open(key, remote).map(drop)
 }
 
 /// The `key` block of `GET /v1/remotes`: the cluster's key, whether this
@@ -96,7 +87,8 @@ fn local_checks(
     remote: &Remote,
     checks: &mut Vec<Value>,
 ) -> Result<RemoteClient, LinkState> {
-    if let Err(error) = rules::parse_url(&remote.url, &state.config.remotes.url_policy) {
+    let policy = &state.config.remotes.url_policy;
+    if let Err(error) = checked_url(policy, &state.metrics, &remote.name, &remote.url) {
         let class = LinkState::DestinationRefused;
         checks.push(check_json("url", false, Some(class), &error.to_string()));
         return Err(class);

@@ -13,6 +13,7 @@
 
 pub mod check;
 pub mod gauges;
+mod nodes;
 pub mod settings;
 mod wire;
 pub mod write_rate;
@@ -196,8 +197,13 @@ pub(crate) async fn create(
     let request: CreateBody = read_json(&headers, body).await?;
     let password = Zeroizing::new(request.password);
     rules::check_name(&request.name).map_err(rule_error)?;
-    let url =
-        rules::parse_url(&request.url, &state.config.remotes.url_policy).map_err(rule_error)?;
+    let url = settings::checked_url(
+        &state.config.remotes.url_policy,
+        &state.metrics,
+        &request.name,
+        &request.url,
+    )
+    .map_err(rule_error)?;
     rules::check_username(&request.username).map_err(rule_error)?;
     rules::check_password(password.as_bytes()).map_err(rule_error)?;
     let ca_pem = checked_ca(request.ca_pem)?;
@@ -231,25 +237,39 @@ pub(crate) async fn create(
         key: sealed.key,
     };
     propose(&state, Command::CreateRemote(create)).await?;
-    describe_answer(&state, &request.name, StatusCode::CREATED, true)
+    describe_answer(&state, &request.name, StatusCode::CREATED)
 }
 
-/// The Remote object of `name` as the replica holds it now.
-fn describe_answer(
-    state: &ApiState,
-    name: &str,
-    status: StatusCode,
-    nodes: bool,
-) -> Result<Response, ApiError> {
+/// The Remote object of `name` as the replica holds it now, with this
+/// node's view of its credential as `nodes[]` (an answer to a write: the
+/// other nodes may not have applied it yet).
+fn describe_answer(state: &ApiState, name: &str, status: StatusCode) -> Result<Response, ApiError> {
     let view = state.replica.view();
     let remote = known_remote(&view.metastore, name)?;
     let links = view.metastore.links_of_remote(name);
-    let nodes = nodes.then(|| vec![check::local_node_view(state, &view.metastore, &remote)]);
-    Ok(json_response(status, &remote_json(&remote, &links, nodes)))
+    let nodes = vec![check::local_node_view(state, &view.metastore, &remote)];
+    Ok(json_response(
+        status,
+        &remote_json(&remote, &links, Some(nodes)),
+    ))
 }
 
-/// `GET /v1/remotes[?nodes=false]` → every remote in name order, with the
-/// node's allowlist, the cluster key and links whose remote is gone.
+/// Whether a read shows `nodes[]`: unless the query says `nodes=false`
+/// (or `0`).
+///
+/// # Errors
+/// `400` when `nodes` is given twice.
+fn wants_nodes(query: Option<&str>) -> Result<bool, ApiError> {
+    Ok(!matches!(
+        super::cluster::query_value(query, "nodes")?.as_deref(),
+        Some(b"false" | b"0")
+    ))
+}
+
+/// `GET /v1/remotes[?nodes=false]` → every remote in name order, with
+/// every data node's view of its credential, the node's allowlist, the
+/// cluster key, links whose remote is gone and the members whose views
+/// could not be had.
 pub(crate) async fn list(
     State(state): State<Arc<ApiState>>,
     RawQuery(query): RawQuery,
@@ -257,17 +277,19 @@ pub(crate) async fn list(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     remote_admin(&state, &method, &headers).await?;
-    let nodes = !matches!(
-        super::cluster::query_value(query.as_deref(), "nodes")?.as_deref(),
-        Some(b"false" | b"0")
-    );
+    let nodes = wants_nodes(query.as_deref())?;
     let view = state.replica.view();
     let metastore = &*view.metastore;
+    let views = if nodes {
+        Some(nodes::gather(&state, metastore).await)
+    } else {
+        None
+    };
     let remotes: Vec<Value> = metastore
         .remotes()
         .map(|remote| {
             let links = metastore.links_of_remote(&remote.name);
-            let nodes = nodes.then(|| vec![check::local_node_view(&state, metastore, remote)]);
+            let nodes = views.as_ref().map(|views| views.of(&remote.name));
             remote_json(remote, &links, nodes)
         })
         .collect();
@@ -285,12 +307,13 @@ pub(crate) async fn list(
         "allowlist": state.config.remotes.allowlist_json(),
         "key": check::key_json(&state, metastore),
         "lingering": lingering,
-        "not_answering": [],
+        "not_answering": views.map_or_else(|| json!([]), |views| views.not_answering()),
     });
     Ok(json_response(StatusCode::OK, &body))
 }
 
-/// `GET /v1/remotes/{name}[?nodes=false]`.
+/// `GET /v1/remotes/{name}[?nodes=false]`: the remote with every data
+/// node's view of its credential.
 pub(crate) async fn describe(
     State(state): State<Arc<ApiState>>,
     Path(name): Path<String>,
@@ -299,11 +322,19 @@ pub(crate) async fn describe(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     remote_admin(&state, &method, &headers).await?;
-    let nodes = !matches!(
-        super::cluster::query_value(query.as_deref(), "nodes")?.as_deref(),
-        Some(b"false" | b"0")
-    );
-    describe_answer(&state, &name, StatusCode::OK, nodes)
+    let nodes = wants_nodes(query.as_deref())?;
+    let view = state.replica.view();
+    let remote = known_remote(&view.metastore, &name)?;
+    let links = view.metastore.links_of_remote(&name);
+    let nodes = if nodes {
+        Some(nodes::gather(&state, &view.metastore).await.of(&name))
+    } else {
+        None
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &remote_json(&remote, &links, nodes),
+    ))
 }
 
 /// `PATCH /v1/remotes/{name}` → `200` Remote. A new url, username or CA
@@ -325,7 +356,9 @@ pub(crate) async fn update(
     let url = request
         .url
         .as_deref()
-        .map(|url| rules::parse_url(url, &state.config.remotes.url_policy))
+        .map(|url| {
+            settings::checked_url(&state.config.remotes.url_policy, &state.metrics, &name, url)
+        })
         .transpose()
         .map_err(rule_error)?
         .map(|url| url.text);
@@ -376,7 +409,7 @@ pub(crate) async fn update(
         limits,
     };
     propose(&state, Command::UpdateRemote(update)).await?;
-    describe_answer(&state, &name, StatusCode::OK, true)
+    describe_answer(&state, &name, StatusCode::OK)
 }
 
 /// `DELETE /v1/remotes/{name}[?force=true]` → `204`; `409` with `links`

@@ -4,8 +4,10 @@
 
 use ipnet::IpNet;
 use narad_remotes::guard::AddressGuard;
-use narad_remotes::url::{HostPattern, UrlPolicy};
+use narad_remotes::url::{self as rules, HostPattern, RemoteUrl, RuleError, UrlPolicy};
 use serde_json::{Value, json};
+
+use crate::metrics::{self, NodeMetrics};
 
 /// `remotes.max_held_bytes` when not set: 256 MiB.
 pub const MAX_HELD_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
@@ -77,4 +79,37 @@ impl RemotesConfig {
             "allow_loopback": self.allow_loopback,
         })
     }
+}
+
+/// `url` of the remote named `remote` under the node's `policy`
+/// (`remotes.allowed_ports`, `remotes.allowed_hosts`) and the URL rules. A
+/// refusal by the node's ports or allowlist, at add, change, test, attach
+/// check or before shipping, counts in
+/// `narad_remote_destination_refused_total{remote,reason}` (`port` or
+/// `allowlist`); a malformed URL counts nowhere.
+///
+/// # Errors
+/// [`RuleError`] on field `url`.
+pub fn checked_url(
+    policy: &UrlPolicy,
+    node_metrics: &NodeMetrics,
+    remote: &str,
+    url: &str,
+) -> Result<RemoteUrl, RuleError> {
+    let checked = rules::parse_url(url, policy);
+    if let Err(RuleError {
+        refusal: Some(refusal),
+        ..
+    }) = &checked
+    {
+        node_metrics.count(
+            metrics::REMOTE_DESTINATION_REFUSED_TOTAL,
+            &[
+                ("remote", remote.to_owned()),
+                ("reason", refusal.as_str().to_owned()),
+            ],
+            1,
+        );
+    }
+    checked
 }

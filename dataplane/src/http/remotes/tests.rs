@@ -614,6 +614,16 @@ async fn test_report(api: &Api, url: &str) -> Value {
     json(&answer)
 }
 
+/// The report of `POST /v1/remotes/dr/test` for topic `orders` on `api`.
+async fn test_dr_report(api: &Api) -> Value {
+    let answer = send(
+        api,
+        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
+    )
+    .await;
+    json(&answer)
+}
+
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["checks"]
         .as_array()
@@ -651,12 +661,274 @@ async fn test_of_a_credential_this_node_cannot_open_fails_as_credential_unreadab
         secured(),
         secrets(NEW_SECRET, None),
     );
-    let answer = send(
-        &other,
-        request("POST", "/v1/remotes/dr/test", ROOT, r#"{"topic":"orders"}"#),
-    )
-    .await;
-    let report = json(&answer);
+    let report = test_dr_report(&other).await;
     assert_eq!(report["result"], "fail");
     assert_eq!(report["class"], "credential_unreadable");
+}
+
+/// `narad_remote_destination_refused_total{remote,reason}` on `api`.
+fn refused_total(api: &Api, remote: &str, reason: &str) -> Option<f64> {
+    super::super::tests::series_value(
+        &api.state.metrics.render(),
+        &format!(
+            "narad_remote_destination_refused_total{{remote=\"{remote}\",reason=\"{reason}\"}}"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn urls_the_nodes_ports_or_allowlist_refuse_count_by_reason_at_add_change_and_test() {
+    let mut config = secured();
+    config.remotes.url_policy =
+        narad_remotes::url::UrlPolicy::new(&["*.example.com".to_owned()], &[443]).expect("policy");
+    let api = node(replica(), config, secrets(SECRET, None));
+    let add = async |url: &str| {
+        let body =
+            format!(r#"{{"name":"dr","url":"{url}","username":"u","password":"{PASSWORD}"}}"#);
+        send(&api, request("POST", "/v1/remotes", ROOT, &body))
+            .await
+            .status
+    };
+    assert_eq!(
+        add("https://dr.example.com:8443").await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
+    assert_eq!(add("https://dr.example.org").await, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "allowlist"), Some(1.0));
+    // A malformed URL is no destination refusal.
+    assert_eq!(add("http://dr.example.com").await, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
+    assert_eq!(refused_total(&api, "dr", "allowlist"), Some(1.0));
+
+    let answer = create(&api, "dr").await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let patch = format!(r#"{{"url":"https://dr.example.com:9443","password":"{PASSWORD}"}}"#);
+    let answer = send(&api, request("PATCH", "/v1/remotes/dr", ROOT, &patch)).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused_total(&api, "dr", "port"), Some(2.0));
+
+    // Another node of the cluster whose allowlist does not hold the host
+    // the first accepted refuses it in /test.
+    let mut config = secured();
+    config.remotes.url_policy =
+        narad_remotes::url::UrlPolicy::new(&["dr.example.net".to_owned()], &[443]).expect("policy");
+    let other = node(
+        Arc::clone(&api.state.replica),
+        config,
+        secrets(SECRET, None),
+    );
+    let report = test_dr_report(&other).await;
+    assert_eq!(report["class"], "destination_refused", "{report}");
+    assert_eq!(check(&report, "url")["result"], "fail");
+    assert_eq!(refused_total(&other, "dr", "allowlist"), Some(1.0));
+}
+
+#[tokio::test]
+async fn a_node_whose_settings_refuse_a_remotes_url_does_not_ship_or_check_through_it() {
+    use crate::fanout::remote::{RemoteShipper, ShipOutcome, Shipment};
+    use crate::fanout::shipping::{NodeShipper, SharedShipper};
+    use crate::remote_children::{CheckOutcome, RemoteProbe};
+    use narad_remotes::state::LinkState;
+
+    let api = api();
+    assert_eq!(create(&api, "dr").await.status, StatusCode::CREATED);
+    let remote = api
+        .state
+        .replica
+        .view()
+        .metastore
+        .remote("dr")
+        .cloned()
+        .expect("dr");
+    // This node allows only port 8443: the remote's 443 is refused here.
+    let policy = narad_remotes::url::UrlPolicy::new(&[], &[8443]).expect("policy");
+    let shipper = NodeShipper::new(
+        Arc::clone(&api.state.replica),
+        Arc::clone(&api.state.credentials),
+        policy,
+        narad_remotes::guard::AddressGuard::default(),
+        Arc::clone(api.state.clock()),
+        Arc::clone(&api.state.metrics),
+    )
+    .expect("shipper");
+    let report = shipper.check(&remote, "orders").await;
+    assert_eq!(report.checks.len(), 1, "{:?}", report.checks);
+    assert_eq!(report.checks[0].name, "url");
+    assert_eq!(report.checks[0].outcome, CheckOutcome::Failed);
+    assert_eq!(
+        report.checks[0].state.as_deref(),
+        Some("destination_refused")
+    );
+    assert_eq!(refused_total(&api, "dr", "port"), Some(1.0));
+
+    // A lane of a link to it fails before anything is sent.
+    link(&api, "dr", "orders-dr");
+    let shipment = Shipment {
+        child: Arc::from("orders-dr"),
+        parent: Arc::from("orders"),
+        parent_partition: 0,
+        link: api
+            .state
+            .replica
+            .view()
+            .metastore
+            .remote_link("orders-dr")
+            .cloned()
+            .expect("link"),
+        lane: 0,
+        records: Vec::new(),
+        attach_epoch: AttachEpoch::from_bits(9),
+        parent_incarnation: None,
+    };
+    let outcome = SharedShipper(Arc::new(shipper)).ship(shipment).await;
+    assert_eq!(
+        outcome,
+        ShipOutcome::Failed {
+            shipped: 0,
+            state: LinkState::DestinationRefused
+        }
+    );
+    assert_eq!(refused_total(&api, "dr", "port"), Some(2.0));
+}
+
+/// Opcode 33's request as a release before `with_remotes` reads it: no
+/// fields, so the flag byte is trailing.
+struct OlderNodeStatus;
+
+impl narad_protocol::Encode for OlderNodeStatus {
+    fn encode(&self, _writer: &mut narad_protocol::Writer) {}
+}
+
+impl narad_protocol::Decode for OlderNodeStatus {
+    fn decode(_reader: &mut narad_protocol::Reader) -> Result<Self, narad_protocol::DecodeError> {
+        Ok(Self)
+    }
+}
+
+impl narad_protocol::Message for OlderNodeStatus {
+    const NAME: &'static str = "NodeStatus";
+    const VERSION: u8 = 1;
+}
+
+/// A node RPC router that answers opcode 33 as an older release does.
+fn older_release() -> narad_protocol::Router {
+    use narad_protocol::consume::decode_forward_request;
+    use narad_protocol::{Inbound, NodeStatusAnswer, Opcode, OperationLimit, Response};
+
+    narad_protocol::Router::new().route(
+        Opcode::NODE_STATUS,
+        OperationLimit::new("node-status", 1),
+        |inbound: Inbound| async move {
+            decode_forward_request::<OlderNodeStatus>(inbound.request.body)?;
+            Ok(Response::message(&NodeStatusAnswer::default()))
+        },
+    )
+}
+
+#[tokio::test]
+async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unknown() {
+    use crate::testing::{attach_forwarder, loopback_rpc, status_rpc};
+
+    // Node 1 (this one) seals dr and dr-two under SECRET.
+    let api = api();
+    assert_eq!(create(&api, "dr").await.status, StatusCode::CREATED);
+    assert_eq!(create(&api, "dr-two").await.status, StatusCode::CREATED);
+    let (remote, key) = {
+        let view = api.state.replica.view();
+        let remote = view.metastore.remote("dr").cloned().expect("dr");
+        (remote, view.metastore.remote_key().cloned().expect("key"))
+    };
+    // Node 2 holds dr only, and another secret: it cannot open it.
+    let other = node(replica(), secured(), secrets(NEW_SECRET, None));
+    other
+        .state
+        .replica
+        .apply_next(&Command::CreateRemote(CreateRemote {
+            actor: Actor::User("root".into()),
+            remote,
+            key,
+        }))
+        .expect("created on node 2");
+    assert!(
+        other
+            .state
+            .status
+            .plug_credentials(Arc::clone(&other.state.credentials))
+    );
+    let other_transport = status_rpc(&other.state.status);
+    // Node 4 runs an older release, which refuses the with_remotes byte.
+    let older = loopback_rpc(older_release());
+    // Node 6 serves its status without credentials plugged in.
+    let bare = node(replica(), secured(), secrets(SECRET, None));
+    let bare_transport = status_rpc(&bare.state.status);
+    let peers = [
+        (2, other_transport.local_addr()),
+        (4, older.local_addr()),
+        (6, bare_transport.local_addr()),
+    ];
+    let _transport = attach_forwarder(&api.state, &peers);
+    // Node 3 is a member without a known address; node 5 is marked dead.
+    for member in [2, 3, 4, 5, 6] {
+        crate::testing::register(&api.state.replica, member);
+    }
+    crate::testing::mark_dead(&api.state.replica, 5);
+
+    let answer = send(&api, request("GET", "/v1/remotes", ROOT, "")).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let body = json(&answer);
+    let nodes = &body["remotes"][0]["nodes"];
+    assert_eq!(body["remotes"][0]["name"], "dr");
+    assert_eq!(nodes.as_array().map(Vec::len), Some(6), "{body}");
+    assert_eq!(nodes[0]["node"], 1);
+    assert_eq!(nodes[0]["credential"], "readable");
+    assert_eq!(nodes[0]["key_current"], true);
+    assert_eq!(nodes[1]["node"], 2);
+    assert_eq!(nodes[1]["credential"], "unreadable", "{body}");
+    assert_eq!(nodes[1]["key_current"], false);
+    assert_eq!(nodes[1]["credential_version"], 1);
+    assert!(nodes[1]["error"].is_string(), "{body}");
+    for (entry, node) in [(2, 3), (3, 4), (4, 5), (5, 6)] {
+        assert_eq!(nodes[entry]["node"], node, "{body}");
+        assert_eq!(nodes[entry]["credential"], "unknown", "{body}");
+        assert_eq!(nodes[entry]["key_current"], Value::Null, "{body}");
+        assert_eq!(nodes[entry]["credential_version"], Value::Null, "{body}");
+    }
+    assert_eq!(nodes[2]["error"], "no node RPC address is known for it");
+    let older_error = nodes[3]["error"].as_str().expect("an error");
+    assert!(older_error.contains("an older node"), "{older_error}");
+    assert!(
+        older_error.contains("unsupported rpc operation"),
+        "{older_error}"
+    );
+    assert_eq!(nodes[4]["error"], "marked dead");
+    assert_eq!(
+        nodes[5]["error"],
+        "it does not report its views of the remotes"
+    );
+    // Node 2 answered, but its replica does not hold dr-two.
+    let two = &body["remotes"][1]["nodes"];
+    assert_eq!(two[1]["credential"], "unknown", "{body}");
+    assert_eq!(
+        two[1]["error"],
+        "its replica does not hold this remote (yet)"
+    );
+    let not_answering: Vec<&str> = body["not_answering"]
+        .as_array()
+        .expect("not_answering")
+        .iter()
+        .filter_map(|entry| entry["node"].as_str())
+        .collect();
+    assert_eq!(not_answering, ["3", "4", "5", "6"], "{body}");
+
+    let one = send(&api, request("GET", "/v1/remotes/dr", ROOT, "")).await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.body);
+    assert_eq!(json(&one)["nodes"], *nodes);
+    let local_only = send(&api, request("GET", "/v1/remotes/dr?nodes=false", ROOT, "")).await;
+    assert!(
+        json(&local_only).get("nodes").is_none(),
+        "{}",
+        local_only.body
+    );
+    drop((other_transport, older, bare_transport));
 }
