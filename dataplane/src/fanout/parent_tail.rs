@@ -1,6 +1,6 @@
-//! One reader per parent partition: the newest records the cursors of a
-//! parent partition read from its log, kept decoded and shared by the
-//! cursors of all its children.
+//! One reader per parent partition: the records the cursors of a parent
+//! partition read from its log, kept decoded and shared by the cursors of
+//! all its children until each of them has taken them.
 //!
 //! The cursors of one parent partition (one per child) wait on the same
 //! high watermark and read about the same slabs. Each read its slab from
@@ -8,14 +8,21 @@
 //! was read, decoded and copied out of the log 4 times. Now a cursor takes
 //! what the shared tail holds from its position on (a reference count per
 //! key and payload, no copy) and reads from the log only what follows the
-//! tail's end, which it then adds for the others.
+//! tail's end, which it then adds for the others. Cursors that wake
+//! together on one commit read the log one after another, so the first
+//! reads it and the others find its records held.
 //!
-//! The tail holds one stretch of consecutive offsets of one log, bounded
-//! by bytes (oldest records go first). A cursor further behind than the
-//! tail reaches reads from the log as before. Offsets are never rewritten
-//! once committed, so a record held is the record the log would return;
-//! a tail belongs to one open log (a partition reopened or a topic made
-//! again gets a new one).
+//! The tail holds one stretch of consecutive offsets of one log. It lets a
+//! record go once every cursor of the partition has taken it (each
+//! cursor's mark is the end of its last read; a cursor that has not read
+//! yet holds everything), and the oldest first once over its byte budget.
+//! A cursor further behind than the tail reaches reads from the log as
+//! before, and so does a cursor after a restart (its file's position is
+//! where it starts) or a remote cursor reading a lane again. The tail is
+//! never what makes a cursor correct: offsets are never rewritten once
+//! committed, so a record held is the record the log would return, and a
+//! miss reads the log. A tail belongs to one open log (a partition reopened
+//! or a topic made again gets a new one).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -26,26 +33,63 @@ use parking_lot::Mutex;
 
 use super::machine::{ParentRecord, SlabEntry};
 
+/// Slabs (`fanout.max_batch_bytes` each) one parent partition's tail holds
+/// at most: the newest slab read, and one more for the cursors that have
+/// not taken the one before it yet. Cursors further apart read the log.
+pub const TAIL_SLABS: usize = 2;
+
 /// What a record costs the tail's budget besides its key and payload.
 const RECORD_OVERHEAD_BYTES: usize = size_of::<ParentRecord>();
 
-/// The newest records read from one parent partition.
+/// The records read from one parent partition that a cursor of it has
+/// not taken yet.
 #[derive(Debug)]
 pub struct ParentTail {
     budget_bytes: usize,
     held: Mutex<Held>,
+    /// Held by a read that may extend the stretch from the log, so that
+    /// cursors woken by one commit read the log once between them.
+    extending: Mutex<()>,
 }
 
-/// Consecutive offsets, oldest first.
+/// Consecutive offsets, oldest first, and the cursors that take them.
 #[derive(Debug, Default)]
 struct Held {
     records: VecDeque<ParentRecord>,
     bytes: usize,
+    /// Each joined cursor's mark: the end of its last read, `None` before
+    /// its first.
+    marks: HashMap<u64, Option<u64>>,
+    next_reader: u64,
 }
 
 impl Held {
+    fn start(&self) -> Option<u64> {
+        self.records.front().map(|record| record.offset)
+    }
+
     fn end(&self) -> Option<u64> {
         self.records.back().map(|record| record.offset + 1)
+    }
+
+    /// Lets go of what every cursor took, then of the oldest records while
+    /// over `budget_bytes`.
+    fn trim(&mut self, budget_bytes: usize) {
+        let taken = self
+            .marks
+            .values()
+            .map(|mark| mark.unwrap_or(0))
+            .min()
+            .unwrap_or(u64::MAX);
+        while self
+            .records
+            .front()
+            .is_some_and(|oldest| oldest.offset < taken || self.bytes > budget_bytes)
+        {
+            if let Some(oldest) = self.records.pop_front() {
+                self.bytes -= cost(&oldest);
+            }
+        }
     }
 }
 
@@ -59,24 +103,61 @@ impl ParentTail {
         Self {
             budget_bytes,
             held: Mutex::new(Held::default()),
+            extending: Mutex::new(()),
         }
     }
 
-    /// Reads a slab from `from` within `limits`: what the tail holds from
-    /// `from` on, then from `read_log` (the partition log's read) what
-    /// follows, which the tail keeps for the other cursors. As a read of
-    /// the log would, it returns at least one entry when there is one, and
-    /// stops at the first record past `limits.bytes_max`.
-    ///
-    /// # Errors
-    /// `read_log`'s, when the tail held nothing from `from`; when it held
-    /// some, they come back alone and the next read meets the error.
-    pub fn read(
+    /// A new cursor of this tail's partition. Until its first read it
+    /// holds every record; once dropped it holds none.
+    pub fn join(self: &Arc<Self>) -> TailReader {
+        let mut held = self.held.lock();
+        let id = held.next_reader;
+        held.next_reader += 1;
+        held.marks.insert(id, None);
+        TailReader {
+            tail: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// Key, payload and per-record bytes held now.
+    pub fn held_bytes(&self) -> usize {
+        self.held.lock().bytes
+    }
+
+    /// Reads a slab from `from` within `limits` for cursor `reader`: what
+    /// the tail holds from `from` on, then from `read_log` (the partition
+    /// log's read) what follows, which the tail keeps for the other
+    /// cursors. As a read of the log would, it returns at least one entry
+    /// when there is one, and stops at the first record past
+    /// `limits.bytes_max`.
+    fn read(
+        &self,
+        reader: u64,
+        from: u64,
+        limits: ReadLimits,
+        read_log: impl FnOnce(u64, ReadLimits) -> Result<ReadBatch, LogError>,
+    ) -> Result<(Vec<SlabEntry>, u64), LogError> {
+        let read = self.read_unmarked(from, limits, read_log);
+        let mut held = self.held.lock();
+        if let Ok((_, next_offset)) = &read {
+            held.marks.insert(reader, Some(*next_offset));
+        }
+        held.trim(self.budget_bytes);
+        read
+    }
+
+    fn read_unmarked(
         &self,
         from: u64,
         limits: ReadLimits,
         read_log: impl FnOnce(u64, ReadLimits) -> Result<ReadBatch, LogError>,
     ) -> Result<(Vec<SlabEntry>, u64), LogError> {
+        // A read behind the stretch adds nothing to it (it is read from
+        // the log whole, and what it reads past the end is kept as any
+        // read's is); it need not wait for one that does.
+        let behind = self.held.lock().start().is_some_and(|start| from < start);
+        let _extending = (!behind).then(|| self.extending.lock());
         let (mut entries, bytes, full) = self.records_from(from, limits);
         let next = from + entries.len() as u64;
         if full {
@@ -116,13 +197,13 @@ impl ParentTail {
     /// them short.
     fn records_from(&self, from: u64, limits: ReadLimits) -> (Vec<SlabEntry>, usize, bool) {
         let held = self.held.lock();
-        let Some(first) = held.records.front().map(|record| record.offset) else {
+        let (Some(start), Some(end)) = (held.start(), held.end()) else {
             return (Vec::new(), 0, false);
         };
-        if from < first || held.end().is_none_or(|end| from >= end) {
+        if from < start || from >= end {
             return (Vec::new(), 0, false);
         }
-        let skip = (from - first) as usize;
+        let skip = (from - start) as usize;
         let mut entries = Vec::with_capacity(limits.records_max.min(held.records.len() - skip));
         let mut bytes = 0;
         for record in held.records.iter().skip(skip) {
@@ -141,8 +222,8 @@ impl ParentTail {
 
     /// Keeps the records of a log read from `from`: those that continue
     /// the held stretch, or all up to the first lost offset when the read
-    /// starts past the stretch's end (the stretch then starts over). The
-    /// oldest go once over budget.
+    /// starts past the stretch's end or nothing is held (the stretch then
+    /// starts over).
     fn keep(&self, from: u64, read: &[SlabEntry]) {
         let mut held = self.held.lock();
         if held.end().is_none_or(|end| from > end) {
@@ -163,12 +244,40 @@ impl ParentTail {
                 held.records.push_back(record.clone());
             }
         }
-        while held.bytes > self.budget_bytes {
-            let Some(oldest) = held.records.pop_front() else {
-                break;
-            };
-            held.bytes -= cost(&oldest);
-        }
+    }
+}
+
+/// One cursor's share of its parent partition's tail. Dropping it lets go
+/// of the records only this cursor had not taken.
+#[derive(Debug)]
+pub struct TailReader {
+    tail: Arc<ParentTail>,
+    id: u64,
+}
+
+impl TailReader {
+    /// Reads a slab from `from` within `limits`: what the tail holds, and
+    /// what follows from `read_log` (the partition log's read), kept for
+    /// the other cursors. This cursor's mark moves to the slab's end.
+    ///
+    /// # Errors
+    /// `read_log`'s, when the tail held nothing from `from`; when it held
+    /// some, they come back alone and the next read meets the error.
+    pub fn read(
+        &self,
+        from: u64,
+        limits: ReadLimits,
+        read_log: impl FnOnce(u64, ReadLimits) -> Result<ReadBatch, LogError>,
+    ) -> Result<(Vec<SlabEntry>, u64), LogError> {
+        self.tail.read(self.id, from, limits, read_log)
+    }
+}
+
+impl Drop for TailReader {
+    fn drop(&mut self) {
+        let mut held = self.tail.held.lock();
+        held.marks.remove(&self.id);
+        held.trim(self.tail.budget_bytes);
     }
 }
 
@@ -186,23 +295,27 @@ pub fn slab_entry(entry: ReadEntry) -> SlabEntry {
     }
 }
 
-/// The tails of the parent partitions this node's cursors read, one per
-/// open log, alive while a cursor of it runs.
+/// Parent partitions and the tail of each: one per open log, alive while
+/// a cursor of it runs.
+type TailMap = HashMap<(Arc<str>, u32), (Weak<PartitionLog>, Weak<ParentTail>)>;
+
+/// The tails of the parent partitions this node's cursors read.
 #[derive(Debug, Default)]
 pub struct ParentTails {
-    tails: Mutex<HashMap<(Arc<str>, u32), (Weak<PartitionLog>, Weak<ParentTail>)>>,
+    tails: Mutex<TailMap>,
 }
 
 impl ParentTails {
-    /// The tail of `log` (partition `partition` of `parent`), made with
-    /// `budget_bytes` when no running cursor holds one.
-    pub fn tail(
+    /// Joins a new cursor to the tail of `log` (partition `partition` of
+    /// `parent`), made with `budget_bytes` when no running cursor holds
+    /// one of this log.
+    pub fn join(
         &self,
         parent: &Arc<str>,
         partition: u32,
         log: &Arc<PartitionLog>,
         budget_bytes: usize,
-    ) -> Arc<ParentTail> {
+    ) -> TailReader {
         let mut tails = self.tails.lock();
         tails.retain(|_, (_, tail)| tail.strong_count() > 0);
         let key = (Arc::clone(parent), partition);
@@ -210,217 +323,14 @@ impl ParentTails {
             && held_log.ptr_eq(&Arc::downgrade(log))
             && let Some(tail) = tail.upgrade()
         {
-            return tail;
+            return tail.join();
         }
         let tail = Arc::new(ParentTail::new(budget_bytes));
         tails.insert(key, (Arc::downgrade(log), Arc::downgrade(&tail)));
-        tail
+        tail.join()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::cell::Cell;
-    use std::ops::Range;
-
-    const PAYLOAD: usize = 10;
-
-    fn record(offset: u64) -> ReadEntry {
-        ReadEntry::Record(narad_plog::Record {
-            offset,
-            key: Vec::new(),
-            committed_at_ms: offset,
-            payload: vec![offset as u8; PAYLOAD],
-            origin: None,
-            idempotency_key: Vec::new(),
-        })
-    }
-
-    /// A log holding `offsets` that serves reads as `PartitionLog::read`
-    /// does (at least one record; stops at the limits), counting the
-    /// records it returned.
-    struct FakeLog {
-        offsets: Range<u64>,
-        served: Cell<u64>,
-    }
-
-    impl FakeLog {
-        fn new(offsets: Range<u64>) -> Self {
-            Self {
-                offsets,
-                served: Cell::new(0),
-            }
-        }
-
-        fn read(&self, from: u64, limits: ReadLimits) -> Result<ReadBatch, LogError> {
-            let mut entries = Vec::new();
-            let mut bytes = 0;
-            let mut next = from;
-            while next < self.offsets.end
-                && entries.len() < limits.records_max
-                && (entries.is_empty() || bytes + PAYLOAD <= limits.bytes_max)
-            {
-                entries.push(record(next));
-                bytes += PAYLOAD;
-                next += 1;
-            }
-            self.served.set(self.served.get() + entries.len() as u64);
-            Ok(ReadBatch {
-                entries,
-                next_offset: next,
-            })
-        }
-    }
-
-    fn limits(records_max: usize) -> ReadLimits {
-        ReadLimits {
-            records_max,
-            bytes_max: 1 << 20,
-        }
-    }
-
-    fn offsets(entries: &[SlabEntry]) -> Vec<u64> {
-        entries
-            .iter()
-            .map(|entry| match entry {
-                SlabEntry::Record(record) => record.offset,
-                SlabEntry::Lost(range) => panic!("lost {range:?}"),
-            })
-            .collect()
-    }
-
-    fn big_tail() -> ParentTail {
-        ParentTail::new(1 << 20)
-    }
-
-    #[test]
-    fn cursors_at_one_position_read_the_log_once() {
-        let log = FakeLog::new(0..100);
-        let tail = big_tail();
-        let mut slabs = Vec::new();
-        for _ in 0..4 {
-            slabs.push(tail.read(0, limits(100), |f, l| log.read(f, l)).unwrap());
-        }
-        assert_eq!(log.served.get(), 100, "one cursor read the log");
-        for (entries, next) in &slabs {
-            assert_eq!(*next, 100);
-            assert_eq!(offsets(entries), (0..100).collect::<Vec<_>>());
-        }
-    }
-
-    #[test]
-    fn a_cursor_takes_the_held_part_and_reads_only_what_follows() {
-        let tail = big_tail();
-        let early = FakeLog::new(0..60);
-        tail.read(0, limits(100), |f, l| early.read(f, l)).unwrap();
-        let later = FakeLog::new(0..100);
-        let (entries, next) = tail.read(20, limits(100), |f, l| later.read(f, l)).unwrap();
-        assert_eq!(offsets(&entries), (20..100).collect::<Vec<_>>());
-        assert_eq!(next, 100);
-        assert_eq!(later.served.get(), 40, "offsets 60..100 only");
-        // What followed is held now for the next cursor.
-        let (entries, _) = tail.read(50, limits(100), |f, l| later.read(f, l)).unwrap();
-        assert_eq!(offsets(&entries), (50..100).collect::<Vec<_>>());
-        assert_eq!(later.served.get(), 40);
-    }
-
-    #[test]
-    fn the_record_limit_covers_held_and_read_records_together() {
-        let tail = big_tail();
-        let log = FakeLog::new(0..100);
-        tail.read(0, limits(30), |f, l| log.read(f, l)).unwrap();
-        let (entries, next) = tail.read(10, limits(50), |f, l| log.read(f, l)).unwrap();
-        assert_eq!((entries.len(), next), (50, 60));
-        let (entries, next) = tail.read(5, limits(10), |f, l| log.read(f, l)).unwrap();
-        assert_eq!((offsets(&entries), next), ((5..15).collect(), 15));
-    }
-
-    #[test]
-    fn the_byte_limit_covers_held_and_read_records_together() {
-        let tail = big_tail();
-        let log = FakeLog::new(0..100);
-        tail.read(0, limits(10), |f, l| log.read(f, l)).unwrap();
-        let bytes = ReadLimits {
-            records_max: 100,
-            bytes_max: 25 * PAYLOAD + 3,
-        };
-        let (entries, next) = tail.read(0, bytes, |f, l| log.read(f, l)).unwrap();
-        assert_eq!((entries.len(), next), (25, 25));
-        // A single record over the limit still comes back.
-        let tiny = ReadLimits {
-            records_max: 100,
-            bytes_max: 1,
-        };
-        let (entries, next) = tail.read(3, tiny, |f, l| log.read(f, l)).unwrap();
-        assert_eq!((offsets(&entries), next), (vec![3], 4));
-    }
-
-    #[test]
-    fn a_cursor_behind_the_tail_reads_the_log_and_the_tail_stays() {
-        let tail = big_tail();
-        let log = FakeLog::new(0..100);
-        tail.read(50, limits(100), |f, l| log.read(f, l)).unwrap();
-        let (entries, next) = tail.read(10, limits(20), |f, l| log.read(f, l)).unwrap();
-        assert_eq!((offsets(&entries), next), ((10..30).collect(), 30));
-        let served = log.served.get();
-        let (entries, _) = tail.read(50, limits(100), |f, l| log.read(f, l)).unwrap();
-        assert_eq!(entries.len(), 50);
-        assert_eq!(log.served.get(), served, "still held");
-    }
-
-    #[test]
-    fn a_read_past_the_end_starts_the_tail_over_and_lost_offsets_end_it() {
-        let tail = big_tail();
-        let early = FakeLog::new(0..10);
-        tail.read(0, limits(100), |f, l| early.read(f, l)).unwrap();
-        let lossy = |from: u64, _| {
-            Ok(ReadBatch {
-                entries: vec![
-                    record(from),
-                    record(from + 1),
-                    ReadEntry::Unreadable {
-                        offsets: from + 2..from + 5,
-                    },
-                    record(from + 5),
-                ],
-                next_offset: from + 6,
-            })
-        };
-        let (entries, next) = tail.read(40, limits(100), lossy).unwrap();
-        assert_eq!((entries.len(), next), (4, 46));
-        assert!(matches!(entries[2], SlabEntry::Lost(ref lost) if *lost == (42..45)));
-        let nothing = |_, _| -> Result<ReadBatch, LogError> { Err(LogError::Closed) };
-        // Offsets 40 and 41 are held; 0..10 went when the tail started over.
-        let (entries, next) = tail.read(40, limits(100), nothing).unwrap();
-        assert_eq!((offsets(&entries), next), (vec![40, 41], 42));
-        assert!(tail.read(5, limits(100), nothing).is_err());
-        assert!(tail.read(42, limits(100), nothing).is_err());
-    }
-
-    #[test]
-    fn the_oldest_records_go_once_over_budget() {
-        let tail = ParentTail::new(10 * (PAYLOAD + RECORD_OVERHEAD_BYTES));
-        let log = FakeLog::new(0..100);
-        tail.read(0, limits(25), |f, l| log.read(f, l)).unwrap();
-        let served = log.served.get();
-        let (entries, _) = tail.read(15, limits(10), |f, l| log.read(f, l)).unwrap();
-        assert_eq!(offsets(&entries), (15..25).collect::<Vec<_>>());
-        assert_eq!(log.served.get(), served, "15..25 held");
-        tail.read(0, limits(5), |f, l| log.read(f, l)).unwrap();
-        assert_eq!(log.served.get(), served + 5, "0..5 went");
-    }
-
-    #[test]
-    fn a_held_record_is_shared_not_copied() {
-        let tail = big_tail();
-        let log = FakeLog::new(0..1);
-        let (first, _) = tail.read(0, limits(1), |f, l| log.read(f, l)).unwrap();
-        let (second, _) = tail.read(0, limits(1), |f, l| log.read(f, l)).unwrap();
-        let payload = |entries: &[SlabEntry]| match &entries[0] {
-            SlabEntry::Record(record) => record.payload.as_ptr(),
-            SlabEntry::Lost(_) => panic!("lost"),
-        };
-        assert_eq!(payload(&first), payload(&second));
-    }
-}
+#[path = "parent_tail_tests.rs"]
+mod tests;

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::cursor_file::{self, Loaded};
 use super::machine::{LinkSpec, RemoteSpec};
-use super::parent_tail::ParentTails;
+use super::parent_tail::{ParentTails, TAIL_SLABS};
 use super::runtime::{CursorPlan, FanoutParts, run_cursor};
 use super::status::CursorKey;
 use crate::metadata::MetadataView;
@@ -262,13 +262,11 @@ impl Reconciler {
             }
         };
         let (stop, stopped) = watch::channel(false);
-        // The tail holds about one slab's bytes: the cursors of a parent
-        // partition read about the same slabs.
-        let tail = self.tails.tail(
+        let tail = self.tails.join(
             &plan.key.parent,
             plan.key.partition,
             &log,
-            self.parts.config.slab_bytes_max,
+            TAIL_SLABS * self.parts.config.slab_bytes_max,
         );
         let task = tokio::spawn(run_cursor(
             Arc::clone(&self.parts),

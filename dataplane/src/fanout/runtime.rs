@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::clock::Clock;
 use narad_meta::RemoteLink;
@@ -22,7 +21,7 @@ use super::machine::{
     Action, Bucket, BucketId, Cursor, CursorConfig, CursorCounts, Event, LinkSpec, ReadOutcome,
     SlabEntry,
 };
-use super::parent_tail::ParentTail;
+use super::parent_tail::TailReader;
 use super::remote::{
     RemotePlane, RemoteReport, ShipOutcome, ShipTrack, Shipment, retention_headroom_ms,
 };
@@ -92,9 +91,10 @@ pub async fn run_cursor(
     parts: Arc<FanoutParts>,
     plan: CursorPlan,
     log: Arc<PartitionLog>,
-    tail: Arc<ParentTail>,
+    tail: TailReader,
     mut stop: watch::Receiver<bool>,
 ) {
+    let tail = Arc::new(tail);
     let (events, mut received) = mpsc::unbounded_channel::<Event>();
     let path = cursor_file::cursor_path(log.dir(), &plan.key.child);
     let mut cursor = Cursor::new(plan.link.clone(), parts.config);
@@ -235,7 +235,7 @@ fn confirm(parts: &Arc<FanoutParts>, plan: &CursorPlan, events: &mpsc::Unbounded
 fn read(
     parts: &Arc<FanoutParts>,
     log: &Arc<PartitionLog>,
-    tail: &Arc<ParentTail>,
+    tail: &Arc<TailReader>,
     from: u64,
     linger: bool,
     events: &mpsc::UnboundedSender<Event>,
@@ -259,7 +259,7 @@ fn read(
 async fn read_slab(
     config: CursorConfig,
     log: Arc<PartitionLog>,
-    tail: Arc<ParentTail>,
+    tail: Arc<TailReader>,
     from: u64,
     linger: bool,
 ) -> ReadOutcome {
