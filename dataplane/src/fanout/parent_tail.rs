@@ -230,15 +230,13 @@ impl ParentTail {
             held.records.clear();
             held.bytes = 0;
         }
-        let mut expected = from;
-        for entry in read {
+        for (expected, entry) in (from..).zip(read) {
             let SlabEntry::Record(record) = entry else {
                 break;
             };
             if record.offset != expected {
                 break;
             }
-            expected += 1;
             if held.end().is_none_or(|end| record.offset == end) {
                 held.bytes += cost(record);
                 held.records.push_back(record.clone());
