@@ -151,7 +151,11 @@ fn a_cursor_takes_the_held_part_and_reads_only_what_follows() {
     assert_eq!(take(&ahead, &log, 0, 100), (range(0..60), 60));
     log.grow_to(100);
     assert_eq!(take(&behind, &log, 0, 100), (range(0..100), 100));
-    assert_eq!(log.served(), 100, "offsets 60..100 read once, by the second");
+    assert_eq!(
+        log.served(),
+        100,
+        "offsets 60..100 read once, by the second"
+    );
     // What followed is held now for the first.
     assert_eq!(take(&ahead, &log, 60, 100), (range(60..100), 100));
     assert_eq!(log.served(), 100);
@@ -225,7 +229,10 @@ fn a_slow_cursor_behind_the_window_reads_the_log_and_the_window_stays() {
     let (fast, slow, follower) = (tail.join(), tail.join(), tail.join());
     let log = FakeLog::new(0..100);
     for from in (0..100).step_by(10) {
-        assert_eq!(take(&fast, &log, from, 10), (range(from..from + 10), from + 10));
+        assert_eq!(
+            take(&fast, &log, from, 10),
+            (range(from..from + 10), from + 10)
+        );
     }
     assert_eq!(log.served(), 100);
     // The window slid to 70..100 by its budget; the slow cursor is behind.
@@ -386,7 +393,10 @@ fn a_reopened_parent_partition_gets_a_tail_of_its_own() {
     drop(log);
     let reopened = open();
     let after = tails.join(&parent, 0, &reopened, 1 << 20);
-    assert!(!Arc::ptr_eq(&first.tail, &after.tail), "a new log, a new tail");
+    assert!(
+        !Arc::ptr_eq(&first.tail, &after.tail),
+        "a new log, a new tail"
+    );
     assert_eq!(after.tail.held_bytes(), 0);
     // The old log's cursors keep theirs until they stop; then it goes.
     let old = Arc::downgrade(&first.tail);

@@ -278,7 +278,9 @@ async fn read_slab(
         bytes_max: config.slab_bytes_max,
     };
     let read = tokio::task::spawn_blocking(move || {
-        tail.read(from, limits, |from, limits| log.read(from, u64::MAX, limits))
+        tail.read(from, limits, |from, limits| {
+            log.read(from, u64::MAX, limits)
+        })
     })
     .await;
     match read {
