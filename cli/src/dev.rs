@@ -11,6 +11,7 @@
 
 mod settings;
 
+use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -151,7 +152,9 @@ fn banner(dev: &Dev) {
         // Every line of a JSON log is one object, the banner too.
         tracing::warn!("{text}");
     } else {
-        eprintln!("{text}");
+        // Not `eprintln!`: a banner that cannot be written (stderr on a
+        // full disk) must not stop the node.
+        let _ = writeln!(std::io::stderr(), "{text}");
     }
 }
 

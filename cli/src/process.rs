@@ -57,9 +57,15 @@ pub(crate) const LOG_FORMATS: [&str; 2] = ["json", "text"];
 /// [`LOG_FORMATS`]).
 pub(crate) fn init_logging(log_level: &str, log_format: &str) {
     let filter = tracing_subscriber::EnvFilter::new(format!("{log_level},openraft=warn"));
+    // A line that cannot be written (stderr on a full disk, a closed pipe)
+    // is dropped. tracing-subscriber's default reports such a failure with
+    // `eprintln!`, which panics when stderr itself fails: that killed every
+    // thread that logged while a disk was full, the commit workers among
+    // them, and the node stopped committing for good (seen in a soak).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     if log_format == "json" {
         // Fields at the top level beside `timestamp`, `level`, `target`

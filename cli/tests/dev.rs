@@ -38,13 +38,18 @@ impl Dev {
     }
 
     fn start_with(data_dir: &Path, port: u16, extra_args: &[&str]) -> Self {
+        Self::start_logging_to(data_dir, port, extra_args, Stdio::piped())
+    }
+
+    /// `narad dev` with its standard error going to `stderr`.
+    fn start_logging_to(data_dir: &Path, port: u16, extra_args: &[&str], stderr: Stdio) -> Self {
         let child = Command::new(NARAD)
             .args(["dev", "--port", &port.to_string(), "--data-dir"])
             .arg(data_dir)
             .args(extra_args)
             .env("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .expect("narad dev starts");
         let dev = Self {
@@ -189,6 +194,32 @@ fn dev_turns_transparent_huge_pages_off_for_itself() {
     let dev = Dev::start(data.path(), free_port());
     let pid = dev.child.as_ref().expect("running").id();
     assert_eq!(thp_enabled(pid).as_deref(), Some("0"));
+}
+
+#[test]
+fn dev_keeps_committing_and_serving_when_its_log_cannot_be_written() {
+    // Every write to /dev/full fails with ENOSPC, as a log on a full disk
+    // does: each line the node logs (topic and partition opens, ...) fails.
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        println!("SKIPPED: no /dev/full here");
+        return;
+    };
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start_logging_to(data.path(), free_port(), &[], Stdio::from(full));
+    let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"events","partitions":6}"#);
+    assert_eq!(status, 201, "{body}");
+    // Enough produces to reach every partition, so every commit worker
+    // that opens a log logs.
+    for n in 0..200 {
+        let (status, body) = dev.request(
+            "POST",
+            "/v1/topics/events/produce",
+            &format!(r#"{{"n":{n}}}"#),
+        );
+        assert_eq!(status, 202, "{body}");
+    }
+    wait_for_records(&dev, "events", 200);
+    assert_eq!(high_watermarks(&dev, "events"), 200);
 }
 
 #[test]
