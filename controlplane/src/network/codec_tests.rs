@@ -777,10 +777,10 @@ fn propose_bytes(format: u8, json: &[u8]) -> Bytes {
 
 #[test]
 fn another_command_format_is_refused_by_name() {
-    let error = decode_message::<ProposeRequest>(propose_bytes(4, b"{}")).expect_err("refused");
+    let error = decode_message::<ProposeRequest>(propose_bytes(9, b"{}")).expect_err("refused");
     assert_eq!(
         error.to_string(),
-        "metastore command version 4 is not supported (this build speaks version 3)"
+        "metastore command version 9 is not supported (this build speaks version 4)"
     );
 }
 
