@@ -38,6 +38,7 @@ fn with_remote(api: &Api) {
         version: 1,
         key_id: "k1".into(),
         salt: vec![7; 32],
+        created_at_ms: Some(5),
     };
     let remote = Remote {
         name: "dr".into(),

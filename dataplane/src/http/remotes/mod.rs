@@ -483,17 +483,18 @@ pub(crate) async fn reencrypt(
     let metastore = Arc::clone(&state.replica.view().metastore);
     let plan = state
         .credentials
-        .plan_reencrypt(&metastore)
+        .plan_reencrypt(&metastore, state.clock().unix_ms())
         .map_err(credential_error)?;
     let failed: Vec<Value> = plan
         .failed
         .iter()
         .map(|(remote, error)| json!({ "remote": remote, "error": error }))
         .collect();
-    let key_changes = plan
-        .key
-        .as_ref()
-        .is_some_and(|key| Some(key) != metastore.remote_key());
+    let key_changes = plan.key.as_ref().is_some_and(|key| {
+        !metastore
+            .remote_key()
+            .is_some_and(|current| current.same_key(key))
+    });
     if key_changes && plan.resealed.is_empty() && !plan.failed.is_empty() {
         // Moving the cluster key now would strand every credential under
         // a key this node cannot open.

@@ -498,6 +498,9 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
     let old_fingerprint = json(&send(&first, request("GET", "/v1/remotes/dr", ROOT, "")).await)
         ["password"]["fingerprint"]
         .clone();
+    let first_key = replica.view().metastore.remote_key().cloned().expect("key");
+    assert!(first_key.created_at_ms.is_some(), "the first add mints the key now");
+    assert_key_age(&first, 1, first_key.created_at_ms.expect("minted"));
     // The node restarted with a new secret and the old one as previous.
     let rotated = node(
         Arc::clone(&replica),
@@ -536,6 +539,13 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
     let key = view.metastore.remote_key().expect("key");
     let opened = only_new.state.credentials.open(key, stored).expect("opens");
     assert_eq!(opened.as_bytes(), PASSWORD.as_bytes());
+    // The next key was minted by the re-encryption; only it has an age.
+    let minted = key.created_at_ms.expect("minted");
+    assert!(minted >= first_key.created_at_ms.expect("minted"));
+    assert_key_age(&rotated, 2, minted);
+    assert_eq!(key_age(&rotated, 1), None);
+    let listed = json(&send(&rotated, request("GET", "/v1/remotes", ROOT, "")).await);
+    assert_eq!(listed["key"]["created_at"], minted / 1000);
     // Again: nothing left to do.
     let again = json(
         &send(
@@ -555,6 +565,25 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
     let old_only = node(replica, secured(), secrets(SECRET, None));
     let old_view = json(&send(&old_only, request("GET", "/v1/remotes/dr", ROOT, "")).await);
     assert_eq!(old_view["nodes"][0]["credential"], "unreadable");
+}
+
+/// `narad_remote_key_age_seconds{key}` on `api` after a refresh.
+fn key_age(api: &Api, version: u32) -> Option<f64> {
+    super::gauges::refresh(&api.state);
+    super::super::tests::series_value(
+        &api.state.metrics.render(),
+        &format!("narad_remote_key_age_seconds{{key=\"{version}\"}}"),
+    )
+}
+
+/// The key age gauge of `version` on `api` is the seconds since
+/// `minted_ms` on the node's clock, read before and after the refresh.
+fn assert_key_age(api: &Api, version: u32, minted_ms: u64) {
+    let seconds = || api.state.clock().unix_ms().saturating_sub(minted_ms) as f64 / 1000.0;
+    let before = seconds();
+    let age = key_age(api, version).expect("served");
+    let after = seconds();
+    assert!(before <= age && age <= after, "{before} <= {age} <= {after}");
 }
 
 #[tokio::test]
