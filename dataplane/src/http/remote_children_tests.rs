@@ -695,6 +695,17 @@ async fn a_skip_of_a_partition_whose_owner_cannot_be_asked_is_503_and_stores_not
         .cloned()
         .expect("link");
     assert!(!link.skips(2, 4));
+    // A live member that cannot be asked holds every remote write (it may
+    // not apply it: `remotes::upgrade_gate`); marked dead, it is not asked.
+    let held = call(
+        &api,
+        "POST",
+        "/v1/topics/orders/children/orders-dr/skip",
+        json!({"partition": 1, "offset": 4}),
+    )
+    .await;
+    assert_eq!(held.status, StatusCode::PRECONDITION_FAILED, "{}", held.body);
+    crate::testing::mark_dead(&api.state.replica, 2);
     // This node's own partition, whose cursor has not reported, is taken
     // on the operator's word as before.
     let own = call(

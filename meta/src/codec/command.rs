@@ -47,6 +47,33 @@ pub const COMMAND_VERSION_BEFORE_KEY_TIME: u8 = 3;
 /// what upgraded nodes propose (see [`command_layout`]).
 pub const COMMAND_VERSION_BEFORE_WINDOW: u8 = 2;
 
+/// The command version a member must report decoding before a remote
+/// write (a remote kind, spec §6: new entry types are proposed only once
+/// every member reports it applies them) is proposed. The remote kinds
+/// came with no version of their own, so a build reporting version 3 may
+/// not know them; every build that decodes version 4 does. Builds before
+/// version 4 report no version at all.
+pub const COMMAND_VERSION_FOR_REMOTES: u8 = 4;
+
+const _: () = assert!(COMMAND_VERSION_FOR_REMOTES <= COMMAND_VERSION);
+
+/// The command version every member must report decoding before `command`
+/// is proposed ([`COMMAND_VERSION_FOR_REMOTES`] for the eight remote
+/// kinds), or `None` when every build that can be a member applies it.
+pub fn members_must_decode(command: &Command) -> Option<u8> {
+    match command {
+        Command::CreateRemote(_)
+        | Command::UpdateRemote(_)
+        | Command::DeleteRemote(_)
+        | Command::ResealRemotes(_)
+        | Command::AttachRemoteChild(_)
+        | Command::PauseRemoteChild(_)
+        | Command::ResumeRemoteChild(_)
+        | Command::SkipRemoteRecord(_) => Some(COMMAND_VERSION_FOR_REMOTES),
+        _ => None,
+    }
+}
+
 /// The layout a command is written in: the oldest that holds it.
 /// [`Layout::Current`] for a command carrying a remote key (its mint
 /// time), [`Layout::BeforeKeyTime`] for a create or an alter that sets an

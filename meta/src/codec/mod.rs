@@ -55,7 +55,10 @@ use narad_protocol::codec::encode_message;
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::de::DeserializeOwned;
 
-pub use command::{COMMAND_VERSION, COMMAND_VERSION_BEFORE_KEY_TIME, COMMAND_VERSION_BEFORE_WINDOW};
+pub use command::{
+    COMMAND_VERSION, COMMAND_VERSION_BEFORE_KEY_TIME, COMMAND_VERSION_BEFORE_WINDOW,
+    COMMAND_VERSION_FOR_REMOTES, members_must_decode,
+};
 pub use state::{
     STATE_VERSION, STATE_VERSION_BEFORE_KEY_TIME, STATE_VERSION_BEFORE_MOVES,
     STATE_VERSION_BEFORE_REMOTES, STATE_VERSION_BEFORE_WINDOW,

@@ -961,3 +961,38 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
     );
     drop((other_transport, older, bare_transport));
 }
+
+#[tokio::test]
+async fn a_remote_write_waits_until_every_live_member_applies_it() {
+    use crate::testing::{attach_forwarder, loopback_rpc, status_rpc};
+
+    let api = api();
+    // Node 2 runs this release; node 4 an older one, which refuses to
+    // report its command version.
+    let current = node(replica(), secured(), secrets(SECRET, None));
+    let current_transport = status_rpc(&current.state.status);
+    let older = loopback_rpc(older_release());
+    let peers = [
+        (2, current_transport.local_addr()),
+        (4, older.local_addr()),
+    ];
+    let _transport = attach_forwarder(&api.state, &peers);
+    for member in [2, 4] {
+        crate::testing::register(&api.state.replica, member);
+    }
+    let refused = create(&api, "dr").await;
+    assert_eq!(refused.status, StatusCode::PRECONDITION_FAILED, "{}", refused.body);
+    let error = refused.error();
+    assert!(error.contains("command version 4"), "{error}");
+    assert!(error.contains("unsupported rpc operation"), "{error}");
+    let member_4 = crate::topology::member_id(4);
+    let member_2 = crate::topology::member_id(2);
+    assert!(error.contains(&format!("{member_4} (")), "{error}");
+    assert!(!error.contains(&format!("{member_2} (")), "{error}");
+    assert!(api.state.replica.view().metastore.remote("dr").is_none());
+    // Marked dead, node 4 is not asked; every live member is current.
+    crate::testing::mark_dead(&api.state.replica, 4);
+    let accepted = create(&api, "dr").await;
+    assert_eq!(accepted.status, StatusCode::CREATED, "{}", accepted.body);
+    drop((current_transport, older));
+}

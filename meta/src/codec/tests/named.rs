@@ -725,3 +725,19 @@ fn a_decoded_state_applies_the_rest_of_the_log_like_the_original() {
     assert_eq!(encode_state(&restored), encode_state(&original));
     restored.assert_invariants();
 }
+
+#[test]
+fn only_the_remote_kinds_wait_for_every_member_to_decode_them() {
+    use crate::codec::{COMMAND_VERSION_FOR_REMOTES, members_must_decode};
+    let reseal = Command::ResealRemotes(ResealRemotes {
+        actor: Actor::User("ann".into()),
+        key: sample_key(None),
+        passwords: Vec::new(),
+    });
+    assert_eq!(
+        members_must_decode(&reseal),
+        Some(COMMAND_VERSION_FOR_REMOTES)
+    );
+    assert_eq!(members_must_decode(&golden_command()), None);
+    assert_eq!(members_must_decode(&create("orders")), None);
+}
