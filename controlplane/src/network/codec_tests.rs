@@ -393,9 +393,10 @@ fn status() -> impl Strategy<Value = Status> {
         any::<[u64; 5]>(),
         vec(any::<u64>(), 0..5),
         vec(any::<u64>(), 0..3),
+        proptest::option::of(any::<u8>()),
     )
         .prop_map(
-            |((node_id, state, term, leader), indexes, voters, learners)| Status {
+            |((node_id, state, term, leader), indexes, voters, learners, command_version)| Status {
                 node_id,
                 state,
                 term,
@@ -407,6 +408,7 @@ fn status() -> impl Strategy<Value = Status> {
                 purged_index: indexes[4],
                 voters,
                 learners,
+                command_version,
             },
         )
 }
@@ -912,4 +914,38 @@ fn a_membership_entry_round_trips_with_learners() {
         panic!("a membership entry");
     };
     assert_eq!(back.learner_ids().collect::<Vec<_>>(), vec![9]);
+}
+
+#[test]
+fn a_status_carries_its_command_version_last_and_an_older_ones_reads_without() {
+    let status = Status {
+        node_id: 2,
+        state: "follower".into(),
+        term: 7,
+        leader: Some(1),
+        last_log_index: 40,
+        applied_index: 40,
+        leader_commit_index: 40,
+        snapshot_index: 0,
+        purged_index: 0,
+        voters: vec![1, 2, 3],
+        learners: Vec::new(),
+        command_version: Some(4),
+    };
+    let older = Status {
+        command_version: None,
+        ..status.clone()
+    };
+    let current_bytes = encode_message(&LocalReadAnswer::Status(status.clone()));
+    let older_bytes = encode_message(&LocalReadAnswer::Status(older.clone()));
+    assert_eq!(current_bytes.len(), older_bytes.len() + 1);
+    assert_eq!(current_bytes.last(), Some(&4));
+    assert_eq!(
+        decode_message::<LocalReadAnswer>(older_bytes),
+        Ok(LocalReadAnswer::Status(older))
+    );
+    assert_eq!(
+        decode_message::<LocalReadAnswer>(current_bytes),
+        Ok(LocalReadAnswer::Status(status))
+    );
 }

@@ -74,6 +74,19 @@ pub fn members_must_decode(command: &Command) -> Option<u8> {
     }
 }
 
+/// Why a member whose report is `report` may not decode command version
+/// `version`, or `None` when it does: the version it reported, or an error
+/// getting its report (then its support is not known). A report of no
+/// version is a release before reports, which decodes at most version 3.
+pub fn why_behind(report: Result<Option<u8>, &str>, version: u8) -> Option<String> {
+    match report {
+        Ok(Some(reported)) if reported >= version => None,
+        Ok(Some(reported)) => Some(format!("decodes command version {reported}")),
+        Ok(None) => Some("reports no command version: an older release".to_owned()),
+        Err(error) => Some(format!("its command version is not known: {error}")),
+    }
+}
+
 /// The layout a command is written in: the oldest that holds it.
 /// [`Layout::Current`] for a command carrying a remote key (its mint
 /// time), [`Layout::BeforeKeyTime`] for a create or an alter that sets an

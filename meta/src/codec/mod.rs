@@ -57,7 +57,7 @@ use serde::de::DeserializeOwned;
 
 pub use command::{
     COMMAND_VERSION, COMMAND_VERSION_BEFORE_KEY_TIME, COMMAND_VERSION_BEFORE_WINDOW,
-    COMMAND_VERSION_FOR_REMOTES, members_must_decode,
+    COMMAND_VERSION_FOR_REMOTES, members_must_decode, why_behind,
 };
 pub use state::{
     STATE_VERSION, STATE_VERSION_BEFORE_KEY_TIME, STATE_VERSION_BEFORE_MOVES,

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use narad_meta::codec::members_must_decode;
+use narad_meta::codec::{members_must_decode, why_behind};
 use narad_meta::{Command, MemberStatus, Metastore};
 use narad_protocol::NodeStatus as NodeStatusRequest;
 
@@ -78,20 +78,16 @@ fn live_members(metastore: &Metastore) -> BTreeSet<String> {
 }
 
 /// The members whose answer does not show that they decode `version`,
-/// with why, in id order.
+/// with why ([`why_behind`]), in id order.
 pub(crate) fn behind(statuses: &Statuses, version: u8) -> Vec<(String, String)> {
     statuses
         .iter()
         .filter_map(|(id, answer)| {
-            let why = match answer {
-                Ok(status) => match status.command_version {
-                    Some(reported) if reported >= version => return None,
-                    Some(reported) => format!("decodes command version {reported}"),
-                    None => "reports no command version: an older release".to_owned(),
-                },
-                Err(error) => format!("its command version is not known: {error}"),
-            };
-            Some((id.clone(), why))
+            let report = answer
+                .as_ref()
+                .map(|status| status.command_version)
+                .map_err(String::as_str);
+            why_behind(report, version).map(|why| (id.clone(), why))
         })
         .collect()
 }
