@@ -413,6 +413,9 @@ fn status() -> impl Strategy<Value = Status> {
         )
 }
 
+/// Every answer but the status, whose optional last byte (the command
+/// version) makes one cut and one trailing byte valid: its own properties
+/// are below ([`status_answer`]).
 fn local_read_answer() -> impl Strategy<Value = LocalReadAnswer> {
     prop_oneof![
         (proptest::option::of(topic()), any::<u64>()).prop_map(|(topic, applied_index)| {
@@ -424,8 +427,66 @@ fn local_read_answer() -> impl Strategy<Value = LocalReadAnswer> {
         vec(proptest::option::of(text()), 0..6)
             .prop_map(|owners| LocalReadAnswer::Owners { owners }),
         vec(text(), 0..6).prop_map(|usernames| LocalReadAnswer::Users { usernames }),
-        status().prop_map(LocalReadAnswer::Status),
     ]
+}
+
+mod status_answer {
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn a_status_round_trips(status in status()) {
+            let answer = LocalReadAnswer::Status(status);
+            prop_assert_eq!(
+                decode_message::<LocalReadAnswer>(encode_message(&answer)),
+                Ok(answer)
+            );
+        }
+
+        /// Every cut is refused but the one that drops just the command
+        /// version, which leaves an older release's answer.
+        #[test]
+        fn every_cut_but_the_version_byte_is_refused(
+            status in status(),
+            at in any::<prop::sample::Index>(),
+        ) {
+            let reported = Status { command_version: Some(4), ..status };
+            let bytes = encode_message(&LocalReadAnswer::Status(reported.clone()));
+            let cut = at.index(bytes.len() - 1);
+            prop_assert!(decode_message::<LocalReadAnswer>(bytes.slice(..cut)).is_err());
+            let older = Status { command_version: None, ..reported };
+            prop_assert_eq!(
+                decode_message::<LocalReadAnswer>(bytes.slice(..bytes.len() - 1)),
+                Ok(LocalReadAnswer::Status(older))
+            );
+        }
+
+        #[test]
+        fn bytes_after_the_version_are_refused(
+            status in status(),
+            extra in vec(any::<u8>(), 1..8),
+        ) {
+            let reported = Status { command_version: Some(4), ..status };
+            let mut bytes = encode_message(&LocalReadAnswer::Status(reported)).to_vec();
+            bytes.extend(&extra);
+            prop_assert_eq!(
+                decode_message::<LocalReadAnswer>(Bytes::from(bytes)).err(),
+                Some(DecodeError::TrailingBytes { count: extra.len() })
+            );
+        }
+
+        #[test]
+        fn damaged_status_bytes_never_panic(
+            status in status(),
+            at in any::<prop::sample::Index>(),
+            value in any::<u8>(),
+        ) {
+            let mut bytes = encode_message(&LocalReadAnswer::Status(status)).to_vec();
+            let at = at.index(bytes.len());
+            bytes[at] = value;
+            let _ = decode_message::<LocalReadAnswer>(Bytes::from(bytes));
+        }
+    }
 }
 
 fn confirm_request() -> impl Strategy<Value = ConfirmRequest> {
