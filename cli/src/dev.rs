@@ -219,6 +219,7 @@ pub(crate) fn run(args: &DevArgs) -> ExitCode {
         }
     };
     crate::process::init_logging(defaults::LOG_LEVEL, &dev.settings.log_format);
+    crate::process::disable_transparent_huge_pages();
     // Bound before the banner: a port in use fails alone, without first
     // announcing a node that never serves.
     let http_addr = SocketAddr::from((LOOPBACK, dev.port));

@@ -169,6 +169,28 @@ fn dev_accepts_produces_that_reach_the_partition_logs() {
     assert_eq!(high_watermarks(&dev, "events"), 3);
 }
 
+/// The kernel's `THP_enabled` line of a process's status: 0 once the
+/// process turned transparent huge pages off for itself.
+fn thp_enabled(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))
+        .map(|value| value.trim().to_owned())
+}
+
+#[test]
+fn dev_turns_transparent_huge_pages_off_for_itself() {
+    // Kernels before 5.0 do not report the flag; there is nothing to read.
+    if thp_enabled(std::process::id()).is_none() {
+        return;
+    }
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start(data.path(), free_port());
+    let pid = dev.child.as_ref().expect("running").id();
+    assert_eq!(thp_enabled(pid).as_deref(), Some("0"));
+}
+
 #[test]
 fn dev_stops_on_sigterm_and_keeps_its_topics_and_records_across_a_restart() {
     let data = tempfile::tempdir().expect("temp dir");

@@ -135,7 +135,9 @@ impl PartitionLog {
     /// # Errors
     /// On any error nothing of the run is visible now or after a restart,
     /// and a retry lands on the same offsets. [`LogError::SyncFailed`]
-    /// poisons the log; later commits then fail with [`LogError::Poisoned`].
+    /// poisons the log; later commits then fail with [`LogError::Poisoned`]
+    /// until one heals it (`heal.rs`: at most once per
+    /// [`crate::HEAL_RETRY_MS`], the file cut back to the last commit).
     pub fn commit_durable(
         &self,
         batches: &[&[CommitRecord<'_>]],
@@ -145,7 +147,7 @@ impl PartitionLog {
             return Err(LogError::Closed);
         }
         if self.is_poisoned() {
-            return Err(LogError::Poisoned);
+            self.heal_if_due(&mut writer)?;
         }
         let high_watermark = self.high_watermark();
         assert_eq!(

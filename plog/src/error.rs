@@ -6,15 +6,17 @@ use std::io;
 ///
 /// A commit that returns any of these left nothing behind: no record of it
 /// is visible now or after a restart, and a retry lands on the same offsets
-/// (unless the log is poisoned, when every later commit fails until reopen).
+/// (unless the log is poisoned, when later commits fail until one heals it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LogError {
     /// An earlier fdatasync failed (or a failed commit could not be undone),
-    /// so the log refuses commits until it is reopened. Reads of committed
+    /// so the log refuses commits until a commit heals it (its file cut back
+    /// to the last commit, synced and read back; tried at most once per
+    /// [`crate::HEAL_RETRY_MS`]) or it is reopened. Reads of committed
     /// records keep working.
     #[error(
-        "the partition log is poisoned by an earlier fdatasync failure; reopen it to commit again"
+        "the partition log is poisoned by an earlier fdatasync failure; commits are refused until it heals (retried at most once a second) or is reopened"
     )]
     Poisoned,
     /// The log was closed.

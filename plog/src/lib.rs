@@ -14,8 +14,10 @@
 //!   [`ReadEntry::Unreadable`] offsets for the consumer to skip and count;
 //! - a commit that returned an error left nothing: not visible now, not
 //!   after a restart, and a retry lands on the same offsets;
-//! - after a failed fdatasync the log is poisoned: commits fail until it is
-//!   reopened, reads of committed records keep working;
+//! - after a failed fdatasync the log is poisoned: commits fail until one
+//!   heals it (the file cut back to the last commit, synced and read back;
+//!   at most once per [`HEAL_RETRY_MS`]) or it is reopened, and reads of
+//!   committed records keep working;
 //! - commit times never go backwards along a partition within a process.
 //!
 //! What it does not do: combining commit batches from many callers (the
@@ -28,6 +30,7 @@ mod config;
 mod dedupe;
 mod error;
 pub mod frame;
+mod heal;
 mod hwm;
 pub mod inspect;
 mod log;
@@ -54,6 +57,7 @@ pub use dedupe::{
 };
 pub use error::{FrameError, LogError};
 pub use frame::{Codec, CompressionLevel};
+pub use heal::HEAL_RETRY_MS;
 pub use hwm::HWM_FILE_NAME;
 pub use log::{PartitionLog, PartitionStats};
 pub use read::{

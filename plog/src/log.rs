@@ -61,6 +61,10 @@ pub(crate) struct Writer {
     /// The provenance the partition stores; rebuilt from the log by the
     /// first commit that carries provenance.
     pub(crate) seen: Option<Seen>,
+    /// While the log is poisoned: the clock time (ms) from which a commit
+    /// may try to heal it (`heal.rs`); `None` until a commit found it
+    /// poisoned.
+    pub(crate) heal_after_ms: Option<u64>,
 }
 
 /// A segment that no longer takes writes.
@@ -222,6 +226,7 @@ impl PartitionLog {
                 hwm_file_emptied: false,
                 closed: false,
                 seen: None,
+                heal_after_ms: None,
             }),
             table: RwLock::new(Table {
                 sealed,
@@ -251,8 +256,9 @@ impl PartitionLog {
         HwmWatch::new(self.hwm_sender.subscribe())
     }
 
-    /// Whether an fdatasync failure latched the log; cleared only by
-    /// reopening.
+    /// Whether an fdatasync failure latched the log; cleared when a later
+    /// commit heals it in place (at most once per
+    /// [`crate::HEAL_RETRY_MS`]) or by reopening.
     pub fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Acquire)
     }
@@ -286,7 +292,7 @@ impl PartitionLog {
     /// Latches the log: every later commit fails with [`LogError::Poisoned`].
     pub(crate) fn poison(&self, reason: &str) {
         if !self.poisoned.swap(true, Ordering::AcqRel) {
-            tracing::error!(dir = %self.dir.display(), reason, "partition log poisoned; commits fail until it is reopened");
+            tracing::error!(dir = %self.dir.display(), reason, "partition log poisoned; commits fail until it heals or is reopened");
         }
     }
 

@@ -25,11 +25,13 @@ use crate::record::{Origin, Record};
 
 /// Default bytes of records one partition keeps decoded in memory.
 ///
-/// 1 MiB: a few seconds of one partition at the produce rates of one node
-/// (the figures in `docs/benchmarks.md`), enough for consumers that keep up
-/// to never read the disk, while a node with a thousand busy partitions
-/// still spends at most a gigabyte on it.
-pub const TAIL_CACHE_BYTES_DEFAULT: usize = 1 << 20;
+/// 256 KiB: about a second of one busy partition at the soak's record
+/// sizes, so consumers that keep up read no segment. A larger cache buys
+/// little (the flow bench moved within its spread between 1 MiB and 256
+/// KiB) and costs resident memory: in 30-minute soaks of 45 partitions the
+/// node's RSS kept rising 1.5–2 MiB a minute with 1 MiB and levelled off
+/// with 256 KiB (`docs/operations.md`, "Memory bound").
+pub const TAIL_CACHE_BYTES_DEFAULT: usize = 256 << 10;
 
 /// What one record costs the budget besides its key and payload bytes.
 const RECORD_OVERHEAD_BYTES: usize = size_of::<CachedRecord>();

@@ -15,13 +15,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{Owned, commit, numbered, read_all, read_records, same_content};
+use narad_disk::clock::ManualClock;
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_plog::frame::{self, FRAME_BYTES_MAX};
 use narad_plog::segment::segment_file_name;
 use narad_plog::{
-    Codec, CommitRecord, CompressionLevel, HWM_FILE_NAME, LogConfig, LogError, PartitionLog,
-    ReadEntry, ReadLimits, Record,
+    Codec, CommitRecord, CompressionLevel, HEAL_RETRY_MS, HWM_FILE_NAME, LogConfig, LogError,
+    PartitionLog, ReadEntry, ReadLimits, Record,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -444,6 +445,117 @@ fn reopening_a_poisoned_log_without_a_crash_clears_the_latch() {
     let log = open(&sim, &LogConfig::default());
     assert!(!log.is_poisoned());
     assert_eq!(commit(&log, &numbered(2, 1, 1)).unwrap(), 2..3);
+}
+
+/// A log on `clock` with `count` records committed and synced, on a fresh
+/// disk.
+fn log_on_clock(sim: &SimDisk, clock: &Arc<ManualClock>, count: u64) -> PartitionLog {
+    let log = PartitionLog::open(
+        Arc::new(sim.clone()),
+        dir(),
+        LogConfig::default(),
+        Arc::clone(clock) as Arc<dyn narad_disk::clock::Clock>,
+    )
+    .unwrap();
+    commit(&log, &numbered(0, count, 1)).unwrap();
+    log
+}
+
+/// Poisons `log` with a failed fdatasync of a commit of two records at
+/// `next`, then shows a commit refused at once.
+fn poison_with_a_failed_sync(sim: &SimDisk, log: &PartitionLog, next: u64) {
+    fail_next(sim, FaultOp::Sync, FaultError::Enospc);
+    assert!(matches!(
+        commit(log, &numbered(next, 2, 1)),
+        Err(LogError::SyncFailed(_))
+    ));
+    assert!(log.is_poisoned());
+    assert!(matches!(
+        commit(log, &numbered(next, 2, 1)),
+        Err(LogError::Poisoned)
+    ));
+}
+
+#[test]
+fn a_poisoned_log_heals_at_a_commit_after_the_retry_interval_and_loses_nothing() {
+    let sim = SimDisk::new(21);
+    let clock = Arc::new(ManualClock::new(1_000));
+    let log = log_on_clock(&sim, &clock, 3);
+    poison_with_a_failed_sync(&sim, &log, 3);
+    // Within the interval the disk is not touched and the latch holds.
+    clock.advance(HEAL_RETRY_MS - 1);
+    let ops = sim.op_count();
+    assert!(matches!(
+        commit(&log, &numbered(3, 2, 1)),
+        Err(LogError::Poisoned)
+    ));
+    assert_eq!(sim.op_count(), ops, "no attempt before the interval");
+    // Then a commit heals the log and lands on the offsets the failed one
+    // would have taken.
+    clock.advance(1);
+    assert_eq!(commit(&log, &numbered(3, 2, 1)).unwrap(), 3..5);
+    assert!(!log.is_poisoned());
+    assert_eq!(log.high_watermark(), 5);
+    let records = read_records(&log, 0);
+    assert_eq!(records.len(), 5);
+    assert!(
+        records
+            .iter()
+            .zip(numbered(0, 5, 1))
+            .all(|(r, o)| same_content(r, &o))
+    );
+    drop(log);
+    assert_exactly_after_crash(&sim, 5);
+}
+
+#[test]
+fn a_heal_that_fails_keeps_the_latch_and_is_tried_again_one_interval_later() {
+    let sim = SimDisk::new(22);
+    let clock = Arc::new(ManualClock::new(1_000));
+    let log = log_on_clock(&sim, &clock, 3);
+    poison_with_a_failed_sync(&sim, &log, 3);
+    clock.advance(HEAL_RETRY_MS);
+    // The heal's own sync of the cut fails: still poisoned.
+    fail_next(&sim, FaultOp::Sync, FaultError::Eio);
+    assert!(matches!(
+        commit(&log, &numbered(3, 2, 1)),
+        Err(LogError::Poisoned)
+    ));
+    assert!(log.is_poisoned());
+    clock.advance(HEAL_RETRY_MS - 1);
+    assert!(matches!(
+        commit(&log, &numbered(3, 2, 1)),
+        Err(LogError::Poisoned)
+    ));
+    clock.advance(1);
+    assert_eq!(commit(&log, &numbered(3, 2, 1)).unwrap(), 3..5);
+    drop(log);
+    assert_exactly_after_crash(&sim, 5);
+}
+
+#[test]
+fn a_heal_refuses_a_log_whose_newest_committed_frame_no_longer_reads_back() {
+    let sim = SimDisk::new(23);
+    let clock = Arc::new(ManualClock::new(1_000));
+    let log = log_on_clock(&sim, &clock, 3);
+    poison_with_a_failed_sync(&sim, &log, 3);
+    // The committed frame's payload is damaged on the disk meanwhile.
+    let file = sim
+        .open(&dir().join(segment_file_name(0)), OpenOptions::EXISTING)
+        .unwrap();
+    let data = segment_data(&sim);
+    file.write_at(data.len() as u64 - 1, IoBuf::from_slice(&[0xff]))
+        .wait()
+        .unwrap();
+    file.fdatasync().wait().unwrap();
+    drop(file);
+    clock.advance(HEAL_RETRY_MS);
+    assert!(matches!(
+        commit(&log, &numbered(3, 2, 1)),
+        Err(LogError::Poisoned)
+    ));
+    assert!(log.is_poisoned(), "a damaged tail is never healed over");
+    assert_eq!(log.high_watermark(), 3);
 }
 
 #[test]

@@ -426,9 +426,9 @@ fn idle_log_eviction_is_thirty_minutes_off_at_zero_and_at_least_a_minute() {
 }
 
 #[test]
-fn tail_cache_bytes_is_a_mebibyte_zero_keeps_none_and_at_most_a_gibibyte() {
+fn tail_cache_bytes_is_256_kib_zero_keeps_none_and_at_most_a_gibibyte() {
     let config = resolve(&[required()], env_with_secret).expect("valid");
-    assert_eq!(config.tail_cache_bytes, 1 << 20);
+    assert_eq!(config.tail_cache_bytes, 256 << 10);
     let layer = flags(&[(keys::TAIL_CACHE_BYTES, "0")]);
     let config = resolve(&[required(), layer], env_with_secret).expect("valid");
     assert_eq!(config.tail_cache_bytes, 0);

@@ -274,3 +274,78 @@ fn cursors_resume_from_their_files_after_a_restart_and_a_detach_deletes_the_file
     );
     node.shutdown();
 }
+
+/// Each child partition's keys and payloads against the parent
+/// partition's from `attach_offsets` on: the same records in the same
+/// order (same partition counts, so each record keeps its partition).
+fn assert_children_copy_the_parent(node: &DataNode, children: &[(&str, Vec<u64>)]) {
+    let parent = records(node, "orders", 3);
+    let fields = |records: &[Record]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        records
+            .iter()
+            .map(|r| (r.key.clone(), r.payload.clone()))
+            .collect()
+    };
+    for (child, attach_offsets) in children {
+        let copies = records(node, child, 3);
+        for (partition, from) in attach_offsets.iter().enumerate() {
+            let partition = partition as u32;
+            let from = usize::try_from(*from).expect("offset");
+            assert_eq!(
+                fields(&copies[&partition]),
+                fields(&parent[&partition][from..]),
+                "{child} partition {partition}"
+            );
+        }
+    }
+}
+
+#[test]
+fn four_children_hold_exactly_the_parents_records_in_order_through_a_restart() {
+    // The children's cursors share one tail per parent partition; one
+    // child attaches late (its cursor joins a tail already read) and the
+    // node restarts (every cursor starts again from its file).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = portable();
+    let names = ["c0", "c1", "c2", "late"];
+    let mut topics = vec![("orders", 0xa1)];
+    topics.extend(names.iter().zip(0xb0..).map(|(name, id)| (*name, id)));
+    let replica = replica_with(&topics);
+    let node = start(&disk, &replica, dir.path());
+    let mut children = Vec::new();
+    for (name, epoch) in names[..3].iter().zip(11..) {
+        attach(&node, &replica, "orders", name, 0, epoch);
+        children.push((*name, vec![0; 3]));
+    }
+    for batch in 0..4 {
+        produce(&node, "orders", &keyed(batch * 50..batch * 50 + 50));
+    }
+    wait_until("the parent commits", || {
+        count(&records(&node, "orders", 3)) == 200
+    });
+    let counts = records(&node, "orders", 3)
+        .values()
+        .map(|records| records.len() as u64)
+        .collect();
+    attach(&node, &replica, "orders", "late", 0, 14);
+    children.push(("late", counts));
+    produce(&node, "orders", &keyed(200..300));
+    let delivered = |node: &DataNode, total: usize| {
+        names
+            .iter()
+            .map(|name| count(&records(node, name, 3)))
+            .zip([total, total, total, total - 200])
+            .all(|(held, expected)| held >= expected)
+    };
+    wait_until("every child's copies", || delivered(&node, 300));
+    assert_children_copy_the_parent(&node, &children);
+    node.shutdown();
+
+    let node = start(&disk, &replica, dir.path());
+    produce(&node, "orders", &keyed(300..400));
+    wait_until("every child's copies after the restart", || {
+        delivered(&node, 400)
+    });
+    assert_children_copy_the_parent(&node, &children);
+    node.shutdown();
+}
