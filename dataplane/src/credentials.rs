@@ -217,7 +217,7 @@ impl RemoteCredentials {
 
     /// Seals `password` for remote `remote_id` at `credential_version`
     /// under the cluster's key, or under a new first key (fresh salt,
-    /// version 1) when the cluster has none.
+    /// version 1, minted at `set`'s time) when the cluster has none.
     ///
     /// # Errors
     /// [`CredentialError::NoSecret`]; [`CredentialError::KeyMismatch`] when
@@ -246,6 +246,7 @@ impl RemoteCredentials {
                     version: 1,
                     key_id: keyring.current_id().to_string(),
                     salt: salt.as_bytes().to_vec(),
+                    created_at_ms: Some(set.0),
                 };
                 (keyring, key)
             }
@@ -316,13 +317,18 @@ impl RemoteCredentials {
     }
 
     /// Every remote's password sealed under this node's current key: the
-    /// cluster's key when it is that one already, else the next version.
-    /// Nothing to do without remotes.
+    /// cluster's key when it is that one already, else the next version,
+    /// minted at `now_ms` (Unix ms, the node's clock). Nothing to do
+    /// without remotes.
     ///
     /// # Errors
     /// [`CredentialError::NoSecret`] and key derivation failures; a remote
     /// that does not open is reported in `failed`, not an error.
-    pub fn plan_reencrypt(&self, metastore: &Metastore) -> Result<ReencryptPlan, CredentialError> {
+    pub fn plan_reencrypt(
+        &self,
+        metastore: &Metastore,
+        now_ms: u64,
+    ) -> Result<ReencryptPlan, CredentialError> {
         let Some(cluster_key) = metastore.remote_key() else {
             return Ok(ReencryptPlan::default());
         };
@@ -335,6 +341,7 @@ impl RemoteCredentials {
                 version: cluster_key.version + 1,
                 key_id: current_id.clone(),
                 salt: cluster_key.salt.clone(),
+                created_at_ms: Some(now_ms),
             }
         };
         let mut plan = ReencryptPlan::default();

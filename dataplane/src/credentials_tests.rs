@@ -53,6 +53,7 @@ fn the_first_seal_makes_the_first_key_with_a_fresh_salt() {
     assert_eq!(key.version, 1);
     assert_eq!(key.salt.len(), SALT_BYTES);
     assert_eq!(key.key_id, node.current_key_id(&key).expect("id"));
+    assert_eq!(key.created_at_ms, Some(5_000), "minted as the password is set");
     assert_eq!(remote.password.key_id, key.key_id);
     assert_eq!(
         (remote.password.set_at_ms, remote.password.set_by.as_str()),
@@ -121,9 +122,10 @@ fn the_reencrypt_plan_moves_old_seals_to_the_next_key_version() {
     let view = replica.view();
     let metastore = &*view.metastore;
     let rotated = credentials(Some(b"the next cluster secret, long enough"), Some(SECRET));
-    let plan = rotated.plan_reencrypt(metastore).expect("plan");
+    let plan = rotated.plan_reencrypt(metastore, 9_000).expect("plan");
     let new_key = plan.key.expect("key");
     assert_eq!(new_key.version, 2);
+    assert_eq!(new_key.created_at_ms, Some(9_000), "minted now");
     assert_eq!(new_key.salt, key.salt);
     assert_ne!(new_key.key_id, key.key_id);
     assert_eq!(plan.resealed.len(), 1);
@@ -132,8 +134,13 @@ fn the_reencrypt_plan_moves_old_seals_to_the_next_key_version() {
     assert_eq!(resealed.password.key_version, 2);
     assert_eq!(resealed.password.set_by, "root");
     assert_eq!(rotated.counters.previous_opens.load(Ordering::Relaxed), 1);
+    // The old secret's node finds the cluster key current: the plan keeps
+    // it, mint time and all.
+    let plan = old.plan_reencrypt(metastore, 9_000).expect("plan");
+    assert_eq!(plan.key.as_ref(), metastore.remote_key());
+    assert_eq!(plan.already_current, vec!["dr".to_owned()]);
     let stranger = credentials(Some(b"a secret nobody had, long enough"), None);
-    let plan = stranger.plan_reencrypt(metastore).expect("plan");
+    let plan = stranger.plan_reencrypt(metastore, 9_000).expect("plan");
     assert_eq!(plan.failed.len(), 1);
     assert!(plan.resealed.is_empty());
 }

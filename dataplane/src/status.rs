@@ -179,6 +179,8 @@ pub struct NodeStatus {
     pub moves: Vec<MoveWorkerStatus>,
     /// Its views of the remotes' credentials, when asked for.
     pub remotes: Option<Vec<RemoteView>>,
+    /// The newest metastore command version it decodes, when asked for.
+    pub command_version: Option<u8>,
 }
 
 impl NodeStatus {
@@ -198,6 +200,19 @@ impl NodeStatus {
             quarantine: quarantine(sources).await,
             moves,
             remotes: None,
+            command_version: None,
+        }
+    }
+
+    /// Adds what `asked` asks beyond the status: this node's views of the
+    /// remotes (from `sources`) and the newest metastore command version
+    /// this build decodes.
+    pub fn answer(&mut self, asked: NodeStatusRequest, sources: &StatusSources) {
+        if asked.with_remotes {
+            self.remotes = sources.remote_views();
+        }
+        if asked.with_command_version {
+            self.command_version = Some(narad_meta::codec::COMMAND_VERSION);
         }
     }
 
@@ -224,6 +239,7 @@ impl NodeStatus {
                 .map(report_of)
                 .collect(),
             remotes: self.remotes.clone(),
+            command_version: self.command_version,
         }
     }
 
@@ -240,6 +256,7 @@ impl NodeStatus {
             },
             moves: answer.moves,
             remotes: answer.remotes,
+            command_version: answer.command_version,
         }
     }
 }
@@ -354,9 +371,7 @@ impl NodeStatusService {
         })?;
         let request = decode_forward_request::<NodeStatusRequest>(inbound.request.body)?;
         let mut status = NodeStatus::read(sources).await;
-        if request.with_remotes {
-            status.remotes = sources.remote_views();
-        }
+        status.answer(request, sources);
         Ok(Response::message(&status.to_wire()))
     }
 }
@@ -399,6 +414,7 @@ mod tests {
                 key_current: false,
                 error: Some("the seal does not open".into()),
             }]),
+            command_version: Some(4),
         };
         assert_eq!(NodeStatus::from_wire(status.to_wire()), status);
     }

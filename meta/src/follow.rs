@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "undecodable metadata: metastore command version 9 is not supported \
-             (this build speaks version 3)"
+             (this build speaks version 4)"
         );
         assert_eq!(replica.applied_index(), 2);
     }

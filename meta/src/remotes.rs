@@ -108,6 +108,9 @@ impl fmt::Debug for SealedPassword {
 /// The cluster's remote key: what every node derives the sealing key from
 /// with the cluster secret. Set with the first remote; a re-encryption under
 /// a new secret moves it to the next version and keeps the salt.
+///
+/// Two keys are the same key when [`RemoteKey::same_key`] says so: the
+/// time a key was minted is a record about it, not part of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteKey {
     /// 1 for the first key, then one more per re-encryption under a new
@@ -117,6 +120,22 @@ pub struct RemoteKey {
     pub key_id: String,
     /// Random bytes minted by the proposer of the first remote.
     pub salt: Vec<u8>,
+    /// When this version was minted (Unix ms, the proposer's clock: the
+    /// first remote's add, or the re-encryption that moved to it). `None`
+    /// when unknown: a key recorded by a build before this field (state
+    /// version 4, or a re-encryption proposed as command version 2 or 3)
+    /// keeps no time, and `narad_remote_key_age_seconds` is not served for
+    /// it until a re-encryption under a new secret mints the next version.
+    #[serde(default)]
+    pub created_at_ms: Option<u64>,
+}
+
+impl RemoteKey {
+    /// Whether `other` is the same key: same version, id and salt, whenever
+    /// either was minted or whether its mint time is known.
+    pub fn same_key(&self, other: &Self) -> bool {
+        self.version == other.version && self.key_id == other.key_id && self.salt == other.salt
+    }
 }
 
 /// A remote: another Narad cluster and the credential this cluster uses to

@@ -8,6 +8,10 @@
 //! NodeStatus (33), a Message, version 1
 //!   [u8 1]               with_remotes: present only when asked (an older
 //!                        node refuses the byte as trailing)
+//!   [u8 2]               with_remotes and with_command_version: present
+//!                        only when asked (a node before the command version
+//!                        refuses the value, one before with_remotes the
+//!                        byte)
 //!
 //! NodeStatusAnswer, a Message, version 1
 //!   u8    draining           0/1
@@ -28,6 +32,10 @@
 //!   per remote: str name · u64 credential_version · u8 credential
 //!             (1 readable, 2 unreadable, 3 no_secret) · u8 key_current ·
 //!             u8 has_error · [str error]
+//!   only when the request asked with_command_version (the remote count is
+//!   then always written, 0 for a node with no views):
+//!   u8    command_version    the newest metastore command version the
+//!                            node decodes
 //! ```
 //!
 //! The remote views are the answering node's own look at each remote's
@@ -73,8 +81,9 @@ const REMOTE_TEXTS: usize = 2;
 const MOVE_BYTES_MIN: usize = 4 + 4 + 4 + 4 + 8 + 4 + 4 + 1 + 8 + 1;
 const COPY_BYTES_MIN: usize = 4 + 4 + 1 + 4 + 8 + 8;
 const REMOTE_BYTES_MIN: usize = 4 + 8 + 1 + 1 + 1;
-/// The fixed part of an answer before its lists.
-const ANSWER_HEAD_BYTES: usize = 1 + 8 * 4 + 4 + 4 + 4;
+/// The fixed part of an answer besides its lists' items: the head, the
+/// three counts and the command version.
+const ANSWER_HEAD_BYTES: usize = 1 + 8 * 4 + 4 + 4 + 4 + 1;
 
 const _: () = assert!(
     ANSWER_HEAD_BYTES
@@ -88,17 +97,24 @@ const _: () = assert!(
 );
 
 /// The request of opcode 33: this node's status, please, and its views of
-/// the remotes' credentials when `with_remotes`.
+/// the remotes' credentials when `with_remotes`, and the newest metastore
+/// command version it decodes when `with_command_version`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeStatus {
     /// Ask for [`NodeStatusAnswer::remotes`]. Written only when set, so a
     /// request without it is the bytes an older node takes.
     pub with_remotes: bool,
+    /// Ask for [`NodeStatusAnswer::command_version`] (and the remotes with
+    /// it). A node of a release before it refuses the request, which is
+    /// how the asker learns it is older.
+    pub with_command_version: bool,
 }
 
 impl Encode for NodeStatus {
     fn encode(&self, writer: &mut Writer) {
-        if self.with_remotes {
+        if self.with_command_version {
+            writer.u8(2);
+        } else if self.with_remotes {
             writer.u8(1);
         }
     }
@@ -109,9 +125,16 @@ impl Decode for NodeStatus {
         if reader.remaining() == 0 {
             return Ok(Self::default());
         }
-        // Written only when set: any byte but 1 is not this request.
+        // Written only when set: any byte but 1 or 2 is not this request.
         match reader.u8("with_remotes")? {
-            1 => Ok(Self { with_remotes: true }),
+            1 => Ok(Self {
+                with_remotes: true,
+                with_command_version: false,
+            }),
+            2 => Ok(Self {
+                with_remotes: true,
+                with_command_version: true,
+            }),
             other => Err(invalid("with_remotes", other)),
         }
     }
@@ -226,6 +249,10 @@ pub struct NodeStatusAnswer {
     /// Its views of the remotes, at most [`NODE_REMOTES_MAX`]: present
     /// when the request asked `with_remotes` (and only then written).
     pub remotes: Option<Vec<RemoteView>>,
+    /// The newest metastore command version it decodes: present when the
+    /// request asked `with_command_version` (and only then written, after
+    /// the remotes, which are then written even when `None`, as none).
+    pub command_version: Option<u8>,
 }
 
 /// Appends a text field.
@@ -376,11 +403,15 @@ impl Encode for NodeStatusAnswer {
         for report in &self.moves {
             report.encode(writer);
         }
-        if let Some(remotes) = &self.remotes {
+        if self.remotes.is_some() || self.command_version.is_some() {
+            let remotes = self.remotes.as_deref().unwrap_or_default();
             put_count(writer, "remote count", remotes.len(), NODE_REMOTES_MAX);
             for view in remotes {
                 view.encode(writer);
             }
+        }
+        if let Some(version) = self.command_version {
+            writer.u8(version);
         }
     }
 }
@@ -404,6 +435,11 @@ impl Decode for NodeStatusAnswer {
         } else {
             None
         };
+        let command_version = if reader.remaining() > 0 {
+            Some(reader.u8("command_version")?)
+        } else {
+            None
+        };
         Ok(Self {
             draining,
             produce_in_flight,
@@ -413,6 +449,7 @@ impl Decode for NodeStatusAnswer {
             quarantine,
             moves,
             remotes,
+            command_version,
         })
     }
 }
@@ -532,10 +569,13 @@ mod tests {
             any::<[u64; 4]>(),
             proptest::collection::vec(copy_strategy(), 0..4),
             proptest::collection::vec(move_strategy(), 0..4),
-            proptest::option::of(proptest::collection::vec(remote_strategy(), 0..4)),
+            proptest::option::of((
+                proptest::collection::vec(remote_strategy(), 0..4),
+                proptest::option::of(any::<u8>()),
+            )),
         )
             .prop_map(
-                |(draining, figures, quarantine, moves, remotes)| NodeStatusAnswer {
+                |(draining, figures, quarantine, moves, asked)| NodeStatusAnswer {
                     draining,
                     produce_in_flight: figures[0],
                     dispatch_backlog: figures[1],
@@ -543,7 +583,9 @@ mod tests {
                     quarantine_bytes: figures[3],
                     quarantine,
                     moves,
-                    remotes,
+                    // The version travels only with the remotes.
+                    command_version: asked.as_ref().and_then(|(_, version)| *version),
+                    remotes: asked.map(|(remotes, _)| remotes),
                 },
             )
     }
@@ -595,22 +637,65 @@ mod tests {
     #[test]
     fn a_request_without_the_byte_does_not_ask_for_the_remotes() {
         let decoded = decode_forward_request::<NodeStatus>(Bytes::from_static(&[1]));
-        assert_eq!(
-            decoded,
-            Ok(NodeStatus {
-                with_remotes: false
-            })
-        );
+        assert_eq!(decoded, Ok(NodeStatus::default()));
     }
 
     #[test]
     fn asking_for_the_remotes_adds_one_byte() {
-        let asking = NodeStatus { with_remotes: true };
+        let asking = NodeStatus {
+            with_remotes: true,
+            with_command_version: false,
+        };
         assert_eq!(encode_message(&asking), Bytes::from_static(&[1, 1]));
         assert_eq!(
             decode_forward_request::<NodeStatus>(Bytes::from_static(&[1, 1])),
             Ok(asking)
         );
+    }
+
+    #[test]
+    fn asking_for_the_command_version_is_flag_two_and_brings_the_remotes() {
+        let asking = NodeStatus {
+            with_remotes: true,
+            with_command_version: true,
+        };
+        assert_eq!(encode_message(&asking), Bytes::from_static(&[1, 2]));
+        assert_eq!(
+            decode_forward_request::<NodeStatus>(Bytes::from_static(&[1, 2])),
+            Ok(asking)
+        );
+        // Asked alone, it is written the same way.
+        let alone = NodeStatus {
+            with_command_version: true,
+            ..NodeStatus::default()
+        };
+        assert_eq!(encode_message(&alone), Bytes::from_static(&[1, 2]));
+    }
+
+    #[test]
+    fn the_command_version_follows_the_remotes_written_even_when_there_are_none() {
+        let answer = NodeStatusAnswer {
+            moves: vec![sample_move()],
+            ..NodeStatusAnswer::default()
+        };
+        let versioned = NodeStatusAnswer {
+            command_version: Some(4),
+            ..answer.clone()
+        };
+        let plain = encode_message(&answer);
+        let asked = encode_message(&versioned);
+        assert_eq!(&asked[..plain.len()], &plain[..]);
+        assert_eq!(&asked[plain.len()..], &[0, 0, 0, 0, 4]);
+        let decoded = decode_message::<NodeStatusAnswer>(asked).expect("decodes");
+        assert_eq!(decoded.command_version, Some(4));
+        assert_eq!(decoded.remotes, Some(Vec::new()));
+        // The answer of a node before the version: no version.
+        let older = NodeStatusAnswer {
+            remotes: Some(Vec::new()),
+            ..answer
+        };
+        let decoded = decode_message::<NodeStatusAnswer>(encode_message(&older));
+        assert_eq!(decoded.map(|answer| answer.command_version), Ok(None));
     }
 
     #[test]
@@ -623,7 +708,7 @@ mod tests {
 
     #[test]
     fn a_flag_byte_other_than_one_is_refused() {
-        for bytes in [&[1, 0][..], &[1, 2]] {
+        for bytes in [&[1, 0][..], &[1, 3]] {
             let error = decode_forward_request::<NodeStatus>(Bytes::copy_from_slice(bytes))
                 .expect_err("refused");
             assert!(error.message.contains("with_remotes"), "{bytes:?}: {error}");
@@ -653,7 +738,7 @@ mod tests {
             ..NodeStatusAnswer::default()
         };
         let mut bytes = encode_message(&answer).to_vec();
-        bytes.extend([0, 0, 0, 0, 7]);
+        bytes.extend([0, 0, 0, 0, 4, 7]);
         assert_eq!(
             decode_message::<NodeStatusAnswer>(Bytes::from(bytes)),
             Err(DecodeError::TrailingBytes { count: 1 })

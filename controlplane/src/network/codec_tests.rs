@@ -393,9 +393,10 @@ fn status() -> impl Strategy<Value = Status> {
         any::<[u64; 5]>(),
         vec(any::<u64>(), 0..5),
         vec(any::<u64>(), 0..3),
+        proptest::option::of(any::<u8>()),
     )
         .prop_map(
-            |((node_id, state, term, leader), indexes, voters, learners)| Status {
+            |((node_id, state, term, leader), indexes, voters, learners, command_version)| Status {
                 node_id,
                 state,
                 term,
@@ -407,10 +408,14 @@ fn status() -> impl Strategy<Value = Status> {
                 purged_index: indexes[4],
                 voters,
                 learners,
+                command_version,
             },
         )
 }
 
+/// Every answer but the status, whose optional last byte (the command
+/// version) makes one cut and one trailing byte valid: its own properties
+/// are below ([`status_answer`]).
 fn local_read_answer() -> impl Strategy<Value = LocalReadAnswer> {
     prop_oneof![
         (proptest::option::of(topic()), any::<u64>()).prop_map(|(topic, applied_index)| {
@@ -422,8 +427,66 @@ fn local_read_answer() -> impl Strategy<Value = LocalReadAnswer> {
         vec(proptest::option::of(text()), 0..6)
             .prop_map(|owners| LocalReadAnswer::Owners { owners }),
         vec(text(), 0..6).prop_map(|usernames| LocalReadAnswer::Users { usernames }),
-        status().prop_map(LocalReadAnswer::Status),
     ]
+}
+
+mod status_answer {
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn a_status_round_trips(status in status()) {
+            let answer = LocalReadAnswer::Status(status);
+            prop_assert_eq!(
+                decode_message::<LocalReadAnswer>(encode_message(&answer)),
+                Ok(answer)
+            );
+        }
+
+        /// Every cut is refused but the one that drops just the command
+        /// version, which leaves an older release's answer.
+        #[test]
+        fn every_cut_but_the_version_byte_is_refused(
+            status in status(),
+            at in any::<prop::sample::Index>(),
+        ) {
+            let reported = Status { command_version: Some(4), ..status };
+            let bytes = encode_message(&LocalReadAnswer::Status(reported.clone()));
+            let cut = at.index(bytes.len() - 1);
+            prop_assert!(decode_message::<LocalReadAnswer>(bytes.slice(..cut)).is_err());
+            let older = Status { command_version: None, ..reported };
+            prop_assert_eq!(
+                decode_message::<LocalReadAnswer>(bytes.slice(..bytes.len() - 1)),
+                Ok(LocalReadAnswer::Status(older))
+            );
+        }
+
+        #[test]
+        fn bytes_after_the_version_are_refused(
+            status in status(),
+            extra in vec(any::<u8>(), 1..8),
+        ) {
+            let reported = Status { command_version: Some(4), ..status };
+            let mut bytes = encode_message(&LocalReadAnswer::Status(reported)).to_vec();
+            bytes.extend(&extra);
+            prop_assert_eq!(
+                decode_message::<LocalReadAnswer>(Bytes::from(bytes)).err(),
+                Some(DecodeError::TrailingBytes { count: extra.len() })
+            );
+        }
+
+        #[test]
+        fn damaged_status_bytes_never_panic(
+            status in status(),
+            at in any::<prop::sample::Index>(),
+            value in any::<u8>(),
+        ) {
+            let mut bytes = encode_message(&LocalReadAnswer::Status(status)).to_vec();
+            let at = at.index(bytes.len());
+            bytes[at] = value;
+            let _ = decode_message::<LocalReadAnswer>(Bytes::from(bytes));
+        }
+    }
 }
 
 fn confirm_request() -> impl Strategy<Value = ConfirmRequest> {
@@ -777,10 +840,10 @@ fn propose_bytes(format: u8, json: &[u8]) -> Bytes {
 
 #[test]
 fn another_command_format_is_refused_by_name() {
-    let error = decode_message::<ProposeRequest>(propose_bytes(4, b"{}")).expect_err("refused");
+    let error = decode_message::<ProposeRequest>(propose_bytes(9, b"{}")).expect_err("refused");
     assert_eq!(
         error.to_string(),
-        "metastore command version 4 is not supported (this build speaks version 3)"
+        "metastore command version 9 is not supported (this build speaks version 4)"
     );
 }
 
@@ -912,4 +975,38 @@ fn a_membership_entry_round_trips_with_learners() {
         panic!("a membership entry");
     };
     assert_eq!(back.learner_ids().collect::<Vec<_>>(), vec![9]);
+}
+
+#[test]
+fn a_status_carries_its_command_version_last_and_an_older_ones_reads_without() {
+    let status = Status {
+        node_id: 2,
+        state: "follower".into(),
+        term: 7,
+        leader: Some(1),
+        last_log_index: 40,
+        applied_index: 40,
+        leader_commit_index: 40,
+        snapshot_index: 0,
+        purged_index: 0,
+        voters: vec![1, 2, 3],
+        learners: Vec::new(),
+        command_version: Some(4),
+    };
+    let older = Status {
+        command_version: None,
+        ..status.clone()
+    };
+    let current_bytes = encode_message(&LocalReadAnswer::Status(status.clone()));
+    let older_bytes = encode_message(&LocalReadAnswer::Status(older.clone()));
+    assert_eq!(current_bytes.len(), older_bytes.len() + 1);
+    assert_eq!(current_bytes.last(), Some(&4));
+    assert_eq!(
+        decode_message::<LocalReadAnswer>(older_bytes),
+        Ok(LocalReadAnswer::Status(older))
+    );
+    assert_eq!(
+        decode_message::<LocalReadAnswer>(current_bytes),
+        Ok(LocalReadAnswer::Status(status))
+    );
 }

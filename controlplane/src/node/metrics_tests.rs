@@ -17,7 +17,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// Log entries between snapshots: a handful of proposals build one.
 const SNAPSHOT_THRESHOLD: u64 = 4;
 
-fn single_node(data_dir: &std::path::Path) -> ControlConfig {
+/// One voter on a free loopback port, snapshotting every few entries.
+pub(super) fn single_node(data_dir: &std::path::Path) -> ControlConfig {
     let cluster_addr = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|socket| socket.local_addr())
         .expect("a free loopback UDP port");
@@ -44,7 +45,8 @@ fn single_node(data_dir: &std::path::Path) -> ControlConfig {
     }
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+/// Polls `done` until it holds, failing after [`WAIT_MAX`].
+pub(super) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT_MAX;
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

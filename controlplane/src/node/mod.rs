@@ -20,6 +20,7 @@ mod metadata;
 mod metrics_tests;
 mod propose;
 mod runtime;
+mod upgrade_gate;
 pub mod wire;
 
 pub use client::ControlClient;

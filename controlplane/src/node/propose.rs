@@ -12,7 +12,7 @@ use tokio::time::timeout;
 
 use super::runtime::{PROPOSE_TIMEOUT, Shared};
 use super::wire::{LocalRead, LocalReadAnswer, ProposeRequest};
-use super::{confirm, join, members, metadata};
+use super::{confirm, join, members, metadata, upgrade_gate};
 use crate::network::messages::opcodes;
 use crate::raft::{Applied, ControlNodeId};
 use narad_meta::Command;
@@ -54,12 +54,17 @@ impl From<ProposeError> for RpcError {
     }
 }
 
-/// Writes `command` through the leader; see the module doc.
+/// Writes `command` through the leader; see the module doc. The leader
+/// first refuses a command some control node may not decode
+/// ([`upgrade_gate`]).
 pub(super) async fn propose(
     shared: &Shared,
     command: Command,
     forwarded: bool,
 ) -> Result<Applied, ProposeError> {
+    if let Some(refused) = upgrade_gate::refusal(shared, &command).await {
+        return Ok(refused);
+    }
     match shared.raft.client_write(command.clone()).await {
         Ok(response) => Ok(response.data),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {

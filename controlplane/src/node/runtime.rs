@@ -332,6 +332,7 @@ impl Shared {
             purged_index: metrics.purged.map_or(0, |log_id| log_id.index),
             voters: membership.voter_ids().collect(),
             learners: membership.learner_ids().collect(),
+            command_version: Some(narad_meta::codec::COMMAND_VERSION),
         }
     }
 

@@ -102,6 +102,10 @@ pub struct Status {
     pub voters: Vec<ControlNodeId>,
     /// Learners of the current membership.
     pub learners: Vec<ControlNodeId>,
+    /// The newest metastore command version this node decodes; `None` in
+    /// the answer of a release before the field (it decodes at most
+    /// version 3). Written last, so such a release's answer still reads.
+    pub command_version: Option<u8>,
 }
 
 /// A control node asks to join.
@@ -427,6 +431,9 @@ impl Encode for Status {
         writer.u64(self.purged_index);
         put_ids(writer, "voters", &self.voters);
         put_ids(writer, "learners", &self.learners);
+        if let Some(version) = self.command_version {
+            writer.u8(version);
+        }
     }
 }
 
@@ -444,6 +451,12 @@ impl Decode for Status {
             purged_index: reader.u64("purged index")?,
             voters: get_ids(reader, "voters")?,
             learners: get_ids(reader, "learners")?,
+            // The status ends its answer: an older release wrote no more.
+            command_version: if reader.remaining() > 0 {
+                Some(reader.u8("command version")?)
+            } else {
+                None
+            },
         })
     }
 }

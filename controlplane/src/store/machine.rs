@@ -563,7 +563,7 @@ mod snapshot_tests {
         "01 0000000000000003 0000000000000001 0000000000000001", // membership log id, index 1
         "00000001 00000001 0000000000000001",                    // one config: voter 1
         "00000001 0000000000000001 00000007 63313a37393433",     // node 1 at "c1:7943"
-        "04 00000000 00000000",   // state version, no topics, placements
+        "05 00000000 00000000",   // state version, no topics, placements
         "00000001 00000002 6e31", // one member "n1"
         "00000005 6e313a3830 00000007 6e313a37393432", // addresses
         "00000000000003e8 01 00", // heartbeat, alive, not draining
@@ -572,7 +572,7 @@ mod snapshot_tests {
         "0000000000000000 0000000000000000", // versions: topics, placements
         "0000000000000001 0000000000000000", // versions: members, users
         "0000000000000002",       // applied index
-        REMOTES_SECTION,          // since state version 4
+        REMOTES_SECTION,          // since state version 4 (the key's time since 5)
     ];
 
     /// No remotes, no remote key, no remote links, remotes version 0.
@@ -590,13 +590,15 @@ mod snapshot_tests {
     }
 
     /// [`GOLDEN_SNAPSHOT`] holding its state in an older `version`: without
-    /// topics or placements, version 3 differs from version 4 only in the
-    /// byte and the missing remotes section, and versions 1 and 2 also lack
-    /// the list of removed members.
+    /// a remote key, version 4 differs from version 5 only in the byte;
+    /// without topics or placements, version 3 also lacks the remotes
+    /// section, and versions 1 and 2 also lack the list of removed members.
     fn golden_with_state_version(version: u8) -> Vec<u8> {
         let at = GOLDEN_SNAPSHOT[..5].concat().replace(' ', "").len() / 2;
         let mut chunks = GOLDEN_SNAPSHOT.to_vec();
-        chunks.retain(|chunk| *chunk != REMOTES_SECTION);
+        if version < narad_meta::codec::STATE_VERSION_BEFORE_KEY_TIME {
+            chunks.retain(|chunk| *chunk != REMOTES_SECTION);
+        }
         if version < narad_meta::codec::STATE_VERSION_BEFORE_REMOTES {
             // The list of removed members is the last empty list.
             let removed = chunks
@@ -621,6 +623,7 @@ mod snapshot_tests {
             narad_meta::codec::STATE_VERSION_BEFORE_WINDOW,
             narad_meta::codec::STATE_VERSION_BEFORE_MOVES,
             narad_meta::codec::STATE_VERSION_BEFORE_REMOTES,
+            narad_meta::codec::STATE_VERSION_BEFORE_KEY_TIME,
         ] {
             let data = golden_with_state_version(version);
             assert_eq!(

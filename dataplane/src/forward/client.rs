@@ -736,7 +736,7 @@ impl Forwarder {
         &self,
         node: NodeId,
         budget: Duration,
-        with_remotes: bool,
+        asked: NodeStatus,
     ) -> Result<NodeStatusAnswer, ForwardError> {
         let peer = self
             .addresses
@@ -746,7 +746,7 @@ impl Forwarder {
             peer,
             Lane::Control,
             Opcode::NODE_STATUS,
-            &NodeStatus { with_remotes },
+            &asked,
             budget,
         )
         .await?

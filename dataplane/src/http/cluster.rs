@@ -35,6 +35,7 @@ use narad_meta::{
     SetDraining,
 };
 use narad_protocol::commit::is_unsupported_operation;
+use narad_protocol::NodeStatus as NodeStatusRequest;
 use narad_protocol::{RpcError, Status};
 
 use super::error::ApiError;
@@ -120,7 +121,7 @@ pub(crate) async fn members(
     let metastore = &*view.metastore;
     let statuses = if detail {
         let ids = metastore.members().map(|member| member.id.clone());
-        Some(node_statuses(&state, ids.collect(), false).await)
+        Some(node_statuses(&state, ids.collect(), NodeStatusRequest::default()).await)
     } else {
         None
     };
@@ -313,12 +314,13 @@ fn worker_json(worker: &MoveWorkerStatus) -> Value {
 
 /// Asks every node in `ids` for its status at once, within
 /// [`NODE_STATUS_BUDGET`] in all: this node reads its own, the others are
-/// asked over node RPC; with their views of the remotes' credentials when
-/// `with_remotes`. Every id gets an entry.
+/// asked over node RPC; with their views of the remotes' credentials and
+/// the command version they decode when `asked` says so. Every id gets an
+/// entry.
 pub(crate) async fn node_statuses(
     state: &Arc<ApiState>,
     ids: BTreeSet<String>,
-    with_remotes: bool,
+    asked: NodeStatusRequest,
 ) -> Statuses {
     let deadline_ms = state
         .clock()
@@ -330,7 +332,7 @@ pub(crate) async fn node_statuses(
         calls.spawn(async move {
             let timeout = state.clock().sleep_until(deadline_ms);
             let answer = tokio::select! {
-                answer = node_status(&state, &id, with_remotes) => answer,
+                answer = node_status(&state, &id, asked) => answer,
                 () = timeout => Err(format!(
                     "no answer within {} s",
                     NODE_STATUS_BUDGET.as_secs()
@@ -357,13 +359,15 @@ pub(crate) async fn node_statuses(
 }
 
 /// Member `id`'s status: this node's read here, another's asked of it.
-async fn node_status(state: &ApiState, id: &str, with_remotes: bool) -> Result<NodeStatus, String> {
+async fn node_status(
+    state: &ApiState,
+    id: &str,
+    asked: NodeStatusRequest,
+) -> Result<NodeStatus, String> {
     let node = node_of(id).ok_or("its id names no data node this one can address")?;
     if node == state.replica.local_node() {
         let mut status = NodeStatus::read(&state.status).await;
-        if with_remotes {
-            status.remotes = state.status.remote_views();
-        }
+        status.answer(asked, &state.status);
         return Ok(status);
     }
     let forwarder = state
@@ -371,7 +375,7 @@ async fn node_status(state: &ApiState, id: &str, with_remotes: bool) -> Result<N
         .get()
         .ok_or("node RPC is not running on this node")?;
     forwarder
-        .node_status(node, NODE_STATUS_BUDGET, with_remotes)
+        .node_status(node, NODE_STATUS_BUDGET, asked)
         .await
         .map(NodeStatus::from_wire)
         .map_err(|error| status_error(&error))
@@ -427,7 +431,7 @@ pub(crate) async fn moves(
             .iter()
             .filter(|step| metastore.member(&step.to).is_some())
             .map(|step| step.to.clone());
-        Some(node_statuses(&state, targets.collect(), false).await)
+        Some(node_statuses(&state, targets.collect(), NodeStatusRequest::default()).await)
     } else {
         None
     };

@@ -26,10 +26,11 @@ use narad_meta::{
 };
 
 use super::body::read_limited;
+use super::remotes::upgrade_gate;
 use super::children::{OwnerCursor, Positions, owner_cursor, positions};
 use super::error::ApiError;
 use super::topics::{
-    StartFigure, json_response, known_topic, propose, record, refused, start_offsets,
+    StartFigure, json_response, known_topic, record, refused, start_offsets,
 };
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
@@ -154,7 +155,7 @@ pub(super) fn refuse_stub(state: &ApiState, topic: &str) -> Result<(), ApiError>
 /// record and `warnings`, or for a dry run `200` with the report. Every
 /// answer carries `Cache-Control: no-store`.
 pub(super) async fn attach(
-    state: &ApiState,
+    state: &Arc<ApiState>,
     user: Option<&User>,
     parent_name: &str,
     child_name: String,
@@ -167,7 +168,7 @@ pub(super) async fn attach(
 }
 
 async fn attach_answer(
-    state: &ApiState,
+    state: &Arc<ApiState>,
     user: Option<&User>,
     parent_name: &str,
     child_name: String,
@@ -268,7 +269,7 @@ async fn attach_answer(
             created_at_ms: state.clock().unix_ms(),
         },
     };
-    propose(state, Command::AttachRemoteChild(attach)).await?;
+    upgrade_gate::propose(state, Command::AttachRemoteChild(attach)).await?;
     let stub = known_topic(state, &child_name)?;
     let mut body = record(&stub);
     body["warnings"] = json!(warnings);
@@ -481,7 +482,7 @@ pub(crate) async fn pause(
         reason: request.reason,
         at_ms: state.clock().unix_ms(),
     };
-    propose(&state, Command::PauseRemoteChild(pause)).await?;
+    upgrade_gate::propose(&state, Command::PauseRemoteChild(pause)).await?;
     stub_answer(&state, &child)
 }
 
@@ -525,7 +526,7 @@ pub(crate) async fn resume(
         child: child.clone(),
         target_id: target_id.filter(|_| request.accept_target || !replaced),
     };
-    propose(&state, Command::ResumeRemoteChild(resume)).await?;
+    upgrade_gate::propose(&state, Command::ResumeRemoteChild(resume)).await?;
     stub_answer(&state, &child)
 }
 
@@ -590,7 +591,7 @@ pub(crate) async fn skip(
         partition: request.partition,
         offset: request.offset,
     };
-    propose(&state, Command::SkipRemoteRecord(skip)).await?;
+    upgrade_gate::propose(&state, Command::SkipRemoteRecord(skip)).await?;
     stub_answer(&state, &child)
 }
 

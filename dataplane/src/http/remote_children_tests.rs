@@ -38,6 +38,7 @@ fn with_remote(api: &Api) {
         version: 1,
         key_id: "k1".into(),
         salt: vec![7; 32],
+        created_at_ms: Some(5),
     };
     let remote = Remote {
         name: "dr".into(),
@@ -694,6 +695,17 @@ async fn a_skip_of_a_partition_whose_owner_cannot_be_asked_is_503_and_stores_not
         .cloned()
         .expect("link");
     assert!(!link.skips(2, 4));
+    // A live member that cannot be asked holds every remote write (it may
+    // not apply it: `remotes::upgrade_gate`); marked dead, it is not asked.
+    let held = call(
+        &api,
+        "POST",
+        "/v1/topics/orders/children/orders-dr/skip",
+        json!({"partition": 1, "offset": 4}),
+    )
+    .await;
+    assert_eq!(held.status, StatusCode::PRECONDITION_FAILED, "{}", held.body);
+    crate::testing::mark_dead(&api.state.replica, 2);
     // This node's own partition, whose cursor has not reported, is taken
     // on the operator's word as before.
     let own = call(

@@ -26,7 +26,9 @@ impl Metastore {
     }
 
     /// `password` must be sealed under `key`, and `key` must be the
-    /// cluster's (or become it, when the cluster has none yet).
+    /// cluster's (or become it, when the cluster has none yet). Keys are
+    /// compared by [`RemoteKey::same_key`]: a proposer's copy of the
+    /// cluster key is the same key whatever it says of the mint time.
     fn check_sealed_under(
         &self,
         password: &SealedPassword,
@@ -36,7 +38,7 @@ impl Metastore {
         let key_is_current = self
             .remote_key
             .as_ref()
-            .is_none_or(|current| current == key);
+            .is_none_or(|current| current.same_key(key));
         if sealed_under_key && key_is_current {
             Ok(())
         } else {
@@ -59,7 +61,7 @@ impl Metastore {
         }
         self.check_sealed_under(&remote.password, &create.key)?;
         if self.remote_key.is_none() {
-            self.remote_key = Some(create.key.clone());
+            self.remote_key = Some(first_key(create));
         }
         self.remotes.insert(remote.name.clone(), remote.clone());
         self.changed(Domain::Remotes);
@@ -151,7 +153,7 @@ impl Metastore {
             return Ok(Outcome::Unchanged);
         };
         let key = &reseal.key;
-        let same_key = *key == *current;
+        let same_key = key.same_key(current);
         let next_key = key.version == current.version + 1
             && key.salt == current.salt
             && key.key_id != current.key_id;
@@ -159,7 +161,11 @@ impl Metastore {
             return Err(MetastoreError::RemoteKeyChanged);
         }
         let mut changed = !same_key;
-        self.remote_key = Some(key.clone());
+        if !same_key {
+            // The next version, minted by this command's proposer; the
+            // current key keeps the time it was minted at.
+            self.remote_key = Some(key.clone());
+        }
         for resealed in &reseal.passwords {
             let sealed_under_key = resealed.password.key_version == key.version
                 && resealed.password.key_id == key.key_id;
@@ -402,4 +408,16 @@ fn check_remote_parent_retention(retention_ms: u64) -> Result<(), MetastoreError
     } else {
         Err(MetastoreError::RemoteParentRetention { retention_ms })
     }
+}
+
+/// The key a first remote makes the cluster's. A proposer of a build
+/// before the key's mint time (command version 2) sent none; it minted the
+/// key in the same call that sealed the password, at the same clock
+/// reading, so the password's `set_at_ms` is the key's mint time.
+fn first_key(create: &CreateRemote) -> RemoteKey {
+    let mut key = create.key.clone();
+    key.created_at_ms = key
+        .created_at_ms
+        .or(Some(create.remote.password.set_at_ms));
+    key
 }

@@ -6,7 +6,7 @@
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
-use super::Layout;
+use super::{Layout, remotes};
 use super::values::{
     PARTITION_SLOTS_MAX, STR_BYTES_MIN, get_epoch, get_grants, get_hash, get_incarnation, get_list,
     get_offsets, get_opt_i64, get_opt_incarnation, get_opt_str, put_epoch, put_grants, put_hash,
@@ -19,39 +19,90 @@ use crate::{
     SetDraining, SetGrants, SetMoveTargets, SetPassword, TopicDefaults,
 };
 use crate::{
-    AttachRemoteChild, CreateRemote, DeleteRemote, PauseRemoteChild, ResealRemotes,
-    ResumeRemoteChild, SkipRemoteRecord, UpdateRemote,
+    AttachRemoteChild, DeleteRemote, PauseRemoteChild, ResumeRemoteChild, SkipRemoteRecord,
 };
 use narad_protocol::fields::{get_bool, get_option, invalid, put_bool, put_option};
 
 /// The version of the binary command encoding. Version 1 was the serde
 /// JSON of [`Command`] in a length-prefixed blob; version 2 was this
 /// encoding without the idempotency window of `CreateTopic` and
-/// `AlterTopic` ([`COMMAND_VERSION_BEFORE_WINDOW`]). Decoders still read
-/// both (see [`super::get_command`]).
-pub const COMMAND_VERSION: u8 = 3;
+/// `AlterTopic` ([`COMMAND_VERSION_BEFORE_WINDOW`]); version 3 without the
+/// mint time of a remote key ([`COMMAND_VERSION_BEFORE_KEY_TIME`]).
+/// Decoders still read all three (see [`super::get_command`]).
+pub const COMMAND_VERSION: u8 = 4;
+
+/// The binary command encoding before the cluster remote key recorded
+/// when it was minted: every kind as in [`COMMAND_VERSION`], except that
+/// the `RemoteKey` of `CreateRemote`, `UpdateRemote` and `ResealRemotes`
+/// has no `created_at_ms` (it reads as unknown). Still written for a
+/// create or an alter that sets an idempotency window (see
+/// [`command_layout`]).
+pub const COMMAND_VERSION_BEFORE_KEY_TIME: u8 = 3;
 
 /// The binary command encoding before the idempotency window was a topic
-/// setting: every kind as in [`COMMAND_VERSION`], except that `CreateTopic`
-/// and `AlterTopic` have no `idempotency_window_ms` (it reads as omitted).
-/// Still written for every command that does not set a window, so a leader
-/// of an older build takes what upgraded nodes propose (see
-/// [`command_layout`]).
+/// setting: every kind as in [`COMMAND_VERSION_BEFORE_KEY_TIME`], except
+/// that `CreateTopic` and `AlterTopic` have no `idempotency_window_ms` (it
+/// reads as omitted). Still written for every command that neither sets a
+/// window nor carries a remote key, so a leader of an older build takes
+/// what upgraded nodes propose (see [`command_layout`]).
 pub const COMMAND_VERSION_BEFORE_WINDOW: u8 = 2;
 
-/// The layout a command is written in: [`Layout::Current`] only for a
-/// create or an alter that sets an idempotency window, every other command
-/// in [`Layout::BeforeWindow`], whose bytes an older build reads.
+/// The command version a member must report decoding before a remote
+/// write (a remote kind, spec §6: new entry types are proposed only once
+/// every member reports it applies them) is proposed. The remote kinds
+/// came with no version of their own, so a build reporting version 3 may
+/// not know them; every build that decodes version 4 does. Builds before
+/// version 4 report no version at all.
+pub const COMMAND_VERSION_FOR_REMOTES: u8 = 4;
+
+const _: () = assert!(COMMAND_VERSION_FOR_REMOTES <= COMMAND_VERSION);
+
+/// The command version every member must report decoding before `command`
+/// is proposed ([`COMMAND_VERSION_FOR_REMOTES`] for the eight remote
+/// kinds), or `None` when every build that can be a member applies it.
+pub fn members_must_decode(command: &Command) -> Option<u8> {
+    match command {
+        Command::CreateRemote(_)
+        | Command::UpdateRemote(_)
+        | Command::DeleteRemote(_)
+        | Command::ResealRemotes(_)
+        | Command::AttachRemoteChild(_)
+        | Command::PauseRemoteChild(_)
+        | Command::ResumeRemoteChild(_)
+        | Command::SkipRemoteRecord(_) => Some(COMMAND_VERSION_FOR_REMOTES),
+        _ => None,
+    }
+}
+
+/// Why a member whose report is `report` may not decode command version
+/// `version`, or `None` when it does: the version it reported, or an error
+/// getting its report (then its support is not known). A report of no
+/// version is a release before reports, which decodes at most version 3.
+pub fn why_behind(report: Result<Option<u8>, &str>, version: u8) -> Option<String> {
+    match report {
+        Ok(Some(reported)) if reported >= version => None,
+        Ok(Some(reported)) => Some(format!("decodes command version {reported}")),
+        Ok(None) => Some("reports no command version: an older release".to_owned()),
+        Err(error) => Some(format!("its command version is not known: {error}")),
+    }
+}
+
+/// The layout a command is written in: the oldest that holds it.
+/// [`Layout::Current`] for a command carrying a remote key (its mint
+/// time), [`Layout::BeforeKeyTime`] for a create or an alter that sets an
+/// idempotency window, every other command in [`Layout::BeforeWindow`],
+/// whose bytes an older build reads.
 pub(super) fn command_layout(command: &Command) -> Layout {
-    let sets_window = match command {
-        Command::CreateTopic(create) => create.idempotency_window_ms.is_some(),
-        Command::AlterTopic(alter) => alter.idempotency_window_ms.is_some(),
-        _ => false,
-    };
-    if sets_window {
-        Layout::Current
-    } else {
-        Layout::BeforeWindow
+    match command {
+        Command::CreateRemote(_) | Command::ResealRemotes(_) => Layout::Current,
+        Command::UpdateRemote(update) if update.key.is_some() => Layout::Current,
+        Command::CreateTopic(create) if create.idempotency_window_ms.is_some() => {
+            Layout::BeforeKeyTime
+        }
+        Command::AlterTopic(alter) if alter.idempotency_window_ms.is_some() => {
+            Layout::BeforeKeyTime
+        }
+        _ => Layout::BeforeWindow,
     }
 }
 
@@ -59,6 +110,7 @@ pub(super) fn command_layout(command: &Command) -> Layout {
 pub(super) fn command_version(layout: Layout) -> u8 {
     match layout {
         Layout::Current => COMMAND_VERSION,
+        Layout::BeforeKeyTime => COMMAND_VERSION_BEFORE_KEY_TIME,
         Layout::BeforeWindow => COMMAND_VERSION_BEFORE_WINDOW,
     }
 }
@@ -138,10 +190,19 @@ pub(super) fn encode_command(command: &Command, writer: &mut Writer, layout: Lay
         Command::CompleteMove(body) => (kind::COMPLETE_MOVE, body),
         Command::RemoveMember(body) => (kind::REMOVE_MEMBER, body),
         Command::ForcePromote(body) => (kind::FORCE_PROMOTE, body),
-        Command::CreateRemote(body) => (kind::CREATE_REMOTE, body),
-        Command::UpdateRemote(body) => (kind::UPDATE_REMOTE, body),
+        Command::CreateRemote(body) => {
+            writer.u8(kind::CREATE_REMOTE);
+            return remotes::encode_create_remote(body, writer, layout);
+        }
+        Command::UpdateRemote(body) => {
+            writer.u8(kind::UPDATE_REMOTE);
+            return remotes::encode_update_remote(body, writer, layout);
+        }
         Command::DeleteRemote(body) => (kind::DELETE_REMOTE, body),
-        Command::ResealRemotes(body) => (kind::RESEAL_REMOTES, body),
+        Command::ResealRemotes(body) => {
+            writer.u8(kind::RESEAL_REMOTES);
+            return remotes::encode_reseal_remotes(body, writer, layout);
+        }
         Command::AttachRemoteChild(body) => (kind::ATTACH_REMOTE_CHILD, body),
         Command::PauseRemoteChild(body) => (kind::PAUSE_REMOTE_CHILD, body),
         Command::ResumeRemoteChild(body) => (kind::RESUME_REMOTE_CHILD, body),
@@ -182,10 +243,12 @@ pub(super) fn decode_command(reader: &mut Reader, layout: Layout) -> Result<Comm
         kind::COMPLETE_MOVE => Command::CompleteMove(CompleteMove::decode(reader)?),
         kind::REMOVE_MEMBER => Command::RemoveMember(RemoveMember::decode(reader)?),
         kind::FORCE_PROMOTE => Command::ForcePromote(CompleteMove::decode(reader)?),
-        kind::CREATE_REMOTE => Command::CreateRemote(CreateRemote::decode(reader)?),
-        kind::UPDATE_REMOTE => Command::UpdateRemote(UpdateRemote::decode(reader)?),
+        kind::CREATE_REMOTE => Command::CreateRemote(remotes::decode_create_remote(reader, layout)?),
+        kind::UPDATE_REMOTE => Command::UpdateRemote(remotes::decode_update_remote(reader, layout)?),
         kind::DELETE_REMOTE => Command::DeleteRemote(DeleteRemote::decode(reader)?),
-        kind::RESEAL_REMOTES => Command::ResealRemotes(ResealRemotes::decode(reader)?),
+        kind::RESEAL_REMOTES => {
+            Command::ResealRemotes(remotes::decode_reseal_remotes(reader, layout)?)
+        }
         kind::ATTACH_REMOTE_CHILD => Command::AttachRemoteChild(AttachRemoteChild::decode(reader)?),
         kind::PAUSE_REMOTE_CHILD => Command::PauseRemoteChild(PauseRemoteChild::decode(reader)?),
         kind::RESUME_REMOTE_CHILD => Command::ResumeRemoteChild(ResumeRemoteChild::decode(reader)?),
@@ -248,12 +311,13 @@ fn encode_create_topic(create: &CreateTopic, writer: &mut Writer, layout: Layout
 /// If `layout` has no window and one is set: [`command_layout`] chooses the
 /// layout that has one.
 fn put_window(writer: &mut Writer, window: Option<i64>, layout: Layout) {
-    match layout {
-        Layout::Current => put_opt_i64(writer, window),
-        Layout::BeforeWindow => assert!(
+    if layout.has_window() {
+        put_opt_i64(writer, window);
+    } else {
+        assert!(
             window.is_none(),
-            "a command that sets an idempotency window is written in the current layout"
-        ),
+            "a command that sets an idempotency window is written in a layout that has one"
+        );
     }
 }
 
@@ -285,9 +349,10 @@ fn decode_create_topic(reader: &mut Reader, layout: Layout) -> Result<CreateTopi
 
 /// The optional idempotency window of a create or an alter in `layout`.
 fn get_window(reader: &mut Reader, layout: Layout) -> Result<Option<i64>, DecodeError> {
-    match layout {
-        Layout::Current => get_opt_i64(reader, "idempotency_window_ms"),
-        Layout::BeforeWindow => Ok(None),
+    if layout.has_window() {
+        get_opt_i64(reader, "idempotency_window_ms")
+    } else {
+        Ok(None)
     }
 }
 

@@ -3,13 +3,13 @@
 //! (metadata-stream snapshots, and the state inside a Raft snapshot).
 //! Layouts are drawn in `docs/internals/metastore-formats.md`.
 //!
-//! - A command is `u8 version` ([`COMMAND_VERSION`], 3), a kind tag, then
+//! - A command is `u8 version` ([`COMMAND_VERSION`], 4), a kind tag, then
 //!   the command's fields in declaration order.
-//! - A state is `u8 version` ([`STATE_VERSION`], 3), then topics,
+//! - A state is `u8 version` ([`STATE_VERSION`], 5), then topics,
 //!   placements (owner and move target per slot), members and users, each
-//!   map in key order, the ids of removed members, the change counters and
-//!   the applied index. The same state always gives the same
-//!   bytes.
+//!   map in key order, the ids of removed members, the change counters, the
+//!   applied index and the remotes section. The same state always gives
+//!   the same bytes.
 //!
 //! Every decoder refuses trailing bytes, an unknown version (naming the
 //! type), an unknown kind or enum tag (naming the type and the tag), and a
@@ -18,9 +18,14 @@
 //! **The forms of earlier builds are still read.** Command version 2 and
 //! state version 1 are the binary forms from before the idempotency window
 //! was a topic setting (see [`Layout::BeforeWindow`]); state version 2 is
-//! the form from before moves (no move targets, no removed members).
-//! State versions 1 and 2 are never written; command version 2 is written for every command that sets
-//! no window, so an older leader takes what upgraded nodes propose.
+//! the form from before moves (no move targets, no removed members);
+//! state version 3 the form from before remotes. Command version 3 and
+//! state version 4 are the forms from before the cluster remote key
+//! recorded its mint time (see [`Layout::BeforeKeyTime`]). State versions
+//! 1 to 4 are never written. Each command is written in the oldest version
+//! that holds it ([`command::command_layout`]): version 2 unless it sets
+//! an idempotency window (3) or carries a remote key (4), so an older
+//! leader takes what upgraded nodes propose whenever it can.
 //! Before the binary codecs a command crossed the wire as format byte 1
 //! and its serde JSON, length-prefixed ([`COMMAND_FORMAT_JSON`]); a
 //! metadata-stream change or snapshot was the bare JSON; a Raft snapshot
@@ -50,10 +55,13 @@ use narad_protocol::codec::encode_message;
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use serde::de::DeserializeOwned;
 
-pub use command::{COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW};
+pub use command::{
+    COMMAND_VERSION, COMMAND_VERSION_BEFORE_KEY_TIME, COMMAND_VERSION_BEFORE_WINDOW,
+    COMMAND_VERSION_FOR_REMOTES, members_must_decode, why_behind,
+};
 pub use state::{
-    STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES,
-    STATE_VERSION_BEFORE_WINDOW,
+    STATE_VERSION, STATE_VERSION_BEFORE_KEY_TIME, STATE_VERSION_BEFORE_MOVES,
+    STATE_VERSION_BEFORE_REMOTES, STATE_VERSION_BEFORE_WINDOW,
 };
 pub use values::{
     PARTITION_SLOTS_MAX, get_epoch, get_incarnation, get_topic, put_epoch, put_incarnation,
@@ -74,26 +82,50 @@ pub const BARE_JSON_FIRST_BYTE: u8 = b'{';
 const _: () = assert!(COMMAND_VERSION != COMMAND_FORMAT_JSON);
 const _: () = assert!(COMMAND_VERSION != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(COMMAND_VERSION != COMMAND_VERSION_BEFORE_WINDOW);
+const _: () = assert!(COMMAND_VERSION != COMMAND_VERSION_BEFORE_KEY_TIME);
+const _: () = assert!(COMMAND_VERSION_BEFORE_KEY_TIME != COMMAND_VERSION_BEFORE_WINDOW);
+const _: () = assert!(COMMAND_VERSION_BEFORE_KEY_TIME != COMMAND_FORMAT_JSON);
+const _: () = assert!(COMMAND_VERSION_BEFORE_KEY_TIME != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(COMMAND_VERSION_BEFORE_WINDOW != COMMAND_FORMAT_JSON);
 const _: () = assert!(COMMAND_VERSION_BEFORE_WINDOW != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_WINDOW);
 const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_MOVES);
+const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_KEY_TIME);
+const _: () = assert!(STATE_VERSION != STATE_VERSION_BEFORE_REMOTES);
+const _: () = assert!(STATE_VERSION_BEFORE_KEY_TIME != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION_BEFORE_MOVES != BARE_JSON_FIRST_BYTE);
 const _: () = assert!(STATE_VERSION_BEFORE_WINDOW != BARE_JSON_FIRST_BYTE);
 
-/// Which form of a topic's settings a decoder reads. Values inside a
-/// command or a state carry no version byte, so the top-level version
-/// chooses the layout of every value in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which form of the values inside a command or a state a decoder reads.
+/// Values carry no version byte, so the top-level version chooses the
+/// layout of every value in it. Ordered oldest first: a layout has every
+/// field of the layouts before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Layout {
-    /// What this build writes: [`COMMAND_VERSION`], [`STATE_VERSION`].
-    Current,
     /// Before the idempotency window was a topic setting
     /// ([`COMMAND_VERSION_BEFORE_WINDOW`], [`STATE_VERSION_BEFORE_WINDOW`]):
     /// a create or an alter has no window (it reads as omitted), and a
     /// topic has none (it takes the default, two minutes).
     BeforeWindow,
+    /// Before the cluster remote key recorded when it was minted
+    /// ([`COMMAND_VERSION_BEFORE_KEY_TIME`], [`STATE_VERSION_BEFORE_KEY_TIME`]):
+    /// a remote key has no `created_at_ms` (it reads as unknown).
+    BeforeKeyTime,
+    /// What this build writes: [`COMMAND_VERSION`], [`STATE_VERSION`].
+    Current,
+}
+
+impl Layout {
+    /// Whether topics, creates and alters carry the idempotency window.
+    fn has_window(self) -> bool {
+        self >= Self::BeforeKeyTime
+    }
+
+    /// Whether a remote key carries its mint time.
+    fn has_key_time(self) -> bool {
+        self >= Self::Current
+    }
 }
 
 /// Appends a command inside a message: its version byte, then its fields.
@@ -115,6 +147,7 @@ pub fn put_command(writer: &mut Writer, command: &Command) {
 pub fn get_command(reader: &mut Reader) -> Result<Command, DecodeError> {
     match reader.u8("metastore command version")? {
         COMMAND_VERSION => Command::decode(reader),
+        COMMAND_VERSION_BEFORE_KEY_TIME => command::decode_command(reader, Layout::BeforeKeyTime),
         COMMAND_VERSION_BEFORE_WINDOW => command::decode_command(reader, Layout::BeforeWindow),
         COMMAND_FORMAT_JSON => {
             let json = reader.bytes("command json")?;

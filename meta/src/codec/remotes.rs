@@ -1,12 +1,14 @@
 //! The binary forms of remotes, the cluster remote key, remote-child links
 //! and the commands that change them. Fields in declaration order; a sealed
-//! password travels as its opaque bytes.
+//! password travels as its opaque bytes. A remote key's mint time is the
+//! one field whose presence the layout decides ([`Layout::has_key_time`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use narad_protocol::fields::{get_option, invalid, put_option};
 use narad_protocol::{Decode, DecodeError, Encode, Reader, Writer};
 
+use super::Layout;
 use super::values::{
     LIST_ITEMS_MAX, PARTITION_SLOTS_MAX, STR_BYTES_MIN, get_epoch, get_incarnation, get_list,
     get_offsets, get_opt_str, put_epoch, put_incarnation, put_list, put_offsets, put_opt_str,
@@ -122,20 +124,54 @@ impl Decode for SealedPassword {
 
 impl Encode for RemoteKey {
     fn encode(&self, writer: &mut Writer) {
-        writer.u32(self.version);
-        writer.str(&self.key_id);
-        writer.bytes(&self.salt);
+        put_key(writer, self, Layout::Current);
     }
 }
 
 impl Decode for RemoteKey {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            version: reader.u32("remote key version")?,
-            key_id: reader.str("remote key id")?,
-            salt: reader.bytes("remote key salt")?.to_vec(),
-        })
+        get_key(reader, Layout::Current)
     }
+}
+
+/// Writes a remote key in `layout`; before [`Layout::Current`] it has no
+/// mint time.
+///
+/// # Panics
+/// If `layout` has no mint time and the key has one: a command carrying a
+/// key is written in the current layout ([`super::command::command_layout`])
+/// and a state always is.
+fn put_key(writer: &mut Writer, key: &RemoteKey, layout: Layout) {
+    writer.u32(key.version);
+    writer.str(&key.key_id);
+    writer.bytes(&key.salt);
+    if layout.has_key_time() {
+        put_option(writer, key.created_at_ms.as_ref(), |writer, at_ms| {
+            writer.u64(*at_ms);
+        });
+    } else {
+        assert!(
+            key.created_at_ms.is_none(),
+            "a remote key with its mint time is written in a layout that has one"
+        );
+    }
+}
+
+/// Reads a remote key in `layout`; before [`Layout::Current`] its mint
+/// time is unknown.
+pub(super) fn get_key(reader: &mut Reader, layout: Layout) -> Result<RemoteKey, DecodeError> {
+    Ok(RemoteKey {
+        version: reader.u32("remote key version")?,
+        key_id: reader.str("remote key id")?,
+        salt: reader.bytes("remote key salt")?.to_vec(),
+        created_at_ms: if layout.has_key_time() {
+            get_option(reader, "remote key created_at_ms", |reader| {
+                reader.u64("remote key created_at_ms")
+            })?
+        } else {
+            None
+        },
+    })
 }
 
 impl Encode for Remote {
@@ -300,66 +336,94 @@ fn get_skips(reader: &mut Reader) -> Result<BTreeMap<u32, BTreeSet<u64>>, Decode
 
 impl Encode for CreateRemote {
     fn encode(&self, writer: &mut Writer) {
-        self.actor.encode(writer);
-        self.remote.encode(writer);
-        self.key.encode(writer);
+        encode_create_remote(self, writer, Layout::Current);
     }
+}
+
+/// Writes an add in `layout` (its key as [`put_key`] does).
+pub(super) fn encode_create_remote(create: &CreateRemote, writer: &mut Writer, layout: Layout) {
+    create.actor.encode(writer);
+    create.remote.encode(writer);
+    put_key(writer, &create.key, layout);
 }
 
 impl Decode for CreateRemote {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            actor: Actor::decode(reader)?,
-            remote: Remote::decode(reader)?,
-            key: RemoteKey::decode(reader)?,
-        })
+        decode_create_remote(reader, Layout::Current)
     }
+}
+
+/// Reads an add in `layout` (its key as [`get_key`] does).
+pub(super) fn decode_create_remote(
+    reader: &mut Reader,
+    layout: Layout,
+) -> Result<CreateRemote, DecodeError> {
+    Ok(CreateRemote {
+        actor: Actor::decode(reader)?,
+        remote: Remote::decode(reader)?,
+        key: get_key(reader, layout)?,
+    })
 }
 
 impl Encode for UpdateRemote {
     fn encode(&self, writer: &mut Writer) {
-        self.actor.encode(writer);
-        writer.str(&self.name);
-        put_option(
-            writer,
-            self.expected_revision.as_ref(),
-            |writer, revision| {
-                writer.u64(*revision);
-            },
-        );
-        put_opt_str(writer, self.url.as_deref());
-        put_opt_str(writer, self.username.as_deref());
-        put_option(writer, self.password.as_ref(), |writer, password| {
-            password.encode(writer);
-        });
-        put_option(writer, self.key.as_ref(), |writer, key| key.encode(writer));
-        put_option(writer, self.ca_pem.as_ref(), |writer, ca| {
-            put_opt_str(writer, ca.as_deref());
-        });
-        put_option(writer, self.limits.as_ref(), |writer, limits| {
-            limits.encode(writer);
-        });
+        encode_update_remote(self, writer, Layout::Current);
     }
+}
+
+/// Writes a change in `layout` (its key as [`put_key`] does).
+pub(super) fn encode_update_remote(update: &UpdateRemote, writer: &mut Writer, layout: Layout) {
+    update.actor.encode(writer);
+    writer.str(&update.name);
+    put_option(
+        writer,
+        update.expected_revision.as_ref(),
+        |writer, revision| {
+            writer.u64(*revision);
+        },
+    );
+    put_opt_str(writer, update.url.as_deref());
+    put_opt_str(writer, update.username.as_deref());
+    put_option(writer, update.password.as_ref(), |writer, password| {
+        password.encode(writer);
+    });
+    put_option(writer, update.key.as_ref(), |writer, key| {
+        put_key(writer, key, layout);
+    });
+    put_option(writer, update.ca_pem.as_ref(), |writer, ca| {
+        put_opt_str(writer, ca.as_deref());
+    });
+    put_option(writer, update.limits.as_ref(), |writer, limits| {
+        limits.encode(writer);
+    });
 }
 
 impl Decode for UpdateRemote {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            actor: Actor::decode(reader)?,
-            name: reader.str("remote name")?,
-            expected_revision: get_option(reader, "expected revision", |reader| {
-                reader.u64("expected revision")
-            })?,
-            url: get_opt_str(reader, "remote url")?,
-            username: get_opt_str(reader, "remote username")?,
-            password: get_option(reader, "remote password", SealedPassword::decode)?,
-            key: get_option(reader, "remote key", RemoteKey::decode)?,
-            ca_pem: get_option(reader, "remote ca_pem change", |reader| {
-                get_opt_str(reader, "remote ca_pem")
-            })?,
-            limits: get_option(reader, "remote limits", RemoteLimits::decode)?,
-        })
+        decode_update_remote(reader, Layout::Current)
     }
+}
+
+/// Reads a change in `layout` (its key as [`get_key`] does).
+pub(super) fn decode_update_remote(
+    reader: &mut Reader,
+    layout: Layout,
+) -> Result<UpdateRemote, DecodeError> {
+    Ok(UpdateRemote {
+        actor: Actor::decode(reader)?,
+        name: reader.str("remote name")?,
+        expected_revision: get_option(reader, "expected revision", |reader| {
+            reader.u64("expected revision")
+        })?,
+        url: get_opt_str(reader, "remote url")?,
+        username: get_opt_str(reader, "remote username")?,
+        password: get_option(reader, "remote password", SealedPassword::decode)?,
+        key: get_option(reader, "remote key", |reader| get_key(reader, layout))?,
+        ca_pem: get_option(reader, "remote ca_pem change", |reader| {
+            get_opt_str(reader, "remote ca_pem")
+        })?,
+        limits: get_option(reader, "remote limits", RemoteLimits::decode)?,
+    })
 }
 
 impl Encode for DeleteRemote {
@@ -382,42 +446,55 @@ impl Decode for DeleteRemote {
 
 impl Encode for ResealRemotes {
     fn encode(&self, writer: &mut Writer) {
-        self.actor.encode(writer);
-        self.key.encode(writer);
-        put_list(
-            writer,
-            "resealed passwords",
-            &self.passwords,
-            LIST_ITEMS_MAX,
-            |writer, resealed| {
-                writer.str(&resealed.name);
-                writer.u64(resealed.credential_version);
-                resealed.password.encode(writer);
-            },
-        );
+        encode_reseal_remotes(self, writer, Layout::Current);
     }
+}
+
+/// Writes a re-encryption in `layout` (its key as [`put_key`] does).
+pub(super) fn encode_reseal_remotes(reseal: &ResealRemotes, writer: &mut Writer, layout: Layout) {
+    reseal.actor.encode(writer);
+    put_key(writer, &reseal.key, layout);
+    put_list(
+        writer,
+        "resealed passwords",
+        &reseal.passwords,
+        LIST_ITEMS_MAX,
+        |writer, resealed| {
+            writer.str(&resealed.name);
+            writer.u64(resealed.credential_version);
+            resealed.password.encode(writer);
+        },
+    );
 }
 
 impl Decode for ResealRemotes {
     fn decode(reader: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Self {
-            actor: Actor::decode(reader)?,
-            key: RemoteKey::decode(reader)?,
-            passwords: get_list(
-                reader,
-                "resealed passwords",
-                LIST_ITEMS_MAX,
-                STR_BYTES_MIN + 8 + SEALED_BYTES_MIN,
-                |reader| {
-                    Ok(ResealedPassword {
-                        name: reader.str("remote name")?,
-                        credential_version: reader.u64("credential version")?,
-                        password: SealedPassword::decode(reader)?,
-                    })
-                },
-            )?,
-        })
+        decode_reseal_remotes(reader, Layout::Current)
     }
+}
+
+/// Reads a re-encryption in `layout` (its key as [`get_key`] does).
+pub(super) fn decode_reseal_remotes(
+    reader: &mut Reader,
+    layout: Layout,
+) -> Result<ResealRemotes, DecodeError> {
+    Ok(ResealRemotes {
+        actor: Actor::decode(reader)?,
+        key: get_key(reader, layout)?,
+        passwords: get_list(
+            reader,
+            "resealed passwords",
+            LIST_ITEMS_MAX,
+            STR_BYTES_MIN + 8 + SEALED_BYTES_MIN,
+            |reader| {
+                Ok(ResealedPassword {
+                    name: reader.str("remote name")?,
+                    credential_version: reader.u64("credential version")?,
+                    password: SealedPassword::decode(reader)?,
+                })
+            },
+        )?,
+    })
 }
 
 impl Encode for AttachRemoteChild {

@@ -15,20 +15,27 @@ use std::collections::{BTreeMap, BTreeSet};
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
 use super::Layout;
-use super::remotes::{LINK_BYTES_MIN, REMOTE_BYTES_MIN};
+use super::remotes::{LINK_BYTES_MIN, REMOTE_BYTES_MIN, get_key};
 use super::values::{
     MEMBER_BYTES_MIN, PARTITION_SLOTS_MAX, STR_BYTES_MIN, TOPIC_BYTES_MIN,
     TOPIC_BYTES_MIN_BEFORE_WINDOW, USER_BYTES_MIN, decode_topic, get_list, put_list,
 };
-use crate::{Assignment, DomainVersions, Member, Metastore, Remote, RemoteKey, RemoteLink, User};
+use crate::{Assignment, DomainVersions, Member, Metastore, Remote, RemoteLink, User};
 use narad_protocol::fields::{get_count, get_option, put_count, put_option};
 
 /// The version of the state encoding. The serde JSON that snapshots held
 /// before has no version byte; it starts with `{`, which no version is.
-/// Versions 3 ([`STATE_VERSION_BEFORE_REMOTES`]), 2
-/// ([`STATE_VERSION_BEFORE_MOVES`]) and 1 ([`STATE_VERSION_BEFORE_WINDOW`])
-/// are still read.
-pub const STATE_VERSION: u8 = 4;
+/// Versions 4 ([`STATE_VERSION_BEFORE_KEY_TIME`]), 3
+/// ([`STATE_VERSION_BEFORE_REMOTES`]), 2 ([`STATE_VERSION_BEFORE_MOVES`])
+/// and 1 ([`STATE_VERSION_BEFORE_WINDOW`]) are still read.
+pub const STATE_VERSION: u8 = 5;
+
+/// The state encoding before the cluster remote key recorded when it was
+/// minted: as [`STATE_VERSION`], except that the remote key has no
+/// `created_at_ms` (it reads as unknown, and stays so until a
+/// re-encryption under a new secret mints the next version). Read, never
+/// written.
+pub const STATE_VERSION_BEFORE_KEY_TIME: u8 = 4;
 
 /// The state encoding before remotes: as [`STATE_VERSION`] without the
 /// trailing remotes section (remotes, the cluster remote key, remote-child
@@ -98,6 +105,8 @@ pub(super) struct StateForm {
     moves: bool,
     /// Whether the remotes section follows the applied index.
     remotes: bool,
+    /// Whether the cluster remote key carries its mint time.
+    key_time: bool,
 }
 
 impl StateForm {
@@ -106,13 +115,19 @@ impl StateForm {
         topics: Layout::Current,
         moves: true,
         remotes: true,
+        key_time: true,
     };
 
     /// The form of version `version`, if this build reads it.
     pub(super) fn of_version(version: u8) -> Option<Self> {
         match version {
             STATE_VERSION => Some(Self::CURRENT),
+            STATE_VERSION_BEFORE_KEY_TIME => Some(Self {
+                key_time: false,
+                ..Self::CURRENT
+            }),
             STATE_VERSION_BEFORE_REMOTES => Some(Self {
+                key_time: false,
                 remotes: false,
                 ..Self::CURRENT
             }),
@@ -120,11 +135,13 @@ impl StateForm {
                 topics: Layout::Current,
                 moves: false,
                 remotes: false,
+                key_time: false,
             }),
             STATE_VERSION_BEFORE_WINDOW => Some(Self {
                 topics: Layout::BeforeWindow,
                 moves: false,
                 remotes: false,
+                key_time: false,
             }),
             _ => None,
         }
@@ -213,9 +230,10 @@ impl Decode for Metastore {
 
 /// Reads a state's fields in `form` (the version byte in front chose it).
 pub(super) fn decode_state(reader: &mut Reader, form: StateForm) -> Result<Metastore, DecodeError> {
-    let topics = match form.topics {
-        Layout::Current => &TOPICS,
-        Layout::BeforeWindow => &TOPICS_BEFORE_WINDOW,
+    let topics = if form.topics.has_window() {
+        &TOPICS
+    } else {
+        &TOPICS_BEFORE_WINDOW
     };
     let mut state = Metastore {
         topics: get_records(reader, topics, |reader| {
@@ -253,7 +271,14 @@ pub(super) fn decode_state(reader: &mut Reader, form: StateForm) -> Result<Metas
             let remote = Remote::decode(reader)?;
             Ok((remote.name.clone(), remote))
         })?;
-        state.remote_key = get_option(reader, "metastore remote key", RemoteKey::decode)?;
+        let keys = if form.key_time {
+            Layout::Current
+        } else {
+            Layout::BeforeKeyTime
+        };
+        state.remote_key = get_option(reader, "metastore remote key", |reader| {
+            get_key(reader, keys)
+        })?;
         state.remote_links = get_records(reader, &LINKS, |reader| {
             let child = reader.str("remote link stub")?;
             Ok((child, RemoteLink::decode(reader)?))

@@ -331,9 +331,10 @@ pub(super) fn decode_topic(reader: &mut Reader, layout: Layout) -> Result<Topic,
         visibility_timeout_ms: reader.u64("topic visibility_timeout_ms")?,
         max_in_flight_per_partition: reader.u64("topic max_in_flight_per_partition")?,
         max_acked_ahead_per_partition: reader.u64("topic max_acked_ahead_per_partition")?,
-        idempotency_window_ms: match layout {
-            Layout::Current => reader.u64("topic idempotency_window_ms")?,
-            Layout::BeforeWindow => IDEMPOTENCY_WINDOW_MS_DEFAULT,
+        idempotency_window_ms: if layout.has_window() {
+            reader.u64("topic idempotency_window_ms")?
+        } else {
+            IDEMPOTENCY_WINDOW_MS_DEFAULT
         },
         created_at_ms: reader.u64("topic created_at_ms")?,
         owner: get_opt_str(reader, "topic owner")?,

@@ -2,11 +2,21 @@
 
 use super::*;
 
+/// Key `version` with id `key_id`, minted at `version` seconds.
 fn key(version: u32, key_id: &str) -> RemoteKey {
     RemoteKey {
         version,
         key_id: key_id.into(),
         salt: vec![7; 32],
+        created_at_ms: Some(u64::from(version) * 1_000),
+    }
+}
+
+/// `key` as a proposer saw it that says its mint time is `created_at_ms`.
+fn minted(key: &RemoteKey, created_at_ms: Option<u64>) -> RemoteKey {
+    RemoteKey {
+        created_at_ms,
+        ..key.clone()
     }
 }
 
@@ -109,6 +119,41 @@ fn the_first_remote_sets_the_cluster_key_and_later_ones_must_use_it() {
     );
     store.ok(create_remote(&root, "other", &key(1, "k1")));
     assert_eq!(store.meta.remotes().count(), 2);
+}
+
+#[test]
+fn a_copy_of_the_cluster_key_is_the_same_key_whatever_its_mint_time() {
+    let mut store = Store::new();
+    let root = store.root();
+    let k1 = key(1, "k1");
+    store.ok(create_remote(&root, "dr", &k1));
+    // A proposer of an older build sends the key without its time; another
+    // may hold a different one. Neither is a key change, and the cluster
+    // key keeps the time it was minted at.
+    for copy in [minted(&k1, None), minted(&k1, Some(99_000))] {
+        let name = format!("r{}", store.meta.remotes().count());
+        store.ok(create_remote(&root, &name, &copy));
+        store.ok(Command::UpdateRemote(UpdateRemote {
+            password: Some(sealed(&copy, b"new")),
+            key: Some(copy.clone()),
+            ..update(&root, "dr")
+        }));
+    }
+    assert_eq!(store.meta.remote_key(), Some(&k1));
+    assert_eq!(store.meta.remote("dr").unwrap().credential_version, 3);
+}
+
+#[test]
+fn a_first_key_without_a_mint_time_takes_its_passwords_set_time() {
+    let mut store = Store::new();
+    let root = store.root();
+    let older = minted(&key(1, "k1"), None);
+    store.ok(create_remote(&root, "dr", &older));
+    let set_at_ms = store.meta.remote("dr").unwrap().password.set_at_ms;
+    assert_eq!(
+        store.meta.remote_key().unwrap().created_at_ms,
+        Some(set_at_ms)
+    );
 }
 
 #[test]
@@ -260,6 +305,7 @@ fn resealing_moves_to_the_next_key_and_keeps_newer_credentials() {
         ],
     }));
     assert_eq!(store.meta.remote_key(), Some(&next));
+    assert_eq!(store.meta.remote_key().unwrap().created_at_ms, Some(2_000));
     let dr = store.meta.remote("dr").unwrap();
     assert_eq!((dr.password.key_version, dr.credential_version), (2, 1));
     assert_eq!(dr.password.sealed, b"resealed");
@@ -274,6 +320,27 @@ fn resealing_moves_to_the_next_key_and_keeps_newer_credentials() {
         });
         assert_eq!(store.apply(command), Err(MetastoreError::RemoteKeyChanged));
     }
+}
+
+#[test]
+fn resealing_under_the_same_key_keeps_its_mint_time() {
+    let (mut store, root, _) = with_remote();
+    let k1 = key(1, "k1");
+    let again = Command::ResealRemotes(ResealRemotes {
+        actor: root.clone(),
+        key: minted(&k1, Some(50_000)),
+        passwords: vec![],
+    });
+    assert_eq!(store.apply(again), Ok(Outcome::Unchanged));
+    assert_eq!(store.meta.remote_key(), Some(&k1));
+    // A next key proposed by an older build has no time: unknown.
+    let next = minted(&key(2, "k2"), None);
+    store.ok(Command::ResealRemotes(ResealRemotes {
+        actor: root.clone(),
+        key: next.clone(),
+        passwords: vec![],
+    }));
+    assert_eq!(store.meta.remote_key(), Some(&next));
 }
 
 #[test]

@@ -58,6 +58,7 @@ pub(crate) fn key_json(state: &ApiState, metastore: &Metastore) -> Value {
     json!({
         "version": key.version,
         "key_id": key.key_id,
+        "created_at": key.created_at_ms.map(|ms| ms / 1000),
         "node_key_id": node_key_id,
         "node_current": node_key_id.as_deref() == Some(key.key_id.as_str()),
         "node_previous_secret": state.credentials.has_previous_secret(),

@@ -9,6 +9,9 @@
 //! `narad_remote_credential_age_seconds{remote}` (since its password was
 //! set), `narad_remote_key_seals{key}` (remotes sealed under each key
 //! version) and the counter `narad_remote_credential_decrypts_total{remote}`.
+//! Per key: `narad_remote_key_age_seconds{key}` (the cluster's current key
+//! version, since it was minted; not served while the cluster has no key
+//! or the mint time is unknown, see [`key_ages`]).
 //! Node-wide: `narad_remote_credential_key_current` (1 when this node's
 //! secret derives the cluster's key, or there is none yet and the node has
 //! a secret), `narad_remote_seals_total`, `narad_remote_reseal_opens_total`
@@ -16,6 +19,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+
+use narad_meta::RemoteKey;
 
 use super::super::ApiState;
 use crate::credentials::{CredentialError, RemoteCredentials};
@@ -33,6 +38,8 @@ pub const CREDENTIAL_AGE_SECONDS: &str = "narad_remote_credential_age_seconds";
 pub const CREDENTIAL_KEY_CURRENT: &str = "narad_remote_credential_key_current";
 /// `narad_remote_key_seals`.
 pub const KEY_SEALS: &str = "narad_remote_key_seals";
+/// `narad_remote_key_age_seconds`.
+pub const KEY_AGE_SECONDS: &str = "narad_remote_key_age_seconds";
 /// `narad_remote_seals_total`.
 pub const SEALS_TOTAL: &str = "narad_remote_seals_total";
 /// `narad_remote_reseal_opens_total`.
@@ -45,6 +52,22 @@ pub const PLAINTEXT_RAFT: &str = "narad_remotes_plaintext_raft";
 
 /// The states of `narad_remote_credential_state`.
 const STATES: [&str; 3] = ["readable", "unreadable", "no_secret"];
+
+/// `narad_remote_key_age_seconds{key}` at `now_ms` (Unix ms): one series
+/// for the cluster's key, labelled by its version, when it has one and its
+/// mint time is known. The metastore keeps only the current key, so older
+/// versions have no age; a key recorded before mint times were (state
+/// version 4) has none until the next re-encryption under a new secret. A
+/// mint time ahead of this node's clock reads 0.
+pub(crate) fn key_ages(key: Option<&RemoteKey>, now_ms: u64) -> Vec<Series> {
+    key.and_then(|key| {
+        let minted_ms = key.created_at_ms?;
+        let age_seconds = now_ms.saturating_sub(minted_ms) as f64 / 1000.0;
+        Some((vec![("key", key.version.to_string())], age_seconds))
+    })
+    .into_iter()
+    .collect()
+}
 
 /// Refreshes every series above from `state`.
 pub(crate) fn refresh(state: &ApiState) {
@@ -82,6 +105,7 @@ pub(crate) fn refresh(state: &ApiState) {
     metrics.publish_gauges(CREDENTIAL_VERSION, versions);
     metrics.publish_gauges(CREDENTIAL_AGE_SECONDS, ages);
     metrics.publish_gauges(KEY_SEALS, seals);
+    metrics.publish_gauges(KEY_AGE_SECONDS, key_ages(metastore.remote_key(), now_ms));
     for (remote, decrypts) in credentials.decrypts_by_remote() {
         metrics.count_absolute(CREDENTIAL_DECRYPTS_TOTAL, &[("remote", remote)], decrypts);
     }
@@ -106,3 +130,7 @@ pub(crate) fn refresh(state: &ApiState) {
     let allowlist = state.config.remotes.url_policy.allowlist_configured();
     metrics.set(ALLOWLIST_CONFIGURED, &[], if allowlist { 1.0 } else { 0.0 });
 }
+
+#[cfg(test)]
+#[path = "gauges_tests.rs"]
+mod tests;

@@ -9,12 +9,14 @@
 //! proposed. Writes that carry a password need `remotes.api_hop_encrypted`
 //! (the operator's word that the hop to this node is encrypted; `412`
 //! otherwise). Remote writes are limited per node ([`write_rate`]; `429`
-//! with `Retry-After`).
+//! with `Retry-After`), and wait until every member applies them
+//! ([`upgrade_gate`]; `412`).
 
 pub mod check;
 pub mod gauges;
 mod nodes;
 pub mod settings;
+pub(crate) mod upgrade_gate;
 mod wire;
 pub mod write_rate;
 
@@ -38,7 +40,7 @@ use narad_remotes::url::{self as rules, RuleError};
 use super::body::read_limited;
 use super::cluster::query_flag;
 use super::error::ApiError;
-use super::topics::{json_response, propose, refused};
+use super::topics::{json_response, refused};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::credentials::{CredentialError, SealedFor};
@@ -236,7 +238,7 @@ pub(crate) async fn create(
         remote,
         key: sealed.key,
     };
-    propose(&state, Command::CreateRemote(create)).await?;
+    upgrade_gate::propose(&state, Command::CreateRemote(create)).await?;
     describe_answer(&state, &request.name, StatusCode::CREATED)
 }
 
@@ -408,7 +410,7 @@ pub(crate) async fn update(
         ca_pem,
         limits,
     };
-    propose(&state, Command::UpdateRemote(update)).await?;
+    upgrade_gate::propose(&state, Command::UpdateRemote(update)).await?;
     describe_answer(&state, &name, StatusCode::OK)
 }
 
@@ -438,7 +440,7 @@ pub(crate) async fn delete(
     }
     admit_write(&state)?;
     let delete = DeleteRemote { actor, name, force };
-    propose(&state, Command::DeleteRemote(delete)).await?;
+    upgrade_gate::propose(&state, Command::DeleteRemote(delete)).await?;
     state
         .credentials
         .forget_deleted(&state.replica.view().metastore);
@@ -483,17 +485,18 @@ pub(crate) async fn reencrypt(
     let metastore = Arc::clone(&state.replica.view().metastore);
     let plan = state
         .credentials
-        .plan_reencrypt(&metastore)
+        .plan_reencrypt(&metastore, state.clock().unix_ms())
         .map_err(credential_error)?;
     let failed: Vec<Value> = plan
         .failed
         .iter()
         .map(|(remote, error)| json!({ "remote": remote, "error": error }))
         .collect();
-    let key_changes = plan
-        .key
-        .as_ref()
-        .is_some_and(|key| Some(key) != metastore.remote_key());
+    let key_changes = plan.key.as_ref().is_some_and(|key| {
+        !metastore
+            .remote_key()
+            .is_some_and(|current| current.same_key(key))
+    });
     if key_changes && plan.resealed.is_empty() && !plan.failed.is_empty() {
         // Moving the cluster key now would strand every credential under
         // a key this node cannot open.
@@ -514,7 +517,7 @@ pub(crate) async fn reencrypt(
             key,
             passwords: plan.resealed,
         };
-        propose(&state, Command::ResealRemotes(reseal)).await?;
+        upgrade_gate::propose(&state, Command::ResealRemotes(reseal)).await?;
     }
     let body = json!({
         "key_version": key_version,

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use narad_meta::{MemberStatus, Metastore};
+use narad_protocol::NodeStatus as NodeStatusRequest;
 use serde_json::{Value, json};
 
 use super::super::ApiState;
@@ -114,7 +115,11 @@ pub(crate) async fn gather(state: &Arc<ApiState>, metastore: &Metastore) -> Node
             asked.insert(member.id.clone(), node);
         }
     }
-    let statuses = node_statuses(state, asked.keys().cloned().collect(), true).await;
+    let request = NodeStatusRequest {
+        with_remotes: true,
+        with_command_version: false,
+    };
+    let statuses = node_statuses(state, asked.keys().cloned().collect(), request).await;
     for (id, answer) in statuses {
         let Some(&node) = asked.get(&id) else {
             continue;

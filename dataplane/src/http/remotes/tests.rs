@@ -498,6 +498,9 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
     let old_fingerprint = json(&send(&first, request("GET", "/v1/remotes/dr", ROOT, "")).await)
         ["password"]["fingerprint"]
         .clone();
+    let first_key = replica.view().metastore.remote_key().cloned().expect("key");
+    assert!(first_key.created_at_ms.is_some(), "the first add mints the key now");
+    assert_key_age(&first, 1, first_key.created_at_ms.expect("minted"));
     // The node restarted with a new secret and the old one as previous.
     let rotated = node(
         Arc::clone(&replica),
@@ -536,6 +539,13 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
     let key = view.metastore.remote_key().expect("key");
     let opened = only_new.state.credentials.open(key, stored).expect("opens");
     assert_eq!(opened.as_bytes(), PASSWORD.as_bytes());
+    // The next key was minted by the re-encryption; only it has an age.
+    let minted = key.created_at_ms.expect("minted");
+    assert!(minted >= first_key.created_at_ms.expect("minted"));
+    assert_key_age(&rotated, 2, minted);
+    assert_eq!(key_age(&rotated, 1), None);
+    let listed = json(&send(&rotated, request("GET", "/v1/remotes", ROOT, "")).await);
+    assert_eq!(listed["key"]["created_at"], minted / 1000);
     // Again: nothing left to do.
     let again = json(
         &send(
@@ -555,6 +565,25 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
     let old_only = node(replica, secured(), secrets(SECRET, None));
     let old_view = json(&send(&old_only, request("GET", "/v1/remotes/dr", ROOT, "")).await);
     assert_eq!(old_view["nodes"][0]["credential"], "unreadable");
+}
+
+/// `narad_remote_key_age_seconds{key}` on `api` after a refresh.
+fn key_age(api: &Api, version: u32) -> Option<f64> {
+    super::gauges::refresh(&api.state);
+    super::super::tests::series_value(
+        &api.state.metrics.render(),
+        &format!("narad_remote_key_age_seconds{{key=\"{version}\"}}"),
+    )
+}
+
+/// The key age gauge of `version` on `api` is the seconds since
+/// `minted_ms` on the node's clock, read before and after the refresh.
+fn assert_key_age(api: &Api, version: u32, minted_ms: u64) {
+    let seconds = || api.state.clock().unix_ms().saturating_sub(minted_ms) as f64 / 1000.0;
+    let before = seconds();
+    let age = key_age(api, version).expect("served");
+    let after = seconds();
+    assert!(before <= age && age <= after, "{before} <= {age} <= {after}");
 }
 
 #[tokio::test]
@@ -931,4 +960,39 @@ async fn nodes_lists_every_members_own_view_of_the_credential_and_why_one_is_unk
         local_only.body
     );
     drop((other_transport, older, bare_transport));
+}
+
+#[tokio::test]
+async fn a_remote_write_waits_until_every_live_member_applies_it() {
+    use crate::testing::{attach_forwarder, loopback_rpc, status_rpc};
+
+    let api = api();
+    // Node 2 runs this release; node 4 an older one, which refuses to
+    // report its command version.
+    let current = node(replica(), secured(), secrets(SECRET, None));
+    let current_transport = status_rpc(&current.state.status);
+    let older = loopback_rpc(older_release());
+    let peers = [
+        (2, current_transport.local_addr()),
+        (4, older.local_addr()),
+    ];
+    let _transport = attach_forwarder(&api.state, &peers);
+    for member in [2, 4] {
+        crate::testing::register(&api.state.replica, member);
+    }
+    let refused = create(&api, "dr").await;
+    assert_eq!(refused.status, StatusCode::PRECONDITION_FAILED, "{}", refused.body);
+    let error = refused.error();
+    assert!(error.contains("command version 4"), "{error}");
+    assert!(error.contains("unsupported rpc operation"), "{error}");
+    let member_4 = crate::topology::member_id(4);
+    let member_2 = crate::topology::member_id(2);
+    assert!(error.contains(&format!("{member_4} (")), "{error}");
+    assert!(!error.contains(&format!("{member_2} (")), "{error}");
+    assert!(api.state.replica.view().metastore.remote("dr").is_none());
+    // Marked dead, node 4 is not asked; every live member is current.
+    crate::testing::mark_dead(&api.state.replica, 4);
+    let accepted = create(&api, "dr").await;
+    assert_eq!(accepted.status, StatusCode::CREATED, "{}", accepted.body);
+    drop((current_transport, older));
 }

@@ -6,13 +6,15 @@ use narad_protocol::{DecodeError, Reader, Writer};
 
 use super::super::values::put_list;
 use super::super::{
-    COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW, STATE_VERSION,
+    COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_KEY_TIME,
+    COMMAND_VERSION_BEFORE_WINDOW, STATE_VERSION, STATE_VERSION_BEFORE_KEY_TIME,
     STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES, STATE_VERSION_BEFORE_WINDOW,
     decode_command, decode_state, encode_command, encode_state, get_command,
 };
 use crate::tests::{Store, assign, attach, create_user, grant, link, register};
 use crate::{
-    Actor, ApplyContext, Command, CreateTopic, GrantAction, Heartbeat, SetDraining, TopicDefaults,
+    Actor, ApplyContext, Command, CreateTopic, GrantAction, Heartbeat, RemoteKey, ResealRemotes,
+    SetDraining, TopicDefaults,
 };
 
 /// Lowercase hex of `bytes`, for golden comparisons that show the bytes.
@@ -96,7 +98,10 @@ fn a_command_that_sets_no_window_is_written_in_the_version_older_builds_read() {
     };
     assert_eq!(bytes.len() + 1, current.len());
     assert_eq!(decode_command(bytes).expect("decodes"), without);
-    assert_eq!(encode_command(&golden_command())[0], COMMAND_VERSION);
+    assert_eq!(
+        encode_command(&golden_command())[0],
+        COMMAND_VERSION_BEFORE_KEY_TIME
+    );
 }
 
 #[test]
@@ -115,6 +120,94 @@ fn a_version_3_state_decodes_with_no_remotes() {
     assert_eq!(decoded, sample_store().meta);
     assert_eq!(decoded.remotes().count(), 0);
     assert_eq!(decoded.remote_key(), None);
+}
+
+/// A cluster remote key of version 2 with id `k2`, minted at
+/// `created_at_ms`.
+fn sample_key(created_at_ms: Option<u64>) -> RemoteKey {
+    RemoteKey {
+        version: 2,
+        key_id: "k2".into(),
+        salt: vec![0xab; 4],
+        created_at_ms,
+    }
+}
+
+/// [`GOLDEN_STATE`] in `version` with [`sample_key`] as its remote key
+/// (no remotes: the last one was deleted, the key stays), the key's bytes
+/// `key` (hex).
+fn golden_state_with_key(version: u8, key: &str) -> String {
+    let body = &GOLDEN_STATE[1..GOLDEN_STATE.len() - REMOTES_SECTION_CHUNKS];
+    let remotes = ["00000000", "01", key, "00000000", "0000000000000000"];
+    format!("{version:02x}{}{}", golden(body), golden(&remotes))
+}
+
+/// [`sample_key`]'s bytes before its mint time: version 2, id "k2", salt.
+const SAMPLE_KEY_BEFORE_KEY_TIME: &str = "00000002 00000002 6b32 00000004 abababab";
+
+#[test]
+fn a_remote_key_round_trips_with_its_mint_time_in_the_current_state_version() {
+    let mut state = sample_store().meta;
+    state.remote_key = Some(sample_key(Some(1_700_000_000_000)));
+    let bytes = encode_state(&state);
+    let key = format!("{SAMPLE_KEY_BEFORE_KEY_TIME} 01 0000018bcfe56800");
+    assert_eq!(hex(&bytes), golden_state_with_key(STATE_VERSION, &key));
+    assert_eq!(decode_state(bytes), Ok(state.clone()));
+    // Unknown (a key decoded from an older state) stays unknown.
+    state.remote_key = Some(sample_key(None));
+    let bytes = encode_state(&state);
+    let key = format!("{SAMPLE_KEY_BEFORE_KEY_TIME} 00");
+    assert_eq!(hex(&bytes), golden_state_with_key(STATE_VERSION, &key));
+    assert_eq!(decode_state(bytes), Ok(state));
+}
+
+#[test]
+fn a_version_4_state_decodes_its_remote_key_with_no_mint_time() {
+    let golden = golden_state_with_key(STATE_VERSION_BEFORE_KEY_TIME, SAMPLE_KEY_BEFORE_KEY_TIME);
+    let decoded = decode_state(Bytes::from(hex_bytes(&golden))).expect("decodes");
+    assert_eq!(decoded.remote_key(), Some(&sample_key(None)));
+    let mut expected = sample_store().meta;
+    expected.remote_key = Some(sample_key(None));
+    assert_eq!(decoded, expected);
+}
+
+#[test]
+fn a_command_carrying_a_remote_key_is_written_in_the_current_version() {
+    let reseal = Command::ResealRemotes(ResealRemotes {
+        actor: Actor::User("ann".into()),
+        key: sample_key(Some(1_700_000_000_000)),
+        passwords: Vec::new(),
+    });
+    let bytes = encode_command(&reseal);
+    let expected = [
+        "04 19",              // command version, kind: reseal remotes
+        "02 00000003 616e6e", // actor: user "ann"
+        SAMPLE_KEY_BEFORE_KEY_TIME,
+        "01 0000018bcfe56800", // minted at
+        "00000000",            // no passwords
+    ];
+    assert_eq!(hex(&bytes), golden(&expected));
+    assert_eq!(decode_command(bytes), Ok(reseal));
+}
+
+#[test]
+fn a_version_3_command_decodes_its_remote_key_with_no_mint_time() {
+    for version in [COMMAND_VERSION_BEFORE_KEY_TIME, COMMAND_VERSION_BEFORE_WINDOW] {
+        let head = format!("{version:02x} 19");
+        let chunks = [
+            head.as_str(),
+            "02 00000003 616e6e",
+            SAMPLE_KEY_BEFORE_KEY_TIME,
+            "00000000",
+        ];
+        let bytes = Bytes::from(hex_bytes(&golden(&chunks)));
+        let expected = Command::ResealRemotes(ResealRemotes {
+            actor: Actor::User("ann".into()),
+            key: sample_key(None),
+            passwords: Vec::new(),
+        });
+        assert_eq!(decode_command(bytes), Ok(expected), "version {version}");
+    }
 }
 
 #[test]
@@ -250,7 +343,7 @@ fn golden_state_before_window() -> String {
 /// The state of [`sample_store`], field by field (spaces are for reading
 /// only). Password hashes are the test helper's: `$2b$04$` and 53 letters.
 const GOLDEN_STATE: &[&str] = &[
-    "04",                                                        // state version
+    "05",                                                        // state version
     "00000002",                                                  // topics, in name order
     "00000001 63 af63de4c8601eff2 00000003",                     // "c", id, partitions
     "00000000240c8400 0000000000007530", // retention_ms 7 days, visibility_timeout_ms 30 s
@@ -631,4 +724,20 @@ fn a_decoded_state_applies_the_rest_of_the_log_like_the_original() {
     }
     assert_eq!(encode_state(&restored), encode_state(&original));
     restored.assert_invariants();
+}
+
+#[test]
+fn only_the_remote_kinds_wait_for_every_member_to_decode_them() {
+    use crate::codec::{COMMAND_VERSION_FOR_REMOTES, members_must_decode};
+    let reseal = Command::ResealRemotes(ResealRemotes {
+        actor: Actor::User("ann".into()),
+        key: sample_key(None),
+        passwords: Vec::new(),
+    });
+    assert_eq!(
+        members_must_decode(&reseal),
+        Some(COMMAND_VERSION_FOR_REMOTES)
+    );
+    assert_eq!(members_must_decode(&golden_command()), None);
+    assert_eq!(members_must_decode(&create("orders")), None);
 }

@@ -9,9 +9,10 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::super::{
-    BARE_JSON_FIRST_BYTE, COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_WINDOW,
-    STATE_VERSION, STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES,
-    STATE_VERSION_BEFORE_WINDOW, decode_command, decode_state, encode_command, encode_state,
+    BARE_JSON_FIRST_BYTE, COMMAND_FORMAT_JSON, COMMAND_VERSION, COMMAND_VERSION_BEFORE_KEY_TIME,
+    COMMAND_VERSION_BEFORE_WINDOW, STATE_VERSION, STATE_VERSION_BEFORE_KEY_TIME,
+    STATE_VERSION_BEFORE_MOVES, STATE_VERSION_BEFORE_REMOTES, STATE_VERSION_BEFORE_WINDOW,
+    decode_command, decode_state, encode_command, encode_state,
 };
 use super::{remote_strategies, strategies};
 use crate::Command;
@@ -102,14 +103,21 @@ proptest! {
     #[test]
     fn a_command_round_trips_with_its_version(command in strategies::command()) {
         let bytes = encode_command(&command);
-        // Only a command that sets an idempotency window needs the current
-        // version; every other is written in the version older builds read.
-        let sets_window = match &command {
-            Command::CreateTopic(create) => create.idempotency_window_ms.is_some(),
-            Command::AlterTopic(alter) => alter.idempotency_window_ms.is_some(),
-            _ => false,
+        // Only a command that carries a remote key needs the current
+        // version, and one that sets an idempotency window the version
+        // before it; every other is written in the version older builds
+        // read.
+        let version = match &command {
+            Command::CreateRemote(_) | Command::ResealRemotes(_) => COMMAND_VERSION,
+            Command::UpdateRemote(update) if update.key.is_some() => COMMAND_VERSION,
+            Command::CreateTopic(create) if create.idempotency_window_ms.is_some() => {
+                COMMAND_VERSION_BEFORE_KEY_TIME
+            }
+            Command::AlterTopic(alter) if alter.idempotency_window_ms.is_some() => {
+                COMMAND_VERSION_BEFORE_KEY_TIME
+            }
+            _ => COMMAND_VERSION_BEFORE_WINDOW,
         };
-        let version = if sets_window { COMMAND_VERSION } else { COMMAND_VERSION_BEFORE_WINDOW };
         prop_assert_eq!(bytes[0], version);
         prop_assert_eq!(decode_command(bytes).expect("decodes"), command);
     }
@@ -128,6 +136,7 @@ proptest! {
         body in vec(any::<u8>(), 0..256),
         version in prop_oneof![
             Just(COMMAND_VERSION),
+            Just(COMMAND_VERSION_BEFORE_KEY_TIME),
             Just(COMMAND_VERSION_BEFORE_WINDOW),
             Just(COMMAND_FORMAT_JSON),
             any::<u8>(),
@@ -142,6 +151,8 @@ proptest! {
         body in vec(any::<u8>(), 0..256),
         version in prop_oneof![
             Just(STATE_VERSION),
+            Just(STATE_VERSION_BEFORE_KEY_TIME),
+            Just(STATE_VERSION_BEFORE_REMOTES),
             Just(STATE_VERSION_BEFORE_WINDOW),
             any::<u8>(),
         ],
@@ -248,6 +259,7 @@ proptest! {
     ) {
         let read = [
             COMMAND_VERSION,
+            COMMAND_VERSION_BEFORE_KEY_TIME,
             COMMAND_VERSION_BEFORE_WINDOW,
             COMMAND_FORMAT_JSON,
             BARE_JSON_FIRST_BYTE,
@@ -272,6 +284,7 @@ proptest! {
     ) {
         let read = [
             STATE_VERSION,
+            STATE_VERSION_BEFORE_KEY_TIME,
             STATE_VERSION_BEFORE_REMOTES,
             STATE_VERSION_BEFORE_MOVES,
             STATE_VERSION_BEFORE_WINDOW,

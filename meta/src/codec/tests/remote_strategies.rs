@@ -56,11 +56,14 @@ pub(super) fn sealed() -> impl Strategy<Value = SealedPassword> {
 }
 
 pub(super) fn key() -> impl Strategy<Value = RemoteKey> {
-    (any::<u32>(), text(), bytes()).prop_map(|(version, key_id, salt)| RemoteKey {
-        version,
-        key_id,
-        salt,
-    })
+    (any::<u32>(), text(), bytes(), of(any::<u64>())).prop_map(
+        |(version, key_id, salt, created_at_ms)| RemoteKey {
+            version,
+            key_id,
+            salt,
+            created_at_ms,
+        },
+    )
 }
 
 pub(super) fn remote() -> impl Strategy<Value = Remote> {
