@@ -53,7 +53,11 @@ fn the_first_seal_makes_the_first_key_with_a_fresh_salt() {
     assert_eq!(key.version, 1);
     assert_eq!(key.salt.len(), SALT_BYTES);
     assert_eq!(key.key_id, node.current_key_id(&key).expect("id"));
-    assert_eq!(key.created_at_ms, Some(5_000), "minted as the password is set");
+    assert_eq!(
+        key.created_at_ms,
+        Some(5_000),
+        "minted as the password is set"
+    );
     assert_eq!(remote.password.key_id, key.key_id);
     assert_eq!(
         (remote.password.set_at_ms, remote.password.set_by.as_str()),

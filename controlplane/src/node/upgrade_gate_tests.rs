@@ -25,8 +25,14 @@ fn an_older_version_no_version_or_no_answer_holds_the_write_back() {
         message.contains("control node 2 (decodes command version 3)"),
         "{message}"
     );
-    assert!(message.contains("control node 3 (reports no command version"), "{message}");
-    assert!(message.contains("control node 4 (its command version is not known: no answer"), "{message}");
+    assert!(
+        message.contains("control node 3 (reports no command version"),
+        "{message}"
+    );
+    assert!(
+        message.contains("control node 4 (its command version is not known: no answer"),
+        "{message}"
+    );
     assert!(!message.contains("control node 5"), "{message}");
 }
 
@@ -81,8 +87,11 @@ async fn the_leader_holds_a_remote_write_until_every_control_node_reports_the_ve
         },
     );
     let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let stand_in = Node::bind(NodeConfig::new(loopback, ClusterAuth::InsecureDevOnly), router)
-        .expect("bind the stand-in");
+    let stand_in = Node::bind(
+        NodeConfig::new(loopback, ClusterAuth::InsecureDevOnly),
+        router,
+    )
+    .expect("bind the stand-in");
     let dir = tempfile::TempDir::new().expect("temporary directory");
     let node = ControlNode::start(single_node(dir.path()))
         .await

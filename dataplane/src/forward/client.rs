@@ -742,15 +742,11 @@ impl Forwarder {
             .addresses
             .rpc_addr(node)
             .ok_or(ForwardError::OwnerDown)?;
-        self.call::<_, NodeStatusAnswer>(
-            peer,
-            Lane::Control,
-            Opcode::NODE_STATUS,
-            &asked,
-            budget,
-        )
-        .await?
-        .ok_or_else(|| ForwardError::NoAnswer(format!("{peer} answered its status with no body")))
+        self.call::<_, NodeStatusAnswer>(peer, Lane::Control, Opcode::NODE_STATUS, &asked, budget)
+            .await?
+            .ok_or_else(|| {
+                ForwardError::NoAnswer(format!("{peer} answered its status with no body"))
+            })
     }
 }
 

@@ -34,8 +34,8 @@ use narad_meta::{
     AbortMove, Command, DecommissionBlock, Member, MemberStatus, Metastore, MetastoreError,
     SetDraining,
 };
-use narad_protocol::commit::is_unsupported_operation;
 use narad_protocol::NodeStatus as NodeStatusRequest;
+use narad_protocol::commit::is_unsupported_operation;
 use narad_protocol::{RpcError, Status};
 
 use super::error::ApiError;

@@ -26,12 +26,10 @@ use narad_meta::{
 };
 
 use super::body::read_limited;
-use super::remotes::upgrade_gate;
 use super::children::{OwnerCursor, Positions, owner_cursor, positions};
 use super::error::ApiError;
-use super::topics::{
-    StartFigure, json_response, known_topic, record, refused, start_offsets,
-};
+use super::remotes::upgrade_gate;
+use super::topics::{StartFigure, json_response, known_topic, record, refused, start_offsets};
 use super::{ApiState, authenticate};
 use crate::admin::actor_of;
 use crate::metadata::{TopicMeta, User};

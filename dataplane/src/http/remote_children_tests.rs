@@ -704,7 +704,12 @@ async fn a_skip_of_a_partition_whose_owner_cannot_be_asked_is_503_and_stores_not
         json!({"partition": 1, "offset": 4}),
     )
     .await;
-    assert_eq!(held.status, StatusCode::PRECONDITION_FAILED, "{}", held.body);
+    assert_eq!(
+        held.status,
+        StatusCode::PRECONDITION_FAILED,
+        "{}",
+        held.body
+    );
     crate::testing::mark_dead(&api.state.replica, 2);
     // This node's own partition, whose cursor has not reported, is taken
     // on the operator's word as before.

@@ -416,8 +416,6 @@ fn check_remote_parent_retention(retention_ms: u64) -> Result<(), MetastoreError
 /// reading, so the password's `set_at_ms` is the key's mint time.
 fn first_key(create: &CreateRemote) -> RemoteKey {
     let mut key = create.key.clone();
-    key.created_at_ms = key
-        .created_at_ms
-        .or(Some(create.remote.password.set_at_ms));
+    key.created_at_ms = key.created_at_ms.or(Some(create.remote.password.set_at_ms));
     key
 }

@@ -6,12 +6,12 @@
 
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 
-use super::{Layout, remotes};
 use super::values::{
     PARTITION_SLOTS_MAX, STR_BYTES_MIN, get_epoch, get_grants, get_hash, get_incarnation, get_list,
     get_offsets, get_opt_i64, get_opt_incarnation, get_opt_str, put_epoch, put_grants, put_hash,
     put_incarnation, put_list, put_offsets, put_opt_i64, put_opt_incarnation, put_opt_str,
 };
+use super::{Layout, remotes};
 use crate::{
     AbortMove, Actor, AddSchemaVersion, AlterTopic, AssignPartitions, AttachChild, Command,
     CompleteMove, CreateTopic, CreateUser, DeleteTopic, DeleteUser, DetachChild, Heartbeat,
@@ -243,8 +243,12 @@ pub(super) fn decode_command(reader: &mut Reader, layout: Layout) -> Result<Comm
         kind::COMPLETE_MOVE => Command::CompleteMove(CompleteMove::decode(reader)?),
         kind::REMOVE_MEMBER => Command::RemoveMember(RemoveMember::decode(reader)?),
         kind::FORCE_PROMOTE => Command::ForcePromote(CompleteMove::decode(reader)?),
-        kind::CREATE_REMOTE => Command::CreateRemote(remotes::decode_create_remote(reader, layout)?),
-        kind::UPDATE_REMOTE => Command::UpdateRemote(remotes::decode_update_remote(reader, layout)?),
+        kind::CREATE_REMOTE => {
+            Command::CreateRemote(remotes::decode_create_remote(reader, layout)?)
+        }
+        kind::UPDATE_REMOTE => {
+            Command::UpdateRemote(remotes::decode_update_remote(reader, layout)?)
+        }
         kind::DELETE_REMOTE => Command::DeleteRemote(DeleteRemote::decode(reader)?),
         kind::RESEAL_REMOTES => {
             Command::ResealRemotes(remotes::decode_reseal_remotes(reader, layout)?)

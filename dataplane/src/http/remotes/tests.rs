@@ -499,7 +499,10 @@ async fn reencrypt_under_a_new_secret_keeps_the_credential_readable() {
         ["password"]["fingerprint"]
         .clone();
     let first_key = replica.view().metastore.remote_key().cloned().expect("key");
-    assert!(first_key.created_at_ms.is_some(), "the first add mints the key now");
+    assert!(
+        first_key.created_at_ms.is_some(),
+        "the first add mints the key now"
+    );
     assert_key_age(&first, 1, first_key.created_at_ms.expect("minted"));
     // The node restarted with a new secret and the old one as previous.
     let rotated = node(
@@ -583,7 +586,10 @@ fn assert_key_age(api: &Api, version: u32, minted_ms: u64) {
     let before = seconds();
     let age = key_age(api, version).expect("served");
     let after = seconds();
-    assert!(before <= age && age <= after, "{before} <= {age} <= {after}");
+    assert!(
+        before <= age && age <= after,
+        "{before} <= {age} <= {after}"
+    );
 }
 
 #[tokio::test]
@@ -972,16 +978,18 @@ async fn a_remote_write_waits_until_every_live_member_applies_it() {
     let current = node(replica(), secured(), secrets(SECRET, None));
     let current_transport = status_rpc(&current.state.status);
     let older = loopback_rpc(older_release());
-    let peers = [
-        (2, current_transport.local_addr()),
-        (4, older.local_addr()),
-    ];
+    let peers = [(2, current_transport.local_addr()), (4, older.local_addr())];
     let _transport = attach_forwarder(&api.state, &peers);
     for member in [2, 4] {
         crate::testing::register(&api.state.replica, member);
     }
     let refused = create(&api, "dr").await;
-    assert_eq!(refused.status, StatusCode::PRECONDITION_FAILED, "{}", refused.body);
+    assert_eq!(
+        refused.status,
+        StatusCode::PRECONDITION_FAILED,
+        "{}",
+        refused.body
+    );
     let error = refused.error();
     assert!(error.contains("command version 4"), "{error}");
     assert!(error.contains("unsupported rpc operation"), "{error}");

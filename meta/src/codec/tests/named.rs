@@ -192,7 +192,10 @@ fn a_command_carrying_a_remote_key_is_written_in_the_current_version() {
 
 #[test]
 fn a_version_3_command_decodes_its_remote_key_with_no_mint_time() {
-    for version in [COMMAND_VERSION_BEFORE_KEY_TIME, COMMAND_VERSION_BEFORE_WINDOW] {
+    for version in [
+        COMMAND_VERSION_BEFORE_KEY_TIME,
+        COMMAND_VERSION_BEFORE_WINDOW,
+    ] {
         let head = format!("{version:02x} 19");
         let chunks = [
             head.as_str(),
