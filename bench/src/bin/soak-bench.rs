@@ -979,7 +979,7 @@ struct Run {
     rss: Vec<(f64, f64)>,
     drain: Duration,
     /// The acked-ahead samples ([`ahead`]) and the cap the topics had.
-    ahead: Vec<ahead::Sample>,
+    ahead: ahead::Samples,
     acked_ahead_cap: u32,
     /// `RssAnon` and `RssFile` of the node when the load ended, in MiB.
     rss_parts_at_load_end: (f64, f64),
@@ -1178,9 +1178,10 @@ fn record_acked_ahead(report: &mut Report, soak: &Soak, run: &Run, gaps: &[(f64,
     let cap = f64::from(run.acked_ahead_cap);
     report
         .set("acked_ahead_cap", cap)
-        .set("acked_ahead_samples", run.ahead.len() as f64);
+        .set("acked_ahead_samples", run.ahead.taken.len() as f64)
+        .set("metrics_scrapes_unanswered", run.ahead.unanswered as f64);
     for (index, (topic, gap)) in soak.topics.iter().zip(gaps).enumerate() {
-        let figures = ahead::summarize(&run.ahead, index, cap, *gap);
+        let figures = ahead::summarize(&run.ahead.taken, index, cap, *gap);
         report
             .set(&format!("acked_ahead_max_{}", topic.name), figures.largest)
             .set(

@@ -21,6 +21,9 @@ use crate::Soak;
 pub(crate) const CAP_DEFAULT: u32 = 1_024;
 /// How often the sets are sampled.
 const SAMPLE: Duration = Duration::from_secs(1);
+/// A scrape not answered within this is given up (its connection
+/// dropped) and counted, so one lost answer cannot hold the run open.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 const METRIC: &str = "narad_acked_ahead_size";
 
 /// One sample: seconds since the load started, and each topic's largest
@@ -33,28 +36,40 @@ pub(crate) struct Sample {
 
 /// Samples every [`SAMPLE`] until the run stops. A scrape that fails is
 /// skipped: the samples are evidence, not a check.
-pub(crate) async fn sampler(soak: Arc<Soak>) -> Vec<Sample> {
+pub(crate) async fn sampler(soak: Arc<Soak>) -> Samples {
     let names: Vec<&str> = soak.topics.iter().map(|topic| topic.name).collect();
     let request = http_request("GET", "/metrics", "text/plain", b"");
-    let mut samples = Vec::new();
+    let mut samples = Samples::default();
     let mut connection = None;
     while !soak.stop.load(Ordering::Acquire) {
         if connection.is_none() {
             connection = Connection::open(soak.addr).await.ok();
         }
         if let Some(open) = connection.as_mut() {
-            match open.send(&request).await {
-                Ok(response) if response.status == 200 => samples.push(Sample {
+            match tokio::time::timeout(SCRAPE_TIMEOUT, open.send(&request)).await {
+                Ok(Ok(response)) if response.status == 200 => samples.taken.push(Sample {
                     at_s: soak.started.elapsed().as_secs_f64(),
                     largest: largest_per_topic(&String::from_utf8_lossy(&response.body), &names),
                 }),
-                Ok(_) => {}
-                Err(_) => connection = None,
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => connection = None,
+                Err(_) => {
+                    samples.unanswered += 1;
+                    connection = None;
+                }
             }
         }
         tokio::time::sleep(SAMPLE).await;
     }
     samples
+}
+
+/// What [`sampler`] gathered: the samples, and the scrapes the node left
+/// unanswered for [`SCRAPE_TIMEOUT`].
+#[derive(Debug, Default)]
+pub(crate) struct Samples {
+    pub(crate) taken: Vec<Sample>,
+    pub(crate) unanswered: u64,
 }
 
 /// Each of `topics`' largest acked-ahead set in one scrape (0 for a topic
