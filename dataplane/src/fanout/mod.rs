@@ -14,7 +14,6 @@
 
 pub mod cursor_file;
 pub mod machine;
-pub mod parent_tail;
 pub mod reconcile;
 pub mod remote;
 pub mod runtime;

@@ -302,9 +302,9 @@ fn assert_children_copy_the_parent(node: &DataNode, children: &[(&str, Vec<u64>)
 
 #[test]
 fn four_children_hold_exactly_the_parents_records_in_order_through_a_restart() {
-    // The children's cursors share one tail per parent partition; one
-    // child attaches late (its cursor joins a tail already read) and the
-    // node restarts (every cursor starts again from its file).
+    // One child attaches late (its cursor starts at its attach point while
+    // the others are under way) and the node restarts (every cursor starts
+    // again from its file).
     let dir = tempfile::tempdir().expect("tempdir");
     let disk = portable();
     let names = ["c0", "c1", "c2", "late"];

@@ -19,7 +19,6 @@ use tokio::task::JoinHandle;
 
 use super::cursor_file::{self, Loaded};
 use super::machine::{LinkSpec, RemoteSpec};
-use super::parent_tail::{ParentTails, TAIL_SLABS};
 use super::runtime::{CursorPlan, FanoutParts, run_cursor};
 use super::status::CursorKey;
 use crate::metadata::MetadataView;
@@ -163,8 +162,6 @@ struct Reconciler {
     parts: Arc<FanoutParts>,
     running: HashMap<CursorKey, Running>,
     retiring: HashMap<CursorKey, JoinHandle<()>>,
-    /// What the cursors of each parent partition read, shared.
-    tails: ParentTails,
 }
 
 impl Reconciler {
@@ -173,7 +170,6 @@ impl Reconciler {
             parts,
             running: HashMap::new(),
             retiring: HashMap::new(),
-            tails: ParentTails::default(),
         }
     }
 
@@ -262,17 +258,10 @@ impl Reconciler {
             }
         };
         let (stop, stopped) = watch::channel(false);
-        let tail = self.tails.join(
-            &plan.key.parent,
-            plan.key.partition,
-            &log,
-            TAIL_SLABS * self.parts.config.slab_bytes_max,
-        );
         let task = tokio::spawn(run_cursor(
             Arc::clone(&self.parts),
             plan.clone(),
             log,
-            tail,
             stopped,
         ));
         tracing::info!(parent = %plan.key.parent, partition = plan.key.partition, child = %plan.key.child, epoch = %plan.link.epoch, "fan-out cursor started");

@@ -8,20 +8,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use narad_disk::Disk;
 use narad_disk::clock::Clock;
 use narad_meta::RemoteLink;
-use narad_plog::{LogError, ORIGIN_ID_BYTES, Origin, PartitionLog, ReadLimits};
+use narad_plog::{LogError, ORIGIN_ID_BYTES, Origin, PartitionLog, ReadEntry, ReadLimits};
 use narad_remotes::state::LinkState;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
 use super::cursor_file::{self, CursorPosition};
 use super::machine::{
-    Action, Bucket, BucketId, Cursor, CursorConfig, CursorCounts, Event, LinkSpec, ReadOutcome,
-    SlabEntry,
+    Action, Bucket, BucketId, Cursor, CursorConfig, CursorCounts, Event, LinkSpec, ParentRecord,
+    ReadOutcome, SlabEntry,
 };
-use super::parent_tail::TailReader;
 use super::remote::{
     RemotePlane, RemoteReport, ShipOutcome, ShipTrack, Shipment, retention_headroom_ms,
 };
@@ -84,17 +84,14 @@ pub struct CursorPlan {
     pub remote_link: Option<RemoteLink>,
 }
 
-/// Runs one cursor until `stop` turns true, reading `log` through `tail`
-/// (shared with the cursors of the partition's other children). Returns
-/// once nothing it started can still write its cursor file.
+/// Runs one cursor until `stop` turns true. Returns once nothing it
+/// started can still write its cursor file.
 pub async fn run_cursor(
     parts: Arc<FanoutParts>,
     plan: CursorPlan,
     log: Arc<PartitionLog>,
-    tail: TailReader,
     mut stop: watch::Receiver<bool>,
 ) {
-    let tail = Arc::new(tail);
     let (events, mut received) = mpsc::unbounded_channel::<Event>();
     let path = cursor_file::cursor_path(log.dir(), &plan.key.child);
     let mut cursor = Cursor::new(plan.link.clone(), parts.config);
@@ -118,7 +115,7 @@ pub async fn run_cursor(
                 Action::Load => load(&parts, &path, &events),
                 Action::Confirm => confirm(&parts, &plan, &events),
                 Action::Read { from, linger } => {
-                    reading = Some(read(&parts, &log, &tail, from, linger, &events));
+                    reading = Some(read(&parts, &log, from, linger, &events));
                 }
                 Action::Commit(bucket) => match (&plan.remote_link, &track) {
                     (Some(link), Some(track)) => ship(&parts, &plan, link, track, bucket, &events),
@@ -235,31 +232,23 @@ fn confirm(parts: &Arc<FanoutParts>, plan: &CursorPlan, events: &mpsc::Unbounded
 fn read(
     parts: &Arc<FanoutParts>,
     log: &Arc<PartitionLog>,
-    tail: &Arc<TailReader>,
     from: u64,
     linger: bool,
     events: &mpsc::UnboundedSender<Event>,
 ) -> tokio::task::AbortHandle {
-    let (config, log, tail, events) = (
-        parts.config,
-        Arc::clone(log),
-        Arc::clone(tail),
-        events.clone(),
-    );
+    let (config, log, events) = (parts.config, Arc::clone(log), events.clone());
     tokio::spawn(async move {
-        let outcome = read_slab(config, log, tail, from, linger).await;
+        let outcome = read_slab(config, log, from, linger).await;
         let _ = events.send(Event::Read(outcome));
     })
     .abort_handle()
 }
 
 /// Waits for a record at `from` (no timer: the parent's commit wakes it),
-/// lingers for a fuller slab if asked, then reads one slab: what `tail`
-/// holds of it, and the rest from the log.
+/// lingers for a fuller slab if asked, then reads one slab.
 async fn read_slab(
     config: CursorConfig,
     log: Arc<PartitionLog>,
-    tail: Arc<TailReader>,
     from: u64,
     linger: bool,
 ) -> ReadOutcome {
@@ -277,22 +266,29 @@ async fn read_slab(
         records_max: config.slab_records_max,
         bytes_max: config.slab_bytes_max,
     };
-    let read = tokio::task::spawn_blocking(move || {
-        tail.read(from, limits, |from, limits| {
-            log.read(from, u64::MAX, limits)
-        })
-    })
-    .await;
+    let read = tokio::task::spawn_blocking(move || log.read(from, u64::MAX, limits)).await;
     match read {
-        Ok(Ok((entries, next_offset))) => ReadOutcome::Slab {
-            entries,
-            next_offset,
+        Ok(Ok(batch)) => ReadOutcome::Slab {
+            entries: batch.entries.into_iter().map(slab_entry).collect(),
+            next_offset: batch.next_offset,
         },
         Ok(Err(LogError::OffsetTrimmed { oldest, .. })) => ReadOutcome::Trimmed {
             oldest_offset: oldest,
         },
         Ok(Err(error)) => ReadOutcome::Failed(error.to_string()),
         Err(error) => ReadOutcome::Failed(error.to_string()),
+    }
+}
+
+fn slab_entry(entry: ReadEntry) -> SlabEntry {
+    match entry {
+        ReadEntry::Record(record) => SlabEntry::Record(ParentRecord {
+            offset: record.offset,
+            key: Bytes::from(record.key),
+            payload: Bytes::from(record.payload),
+            committed_at_ms: record.committed_at_ms,
+        }),
+        ReadEntry::Unreadable { offsets } => SlabEntry::Lost(offsets),
     }
 }
 
