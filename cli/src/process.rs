@@ -82,18 +82,36 @@ pub(crate) fn init_logging(log_level: &str, log_format: &str) {
     }
 }
 
+/// The environment variable that keeps transparent huge pages allowed
+/// (`allow`), for a node that would rather spend memory than CPU.
+pub(crate) const THP_VAR: &str = "NARAD_TRANSPARENT_HUGE_PAGES";
+
 /// Turns transparent huge pages off for this process, before its logs and
-/// caches fill the allocator's arenas.
+/// caches fill the allocator's arenas, unless [`THP_VAR`] is `allow`.
 ///
 /// mimalloc asks the kernel for huge pages on its arenas. A huge page is
 /// resident whole (2 MiB) once any byte of it is touched, so pages the
 /// allocator has freed inside one stay resident: in 30-minute soaks the
-/// node's resident memory ran at about twice its live heap and rose at each
-/// burst of large records (docs/operations.md, "Memory bound"). With huge
-/// pages off it follows the heap. The flag is the process's own
+/// node's resident memory ran at 2.3 to 2.9 times its live heap and rose at
+/// each burst of large records (docs/operations.md, "Memory bound"). Huge
+/// pages save TLB misses, so turning them off may cost CPU on the produce
+/// path (docs/benchmarks.md). The flag is the process's own
 /// (`PR_SET_THP_DISABLE`); a kernel that refuses it is logged and the node
 /// goes on.
 pub(crate) fn disable_transparent_huge_pages() {
+    match env(THP_VAR).as_deref() {
+        Some("allow") => {
+            tracing::info!(
+                "transparent huge pages stay allowed ({THP_VAR}=allow): resident memory may exceed the bound in docs/operations.md"
+            );
+            return;
+        }
+        Some("off") | None => {}
+        Some(other) => tracing::warn!(
+            value = other,
+            "{THP_VAR} is neither `off` nor `allow`; transparent huge pages are turned off"
+        ),
+    }
     match nix::sys::prctl::set_thp_disable(true) {
         Ok(()) => tracing::debug!("transparent huge pages are off for this process"),
         Err(error) => tracing::warn!(

@@ -38,16 +38,24 @@ impl Dev {
     }
 
     fn start_with(data_dir: &Path, port: u16, extra_args: &[&str]) -> Self {
-        Self::start_logging_to(data_dir, port, extra_args, Stdio::piped())
+        Self::start_configured(data_dir, port, extra_args, &[], Stdio::piped())
     }
 
-    /// `narad dev` with its standard error going to `stderr`.
-    fn start_logging_to(data_dir: &Path, port: u16, extra_args: &[&str], stderr: Stdio) -> Self {
+    /// `narad dev` with `env` added to its environment and its standard
+    /// error going to `stderr`.
+    fn start_configured(
+        data_dir: &Path,
+        port: u16,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Self {
         let child = Command::new(NARAD)
             .args(["dev", "--port", &port.to_string(), "--data-dir"])
             .arg(data_dir)
             .args(extra_args)
             .env("NARAD_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -197,6 +205,24 @@ fn dev_turns_transparent_huge_pages_off_for_itself() {
 }
 
 #[test]
+fn dev_keeps_transparent_huge_pages_when_told_to_allow_them() {
+    // Only meaningful where this process runs with them allowed.
+    if thp_enabled(std::process::id()).as_deref() != Some("1") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("temp dir");
+    let dev = Dev::start_configured(
+        data.path(),
+        free_port(),
+        &[],
+        &[("NARAD_TRANSPARENT_HUGE_PAGES", "allow")],
+        Stdio::piped(),
+    );
+    let pid = dev.child.as_ref().expect("running").id();
+    assert_eq!(thp_enabled(pid).as_deref(), Some("1"));
+}
+
+#[test]
 fn dev_keeps_committing_and_serving_when_its_log_cannot_be_written() {
     // Every write to /dev/full fails with ENOSPC, as a log on a full disk
     // does: each line the node logs (topic and partition opens, ...) fails.
@@ -205,7 +231,7 @@ fn dev_keeps_committing_and_serving_when_its_log_cannot_be_written() {
         return;
     };
     let data = tempfile::tempdir().expect("temp dir");
-    let dev = Dev::start_logging_to(data.path(), free_port(), &[], Stdio::from(full));
+    let dev = Dev::start_configured(data.path(), free_port(), &[], &[], Stdio::from(full));
     let (status, body) = dev.request("POST", "/v1/topics", r#"{"name":"events","partitions":6}"#);
     assert_eq!(status, 201, "{body}");
     // Enough produces to reach every partition, so every commit worker
