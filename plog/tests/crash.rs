@@ -470,6 +470,11 @@ fn poison_with_a_failed_sync(sim: &SimDisk, log: &PartitionLog, next: u64) {
         Err(LogError::SyncFailed(_))
     ));
     assert!(log.is_poisoned());
+    assert_still_poisoned(log, next);
+}
+
+/// A commit of two records at `next` is refused: the latch holds.
+fn assert_still_poisoned(log: &PartitionLog, next: u64) {
     assert!(matches!(
         commit(log, &numbered(next, 2, 1)),
         Err(LogError::Poisoned)
@@ -485,10 +490,7 @@ fn a_poisoned_log_heals_at_a_commit_after_the_retry_interval_and_loses_nothing()
     // Within the interval the disk is not touched and the latch holds.
     clock.advance(HEAL_RETRY_MS - 1);
     let ops = sim.op_count();
-    assert!(matches!(
-        commit(&log, &numbered(3, 2, 1)),
-        Err(LogError::Poisoned)
-    ));
+    assert_still_poisoned(&log, 3);
     assert_eq!(sim.op_count(), ops, "no attempt before the interval");
     // Then a commit heals the log and lands on the offsets the failed one
     // would have taken.
@@ -517,16 +519,10 @@ fn a_heal_that_fails_keeps_the_latch_and_is_tried_again_one_interval_later() {
     clock.advance(HEAL_RETRY_MS);
     // The heal's own sync of the cut fails: still poisoned.
     fail_next(&sim, FaultOp::Sync, FaultError::Eio);
-    assert!(matches!(
-        commit(&log, &numbered(3, 2, 1)),
-        Err(LogError::Poisoned)
-    ));
+    assert_still_poisoned(&log, 3);
     assert!(log.is_poisoned());
     clock.advance(HEAL_RETRY_MS - 1);
-    assert!(matches!(
-        commit(&log, &numbered(3, 2, 1)),
-        Err(LogError::Poisoned)
-    ));
+    assert_still_poisoned(&log, 3);
     clock.advance(1);
     assert_eq!(commit(&log, &numbered(3, 2, 1)).unwrap(), 3..5);
     drop(log);
@@ -550,10 +546,7 @@ fn a_heal_refuses_a_log_whose_newest_committed_frame_no_longer_reads_back() {
     file.fdatasync().wait().unwrap();
     drop(file);
     clock.advance(HEAL_RETRY_MS);
-    assert!(matches!(
-        commit(&log, &numbered(3, 2, 1)),
-        Err(LogError::Poisoned)
-    ));
+    assert_still_poisoned(&log, 3);
     assert!(log.is_poisoned(), "a damaged tail is never healed over");
     assert_eq!(log.high_watermark(), 3);
 }
