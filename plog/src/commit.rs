@@ -629,16 +629,23 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Takes a failed commit back out: truncate to where it started and
-    /// sync the truncate. If that fails too the file no longer matches what
-    /// the log believes, so the log is poisoned.
-    fn undo(&self, file: &FileHandle, position: u64) {
+    /// Truncates the active segment's `file` to `position` and syncs the
+    /// truncate; the log takes the file to end there either way (prepared
+    /// zeros past it are prepared again when needed).
+    pub(crate) fn cut_active(&self, file: &FileHandle, position: u64) -> std::io::Result<()> {
         let result = file
             .truncate(position)
             .wait()
             .and_then(|()| file.fdatasync().wait());
         self.table.write().active.file_bytes = position;
-        if let Err(error) = result {
+        result
+    }
+
+    /// Takes a failed commit back out: truncate to where it started and
+    /// sync the truncate. If that fails too the file no longer matches what
+    /// the log believes, so the log is poisoned.
+    fn undo(&self, file: &FileHandle, position: u64) {
+        if let Err(error) = self.cut_active(file, position) {
             tracing::error!(dir = %self.dir.display(), position, %error, "undoing a failed commit failed");
             self.poison("undoing a failed commit failed");
         }

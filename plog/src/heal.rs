@@ -78,11 +78,8 @@ impl PartitionLog {
                 .map_or(0, |entry| entry.position);
             (active.file.clone(), active.committed_bytes, newest_frame_at)
         };
-        file.truncate(committed)
-            .wait()
-            .and_then(|()| file.fdatasync().wait())
+        self.cut_active(&file, committed)
             .map_err(LogError::io("cut a poisoned log back to its last commit"))?;
-        self.table.write().active.file_bytes = committed;
         if committed == newest_frame_at {
             return Ok(());
         }
