@@ -16,12 +16,12 @@
 //! again), and every table has a cap past which the oldest entries go.
 //! Forgetting can only let a duplicate through; it never drops a record.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-
+use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
 use crate::record::{CommitRecord, ORIGIN_ID_BYTES, Origin, Record};
 use crate::seq_ranges::SeqRanges;
+use crate::stored_keys::StoredKeys;
 
 /// How many of a partition's newest records the memory is rebuilt from
 /// after an open. A record re-sent after more than this many newer records
@@ -71,8 +71,7 @@ type OriginMap<V> = FxHashMap<[u8; ORIGIN_ID_BYTES], V>;
 pub(crate) struct Seen {
     origins: OriginMap<OriginSeen>,
     // Idempotency keys are chosen by producers: SipHash stays.
-    keys: HashMap<Box<[u8]>, u64>,
-    key_order: VecDeque<(u64, Box<[u8]>)>,
+    keys: StoredKeys,
     uses: u64,
 }
 
@@ -81,7 +80,8 @@ pub(crate) struct Seen {
 #[derive(Debug, Default)]
 pub(crate) struct RunClaims<'a> {
     origins: OriginMap<SeqRanges>,
-    keys: HashSet<&'a [u8]>,
+    /// Keys with their hash in [`Seen`]'s key table.
+    keys: HashTable<(u64, &'a [u8])>,
 }
 
 impl Seen {
@@ -110,20 +110,28 @@ impl Seen {
             }
         }
         let key = record.idempotency_key;
-        if !key.is_empty() {
+        let hash = (!key.is_empty()).then(|| self.keys.hash(key));
+        if let Some(hash) = hash {
             let stored = self
                 .keys
-                .get(key)
-                .is_some_and(|&stored_ms| now_ms < stored_ms.saturating_add(window_ms));
-            if stored || run.keys.contains(key) {
+                .stored_ms(key, hash)
+                .is_some_and(|stored_ms| now_ms < stored_ms.saturating_add(window_ms));
+            let claimed = run
+                .keys
+                .find(hash, |&(claimed_hash, claimed)| {
+                    claimed_hash == hash && claimed == key
+                })
+                .is_some();
+            if stored || claimed {
                 return true;
             }
         }
         if let Some(origin) = record.origin {
             run.origins.entry(origin.id).or_default().insert(origin.seq);
         }
-        if !key.is_empty() {
-            run.keys.insert(key);
+        if let Some(hash) = hash {
+            run.keys
+                .insert_unique(hash, (hash, key), |&(claimed_hash, _)| claimed_hash);
         }
         false
     }
@@ -182,12 +190,7 @@ impl Seen {
 
     /// Forgets idempotency keys stored `window_ms` or more before `now_ms`.
     pub(crate) fn expire_keys(&mut self, now_ms: u64, window_ms: u64) {
-        while let Some((stored_ms, _)) = self.key_order.front() {
-            if now_ms < stored_ms.saturating_add(window_ms) {
-                break;
-            }
-            self.drop_oldest_key();
-        }
+        self.keys.expire(now_ms, window_ms);
     }
 
     /// Origins and idempotency keys remembered, for tests and statistics.
@@ -239,22 +242,9 @@ impl Seen {
     }
 
     fn remember_key(&mut self, key: &[u8], committed_at_ms: u64) {
-        let key: Box<[u8]> = key.into();
-        if self.keys.insert(key.clone(), committed_at_ms).is_some() {
-            // A key stored again after its window: the old queue entry
-            // stays until it expires, and then must not remove this one.
-            self.key_order.retain(|(_, queued)| *queued != key);
-        }
-        self.key_order.push_back((committed_at_ms, key));
-        while self.keys.len() > IDEMPOTENCY_KEYS_MAX {
-            self.drop_oldest_key();
-        }
-    }
-
-    fn drop_oldest_key(&mut self) {
-        if let Some((_, key)) = self.key_order.pop_front() {
-            self.keys.remove(&key);
-        }
+        let hash = self.keys.hash(key);
+        self.keys
+            .insert(key, hash, committed_at_ms, IDEMPOTENCY_KEYS_MAX);
     }
 }
 
@@ -301,6 +291,15 @@ mod tests {
         let record = with_origin(origin(1, 5, 0));
         assert!(!seen.already_stored(&record, 0, 0, &mut run));
         assert!(seen.already_stored(&record, 0, 0, &mut run));
+    }
+
+    #[test]
+    fn the_same_idempotency_key_twice_in_one_run_is_stored_once() {
+        let seen = Seen::default();
+        let mut run = RunClaims::default();
+        assert!(!seen.already_stored(&with_key(b"order-1"), 0, 120_000, &mut run));
+        assert!(!seen.already_stored(&with_key(b"order-2"), 0, 120_000, &mut run));
+        assert!(seen.already_stored(&with_key(b"order-1"), 0, 120_000, &mut run));
     }
 
     #[test]
