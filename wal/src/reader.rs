@@ -240,9 +240,9 @@ impl WalReader {
     }
 
     fn header_at(&mut self, durable_end: u64) -> Result<(FrameHeader, usize), WalError> {
-        let path = segment_path(&self.shared.dir, self.segment_base);
-        let path = || path.clone();
         let at = self.ensure(self.offset, FRAME_HEADER_BYTES, durable_end)?;
+        // The path names a fault only: made for one, not per frame.
+        let path = || segment_path(&self.shared.dir, self.segment_base);
         let header = parse_header(&self.window[at..], self.shared.options.record_bytes_max)
             .map_err(|fault| WalError::corrupt(path(), self.offset, fault.to_string()))?;
         if header.seq != self.next_seq {
