@@ -45,7 +45,9 @@ impl SeqRanges {
     }
 
     /// Adds `seq`; false when it was held already. Appending just past the
-    /// highest run (the usual case) only moves that run's end.
+    /// highest run (the usual case) only moves that run's end; a sequence
+    /// further above it (a partition's share of an interleaved WAL) starts
+    /// a run of its own without looking for runs to join.
     pub(crate) fn insert(&mut self, seq: u64) -> bool {
         if let Some(mut highest) = self.runs.last_entry() {
             let last = *highest.get();
@@ -54,6 +56,11 @@ impl SeqRanges {
             }
             if last.checked_add(1) == Some(seq) {
                 *highest.get_mut() = seq;
+                self.count += 1;
+                return true;
+            }
+            if seq > last {
+                self.runs.insert(seq, seq);
                 self.count += 1;
                 return true;
             }
