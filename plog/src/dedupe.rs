@@ -80,8 +80,26 @@ pub(crate) struct Seen {
 #[derive(Debug, Default)]
 pub(crate) struct RunClaims<'a> {
     origins: OriginMap<SeqRanges>,
-    /// Keys with their hash in [`Seen`]'s key table.
-    keys: HashTable<(u64, &'a [u8])>,
+    /// Indexes into `claimed_keys`, by the keys' hash.
+    keys: HashTable<usize>,
+    /// The keys claimed, in order.
+    claimed_keys: Vec<ClaimedKey<'a>>,
+}
+
+/// An idempotency key claimed in a run, with its hash in [`Seen`]'s key
+/// table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClaimedKey<'a> {
+    key: &'a [u8],
+    hash: u64,
+}
+
+impl<'a> RunClaims<'a> {
+    /// The idempotency keys claimed, in the order of the records that
+    /// claimed them (for [`Seen::remember_all`]).
+    pub(crate) fn into_keys(self) -> Vec<ClaimedKey<'a>> {
+        self.claimed_keys
+    }
 }
 
 impl Seen {
@@ -116,10 +134,11 @@ impl Seen {
                 .keys
                 .stored_ms(key, hash)
                 .is_some_and(|stored_ms| now_ms < stored_ms.saturating_add(window_ms));
+            let claims = &run.claimed_keys;
             let claimed = run
                 .keys
-                .find(hash, |&(claimed_hash, claimed)| {
-                    claimed_hash == hash && claimed == key
+                .find(hash, |&index| {
+                    claims[index].hash == hash && claims[index].key == key
                 })
                 .is_some();
             if stored || claimed {
@@ -130,8 +149,10 @@ impl Seen {
             run.origins.entry(origin.id).or_default().insert(origin.seq);
         }
         if let Some(hash) = hash {
+            let claims = &run.claimed_keys;
             run.keys
-                .insert_unique(hash, (hash, key), |&(claimed_hash, _)| claimed_hash);
+                .insert_unique(hash, claims.len(), |&index| claims[index].hash);
+            run.claimed_keys.push(ClaimedKey { key, hash });
         }
         false
     }
@@ -153,14 +174,13 @@ impl Seen {
 
     /// Remembers the provenance of stored records, as
     /// [`Self::remember`] for each in turn would: the origin of a stretch
-    /// of records from one origin is looked up once for all of them.
-    pub(crate) fn remember_all(&mut self, records: &[CommitRecord<'_>]) {
+    /// of records from one origin is looked up once for all of them, and
+    /// an idempotency key found in `claimed` (the claims of the run that
+    /// planned `records`, [`RunClaims::into_keys`]) is not hashed again.
+    pub(crate) fn remember_all(&mut self, records: &[CommitRecord<'_>], claimed: &[ClaimedKey<'_>]) {
         let mut rest = records;
         while let Some(first) = rest.first() {
             let Some(origin) = first.origin else {
-                if !first.idempotency_key.is_empty() {
-                    self.remember_key(first.idempotency_key, first.committed_at_ms);
-                }
                 rest = &rest[1..];
                 continue;
             };
@@ -170,12 +190,21 @@ impl Seen {
                 .count();
             let (same, after) = rest.split_at(stretch);
             self.remember_origins(origin.id, same.iter().filter_map(|record| record.origin));
-            for record in same {
-                if !record.idempotency_key.is_empty() {
-                    self.remember_key(record.idempotency_key, record.committed_at_ms);
-                }
-            }
             rest = after;
+        }
+        let mut claimed = claimed.iter().peekable();
+        for record in records {
+            let key = record.idempotency_key;
+            if key.is_empty() {
+                continue;
+            }
+            // Claims come in the order of the records they let through.
+            let hash = match claimed.next_if(|claim| claim.key == key) {
+                Some(claim) => claim.hash,
+                None => self.keys.hash(key),
+            };
+            self.keys
+                .insert(key, hash, record.committed_at_ms, IDEMPOTENCY_KEYS_MAX);
         }
     }
 
@@ -394,12 +423,39 @@ mod tests {
             );
         }
         let mut together = Seen::default();
-        together.remember_all(&records);
+        together.remember_all(&records, &[]);
         assert_eq!(held(&together), held(&each));
         assert_eq!(together.sizes(), each.sizes());
         assert_eq!(together.sizes(), (2, 2));
         let ones = &together.origins[&[1; ORIGIN_ID_BYTES]];
         assert_eq!((ones.floor, ones.seqs.len(), ones.seqs.runs()), (9, 2, 1));
+    }
+
+    #[test]
+    fn keys_remembered_with_their_claims_are_found_as_without() {
+        let records = [with_key(b"k1"), with_key(b"k2"), with_key(b"k3")];
+        let mut planned = Seen::default();
+        let mut run = RunClaims::default();
+        for record in &records {
+            assert!(!planned.already_stored(record, 0, 100, &mut run));
+        }
+        let claims = run.into_keys();
+        planned.remember_all(&records, &claims);
+        // A record whose key is not the next claim is hashed again.
+        let mut mismatched = Seen::default();
+        let mut run = RunClaims::default();
+        for record in &records[1..] {
+            assert!(!mismatched.already_stored(record, 0, 100, &mut run));
+        }
+        let claims = run.into_keys();
+        mismatched.remember_all(&records, &claims);
+        for seen in [&planned, &mismatched] {
+            assert_eq!(seen.sizes().1, 3);
+            let mut run = RunClaims::default();
+            for record in &records {
+                assert!(seen.already_stored(record, 50, 100, &mut run));
+            }
+        }
     }
 
     #[test]
