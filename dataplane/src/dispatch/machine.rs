@@ -213,6 +213,17 @@ impl<P> Dispatcher<P> {
     /// gets is not the one after the last it read.
     pub fn next_read(&mut self, topology: &dyn Topology, now: Duration) -> Option<u64> {
         self.follow_time(topology, now);
+        self.next_read_in_pass(topology, now)
+    }
+
+    /// [`Dispatcher::next_read`] for the reads after the first of one pass
+    /// at the same `now`, with a [`Dispatcher::place`] between each two:
+    /// placing a record changes nothing that time and membership act on
+    /// (commits in flight, failing destinations), so the pass skips going
+    /// over every commit and destination again for each record. A change
+    /// of the topology during the pass is followed by the next pass or
+    /// poll.
+    pub fn next_read_in_pass(&mut self, topology: &dyn Topology, now: Duration) -> Option<u64> {
         if self.reader_held_back() {
             return None;
         }

@@ -436,7 +436,8 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         self.reread_due = None;
         let topology = &*self.parts.topology;
         let mut read = 0;
-        while let Some(seq) = self.machine.next_read(topology, now) {
+        let mut next = self.machine.next_read(topology, now);
+        while let Some(seq) = next {
             if self.reader.next_seq() != seq {
                 self.reader.seek(seq)?;
             }
@@ -457,6 +458,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
             .map_err(|error| ReadFailure::Decode { seq, error })?;
             self.machine.place(seq, meta, payload, topology, now);
             read += 1;
+            next = self.machine.next_read_in_pass(topology, now);
         }
         Ok(read)
     }
