@@ -36,12 +36,18 @@ impl SeqRanges {
         self.runs.first_key_value().map(|(&first, _)| first)
     }
 
-    /// Whether `seq` is held.
+    /// Whether `seq` is held. A sequence above the highest run (a record
+    /// not sent before, the usual case) is answered from that run alone.
     pub(crate) fn contains(&self, seq: u64) -> bool {
-        self.runs
-            .range(..=seq)
-            .next_back()
-            .is_some_and(|(_, &last)| seq <= last)
+        match self.runs.last_key_value() {
+            None => false,
+            Some((_, &last)) if seq > last => false,
+            Some(_) => self
+                .runs
+                .range(..=seq)
+                .next_back()
+                .is_some_and(|(_, &last)| seq <= last),
+        }
     }
 
     /// Adds `seq`; false when it was held already. Appending just past the
