@@ -17,6 +17,7 @@
 
 pub mod constants;
 mod machine;
+mod pending;
 pub mod runtime;
 pub mod targets;
 mod types;
