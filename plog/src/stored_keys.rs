@@ -2,23 +2,42 @@
 //! time it was stored.
 //!
 //! One allocation per key: the key's bytes live in the age queue, and the
-//! hash table holds only the key's hash and its place in the queue. The
-//! table keeps each key's hash, so growing it hashes nothing again, and a
-//! caller hashes a key once ([`StoredKeys::hash`]) for its lookup, its
-//! claim in a commit and its insert. Keys are chosen by producers, so the
-//! hash is the standard library's randomly keyed SipHash.
+//! hash table holds only a word per key: the key's hash (32 bits) and its
+//! place in the queue (32 bits). A large table's lookups miss the cache,
+//! so the table is kept small. The table keeps each key's hash, so growing
+//! it hashes nothing again, and a caller hashes a key once
+//! ([`StoredKeys::hash`]) for its lookup, its claim in a commit and its
+//! insert. Keys are chosen by producers, so the hash is the standard
+//! library's randomly keyed SipHash.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 
 use hashbrown::HashTable;
 
-/// A key's place in the table: its hash, and its queue position counted
-/// from the first key ever queued.
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    hash: u64,
-    position: u64,
+/// A key's place in the table: the high half of its hash, and the low
+/// half of its queue position counted from the first key ever queued (the
+/// queue holds fewer than 2^32 keys, so that names one entry).
+type Slot = u64;
+
+/// The most keys the queue holds, stale entries included: positions are
+/// told apart by their low 32 bits.
+const QUEUED_MAX: usize = u32::MAX as usize;
+
+/// `hash` (a [`StoredKeys::hash`]) and `position` in one slot.
+fn slot_of(hash: u64, position: u64) -> Slot {
+    (hash & !u64::from(u32::MAX)) | (position & u64::from(u32::MAX))
+}
+
+/// The hash a slot was made from.
+fn slot_hash(slot: Slot) -> u64 {
+    spread(slot >> 32)
+}
+
+/// A 32-bit hash in both halves of a word: the table's buckets come from
+/// the low bits and its tags from the high ones.
+fn spread(half: u64) -> u64 {
+    (half << 32) | half
 }
 
 /// A key in the age queue.
@@ -44,32 +63,35 @@ pub(crate) struct StoredKeys {
 impl StoredKeys {
     /// The hash of `key` in this table.
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
+        spread(self.hasher.hash_one(key) >> 32)
     }
 
     /// When `key` (hashing to `hash`) was last stored, if it is remembered.
     pub(crate) fn stored_ms(&self, key: &[u8], hash: u64) -> Option<u64> {
         let (order, dropped) = (&self.order, self.dropped);
         self.table
-            .find(hash, |slot| {
-                slot.hash == hash && *order[queue_index(slot.position, dropped)].key == *key
+            .find(hash, |&slot| {
+                slot_hash(slot) == hash && *order[queue_index(slot, dropped)].key == *key
             })
-            .map(|slot| order[queue_index(slot.position, dropped)].stored_ms)
+            .map(|&slot| order[queue_index(slot, dropped)].stored_ms)
     }
 
     /// Remembers `key` (hashing to `hash`) as stored at `stored_ms`, then
     /// drops the oldest keys until at most `max` are remembered.
     pub(crate) fn insert(&mut self, key: &[u8], hash: u64, stored_ms: u64, max: usize) {
+        while self.order.len() >= QUEUED_MAX {
+            self.drop_oldest();
+        }
         let position = self.dropped + self.order.len() as u64;
         let (order, dropped) = (&self.order, self.dropped);
-        let found = self.table.find_mut(hash, |slot| {
-            slot.hash == hash && *order[queue_index(slot.position, dropped)].key == *key
+        let found = self.table.find_mut(hash, |&slot| {
+            slot_hash(slot) == hash && *order[queue_index(slot, dropped)].key == *key
         });
         match found {
-            Some(slot) => slot.position = position,
+            Some(slot) => *slot = slot_of(hash, position),
             None => {
                 self.table
-                    .insert_unique(hash, Slot { hash, position }, |slot| slot.hash);
+                    .insert_unique(hash, slot_of(hash, position), |&slot| slot_hash(slot));
             }
         }
         self.order.push_back(Queued {
@@ -107,17 +129,18 @@ impl StoredKeys {
         self.dropped += 1;
         if let Ok(slot) = self
             .table
-            .find_entry(oldest.hash, |slot| slot.position == position)
+            .find_entry(oldest.hash, |&slot| slot == slot_of(oldest.hash, position))
         {
             slot.remove();
         }
     }
 }
 
-/// The index in the queue of the key at `position`, the queue's front
-/// being at `dropped`. A slot always names a queued position.
-fn queue_index(position: u64, dropped: u64) -> usize {
-    (position - dropped) as usize
+/// The index in the queue of the key in `slot`, the queue's front being at
+/// position `dropped`. A slot always names a queued position, fewer than
+/// 2^32 after the front.
+fn queue_index(slot: Slot, dropped: u64) -> usize {
+    (slot as u32).wrapping_sub(dropped as u32) as usize
 }
 
 #[cfg(test)]
@@ -184,6 +207,28 @@ mod tests {
         assert_eq!(stored_ms(&keys, b"a"), None);
         assert_eq!(stored_ms(&keys, b"b"), Some(2));
         assert_eq!(stored_ms(&keys, b"c"), Some(3));
+    }
+
+    #[test]
+    fn positions_past_two_to_the_32_still_name_their_entries() {
+        let mut keys = StoredKeys {
+            dropped: u64::from(u32::MAX) - 1,
+            ..StoredKeys::default()
+        };
+        for (index, key) in [b"a", b"b", b"c", b"d"].iter().enumerate() {
+            insert(&mut keys, *key, index as u64, 3);
+        }
+        assert_eq!(keys.dropped, u64::from(u32::MAX));
+        assert_eq!(stored_ms(&keys, b"a"), None);
+        assert_eq!(stored_ms(&keys, b"b"), Some(1));
+        assert_eq!(stored_ms(&keys, b"d"), Some(3));
+        insert(&mut keys, b"b", 4, 3);
+        // Drops the stale entry of `b` and then `c`.
+        keys.expire(102, 100);
+        assert_eq!(stored_ms(&keys, b"c"), None);
+        assert_eq!(stored_ms(&keys, b"b"), Some(4));
+        assert_eq!(stored_ms(&keys, b"d"), Some(3));
+        assert_eq!(keys.len(), 2);
     }
 
     #[test]
