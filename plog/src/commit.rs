@@ -301,7 +301,11 @@ impl PartitionLog {
         let mut stamped = Vec::with_capacity(batches.iter().map(|b| b.len()).sum());
         let mut batch_offsets = Vec::with_capacity(batches.len());
         let mut batch_already_stored = Vec::with_capacity(batches.len());
-        let mut claims = RunClaims::default();
+        let mut claims = RunClaims::with_capacity(if writer.seen.is_some() {
+            stamped.capacity()
+        } else {
+            0
+        });
         let mut payload_bytes: u64 = 0;
         for batch in batches {
             let start = first + stamped.len() as u64;

@@ -95,6 +95,16 @@ pub(crate) struct ClaimedKey<'a> {
 }
 
 impl<'a> RunClaims<'a> {
+    /// Claims for a run of at most `records` records, made at their full
+    /// size at once rather than grown record by record.
+    pub(crate) fn with_capacity(records: usize) -> Self {
+        Self {
+            origins: OriginMap::default(),
+            keys: HashTable::with_capacity(records),
+            claimed_keys: Vec::with_capacity(records),
+        }
+    }
+
     /// The idempotency keys claimed, in the order of the records that
     /// claimed them (for [`Seen::remember_all`]).
     pub(crate) fn into_keys(self) -> Vec<ClaimedKey<'a>> {
