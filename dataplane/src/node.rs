@@ -617,6 +617,15 @@ impl DataNode {
         self.api.remote_probe.set(probe).is_ok()
     }
 
+    /// The probe that checks remote children's targets from this node:
+    /// the one plugged in, or one that skips every check.
+    pub fn remote_probe(&self) -> Arc<dyn crate::remote_children::RemoteProbe> {
+        self.api.remote_probe.get().map_or_else(
+            || Arc::new(crate::remote_children::NoRemoteProbe) as Arc<_>,
+            Arc::clone,
+        )
+    }
+
     /// The per-partition commit combiners: a remote commit service
     /// (`remote::CommitService::attach`) commits into the same ones as the
     /// local dispatcher, under the same produce locks.

@@ -16,12 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use narad_protocol::consume::decode_forward_request;
-use narad_protocol::node_status::{
-    NODE_MOVES_MAX, NODE_REMOTES_MAX, NODE_STATUS_TEXT_BYTES_MAX, QUARANTINE_LIST_MAX,
-};
+use narad_protocol::node_status::{NODE_MOVES_MAX, NODE_REMOTES_MAX, QUARANTINE_LIST_MAX};
 use narad_protocol::{
     Inbound, NodeStatus as NodeStatusRequest, NodeStatusAnswer, Opcode, OperationLimit,
-    QuarantinedCopy, RemoteView, Response, Router, RpcError,
+    QuarantinedCopy, RemoteView, Response, Router, RpcError, clip_text,
 };
 
 use narad_wal::{CheckpointStore, Wal};
@@ -114,9 +112,9 @@ impl StatusSources {
             .take(NODE_REMOTES_MAX as usize)
             .map(|remote| {
                 let mut view = credentials.view(&view.metastore, remote);
-                clip(&mut view.name);
+                clip_text(&mut view.name);
                 if let Some(error) = &mut view.error {
-                    clip(error);
+                    clip_text(error);
                 }
                 view
             })
@@ -221,9 +219,9 @@ impl NodeStatus {
         let mut quarantine = self.quarantine.list.clone();
         quarantine.truncate(QUARANTINE_LIST_MAX as usize);
         for copy in &mut quarantine {
-            clip(&mut copy.kind);
-            clip(&mut copy.topic);
-            clip(&mut copy.dir);
+            clip_text(&mut copy.kind);
+            clip_text(&mut copy.topic);
+            clip_text(&mut copy.dir);
         }
         NodeStatusAnswer {
             draining: self.draining,
@@ -296,19 +294,6 @@ async fn quarantine(sources: &StatusSources) -> QuarantineReport {
     }
 }
 
-/// Cuts `text` to [`NODE_STATUS_TEXT_BYTES_MAX`] bytes, at a character
-/// boundary.
-fn clip(text: &mut String) {
-    if text.len() <= NODE_STATUS_TEXT_BYTES_MAX {
-        return;
-    }
-    let mut end = NODE_STATUS_TEXT_BYTES_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-}
-
 /// `worker` with its texts cut to the message's limits.
 fn report_of(worker: &MoveWorkerStatus) -> MoveWorkerStatus {
     let mut report = worker.clone();
@@ -318,13 +303,13 @@ fn report_of(worker: &MoveWorkerStatus) -> MoveWorkerStatus {
         &mut report.target,
         &mut report.phase,
     ] {
-        clip(text);
+        clip_text(text);
     }
     for text in [&mut report.last_error, &mut report.blocked]
         .into_iter()
         .flatten()
     {
-        clip(text);
+        clip_text(text);
     }
     report
 }
@@ -421,6 +406,8 @@ mod tests {
 
     #[test]
     fn long_texts_are_cut_at_a_character_boundary_for_the_wire() {
+        use narad_protocol::node_status::NODE_STATUS_TEXT_BYTES_MAX;
+
         // 'é' is two bytes: the limit falls inside one.
         let long = format!("x{}", "é".repeat(NODE_STATUS_TEXT_BYTES_MAX));
         let status = NodeStatus {

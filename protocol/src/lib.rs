@@ -51,6 +51,7 @@ mod node;
 pub mod node_status;
 mod observe;
 mod opcode;
+pub mod remote_check;
 mod server;
 mod server_verifier;
 mod stream;
@@ -79,6 +80,9 @@ pub use node_status::{
 };
 pub use observe::{CALL_SECONDS_BUCKETS, CallObserver, CallOutcome};
 pub use opcode::Opcode;
+pub use remote_check::{
+    CheckRemoteTarget, FailedCheck, RemoteTargetAnswer, TargetCheckOutcome, clip_text,
+};
 pub use server::{Handler, HandlerFuture, Inbound, OperationLimit, Router};
 pub use stream::codes;
 

@@ -260,7 +260,7 @@ pub struct NodeStatusAnswer {
 /// # Panics
 /// If `text` is over [`NODE_STATUS_TEXT_BYTES_MAX`]: every decoder would
 /// refuse it, so building one is a programmer error of the sender.
-fn put_text(writer: &mut Writer, field: &'static str, text: &str) {
+pub(crate) fn put_text(writer: &mut Writer, field: &'static str, text: &str) {
     assert!(
         text.len() <= NODE_STATUS_TEXT_BYTES_MAX,
         "{field}: {} bytes, over the limit of {NODE_STATUS_TEXT_BYTES_MAX}",
@@ -271,7 +271,7 @@ fn put_text(writer: &mut Writer, field: &'static str, text: &str) {
 
 /// Reads a text field written by [`put_text`], refusing one over the limit
 /// before copying it.
-fn get_text(reader: &mut Reader, field: &'static str) -> Result<String, DecodeError> {
+pub(crate) fn get_text(reader: &mut Reader, field: &'static str) -> Result<String, DecodeError> {
     let mut peek = reader.clone();
     let claimed = peek.u32(field)?;
     if claimed as usize > NODE_STATUS_TEXT_BYTES_MAX {

@@ -78,6 +78,7 @@ opcodes! {
     TOKEN_NOTIFY = 31, "TokenNotify", "token_notify";
     ACK_BATCH = 32, "AckBatch", "ack_batch";
     NODE_STATUS = 33, "NodeStatus", "node_status";
+    CHECK_REMOTE_TARGET = 34, "CheckRemoteTarget", "check_remote_target";
     // The control plane's own operations take 64 and up; they are named
     // here so that every opcode has one registry.
     RAFT_APPEND_ENTRIES = 64, "RaftAppendEntries", "raft_append_entries";
@@ -109,6 +110,7 @@ mod tests {
         assert_eq!(Opcode::GET_ASSIGNMENT.0, 28);
         assert_eq!(Opcode::ACK_BATCH.0, 32);
         assert_eq!(Opcode::NODE_STATUS.0, 33);
+        assert_eq!(Opcode::CHECK_REMOTE_TARGET.0, 34);
         assert_eq!(Opcode(11).name(), Some("CommitProduceBatch"));
     }
 

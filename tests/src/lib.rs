@@ -11,6 +11,7 @@ pub mod dev;
 pub mod metrics_list;
 pub mod placement;
 pub mod relay;
+pub mod remote_target;
 pub mod stored;
 pub mod tls;
 pub mod tls_front;

@@ -132,7 +132,31 @@ fn change(api: &Api, child: &str, verb: &str, body: &Value, done: &str, json: bo
     if json {
         return say!("{stub}");
     }
-    say!("remote child {child} {done}")
+    say!("remote child {child} {done}")?;
+    match stub.get("checks").and_then(Value::as_array) {
+        Some(checks) if !checks.is_empty() => say!("{}", member_checks_table(checks)),
+        _ => Ok(()),
+    }
+}
+
+/// A resume's checks of the target, one row per data member: how they
+/// ended, the target topic's id it read, and what failed (or why it gave
+/// no answer).
+pub(crate) fn member_checks_table(checks: &[Value]) -> String {
+    let mut rows = table(&["NODE", "RESULT", "TARGET", "DETAIL"]);
+    for check in checks {
+        let detail = match check.get("class").and_then(Value::as_str) {
+            Some(class) => format!("{class}: {}", field(check, "detail")),
+            None => field(check, "detail"),
+        };
+        rows.add_row(vec![
+            field(check, "node"),
+            field(check, "result"),
+            field(check, "target_id"),
+            detail,
+        ]);
+    }
+    rows.to_string()
 }
 
 /// `narad topic pause CHILD [--reason TEXT]`.
@@ -323,6 +347,37 @@ mod tests {
             .find(|line| line.contains("audit"))
             .expect("local row");
         assert!(!local_row.contains("dr/"), "{local_row}");
+    }
+
+    #[test]
+    fn a_resume_lists_each_members_check() {
+        let checks = [
+            json!({"node": 1, "result": "pass", "target_id": "t1"}),
+            json!({"node": 2, "result": "fail", "target_id": null, "check": "auth",
+                   "class": "auth_failed", "detail": "401 from the target"}),
+            json!({"node": 3, "result": "not_answering", "target_id": null,
+                   "detail": "marked dead"}),
+        ];
+        let table = member_checks_table(&checks);
+        let row = |node: &str| {
+            table
+                .lines()
+                .find(|line| line.trim_start().starts_with(node))
+                .unwrap_or_else(|| panic!("no row for node {node}: {table}"))
+                .to_owned()
+        };
+        assert!(
+            row("1").contains("pass") && row("1").contains("t1"),
+            "{table}"
+        );
+        assert!(
+            row("2").contains("auth_failed: 401 from the target"),
+            "{table}"
+        );
+        assert!(
+            row("3").contains("not_answering") && row("3").contains("marked dead"),
+            "{table}"
+        );
     }
 
     #[test]

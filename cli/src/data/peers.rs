@@ -20,6 +20,7 @@ use narad_dataplane::metrics::ClusterCallMetrics;
 use narad_dataplane::moves::{QuicLinks, TransferService};
 use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
+use narad_dataplane::remote_children::RemoteCheckService;
 use narad_dataplane::status::NodeStatusService;
 use narad_disk::clock::Clock;
 use narad_protocol::{ClusterAuth, ClusterTls, Node, NodeConfig, NodeError, Router};
@@ -43,6 +44,9 @@ struct Served {
     /// This node's report of itself (opcode 33), for other nodes'
     /// detailed cluster listings.
     status: Arc<NodeStatusService>,
+    /// Checks of a remote child's target from this node (opcode 34), for
+    /// another node's resume.
+    remote_checks: Arc<RemoteCheckService>,
 }
 
 /// The operations this data node serves to other nodes.
@@ -51,6 +55,7 @@ fn rpc_router(served: &Served) -> Router {
     let router = served.forward.route(router);
     let router = served.transfer.route(router);
     let router = served.tokens.route(router);
+    let router = served.remote_checks.route(router);
     served.status.route(router)
 }
 
@@ -83,6 +88,7 @@ impl Peers {
             tokens: TokenInbox::new(Arc::clone(&clock)),
             transfer: TransferService::new(),
             status: NodeStatusService::new(),
+            remote_checks: RemoteCheckService::new(),
         };
         let mut config = NodeConfig::new(addr, auth);
         config.tls = tls;
@@ -154,13 +160,16 @@ impl Peers {
         }
         self.served
             .commits
-            .attach(Arc::clone(node.combiners()), replica);
+            .attach(Arc::clone(node.combiners()), Arc::clone(&replica));
         self.served.transfer.attach(Arc::clone(node.move_source()));
         node.start_moves(Arc::new(QuicLinks::new(
             Arc::clone(&self.transport),
             Arc::clone(addresses) as Arc<dyn OwnerAddresses>,
         )));
         self.served.status.attach(Arc::clone(&node.api().status));
+        self.served
+            .remote_checks
+            .attach(replica, node.remote_probe());
         self.transport
             .observe_calls(Arc::new(ClusterCallMetrics::new(
                 Arc::clone(&node.api().metrics),

@@ -11,10 +11,10 @@ use narad_disk::clock::Clock;
 use narad_protocol::codec::{Message, decode_message, encode_message};
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
 use narad_protocol::{
-    AckBatch, AckBatchAnswer, CallError, ConsumeAnswer, ConsumeScope, ForwardConsume,
-    ForwardSettle, ForwardedRecord, Lane, LeaseRef, Node, NodeStatus, NodeStatusAnswer, Opcode,
-    PartitionStatsEntry, Request, RpcError, SettleKind, Status, TopicPartitionStats,
-    TopicPartitionStatsAnswer,
+    AckBatch, AckBatchAnswer, CallError, CheckRemoteTarget, ConsumeAnswer, ConsumeScope,
+    ForwardConsume, ForwardSettle, ForwardedRecord, Lane, LeaseRef, Node, NodeStatus,
+    NodeStatusAnswer, Opcode, PartitionStatsEntry, RemoteTargetAnswer, Request, RpcError,
+    SettleKind, Status, TopicPartitionStats, TopicPartitionStatsAnswer,
 };
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
@@ -747,6 +747,40 @@ impl Forwarder {
             .ok_or_else(|| {
                 ForwardError::NoAnswer(format!("{peer} answered its status with no body"))
             })
+    }
+}
+
+impl Forwarder {
+    /// Node `node`'s checks of `asked`'s target topic on a remote (opcode
+    /// 34, control lane), run there through its own outbound client,
+    /// within `budget`, dial included.
+    ///
+    /// # Errors
+    /// [`ForwardError::OwnerDown`] when no address is known for `node`,
+    /// [`ForwardError::NoAnswer`] when it did not answer in time or
+    /// answered without a body, and its refusal (an older release answers
+    /// `400 unsupported rpc operation`).
+    pub async fn check_remote_target(
+        &self,
+        node: NodeId,
+        budget: Duration,
+        asked: &CheckRemoteTarget,
+    ) -> Result<RemoteTargetAnswer, ForwardError> {
+        let peer = self
+            .addresses
+            .rpc_addr(node)
+            .ok_or(ForwardError::OwnerDown)?;
+        self.call::<_, RemoteTargetAnswer>(
+            peer,
+            Lane::Control,
+            Opcode::CHECK_REMOTE_TARGET,
+            asked,
+            budget,
+        )
+        .await?
+        .ok_or_else(|| {
+            ForwardError::NoAnswer(format!("{peer} answered its target check with no body"))
+        })
     }
 }
 

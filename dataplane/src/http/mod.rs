@@ -21,6 +21,7 @@ mod produce;
 pub mod produce_cap;
 mod query;
 mod remote_children;
+mod remote_resume;
 pub mod remotes;
 pub mod topics;
 pub mod users;
@@ -458,7 +459,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         )
         .route(
             "/v1/topics/{topic}/children/{child}/resume",
-            post(remote_children::resume)
+            post(remote_resume::resume)
                 .layer(middleware::map_response(remote_children::no_store_layer)),
         )
         .route(

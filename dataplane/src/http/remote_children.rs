@@ -1,5 +1,6 @@
 //! Remote children on the data node (spec §1.4 and §4, v3.2): the remote
-//! variant of attach (and its dry run), pause, resume and skip, the
+//! variant of attach (and its dry run), pause and skip (resume is
+//! [`super::remote_resume`]'s), the
 //! `remote` object of a stub's record and of the children listing, the
 //! refusal of a produce, consume or ack on a stub, and the unshipped-records
 //! check a detach or delete runs.
@@ -21,8 +22,7 @@ use serde_json::{Value, json};
 
 use narad_meta::{
     Actor, AttachEpoch, AttachRemoteChild, Command, IncarnationId, MetastoreError,
-    PauseRemoteChild, RemoteFrom, RemoteLink, ResumeRemoteChild, SkipRemoteRecord,
-    limits::REMOTE_LANES_MAX, rules,
+    PauseRemoteChild, RemoteFrom, RemoteLink, SkipRemoteRecord, limits::REMOTE_LANES_MAX, rules,
 };
 
 use super::body::read_limited;
@@ -393,7 +393,7 @@ pub(super) fn force_param(query: &str) -> Result<bool, ApiError> {
 }
 
 /// The stub `child` under `parent`, for pause, resume or skip by an admin.
-async fn managed_stub(
+pub(super) async fn managed_stub(
     state: &ApiState,
     method: &Method,
     headers: &HeaderMap,
@@ -427,13 +427,6 @@ struct PauseBody {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ResumeBody {
-    #[serde(default)]
-    accept_target: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct SkipBody {
     partition: u32,
     offset: u64,
@@ -441,7 +434,7 @@ struct SkipBody {
 
 /// A remote-children body: at most [`REMOTE_BODY_BYTES_MAX`] (`413`),
 /// strict JSON (`400`); an empty body reads as `{}`.
-async fn remote_body<T: for<'de> Deserialize<'de>>(
+pub(super) async fn remote_body<T: for<'de> Deserialize<'de>>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
@@ -456,7 +449,7 @@ async fn remote_body<T: for<'de> Deserialize<'de>>(
 }
 
 /// The stub's record after a change.
-fn stub_answer(state: &ApiState, name: &str) -> Result<Response, ApiError> {
+pub(super) fn stub_answer(state: &ApiState, name: &str) -> Result<Response, ApiError> {
     let stub = known_topic(state, name)?;
     Ok(json_response(StatusCode::OK, &record(&stub)))
 }
@@ -481,50 +474,6 @@ pub(crate) async fn pause(
         at_ms: state.clock().unix_ms(),
     };
     upgrade_gate::propose(&state, Command::PauseRemoteChild(pause)).await?;
-    stub_answer(&state, &child)
-}
-
-/// `POST /v1/topics/{parent}/children/{child}/resume`
-/// `{"accept_target": bool}` → `200` the stub. The target is checked
-/// again; a target whose topic was replaced since the attach (another
-/// incarnation id) answers `409` `target_replaced` unless accepted.
-pub(crate) async fn resume(
-    State(state): State<Arc<ApiState>>,
-    Path((parent, child)): Path<(String, String)>,
-    method: Method,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let (actor, _, link) = managed_stub(&state, &method, &headers, &parent, &child).await?;
-    let request: ResumeBody = remote_body(&headers, body).await?;
-    take_write(&state)?;
-    let remote = state.replica.view().metastore.remote(&link.remote).cloned();
-    let target_id = match remote {
-        Some(remote) => {
-            state
-                .remote_probe()
-                .check(&remote, &link.remote_topic)
-                .await
-                .target_id
-        }
-        None => None,
-    };
-    let replaced = matches!((&link.target_id, &target_id), (Some(was), Some(now)) if was != now);
-    if replaced && !request.accept_target {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!(
-                "target_replaced: topic {:?} on remote {} is another incarnation than the one attached; resume with accept_target=true to ship to it",
-                link.remote_topic, link.remote
-            ),
-        ));
-    }
-    let resume = ResumeRemoteChild {
-        actor,
-        child: child.clone(),
-        target_id: target_id.filter(|_| request.accept_target || !replaced),
-    };
-    upgrade_gate::propose(&state, Command::ResumeRemoteChild(resume)).await?;
     stub_answer(&state, &child)
 }
 

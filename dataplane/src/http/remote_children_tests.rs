@@ -884,6 +884,136 @@ async fn a_replaced_target_is_resumed_only_when_accepted() {
     );
 }
 
+/// A loopback endpoint for member `node` of `api`'s cluster that checks
+/// targets through `probe` (opcode 34) and reports its status (opcode 33,
+/// for the upgrade gate) from `api`'s sources.
+fn member_rpc(api: &Api, probe: Arc<TargetProbe>) -> narad_protocol::Node {
+    let checks = crate::remote_children::RemoteCheckService::new();
+    checks.attach(Arc::clone(&api.state.replica), probe);
+    let status = crate::status::NodeStatusService::new();
+    status.attach(Arc::clone(&api.state.status));
+    let router = status.route(checks.route(narad_protocol::Router::new()));
+    crate::testing::loopback_rpc(router)
+}
+
+fn passing_probe(target_id: &'static str) -> Arc<TargetProbe> {
+    Arc::new(TargetProbe {
+        fail: false,
+        target_id: parking_lot::Mutex::new(target_id),
+        calls: AtomicUsize::new(0),
+    })
+}
+
+#[tokio::test]
+async fn a_resume_checks_the_target_from_every_member() {
+    // Node 1 takes the requests; node 2 checks through its own probe;
+    // node 3 runs a build without opcode 34 (it reports its status only);
+    // node 4 is marked dead.
+    let here = passing_probe("t1");
+    let api = probed_api(Arc::clone(&here));
+    attach_stub(&api).await;
+    let there = passing_probe("t1");
+    let member = member_rpc(&api, Arc::clone(&there));
+    let without = crate::testing::status_rpc(&api.state.status);
+    let peers = [(2, member.local_addr()), (3, without.local_addr())];
+    let _transport = crate::testing::attach_forwarder(&api.state, &peers);
+    for node in [2, 3, 4] {
+        crate::testing::register(&api.state.replica, node);
+    }
+    crate::testing::mark_dead(&api.state.replica, 4);
+    let uri = "/v1/topics/orders/children/orders-dr/resume";
+
+    // Every member that answers sees the attached target: resumed, and
+    // each member's result is listed.
+    let resumed = call(&api, "POST", uri, json!({})).await;
+    assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.body);
+    let body = json_of(&resumed);
+    let checks = body["checks"].as_array().expect("checks").clone();
+    assert_eq!(checks.len(), 4, "{body}");
+    assert_eq!(checks[0]["node"], 1);
+    assert_eq!(checks[0]["result"], "pass");
+    assert_eq!(checks[1]["node"], 2);
+    assert_eq!(checks[1]["result"], "pass");
+    assert_eq!(checks[1]["target_id"], "t1");
+    assert_eq!(checks[2]["node"], 3);
+    assert_eq!(checks[2]["result"], "not_answering");
+    let why = checks[2]["detail"].as_str().expect("a detail");
+    assert!(why.contains("unsupported rpc operation"), "{why}");
+    assert_eq!(checks[3]["result"], "not_answering");
+    assert_eq!(checks[3]["detail"], "marked dead");
+    assert_eq!(
+        there.calls.load(Ordering::Relaxed),
+        1,
+        "node 2 ran its checks"
+    );
+
+    // Node 2 alone reaches a replaced target: the members disagree, so no
+    // accept can choose one, and nothing changes.
+    *there.target_id.lock() = "t2";
+    for body in [json!({}), json!({"accept_target": true})] {
+        let refused = call(&api, "POST", uri, body).await;
+        assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+        assert!(
+            refused.error().starts_with("target_replaced: "),
+            "{}",
+            refused.error()
+        );
+        assert!(
+            refused.error().contains("node 2: t2"),
+            "{}",
+            refused.error()
+        );
+        assert_eq!(json_of(&refused)["checks"][1]["target_id"], "t2");
+    }
+    let link = api
+        .state
+        .replica
+        .view()
+        .metastore
+        .remote_link("orders-dr")
+        .cloned();
+    assert_eq!(link.and_then(|link| link.target_id).as_deref(), Some("t1"));
+
+    // Both reach the new target: refused unless accepted, then recorded.
+    *here.target_id.lock() = "t2";
+    let refused = call(&api, "POST", uri, json!({})).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(
+        refused.error().contains("node(s) 1, 2"),
+        "{}",
+        refused.error()
+    );
+    let accepted = call(&api, "POST", uri, json!({"accept_target": true})).await;
+    assert_eq!(accepted.status, StatusCode::OK, "{}", accepted.body);
+    assert_eq!(json_of(&accepted)["remote"]["target_id"], "t2");
+}
+
+#[tokio::test]
+async fn a_member_whose_replica_lacks_the_remote_reports_it_missing() {
+    let api = probed_api(passing_probe("t1"));
+    attach_stub(&api).await;
+    // Node 2's replica has no remote dr: it cannot check, and says why.
+    let other = crate::remote_children::RemoteCheckService::new();
+    other.attach(crate::testing::replica(), passing_probe("t1"));
+    let status = crate::status::NodeStatusService::new();
+    status.attach(Arc::clone(&api.state.status));
+    let member =
+        crate::testing::loopback_rpc(status.route(other.route(narad_protocol::Router::new())));
+    let _transport = crate::testing::attach_forwarder(&api.state, &[(2, member.local_addr())]);
+    crate::testing::register(&api.state.replica, 2);
+    let resumed = call(
+        &api,
+        "POST",
+        "/v1/topics/orders/children/orders-dr/resume",
+        json!({}),
+    )
+    .await;
+    assert_eq!(resumed.status, StatusCode::OK, "{}", resumed.body);
+    let checks = &json_of(&resumed)["checks"];
+    assert_eq!(checks[1]["result"], "fail", "{checks}");
+    assert_eq!(checks[1]["class"], "remote_missing", "{checks}");
+}
+
 #[tokio::test]
 async fn the_metastores_refusal_of_a_second_link_to_one_remote_topic_is_mapped() {
     let api = remote_api();
