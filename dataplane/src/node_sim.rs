@@ -57,7 +57,7 @@ use crate::commit::{Combiners, commit_locally};
 use crate::consume::ahead::{
     ConsumerPosition, ConsumerStateConfig, ConsumerStateStore, PositionSource, StateTicket,
 };
-use crate::dispatch::{Command, DispatchConfig, Dispatcher, WalPayload, held_of};
+use crate::dispatch::{Command, DispatchConfig, Dispatcher, RecordNames, WalPayload, held_of};
 use crate::ingress::partition::key_partition;
 use crate::ingress::{Acceptor, ProduceMessage};
 use crate::metadata::MetadataReplica;
@@ -181,6 +181,7 @@ struct Node {
     sources: Vec<Arc<Source>>,
     tickets: Vec<StateTicket>,
     recovered: Vec<ConsumerPosition>,
+    names: RecordNames,
 }
 
 impl Node {
@@ -284,6 +285,7 @@ impl Node {
             sources,
             tickets,
             recovered,
+            names: RecordNames::default(),
         })
     }
 
@@ -304,7 +306,7 @@ impl Node {
             let Ok(Some(frame)) = self.reader.next_frame() else {
                 return progressed;
             };
-            let (meta, payload) = held_of(seq, frame.payload, &self.wal, &self.checkpoint)
+            let (meta, payload) = held_of(seq, frame.payload, &self.wal, &self.checkpoint, &mut self.names)
                 .expect("a durable WAL record decodes");
             self.dispatcher
                 .place(seq, meta, payload, &*self.replica, now);

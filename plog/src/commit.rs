@@ -17,7 +17,7 @@ use std::time::Duration;
 use narad_disk::{FileHandle, IoBuf, OpenOptions};
 
 use crate::config::{PREPARE_ALIGN_BYTES, PREPARED_WRITE_BYTES_MAX};
-use crate::dedupe::{REBUILD_RECORDS, RunClaims, Seen};
+use crate::dedupe::{ClaimedKey, REBUILD_RECORDS, RunClaims, Seen};
 use crate::error::FrameError;
 use crate::error::LogError;
 use crate::frame;
@@ -117,6 +117,8 @@ struct Plan<'a> {
     batch_already_stored: Vec<u32>,
     /// The records to store, with their final commit times.
     stamped: Vec<CommitRecord<'a>>,
+    /// The idempotency keys `stamped` claimed, hashed.
+    claimed_keys: Vec<ClaimedKey<'a>>,
     oldest_ms: u64,
     newest_ms: u64,
     total_bytes: usize,
@@ -191,7 +193,7 @@ impl PartitionLog {
         self.publish(&mut writer, position, &plan);
         if let Some(seen) = writer.seen.as_mut() {
             seen.expire_keys(plan.newest_ms, window_ms);
-            seen.remember_all(&plan.stamped);
+            seen.remember_all(&plan.stamped, &plan.claimed_keys);
         }
         let payload_bytes = plan.stamped.iter().map(|r| r.payload.len() as u64).sum();
         Ok(CommitOutcome {
@@ -299,7 +301,11 @@ impl PartitionLog {
         let mut stamped = Vec::with_capacity(batches.iter().map(|b| b.len()).sum());
         let mut batch_offsets = Vec::with_capacity(batches.len());
         let mut batch_already_stored = Vec::with_capacity(batches.len());
-        let mut claims = RunClaims::default();
+        let mut claims = RunClaims::with_capacity(if writer.seen.is_some() {
+            stamped.capacity()
+        } else {
+            0
+        });
         let mut payload_bytes: u64 = 0;
         for batch in batches {
             let start = first + stamped.len() as u64;
@@ -372,6 +378,7 @@ impl PartitionLog {
             newest_ms: newest,
             total_bytes,
             stamped,
+            claimed_keys: claims.into_keys(),
         })
     }
 

@@ -16,12 +16,12 @@
 //! again), and every table has a cap past which the oldest entries go.
 //! Forgetting can only let a duplicate through; it never drops a record.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-
+use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
 use crate::record::{CommitRecord, ORIGIN_ID_BYTES, Origin, Record};
 use crate::seq_ranges::SeqRanges;
+use crate::stored_keys::StoredKeys;
 
 /// How many of a partition's newest records the memory is rebuilt from
 /// after an open. A record re-sent after more than this many newer records
@@ -71,8 +71,7 @@ type OriginMap<V> = FxHashMap<[u8; ORIGIN_ID_BYTES], V>;
 pub(crate) struct Seen {
     origins: OriginMap<OriginSeen>,
     // Idempotency keys are chosen by producers: SipHash stays.
-    keys: HashMap<Box<[u8]>, u64>,
-    key_order: VecDeque<(u64, Box<[u8]>)>,
+    keys: StoredKeys,
     uses: u64,
 }
 
@@ -81,7 +80,36 @@ pub(crate) struct Seen {
 #[derive(Debug, Default)]
 pub(crate) struct RunClaims<'a> {
     origins: OriginMap<SeqRanges>,
-    keys: HashSet<&'a [u8]>,
+    /// Indexes into `claimed_keys`, by the keys' hash.
+    keys: HashTable<usize>,
+    /// The keys claimed, in order.
+    claimed_keys: Vec<ClaimedKey<'a>>,
+}
+
+/// An idempotency key claimed in a run, with its hash in [`Seen`]'s key
+/// table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClaimedKey<'a> {
+    key: &'a [u8],
+    hash: u64,
+}
+
+impl<'a> RunClaims<'a> {
+    /// Claims for a run of at most `records` records, made at their full
+    /// size at once rather than grown record by record.
+    pub(crate) fn with_capacity(records: usize) -> Self {
+        Self {
+            origins: OriginMap::default(),
+            keys: HashTable::with_capacity(records),
+            claimed_keys: Vec::with_capacity(records),
+        }
+    }
+
+    /// The idempotency keys claimed, in the order of the records that
+    /// claimed them (for [`Seen::remember_all`]).
+    pub(crate) fn into_keys(self) -> Vec<ClaimedKey<'a>> {
+        self.claimed_keys
+    }
 }
 
 impl Seen {
@@ -110,20 +138,31 @@ impl Seen {
             }
         }
         let key = record.idempotency_key;
-        if !key.is_empty() {
+        let hash = (!key.is_empty()).then(|| self.keys.hash(key));
+        if let Some(hash) = hash {
             let stored = self
                 .keys
-                .get(key)
-                .is_some_and(|&stored_ms| now_ms < stored_ms.saturating_add(window_ms));
-            if stored || run.keys.contains(key) {
+                .stored_ms(key, hash)
+                .is_some_and(|stored_ms| now_ms < stored_ms.saturating_add(window_ms));
+            let claims = &run.claimed_keys;
+            let claimed = run
+                .keys
+                .find(hash, |&index| {
+                    claims[index].hash == hash && claims[index].key == key
+                })
+                .is_some();
+            if stored || claimed {
                 return true;
             }
         }
         if let Some(origin) = record.origin {
             run.origins.entry(origin.id).or_default().insert(origin.seq);
         }
-        if !key.is_empty() {
-            run.keys.insert(key);
+        if let Some(hash) = hash {
+            let claims = &run.claimed_keys;
+            run.keys
+                .insert_unique(hash, claims.len(), |&index| claims[index].hash);
+            run.claimed_keys.push(ClaimedKey { key, hash });
         }
         false
     }
@@ -145,14 +184,13 @@ impl Seen {
 
     /// Remembers the provenance of stored records, as
     /// [`Self::remember`] for each in turn would: the origin of a stretch
-    /// of records from one origin is looked up once for all of them.
-    pub(crate) fn remember_all(&mut self, records: &[CommitRecord<'_>]) {
+    /// of records from one origin is looked up once for all of them, and
+    /// an idempotency key found in `claimed` (the claims of the run that
+    /// planned `records`, [`RunClaims::into_keys`]) is not hashed again.
+    pub(crate) fn remember_all(&mut self, records: &[CommitRecord<'_>], claimed: &[ClaimedKey<'_>]) {
         let mut rest = records;
         while let Some(first) = rest.first() {
             let Some(origin) = first.origin else {
-                if !first.idempotency_key.is_empty() {
-                    self.remember_key(first.idempotency_key, first.committed_at_ms);
-                }
                 rest = &rest[1..];
                 continue;
             };
@@ -162,12 +200,21 @@ impl Seen {
                 .count();
             let (same, after) = rest.split_at(stretch);
             self.remember_origins(origin.id, same.iter().filter_map(|record| record.origin));
-            for record in same {
-                if !record.idempotency_key.is_empty() {
-                    self.remember_key(record.idempotency_key, record.committed_at_ms);
-                }
-            }
             rest = after;
+        }
+        let mut claimed = claimed.iter().peekable();
+        for record in records {
+            let key = record.idempotency_key;
+            if key.is_empty() {
+                continue;
+            }
+            // Claims come in the order of the records they let through.
+            let hash = match claimed.next_if(|claim| claim.key == key) {
+                Some(claim) => claim.hash,
+                None => self.keys.hash(key),
+            };
+            self.keys
+                .insert(key, hash, record.committed_at_ms, IDEMPOTENCY_KEYS_MAX);
         }
     }
 
@@ -182,12 +229,7 @@ impl Seen {
 
     /// Forgets idempotency keys stored `window_ms` or more before `now_ms`.
     pub(crate) fn expire_keys(&mut self, now_ms: u64, window_ms: u64) {
-        while let Some((stored_ms, _)) = self.key_order.front() {
-            if now_ms < stored_ms.saturating_add(window_ms) {
-                break;
-            }
-            self.drop_oldest_key();
-        }
+        self.keys.expire(now_ms, window_ms);
     }
 
     /// Origins and idempotency keys remembered, for tests and statistics.
@@ -239,22 +281,9 @@ impl Seen {
     }
 
     fn remember_key(&mut self, key: &[u8], committed_at_ms: u64) {
-        let key: Box<[u8]> = key.into();
-        if self.keys.insert(key.clone(), committed_at_ms).is_some() {
-            // A key stored again after its window: the old queue entry
-            // stays until it expires, and then must not remove this one.
-            self.key_order.retain(|(_, queued)| *queued != key);
-        }
-        self.key_order.push_back((committed_at_ms, key));
-        while self.keys.len() > IDEMPOTENCY_KEYS_MAX {
-            self.drop_oldest_key();
-        }
-    }
-
-    fn drop_oldest_key(&mut self) {
-        if let Some((_, key)) = self.key_order.pop_front() {
-            self.keys.remove(&key);
-        }
+        let hash = self.keys.hash(key);
+        self.keys
+            .insert(key, hash, committed_at_ms, IDEMPOTENCY_KEYS_MAX);
     }
 }
 
@@ -301,6 +330,15 @@ mod tests {
         let record = with_origin(origin(1, 5, 0));
         assert!(!seen.already_stored(&record, 0, 0, &mut run));
         assert!(seen.already_stored(&record, 0, 0, &mut run));
+    }
+
+    #[test]
+    fn the_same_idempotency_key_twice_in_one_run_is_stored_once() {
+        let seen = Seen::default();
+        let mut run = RunClaims::default();
+        assert!(!seen.already_stored(&with_key(b"order-1"), 0, 120_000, &mut run));
+        assert!(!seen.already_stored(&with_key(b"order-2"), 0, 120_000, &mut run));
+        assert!(seen.already_stored(&with_key(b"order-1"), 0, 120_000, &mut run));
     }
 
     #[test]
@@ -395,12 +433,39 @@ mod tests {
             );
         }
         let mut together = Seen::default();
-        together.remember_all(&records);
+        together.remember_all(&records, &[]);
         assert_eq!(held(&together), held(&each));
         assert_eq!(together.sizes(), each.sizes());
         assert_eq!(together.sizes(), (2, 2));
         let ones = &together.origins[&[1; ORIGIN_ID_BYTES]];
         assert_eq!((ones.floor, ones.seqs.len(), ones.seqs.runs()), (9, 2, 1));
+    }
+
+    #[test]
+    fn keys_remembered_with_their_claims_are_found_as_without() {
+        let records = [with_key(b"k1"), with_key(b"k2"), with_key(b"k3")];
+        let mut planned = Seen::default();
+        let mut run = RunClaims::default();
+        for record in &records {
+            assert!(!planned.already_stored(record, 0, 100, &mut run));
+        }
+        let claims = run.into_keys();
+        planned.remember_all(&records, &claims);
+        // A record whose key is not the next claim is hashed again.
+        let mut mismatched = Seen::default();
+        let mut run = RunClaims::default();
+        for record in &records[1..] {
+            assert!(!mismatched.already_stored(record, 0, 100, &mut run));
+        }
+        let claims = run.into_keys();
+        mismatched.remember_all(&records, &claims);
+        for seen in [&planned, &mismatched] {
+            assert_eq!(seen.sizes().1, 3);
+            let mut run = RunClaims::default();
+            for record in &records {
+                assert!(seen.already_stored(record, 50, 100, &mut run));
+            }
+        }
     }
 
     #[test]

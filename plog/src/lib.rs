@@ -41,6 +41,7 @@ pub mod retention;
 mod scan;
 pub mod segment;
 mod seq_ranges;
+mod stored_keys;
 mod tail;
 mod transfer;
 mod watch;

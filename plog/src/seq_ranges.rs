@@ -36,16 +36,24 @@ impl SeqRanges {
         self.runs.first_key_value().map(|(&first, _)| first)
     }
 
-    /// Whether `seq` is held.
+    /// Whether `seq` is held. A sequence above the highest run (a record
+    /// not sent before, the usual case) is answered from that run alone.
     pub(crate) fn contains(&self, seq: u64) -> bool {
-        self.runs
-            .range(..=seq)
-            .next_back()
-            .is_some_and(|(_, &last)| seq <= last)
+        match self.runs.last_key_value() {
+            None => false,
+            Some((_, &last)) if seq > last => false,
+            Some(_) => self
+                .runs
+                .range(..=seq)
+                .next_back()
+                .is_some_and(|(_, &last)| seq <= last),
+        }
     }
 
     /// Adds `seq`; false when it was held already. Appending just past the
-    /// highest run (the usual case) only moves that run's end.
+    /// highest run (the usual case) only moves that run's end; a sequence
+    /// further above it (a partition's share of an interleaved WAL) starts
+    /// a run of its own without looking for runs to join.
     pub(crate) fn insert(&mut self, seq: u64) -> bool {
         if let Some(mut highest) = self.runs.last_entry() {
             let last = *highest.get();
@@ -54,6 +62,11 @@ impl SeqRanges {
             }
             if last.checked_add(1) == Some(seq) {
                 *highest.get_mut() = seq;
+                self.count += 1;
+                return true;
+            }
+            if seq > last {
+                self.runs.insert(seq, seq);
                 self.count += 1;
                 return true;
             }

@@ -57,6 +57,11 @@ pub struct WalReader {
     window: Vec<u8>,
     window_start: u64,
     marks: BTreeMap<u64, (u64, u64)>,
+    /// A durable end of the reader's segment learnt from the segment table
+    /// (0: none yet). A segment's durable end only grows and falls between
+    /// frames, so the frames below it are read without asking the table
+    /// (under its lock) again for each one.
+    durable_known: u64,
 }
 
 impl WalReader {
@@ -72,6 +77,7 @@ impl WalReader {
             window: Vec::new(),
             window_start: 0,
             marks: BTreeMap::new(),
+            durable_known: 0,
         };
         reader.seek(from_seq)?;
         Ok(reader)
@@ -185,6 +191,7 @@ impl WalReader {
         self.segment_base = base;
         self.offset = offset;
         self.next_seq = seq;
+        self.durable_known = 0;
         self.window.clear();
         self.window_start = offset;
     }
@@ -192,6 +199,9 @@ impl WalReader {
     /// Reads and checks the header of the next durable frame; returns it and
     /// where the frame starts in the window (the whole frame is in it).
     fn next_header(&mut self) -> Result<Option<(FrameHeader, usize)>, WalError> {
+        if self.offset < self.durable_known {
+            return self.header_at(self.durable_known).map(Some);
+        }
         loop {
             let (durable_end, next_segment) = {
                 let segments = self.shared.segments.lock();
@@ -201,6 +211,7 @@ impl WalReader {
                             .range(self.segment_base + 1..)
                             .next()
                             .map(|(&base, _)| base);
+                        self.durable_known = end;
                         (end, next)
                     }
                     // The reader read its segment to the end, then
@@ -240,9 +251,9 @@ impl WalReader {
     }
 
     fn header_at(&mut self, durable_end: u64) -> Result<(FrameHeader, usize), WalError> {
-        let path = segment_path(&self.shared.dir, self.segment_base);
-        let path = || path.clone();
         let at = self.ensure(self.offset, FRAME_HEADER_BYTES, durable_end)?;
+        // The path names a fault only: made for one, not per frame.
+        let path = || segment_path(&self.shared.dir, self.segment_base);
         let header = parse_header(&self.window[at..], self.shared.options.record_bytes_max)
             .map_err(|fault| WalError::corrupt(path(), self.offset, fault.to_string()))?;
         if header.seq != self.next_seq {

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::pending::PendingSeqs;
 use super::constants::{
     DESTINATION_QUEUE_RECORDS_MIN, HELD_LIMIT_DESTINATIONS, LATENCY_EWMA_WEIGHT,
     LINGER_LATENCY_FACTOR, LOOKAHEAD_WINDOWS, TARGET_RECORDS_PER_DESTINATION, WINDOW_RECORDS_MAX,
@@ -92,7 +93,7 @@ pub struct Dispatcher<P> {
     checkpoint_stored: u64,
     read_frontier: u64,
     durable: u64,
-    pending: BTreeSet<u64>,
+    pending: PendingSeqs,
     skipped: BTreeMap<u64, RecordMeta>,
     skipped_by_home: HashMap<Destination, BTreeSet<u64>>,
     destinations: BTreeMap<Destination, DestinationState<P>>,
@@ -129,7 +130,7 @@ impl<P> Dispatcher<P> {
             checkpoint_stored: checkpoint,
             read_frontier: checkpoint,
             durable: checkpoint,
-            pending: BTreeSet::new(),
+            pending: PendingSeqs::default(),
             skipped: BTreeMap::new(),
             skipped_by_home: HashMap::new(),
             destinations: BTreeMap::new(),
@@ -155,7 +156,7 @@ impl<P> Dispatcher<P> {
     /// The first sequence number not done: everything below it committed or
     /// was discarded.
     pub fn checkpoint(&self) -> u64 {
-        self.pending.first().copied().unwrap_or(self.read_frontier)
+        self.pending.first().unwrap_or(self.read_frontier)
     }
 
     /// The next sequence number never read.
@@ -213,6 +214,17 @@ impl<P> Dispatcher<P> {
     /// gets is not the one after the last it read.
     pub fn next_read(&mut self, topology: &dyn Topology, now: Duration) -> Option<u64> {
         self.follow_time(topology, now);
+        self.next_read_in_pass(topology, now)
+    }
+
+    /// [`Dispatcher::next_read`] for the reads after the first of one pass
+    /// at the same `now`, with a [`Dispatcher::place`] between each two:
+    /// placing a record changes nothing that time and membership act on
+    /// (commits in flight, failing destinations), so the pass skips going
+    /// over every commit and destination again for each record. A change
+    /// of the topology during the pass is followed by the next pass or
+    /// poll.
+    pub fn next_read_in_pass(&mut self, topology: &dyn Topology, now: Duration) -> Option<u64> {
         if self.reader_held_back() {
             return None;
         }
@@ -254,7 +266,7 @@ impl<P> Dispatcher<P> {
                 Decision::Ask(question) => self.ask(question),
                 Decision::Discard(question) => {
                     self.unskip(seq, &meta);
-                    self.pending.remove(&seq);
+                    self.pending.remove(seq);
                     self.commands.push(Command::Discarded {
                         question,
                         seqs: vec![seq],
@@ -304,7 +316,7 @@ impl<P> Dispatcher<P> {
                 self.skip(seq, meta);
             }
             Decision::Discard(question) => {
-                self.pending.remove(&seq);
+                self.pending.remove(seq);
                 self.commands.push(Command::Discarded {
                     question,
                     seqs: vec![seq],
@@ -487,7 +499,7 @@ impl<P> Dispatcher<P> {
     }
 
     fn skip(&mut self, seq: u64, meta: RecordMeta) {
-        debug_assert!(self.pending.contains(&seq));
+        debug_assert!(self.pending.contains(seq));
         self.skipped_by_home
             .entry(meta.home.clone())
             .or_default()
@@ -905,7 +917,7 @@ impl<P> Dispatcher<P> {
     fn committed(&mut self, commit: &InFlight, records: Vec<Held<P>>, now: Duration) {
         let mut rerouted = 0;
         for record in &records {
-            let removed = self.pending.remove(&record.seq);
+            let removed = self.pending.remove(record.seq);
             assert!(removed, "committed seq {} was not pending", record.seq);
             if record.meta.home != commit.destination {
                 rerouted += 1;

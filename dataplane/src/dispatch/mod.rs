@@ -17,13 +17,14 @@
 
 pub mod constants;
 mod machine;
+mod pending;
 pub mod runtime;
 pub mod targets;
 mod types;
 
 pub use machine::{Dispatcher, incarnation_runs};
 #[cfg(test)]
-pub(crate) use runtime::held_of;
+pub(crate) use runtime::{RecordNames, held_of};
 pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
 pub use targets::{
     CommitDone, CommitTarget, Declined, LeaderConfirm, NoRemoteTarget, PartitionHolder,

@@ -161,6 +161,7 @@ impl DispatchRuntime {
             compacted_behind: 0,
             compaction_due: None,
             reread_due: None,
+            names: RecordNames::default(),
         };
         let runner = std::thread::Builder::new()
             .name("narad-dispatch".into())
@@ -327,6 +328,8 @@ struct Loop<T> {
     /// When to read again a record the frontier covers but the reader did
     /// not see.
     reread_due: Option<Duration>,
+    /// Names shared by the records read.
+    names: RecordNames,
 }
 
 impl<T: Topology + Send + Sync + 'static> Loop<T> {
@@ -433,7 +436,8 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         self.reread_due = None;
         let topology = &*self.parts.topology;
         let mut read = 0;
-        while let Some(seq) = self.machine.next_read(topology, now) {
+        let mut next = self.machine.next_read(topology, now);
+        while let Some(seq) = next {
             if self.reader.next_seq() != seq {
                 self.reader.seek(seq)?;
             }
@@ -444,11 +448,17 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 return Ok(read);
             };
             assert_eq!(frame.seq, seq, "WAL reader yielded another seq than asked");
-            let (meta, payload) =
-                held_of(seq, frame.payload, &self.parts.wal, &self.parts.checkpoint)
-                    .map_err(|error| ReadFailure::Decode { seq, error })?;
+            let (meta, payload) = held_of(
+                seq,
+                frame.payload,
+                &self.parts.wal,
+                &self.parts.checkpoint,
+                &mut self.names,
+            )
+            .map_err(|error| ReadFailure::Decode { seq, error })?;
             self.machine.place(seq, meta, payload, topology, now);
             read += 1;
+            next = self.machine.next_read_in_pass(topology, now);
         }
         Ok(read)
     }
@@ -644,8 +654,37 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
     }
 }
 
+/// The topic and incarnation names of the last record read, shared by
+/// the records read after it while they match: a run of records to one
+/// topic holds one copy of each name instead of one per record, and their
+/// destinations compare equal by pointer.
+#[derive(Debug, Default)]
+pub(crate) struct RecordNames {
+    topic: Option<Arc<str>>,
+    incarnation: Option<Arc<str>>,
+}
+
+impl RecordNames {
+    fn topic(&mut self, name: &str) -> Arc<str> {
+        shared_name(&mut self.topic, name)
+    }
+
+    fn incarnation(&mut self, name: &str) -> Arc<str> {
+        shared_name(&mut self.incarnation, name)
+    }
+}
+
+/// The name kept in `kept` when it is `name`; else a new one, kept.
+fn shared_name(kept: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
+    match kept {
+        Some(same) if **same == *name => Arc::clone(same),
+        _ => Arc::clone(kept.insert(Arc::from(name))),
+    }
+}
+
 /// The dispatcher's view of WAL record `seq`: where it goes, and what a
-/// commit carries, its origin included.
+/// commit carries, its origin included. The record's bytes are copied
+/// once; its key, payload and idempotency key are slices of that copy.
 ///
 /// # Errors
 /// The record does not decode.
@@ -654,16 +693,21 @@ pub(crate) fn held_of(
     bytes: &[u8],
     wal: &Wal,
     checkpoint: &CheckpointStore,
+    names: &mut RecordNames,
 ) -> Result<(RecordMeta, WalPayload), RecordError> {
     let record = WalRecordRef::decode(bytes)?;
     let meta = RecordMeta {
-        home: Destination::new(record.topic, record.partition),
+        home: Destination {
+            topic: names.topic(record.topic),
+            partition: record.partition,
+        },
         bytes: bytes.len() as u64,
-        incarnation: record.incarnation_id.map(Arc::from),
+        incarnation: record.incarnation_id.map(|name| names.incarnation(name)),
     };
+    let owned = Bytes::copy_from_slice(bytes);
     let payload = WalPayload {
-        key: Bytes::copy_from_slice(record.key),
-        payload: Bytes::copy_from_slice(record.payload),
+        key: part_of(&owned, bytes, record.key),
+        payload: part_of(&owned, bytes, record.payload),
         created_at_unix_ms: record.created_at_unix_ms,
         origin: Some(Origin {
             id: wal.origins().id_of(seq),
@@ -672,7 +716,17 @@ pub(crate) fn held_of(
             // after any crash.
             floor: checkpoint.synced().min(seq),
         }),
-        idempotency_key: Bytes::copy_from_slice(record.idempotency_key),
+        idempotency_key: part_of(&owned, bytes, record.idempotency_key),
     };
     Ok((meta, payload))
+}
+
+/// `field`, a part of `bytes`, as the same part of `owned` (a copy of
+/// `bytes`); a copy of its own when empty or not inside `bytes`.
+fn part_of(owned: &Bytes, bytes: &[u8], field: &[u8]) -> Bytes {
+    let start = (field.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
+    match start.checked_add(field.len()) {
+        Some(end) if !field.is_empty() && end <= bytes.len() => owned.slice(start..end),
+        _ => Bytes::copy_from_slice(field),
+    }
 }

@@ -104,12 +104,17 @@ impl Harness {
     /// Reads what the dispatcher asks for, then polls; returns the commits.
     fn step(&mut self) -> Vec<CommitOrder<u64>> {
         let mut reads = 0;
-        while let Some(seq) = self.dispatcher.next_read(&self.topology, self.now) {
+        // As the runtime reads: time and membership are followed once a pass.
+        let mut next = self.dispatcher.next_read(&self.topology, self.now);
+        while let Some(seq) = next {
             let meta = self.wal[seq as usize].clone();
             self.dispatcher
                 .place(seq, meta, seq, &self.topology, self.now);
             reads += 1;
             assert!(reads <= 1_000_000, "reader does not stop");
+            next = self
+                .dispatcher
+                .next_read_in_pass(&self.topology, self.now);
         }
         let mut commits = Vec::new();
         for command in self.dispatcher.poll(&self.topology, self.now) {

@@ -175,10 +175,11 @@ fn capped_messages<'de, D: Deserializer<'de>>(
 
 /// Decodes a (decompressed) batch body into messages, checking each one's
 /// format (encodings, empty payload, size, negative partition) in order.
+/// A payload taken as written is a slice of `body`, not a copy.
 ///
 /// # Errors
 /// The first [`BatchBodyError`].
-pub fn parse_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, BatchBodyError> {
+pub fn parse_batch(body: &bytes::Bytes) -> Result<Vec<ProduceMessage>, BatchBodyError> {
     let text = std::str::from_utf8(body)
         .map_err(|error| BatchBodyError::InvalidJson(error.to_string()))?;
     let wire: WireBody<'_> = serde_json::from_str(text).map_err(|error| {
@@ -194,15 +195,21 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, BatchBodyError> {
     wire.messages
         .into_iter()
         .enumerate()
-        .map(|(index, message)| decode_message(index, message))
+        .map(|(index, message)| decode_message(body, index, message))
         .collect()
 }
 
-fn decode_message(index: usize, wire: WireMessage<'_>) -> Result<ProduceMessage, BatchBodyError> {
+fn decode_message(
+    body: &bytes::Bytes,
+    index: usize,
+    wire: WireMessage<'_>,
+) -> Result<ProduceMessage, BatchBodyError> {
     let encoding = |reason: String| BatchBodyError::Encoding { index, reason };
     let payload = match wire.payload {
-        None => Vec::new(),
-        Some(raw) => decode_payload(raw, wire.payload_encoding.as_deref()).map_err(encoding)?,
+        None => bytes::Bytes::new(),
+        Some(raw) => {
+            decode_payload(body, raw, wire.payload_encoding.as_deref()).map_err(encoding)?
+        }
     };
     let key = match wire.key {
         None => Vec::new(),
@@ -228,24 +235,31 @@ fn decode_message(index: usize, wire: WireMessage<'_>) -> Result<ProduceMessage,
     let message = ProduceMessage {
         key,
         partition,
-        payload: payload.into(),
+        payload,
         idempotency_key,
     };
     check_format(&message).map_err(|error| BatchBodyError::Message { index, error })?;
     Ok(message)
 }
 
-fn decode_payload(raw: &RawValue, encoding: Option<&str>) -> Result<Vec<u8>, String> {
+/// `raw`'s payload; `raw` was read from `body`, whose slice it is when
+/// taken as written.
+fn decode_payload(
+    body: &bytes::Bytes,
+    raw: &RawValue,
+    encoding: Option<&str>,
+) -> Result<bytes::Bytes, String> {
     match encoding {
         // Any JSON value, stored exactly as written (a string keeps its
         // quotes).
-        None | Some("") => Ok(raw.get().as_bytes().to_vec()),
+        None | Some("") => Ok(body.slice_ref(raw.get().as_bytes())),
         Some("base64") => {
             let text: String = serde_json::from_str(raw.get()).map_err(|_| {
                 "invalid payload: a base64 payload must be a JSON string".to_owned()
             })?;
             BASE64
                 .decode(text)
+                .map(bytes::Bytes::from)
                 .map_err(|error| format!("invalid payload: bad base64: {error}"))
         }
         Some(other) => Err(format!(
@@ -271,6 +285,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    fn parse(body: &[u8]) -> Result<Vec<ProduceMessage>, BatchBodyError> {
+        parse_batch(&bytes::Bytes::copy_from_slice(body))
+    }
 
     /// One message as a client sends it: base64 payload and key, so any
     /// bytes fit, and maybe a pinned partition.
@@ -309,7 +327,7 @@ mod tests {
         fn arbitrary_bytes_parse_or_are_refused_without_panicking(
             body in prop::collection::vec(any::<u8>(), 0..256),
         ) {
-            let _ = parse_batch(&body);
+            let _ = parse(&body);
         }
 
         /// Text close to the route's shape reaches the JSON walk, the
@@ -318,13 +336,13 @@ mod tests {
         fn json_shaped_text_parses_or_is_refused_without_panicking(
             inside in r#"[\[\]{}":,0-9a-z_= -]{0,96}"#,
         ) {
-            let _ = parse_batch(format!(r#"{{"messages":[{inside}]}}"#).as_bytes());
-            let _ = parse_batch(format!(r#"{{"messages":[{{"payload":{inside}}}]}}"#).as_bytes());
+            let _ = parse(format!(r#"{{"messages":[{inside}]}}"#).as_bytes());
+            let _ = parse(format!(r#"{{"messages":[{{"payload":{inside}}}]}}"#).as_bytes());
         }
 
         #[test]
         fn every_valid_batch_round_trips(messages in arb_messages()) {
-            let parsed = parse_batch(body_of(&messages).as_bytes()).unwrap();
+            let parsed = parse(body_of(&messages).as_bytes()).unwrap();
             prop_assert_eq!(parsed.len(), messages.len());
             for (message, (payload, key, partition)) in parsed.iter().zip(&messages) {
                 prop_assert_eq!(&message.payload[..], payload.as_slice());
@@ -343,28 +361,39 @@ mod tests {
             let body = body_of(&messages).into_bytes();
             let mut changed = body.clone();
             changed[at.index(body.len())] = byte;
-            let _ = parse_batch(&changed);
-            prop_assert!(parse_batch(&body[..cut.index(body.len())]).is_err());
+            let _ = parse(&changed);
+            prop_assert!(parse(&body[..cut.index(body.len())]).is_err());
         }
     }
 
     #[test]
     fn raw_json_payload_is_stored_verbatim_with_its_whitespace() {
         let messages =
-            parse_batch(br#"{"messages":[{"payload":{"id": "o2",  "amount": 7}}]}"#).unwrap();
+            parse(br#"{"messages":[{"payload":{"id": "o2",  "amount": 7}}]}"#).unwrap();
         assert_eq!(&messages[0].payload[..], br#"{"id": "o2",  "amount": 7}"#);
     }
 
     #[test]
+    fn a_payload_taken_as_written_is_a_slice_of_the_body_not_a_copy() {
+        let body = bytes::Bytes::from_static(br#"{"messages":[{"payload":{"id":1}}]}"#);
+        let messages = parse_batch(&body).unwrap();
+        let payload = &messages[0].payload;
+        assert_eq!(&payload[..], br#"{"id":1}"#);
+        let start = payload.as_ptr() as usize - body.as_ptr() as usize;
+        assert_eq!(&body[start..start + payload.len()], &payload[..]);
+        assert!(start + payload.len() <= body.len());
+    }
+
+    #[test]
     fn json_string_payload_keeps_its_quotes() {
-        let messages = parse_batch(br#"{"messages":[{"payload":"hi"}]}"#).unwrap();
+        let messages = parse(br#"{"messages":[{"payload":"hi"}]}"#).unwrap();
         assert_eq!(&messages[0].payload[..], br#""hi""#);
     }
 
     #[test]
     fn base64_payload_and_key_are_decoded() {
         let body = br#"{"messages":[{"payload":"AP8=","payload_encoding":"base64","key":"gw==","key_encoding":"base64","partition":2}]}"#;
-        let messages = parse_batch(body).unwrap();
+        let messages = parse(body).unwrap();
         assert_eq!(&messages[0].payload[..], &[0x00, 0xff]);
         assert_eq!(messages[0].key, vec![0x83]);
         assert_eq!(messages[0].partition, Some(2));
@@ -373,7 +402,7 @@ mod tests {
     #[test]
     fn base64_payload_that_is_not_a_string_names_the_message() {
         let body = br#"{"messages":[{"payload":1},{"payload":5,"payload_encoding":"base64"}]}"#;
-        let error = parse_batch(body).unwrap_err();
+        let error = parse(body).unwrap_err();
         assert_eq!(
             error.to_string(),
             "message 1: invalid payload: a base64 payload must be a JSON string"
@@ -382,27 +411,27 @@ mod tests {
 
     #[test]
     fn missing_payload_is_message_required() {
-        let error = parse_batch(br#"{"messages":[{"key":"k"}]}"#).unwrap_err();
+        let error = parse(br#"{"messages":[{"key":"k"}]}"#).unwrap_err();
         assert_eq!(error.to_string(), "message 0: message required");
     }
 
     #[test]
     fn empty_list_is_messages_required() {
         assert_eq!(
-            parse_batch(br#"{"messages":[]}"#).unwrap_err().to_string(),
+            parse(br#"{"messages":[]}"#).unwrap_err().to_string(),
             "messages required"
         );
     }
 
     #[test]
     fn unknown_field_is_invalid_json() {
-        let error = parse_batch(br#"{"messages":[{"payload":1,"extra":2}]}"#).unwrap_err();
+        let error = parse(br#"{"messages":[{"payload":1,"extra":2}]}"#).unwrap_err();
         assert!(error.to_string().starts_with("invalid json: "), "{error}");
     }
 
     #[test]
     fn second_json_value_after_the_body_is_invalid_json() {
-        let error = parse_batch(br#"{"messages":[{"payload":1}]} {}"#).unwrap_err();
+        let error = parse(br#"{"messages":[{"payload":1}]} {}"#).unwrap_err();
         assert!(matches!(error, BatchBodyError::InvalidJson(_)));
     }
 
@@ -413,13 +442,13 @@ mod tests {
             r#"{{"messages":[{}]}}"#,
             vec![one; BATCH_MESSAGES_MAX + 1].join(",")
         );
-        let error = parse_batch(body.as_bytes()).unwrap_err();
+        let error = parse(body.as_bytes()).unwrap_err();
         assert_eq!(error.to_string(), "too many messages: more than 1000");
     }
 
     #[test]
     fn negative_partition_is_refused_per_message() {
-        let error = parse_batch(br#"{"messages":[{"payload":1,"partition":-1}]}"#).unwrap_err();
+        let error = parse(br#"{"messages":[{"payload":1,"partition":-1}]}"#).unwrap_err();
         assert_eq!(
             error.to_string(),
             "message 0: invalid partition: -1 is negative"
@@ -430,7 +459,7 @@ mod tests {
     fn decoded_payload_over_a_mebibyte_is_too_large() {
         let big = BASE64.encode(vec![7u8; super::super::MESSAGE_BYTES_MAX + 1]);
         let body = format!(r#"{{"messages":[{{"payload":"{big}","payload_encoding":"base64"}}]}}"#);
-        let error = parse_batch(body.as_bytes()).unwrap_err();
+        let error = parse(body.as_bytes()).unwrap_err();
         assert_eq!(error.to_string(), "message 0: message too large");
     }
 
