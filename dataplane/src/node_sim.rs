@@ -306,8 +306,14 @@ impl Node {
             let Ok(Some(frame)) = self.reader.next_frame() else {
                 return progressed;
             };
-            let (meta, payload) = held_of(seq, frame.payload, &self.wal, &self.checkpoint, &mut self.names)
-                .expect("a durable WAL record decodes");
+            let (meta, payload) = held_of(
+                seq,
+                frame.payload,
+                &self.wal,
+                &self.checkpoint,
+                &mut self.names,
+            )
+            .expect("a durable WAL record decodes");
             self.dispatcher
                 .place(seq, meta, payload, &*self.replica, now);
             progressed = true;

@@ -187,7 +187,11 @@ impl Seen {
     /// of records from one origin is looked up once for all of them, and
     /// an idempotency key found in `claimed` (the claims of the run that
     /// planned `records`, [`RunClaims::into_keys`]) is not hashed again.
-    pub(crate) fn remember_all(&mut self, records: &[CommitRecord<'_>], claimed: &[ClaimedKey<'_>]) {
+    pub(crate) fn remember_all(
+        &mut self,
+        records: &[CommitRecord<'_>],
+        claimed: &[ClaimedKey<'_>],
+    ) {
         let mut rest = records;
         while let Some(first) = rest.first() {
             let Some(origin) = first.origin else {

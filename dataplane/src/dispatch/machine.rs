@@ -13,12 +13,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::pending::PendingSeqs;
 use super::constants::{
     DESTINATION_QUEUE_RECORDS_MIN, HELD_LIMIT_DESTINATIONS, LATENCY_EWMA_WEIGHT,
     LINGER_LATENCY_FACTOR, LOOKAHEAD_WINDOWS, TARGET_RECORDS_PER_DESTINATION, WINDOW_RECORDS_MAX,
     WINDOW_RECORDS_MIN,
 };
+use super::pending::PendingSeqs;
 use super::types::{
     Command, CommitId, CommitOrder, CommitOutcome, DispatchConfig, GoneQuestion, Held, RecordMeta,
 };

@@ -23,9 +23,9 @@ pub mod targets;
 mod types;
 
 pub use machine::{Dispatcher, incarnation_runs};
+pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
 #[cfg(test)]
 pub(crate) use runtime::{RecordNames, held_of};
-pub use runtime::{DispatchParts, DispatchRuntime, DispatchStatus};
 pub use targets::{
     CommitDone, CommitTarget, Declined, LeaderConfirm, NoRemoteTarget, PartitionHolder,
     ReplicaLeader, WalPayload,

@@ -35,7 +35,8 @@ impl PendingSeqs {
             seq >= end,
             "pending seq {seq} added below the highest pending one ({end} is next)"
         );
-        self.flags.extend(std::iter::repeat_n(false, (seq - end) as usize));
+        self.flags
+            .extend(std::iter::repeat_n(false, (seq - end) as usize));
         self.flags.push_back(true);
         self.count += 1;
     }

@@ -112,9 +112,7 @@ impl Harness {
                 .place(seq, meta, seq, &self.topology, self.now);
             reads += 1;
             assert!(reads <= 1_000_000, "reader does not stop");
-            next = self
-                .dispatcher
-                .next_read_in_pass(&self.topology, self.now);
+            next = self.dispatcher.next_read_in_pass(&self.topology, self.now);
         }
         let mut commits = Vec::new();
         for command in self.dispatcher.poll(&self.topology, self.now) {

@@ -368,8 +368,7 @@ mod tests {
 
     #[test]
     fn raw_json_payload_is_stored_verbatim_with_its_whitespace() {
-        let messages =
-            parse(br#"{"messages":[{"payload":{"id": "o2",  "amount": 7}}]}"#).unwrap();
+        let messages = parse(br#"{"messages":[{"payload":{"id": "o2",  "amount": 7}}]}"#).unwrap();
         assert_eq!(&messages[0].payload[..], br#"{"id": "o2",  "amount": 7}"#);
     }
 
