@@ -884,12 +884,17 @@ async fn a_replaced_target_is_resumed_only_when_accepted() {
     );
 }
 
-/// A loopback endpoint for member `node` of `api`'s cluster that checks
-/// targets through `probe` (opcode 34) and reports its status (opcode 33,
-/// for the upgrade gate) from `api`'s sources.
-fn member_rpc(api: &Api, probe: Arc<TargetProbe>) -> narad_protocol::Node {
+/// A loopback endpoint for another member of `api`'s cluster that checks
+/// targets through `probe`, finding remotes in `replica` (opcode 34), and
+/// reports its status (opcode 33, for the upgrade gate) from `api`'s
+/// sources.
+fn member_rpc(
+    api: &Api,
+    replica: Arc<crate::metadata::MetadataReplica>,
+    probe: Arc<TargetProbe>,
+) -> narad_protocol::Node {
     let checks = crate::remote_children::RemoteCheckService::new();
-    checks.attach(Arc::clone(&api.state.replica), probe);
+    checks.attach(replica, probe);
     let status = crate::status::NodeStatusService::new();
     status.attach(Arc::clone(&api.state.status));
     let router = status.route(checks.route(narad_protocol::Router::new()));
@@ -913,7 +918,7 @@ async fn a_resume_checks_the_target_from_every_member() {
     let api = probed_api(Arc::clone(&here));
     attach_stub(&api).await;
     let there = passing_probe("t1");
-    let member = member_rpc(&api, Arc::clone(&there));
+    let member = member_rpc(&api, Arc::clone(&api.state.replica), Arc::clone(&there));
     let without = crate::testing::status_rpc(&api.state.status);
     let peers = [(2, member.local_addr()), (3, without.local_addr())];
     let _transport = crate::testing::attach_forwarder(&api.state, &peers);
@@ -993,12 +998,7 @@ async fn a_member_whose_replica_lacks_the_remote_reports_it_missing() {
     let api = probed_api(passing_probe("t1"));
     attach_stub(&api).await;
     // Node 2's replica has no remote dr: it cannot check, and says why.
-    let other = crate::remote_children::RemoteCheckService::new();
-    other.attach(crate::testing::replica(), passing_probe("t1"));
-    let status = crate::status::NodeStatusService::new();
-    status.attach(Arc::clone(&api.state.status));
-    let member =
-        crate::testing::loopback_rpc(status.route(other.route(narad_protocol::Router::new())));
+    let member = member_rpc(&api, crate::testing::replica(), passing_probe("t1"));
     let _transport = crate::testing::attach_forwarder(&api.state, &[(2, member.local_addr())]);
     crate::testing::register(&api.state.replica, 2);
     let resumed = call(
