@@ -77,12 +77,11 @@ pub use lane::Lane;
 pub use node::{Node, NodeConfig, NodeError};
 pub use node_status::{
     CredentialState, MoveReport, NodeStatus, NodeStatusAnswer, QuarantinedCopy, RemoteView,
+    clip_text,
 };
 pub use observe::{CALL_SECONDS_BUCKETS, CallObserver, CallOutcome};
 pub use opcode::Opcode;
-pub use remote_check::{
-    CheckRemoteTarget, FailedCheck, RemoteTargetAnswer, TargetCheckOutcome, clip_text,
-};
+pub use remote_check::{CheckRemoteTarget, FailedCheck, RemoteTargetAnswer, TargetCheckOutcome};
 pub use server::{Handler, HandlerFuture, Inbound, OperationLimit, Router};
 pub use stream::codes;
 

@@ -269,6 +269,20 @@ pub(crate) fn put_text(writer: &mut Writer, field: &'static str, text: &str) {
     writer.str(text);
 }
 
+/// `text` cut to at most [`NODE_STATUS_TEXT_BYTES_MAX`] bytes, on a
+/// character boundary: what a sender does to a detail before it encodes
+/// it.
+pub fn clip_text(text: &mut String) {
+    if text.len() <= NODE_STATUS_TEXT_BYTES_MAX {
+        return;
+    }
+    let mut end = NODE_STATUS_TEXT_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+}
+
 /// Reads a text field written by [`put_text`], refusing one over the limit
 /// before copying it.
 pub(crate) fn get_text(reader: &mut Reader, field: &'static str) -> Result<String, DecodeError> {
@@ -481,6 +495,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn clipping_keeps_whole_characters() {
+        let mut text = "é".repeat(NODE_STATUS_TEXT_BYTES_MAX);
+        clip_text(&mut text);
+        assert!(text.len() <= NODE_STATUS_TEXT_BYTES_MAX);
+        assert!(text.len() >= NODE_STATUS_TEXT_BYTES_MAX - 1);
+        assert!(text.chars().all(|c| c == 'é'));
+    }
     use crate::codec::{decode_message, encode_message};
     use crate::commit::is_unsupported_operation;
     use crate::consume::decode_forward_request;

@@ -18,13 +18,13 @@
 //!   u8    has_failure  · [str check · str state · str detail]
 //! ```
 //!
-//! Every text is at most [`NODE_STATUS_TEXT_BYTES_MAX`] bytes, checked by
+//! Every text is at most [`NODE_STATUS_TEXT_BYTES_MAX`](crate::node_status::NODE_STATUS_TEXT_BYTES_MAX) bytes, checked by
 //! the decoder before it copies anything; a sender cuts its details to
 //! that.
 
 use crate::codec::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use crate::fields::{get_option, invalid, put_option};
-use crate::node_status::{NODE_STATUS_TEXT_BYTES_MAX, get_text, put_text};
+use crate::node_status::{get_text, put_text};
 
 /// The request of opcode 34: check `topic` on remote `remote`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,20 +142,6 @@ impl Message for RemoteTargetAnswer {
     const VERSION: u8 = 1;
 }
 
-/// `text` cut to at most [`NODE_STATUS_TEXT_BYTES_MAX`] bytes, on a
-/// character boundary: what a sender does to a detail before it encodes
-/// it.
-pub fn clip_text(text: &mut String) {
-    if text.len() <= NODE_STATUS_TEXT_BYTES_MAX {
-        return;
-    }
-    let mut end = NODE_STATUS_TEXT_BYTES_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,20 +192,14 @@ mod tests {
     #[test]
     fn a_text_over_the_limit_is_refused_before_it_is_copied() {
         let mut writer = Writer::new();
-        writer.u32(NODE_STATUS_TEXT_BYTES_MAX as u32 + 1);
+        writer.u32(crate::node_status::NODE_STATUS_TEXT_BYTES_MAX as u32 + 1);
         let error = CheckRemoteTarget::decode(&mut Reader::new(writer.finish()));
         assert_eq!(
             error,
-            Err(invalid("remote", NODE_STATUS_TEXT_BYTES_MAX as u64 + 1))
+            Err(invalid(
+                "remote",
+                crate::node_status::NODE_STATUS_TEXT_BYTES_MAX as u64 + 1
+            ))
         );
-    }
-
-    #[test]
-    fn clipping_keeps_whole_characters() {
-        let mut text = "é".repeat(NODE_STATUS_TEXT_BYTES_MAX);
-        clip_text(&mut text);
-        assert!(text.len() <= NODE_STATUS_TEXT_BYTES_MAX);
-        assert!(text.len() >= NODE_STATUS_TEXT_BYTES_MAX - 1);
-        assert!(text.chars().all(|c| c == 'é'));
     }
 }
