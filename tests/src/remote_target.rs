@@ -123,9 +123,31 @@ impl Api {
 /// # Panics
 /// After [`REMOTE_WAIT_MAX`], naming `what`.
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    wait_for(what, || {
+        if done() {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    });
+}
+
+/// Polls `probe` every 200 ms until it answers `Ok`; its `Err` says what
+/// it saw instead.
+///
+/// # Panics
+/// After [`REMOTE_WAIT_MAX`], naming `what` and the last thing seen.
+pub fn wait_for(what: &str, mut probe: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + REMOTE_WAIT_MAX;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    loop {
+        let seen = match probe() {
+            Ok(()) => return,
+            Err(seen) => seen,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last seen: {seen}"
+        );
         sleep(Duration::from_millis(200));
     }
 }

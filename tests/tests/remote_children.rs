@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use narad_tests::dev::DevProcess;
 use narad_tests::metrics_list::assert_served_when;
-use narad_tests::remote_target::{Api, TARGET_SECRET, Target, wait_until};
+use narad_tests::remote_target::{Api, TARGET_SECRET, Target, wait_for, wait_until};
 use serde_json::{Value, json};
 
 const ADMIN_PASSWORD: &str = "source-admin-password-0123456789";
@@ -103,26 +103,38 @@ fn a_remote_child_ships_every_record_once_in_key_order_through_a_target_restart(
     });
     assert_eq!(link_state(&source_admin), "running");
 
-    // The other half while the target is killed and restarted.
+    // A quarter while the target is killed, a quarter after. A link with
+    // nothing to ship does not probe its target, so the last quarter is
+    // what makes the outage visible: on a fast machine the third quarter
+    // can be shipped whole before the kill lands. The producer is joined
+    // first so each key's records keep their produce order.
     let producer = {
         let port = source.port;
         std::thread::spawn(move || {
             let api = Api::new(port, "admin", ADMIN_PASSWORD);
-            produce(&api, RECORDS / 2..RECORDS);
+            produce(&api, RECORDS / 2..RECORDS * 3 / 4);
         })
     };
     sleep(Duration::from_millis(300));
     target.dev.sigkill();
-    wait_until("the link to show the target unavailable", || {
-        link_state(&source_admin) == "unavailable"
-    });
     producer.join().expect("producer");
+    produce(&source_admin, RECORDS * 3 / 4..RECORDS);
+    wait_for(
+        "the link to show the target unavailable",
+        || match link_state(&source_admin) {
+            state if state == "unavailable" => Ok(()),
+            state => Err(format!("the link is {state}")),
+        },
+    );
     target.dev.start();
     wait_until("every record in the target", || {
         target_admin.stored("orders-copy") >= RECORDS as u64
     });
-    wait_until("the link running again", || {
-        link_state(&source_admin) == "running"
+    wait_for("the link running again", || {
+        match link_state(&source_admin) {
+            state if state == "running" => Ok(()),
+            state => Err(format!("the link is {state}")),
+        }
     });
 
     // Exactly once, each key's records in produce order.
