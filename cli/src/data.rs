@@ -31,10 +31,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use narad_clock::{Clock, SystemClock};
 use narad_controlplane::node::ControlClient;
 use narad_dataplane::metadata::MetadataReplica;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices, RetentionConfig};
-use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::ClusterAuth;
 use tokio::task::JoinHandle;

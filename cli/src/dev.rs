@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{ArgMatches, Args, FromArgMatches};
+use narad_clock::{Clock, SystemClock};
 use narad_controlplane::node::config::layered::{ConfigError, Layer};
 use narad_controlplane::node::config::{
     ClusterSecurity, ControlConfig, ENV_ADMIN_PASSWORD, Peer, defaults,
@@ -30,7 +31,6 @@ use narad_dataplane::metrics::ClusterCallMetrics;
 use narad_dataplane::moves::DirectLinks;
 use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::topology::NodeId;
-use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_protocol::{ClusterAuth, Node, NodeConfig, Router};
 use tracing::{error, info};

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_meta::{Metastore, Remote, RemoteKey, ResealedPassword, SealedPassword};
 use narad_protocol::{CredentialState, RemoteView};
 use narad_remotes::client::{ClientError, ClientLimits, RemoteClient, Target};

@@ -23,7 +23,7 @@
 //! - [`metadata`]: the local replica of the cluster metadata;
 //!   [`topology`], [`metrics`]: the ground everything stands on.
 //!
-//! Time comes from the node's clock ([`narad_disk::clock::Clock`]), never
+//! Time comes from the node's clock ([`narad_clock::Clock`]), never
 //! from the process's clocks directly, so tests run on a manual one.
 //!
 //! Guarantees it is built to give: a `202` is answered only after the message

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Router;
+use narad_clock::{Clock, SystemClock};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, SystemClock};
 use narad_plog::LogConfig;
 use narad_wal::{CheckpointConfig, CheckpointError, CheckpointStore, Wal, WalError, WalOptions};
 

@@ -29,8 +29,8 @@ const TEST_BCRYPT_COST: u32 = 4;
 const PROPTEST_SEED: u64 = 0x6e61_7261_6407;
 
 /// The process's clock, for a test that runs on real time.
-pub(crate) fn system_clock() -> Arc<dyn narad_disk::clock::Clock> {
-    Arc::new(narad_disk::clock::SystemClock::new())
+pub(crate) fn system_clock() -> Arc<dyn narad_clock::Clock> {
+    Arc::new(narad_clock::SystemClock::new())
 }
 
 /// Settings for a property test: 256 cases (or `PROPTEST_CASES` when set,
@@ -266,7 +266,7 @@ pub(crate) fn node_services(
         leader: Arc::new(crate::dispatch::ReplicaLeader::new(Arc::clone(replica))),
         remote: Arc::new(crate::dispatch::NoRemoteTarget),
         admin: Arc::new(crate::admin::LocalAdmin::new(Arc::clone(replica))),
-        clock: Arc::new(narad_disk::clock::SystemClock::new()),
+        clock: Arc::new(narad_clock::SystemClock::new()),
     }
 }
 
@@ -390,7 +390,7 @@ pub(crate) fn attach_forwarder(
         Arc::clone(&transport),
         addresses,
         Arc::clone(&state.replica),
-        Arc::new(narad_disk::clock::SystemClock::new()),
+        Arc::new(narad_clock::SystemClock::new()),
     );
     assert!(
         state.forwarder.set(forwarder).is_ok(),

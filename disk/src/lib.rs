@@ -28,14 +28,12 @@
 //! Operations are asynchronous: each returns a [`Completion`] that can be
 //! awaited from async code or waited on from a plain thread.
 //!
-//! It also holds the workspace's [`clock::Clock`], the narrow trait time
-//! reaches the core through, and [`queue`], the queue between threads whose
-//! receivers sleep at once, because every crate that needs them depends on
-//! this one and on no other in common.
+//! It also holds [`queue`], the queue between threads whose receivers
+//! sleep at once, because every crate that needs it depends on this one
+//! and on no other in common.
 
 mod backend;
 mod buf;
-pub mod clock;
 mod completion;
 mod file;
 pub mod portable;

@@ -162,7 +162,7 @@ pub fn commit_time_at(
 mod tests {
     use std::sync::Arc;
 
-    use narad_disk::clock::{Clock, ManualClock};
+    use narad_clock::{Clock, ManualClock};
     use narad_disk::sim::SimDisk;
 
     use super::*;

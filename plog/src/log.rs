@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_disk::{Disk, FileHandle, OpenOptions};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;

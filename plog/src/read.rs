@@ -453,7 +453,7 @@ mod tests {
             Arc::new(PortableDisk::new(1).unwrap()),
             dir.path(),
             config,
-            Arc::new(narad_disk::clock::SystemClock::new()),
+            Arc::new(narad_clock::SystemClock::new()),
         )
         .unwrap();
         let payload = [b'p'; 40];

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{Owned, commit, numbered, read_all, read_records, same_content};
-use narad_disk::clock::ManualClock;
+use narad_clock::ManualClock;
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_plog::frame::{self, FRAME_BYTES_MAX};
@@ -48,7 +48,7 @@ fn open(sim: &SimDisk, config: &LogConfig) -> PartitionLog {
         Arc::new(sim.clone()),
         dir(),
         config.clone(),
-        Arc::new(narad_disk::clock::SystemClock::new()),
+        Arc::new(narad_clock::SystemClock::new()),
     )
     .unwrap()
 }
@@ -238,7 +238,7 @@ fn run_two_logs_seed(seed: u64) {
             Arc::new(sim.clone()),
             dir,
             config.clone(),
-            Arc::new(narad_disk::clock::SystemClock::new()),
+            Arc::new(narad_clock::SystemClock::new()),
         )
         .unwrap()
     };
@@ -454,7 +454,7 @@ fn log_on_clock(sim: &SimDisk, clock: &Arc<ManualClock>, count: u64) -> Partitio
         Arc::new(sim.clone()),
         dir(),
         LogConfig::default(),
-        Arc::clone(clock) as Arc<dyn narad_disk::clock::Clock>,
+        Arc::clone(clock) as Arc<dyn narad_clock::Clock>,
     )
     .unwrap();
     commit(&log, &numbered(0, count, 1)).unwrap();

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{Owned, commit, read_all};
-use narad_disk::clock::{Clock, SystemClock};
+use narad_clock::{Clock, SystemClock};
 use narad_disk::sim::SimDisk;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_plog::frame::{self, FRAME_BYTES_MAX, FRAME_HEADER_BYTES};

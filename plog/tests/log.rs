@@ -30,7 +30,7 @@ fn open(dir: &Path, config: LogConfig) -> PartitionLog {
         disk(),
         dir,
         config,
-        Arc::new(narad_disk::clock::SystemClock::new()),
+        Arc::new(narad_clock::SystemClock::new()),
     )
     .unwrap()
 }
@@ -812,7 +812,7 @@ fn a_commits_sync_duration_is_measured_on_the_logs_clock() {
     let dir = tempfile::tempdir().unwrap();
     // A clock that never moves: however long the fdatasync really took,
     // the log saw none of it pass.
-    let clock = Arc::new(narad_disk::clock::ManualClock::new(5_000));
+    let clock = Arc::new(narad_clock::ManualClock::new(5_000));
     let log = PartitionLog::open(disk(), dir.path(), LogConfig::default(), clock).unwrap();
     let records = [CommitRecord::new(b"k", b"v", 1)];
     let outcome = log.commit_durable(&[&records]).unwrap();
@@ -835,7 +835,7 @@ fn commits_of_two_logs_submitted_together_are_all_stored() {
     let shared: Arc<dyn Disk> = Arc::new(disk.clone());
     let root = tempfile::tempdir().unwrap();
     let dirs = [root.path().join("parent"), root.path().join("child")];
-    let clock = || Arc::new(narad_disk::clock::SystemClock::new());
+    let clock = || Arc::new(narad_clock::SystemClock::new());
     let logs: Vec<PartitionLog> = dirs
         .iter()
         .map(|dir| PartitionLog::open(Arc::clone(&shared), dir, small_config(), clock()).unwrap())

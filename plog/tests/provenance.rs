@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{read_records, small_config};
+use narad_clock::{Clock, SystemClock};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::sim::{SimDisk, Tear};
 use narad_plog::{CommitOutcome, CommitRecord, LogConfig, ORIGIN_ID_BYTES, Origin, PartitionLog};
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use narad_disk::clock::{Clock, millis};
+use narad_clock::{Clock, millis};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn paths_are_joined_and_segments_escaped() {
-        let clock: Arc<dyn Clock> = Arc::new(narad_disk::clock::ManualClock::new(0));
+        let clock: Arc<dyn Clock> = Arc::new(narad_clock::ManualClock::new(0));
         let target = Target {
             url: "https://narad.example/prefix/".to_owned(),
             username: "u".to_owned(),

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use crate::state::{Failure, LinkState, RETRY_AFTER_MAX, Scope};
 
@@ -189,7 +189,7 @@ impl Gate {
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::{Clock, ManualClock};
+    use narad_clock::{Clock, ManualClock};
 
     use super::*;
 

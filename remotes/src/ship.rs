@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use narad_disk::clock::{Clock, ManualClock};
+use narad_clock::{Clock, ManualClock};
 use narad_remotes::check::{check, verify_target};
 use narad_remotes::chunk::{CHUNK_BYTES_START, Record, RecordRef};
 use narad_remotes::client::{ClientLimits, RemoteClient, Target};

@@ -1,16 +1,21 @@
 //! The dependency rules of the architecture (§2), as a check over the
 //! workspace's dependency graph.
 //!
+//! - `narad-clock` (the one clock, monotonic and wall) depends on no
+//!   workspace crate;
 //! - `narad-disk` depends on no workspace crate;
-//! - `narad-wal` and `narad-plog` depend on `narad-disk` only;
+//! - `narad-wal` and `narad-plog` depend on `narad-disk` and
+//!   `narad-clock` only;
 //! - `narad-protocol` depends on no workspace crate;
 //! - `narad-meta` (the metastore both planes share) depends on
 //!   `narad-protocol` only;
-//! - `narad-controlplane` depends on `narad-protocol` and `narad-meta` only;
+//! - `narad-controlplane` depends on `narad-protocol`, `narad-meta` and
+//!   `narad-clock` only;
 //! - `narad-remotes` (sealing, the outbound client, shipping to another
-//!   cluster) depends on `narad-disk` only;
+//!   cluster) depends on `narad-clock` only;
 //! - `narad-dataplane` depends on `narad-protocol`, `narad-meta`,
-//!   `narad-wal`, `narad-plog`, `narad-disk` and `narad-remotes` only;
+//!   `narad-wal`, `narad-plog`, `narad-disk`, `narad-remotes` and
+//!   `narad-clock` only;
 //! - no crate but `narad` (the binary) links both planes, directly or
 //!   through other crates.
 //!
@@ -20,6 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Crate names, as in each member's `Cargo.toml`.
+pub const CLOCK: &str = "narad-clock";
 pub const DISK: &str = "narad-disk";
 pub const WAL: &str = "narad-wal";
 pub const PLOG: &str = "narad-plog";
@@ -34,16 +40,17 @@ pub const BINARY: &str = "narad";
 /// Workspace crates each restricted crate may depend on directly.
 pub fn allowed_direct_dependencies() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
     BTreeMap::from([
+        (CLOCK, BTreeSet::new()),
         (DISK, BTreeSet::new()),
         (PROTOCOL, BTreeSet::new()),
         (META, BTreeSet::from([PROTOCOL])),
-        (WAL, BTreeSet::from([DISK])),
-        (PLOG, BTreeSet::from([DISK])),
-        (CONTROLPLANE, BTreeSet::from([PROTOCOL, META])),
-        (REMOTES, BTreeSet::from([DISK])),
+        (WAL, BTreeSet::from([DISK, CLOCK])),
+        (PLOG, BTreeSet::from([DISK, CLOCK])),
+        (CONTROLPLANE, BTreeSet::from([PROTOCOL, META, CLOCK])),
+        (REMOTES, BTreeSet::from([CLOCK])),
         (
             DATAPLANE,
-            BTreeSet::from([PROTOCOL, META, WAL, PLOG, DISK, REMOTES]),
+            BTreeSet::from([PROTOCOL, META, WAL, PLOG, DISK, REMOTES, CLOCK]),
         ),
     ])
 }
@@ -120,16 +127,20 @@ mod tests {
 
     fn clean_graph() -> Graph {
         let edges: &[(&str, &[&str])] = &[
+            (CLOCK, &[]),
             (DISK, &[]),
             (PROTOCOL, &[]),
             (META, &[PROTOCOL]),
-            (WAL, &[DISK]),
-            (PLOG, &[DISK]),
-            (CONTROLPLANE, &[PROTOCOL, META]),
-            (REMOTES, &[DISK]),
-            (DATAPLANE, &[PROTOCOL, META, WAL, PLOG, DISK, REMOTES]),
-            (BINARY, &[CONTROLPLANE, DATAPLANE]),
-            ("narad-bench", &[DISK, WAL]),
+            (WAL, &[DISK, CLOCK]),
+            (PLOG, &[DISK, CLOCK]),
+            (CONTROLPLANE, &[PROTOCOL, META, CLOCK]),
+            (REMOTES, &[CLOCK]),
+            (
+                DATAPLANE,
+                &[PROTOCOL, META, WAL, PLOG, DISK, REMOTES, CLOCK],
+            ),
+            (BINARY, &[CONTROLPLANE, DATAPLANE, CLOCK]),
+            ("narad-bench", &[DISK, WAL, CLOCK]),
         ];
         edges
             .iter()
@@ -170,6 +181,16 @@ mod tests {
         assert_eq!(
             violations(&graph),
             vec!["narad-disk must not depend on narad-protocol"]
+        );
+    }
+
+    #[test]
+    fn the_clock_depending_on_any_workspace_crate_is_refused() {
+        let mut graph = clean_graph();
+        add_edge(&mut graph, CLOCK, DISK);
+        assert_eq!(
+            violations(&graph),
+            vec!["narad-clock must not depend on narad-disk"]
         );
     }
 

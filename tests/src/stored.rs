@@ -41,7 +41,7 @@ pub fn topic_records(data_dir: &Path, topic: &str, partitions: u32) -> Vec<Store
             disk.clone(),
             &dir,
             LogConfig::default(),
-            Arc::new(narad_disk::clock::SystemClock::new()),
+            Arc::new(narad_clock::SystemClock::new()),
         )
         .expect("log opens");
         let high_watermark = log.high_watermark();

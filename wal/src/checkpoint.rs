@@ -53,7 +53,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use narad_disk::clock::{Clock, millis};
+use narad_clock::{Clock, millis};
 use narad_disk::{Disk, FileHandle, IoBuf, OpenOptions};
 
 /// The checkpoint's file name inside the WAL directory.

@@ -705,7 +705,7 @@ fn compaction_only_runs_behind_the_synced_checkpoint() {
         let config = narad_wal::CheckpointConfig {
             sync_delay: std::time::Duration::from_secs(10),
         };
-        let clock = Arc::new(narad_disk::clock::SystemClock::new());
+        let clock = Arc::new(narad_clock::SystemClock::new());
         let checkpoint =
             narad_wal::CheckpointStore::open(&*backend.disk, &backend.dir, config, clock).unwrap();
         let bases = wal.segment_bases();

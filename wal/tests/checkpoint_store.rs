@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use narad_disk::clock::{Clock, ManualClock, SystemClock};
+use narad_clock::{Clock, ManualClock, SystemClock};
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
 use narad_disk::{BackendKind, Completion, Disk, DiskFile, FileHandle, IoBuf, OpenOptions};

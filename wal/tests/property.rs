@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::small_options;
-use narad_disk::clock::SystemClock;
+use narad_clock::SystemClock;
 use narad_disk::sim::SimDisk;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use narad_wal::checkpoint::{

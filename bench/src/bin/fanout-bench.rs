@@ -1374,7 +1374,7 @@ fn commit_times(data_dir: &Path, topic: &str) -> io::Result<HashMap<u64, u64>> {
             disk.clone(),
             &dir,
             LogConfig::default(),
-            Arc::new(narad_disk::clock::SystemClock::new()),
+            Arc::new(narad_clock::SystemClock::new()),
         )
         .map_err(|error| io::Error::other(format!("{}: {error}", dir.display())))?;
         let high_watermark = log.high_watermark();

@@ -216,7 +216,7 @@ fn commit_latency(
         Arc::clone(disk),
         dir,
         config.clone(),
-        Arc::new(narad_disk::clock::SystemClock::new()),
+        Arc::new(narad_clock::SystemClock::new()),
     )
     .map_err(to_io)?;
     let records = batch_of(payload, batch);
@@ -246,7 +246,7 @@ fn concurrent(
             Arc::clone(disk),
             &dir.join(format!("p{partition:05}")),
             LogConfig::default(),
-            Arc::new(narad_disk::clock::SystemClock::new()),
+            Arc::new(narad_clock::SystemClock::new()),
         )
         .map_err(to_io)?;
         logs.push(Arc::new(log));
@@ -291,7 +291,7 @@ fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Resu
         Arc::clone(disk),
         dir,
         LogConfig::default(),
-        Arc::new(narad_disk::clock::SystemClock::new()),
+        Arc::new(narad_clock::SystemClock::new()),
     )
     .map_err(to_io)?;
     let records = batch_of(payload, 1_000);

@@ -11,10 +11,10 @@
 
 use std::sync::{Arc, OnceLock};
 
+use narad_clock::Clock;
 use narad_dataplane::metrics::{
     MEMBER_HEARTBEAT_FAILURES, MEMBER_HEARTBEAT_LAST_SUCCESS_TIMESTAMP_SECONDS, NodeMetrics,
 };
-use narad_disk::clock::Clock;
 use parking_lot::Mutex;
 
 /// The heartbeats' outcomes, and the registry they are served from.
@@ -102,7 +102,7 @@ impl HeartbeatRecord {
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::ManualClock;
+    use narad_clock::ManualClock;
 
     use super::*;
 

@@ -35,6 +35,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use narad_clock::Clock;
 use narad_controlplane::controller::constants::HEARTBEAT_INTERVAL;
 use narad_controlplane::node::ControlClient;
 use narad_controlplane::node::client::ClientError;
@@ -44,7 +45,6 @@ use narad_dataplane::metrics::NodeMetrics;
 use narad_dataplane::remote::AddressTable;
 use narad_dataplane::topology::NodeId;
 use narad_dataplane::topology::member_id;
-use narad_disk::clock::Clock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};

@@ -12,6 +12,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use narad_clock::Clock;
 use narad_dataplane::dispatch::CommitTarget;
 use narad_dataplane::forward::tokens::TokenInbox;
 use narad_dataplane::forward::{ForwardService, Forwarder};
@@ -22,7 +23,6 @@ use narad_dataplane::node::DataNode;
 use narad_dataplane::remote::{AddressTable, CommitService, OwnerAddresses, RemoteCommitTarget};
 use narad_dataplane::remote_children::RemoteCheckService;
 use narad_dataplane::status::NodeStatusService;
-use narad_disk::clock::Clock;
 use narad_protocol::{ClusterAuth, ClusterTls, Node, NodeConfig, NodeError, Router};
 
 /// The services this node serves to other nodes, routed before the data

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use narad_clock::Clock;
 use narad_dataplane::metrics::NodeMetrics;
-use narad_disk::clock::Clock;
 use narad_protocol::CertificateExpiry;
 
 use super::http::ExpiredCheck;
@@ -39,7 +39,7 @@ pub(crate) fn expired_check(expiry: CertificateExpiry, clock: Arc<dyn Clock>) ->
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::ManualClock;
+    use narad_clock::ManualClock;
     use narad_protocol::Expired;
 
     use super::*;

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use bytes::Bytes;
 use narad_plog::{CommitRecord, LogError, Origin};

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use narad_clock::ManualClock;
 use narad_disk::Disk;
-use narad_disk::clock::ManualClock;
 use narad_disk::sim::SimDisk;
 use narad_plog::{LogConfig, ReadEntry, ReadLimits};
 

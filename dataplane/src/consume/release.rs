@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 /// The default of `consume.idle_shard_release_ms`: a partition nobody has
 /// consumed from for 10 minutes gives its memory back. Long enough that a

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use narad_clock::{ManualClock, millis};
 use narad_disk::Disk;
-use narad_disk::clock::{ManualClock, millis};
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_plog::{CommitRecord, LogConfig};

@@ -61,7 +61,7 @@ use crate::metadata::{MetadataReplica, TopicMeta};
 use crate::partitions::freeze::Freezes;
 use crate::partitions::{Frontiers, LocalLogs};
 use crate::topology::Destination;
-use narad_disk::clock::{Clock, millis};
+use narad_clock::{Clock, millis};
 
 mod error;
 mod hold;

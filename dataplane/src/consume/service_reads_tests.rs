@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use narad_disk::clock::ManualClock;
+use narad_clock::ManualClock;
 use narad_disk::sim::SimDisk;
 use narad_disk::{BackendKind, Completion, Disk, DiskFile, FileHandle, IoBuf, OpenOptions};
 use narad_plog::segment::SEGMENT_SUFFIX;

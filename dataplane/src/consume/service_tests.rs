@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use narad_clock::{Clock, ManualClock};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, ManualClock};
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_plog::segment::segment_file_name;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use narad_plog::Record;
 

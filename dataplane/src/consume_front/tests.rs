@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use narad_clock::{Clock, ManualClock};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, ManualClock};
 use narad_disk::sim::SimDisk;
 use narad_protocol::{
     ClusterAuth, ClusterSecret, ConsumeAnswer, Inbound, Node, NodeConfig, Opcode, OperationLimit,

@@ -43,7 +43,7 @@ use tokio::sync::watch;
 use super::targets::{CommitDone, CommitTarget, Event, LeaderConfirm, WalPayload};
 use super::{Command, DispatchConfig, Dispatcher, GoneQuestion, RecordMeta};
 use crate::topology::{Destination, Topology};
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_disk::queue::{self, Received, Receiver, Sender};
 
 /// The dispatcher as a whole backs off this long after it could not read

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use narad_clock::Clock;
 use narad_disk::Disk;
-use narad_disk::clock::Clock;
 use narad_meta::RemoteLink;
 use narad_plog::{LogError, ORIGIN_ID_BYTES, Origin, PartitionLog, ReadEntry, ReadLimits};
 use narad_remotes::state::LinkState;

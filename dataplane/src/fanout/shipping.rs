@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_meta::{Compression, Remote, RemoteId};
 use narad_remotes::check;
 use narad_remotes::chunk::Record;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_protocol::codec::{Message, decode_message, encode_message};
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;
 use narad_protocol::{

@@ -16,7 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use narad_protocol::LeaseRef;
 use narad_protocol::consume::ACK_BATCH_RECORDS_MAX;

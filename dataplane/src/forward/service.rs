@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_protocol::codec::Message;
 use narad_protocol::commit::not_owner;
 use narad_protocol::consume::STATS_CURSORS_PER_PARTITION_MAX;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use narad_disk::clock::{Clock, millis};
+use narad_clock::{Clock, millis};
 use narad_protocol::consume::decode_forward_request;
 use narad_protocol::{Inbound, Opcode, OperationLimit, Response, Router, RpcError, TokenNotify};
 use parking_lot::Mutex;
@@ -361,7 +361,7 @@ impl TokenInbox {
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::ManualClock;
+    use narad_clock::ManualClock;
 
     use super::*;
 

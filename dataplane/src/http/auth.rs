@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;

@@ -27,7 +27,7 @@ use std::time::Duration;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use narad_disk::clock::millis;
+use narad_clock::millis;
 use serde_json::{Value, json};
 
 use narad_meta::{

@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 
 use super::error::ApiError;
 use super::go_duration::{format_go_duration, parse_go_duration};

@@ -94,7 +94,7 @@ impl Node {
                 leader: Arc::new(ReplicaLeader::new(Arc::clone(&replica))),
                 remote: Arc::new(NoRemoteTarget),
                 admin: Arc::new(LocalAdmin::new(Arc::clone(&replica))),
-                clock: Arc::new(narad_disk::clock::SystemClock::new()),
+                clock: Arc::new(narad_clock::SystemClock::new()),
             },
             config,
         )

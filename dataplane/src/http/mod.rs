@@ -39,7 +39,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_wal::Wal;
 
 use crate::admin::Admin;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 
 use narad_wal::record::{IDEMPOTENCY_KEY_BYTES_MAX, KEY_BYTES_MAX};
 use narad_wal::{Wal, WalError, WalRecordRef};

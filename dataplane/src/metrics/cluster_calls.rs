@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Histogram};
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_protocol::{CallObserver, CallOutcome, Opcode};
 
 use super::{CLUSTER_RPC_REQUEST_SECONDS, CLUSTER_RPC_REQUESTS_TOTAL, NodeMetrics};
@@ -86,7 +86,7 @@ impl CallObserver for ClusterCallMetrics {
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::ManualClock;
+    use narad_clock::ManualClock;
 
     use super::*;
 

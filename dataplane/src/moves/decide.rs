@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 /// A catch-up pass that leaves less than this to copy ends the catch-up:
 /// the rest is copied under the freeze, where produce to the partition

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use narad_clock::{Clock, millis};
 use narad_disk::BackendKind;
-use narad_disk::clock::{Clock, millis};
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 

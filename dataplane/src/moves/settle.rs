@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_disk::clock::{Clock, millis};
+use narad_clock::{Clock, millis};
 use parking_lot::Mutex;
 
 use crate::topology::Destination;
@@ -73,7 +73,7 @@ impl FlipClock {
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::ManualClock;
+    use narad_clock::ManualClock;
 
     use super::*;
 

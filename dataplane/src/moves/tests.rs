@@ -317,7 +317,7 @@ impl Cluster {
                     flips_blocked: Arc::clone(&self.flips_blocked),
                     flips: Arc::clone(&self.flips),
                 }),
-                clock: Arc::new(narad_disk::clock::SystemClock::new()),
+                clock: Arc::new(narad_clock::SystemClock::new()),
             },
             crate::node::DataNodeConfig {
                 force_promote_after: self.force_promote_after,

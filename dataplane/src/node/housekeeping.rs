@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 use tokio::sync::{oneshot, watch};
 
 use crate::consume::service::ConsumeService;

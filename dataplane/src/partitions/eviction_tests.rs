@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use narad_clock::ManualClock;
 use narad_disk::Disk;
-use narad_disk::clock::ManualClock;
 use narad_disk::portable::PortableDisk;
 use narad_plog::{CommitRecord, LogConfig, ReadLimits};
 use tempfile::TempDir;

@@ -21,8 +21,8 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use narad_clock::millis;
 use narad_disk::Disk;
-use narad_disk::clock::millis;
 use parking_lot::Mutex;
 
 use super::note;
@@ -48,7 +48,7 @@ pub struct Freeze {
     /// The replica's applied index when the freeze began.
     pub since_index: u64,
     /// Lapses at this point of the node's monotonic clock
-    /// ([`narad_disk::clock::Clock::now_ms`]) unless fenced.
+    /// ([`narad_clock::Clock::now_ms`]) unless fenced.
     pub until_ms: u64,
     /// Whether the target fenced it.
     pub fenced: bool,

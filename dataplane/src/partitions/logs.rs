@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use narad_clock::{Clock, millis};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, millis};
 use narad_plog::{LogConfig, LogError, PartitionLog};
 use parking_lot::Mutex;
 

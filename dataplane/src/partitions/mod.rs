@@ -21,7 +21,7 @@
 //! This room sits below the commit combiner, the consume service, fan-out,
 //! moves and forwarding, which all take their logs from here; it knows none
 //! of them. It does no waiting of its own: time comes from the node's
-//! [`narad_disk::clock::Clock`].
+//! [`narad_clock::Clock`].
 
 pub mod freeze;
 pub mod incarnation;

@@ -50,8 +50,8 @@ use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use narad_clock::millis;
 use narad_disk::Disk;
-use narad_disk::clock::millis;
 use narad_plog::PartitionLog;
 use narad_plog::segment::parse_segment_file_name;
 

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use narad_clock::ManualClock;
 use narad_disk::Disk;
-use narad_disk::clock::ManualClock;
 use narad_disk::portable::PortableDisk;
 use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, AlterTopic, Command, DeleteTopic};

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use narad_protocol::codec::{decode_message, encode_message};
 use narad_protocol::commit::{
     BatchRecord, COMMIT_BATCH_RECORDS_MAX, CommitProduceBatch, CommitProduceBatchAnswer,

@@ -19,7 +19,7 @@ pub const LEGACY_OWNERS_MAX: usize = 4_096;
 /// Owners that refused the incarnation section, each until its memory
 /// lapses: a point on the monotonic clock ([`Clock::now_ms`]).
 ///
-/// [`Clock::now_ms`]: narad_disk::clock::Clock::now_ms
+/// [`Clock::now_ms`]: narad_clock::Clock::now_ms
 #[derive(Debug, Default)]
 pub struct LegacyOwners {
     until_ms: HashMap<NodeId, u64>,

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use narad_clock::{Clock, ManualClock, SystemClock};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, ManualClock, SystemClock};
 use narad_disk::sim::SimDisk;
 use narad_meta::{Command as MetaCommand, CreateTopic};
 use narad_plog::{LogConfig, ReadEntry, ReadLimits, Record};

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use narad_clock::{Clock, SystemClock};
 use narad_dataplane::admin::LocalAdmin;
 use narad_dataplane::dispatch::ReplicaLeader;
 use narad_dataplane::ingress::ProduceMessage;
@@ -14,7 +15,6 @@ use narad_dataplane::node::{DataNode, DataNodeConfig, NodeServices};
 use narad_dataplane::remote::AddressTable;
 use narad_dataplane::topology::member_id;
 use narad_dataplane::topology::{Destination, NodeId};
-use narad_disk::clock::{Clock, SystemClock};
 use narad_disk::{BackendChoice, open_backend};
 use narad_meta::{
     Actor, AssignPartitions, Command, CreateTopic, IncarnationId, PartitionOwner, RegisterMember,

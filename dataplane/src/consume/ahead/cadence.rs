@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use super::config::ConsumerStateConfig;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 /// Held `consumer.ahead` handles are capped at this many, and at a quarter
 /// of the soft open-file limit when that is lower.

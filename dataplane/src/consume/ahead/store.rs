@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 use narad_disk::{Disk, FileHandle};
 use parking_lot::Mutex;
 use tracing::debug;

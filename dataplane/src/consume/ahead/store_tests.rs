@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use narad_disk::clock::SystemClock;
+use narad_clock::SystemClock;
 
 use narad_disk::sim::{Fault, FaultError, FaultOp, SimDisk, Tear};
 use narad_disk::{Disk, IoBuf, OpenOptions};

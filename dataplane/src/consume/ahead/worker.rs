@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 use tracing::error;
 
 use super::store::ConsumerStateStore;

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use narad_plog::ReadLimits;
 

@@ -12,7 +12,7 @@ use tokio::task::AbortHandle;
 
 use super::ConsumeService;
 use super::shards::PartitionShard;
-use narad_disk::clock::Clock;
+use narad_clock::Clock;
 
 /// The single expiry timer: sleeps until the earliest lease expiry that a
 /// parked consume waits on.

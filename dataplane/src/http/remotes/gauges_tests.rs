@@ -1,6 +1,6 @@
 //! `narad_remote_key_age_seconds` on a clock the test moves.
 
-use narad_disk::clock::{Clock, ManualClock};
+use narad_clock::{Clock, ManualClock};
 use narad_meta::RemoteKey;
 
 use super::key_ages;

@@ -61,7 +61,7 @@ impl WriteRate {
 
 #[cfg(test)]
 mod tests {
-    use narad_disk::clock::{Clock, ManualClock};
+    use narad_clock::{Clock, ManualClock};
 
     use super::*;
 

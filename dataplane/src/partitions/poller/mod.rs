@@ -38,7 +38,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 
 use self::decide::{PartitionFigures, closed_reads, series};
 use self::read::{TailMemo, TimeMemo, closed_figures, open_figures};

@@ -7,8 +7,8 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use narad_clock::{Clock, ManualClock};
 use narad_disk::Disk;
-use narad_disk::clock::{Clock, ManualClock};
 use narad_disk::sim::SimDisk;
 use narad_meta::{Actor, Command, DeleteTopic};
 use narad_plog::{CommitRecord, LogConfig};

@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use narad_disk::clock::millis;
+use narad_clock::millis;
 use narad_disk::{Disk, IoBuf, OpenOptions};
 use tracing::{error, warn};
 

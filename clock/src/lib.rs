@@ -10,8 +10,12 @@
 //! [`SystemClock`] reads the process's clocks; [`ManualClock`] moves only
 //! when a test moves it, and wakes every sleeper whose deadline it passes,
 //! so tests of expiry and timeouts need no real time and no timed
-//! assertions. It lives in this crate, the lowest one, so the partition
-//! log and the data plane share it.
+//! assertions.
+//!
+//! It is a crate of its own, below every other, so both planes, the
+//! storage crates and the outbound client share one clock without
+//! depending on each other: each process makes one [`SystemClock`] at
+//! start and hands it down.
 
 use std::fmt;
 use std::future::Future;
