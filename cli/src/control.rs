@@ -1,7 +1,9 @@
 //! `narad control`: run a control-plane node.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use narad_clock::SystemClock;
 use narad_controlplane::node::ControlNode;
 use narad_controlplane::node::config::{self, ControlSettings};
 use tracing::{error, info};
@@ -27,7 +29,8 @@ pub(crate) fn run(args: &ControlArgs) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        let node = match ControlNode::start(config).await {
+        let clock = Arc::new(SystemClock::new());
+        let node = match ControlNode::start(config, clock).await {
             Ok(node) => node,
             Err(e) => {
                 error!(error = %e, "control node did not start");

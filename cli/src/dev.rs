@@ -270,7 +270,9 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
     let cluster_addr = free_udp_port()
         .map_err(|e| format!("no free loopback UDP port for the control node: {e}"))?;
-    let control = ControlNode::start(control_config(dev, cluster_addr))
+    // One clock for the process: both planes read time from it.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let control = ControlNode::start(control_config(dev, cluster_addr), Arc::clone(&clock))
         .await
         .map_err(|e| format!("control node did not start: {e}"))?;
     let transport = Node::bind(
@@ -283,7 +285,6 @@ async fn serve(dev: &Dev, listener: std::net::TcpListener) -> Result<(), String>
     .map_err(|e| format!("data node cluster transport: {e}"))?;
     let rpc_addr = transport.local_addr();
     let replica = Arc::new(MetadataReplica::new(DATA_NODE));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let transport = Arc::new(transport);
     let bridge = Bridge::new(
         ControlClient::new(Arc::clone(&transport)),

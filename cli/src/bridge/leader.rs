@@ -6,7 +6,9 @@
 //! election timeout runs out without one, so a lost leader stops being heard
 //! within a second or two.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use narad_clock::millis;
 
 use parking_lot::Mutex;
 
@@ -21,58 +23,60 @@ pub(crate) const LEADER_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 const _: () = assert!(LEADER_POLL_INTERVAL.as_millis() * 3 <= LEADER_HEARD_WITHIN.as_millis());
 
-/// The last time a leader was heard.
+/// The last time a leader was heard, on the node's monotonic clock (ms).
 #[derive(Debug, Default)]
 pub(crate) struct LeaderHeard {
-    at: Mutex<Option<Instant>>,
+    at_ms: Mutex<Option<u64>>,
 }
 
 impl LeaderHeard {
-    /// Notes that a leader was heard at `now`.
-    pub(crate) fn note(&self, now: Instant) {
-        let mut at = self.at.lock();
-        if at.is_none_or(|then| then < now) {
-            *at = Some(now);
+    /// Notes that a leader was heard at `now_ms`.
+    pub(crate) fn note(&self, now_ms: u64) {
+        let mut at_ms = self.at_ms.lock();
+        if at_ms.is_none_or(|then| then < now_ms) {
+            *at_ms = Some(now_ms);
         }
     }
 
-    /// Whether a leader was heard within `window` before `now`.
-    pub(crate) fn within(&self, window: Duration, now: Instant) -> bool {
-        heard_within(*self.at.lock(), window, now)
+    /// Whether a leader was heard within `window` before `now_ms`.
+    pub(crate) fn within(&self, window: Duration, now_ms: u64) -> bool {
+        heard_within(*self.at_ms.lock(), window, now_ms)
     }
 }
 
-/// Pure: `heard` lies at most `window` before `now`.
-fn heard_within(heard: Option<Instant>, window: Duration, now: Instant) -> bool {
-    heard.is_some_and(|at| now.saturating_duration_since(at) <= window)
+/// Pure: `heard_ms` lies at most `window` before `now_ms`.
+fn heard_within(heard_ms: Option<u64>, window: Duration, now_ms: u64) -> bool {
+    heard_ms.is_some_and(|at_ms| now_ms.saturating_sub(at_ms) <= millis(window))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const WITHIN_MS: u64 = LEADER_HEARD_WITHIN.as_secs() * 1_000;
+
     #[test]
     fn never_heard_is_not_recent() {
-        assert!(!heard_within(None, LEADER_HEARD_WITHIN, Instant::now()));
+        assert!(!heard_within(None, LEADER_HEARD_WITHIN, 7_000));
     }
 
     #[test]
     fn heard_inside_the_window_is_recent_and_outside_it_is_not() {
-        let start = Instant::now();
+        let start: u64 = 7_000;
         let heard = LeaderHeard::default();
         heard.note(start);
-        assert!(heard.within(LEADER_HEARD_WITHIN, start + LEADER_HEARD_WITHIN));
-        let later = start + LEADER_HEARD_WITHIN + Duration::from_millis(1);
+        assert!(heard.within(LEADER_HEARD_WITHIN, start + WITHIN_MS));
+        let later = start + WITHIN_MS + 1;
         assert!(!heard.within(LEADER_HEARD_WITHIN, later));
     }
 
     #[test]
     fn an_older_note_never_moves_the_time_back() {
-        let start = Instant::now();
+        let start: u64 = 7_000;
         let heard = LeaderHeard::default();
-        heard.note(start + Duration::from_secs(3));
+        heard.note(start + 3_000);
         heard.note(start);
-        let later = start + Duration::from_secs(3) + LEADER_HEARD_WITHIN;
+        let later = start + 3_000 + WITHIN_MS;
         assert!(heard.within(LEADER_HEARD_WITHIN, later));
     }
 }

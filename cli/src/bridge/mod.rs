@@ -33,7 +33,7 @@ mod nodes;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_clock::Clock;
 use narad_controlplane::controller::constants::HEARTBEAT_INTERVAL;
@@ -75,6 +75,8 @@ pub(crate) struct Bridge {
     leader: LeaderHeard,
     /// How the registration and heartbeats fared.
     heartbeats: HeartbeatRecord,
+    /// The data node's clock.
+    clock: Arc<dyn Clock>,
     /// The data nodes' RPC addresses as the member records spell them.
     member_addrs: watch::Sender<MemberAddrs>,
     /// The same, resolved (by [`Bridge::spawn_address_book`]).
@@ -101,7 +103,8 @@ impl Bridge {
             replica,
             fed,
             leader: LeaderHeard::default(),
-            heartbeats: HeartbeatRecord::new(clock),
+            heartbeats: HeartbeatRecord::new(Arc::clone(&clock)),
+            clock,
             member_addrs,
             addresses: Arc::new(AddressTable::new()),
         })
@@ -120,7 +123,7 @@ impl Bridge {
 
     /// Whether a control-plane leader was heard within `window`.
     pub(crate) fn leader_heard_within(&self, window: Duration) -> bool {
-        self.leader.within(window, Instant::now())
+        self.leader.within(window, self.clock.now_ms())
     }
 
     /// Calls `call` on the current control node, failing over as
@@ -135,7 +138,7 @@ impl Bridge {
 
     /// Notes that a call only a leader completes succeeded.
     fn leader_answered(&self) {
-        self.leader.note(Instant::now());
+        self.leader.note(self.clock.now_ms());
     }
 
     /// Starts the metadata feed; it runs until aborted.

@@ -3,8 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use narad_clock::Clock;
 use narad_protocol::{Inbound, OperationLimit, Response, Router, RpcError};
 use openraft::raft::AppendEntriesResponse;
 
@@ -71,31 +72,32 @@ impl RaftGate {
     }
 }
 
-/// What a follower last heard from a leader: when, and the commit index it
-/// reported. `/readyz` and the metadata stream's "caught up" read it.
+/// What a follower last heard from a leader: when, on the node's
+/// monotonic clock, and the commit index it reported. `/readyz` and the
+/// metadata stream's "caught up" read it.
 #[derive(Debug)]
 pub struct LeaderContact {
-    start: Instant,
-    /// Milliseconds after `start` of the last accepted append (0 = never).
+    clock: Arc<dyn Clock>,
+    /// The clock's reading at the last accepted append, plus one (0 =
+    /// never), so a clock that reads 0 still records a contact.
     last_ms: AtomicU64,
     /// Highest commit index any accepted append carried.
     commit_index: AtomicU64,
 }
 
-impl Default for LeaderContact {
-    fn default() -> Self {
+impl LeaderContact {
+    /// No contact yet, timed on `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            start: Instant::now(),
+            clock,
             last_ms: AtomicU64::new(0),
             commit_index: AtomicU64::new(0),
         }
     }
-}
 
-impl LeaderContact {
     fn heard(&self, commit_index: u64) {
-        let since = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(since.max(1), Ordering::Relaxed);
+        let now_ms = self.clock.now_ms().saturating_add(1);
+        self.last_ms.store(now_ms, Ordering::Relaxed);
         self.commit_index.fetch_max(commit_index, Ordering::Relaxed);
     }
 
@@ -103,9 +105,8 @@ impl LeaderContact {
     pub fn since_last(&self) -> Option<Duration> {
         let last = self.last_ms.load(Ordering::Relaxed);
         (last > 0).then(|| {
-            self.start
-                .elapsed()
-                .saturating_sub(Duration::from_millis(last))
+            let now_ms = self.clock.now_ms().saturating_add(1);
+            Duration::from_millis(now_ms.saturating_sub(last))
         })
     }
 
@@ -176,4 +177,26 @@ pub fn raft_routes(
                 }
             },
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use narad_clock::ManualClock;
+
+    use super::*;
+
+    #[test]
+    fn leader_contact_is_timed_on_the_nodes_clock() {
+        let clock = Arc::new(ManualClock::new(0));
+        let contact = LeaderContact::new(Arc::clone(&clock) as Arc<dyn Clock>);
+        assert_eq!(contact.since_last(), None, "never heard");
+        // A contact at the clock's origin still counts as one.
+        contact.heard(7);
+        assert_eq!(contact.since_last(), Some(Duration::ZERO));
+        clock.advance(2_500);
+        assert_eq!(contact.since_last(), Some(Duration::from_millis(2_500)));
+        contact.heard(5);
+        assert_eq!(contact.since_last(), Some(Duration::ZERO));
+        assert_eq!(contact.commit_index(), 7, "the highest index reported");
+    }
 }

@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metrics::{Counter, Histogram, counter, histogram};
 use metrics_exporter_prometheus::PrometheusRecorder;
+use narad_clock::Clock;
 use narad_protocol::{CallObserver, CallOutcome, Opcode};
 
 /// The series of one operation, taken at its first call.
@@ -20,12 +21,10 @@ struct OpHandles {
 
 /// Counts and times a control node's calls into its recorder.
 ///
-/// The control plane has no injected clock (its timers are openraft's):
-/// call durations are read from the monotonic clock, counted from when
-/// this value was made.
+/// Call durations are read from the node's monotonic clock.
 pub(super) struct ControlCallMetrics {
     recorder: Arc<PrometheusRecorder>,
-    origin: Instant,
+    clock: Arc<dyn Clock>,
     /// By op label: a few dozen at most, since an opcode this build does
     /// not know is labelled `unknown`.
     ops: parking_lot::RwLock<HashMap<&'static str, Arc<OpHandles>>>,
@@ -40,10 +39,10 @@ impl fmt::Debug for ControlCallMetrics {
 }
 
 impl ControlCallMetrics {
-    pub(super) fn new(recorder: Arc<PrometheusRecorder>) -> Self {
+    pub(super) fn new(recorder: Arc<PrometheusRecorder>, clock: Arc<dyn Clock>) -> Self {
         Self {
             recorder,
-            origin: Instant::now(),
+            clock,
             ops: parking_lot::RwLock::new(HashMap::new()),
         }
     }
@@ -68,7 +67,7 @@ impl ControlCallMetrics {
 
 impl CallObserver for ControlCallMetrics {
     fn now_us(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+        self.clock.now_us()
     }
 
     fn finished(&self, opcode: Opcode, outcome: CallOutcome, elapsed: Duration) {

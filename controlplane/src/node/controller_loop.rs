@@ -1,9 +1,10 @@
 //! The controller's runtime on the leader: call the pure
-//! [`Controller::decide`] on a real clock and propose what it decided.
+//! [`Controller::decide`] on the node's clock and propose what it decided.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use narad_clock::millis;
 use openraft::ServerState;
 use tracing::{debug, info, warn};
 
@@ -17,10 +18,8 @@ use narad_meta::{BCRYPT_COST, Command, SeedAdmin, admin_password, hash_password}
 const ROOT_ADMIN: &str = "admin";
 
 /// Unix time on this node's clock.
-fn now() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
+fn now(shared: &Shared) -> Duration {
+    Duration::from_millis(shared.clock.unix_ms())
 }
 
 fn is_leader(shared: &Shared) -> bool {
@@ -50,14 +49,14 @@ async fn lead(shared: &Shared) {
         security_enabled: shared.config.security_enabled,
         ..ControllerConfig::default()
     };
-    let controller = Controller::new(config, now());
+    let controller = Controller::new(config, now(shared));
     info!("leading: controller running");
     let mut applied = shared.view.watch_applied();
     let mut metrics = shared.raft.metrics();
     while is_leader(shared) {
         let decision = shared
             .view
-            .read(|metastore| controller.decide(metastore, now()));
+            .read(|metastore| controller.decide(metastore, now(shared)));
         if decision.seed_admin {
             seed_admin(shared).await;
         }
@@ -75,11 +74,12 @@ async fn lead(shared: &Shared) {
                 }
             }
         }
-        let wait = decision.next_pass_at.saturating_sub(now());
+        let wait = decision.next_pass_at.saturating_sub(now(shared));
+        let wake_ms = shared.clock.now_ms().saturating_add(millis(wait));
         // Raft's metrics change on every heartbeat acknowledgement; only a
         // lost leadership matters here, so wait for that, not for any change.
         tokio::select! {
-            () = tokio::time::sleep(wait) => {}
+            () = shared.clock.sleep_until(wake_ms) => {}
             _ = applied.changed() => {}
             _ = metrics.wait_for(|m| m.state != ServerState::Leader) => {}
         }
@@ -111,7 +111,7 @@ async fn seed_admin(shared: &Shared) {
     let command = Command::SeedAdmin(SeedAdmin {
         username: ROOT_ADMIN.into(),
         password_hash,
-        at_ms: u64::try_from(now().as_millis()).unwrap_or(u64::MAX),
+        at_ms: shared.clock.unix_ms(),
     });
     match propose(shared, command, false).await {
         Ok(applied) if applied.outcome == AppliedOutcome::Applied => {

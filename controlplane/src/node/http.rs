@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -12,6 +12,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use metrics::{Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use narad_clock::Clock;
 use narad_protocol::{CALL_SECONDS_BUCKETS, CallObserver};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -70,9 +71,10 @@ impl ControlMetrics {
         }
     }
 
-    /// What counts this node's calls to peers into this registry.
-    pub(super) fn call_observer(&self) -> Arc<dyn CallObserver> {
-        Arc::new(ControlCallMetrics::new(Arc::clone(&self.recorder)))
+    /// What counts this node's calls to peers into this registry, timing
+    /// them on `clock`.
+    pub(super) fn call_observer(&self, clock: Arc<dyn Clock>) -> Arc<dyn CallObserver> {
+        Arc::new(ControlCallMetrics::new(Arc::clone(&self.recorder), clock))
     }
 
     /// The handle the state machine records each snapshot build's duration
@@ -218,7 +220,7 @@ pub(super) fn render(shared: &Shared, process: bool) -> String {
     let stalled = shared.apply_stall.lock().observe(
         status.leader_commit_index,
         status.applied_index,
-        Instant::now(),
+        shared.clock.now_ms(),
     );
     let snapshots = shared.view.snapshot_stats();
     let tls_expiry = shared.config.cluster_tls.as_ref().map(|tls| tls.expiry());

@@ -2,8 +2,6 @@
 //! of the leader's clock (the clock the controller judges silence by), so a
 //! follower forwards the report to the leader, which stamps and proposes it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use narad_protocol::{Inbound, Response, RpcError};
 use openraft::ServerState;
 
@@ -14,15 +12,9 @@ use crate::network::messages::opcodes;
 use crate::raft::Applied;
 use narad_meta::{Command, Heartbeat, RegisterMember};
 
-fn now_ms() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn command(report: MemberReport) -> Command {
-    let at_ms = now_ms();
+/// The command for `report`, stamped `at_ms` (Unix ms on the leader's
+/// clock).
+fn command(report: MemberReport, at_ms: u64) -> Command {
     match report {
         MemberReport::Register {
             id,
@@ -43,7 +35,8 @@ fn command(report: MemberReport) -> Command {
 pub(super) async fn serve(shared: &Shared, inbound: Inbound) -> Result<Response, RpcError> {
     let request: MemberRequest = inbound.message()?;
     let applied = if shared.raft.metrics().borrow().state == ServerState::Leader {
-        propose(shared, command(request.report), true).await?
+        let at_ms = shared.clock.unix_ms();
+        propose(shared, command(request.report, at_ms), true).await?
     } else if request.forwarded {
         return Err(RpcError::unavailable("not the leader"));
     } else {

@@ -2,6 +2,7 @@
 //! series: one node, in this process, with a snapshot threshold low enough
 //! that a few proposals build a snapshot.
 
+use narad_clock::SystemClock;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -64,9 +65,12 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_built_a_snapshot_renders_its_size_duration_and_no_failure_or_stall() {
     let dir = tempfile::TempDir::new().expect("temporary directory");
-    let node = ControlNode::start(single_node(dir.path()))
-        .await
-        .expect("starts");
+    let node = ControlNode::start(
+        single_node(dir.path()),
+        std::sync::Arc::new(SystemClock::new()),
+    )
+    .await
+    .expect("starts");
     wait_until("the node to lead", || node.status().state == "leader").await;
     for _ in 0..2 * SNAPSHOT_THRESHOLD {
         let heartbeat = Command::Heartbeat(Heartbeat {

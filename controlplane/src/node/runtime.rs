@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use narad_clock::Clock;
 use narad_protocol::{ClusterAuth, ClusterSecret, Expired, Node, NodeConfig, Router};
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::task::JoinHandle;
@@ -73,6 +74,8 @@ pub(super) struct Unready {
 /// What the node's tasks share.
 pub(super) struct Shared {
     pub(super) config: ControlConfig,
+    /// The node's clock: every reading of time on this node.
+    pub(super) clock: Arc<dyn Clock>,
     pub(super) raft: ControlRaft,
     pub(super) view: MachineView,
     pub(super) transport: Arc<Node>,
@@ -130,11 +133,13 @@ fn raft_config(config: &ControlConfig) -> Result<Arc<openraft::Config>, StartErr
 impl ControlNode {
     /// Opens the store, binds the cluster transport and the HTTP listener,
     /// starts openraft, and bootstraps (an initial voter with an empty log)
-    /// or joins (a node outside the peer list).
+    /// or joins (a node outside the peer list). Every reading of time on
+    /// the node (member heartbeats, the controller's passes, leader
+    /// contact, metric timings) comes from `clock`.
     ///
     /// # Errors
     /// [`StartError`] naming what could not be opened or bound.
-    pub async fn start(config: ControlConfig) -> Result<Self, StartError> {
+    pub async fn start(config: ControlConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
         let dir = config.data_dir.join("control");
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
             path: dir.display().to_string(),
@@ -142,11 +147,12 @@ impl ControlNode {
         })?;
         let (log_store, machine) = store::open(&dir.join(DATABASE_FILE))?;
         let metrics = http::ControlMetrics::new();
-        let machine = machine.with_snapshot_durations(metrics.snapshot_durations());
+        let machine =
+            machine.with_snapshot_durations(metrics.snapshot_durations(), Arc::clone(&clock));
         let view = machine.view();
         let apply_faults = log_store.faults();
         let slot: RaftSlot = Arc::new(OnceLock::new());
-        let contact = Arc::new(LeaderContact::default());
+        let contact = Arc::new(LeaderContact::new(Arc::clone(&clock)));
         let shared_slot: Arc<OnceLock<Arc<Shared>>> = Arc::new(OnceLock::new());
         let raft_gate = Arc::new(RaftGate::default());
         let router = raft_routes(Router::new(), &slot, &raft_gate, &contact);
@@ -160,7 +166,7 @@ impl ControlNode {
                 reason: e.to_string(),
             })?;
         let transport = Arc::new(transport);
-        transport.observe_calls(metrics.call_observer());
+        transport.observe_calls(metrics.call_observer(Arc::clone(&clock)));
         let http_listener = tokio::net::TcpListener::bind(config.http_addr)
             .await
             .map_err(|source| StartError::Http {
@@ -182,6 +188,7 @@ impl ControlNode {
         let _ = slot.set(raft.clone());
         let shared = Arc::new(Shared {
             config,
+            clock,
             raft,
             view,
             transport,
@@ -361,11 +368,7 @@ impl Shared {
         let Some(tls) = &self.config.cluster_tls else {
             return Vec::new();
         };
-        let now_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| {
-                i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
-            });
+        let now_s = i64::try_from(self.clock.unix_ms() / 1_000).unwrap_or(i64::MAX);
         tls.expiry().expired(now_s)
     }
 

@@ -1,6 +1,7 @@
 //! Which control nodes hold a remote write back, and the refusal's text.
 
 use super::{behind, refusal_message};
+use narad_clock::SystemClock;
 
 #[test]
 fn nodes_at_or_past_the_version_hold_nothing_back() {
@@ -93,7 +94,7 @@ async fn the_leader_holds_a_remote_write_until_every_control_node_reports_the_ve
     )
     .expect("bind the stand-in");
     let dir = tempfile::TempDir::new().expect("temporary directory");
-    let node = ControlNode::start(single_node(dir.path()))
+    let node = ControlNode::start(single_node(dir.path()), Arc::new(SystemClock::new()))
         .await
         .expect("starts");
     wait_until("the node to lead", || node.status().state == "leader").await;

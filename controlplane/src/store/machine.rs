@@ -19,10 +19,10 @@ use std::collections::VecDeque;
 use std::io::Cursor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use bytes::Bytes;
 use metrics::Histogram;
+use narad_clock::Clock;
 use narad_protocol::codec::{decode_message, encode_message};
 use narad_protocol::{Decode, DecodeError, Encode, Message, Reader, Writer};
 use openraft::storage::RaftStateMachine;
@@ -144,8 +144,16 @@ impl Shared {
 pub struct StateMachine {
     shared: Arc<Shared>,
     database: Arc<Database>,
-    /// Each successful build's duration, in seconds.
-    snapshot_durations: Histogram,
+    /// Where each successful build's duration goes, and the clock it is
+    /// read on; `None` records nowhere.
+    snapshot_timing: Option<SnapshotTiming>,
+}
+
+/// A histogram of snapshot build durations (seconds) and the node's clock.
+#[derive(Debug, Clone)]
+struct SnapshotTiming {
+    durations: Histogram,
+    clock: Arc<dyn Clock>,
 }
 
 /// A read-only view of the state machine for the rest of the node.
@@ -241,13 +249,13 @@ impl StateMachine {
         Ok(Self {
             shared,
             database,
-            snapshot_durations: Histogram::noop(),
+            snapshot_timing: None,
         })
     }
 
     /// Records each snapshot build's duration (encode and durable write,
-    /// in seconds) into `durations`; a state machine opened without one
-    /// records nowhere.
+    /// in seconds, read on the node's `clock`) into `durations`; a state
+    /// machine opened without one records nowhere.
     ///
     /// A handle, not a count kept here and read at render like
     /// [`SnapshotStats`]: durations are observations, and a handle taken
@@ -255,8 +263,8 @@ impl StateMachine {
     /// happens, with no queue between builds and scrapes to bound or to
     /// lose from.
     #[must_use]
-    pub fn with_snapshot_durations(mut self, durations: Histogram) -> Self {
-        self.snapshot_durations = durations;
+    pub fn with_snapshot_durations(mut self, durations: Histogram, clock: Arc<dyn Clock>) -> Self {
+        self.snapshot_timing = Some(SnapshotTiming { durations, clock });
         self
     }
 
@@ -447,12 +455,14 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let started = Instant::now();
+        let started_us = self.snapshot_timing.as_ref().map(|t| t.clock.now_us());
         let built = self.build();
         match &built {
             Ok(snapshot) => {
-                self.snapshot_durations
-                    .record(started.elapsed().as_secs_f64());
+                if let (Some(timing), Some(started_us)) = (&self.snapshot_timing, started_us) {
+                    let took_us = timing.clock.now_us().saturating_sub(started_us);
+                    timing.durations.record(took_us as f64 / 1e6);
+                }
                 self.shared
                     .snapshot_stats
                     .note_size(snapshot.snapshot.get_ref().len());
