@@ -8,6 +8,11 @@
 //! - records per second with concurrent committers to one partition (they
 //!   serialize on the log's writer lock; combining them is the data plane's
 //!   job) and to 16 partitions;
+//! - CPU per record of commits of 100 records that each carry a new
+//!   idempotency key, into a log that remembers [`KEYED_PREFILL`] keys
+//!   already, against the same commits without keys (issue 21's cost of
+//!   keyed produce, at the partition log: the lookups of a run's keys, the
+//!   keys' bytes in the frames, remembering them);
 //! - sequential read MB/s of one full segment through the log, against a raw
 //!   sequential read of the same file, both with its pages dropped first
 //!   and after one uncounted raw read (so the host's cache below the VM
@@ -23,7 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use narad_bench::baseline::{self, BASELINE_CPU_NOTE, FileMode};
-use narad_bench::cpu::us_per_unit;
+use narad_bench::cpu::{process_cpu_seconds, us_per_unit};
 use narad_bench::report::Report;
 use narad_bench::stats::Latencies;
 use narad_bench::verdict::{self, Verdict};
@@ -50,6 +55,17 @@ const READ_ROUNDS: usize = 7;
 const COMMITTERS: usize = 16;
 /// Records per commit in the concurrency runs.
 const CONCURRENT_BATCH: usize = 64;
+/// Records per commit in the keyed-cost runs: a batch-100 produce to one
+/// partition.
+const KEYED_BATCH: usize = 100;
+/// Records committed before a keyed-cost run is measured, with keys when
+/// the run has them: the key table is this large when measuring starts,
+/// as a partition's is after 20 s of 12,500 keyed records a second.
+const KEYED_PREFILL: usize = 250_000;
+/// Commits measured per keyed-cost run.
+const KEYED_COMMITS: usize = 2_000;
+/// Keyed-cost runs each way, alternating; the medians are reported.
+const KEYED_ROUNDS: usize = 3;
 /// Issue 18: a sequential read through the log at least this share of a
 /// raw sequential read of the same file.
 const TARGET_SEQ_READ_TO_RAW: f64 = 0.6;
@@ -135,6 +151,28 @@ fn main() -> io::Result<()> {
         .set("concurrent_1_partition_records_per_s", one)
         .set("concurrent_16_partitions_records_per_s", sixteen);
 
+    let mut cpu_without = Vec::with_capacity(KEYED_ROUNDS);
+    let mut cpu_keyed = Vec::with_capacity(KEYED_ROUNDS);
+    for round in 0..KEYED_ROUNDS {
+        for (keyed, runs) in [(false, &mut cpu_without), (true, &mut cpu_keyed)] {
+            let dir = scratch.join(format!("keyed-{keyed}-{round}"));
+            runs.push(commit_cpu_per_record(&disk, &dir, &payload, keyed)?);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    let (without, keyed) = (median(&mut cpu_without), median(&mut cpu_keyed));
+    report
+        .set("commit100_cpu_us_per_record", without)
+        .set("commit100_keyed_cpu_us_per_record", keyed)
+        .set(
+            "ratio_commit100_cpu_keyed_to_without",
+            if without > 0.0 { keyed / without } else { 0.0 },
+        )
+        .note(
+            "commit100_keyed_runs",
+            &format!("without keys {cpu_without:.2?}, keyed {cpu_keyed:.2?} (µs per record)"),
+        );
+
     let (read_mb_per_s, baseline_read_mb_per_s) =
         sequential_read(&disk, &scratch.join("read"), &payload)?;
     report
@@ -197,6 +235,55 @@ fn batch_of(payload: &[u8], count: usize) -> Vec<CommitRecord<'_>> {
     (0..count)
         .map(|_| CommitRecord::new(b"customer-42", payload, 0))
         .collect()
+}
+
+/// This process's CPU µs per record over `KEYED_COMMITS` commits of
+/// `KEYED_BATCH` records, each record with a new idempotency key when
+/// `keyed`, into a log at `dir` that first takes `KEYED_PREFILL` records
+/// (keyed the same way), so its key table is full-sized when measuring
+/// starts. Every key is new, so nothing is left out as a duplicate.
+fn commit_cpu_per_record(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+    payload: &[u8],
+    keyed: bool,
+) -> io::Result<f64> {
+    let log = PartitionLog::open(
+        Arc::clone(disk),
+        dir,
+        LogConfig::default(),
+        Arc::new(narad_clock::SystemClock::new()),
+    )
+    .map_err(to_io)?;
+    let total = KEYED_PREFILL + KEYED_COMMITS * KEYED_BATCH;
+    let keys: Vec<Vec<u8>> = if keyed {
+        (0..total)
+            .map(|i| format!("order-{i:012}-retry-safe").into_bytes())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let record = |i: usize| CommitRecord {
+        idempotency_key: keys.get(i).map_or(&[][..], Vec::as_slice),
+        ..CommitRecord::new(b"customer-42", payload, 0)
+    };
+    for chunk in (0..KEYED_PREFILL).collect::<Vec<_>>().chunks(1_000) {
+        let records: Vec<CommitRecord<'_>> = chunk.iter().map(|&i| record(i)).collect();
+        log.commit_durable(&[&records]).map_err(to_io)?;
+    }
+    let runs: Vec<Vec<CommitRecord<'_>>> = (0..KEYED_COMMITS)
+        .map(|commit| {
+            let first = KEYED_PREFILL + commit * KEYED_BATCH;
+            (first..first + KEYED_BATCH).map(record).collect()
+        })
+        .collect();
+    let cpu_before = process_cpu_seconds();
+    for records in &runs {
+        log.commit_durable(&[records]).map_err(to_io)?;
+    }
+    let cpu = process_cpu_seconds() - cpu_before;
+    log.close().map_err(to_io)?;
+    Ok(us_per_unit(cpu, (KEYED_COMMITS * KEYED_BATCH) as u64))
 }
 
 fn to_io(error: narad_plog::LogError) -> io::Error {
