@@ -262,6 +262,71 @@ fn records_for_a_dead_remote_owner_are_rerouted_to_a_local_sibling() {
     assert_eq!(stored[&1], vec![(Vec::new(), b"moved".to_vec())]);
 }
 
+#[test]
+fn a_partition_nobody_can_take_holds_the_whole_node_until_its_topic_goes_and_says_so() {
+    let sim = SimDisk::new(7);
+    let disk: Arc<dyn Disk> = Arc::new(sim);
+    // Every partition of `stuck` is on a node that died: its records have
+    // no sibling to go to. `orders` is here.
+    let remote = LOCAL_NODE + 1;
+    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
+    register(&replica, LOCAL_NODE);
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("stuck", 0xb1, 3)),
+    );
+    apply(
+        &replica,
+        Command::CreateTopic(create_command("orders", 0xa1, 3)),
+    );
+    assign(&replica, "stuck", &[(0, remote), (1, remote), (2, remote)]);
+    assign(
+        &replica,
+        "orders",
+        &[(0, LOCAL_NODE), (1, LOCAL_NODE), (2, LOCAL_NODE)],
+    );
+    mark_dead(&replica, remote);
+    let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let acceptor = &node.api().acceptor;
+    let message = |payload: &'static [u8]| ProduceMessage {
+        key: Vec::new(),
+        partition: Some(0),
+        payload: bytes::Bytes::from_static(payload),
+        idempotency_key: Vec::new(),
+    };
+    // More than the reader's lookahead: 16 windows of 4,096 records.
+    let stuck = acceptor.producible_topic("stuck").expect("topic");
+    let batch = vec![message(b"waits"); 1_000];
+    for _ in 0..66 {
+        runtime
+            .block_on(acceptor.accept_batch(&stuck, &batch))
+            .expect("accept");
+    }
+    let orders = acceptor.producible_topic("orders").expect("topic");
+    runtime
+        .block_on(acceptor.accept(&orders, &message(b"healthy")))
+        .expect("accept");
+    let status = Arc::clone(node.dispatch_status());
+    wait_until("the lookahead reported exhausted", || {
+        status.lookahead_exhausted.load(Ordering::Relaxed)
+    });
+    assert!(!node.drained());
+    // Deleting the topic lets its records go (after the leader confirms),
+    // and the rest is read and committed.
+    delete(&replica, "stuck");
+    wait_until("everything dispatched", || node.drained());
+    wait_until("the lookahead reported free", || {
+        !status.lookahead_exhausted.load(Ordering::Relaxed)
+    });
+    assert_eq!(status.discarded.load(Ordering::Relaxed), 66_000);
+    node.shutdown();
+    let stored = stored(&disk, Path::new(DATA_DIR), "orders", 3);
+    assert_eq!(stored[&0], vec![(Vec::new(), b"healthy".to_vec())]);
+}
+
 /// One seeded run: producers (single and batch accepts) until the seeded
 /// ack count, a power cut of the simulated disk under everything, a
 /// restart on the same directories (the WAL under `wal_dir` when given,

@@ -51,6 +51,15 @@ pub const DISPATCH_REROUTES_TOTAL: &str = "narad_dispatch_reroutes_total";
 pub const DISPATCH_REROUTED_RECORDS_TOTAL: &str = "narad_dispatch_rerouted_records_total";
 /// Times the dispatcher panicked and started again from its checkpoint.
 pub const DISPATCH_RESTARTS_TOTAL: &str = "narad_dispatch_restarts_total";
+/// 1 while the dispatcher's reader stands at its lookahead (16 windows past
+/// the checkpoint) with durable records beyond: the record at the
+/// checkpoint holds every partition's dispatch on this node.
+pub const DISPATCH_LOOKAHEAD_EXHAUSTED: &str = "narad_dispatch_lookahead_exhausted";
+/// Destinations (partitions) whose commits from this node fail now.
+pub const DISPATCH_FAILING_DESTINATIONS: &str = "narad_dispatch_failing_destinations";
+/// How long the destination failing longest has failed, seconds (0 when
+/// none fails).
+pub const DISPATCH_LONGEST_FAILURE_SECONDS: &str = "narad_dispatch_longest_failure_seconds";
 /// Produces refused by a topic rule (topic, reason).
 pub const PRODUCE_REJECTIONS_TOTAL: &str = "narad_produce_rejections_total";
 /// 1 once the ingress WAL latched a write or fdatasync failure.

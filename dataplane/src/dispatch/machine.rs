@@ -197,6 +197,58 @@ impl<P> Dispatcher<P> {
             .max(HELD_LIMIT_DESTINATIONS * self.queue_cap())
     }
 
+    /// The first sequence number past the reader's lookahead: it never
+    /// reads [`LOOKAHEAD_WINDOWS`] windows or more past the checkpoint.
+    fn lookahead_end(&self) -> u64 {
+        self.checkpoint()
+            .saturating_add(LOOKAHEAD_WINDOWS * u64::try_from(self.window()).unwrap_or(u64::MAX))
+    }
+
+    /// Whether the reader stopped at its lookahead with durable records
+    /// beyond it. The record at the checkpoint is then what every
+    /// destination waits for: nothing more is read, for any partition,
+    /// until it is done.
+    pub fn lookahead_exhausted(&self) -> bool {
+        self.read_frontier >= self.lookahead_end() && self.read_frontier < self.durable
+    }
+
+    /// The home partition of the record at the checkpoint, the one every
+    /// other waits for once the lookahead is exhausted; `None` when nothing
+    /// is pending, or when that record is in a commit in flight.
+    pub fn checkpoint_holder(&self) -> Option<&Destination> {
+        let checkpoint = self.pending.first()?;
+        if let Some(meta) = self.skipped.get(&checkpoint) {
+            return Some(&meta.home);
+        }
+        self.destinations.values().find_map(|state| {
+            let probe = state.failing.as_ref().and_then(|f| f.probe.as_ref());
+            state
+                .queue
+                .iter()
+                .chain(probe)
+                .find(|held| held.seq == checkpoint)
+                .map(|held| &held.meta.home)
+        })
+    }
+
+    /// The destinations failing now (their last commit failed and they
+    /// probe their owner), and the one failing longest with when its first
+    /// failed attempt started.
+    pub fn failing(&self) -> (usize, Option<(&Destination, Duration)>) {
+        let mut count = 0;
+        let mut longest: Option<(&Destination, Duration)> = None;
+        for (destination, state) in &self.destinations {
+            let Some(failing) = &state.failing else {
+                continue;
+            };
+            count += 1;
+            if longest.is_none_or(|(_, since)| failing.since < since) {
+                longest = Some((destination, failing.since));
+            }
+        }
+        (count, longest)
+    }
+
     /// Whether the reader is held back by [`Self::held_limit`].
     fn reader_held_back(&self) -> bool {
         self.held >= self.held_limit()
@@ -239,9 +291,7 @@ impl<P> Dispatcher<P> {
         if let Some(seq) = self.next_rescan_read(topology, now) {
             return Some(seq);
         }
-        let lookahead_end = self.checkpoint()
-            + LOOKAHEAD_WINDOWS * u64::try_from(self.window()).unwrap_or(u64::MAX);
-        (self.read_frontier < self.durable && self.read_frontier < lookahead_end)
+        (self.read_frontier < self.durable && self.read_frontier < self.lookahead_end())
             .then_some(self.read_frontier)
     }
 

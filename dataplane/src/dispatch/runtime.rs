@@ -43,7 +43,7 @@ use tokio::sync::watch;
 use super::targets::{CommitDone, CommitTarget, Event, LeaderConfirm, WalPayload};
 use super::{Command, DispatchConfig, Dispatcher, GoneQuestion, RecordMeta};
 use crate::topology::{Destination, Topology};
-use narad_clock::Clock;
+use narad_clock::{Clock, millis};
 use narad_disk::queue::{self, Received, Receiver, Sender};
 
 /// The dispatcher as a whole backs off this long after it could not read
@@ -54,6 +54,12 @@ pub const FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 /// plus the time of one fdatasync of an 8-byte file; the dispatcher looks
 /// for the synced value to compact behind this long after the delay.
 pub const COMPACTION_SLACK: Duration = Duration::from_millis(10);
+
+/// The failing destinations' figures are published at most this often
+/// (finding them walks every destination); a pass that comes sooner leaves
+/// a wakeup for when they are due. Whether the lookahead is exhausted is
+/// published at every pass.
+pub const STALL_REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// A record the durable frontier covers but the WAL reader does not see
 /// yet is read again after this long. The WAL publishes a segment's end
@@ -107,6 +113,15 @@ pub struct DispatchStatus {
     /// Times the loop panicked, or met a record that did not read back,
     /// and started again from the checkpoint.
     pub restarts: Arc<AtomicU64>,
+    /// Set while the reader stands at its lookahead with durable records
+    /// beyond it ([`Dispatcher::lookahead_exhausted`]): the record at the
+    /// checkpoint holds every partition's dispatch on this node.
+    pub lookahead_exhausted: AtomicBool,
+    /// Destinations whose commits fail now.
+    pub failing_destinations: AtomicU64,
+    /// How long the destination failing longest has failed, in ms; 0 when
+    /// none fails.
+    pub longest_failure_ms: AtomicU64,
 }
 
 /// A running dispatcher.
@@ -162,6 +177,8 @@ impl DispatchRuntime {
             compaction_due: None,
             reread_due: None,
             names: RecordNames::default(),
+            stall_reported_at: None,
+            stall_report_due: None,
         };
         let runner = std::thread::Builder::new()
             .name("narad-dispatch".into())
@@ -330,6 +347,10 @@ struct Loop<T> {
     reread_due: Option<Duration>,
     /// Names shared by the records read.
     names: RecordNames,
+    /// When the failing destinations' figures were last published.
+    stall_reported_at: Option<Duration>,
+    /// When they are due again, after a pass that came too soon.
+    stall_report_due: Option<Duration>,
 }
 
 impl<T: Topology + Send + Sync + 'static> Loop<T> {
@@ -425,9 +446,66 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                 self.execute(command, alone, now);
             }
             self.compact(now);
+            self.report_stall(now);
             if !self.wait(now) {
                 return Ended::Stopped;
             }
+        }
+    }
+
+    /// Publishes whether the reader stands at its lookahead (every pass)
+    /// and which destinations fail (at most every [`STALL_REPORT_EVERY`]);
+    /// logs when the lookahead is reached and when the reader moves again.
+    fn report_stall(&mut self, now: Duration) {
+        let exhausted = self.machine.lookahead_exhausted();
+        let was = self
+            .status
+            .lookahead_exhausted
+            .swap(exhausted, Ordering::Relaxed);
+        if was != exhausted || self.stall_report_due.is_some_and(|due| now >= due) {
+            self.stall_reported_at = None;
+        }
+        let (failing, longest_ms, longest) = match self.stall_reported_at {
+            Some(at) if now < at + STALL_REPORT_EVERY => {
+                self.stall_report_due = Some(at + STALL_REPORT_EVERY);
+                return;
+            }
+            _ => {
+                let (failing, longest) = self.machine.failing();
+                let longest_ms = longest.map_or(0, |(_, since)| millis(now.saturating_sub(since)));
+                let longest = longest.map(|(destination, _)| destination.to_string());
+                (failing, longest_ms, longest)
+            }
+        };
+        self.stall_reported_at = Some(now);
+        self.stall_report_due = None;
+        self.status
+            .failing_destinations
+            .store(failing as u64, Ordering::Relaxed);
+        self.status
+            .longest_failure_ms
+            .store(longest_ms, Ordering::Relaxed);
+        match (was, exhausted) {
+            (false, true) => {
+                let holder = self.machine.checkpoint_holder().map_or_else(
+                    || "a commit in flight".to_owned(),
+                    |destination| destination.to_string(),
+                );
+                tracing::warn!(
+                    checkpoint = self.machine.checkpoint(),
+                    held_for = %holder,
+                    read_frontier = self.machine.read_frontier(),
+                    failing_destinations = failing,
+                    longest_failing = longest.as_deref().unwrap_or("none"),
+                    longest_failing_ms = longest_ms,
+                    "ingress dispatch reached its lookahead: nothing more is read, for any partition, until the record at the checkpoint is committed"
+                );
+            }
+            (true, false) => tracing::info!(
+                checkpoint = self.machine.checkpoint(),
+                "ingress dispatch reads again past its lookahead"
+            ),
+            _ => {}
         }
     }
 
@@ -578,6 +656,7 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
             self.machine.next_deadline(&*self.parts.topology, now),
             self.compaction_due,
             self.reread_due,
+            self.stall_report_due,
         ]
         .into_iter()
         .flatten()

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::constants::{
-    COMMIT_SLOTS, TARGET_RECORDS_PER_DESTINATION, UNRESOLVED_RETRY, WINDOW_RECORDS_MIN,
+    COMMIT_SLOTS, LOOKAHEAD_WINDOWS, TARGET_RECORDS_PER_DESTINATION, UNRESOLVED_RETRY,
+    WINDOW_RECORDS_MIN,
 };
 use super::*;
 use crate::topology::{Destination, NodeId, Route, TopicView, Topology};
@@ -597,6 +598,50 @@ fn the_reader_stops_at_the_held_limit() {
     h.step();
     assert_eq!(h.dispatcher.held(), limit);
     assert_eq!(h.dispatcher.read_frontier(), limit as u64);
+}
+
+#[test]
+fn a_destination_failing_with_no_sibling_stops_the_reader_at_its_lookahead() {
+    let mut h = Harness::new();
+    // One partition in this topology, so its records have no sibling to go
+    // to (a real topic has three or more, all of them then down).
+    h.topic("lonely", &[REMOTE]);
+    h.topic("orders", &[LOCAL]);
+    h.produce("lonely", 0, 1);
+    let order = h.step().remove(0);
+    h.advance(ms(100));
+    h.finish(order, CommitOutcome::Failed);
+    assert_eq!(
+        h.dispatcher.failing(),
+        (1, Some((&Destination::new("lonely", 0), ms(0))))
+    );
+    let lookahead = LOOKAHEAD_WINDOWS * h.dispatcher.window() as u64;
+    h.produce("lonely", 0, lookahead as usize - 1);
+    h.step();
+    assert!(
+        !h.dispatcher.lookahead_exhausted(),
+        "everything durable is read"
+    );
+    h.produce("lonely", 0, 10);
+    h.produce("orders", 0, 5);
+    assert!(h.step().is_empty(), "only the probe waits, not due yet");
+    assert!(h.dispatcher.lookahead_exhausted());
+    assert_eq!(h.dispatcher.read_frontier(), lookahead);
+    assert_eq!(h.dispatcher.checkpoint(), 0);
+    // The probe, record 0, holds the checkpoint.
+    assert_eq!(
+        h.dispatcher.checkpoint_holder(),
+        Some(&Destination::new("lonely", 0))
+    );
+    // Once the owner answers again, everything is committed, the healthy
+    // topic's records too.
+    let committed = h.drain();
+    assert!(!h.dispatcher.lookahead_exhausted());
+    assert_eq!(h.dispatcher.failing(), (0, None));
+    let last = h.wal.len() as u64;
+    for seq in last - 5..last {
+        assert!(committed.contains(&seq), "orders record {seq} committed");
+    }
 }
 
 /// One destination with a commit in flight, a full queue behind it and

@@ -285,6 +285,25 @@ impl ApiState {
             &[],
             self.dispatch.restarts.load(Ordering::Relaxed),
         );
+        self.metrics.set(
+            metrics::DISPATCH_LOOKAHEAD_EXHAUSTED,
+            &[],
+            if self.dispatch.lookahead_exhausted.load(Ordering::Relaxed) {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        self.metrics.set(
+            metrics::DISPATCH_FAILING_DESTINATIONS,
+            &[],
+            self.dispatch.failing_destinations.load(Ordering::Relaxed) as f64,
+        );
+        self.metrics.set(
+            metrics::DISPATCH_LONGEST_FAILURE_SECONDS,
+            &[],
+            self.dispatch.longest_failure_ms.load(Ordering::Relaxed) as f64 / 1_000.0,
+        );
         for (worker, panics) in self.status.wal_worker_panics() {
             self.metrics.count_absolute(
                 metrics::WAL_WORKER_PANICS_TOTAL,
