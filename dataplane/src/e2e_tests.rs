@@ -48,6 +48,29 @@ pub(crate) fn config(data_dir: &Path, seed: u64) -> DataNodeConfig {
     config
 }
 
+/// A data node other than [`LOCAL_NODE`], dead in the replicas of
+/// [`with_dead_remote`].
+const DEAD_REMOTE: u64 = LOCAL_NODE + 1;
+
+/// A replica of [`LOCAL_NODE`] with `topics` (name, incarnation id, the
+/// owner of each partition) created and placed, and [`DEAD_REMOTE`]
+/// marked dead.
+fn with_dead_remote(topics: &[(&str, u64, &[u64])]) -> Arc<MetadataReplica> {
+    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
+    register(&replica, LOCAL_NODE);
+    for (name, id, owners) in topics {
+        let partitions = owners.len() as u32;
+        apply(
+            &replica,
+            Command::CreateTopic(create_command(name, *id, partitions)),
+        );
+        let placed: Vec<(u32, u64)> = (0..partitions).zip(owners.iter().copied()).collect();
+        assign(&replica, name, &placed);
+    }
+    mark_dead(&replica, DEAD_REMOTE);
+    replica
+}
+
 /// A replica of [`LOCAL_NODE`] where `orders` (3 partitions, id `a1`)
 /// exists but no partition is placed yet: its records wait in the WAL.
 fn unplaced_orders() -> Arc<MetadataReplica> {
@@ -225,19 +248,7 @@ fn records_for_a_dead_remote_owner_are_rerouted_to_a_local_sibling() {
     let disk: Arc<dyn Disk> = Arc::new(sim);
     // `orders`/0 is on another node, which then died; its siblings are
     // here.
-    let remote = LOCAL_NODE + 1;
-    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
-    register(&replica, LOCAL_NODE);
-    apply(
-        &replica,
-        Command::CreateTopic(create_command("orders", 0xa1, 3)),
-    );
-    assign(
-        &replica,
-        "orders",
-        &[(0, remote), (1, LOCAL_NODE), (2, LOCAL_NODE)],
-    );
-    mark_dead(&replica, remote);
+    let replica = with_dead_remote(&[("orders", 0xa1, &[DEAD_REMOTE, LOCAL_NODE, LOCAL_NODE])]);
     let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -268,24 +279,10 @@ fn a_partition_nobody_can_take_holds_the_whole_node_until_its_topic_goes_and_say
     let disk: Arc<dyn Disk> = Arc::new(sim);
     // Every partition of `stuck` is on a node that died: its records have
     // no sibling to go to. `orders` is here.
-    let remote = LOCAL_NODE + 1;
-    let replica = Arc::new(MetadataReplica::new(LOCAL_NODE));
-    register(&replica, LOCAL_NODE);
-    apply(
-        &replica,
-        Command::CreateTopic(create_command("stuck", 0xb1, 3)),
-    );
-    apply(
-        &replica,
-        Command::CreateTopic(create_command("orders", 0xa1, 3)),
-    );
-    assign(&replica, "stuck", &[(0, remote), (1, remote), (2, remote)]);
-    assign(
-        &replica,
-        "orders",
-        &[(0, LOCAL_NODE), (1, LOCAL_NODE), (2, LOCAL_NODE)],
-    );
-    mark_dead(&replica, remote);
+    let replica = with_dead_remote(&[
+        ("stuck", 0xb1, &[DEAD_REMOTE; 3]),
+        ("orders", 0xa1, &[LOCAL_NODE; 3]),
+    ]);
     let node = start(Arc::clone(&disk), &replica, config(Path::new(DATA_DIR), 1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

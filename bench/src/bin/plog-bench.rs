@@ -248,13 +248,7 @@ fn commit_cpu_per_record(
     payload: &[u8],
     keyed: bool,
 ) -> io::Result<f64> {
-    let log = PartitionLog::open(
-        Arc::clone(disk),
-        dir,
-        LogConfig::default(),
-        Arc::new(narad_clock::SystemClock::new()),
-    )
-    .map_err(to_io)?;
+    let log = open_log(disk, dir, LogConfig::default())?;
     let total = KEYED_PREFILL + KEYED_COMMITS * KEYED_BATCH;
     let keys: Vec<Vec<u8>> = if keyed {
         (0..total)
@@ -286,6 +280,17 @@ fn commit_cpu_per_record(
     Ok(us_per_unit(cpu, (KEYED_COMMITS * KEYED_BATCH) as u64))
 }
 
+/// The partition log at `dir` with `config`, on the process's clock.
+fn open_log(disk: &Arc<dyn Disk>, dir: &Path, config: LogConfig) -> io::Result<PartitionLog> {
+    PartitionLog::open(
+        Arc::clone(disk),
+        dir,
+        config,
+        Arc::new(narad_clock::SystemClock::new()),
+    )
+    .map_err(to_io)
+}
+
 fn to_io(error: narad_plog::LogError) -> io::Error {
     io::Error::other(error)
 }
@@ -299,13 +304,7 @@ fn commit_latency(
     batch: usize,
     payload: &[u8],
 ) -> io::Result<(Latencies, f64)> {
-    let log = PartitionLog::open(
-        Arc::clone(disk),
-        dir,
-        config.clone(),
-        Arc::new(narad_clock::SystemClock::new()),
-    )
-    .map_err(to_io)?;
+    let log = open_log(disk, dir, config.clone())?;
     let records = batch_of(payload, batch);
     let mut latencies = Latencies::new();
     let started = Instant::now();
@@ -329,13 +328,11 @@ fn concurrent(
 ) -> io::Result<f64> {
     let mut logs = Vec::with_capacity(partitions);
     for partition in 0..partitions {
-        let log = PartitionLog::open(
-            Arc::clone(disk),
+        let log = open_log(
+            disk,
             &dir.join(format!("p{partition:05}")),
             LogConfig::default(),
-            Arc::new(narad_clock::SystemClock::new()),
-        )
-        .map_err(to_io)?;
+        )?;
         logs.push(Arc::new(log));
     }
     let payload = Arc::new(payload.to_vec());
@@ -374,13 +371,7 @@ fn concurrent(
 /// MB/s): one read of a segment takes well under a second, where this
 /// machine's hiccups do not average out.
 fn sequential_read(disk: &Arc<dyn Disk>, dir: &Path, payload: &[u8]) -> io::Result<(f64, f64)> {
-    let log = PartitionLog::open(
-        Arc::clone(disk),
-        dir,
-        LogConfig::default(),
-        Arc::new(narad_clock::SystemClock::new()),
-    )
-    .map_err(to_io)?;
+    let log = open_log(disk, dir, LogConfig::default())?;
     let records = batch_of(payload, 1_000);
     // Commit until the first segment rolls, so it is full and sealed.
     while log.stats().map_err(to_io)?.segments < 2 {
