@@ -465,18 +465,14 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
         if was != exhausted || self.stall_report_due.is_some_and(|due| now >= due) {
             self.stall_reported_at = None;
         }
-        let (failing, longest_ms, longest) = match self.stall_reported_at {
-            Some(at) if now < at + STALL_REPORT_EVERY => {
-                self.stall_report_due = Some(at + STALL_REPORT_EVERY);
-                return;
-            }
-            _ => {
-                let (failing, longest) = self.machine.failing();
-                let longest_ms = longest.map_or(0, |(_, since)| millis(now.saturating_sub(since)));
-                let longest = longest.map(|(destination, _)| destination.to_string());
-                (failing, longest_ms, longest)
-            }
-        };
+        if let Some(at) = self.stall_reported_at
+            && now < at + STALL_REPORT_EVERY
+        {
+            self.stall_report_due = Some(at + STALL_REPORT_EVERY);
+            return;
+        }
+        let (failing, longest) = self.machine.failing();
+        let longest_ms = longest.map_or(0, |(_, since)| millis(now.saturating_sub(since)));
         self.stall_reported_at = Some(now);
         self.stall_report_due = None;
         self.status
@@ -496,7 +492,10 @@ impl<T: Topology + Send + Sync + 'static> Loop<T> {
                     held_for = %holder,
                     read_frontier = self.machine.read_frontier(),
                     failing_destinations = failing,
-                    longest_failing = longest.as_deref().unwrap_or("none"),
+                    longest_failing = %longest.map_or_else(
+                        || "none".to_owned(),
+                        |(destination, _)| destination.to_string()
+                    ),
                     longest_failing_ms = longest_ms,
                     "ingress dispatch reached its lookahead: nothing more is read, for any partition, until the record at the checkpoint is committed"
                 );
